@@ -1,0 +1,16 @@
+"""Layers with hand-written backward passes. See docs/architecture.md for the conventions."""
+
+from scratchformer.nn.attention import KVCache, MultiHeadAttention
+from scratchformer.nn.blocks import DecoderBlock, EncoderBlock
+from scratchformer.nn.feedforward import FeedForward
+from scratchformer.nn.init import manual_seed
+from scratchformer.nn.layers import Dropout, Embedding, LayerNorm, Linear, set_dropout_rng
+from scratchformer.nn.module import BackwardError, Module, Parameter, StateDictError
+from scratchformer.nn.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, sinusoidal_table
+
+__all__ = [
+    "Module", "Parameter", "Linear", "Embedding", "LayerNorm", "Dropout", "MultiHeadAttention",
+    "KVCache", "FeedForward", "SinusoidalPositionalEncoding", "LearnedPositionalEmbedding",
+    "sinusoidal_table", "EncoderBlock", "DecoderBlock", "manual_seed", "set_dropout_rng",
+    "BackwardError", "StateDictError",
+]

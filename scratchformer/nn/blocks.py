@@ -1,0 +1,117 @@
+"""Encoder and decoder blocks: attention and feed-forward sub-layers wrapped in residuals.
+
+Each sub-layer is wrapped the same way (Vaswani et al. 2017, section 5.4, for dropout):
+    pre-norm  (norm_first=True, GPT-2):      x = x + dropout(sublayer(norm(x)))
+    post-norm (norm_first=False, Vaswani, BERT): x = norm(x + dropout(sublayer(x)))
+`residual_forward` / `residual_backward` implement that wrapper once for every block.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from scratchformer.errors import ShapeError
+from scratchformer.nn.attention import KVCache, MultiHeadAttention
+from scratchformer.nn.feedforward import FeedForward
+from scratchformer.nn.layers import Dropout, LayerNorm
+from scratchformer.nn.module import DEFAULT_DTYPE, Module
+
+
+def residual_forward(x, norm: LayerNorm, sublayer: Module, drop: Dropout, norm_first: bool, **kwargs):
+    if norm_first:
+        return x + drop(sublayer(norm(x), **kwargs))
+    return norm(x + drop(sublayer(x, **kwargs)))
+
+
+def residual_backward(dy, norm: LayerNorm, sublayer: Module, drop: Dropout, norm_first: bool):
+    """Returns (dx, dextra): dextra is the sub-layer's gradient for its context (cross-attention)."""
+    if norm_first:
+        # y = x + s(norm(x))  =>  dx = dy + norm'(s'(dy))
+        ds = sublayer.backward(drop.backward(dy))
+        ds, dextra = ds if isinstance(ds, tuple) else (ds, None)
+        return dy + norm.backward(ds), dextra
+    # y = norm(z), z = x + s(x)  =>  dz = norm'(dy), dx = dz + s'(dz)
+    dz = norm.backward(dy)
+    ds = sublayer.backward(drop.backward(dz))
+    ds, dextra = ds if isinstance(ds, tuple) else (ds, None)
+    return dz + ds, dextra
+
+
+class EncoderBlock(Module):
+    """Bidirectional self-attention + feed-forward. x: (B, T, d_model) -> (B, T, d_model).
+
+    mask: bool broadcastable to (B, n_heads, T, T), True = may attend (e.g. a key padding
+    mask of shape (B, 1, 1, T)).
+    """
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.0,
+                 activation: str = "gelu", norm_first: bool = True, eps: float = 1e-5,
+                 bias: bool = True, dtype=DEFAULT_DTYPE):
+        super().__init__()
+        self.norm_first = norm_first
+        self.self_attn = MultiHeadAttention(d_model, n_heads, bias=bias, dropout=dropout, dtype=dtype)
+        self.attn_norm = LayerNorm(d_model, eps=eps, dtype=dtype)
+        self.ff = FeedForward(d_model, d_ff, activation, dropout=dropout, bias=bias, dtype=dtype)
+        self.ff_norm = LayerNorm(d_model, eps=eps, dtype=dtype)
+        self.attn_dropout = Dropout(dropout)
+        self.ff_dropout = Dropout(dropout)
+
+    def forward(self, x: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+        x = residual_forward(x, self.attn_norm, self.self_attn, self.attn_dropout, self.norm_first, mask=mask)
+        return residual_forward(x, self.ff_norm, self.ff, self.ff_dropout, self.norm_first)
+
+    def backward(self, dy: np.ndarray) -> np.ndarray:
+        dy, _ = residual_backward(dy, self.ff_norm, self.ff, self.ff_dropout, self.norm_first)
+        dx, _ = residual_backward(dy, self.attn_norm, self.self_attn, self.attn_dropout, self.norm_first)
+        return dx
+
+
+class DecoderBlock(Module):
+    """Causal self-attention, cross-attention over `memory` (the encoder output), feed-forward.
+
+    x: (B, T, d_model); memory: (B, S, d_model) -> (B, T, d_model). With cross_attention=False
+    this is a GPT block. self_mask: bool broadcastable to (B, H, T, T), combined with the causal
+    mask; memory_mask: broadcastable to (B, H, T, S), e.g. the source padding mask (B, 1, 1, S).
+    `cache`: a list of KVCache (one per attention) for incremental decoding in eval mode.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.0,
+                 activation: str = "gelu", norm_first: bool = True, cross_attention: bool = True,
+                 eps: float = 1e-5, bias: bool = True, dtype=DEFAULT_DTYPE):
+        super().__init__()
+        self.norm_first, self.cross_attention = norm_first, cross_attention
+        self.self_attn = MultiHeadAttention(d_model, n_heads, bias=bias, dropout=dropout, dtype=dtype)
+        self.attn_norm = LayerNorm(d_model, eps=eps, dtype=dtype)
+        self.attn_dropout = Dropout(dropout)
+        if cross_attention:
+            self.cross_attn = MultiHeadAttention(d_model, n_heads, bias=bias, dropout=dropout, dtype=dtype)
+            self.cross_norm = LayerNorm(d_model, eps=eps, dtype=dtype)
+            self.cross_dropout = Dropout(dropout)
+        self.ff = FeedForward(d_model, d_ff, activation, dropout=dropout, bias=bias, dtype=dtype)
+        self.ff_norm = LayerNorm(d_model, eps=eps, dtype=dtype)
+        self.ff_dropout = Dropout(dropout)
+
+    def new_cache(self) -> list[KVCache]:
+        return [KVCache() for _ in range(2 if self.cross_attention else 1)]
+
+    def forward(self, x, memory=None, self_mask=None, memory_mask=None, cache: list[KVCache] | None = None):
+        if self.cross_attention and memory is None:
+            raise ShapeError("DecoderBlock with cross-attention needs memory (the encoder output), got None")
+        if not self.cross_attention and memory is not None:
+            raise ShapeError("DecoderBlock was built with cross_attention=False but got memory")
+        self_cache, cross_cache = (cache + [None])[:2] if cache is not None else (None, None)
+        x = residual_forward(x, self.attn_norm, self.self_attn, self.attn_dropout, self.norm_first,
+                             mask=self_mask, causal=True, kv_cache=self_cache)
+        if self.cross_attention:
+            x = residual_forward(x, self.cross_norm, self.cross_attn, self.cross_dropout, self.norm_first,
+                                 context=memory, mask=memory_mask, kv_cache=cross_cache)
+        return residual_forward(x, self.ff_norm, self.ff, self.ff_dropout, self.norm_first)
+
+    def backward(self, dy):
+        """Returns (dx, dmemory) with cross-attention, else dx."""
+        dy, _ = residual_backward(dy, self.ff_norm, self.ff, self.ff_dropout, self.norm_first)
+        if self.cross_attention:
+            dy, dmemory = residual_backward(dy, self.cross_norm, self.cross_attn, self.cross_dropout,
+                                            self.norm_first)
+        dx, _ = residual_backward(dy, self.attn_norm, self.self_attn, self.attn_dropout, self.norm_first)
+        return (dx, dmemory) if self.cross_attention else dx

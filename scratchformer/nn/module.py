@@ -1,0 +1,221 @@
+"""The tiny core every layer builds on: `Parameter` and `Module`.
+
+A `Parameter` is an array of weights (`.data`) with a gradient buffer of the same shape
+(`.grad`). Backward passes **add** into `.grad` (as llm.c does), so a parameter used twice
+(weight tying) or a residual fan-out needs no special case; `zero_grad()` resets the sums.
+
+A `Module` finds its parameters and sub-modules by looking at its own attributes (plain
+attributes, lists and tuples of them), in the order they were assigned, so names come out
+as in PyTorch: ``blocks.0.self_attn.in_proj_weight``.
+
+Contract of every layer (forward/backward pairs, llm.c style):
+- ``forward(...)`` in training mode keeps in ``self._cache`` what ``backward`` needs;
+  in eval mode it keeps nothing.
+- ``backward(grad_out)`` adds parameter gradients into ``.grad`` and returns the gradient of
+  the loss with respect to the forward's float inputs (one array, or a tuple when the forward
+  took several). It consumes the cache: a second backward needs a second forward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from scratchformer.errors import ScratchformerError, ShapeError
+
+DEFAULT_DTYPE = np.float32
+
+
+class Parameter:
+    """A trainable array and its accumulated gradient.
+
+    Attributes:
+        data: ndarray of any shape, the weights.
+        grad: ndarray of the same shape and dtype; backward passes add into it.
+    """
+
+    __slots__ = ("data", "grad")
+
+    def __init__(self, data: np.ndarray):
+        data = np.asarray(data)
+        if not np.issubdtype(data.dtype, np.floating):
+            raise TypeError(f"Parameter needs a floating-point array, got dtype {data.dtype}")
+        self.data = np.ascontiguousarray(data)
+        self.grad = np.zeros_like(self.data)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.data.shape
+
+    def zero_grad(self) -> None:
+        self.grad[...] = 0
+
+    def __repr__(self) -> str:
+        return f"Parameter(shape={self.data.shape}, dtype={self.data.dtype})"
+
+
+class Module:
+    """Base class: parameter discovery, state dicts, train/eval, dtype conversion."""
+
+    training: bool = True
+
+    def __init__(self) -> None:
+        self.training = True
+        self._cache = None
+
+    # -- running ---------------------------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    def forward(self, *args, **kwargs):  # pragma: no cover - abstract
+        raise NotImplementedError(f"{type(self).__name__} does not implement forward")
+
+    def backward(self, grad_out):  # pragma: no cover - abstract
+        raise NotImplementedError(f"{type(self).__name__} does not implement backward")
+
+    def _save(self, **tensors) -> None:
+        """Keep what backward needs, only in training mode (eval mode caches nothing)."""
+        self._cache = tensors if self.training else None
+
+    def _pop_cache(self) -> dict:
+        """Hand the forward's cache to backward, exactly once."""
+        cache = getattr(self, "_cache", None)
+        if cache is None:
+            raise BackwardError(
+                f"{type(self).__name__}.backward() called without a matching forward in "
+                "training mode: call module.train() and run forward first (each backward "
+                "consumes one forward)"
+            )
+        self._cache = None
+        return cache
+
+    # -- discovery -------------------------------------------------------------------------
+    def _children(self) -> Iterator[tuple[str, object]]:
+        for name, value in vars(self).items():
+            if name.startswith("_"):
+                continue
+            if isinstance(value, (Parameter, Module)):
+                yield name, value
+            elif isinstance(value, (list, tuple)):
+                for i, item in enumerate(value):
+                    if isinstance(item, (Parameter, Module)):
+                        yield f"{name}.{i}", item
+
+    def named_modules(self, prefix: str = "") -> Iterator[tuple[str, Module]]:
+        yield prefix, self
+        for name, child in self._children():
+            if isinstance(child, Module):
+                yield from child.named_modules(f"{prefix}.{name}" if prefix else name)
+
+    def modules(self) -> Iterator[Module]:
+        for _, m in self.named_modules():
+            yield m
+
+    def named_parameters(self, prefix: str = "") -> Iterator[tuple[str, Parameter]]:
+        """Each distinct Parameter once, under the first name it is reached by."""
+        seen: set[int] = set()
+        yield from self._named_parameters(prefix, seen)
+
+    def _named_parameters(self, prefix: str, seen: set[int]):
+        for name, child in self._children():
+            full = f"{prefix}.{name}" if prefix else name
+            if isinstance(child, Parameter):
+                if id(child) not in seen:
+                    seen.add(id(child))
+                    yield full, child
+            else:
+                yield from child._named_parameters(full, seen)
+
+    def parameters(self) -> list[Parameter]:
+        return [p for _, p in self.named_parameters()]
+
+    def num_parameters(self) -> int:
+        return sum(p.data.size for p in self.parameters())
+
+    # -- state -----------------------------------------------------------------------------
+    def train(self, mode: bool = True) -> Module:
+        for m in self.modules():
+            m.training = mode
+            if not mode:
+                m._cache = None
+        return self
+
+    def eval(self) -> Module:
+        return self.train(False)
+
+    def zero_grad(self) -> None:
+        for p in self.parameters():
+            p.zero_grad()
+
+    def to(self, dtype) -> Module:
+        """Convert every parameter (and gradient) to `dtype` in place; returns self."""
+        dtype = np.dtype(dtype)
+        if not np.issubdtype(dtype, np.floating):
+            raise TypeError(f"to() needs a floating dtype, got {dtype}")
+        for m in self.modules():
+            for name, value in vars(m).items():
+                if isinstance(value, np.ndarray) and np.issubdtype(value.dtype, np.floating):
+                    setattr(m, name, value.astype(dtype))  # fixed buffers (positional tables)
+        for p in self.parameters():
+            p.data = p.data.astype(dtype)
+            p.grad = p.grad.astype(dtype)
+        return self
+
+    @property
+    def dtype(self) -> np.dtype:
+        params = self.parameters()
+        return params[0].data.dtype if params else np.dtype(DEFAULT_DTYPE)
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Name -> copy of each parameter's data (shared parameters appear once)."""
+        return {name: p.data.copy() for name, p in self.named_parameters()}
+
+    def load_state_dict(self, state_dict: dict[str, np.ndarray], strict: bool = True) -> None:
+        """Copy arrays into the parameters, keeping each parameter's dtype.
+
+        With strict=True, missing or unexpected keys are an error; a wrong shape always is.
+        """
+        own = dict(self.named_parameters())
+        missing = sorted(set(own) - set(state_dict))
+        unexpected = sorted(set(state_dict) - set(own))
+        if strict and (missing or unexpected):
+            parts = []
+            if missing:
+                parts.append(f"missing keys {missing}")
+            if unexpected:
+                parts.append(f"unexpected keys {unexpected}")
+            raise StateDictError(f"load_state_dict: {'; '.join(parts)}")
+        bad = [
+            f"{k}: expected {own[k].shape}, got {tuple(np.shape(v))}"
+            for k, v in state_dict.items()
+            if k in own and tuple(np.shape(v)) != own[k].shape
+        ]
+        if bad:
+            raise StateDictError(f"load_state_dict: wrong shapes: {'; '.join(bad)}")
+        for k, v in state_dict.items():
+            if k in own:
+                own[k].data[...] = np.asarray(v, dtype=own[k].data.dtype)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.num_parameters():,} parameters)"
+
+
+class BackwardError(ScratchformerError, RuntimeError):
+    """backward() was called without a matching training-mode forward."""
+
+
+class StateDictError(ScratchformerError, ValueError):
+    """A state dict does not fit the module (keys or shapes)."""
+
+
+def check_float_input(x: np.ndarray, name: str, ndim: int | tuple[int, ...] | None = None):
+    """Reject non-arrays, non-float dtypes and wrong ranks with one clear line."""
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{name} must be a numpy array, got {type(x).__name__}")
+    if not np.issubdtype(x.dtype, np.floating):
+        raise TypeError(f"{name} must be a float array, got dtype {x.dtype}")
+    if ndim is not None:
+        allowed = (ndim,) if isinstance(ndim, int) else ndim
+        if x.ndim not in allowed:
+            raise ShapeError(f"{name} must have {' or '.join(map(str, allowed))} dims, got shape {x.shape}")

@@ -1,0 +1,25 @@
+"""Functional forward/backward pairs on plain NumPy arrays (the math of every layer)."""
+
+from scratchformer.ops.activations import (
+    ACTIVATIONS,
+    erf,
+    gelu_backward,
+    gelu_forward,
+    gelu_tanh_backward,
+    gelu_tanh_forward,
+    relu_backward,
+    relu_forward,
+)
+from scratchformer.ops.attention import attention_backward, attention_forward, attention_mask, causal_mask
+from scratchformer.ops.dropout import dropout_backward, dropout_forward
+from scratchformer.ops.layernorm import layernorm_backward, layernorm_forward
+from scratchformer.ops.linear import linear_backward, linear_forward
+from scratchformer.ops.loss import cross_entropy_backward, cross_entropy_forward
+from scratchformer.ops.softmax import (
+    log_softmax_backward,
+    log_softmax_forward,
+    softmax_backward,
+    softmax_forward,
+)
+
+__all__ = [name for name in dir() if not name.startswith("_")]

@@ -1,0 +1,83 @@
+"""Scaled dot-product attention (Vaswani et al. 2017, eq. 1) with masks, and its backward.
+
+    scores = q k^T / sqrt(d)          (B, H, Tq, Tk)
+    weights = softmax(scores)         masked keys get weight exactly 0
+    out = weights v                   (B, H, Tq, d)
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from scratchformer.errors import ShapeError
+from scratchformer.ops.dropout import dropout_backward, dropout_forward
+
+
+def causal_mask(Tq: int, Tk: int) -> np.ndarray:
+    """(Tq, Tk) bool, True where query i may see key j: j <= i + (Tk - Tq).
+
+    Aligned at the end, so with a KV cache (Tk = past + Tq) the new queries see the past."""
+    return np.tri(Tq, Tk, k=Tk - Tq, dtype=bool)
+
+
+def attention_mask(mask: np.ndarray | None, causal: bool, Tq: int, Tk: int) -> np.ndarray | None:
+    """Combine a user mask (broadcastable to (B, H, Tq, Tk), True = may attend) with causality."""
+    if mask is not None:
+        mask = np.asarray(mask)
+        if mask.dtype != bool:
+            raise TypeError(f"attention mask must be boolean (True = may attend), got dtype {mask.dtype}")
+        try:
+            fits = mask.ndim <= 4 and np.broadcast_shapes(mask.shape[-2:], (Tq, Tk)) == (Tq, Tk)
+        except ValueError:
+            fits = False
+        if not fits:
+            raise ShapeError(f"attention mask of shape {mask.shape} does not broadcast to (B, H, {Tq}, {Tk})")
+    if causal:
+        c = causal_mask(Tq, Tk)
+        mask = c if mask is None else (mask & c)
+    return mask
+
+
+def attention_forward(q, k, v, mask=None, causal=False, dropout_p=0.0, rng=None, training=False):
+    """q: (B, H, Tq, d); k, v: (B, H, Tk, d); mask: bool broadcastable to (B, H, Tq, Tk).
+
+    Returns (out (B, H, Tq, d), weights (B, H, Tq, Tk), cache). A query whose keys are all
+    masked gets zero weights and a zero output (never NaN). Dropout, when training, acts on
+    the weights (as torch.nn.MultiheadAttention); `weights` returned are before dropout.
+    """
+    Tq, Tk = q.shape[-2], k.shape[-2]
+    if k.shape[-1] != q.shape[-1] or k.shape[:-2] != v.shape[:-2] or k.shape[-2] != v.shape[-2]:
+        raise ShapeError(f"attention: incompatible q {q.shape}, k {k.shape}, v {v.shape}")
+    allowed = attention_mask(mask, causal, Tq, Tk)
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    scores = (q @ k.swapaxes(-1, -2)) * np.asarray(scale, dtype=q.dtype)  # (B, H, Tq, Tk)
+    if allowed is not None:
+        scores = np.where(allowed, scores, -np.inf)
+        row_max = scores.max(axis=-1, keepdims=True)
+        row_max = np.where(np.isfinite(row_max), row_max, 0)  # fully masked row: avoid inf - inf
+    else:
+        row_max = scores.max(axis=-1, keepdims=True)
+    weights = np.exp(scores - row_max)  # exp(-inf) = 0 for masked keys
+    denom = weights.sum(axis=-1, keepdims=True)
+    weights /= np.where(denom == 0, 1, denom)
+    dropped, drop_mask = dropout_forward(weights, dropout_p, rng, training)
+    out = dropped @ v  # (B, H, Tq, d)
+    cache = dict(q=q, k=k, v=v, weights=weights, dropped=dropped, drop_mask=drop_mask, scale=scale)
+    return out, weights, cache
+
+
+def attention_backward(dout: np.ndarray, cache: dict):
+    """Returns (dq, dk, dv), the derivative of the forward above:
+        dv = A^T dout;  dA = dout v^T;  dS = W * (dA - sum_j dA_j W_j);  dq = dS k s;  dk = dS^T q s
+    where A are the (dropped-out) weights, W the softmax weights and s = 1/sqrt(d).
+    """
+    q, k, v, w, scale = cache["q"], cache["k"], cache["v"], cache["weights"], cache["scale"]
+    dv = cache["dropped"].swapaxes(-1, -2) @ dout  # (B, H, Tk, d)
+    dweights = dropout_backward(dout @ v.swapaxes(-1, -2), cache["drop_mask"])  # (B, H, Tq, Tk)
+    dscores = w * (dweights - (dweights * w).sum(axis=-1, keepdims=True))
+    dscores *= np.asarray(scale, dtype=dscores.dtype)
+    dq = dscores @ k
+    dk = dscores.swapaxes(-1, -2) @ q
+    return dq, dk, dv

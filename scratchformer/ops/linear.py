@@ -1,0 +1,25 @@
+"""Affine map y = x W^T + b with PyTorch's weight layout (out_features, in_features)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def linear_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+    """x: (..., in); weight: (out, in); bias: (out,) or None -> (..., out).
+
+    Leading axes are flattened so the product is one 2-D GEMM."""
+    y = x.reshape(-1, x.shape[-1]) @ weight.T
+    if bias is not None:
+        y += bias
+    return y.reshape(*x.shape[:-1], weight.shape[0])
+
+
+def linear_backward(dy: np.ndarray, x: np.ndarray, weight: np.ndarray, need_bias: bool = True):
+    """Returns (dx, dweight, dbias): dx = dy W, dW = dy^T x, db = sum of dy over rows."""
+    dy2 = dy.reshape(-1, dy.shape[-1])  # (N, out)
+    x2 = x.reshape(-1, x.shape[-1])  # (N, in)
+    dx = (dy2 @ weight).reshape(x.shape)
+    dweight = dy2.T @ x2
+    dbias = dy2.sum(axis=0) if need_bias else None
+    return dx, dweight, dbias
