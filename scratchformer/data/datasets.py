@@ -1,0 +1,231 @@
+"""Datasets: one item per line (makemore) or one long text (nanoGPT), and `load_dataset`.
+
+Both datasets give int64 batches `(x, y)` of shape (B, T): `y[b, t]` is the token that follows
+`x[b, :t+1]`. Padded target positions hold IGNORE_INDEX (-1) and must be skipped by the loss.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from scratchformer.data.tokenizer import IGNORE_INDEX, CharTokenizer
+from scratchformer.errors import ConfigError, DataError
+
+DEFAULT_TEXT_BLOCK_SIZE = 128
+
+
+class LineDataset:
+    """Each line is one item, framed makemore style (B = boundary token, id 0):
+
+        line "emma", block_size 6:   x = [B, e, m, m, a, 0]
+                                     y = [e, m, m, a, B, -1]
+
+    x is padded with 0 (the boundary id; causal attention never lets real positions see it)
+    and y with -1 (ignored by the loss). Rows are precomputed: x, y are (N, block_size) int64.
+    """
+
+    def __init__(self, lines: list[str], tokenizer: CharTokenizer, block_size: int | None = None,
+                 source: str = "lines"):
+        if tokenizer.bos_id is None:
+            raise DataError("LineDataset needs a tokenizer with a boundary token (special='<eot>')")
+        self.lines = list(lines)
+        self.tokenizer = tokenizer
+        max_len = max((len(s) for s in self.lines), default=0)
+        self.block_size = max_len + 1 if block_size is None else int(block_size)
+        if self.block_size < max_len + 1:
+            raise DataError(
+                f"block_size={self.block_size} is too small for the longest line in {source} "
+                f"({max_len} characters): use block_size >= {max_len + 1}"
+            )
+        n, T = len(self.lines), self.block_size
+        self.x = np.zeros((n, T), dtype=np.int64)
+        self.y = np.full((n, T), IGNORE_INDEX, dtype=np.int64)
+        for i, line in enumerate(self.lines):
+            ids = tokenizer.encode(line, what=f"item {i} of {source}")
+            L = len(ids)
+            self.x[i, 0] = tokenizer.bos_id
+            self.x[i, 1 : L + 1] = ids
+            self.y[i, :L] = ids
+            self.y[i, L] = tokenizer.eos_id
+
+    @classmethod
+    def from_lines(cls, lines: Iterable[str], tokenizer: CharTokenizer | None = None,
+                   block_size: int | None = None) -> LineDataset:
+        """Strip lines, drop empty ones; build a line tokenizer from them when none is given."""
+        lines = [s.strip() for s in lines]
+        lines = [s for s in lines if s]
+        if tokenizer is None:
+            tokenizer = CharTokenizer.from_text(lines)
+        return cls(lines, tokenizer, block_size)
+
+    def __len__(self) -> int:
+        return len(self.lines)
+
+    def batch(self, rng: np.random.Generator, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+        """Random items (with replacement): x, y of shape (batch_size, block_size), int64."""
+        if len(self) == 0:
+            raise DataError("cannot sample a batch from an empty dataset split")
+        idx = rng.integers(0, len(self), size=batch_size)
+        return self.x[idx], self.y[idx]
+
+    def all_batches(self, batch_size: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Every item once, in order; the last batch may be smaller."""
+        for i in range(0, len(self), batch_size):
+            yield self.x[i : i + batch_size], self.y[i : i + batch_size]
+
+
+class TextDataset:
+    """One long token stream; items are windows of `block_size` tokens (nanoGPT style).
+
+    `batch` draws random windows: x = ids[i : i+T], y = ids[i+1 : i+1+T].
+    `all_batches` walks non-overlapping windows from the start so every target position
+    1..N-1 is scored exactly once; the last, partial window is kept and padded (x with 0,
+    y with -1), so nothing is dropped.
+    """
+
+    def __init__(self, ids: np.ndarray, tokenizer: CharTokenizer, block_size: int, source: str = "text"):
+        self.ids = np.asarray(ids, dtype=np.int64)
+        self.tokenizer = tokenizer
+        self.block_size = int(block_size)
+        if self.block_size < 1:
+            raise ConfigError(f"block_size must be >= 1, got {block_size}")
+        if len(self.ids) < self.block_size + 1:
+            raise DataError(
+                f"{source} has {len(self.ids)} tokens, too few for block_size={self.block_size} "
+                f"(needs at least {self.block_size + 1}): use a smaller block_size or a longer text"
+            )
+
+    def __len__(self) -> int:
+        """Number of target positions (tokens that have a predecessor)."""
+        return len(self.ids) - 1
+
+    def batch(self, rng: np.random.Generator, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+        """Random windows: x, y of shape (batch_size, block_size), int64."""
+        T = self.block_size
+        starts = rng.integers(0, len(self.ids) - T, size=batch_size)  # last start: N-1-T
+        idx = starts[:, None] + np.arange(T)  # (B, T) gather indices
+        return self.ids[idx], self.ids[idx + 1]
+
+    def all_batches(self, batch_size: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Non-overlapping windows in order, covering every target once (last one padded)."""
+        T, n_targets = self.block_size, len(self.ids) - 1
+        n_windows = -(-n_targets // T)  # ceil
+        # Pad the stream so it splits evenly; padded targets become IGNORE_INDEX.
+        x = np.zeros(n_windows * T, dtype=np.int64)
+        y = np.full(n_windows * T, IGNORE_INDEX, dtype=np.int64)
+        x[:n_targets] = self.ids[:-1]
+        y[:n_targets] = self.ids[1:]
+        x, y = x.reshape(n_windows, T), y.reshape(n_windows, T)
+        for i in range(0, n_windows, batch_size):
+            yield x[i : i + batch_size], y[i : i + batch_size]
+
+
+@dataclass
+class Dataset:
+    """What `load_dataset` returns: a tokenizer and three splits of the same kind."""
+
+    tokenizer: CharTokenizer
+    train: LineDataset | TextDataset
+    val: LineDataset | TextDataset
+    test: LineDataset | TextDataset  # the val split again for text
+    format: str  # "lines" | "text"
+    block_size: int
+    source: str  # file path, or "names.txt (bundled)"
+
+
+def _read_text(path: Path | None) -> tuple[str, str]:
+    """Return (text, source name); raises DataError for missing / unreadable / non-UTF-8."""
+    if path is None:
+        data = resources.files("scratchformer.data").joinpath("names.txt").read_bytes()
+        source = "names.txt (bundled)"
+    else:
+        source = str(path)
+        if not path.exists():
+            raise DataError(f"dataset file not found: {path}: check the path")
+        if path.is_dir():
+            raise DataError(f"dataset path is a directory: {path}: pass a text file")
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            raise DataError(f"cannot read dataset file {path}: {e.strerror}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(
+            f"{source} is not UTF-8 (bad byte at offset {e.start}): convert it to UTF-8 "
+            "(e.g. iconv -t utf-8)"
+        ) from None
+    text = text.removeprefix("\ufeff").replace("\r\n", "\n")  # BOM / Windows newlines
+    if not text.strip():
+        raise DataError(f"{source} is empty: give a file with some text")
+    return text, source
+
+
+def guess_format(text: str) -> str:
+    """"lines" when the text looks like a list of short items (>= 100 non-empty lines with
+    median length <= 40 characters), else "text"."""
+    lines = [s.strip() for s in text.splitlines()]
+    lines = [s for s in lines if s]
+    if len(lines) >= 100 and statistics.median(len(s) for s in lines) <= 40:
+        return "lines"
+    return "text"
+
+
+def load_dataset(path: str | Path | None = None, format: str | None = None, block_size: int | None = None,
+                 seed: int = 1337, test_size: int = 1000, val_fraction: float = 0.1) -> Dataset:
+    """Read a file (default: the bundled names.txt) and split it.
+
+    Lines: items shuffled with `np.random.default_rng(seed)`, then test = min(test_size,
+    int(n * val_fraction)) items (makemore holds out min(1000, 10%)), val = as many,
+    train = the rest. block_size defaults to the longest line + 1.
+    Text: first (1 - val_fraction) of the characters train, the rest val (nanoGPT); test is
+    the val split. block_size defaults to 128.
+    The tokenizer is built from the whole file, so every split encodes.
+    """
+    if format not in (None, "lines", "text"):
+        raise ConfigError(f"format must be 'lines', 'text' or None (guess), got {format!r}")
+    if not 0.0 < val_fraction < 1.0:
+        raise ConfigError(f"val_fraction must be in (0, 1), got {val_fraction}")
+    text, source = _read_text(None if path is None else Path(path))
+    fmt = format or guess_format(text)
+
+    if fmt == "lines":
+        lines = [s.strip() for s in text.splitlines()]
+        lines = [s for s in lines if s]
+        if len(lines) < 3:
+            raise DataError(
+                f"{source} has {len(lines)} non-empty lines; the line format needs at least 3 "
+                "(train, val, test): add lines or use format='text'"
+            )
+        tok = CharTokenizer.from_text(lines)
+        order = np.random.default_rng(seed).permutation(len(lines))
+        lines = [lines[i] for i in order]
+        n_test = max(1, min(test_size, int(len(lines) * val_fraction)))
+        n_test = min(n_test, (len(lines) - 1) // 2)  # keep at least one training line
+        if block_size is None:
+            block_size = max(len(s) for s in lines) + 1
+        test = LineDataset(lines[:n_test], tok, block_size, f"{source} (test)")
+        val = LineDataset(lines[n_test : 2 * n_test], tok, block_size, f"{source} (val)")
+        train = LineDataset(lines[2 * n_test :], tok, block_size, f"{source} (train)")
+        return Dataset(tok, train, val, test, "lines", block_size, source)
+
+    tok = CharTokenizer.from_text(text)
+    ids = tok.encode(text, what=source)
+    if block_size is None:
+        block_size = DEFAULT_TEXT_BLOCK_SIZE
+    n_train = int(len(ids) * (1.0 - val_fraction))
+    if min(n_train, len(ids) - n_train) < block_size + 1:
+        raise DataError(
+            f"{source} has {len(ids)} characters, too short for block_size={block_size}: each "
+            f"split (train {1 - val_fraction:.0%}, val {val_fraction:.0%}) needs at least "
+            f"{block_size + 1}; use a smaller block_size or a longer file"
+        )
+    train = TextDataset(ids[:n_train], tok, block_size, f"{source} (train)")
+    val = TextDataset(ids[n_train:], tok, block_size, f"{source} (val)")
+    return Dataset(tok, train, val, val, "text", block_size, source)

@@ -1,0 +1,127 @@
+"""Character-level tokenizer (makemore / nanoGPT shakespeare_char style).
+
+Two flavours, chosen by `special`:
+- line format (makemore): one boundary token at id 0 (written "<eot>") marks both the start
+  and the end of an item, like makemore's '.'; characters get ids 1..n in sorted order.
+- text format (nanoGPT): no special tokens; characters get ids 0..n-1 in sorted order.
+
+Padded target positions use `IGNORE_INDEX` (-1), which the loss skips, not a pad token.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+
+from scratchformer.errors import DataError
+
+IGNORE_INDEX = -1  # target id the cross-entropy skips (padding)
+DEFAULT_BOUNDARY = "<eot>"
+_AUTO = "auto"
+
+
+class CharTokenizer:
+    """Maps characters <-> int ids.
+
+    Attributes:
+        chars: the vocabulary characters, sorted (ids start after the special tokens).
+        special: the boundary token's name ("<eot>") or None.
+        bos_id, eos_id: 0 for the line format (the same boundary token), None for text.
+        pad_id: id used to pad *inputs* (= bos_id for lines, None for text); pad targets
+            with IGNORE_INDEX instead.
+        vocab_size: number of ids (special tokens included).
+    """
+
+    def __init__(self, chars: Iterable[str], special: str | None = None):
+        chars = list(chars)
+        if any(not isinstance(c, str) or len(c) != 1 for c in chars):
+            raise DataError("CharTokenizer chars must be single characters")
+        if len(set(chars)) != len(chars):
+            raise DataError("CharTokenizer chars contain duplicates")
+        self.chars = sorted(chars)
+        self.special = special
+        offset = 1 if special is not None else 0
+        self._stoi = {c: i + offset for i, c in enumerate(self.chars)}
+        self._itos = np.array(([""] if special is not None else []) + self.chars, dtype=object)
+        self.bos_id = self.eos_id = self.pad_id = 0 if special is not None else None
+        self._num_special = offset
+
+    @classmethod
+    def from_text(cls, text_or_lines: str | Iterable[str], special: str | None = _AUTO) -> CharTokenizer:
+        """Build the vocabulary from a text (str) or an iterable of lines.
+
+        special: the boundary token name, or None for none. Default: "<eot>" for lines,
+        None for a single str (text format).
+        """
+        if isinstance(text_or_lines, str):
+            chars = set(text_or_lines)
+            default = None
+        else:
+            chars = set().union(*(set(line) for line in text_or_lines))
+            default = DEFAULT_BOUNDARY
+        return cls(chars, default if special == _AUTO else special)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.chars) + self._num_special
+
+    def encode(self, text: str, what: str = "prompt") -> np.ndarray:
+        """str -> (len(text),) int64 ids (no boundary tokens added).
+
+        `what` names the text in the error message ("prompt", "line 12 of names.txt").
+        """
+        try:
+            return np.fromiter((self._stoi[c] for c in text), dtype=np.int64, count=len(text))
+        except KeyError:
+            unknown = sorted(set(text) - self._stoi.keys())
+            raise DataError(
+                f"{what} contains characters not in the vocabulary: "
+                f"{', '.join(map(repr, unknown))}"
+            ) from None
+
+    def decode(self, ids) -> str:
+        """ids (any int sequence/array) -> str; skips special tokens and IGNORE_INDEX (-1)."""
+        ids = np.asarray(ids, dtype=np.int64).ravel()
+        ids = ids[ids != IGNORE_INDEX]
+        bad = ids[(ids < 0) | (ids >= self.vocab_size)]
+        if bad.size:
+            raise DataError(
+                f"cannot decode ids {sorted(set(bad.tolist()))[:5]}: valid ids are 0..{self.vocab_size - 1}"
+            )
+        return "".join(self._itos[ids[ids >= self._num_special]])
+
+    # -- serialisation (plain JSON, no pickle) -----------------------------------------------
+    def to_json(self) -> dict:
+        return {"type": "char", "version": 1, "special": self.special, "chars": self.chars}
+
+    @classmethod
+    def from_json(cls, d: dict) -> CharTokenizer:
+        if not isinstance(d, dict) or d.get("type") != "char" or not isinstance(d.get("chars"), list):
+            raise DataError(
+                "not a character tokenizer JSON (expected {'type': 'char', 'chars': [...]}): "
+                "was it saved by CharTokenizer.save?"
+            )
+        return cls(d["chars"], d.get("special"))
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_json(), ensure_ascii=False), encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: str | Path) -> CharTokenizer:
+        path = Path(path)
+        try:
+            d = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise DataError(f"tokenizer file not found: {path}: check the path") from None
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise DataError(f"{path}: not a valid tokenizer JSON ({e}): re-save the tokenizer") from None
+        return cls.from_json(d)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, CharTokenizer) and self.to_json() == other.to_json()
+
+    def __repr__(self) -> str:
+        return f"CharTokenizer(vocab_size={self.vocab_size}, special={self.special!r})"

@@ -1,0 +1,349 @@
+"""Optimizers that update `Parameter.data` in place from `Parameter.grad`.
+
+Both follow `torch.optim` exactly (same formulas, same order of operations up to rounding),
+so a run can be checked against PyTorch step by step. Updates run in each parameter's own
+dtype (float32 by default; float64 in the tests).
+
+Optimizer state format (`state_dict()`), designed to be saved without pickle: one flat dict
+whose values are either numpy arrays or plain JSON scalars.
+
+    {"kind": "AdamW", "step": 10, "num_params": 3,         # scalars -> JSON
+     "m.0": ndarray, "v.0": ndarray, "m.1": ..., ...}      # arrays  -> safetensors
+
+    {"kind": "SGD", "step": 10, "num_params": 3,
+     "momentum_buffer.0": ndarray, ...}                     # only with momentum, after step 1
+
+Index `i` is the position of the parameter in the optimizer's flat parameter list (groups
+concatenated in order), so the same model built the same way maps back one-to-one.
+`split_state` / `merge_state` cut that dict into (arrays, scalars) and glue it back;
+`scratchformer.training.checkpoint` stores the arrays in `optimizer.safetensors` and the
+scalars under `"optimizer"` in `trainer_state.json`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import numpy as np
+
+from scratchformer.errors import CheckpointError, ConfigError
+from scratchformer.nn.module import Module, Parameter
+
+# Class names of the embedding tables that get no weight decay (see `param_groups`).
+_EMBEDDING_CLASS_NAMES = ("Embedding", "LearnedPositionalEmbedding")
+
+
+# -- parameter groups ------------------------------------------------------------------------
+def _as_groups(params, default_wd: float, kind: str) -> list[dict]:
+    """Normalise `params` (Parameters, or group dicts) to [{"params": [...], "weight_decay": wd}]."""
+    if isinstance(params, Module):
+        raise ConfigError(
+            f"{kind} got a Module: pass model.parameters() or param_groups(model, weight_decay)"
+        )
+    items = list(params)
+    if not items:
+        raise ConfigError(f"{kind} got an empty parameter list: pass model.parameters()")
+    if all(isinstance(it, dict) for it in items):
+        raw_groups = items
+    elif all(isinstance(it, Parameter) for it in items):
+        raw_groups = [{"params": items}]
+    else:
+        bad = next(type(it).__name__ for it in items if not isinstance(it, (Parameter, dict)))
+        raise ConfigError(
+            f"{kind} params must be Parameters or group dicts {{'params': [...], "
+            f"'weight_decay': float}}, got a {bad}"
+        )
+
+    groups, seen = [], set()
+    for gi, g in enumerate(raw_groups):
+        unknown = sorted(set(g) - {"params", "weight_decay"})
+        if unknown:
+            raise ConfigError(
+                f"{kind} param group {gi} has unknown keys {unknown}: only 'params' and "
+                "'weight_decay' are supported (lr is the optimizer's)"
+            )
+        if "params" not in g:
+            raise ConfigError(f"{kind} param group {gi} has no 'params' list")
+        ps = list(g["params"])
+        for p in ps:
+            if not isinstance(p, Parameter):
+                raise ConfigError(
+                    f"{kind} param group {gi} holds a {type(p).__name__}, expected Parameters"
+                )
+            if id(p) in seen:  # would be updated twice per step
+                raise ConfigError(f"{kind}: a parameter appears more than once; list each once")
+            seen.add(id(p))
+        wd = float(g.get("weight_decay", default_wd))
+        if wd < 0:
+            raise ConfigError(f"{kind} weight_decay must be >= 0, got {wd}")
+        groups.append({"params": ps, "weight_decay": wd})
+    return groups
+
+
+def param_groups(model: Module, weight_decay: float) -> list[dict]:
+    """Split a model's parameters into a decayed and a non-decayed group (nanoGPT style).
+
+    Decay: every parameter with ndim >= 2 (Linear weights, attention projections) except
+    embedding tables. No decay: biases, LayerNorm weights (ndim 1) and the weights of
+    `Embedding` / `LearnedPositionalEmbedding` modules (decaying lookup tables only shrinks
+    rare tokens' rows). A tied weight (embedding shared with the LM head) counts as an
+    embedding, so it is not decayed.
+
+    Returns:
+        [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    """
+    embedding_classes: tuple[type, ...] = ()
+    try:  # imported lazily: the layers may not exist yet; fall back to class names
+        from scratchformer.nn import Embedding, LearnedPositionalEmbedding
+
+        embedding_classes = (Embedding, LearnedPositionalEmbedding)
+    except Exception:
+        pass
+
+    embedding_ids: set[int] = set()
+    for m in model.modules():
+        if isinstance(m, embedding_classes) or type(m).__name__ in _EMBEDDING_CLASS_NAMES:
+            embedding_ids.update(id(p) for _, p in m.named_parameters())
+
+    decay, no_decay = [], []
+    for _, p in model.named_parameters():
+        if p.data.ndim >= 2 and id(p) not in embedding_ids:
+            decay.append(p)
+        else:
+            no_decay.append(p)
+    return [
+        {"params": decay, "weight_decay": float(weight_decay)},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+
+
+# -- shared base -----------------------------------------------------------------------------
+class _Optimizer:
+    """Holds the groups, the flat parameter list, `lr` and the step counter."""
+
+    kind = "Optimizer"
+
+    def __init__(self, params, lr: float, weight_decay: float):
+        if not (lr >= 0 and math.isfinite(lr)):
+            raise ConfigError(f"{self.kind} lr must be a finite number >= 0, got {lr}")
+        if weight_decay < 0:
+            raise ConfigError(f"{self.kind} weight_decay must be >= 0, got {weight_decay}")
+        self.param_groups = _as_groups(params, float(weight_decay), self.kind)
+        self.params: list[Parameter] = [p for g in self.param_groups for p in g["params"]]
+        self.lr = float(lr)
+        self.step_count = 0  # number of step() calls so far (torch's per-param "step")
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad[...] = 0
+
+    # Subclasses list their per-parameter buffers: name -> list of arrays (one per param).
+    def _buffers(self) -> dict[str, list[np.ndarray]]:
+        return {}
+
+    def state_dict(self) -> dict:
+        """Flat dict of scalars and arrays (copies); see the module docstring for the format."""
+        state: dict = {"kind": self.kind, "step": self.step_count, "num_params": len(self.params)}
+        for name, bufs in self._buffers().items():
+            for i, b in enumerate(bufs):
+                state[f"{name}.{i}"] = b.copy()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore `step` and the buffers; raises CheckpointError on any mismatch."""
+        where = f"{self.kind}.load_state_dict"
+        if state.get("kind") != self.kind:
+            raise CheckpointError(
+                f"{where}: the state is for optimizer {state.get('kind')!r}, not {self.kind!r}: "
+                "build the same optimizer as when it was saved"
+            )
+        n = state.get("num_params")
+        if n != len(self.params):
+            raise CheckpointError(
+                f"{where}: the state has {n} parameters, this optimizer has {len(self.params)}: "
+                "the model or its param groups differ from the saved run"
+            )
+        step = state.get("step")
+        if not isinstance(step, (int, np.integer)) or step < 0:
+            raise CheckpointError(f"{where}: 'step' must be an int >= 0, got {step!r}")
+
+        expected = self._buffers_expected_after(int(step))
+        expected_keys = {f"{name}.{i}" for name in expected for i in range(len(self.params))}
+        given_keys = {k for k, v in state.items() if isinstance(v, np.ndarray)}
+        missing = sorted(expected_keys - given_keys)
+        unexpected = sorted(given_keys - expected_keys)
+        if missing or unexpected:
+            raise CheckpointError(
+                f"{where}: buffers do not match (missing {missing[:4]}, unexpected "
+                f"{unexpected[:4]}): the optimizer settings (e.g. momentum) differ from the saved run"
+            )
+        for name in expected:
+            for i, p in enumerate(self.params):
+                arr = state[f"{name}.{i}"]
+                if arr.shape != p.data.shape:
+                    raise CheckpointError(
+                        f"{where}: {name}.{i} has shape {arr.shape}, parameter {i} has "
+                        f"{p.data.shape}: the model differs from the saved run"
+                    )
+        # All checks passed: only now change anything (a failed load leaves us untouched).
+        self.step_count = int(step)
+        self._load_buffers(
+            {name: [np.array(state[f"{name}.{i}"], dtype=p.data.dtype) for i, p in enumerate(self.params)]
+             for name in expected}
+        )
+
+    def _buffers_expected_after(self, step: int) -> list[str]:
+        return []
+
+    def _load_buffers(self, buffers: dict[str, list[np.ndarray]]) -> None:
+        pass
+
+
+# -- AdamW -----------------------------------------------------------------------------------
+class AdamW(_Optimizer):
+    """Adam with decoupled weight decay, exactly as `torch.optim.AdamW` (amsgrad=False).
+
+    Per parameter p with gradient g, at step t (1-based), with the group's weight decay wd:
+        p -= lr * wd * p                       # decoupled decay, before the Adam update
+        m = b1 * m + (1 - b1) * g
+        v = b2 * v + (1 - b2) * g^2
+        p -= (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+    """
+
+    kind = "AdamW"
+
+    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0.01):
+        super().__init__(params, lr, weight_decay)
+        b1, b2 = (float(b) for b in betas)
+        if not (0.0 <= b1 < 1.0 and 0.0 <= b2 < 1.0):
+            raise ConfigError(f"AdamW betas must be in [0, 1), got {betas}")
+        if not eps > 0:
+            raise ConfigError(f"AdamW eps must be > 0, got {eps}")
+        self.betas = (b1, b2)
+        self.eps = float(eps)
+        self.m = [np.zeros_like(p.data) for p in self.params]  # first moment, shape of p
+        self.v = [np.zeros_like(p.data) for p in self.params]  # second moment, shape of p
+
+    def step(self) -> None:
+        self.step_count += 1
+        t, lr, (b1, b2), eps = self.step_count, self.lr, self.betas, self.eps
+        step_size = lr / (1.0 - b1**t)
+        bc2_sqrt = math.sqrt(1.0 - b2**t)
+        i = 0
+        for group in self.param_groups:
+            wd = group["weight_decay"]
+            for p in group["params"]:
+                g, m, v = p.grad, self.m[i], self.v[i]
+                if wd != 0.0:
+                    p.data *= 1.0 - lr * wd
+                # Python-float scalars keep the arithmetic in p's dtype (NEP 50).
+                m *= b1
+                m += (1.0 - b1) * g
+                v *= b2
+                v += (1.0 - b2) * (g * g)
+                denom = np.sqrt(v)
+                denom /= bc2_sqrt
+                denom += eps
+                p.data -= step_size * (m / denom)
+                i += 1
+
+    def _buffers(self):
+        return {"m": self.m, "v": self.v}
+
+    def _buffers_expected_after(self, step):
+        return ["m", "v"]
+
+    def _load_buffers(self, buffers):
+        self.m, self.v = buffers["m"], buffers["v"]
+
+
+# -- SGD -------------------------------------------------------------------------------------
+class SGD(_Optimizer):
+    """SGD with optional momentum and (coupled, L2) weight decay, as `torch.optim.SGD`
+    (dampening=0, nesterov=False):
+        g = g + wd * p
+        buf = g                    at the first step, then buf = momentum * buf + g
+        p -= lr * buf              (p -= lr * g without momentum)
+    """
+
+    kind = "SGD"
+
+    def __init__(self, params, lr: float, momentum: float = 0.0, weight_decay: float = 0.0):
+        super().__init__(params, lr, weight_decay)
+        if not 0.0 <= momentum < 1.0:
+            raise ConfigError(f"SGD momentum must be in [0, 1), got {momentum}")
+        self.momentum = float(momentum)
+        # Like torch, buffers exist only with momentum, from the first step on.
+        self.momentum_buffer: list[np.ndarray] | None = None
+
+    def step(self) -> None:
+        self.step_count += 1
+        lr, mu = self.lr, self.momentum
+        first = self.momentum_buffer is None
+        if mu != 0.0 and first:
+            self.momentum_buffer = [np.empty_like(p.data) for p in self.params]
+        i = 0
+        for group in self.param_groups:
+            wd = group["weight_decay"]
+            for p in group["params"]:
+                g = p.grad + wd * p.data if wd != 0.0 else p.grad
+                if mu != 0.0:
+                    buf = self.momentum_buffer[i]
+                    if first:
+                        buf[...] = g
+                    else:
+                        buf *= mu
+                        buf += g
+                    g = buf
+                p.data -= lr * g
+                i += 1
+
+    def _buffers(self):
+        return {"momentum_buffer": self.momentum_buffer} if self.momentum_buffer is not None else {}
+
+    def _buffers_expected_after(self, step):
+        return ["momentum_buffer"] if self.momentum != 0.0 and step > 0 else []
+
+    def _load_buffers(self, buffers):
+        self.momentum_buffer = buffers.get("momentum_buffer")
+
+
+# -- helpers ---------------------------------------------------------------------------------
+def split_state(state: dict) -> tuple[dict[str, np.ndarray], dict]:
+    """Cut an optimizer state dict into (arrays for safetensors, scalars for JSON)."""
+    arrays = {k: np.ascontiguousarray(v) for k, v in state.items() if isinstance(v, np.ndarray)}
+    scalars = {k: (v.item() if isinstance(v, np.generic) else v)
+               for k, v in state.items() if not isinstance(v, np.ndarray)}
+    return arrays, scalars
+
+
+def merge_state(arrays: dict[str, np.ndarray], scalars: dict) -> dict:
+    """Inverse of `split_state`."""
+    return {**scalars, **arrays}
+
+
+def clip_grad_norm(params: Iterable[Parameter], max_norm: float) -> float:
+    """Scale all gradients in place so their global L2 norm is at most `max_norm`.
+
+    As `torch.nn.utils.clip_grad_norm_`: coefficient max_norm / (norm + 1e-6), applied only
+    when it is < 1. The norm is accumulated in float64 so float32 grads do not overflow or
+    lose precision. A non-finite norm (inf/nan grads) is returned unchanged and nothing is
+    scaled, so the caller can skip the step.
+
+    Returns:
+        The global norm before clipping, as a Python float.
+    """
+    params = list(params)
+    total_sq = 0.0
+    for p in params:
+        g = p.grad.astype(np.float64, copy=False).ravel()
+        total_sq += float(np.dot(g, g))
+    norm = math.sqrt(total_sq)
+    if math.isfinite(norm):
+        coef = float(max_norm) / (norm + 1e-6)
+        if coef < 1.0:
+            for p in params:
+                p.grad *= coef
+    return norm
