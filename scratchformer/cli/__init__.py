@@ -1,0 +1,1 @@
+"""The `scratchformer` command line."""

@@ -1,0 +1,77 @@
+"""The command line: train -> eval -> sample on a tiny config, and clear errors (exit code 2)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from scratchformer.cli.main import main
+
+TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--batch-size", "8", "--eval-batches", "2",
+        "--no-progress", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("run") / "names"
+    assert main(["train", "--max-steps", "6", "--eval-interval", "3", "--out", str(out), *TINY]) == 0
+    return out
+
+
+def test_eval_json_last_line(run_dir, capsys):
+    assert main(["eval", str(run_dir), "--split", "test", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["split"] == "test"
+    assert 0 < result["loss"] < 4 and result["perplexity"] == pytest.approx(2.718281828 ** result["loss"], rel=1e-6)
+
+
+def test_sample_is_deterministic_and_respects_prompt(run_dir, capsys):
+    assert main(["sample", str(run_dir), "-n", "4", "--prompt", "ma", "--seed", "5"]) == 0
+    first = capsys.readouterr().out.splitlines()
+    assert main(["sample", str(run_dir), "-n", "4", "--prompt", "ma", "--seed", "5"]) == 0
+    assert capsys.readouterr().out.splitlines() == first
+    assert len(first) == 4 and all(line.startswith("ma") for line in first)
+
+
+def test_resume_continues(run_dir, capsys):
+    assert main(["train", "--resume", "--out", str(run_dir), "--max-steps", "8", "--no-progress", "--quiet"]) == 0
+    assert "step 8" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["train", "--data", "/no/such/file.txt"], "not found"),
+        (["sample", "/no/such/run"], "no checkpoint"),
+        (["eval", "/no/such/run"], "no checkpoint"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_unknown_prompt_characters_are_named(run_dir, capsys):
+    assert main(["sample", str(run_dir), "--prompt", "Q!"]) == 2
+    err = capsys.readouterr().err
+    assert "'Q'" in err and "'!'" in err
+
+
+@pytest.mark.parametrize("argv", [["train", "--lr", "abc"], ["train", "--max-steps", "0"], ["sample", "--top-p", "2"],
+                                  ["frobnicate"]])
+def test_bad_arguments_exit_2(argv):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+
+
+def test_resume_refuses_model_changes(run_dir, capsys):
+    assert main(["train", "--resume", "--out", str(run_dir), "--n-layer", "3"]) == 2
+    assert "--resume" in capsys.readouterr().err
+
+
+def test_python_dash_m_entry_point_help():
+    r = subprocess.run([sys.executable, "-m", "scratchformer", "train", "--help"], capture_output=True, text=True)
+    assert r.returncode == 0 and "--max-steps" in r.stdout and "--time-limit" in r.stdout
