@@ -1,0 +1,9 @@
+"""Hugging Face checkpoint layouts in scratchformer's own layers."""
+
+from scratchformer.interop.bert import BertConfig, BertEncoder, load_hf_bert
+from scratchformer.interop.gpt2 import load_hf_gpt2, save_hf_gpt2
+from scratchformer.interop.sentence import SentenceEncoder
+from scratchformer.interop.wordpiece import WordPieceTokenizer
+
+__all__ = ["BertConfig", "BertEncoder", "load_hf_bert", "SentenceEncoder", "WordPieceTokenizer",
+           "load_hf_gpt2", "save_hf_gpt2"]

@@ -1,0 +1,367 @@
+"""Hugging Face BERT-family checkpoints in scratchformer's own layers.
+
+`load_hf_bert(path)` reads a checkpoint directory (``config.json`` + ``model.safetensors``, or a
+sharded ``model.safetensors.index.json``) and returns a `BertEncoder`: word + position +
+token-type embeddings, the embedding LayerNorm, then ``num_hidden_layers`` post-norm
+`EncoderBlock`s (exact-erf GELU, LayerNorm eps from the config). Its ``forward`` returns the
+last hidden state, i.e. what ``transformers.BertModel(...).last_hidden_state`` returns.
+
+Name mapping (Hugging Face -> scratchformer; an optional ``bert.`` prefix and the old
+``gamma``/``beta`` LayerNorm names are accepted, pooler / heads / ``position_ids`` ignored)::
+
+    embeddings.word_embeddings.weight            -> word_embeddings.weight
+    embeddings.position_embeddings.weight        -> position_embeddings.weight
+    embeddings.token_type_embeddings.weight      -> token_type_embeddings.weight
+    embeddings.LayerNorm.{weight,bias}           -> embeddings_norm.{weight,bias}
+    encoder.layer.i.attention.self.{query,key,value}.{weight,bias}
+                                                 -> layers.i.self_attn.in_proj_{weight,bias}
+                                                    (q; k; v concatenated by rows)
+    encoder.layer.i.attention.output.dense       -> layers.i.self_attn.out_proj
+    encoder.layer.i.attention.output.LayerNorm   -> layers.i.attn_norm
+    encoder.layer.i.intermediate.dense           -> layers.i.ff.fc1
+    encoder.layer.i.output.dense                 -> layers.i.ff.fc2
+    encoder.layer.i.output.LayerNorm             -> layers.i.ff_norm
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import numpy as np
+
+from scratchformer.errors import CheckpointError, ConfigError, DataError
+from scratchformer.nn.module import Module
+
+__all__ = ["BertConfig", "BertEncoder", "load_hf_bert", "hf_to_scratch_state_dict"]
+
+# Hugging Face hidden_act -> scratchformer activation name
+_ACTIVATIONS = {
+    "gelu": "gelu",  # exact erf GELU
+    "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "relu": "relu",
+}
+
+
+@dataclass
+class BertConfig:
+    """The fields of a Hugging Face ``BertConfig`` that the encoder needs."""
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int = 0
+    position_embedding_type: str = "absolute"
+    model_type: str = "bert"
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    @property
+    def activation(self) -> str:
+        """The scratchformer activation name for ``hidden_act``."""
+        return _ACTIVATIONS[self.hidden_act]
+
+    def validate(self) -> None:
+        if not isinstance(self.hidden_act, str) or self.hidden_act not in _ACTIVATIONS:
+            raise ConfigError(
+                f"hidden_act={self.hidden_act!r} is not supported (use one of {sorted(_ACTIVATIONS)})"
+            )
+        if self.position_embedding_type != "absolute":
+            raise ConfigError(
+                f"position_embedding_type={self.position_embedding_type!r} is not supported "
+                "(only 'absolute')"
+            )
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "max_position_embeddings",
+            "type_vocab_size",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name}={value!r} must be a positive integer")
+        if self.hidden_size % self.num_attention_heads:
+            raise ConfigError(
+                f"hidden_size={self.hidden_size} is not divisible by "
+                f"num_attention_heads={self.num_attention_heads}"
+            )
+        eps = self.layer_norm_eps
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
+            raise ConfigError(f"layer_norm_eps={eps!r} must be a positive number")
+        self.layer_norm_eps = float(eps)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> BertConfig:
+        if not isinstance(d, dict):
+            raise ConfigError(f"a BERT config must be a JSON object, got {type(d).__name__}")
+        known = {f.name for f in fields(cls)}
+        kwargs = {k: v for k, v in d.items() if k in known}
+        # Hugging Face defaults position_embedding_type to absolute; a null means the same
+        if kwargs.get("position_embedding_type") is None:
+            kwargs.pop("position_embedding_type", None)
+        return cls(**kwargs)
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> BertConfig:
+        """Read ``config.json`` (a file, or a directory holding one)."""
+        path = Path(path)
+        if path.is_dir():
+            path = path / "config.json"
+        if not path.is_file():
+            raise CheckpointError(f"BERT config not found: {path}")
+        try:
+            d = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ConfigError(f"cannot parse {path}: {e}") from None
+        return cls.from_dict(d)
+
+
+class BertEncoder(Module):
+    """BERT's embeddings + post-norm encoder stack, returning the last hidden state."""
+
+    def __init__(self, config: BertConfig, dtype=np.float32):
+        super().__init__()
+        from scratchformer.nn import Embedding, EncoderBlock, LayerNorm
+
+        self.config = config
+        c = config
+        dtype = np.dtype(dtype)
+        if not np.issubdtype(dtype, np.floating):
+            raise ConfigError(f"dtype must be a floating type, got {dtype}")
+        self.word_embeddings = Embedding(c.vocab_size, c.hidden_size, dtype=dtype)
+        self.position_embeddings = Embedding(c.max_position_embeddings, c.hidden_size, dtype=dtype)
+        self.token_type_embeddings = Embedding(c.type_vocab_size, c.hidden_size, dtype=dtype)
+        self.embeddings_norm = LayerNorm(c.hidden_size, eps=c.layer_norm_eps, dtype=dtype)
+        try:
+            self.layers = [
+                EncoderBlock(
+                    c.hidden_size,
+                    c.num_attention_heads,
+                    c.intermediate_size,
+                    dropout=0.0,
+                    activation=c.activation,
+                    norm_first=False,
+                    eps=c.layer_norm_eps,
+                    dtype=dtype,
+                )
+                for _ in range(c.num_hidden_layers)
+            ]
+        except (ValueError, KeyError) as e:  # the core does not know this activation
+            raise ConfigError(f"hidden_act={c.hidden_act!r}: {e}") from None
+        self.eval()  # an inference model by default; .train() enables backward
+
+    def _check_ids(self, ids, name: str, limit: int, shape=None) -> np.ndarray:
+        ids = np.asarray(ids)
+        if ids.ndim == 1:
+            ids = ids[None, :]
+        if ids.ndim != 2:
+            raise DataError(f"{name} must be (batch, time), got shape {ids.shape}")
+        if ids.size and not np.issubdtype(ids.dtype, np.integer):
+            if np.issubdtype(ids.dtype, np.bool_):
+                ids = ids.astype(np.int64)
+            else:
+                raise DataError(f"{name} must be integers, got dtype {ids.dtype}")
+        ids = ids.astype(np.int64, copy=False)
+        if shape is not None and ids.shape != shape:
+            raise DataError(f"{name} has shape {ids.shape}, input_ids has {shape}")
+        if ids.size and (ids.min() < 0 or ids.max() >= limit):
+            raise DataError(f"{name} must lie in [0, {limit}), got range [{ids.min()}, {ids.max()}]")
+        return ids
+
+    def embed(self, input_ids, token_type_ids=None) -> np.ndarray:
+        """Word + position + token-type embeddings, then the embedding LayerNorm: (B, T, d)."""
+        c = self.config
+        input_ids = self._check_ids(input_ids, "input_ids", c.vocab_size)
+        B, T = input_ids.shape
+        if T > c.max_position_embeddings:
+            raise DataError(
+                f"sequence length {T} exceeds max_position_embeddings={c.max_position_embeddings}"
+            )
+        if token_type_ids is None:
+            token_type_ids = np.zeros_like(input_ids)
+        token_type_ids = self._check_ids(token_type_ids, "token_type_ids", c.type_vocab_size, (B, T))
+        position_ids = np.broadcast_to(np.arange(T, dtype=np.int64), (B, T))
+        x = (
+            self.word_embeddings(input_ids)
+            + self.position_embeddings(np.ascontiguousarray(position_ids))
+            + self.token_type_embeddings(token_type_ids)
+        )
+        return self.embeddings_norm(x)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None) -> np.ndarray:
+        """input_ids (B, T) int, attention_mask (B, T) 0/1 (None = all ones), token_type_ids
+        (B, T) (None = zeros) -> last hidden state (B, T, hidden_size)."""
+        x = self.embed(input_ids, token_type_ids)
+        mask = None
+        if attention_mask is not None:
+            am = np.asarray(attention_mask)
+            if am.ndim == 1:
+                am = am[None, :]
+            if am.shape != x.shape[:2]:
+                raise DataError(f"attention_mask has shape {am.shape}, input_ids has {x.shape[:2]}")
+            mask = am[:, None, None, :].astype(bool)
+        for layer in self.layers:
+            x = layer(x, mask=mask)
+        return x
+
+    def backward(self, grad_out: np.ndarray) -> None:
+        """Gradient of the last hidden state -> parameter gradients (after a training-mode
+        forward). The inputs are integer ids, so nothing is returned."""
+        dy = grad_out
+        for layer in reversed(self.layers):
+            dy = layer.backward(dy)
+        dy = self.embeddings_norm.backward(dy)
+        self.token_type_embeddings.backward(dy)
+        self.position_embeddings.backward(dy)
+        self.word_embeddings.backward(dy)
+        return None
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, dtype=np.float32) -> BertEncoder:
+        return load_hf_bert(path, dtype=dtype)
+
+
+# -- loading -------------------------------------------------------------------------------
+
+_LAYER_RE = re.compile(r"^encoder\.layer\.(\d+)\.(.+)$")
+_LAYER_MAP = {
+    "attention.output.dense": "self_attn.out_proj",
+    "attention.output.LayerNorm": "attn_norm",
+    "intermediate.dense": "ff.fc1",
+    "output.dense": "ff.fc2",
+    "output.LayerNorm": "ff_norm",
+}
+_EMB_MAP = {
+    "embeddings.word_embeddings.weight": "word_embeddings.weight",
+    "embeddings.position_embeddings.weight": "position_embeddings.weight",
+    "embeddings.token_type_embeddings.weight": "token_type_embeddings.weight",
+    "embeddings.LayerNorm.weight": "embeddings_norm.weight",
+    "embeddings.LayerNorm.bias": "embeddings_norm.bias",
+}
+
+
+def _normalise_key(key: str) -> str:
+    for prefix in ("bert.", "model."):
+        if key.startswith(prefix):
+            key = key[len(prefix):]
+            break
+    if key.endswith(".gamma"):
+        key = key[: -len(".gamma")] + ".weight"
+    elif key.endswith(".beta"):
+        key = key[: -len(".beta")] + ".bias"
+    return key
+
+
+def hf_to_scratch_state_dict(hf: dict[str, np.ndarray], num_layers: int) -> dict[str, np.ndarray]:
+    """Map a Hugging Face BERT state dict to `BertEncoder` parameter names.
+
+    Keys outside the encoder (pooler, MLM/NSP heads, ``position_ids``) are dropped. A missing
+    encoder key is a CheckpointError naming it.
+    """
+    hf = {_normalise_key(k): v for k, v in hf.items()}
+    out: dict[str, np.ndarray] = {}
+    qkv: dict[tuple[int, str, str], np.ndarray] = {}
+    for key, value in hf.items():
+        if key in _EMB_MAP:
+            out[_EMB_MAP[key]] = value
+            continue
+        m = _LAYER_RE.match(key)
+        if not m:
+            continue
+        i, rest = int(m.group(1)), m.group(2)
+        if i >= num_layers:
+            raise CheckpointError(
+                f"checkpoint has layer {i} but the config says num_hidden_layers={num_layers}"
+            )
+        module, _, leaf = rest.rpartition(".")
+        if module in ("attention.self.query", "attention.self.key", "attention.self.value"):
+            qkv[(i, module.rsplit(".", 1)[1], leaf)] = value
+        elif module in _LAYER_MAP and leaf in ("weight", "bias"):
+            out[f"layers.{i}.{_LAYER_MAP[module]}.{leaf}"] = value
+    for i in range(num_layers):
+        for leaf in ("weight", "bias"):
+            parts = []
+            for which in ("query", "key", "value"):
+                k = (i, which, leaf)
+                if k not in qkv:
+                    raise CheckpointError(
+                        f"checkpoint lacks encoder.layer.{i}.attention.self.{which}.{leaf}"
+                    )
+                parts.append(np.asarray(qkv[k]))
+            out[f"layers.{i}.self_attn.in_proj_{leaf}"] = np.concatenate(parts, axis=0)
+    return out
+
+
+def _read_safetensors(path: Path) -> dict[str, np.ndarray]:
+    from safetensors.numpy import load_file
+
+    try:
+        return load_file(str(path))
+    except Exception as e:  # truncated file, unknown dtype (e.g. bf16), not safetensors
+        raise CheckpointError(f"cannot read {path}: {e}") from None
+
+
+def load_hf_state_dict(path: str | Path) -> dict[str, np.ndarray]:
+    """The raw tensors of ``model.safetensors`` (or its shards) in a checkpoint directory."""
+    path = Path(path)
+    single = path / "model.safetensors"
+    index = path / "model.safetensors.index.json"
+    if single.is_file():
+        return _read_safetensors(single)
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise CheckpointError(f"cannot parse {index}: {e}") from None
+        sd: dict[str, np.ndarray] = {}
+        for shard in sorted(set(weight_map.values())):
+            shard_path = path / shard
+            if not shard_path.is_file():
+                raise CheckpointError(f"checkpoint shard not found: {shard_path}")
+            sd.update(_read_safetensors(shard_path))
+        return sd
+    hint = " (only safetensors is supported)" if (path / "pytorch_model.bin").is_file() else ""
+    raise CheckpointError(f"model weights not found: {single}{hint}")
+
+
+def load_hf_bert(path: str | Path, dtype=np.float32) -> BertEncoder:
+    """Load a Hugging Face BERT-family checkpoint directory into a `BertEncoder` (eval mode).
+
+    Args:
+        path: directory with ``config.json`` and ``model.safetensors``.
+        dtype: parameter dtype, float32 (default) or float64.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"checkpoint directory not found: {path}")
+    if not path.is_dir():
+        raise CheckpointError(f"checkpoint path is not a directory: {path}")
+    dtype = np.dtype(dtype)
+    if not np.issubdtype(dtype, np.floating):
+        raise ConfigError(f"dtype must be a floating type, got {dtype}")
+    config = BertConfig.from_json(path / "config.json")
+    hf = load_hf_state_dict(path)
+    sd = hf_to_scratch_state_dict(hf, config.num_hidden_layers)
+    model = BertEncoder(config, dtype=dtype)
+    own = dict(model.named_parameters())
+    missing = sorted(set(own) - set(sd))
+    if missing:
+        raise CheckpointError(f"{path / 'model.safetensors'} lacks {len(missing)} tensors, e.g. {missing[0]}")
+    bad = [f"{k} {tuple(np.shape(v))} != {own[k].shape}" for k, v in sd.items() if np.shape(v) != own[k].shape]
+    if bad:
+        raise CheckpointError(f"checkpoint does not match config.json: {'; '.join(bad[:3])}")
+    model.load_state_dict(sd, strict=True)
+    return model
