@@ -75,3 +75,21 @@ def test_resume_refuses_model_changes(run_dir, capsys):
 def test_python_dash_m_entry_point_help():
     r = subprocess.run([sys.executable, "-m", "scratchformer", "train", "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "--max-steps" in r.stdout and "--time-limit" in r.stdout
+
+
+@pytest.mark.parametrize("task, keys", [("majority", {"accuracy"}), ("reverse", {"exact_match", "token_accuracy"})])
+def test_task_train_eval_predict(task, keys, tmp_path, capsys):
+    out = tmp_path / task
+    argv = ["train", "--task", task, "--out", str(out), "--max-steps", "3", "--n-layer", "1", "--n-embd", "16",
+            "--eval-batches", "1", "--no-progress", "--quiet"]
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert main(["eval", str(out), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert keys <= set(result) and all(0.0 <= result[k] <= 1.0 for k in keys)
+    assert main(["predict", str(out), "0 1 2 2", "--beam", "2"]) == 0
+    answer = capsys.readouterr().out.strip()
+    assert answer in {"0", "1", "2"} if task == "majority" else set(answer.split()) <= set("0123456789")
+    assert main(["predict", str(out), "0 1 x"]) == 2
+    assert "bad token" in capsys.readouterr().err
+    assert main(["sample", str(out)]) == 2

@@ -172,7 +172,7 @@ def cmd_train(args) -> int:
     from scratchformer.training.trainer import LAST, TrainConfig, train
 
     if args.task != "lm":
-        from scratchformer.cli.tasks import task_job
+        from scratchformer.training.tasks import task_job
 
         default_out = f"out/{args.task}"
     else:
@@ -229,7 +229,7 @@ def _load_job(directory: Path, load_data: bool = True):
         from scratchformer.training.lm import LMJob
 
         return LMJob.from_checkpoint(directory, load_data=load_data)
-    from scratchformer.cli.tasks import task_job_from_checkpoint
+    from scratchformer.training.tasks import task_job_from_checkpoint
 
     return task_job_from_checkpoint(directory)
 
@@ -260,7 +260,7 @@ def cmd_eval(args) -> int:
 
 
 def cmd_predict(args) -> int:
-    from scratchformer.cli.tasks import predict
+    from scratchformer.training.tasks import predict
 
     job = _load_job(_run_dir(args.dir))
     print(predict(job, args.input, beam=args.beam))
