@@ -158,8 +158,7 @@ def test_load_state_dict_keeps_dtype():
 
 # ---------------------------------------------------------------------------------------------
 # the forward/backward cache contract
-STATEFUL = pytest.mark.parametrize("kind", [k for k in MODULES if k != "Sinusoidal"])
-# SinusoidalPositionalEncoding keeps no cache: its backward is the identity and needs no forward.
+STATEFUL = pytest.mark.parametrize("kind", list(MODULES))
 
 
 @STATEFUL
@@ -183,14 +182,13 @@ def test_eval_mode_caches_nothing(kind):
     m, args, kwargs = build(kind)
     m(*args, **kwargs)
     # training mode does cache (blocks through their sub-layers)
-    assert any(sub._cache is not None for sub in m.modules()) or kind == "Sinusoidal"
+    assert any(sub._cache is not None for sub in m.modules())
     m.eval()
     assert all(not sub.training and sub._cache is None for sub in m.modules())  # eval() drops caches
     out = m(*args, **kwargs)
     assert all(sub._cache is None for sub in m.modules())
-    if kind != "Sinusoidal":  # has no cache in any mode
-        with pytest.raises(BackwardError):
-            m.backward(np.ones_like(out))
+    with pytest.raises(BackwardError):
+        m.backward(np.ones_like(out))
     m.train()
     assert all(sub.training for sub in m.modules())
 
@@ -231,8 +229,6 @@ def test_to_rejects_non_float():
         Linear(2, 2).to(np.int64)
 
 
-@pytest.mark.xfail(strict=True, reason="Module.to() casts buffers with astype: a float32 sinusoid "
-                   "table upcast to float64 keeps float32 rounding (~1e-8) instead of being recomputed")
 def test_sinusoidal_table_exact_after_to_float64():
     m = SinusoidalPositionalEncoding(16, D).to(np.float64)
     ref = SinusoidalPositionalEncoding(16, D, dtype=np.float64)

@@ -154,13 +154,18 @@ class Module:
         if not np.issubdtype(dtype, np.floating):
             raise TypeError(f"to() needs a floating dtype, got {dtype}")
         for m in self.modules():
-            for name, value in vars(m).items():
-                if isinstance(value, np.ndarray) and np.issubdtype(value.dtype, np.floating):
-                    setattr(m, name, value.astype(dtype))  # fixed buffers (positional tables)
+            m._convert_buffers(dtype)
         for p in self.parameters():
             p.data = p.data.astype(dtype)
             p.grad = p.grad.astype(dtype)
         return self
+
+    def _convert_buffers(self, dtype: np.dtype) -> None:
+        """Convert fixed (non-Parameter) float arrays. A module whose buffers are computed
+        (sinusoid tables) overrides this to recompute them in the new dtype instead."""
+        for name, value in list(vars(self).items()):
+            if isinstance(value, np.ndarray) and np.issubdtype(value.dtype, np.floating):
+                setattr(self, name, value.astype(dtype))
 
     @property
     def dtype(self) -> np.dtype:

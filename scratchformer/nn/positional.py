@@ -45,11 +45,16 @@ class SinusoidalPositionalEncoding(_Positional):
         self.max_len, self.d_model = max_len, d_model
         self.pe = sinusoidal_table(max_len, d_model).astype(dtype)  # a buffer, not a Parameter
 
+    def _convert_buffers(self, dtype) -> None:
+        self.pe = sinusoidal_table(self.max_len, self.d_model).astype(dtype)  # exact, not re-rounded
+
     def forward(self, x: np.ndarray, offset: int = 0) -> np.ndarray:
         T = self._check(x, offset)
+        self._save()  # nothing to keep, but backward must follow a training-mode forward
         return x + self.pe[offset : offset + T].astype(x.dtype, copy=False)
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
+        self._pop_cache()
         return dy  # d(x + P)/dx = I
 
 
