@@ -1,0 +1,348 @@
+"""GPT: a decoder-only Transformer language model (GPT-2 / nanoGPT layout).
+
+    idx (B, T) int -> wte(idx) + wpe[0:T] -> drop -> h[0] ... h[n_layer-1] -> ln_f -> lm_head
+    logits (B, T, vocab_size)
+
+Each block of `h` is a `DecoderBlock(cross_attention=False)`: causal self-attention then a
+feed-forward, pre-norm by default (GPT-2), post-norm with ``norm_first=False``. `ln_f` is
+applied in both cases (it is an extra, harmless normalisation after post-norm blocks).
+
+Usage::
+
+    model = GPT(GPTConfig(vocab_size=65, block_size=64, n_layer=4, n_head=4, n_embd=128), seed=0)
+    logits, loss = model(idx, targets)          # loss is None without targets
+    model.zero_grad(); model.backward()         # fills (adds into) every Parameter.grad
+    out = model.generate(idx, 100, temperature=0.8, top_k=40, rng=np.random.default_rng(0))
+
+Weight tying (``tie_weights=True``, the default, as GPT-2): ``lm_head`` is a bias-free
+`Linear` whose ``weight`` attribute *is* ``wte.weight`` (the same `Parameter` object). So
+``parameters()`` / ``state_dict()`` list it once, under ``wte.weight`` (there is no
+``lm_head.weight`` key), and the head's backward and the embedding's backward both add into
+the one ``.grad``. Untied models have their own ``lm_head.weight``.
+
+Initialisation (GPT-2 / nanoGPT): every Linear / Embedding / attention projection weight
+~ N(0, 0.02^2), biases 0, LayerNorm 1 / 0, and the residual projections
+(``self_attn.out_proj.weight`` and ``ff.fc2.weight``) ~ N(0, (0.02 / sqrt(2 n_layer))^2).
+
+Generation keeps one KV cache per block so each new token costs O(T) work; see `generate`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+
+import numpy as np
+
+from scratchformer.errors import ConfigError, DataError, ShapeError
+from scratchformer.nn import (
+    DecoderBlock,
+    Dropout,
+    Embedding,
+    LayerNorm,
+    LearnedPositionalEmbedding,
+    Linear,
+    Module,
+    SinusoidalPositionalEncoding,
+    manual_seed,
+)
+from scratchformer.nn import init as nn_init
+from scratchformer.nn.module import BackwardError
+from scratchformer.ops import ACTIVATIONS, cross_entropy_backward, cross_entropy_forward
+
+__all__ = ["GPT", "GPTConfig"]
+
+_POSITIONAL = ("learned", "sinusoidal")
+_DTYPES = ("float32", "float64")
+
+
+@dataclass
+class GPTConfig:
+    """Hyper-parameters of a `GPT`. Defaults are GPT-2 small (124M) with nanoGPT's choices:
+    pre-norm, learned positions, exact GELU, tied LM head, biases, no dropout.
+
+    n_inner: hidden size of the feed-forward; None means 4 * n_embd (see `d_ff`).
+    dtype: "float32" (default) or "float64" (gradient checks).
+    """
+
+    vocab_size: int = 50257
+    block_size: int = 1024
+    n_layer: int = 12
+    n_head: int = 12
+    n_embd: int = 768
+    dropout: float = 0.0
+    bias: bool = True
+    norm_first: bool = True
+    activation: str = "gelu"
+    positional: str = "learned"
+    tie_weights: bool = True
+    n_inner: int | None = None
+    layer_norm_eps: float = 1e-5
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    @property
+    def d_ff(self) -> int:
+        return 4 * self.n_embd if self.n_inner is None else self.n_inner
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the first invalid field."""
+        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
+            _check_positive_int(name, getattr(self, name))
+        if self.n_inner is not None:
+            _check_positive_int("n_inner", self.n_inner)
+        if self.n_embd % self.n_head:
+            raise ConfigError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) \
+                or not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"dropout must be a number in [0, 1), got {self.dropout!r}")
+        for name in ("bias", "norm_first", "tie_weights"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise ConfigError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        if self.activation not in ACTIVATIONS:
+            raise ConfigError(f"activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
+        if self.positional not in _POSITIONAL:
+            raise ConfigError(f"positional must be one of {list(_POSITIONAL)}, got {self.positional!r}")
+        if isinstance(self.layer_norm_eps, bool) or not isinstance(self.layer_norm_eps, (int, float)) \
+                or not self.layer_norm_eps > 0:
+            raise ConfigError(f"layer_norm_eps must be a positive number, got {self.layer_norm_eps!r}")
+        if isinstance(self.dtype, np.dtype) or isinstance(self.dtype, type):
+            self.dtype = np.dtype(self.dtype).name
+        if self.dtype not in _DTYPES:
+            raise ConfigError(f"dtype must be one of {list(_DTYPES)}, got {self.dtype!r}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> GPTConfig:
+        """Build from a dict (e.g. a checkpoint's config); unknown keys are a ConfigError."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ConfigError(f"unknown GPTConfig fields {unknown}")
+        return cls(**d)
+
+
+def _check_positive_int(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+
+
+class GPT(Module):
+    """Decoder-only Transformer language model. See the module docstring.
+
+    Args:
+        config: a GPTConfig.
+        seed: if given, `scratchformer.nn.manual_seed(seed)` is called first, so the initial
+            weights (and dropout generators) are a deterministic function of the seed.
+    """
+
+    def __init__(self, config: GPTConfig, seed: int | None = None):
+        super().__init__()
+        if not isinstance(config, GPTConfig):
+            raise ConfigError(f"GPT needs a GPTConfig, got {type(config).__name__}")
+        config.validate()
+        if seed is not None:
+            manual_seed(seed)
+        self.config = config
+        c, dtype = config, np.dtype(config.dtype)
+        self.wte = Embedding(c.vocab_size, c.n_embd, dtype=dtype)
+        if c.positional == "learned":
+            self.wpe = LearnedPositionalEmbedding(c.block_size, c.n_embd, dtype=dtype)
+        else:
+            self.wpe = SinusoidalPositionalEncoding(c.block_size, c.n_embd, dtype=dtype)
+        self.drop = Dropout(c.dropout)
+        self.h = [
+            DecoderBlock(c.n_embd, c.n_head, c.d_ff, dropout=c.dropout, activation=c.activation,
+                         norm_first=c.norm_first, cross_attention=False, eps=c.layer_norm_eps,
+                         bias=c.bias, dtype=dtype)
+            for _ in range(c.n_layer)
+        ]
+        self.ln_f = LayerNorm(c.n_embd, eps=c.layer_norm_eps, dtype=dtype)
+        self.lm_head = Linear(c.n_embd, c.vocab_size, bias=False, dtype=dtype)
+        if c.tie_weights:
+            self.lm_head.weight = self.wte.weight  # one Parameter, reached first as wte.weight
+        self._init_weights()
+        self._last_forward: str | None = None  # why backward cannot run, if it cannot
+
+    # -- construction -----------------------------------------------------------------------
+    def _init_weights(self) -> None:
+        rng, std = nn_init.get_rng(), 0.02
+        resid_std = std / math.sqrt(2 * self.config.n_layer)
+
+        def normal(p, s):
+            p.data[...] = rng.standard_normal(p.shape) * s
+
+        normal(self.wte.weight, std)
+        if isinstance(self.wpe, LearnedPositionalEmbedding):
+            normal(self.wpe.weight, std)
+        for block in self.h:
+            attn, ff = block.self_attn, block.ff
+            normal(attn.in_proj_weight, std)
+            normal(attn.out_proj.weight, resid_std)
+            normal(ff.fc1.weight, std)
+            normal(ff.fc2.weight, resid_std)
+            for p in (attn.in_proj_bias, attn.out_proj.bias, ff.fc1.bias, ff.fc2.bias):
+                if p is not None:
+                    p.data[...] = 0
+        if not self.config.tie_weights:
+            normal(self.lm_head.weight, std)
+
+    def to(self, dtype) -> GPT:
+        super().to(dtype)
+        self.config.dtype = np.dtype(dtype).name
+        return self
+
+    # -- forward / backward -------------------------------------------------------------------
+    def _check_idx(self, idx, name: str = "idx", max_len: int | None = None) -> np.ndarray:
+        if not isinstance(idx, np.ndarray):
+            idx = np.asarray(idx)
+        if not np.issubdtype(idx.dtype, np.integer):
+            raise DataError(f"{name} must hold integer token ids, got dtype {idx.dtype}")
+        if idx.ndim != 2:
+            raise ShapeError(f"{name} must be 2-D (batch, time), got shape {idx.shape}")
+        if idx.shape[0] == 0 or idx.shape[1] == 0:
+            raise ShapeError(f"{name} must be non-empty, got shape {idx.shape}")
+        if max_len is not None and idx.shape[1] > max_len:
+            raise ShapeError(
+                f"{name} has {idx.shape[1]} tokens but block_size is {max_len}: crop the sequence "
+                "to the last block_size tokens (generate() does this for prompts)"
+            )
+        V = self.config.vocab_size
+        lo, hi = idx.min(), idx.max()
+        if lo < 0 or hi >= V:
+            raise DataError(f"{name}: token ids must be in [0, {V}), got min {lo} max {hi}")
+        return idx
+
+    def _trunk(self, idx: np.ndarray, caches=None, offset: int = 0) -> np.ndarray:
+        """idx (B, T) -> final hidden states after ln_f, (B, T, n_embd)."""
+        x = self.drop(self.wpe(self.wte(idx), offset=offset))
+        for i, block in enumerate(self.h):
+            x = block(x, cache=None if caches is None else caches[i])
+        return self.ln_f(x)
+
+    def forward(self, idx, targets=None, ignore_index: int = -1):
+        """idx (B, T) int -> (logits (B, T, vocab_size), loss or None).
+
+        targets: (B, T) int next-token ids; entries equal to `ignore_index` (default -1, the
+        data pipeline's padding) do not count. The loss is their mean cross-entropy. In
+        training mode with targets, what `backward()` needs is kept (logits are computed once).
+        """
+        idx = self._check_idx(idx, max_len=self.config.block_size)
+        if targets is not None:
+            targets = np.asarray(targets)
+            if targets.shape != idx.shape:
+                raise ShapeError(f"targets must have the shape of idx {idx.shape}, got {targets.shape}")
+            if not np.issubdtype(targets.dtype, np.integer):
+                raise DataError(f"targets must hold integer token ids, got dtype {targets.dtype}")
+        self._cache = None
+        logits = self.lm_head(self._trunk(idx))  # (B, T, V)
+        if targets is None:
+            self._last_forward = "without targets"
+            return logits, None
+        loss, ce_cache = cross_entropy_forward(logits, targets, ignore_index=ignore_index)
+        if self.training:
+            self._cache = {"ce": ce_cache}
+            self._last_forward = None
+        else:
+            self._last_forward = "in eval mode"
+        return logits, loss
+
+    def backward(self, dloss: float = 1.0) -> None:
+        """Backpropagate the loss of the last forward (which needs targets, in training mode).
+
+        Gradients are *added* into each Parameter.grad (call zero_grad() first). `dloss`
+        scales the loss gradient (e.g. 1 / accumulation_steps). Returns None.
+        """
+        if self._cache is None:
+            why = self._last_forward or "but its saved state was cleared (eval() / generate()) or never existed"
+            raise BackwardError(
+                f"GPT.backward() needs a forward with targets in training mode first (the last "
+                f"forward ran {why}); call model.train() and logits, loss = model(idx, targets)"
+            )
+        ce_cache = self._pop_cache()["ce"]
+        dx = self.lm_head.backward(cross_entropy_backward(ce_cache, dloss))
+        dx = self.ln_f.backward(dx)
+        for block in reversed(self.h):
+            dx = block.backward(dx)
+        dx = self.wpe.backward(self.drop.backward(dx))
+        self.wte.backward(dx)
+        self._last_forward = "and was already backpropagated"
+
+    # -- generation ---------------------------------------------------------------------------
+    def new_caches(self) -> list:
+        """One fresh KV cache (a list with one KVCache) per block."""
+        return [block.new_cache() for block in self.h]
+
+    def _last_logits(self, idx: np.ndarray, caches=None, offset: int = 0) -> np.ndarray:
+        """Logits for the last position only, (B, vocab_size): the head GEMM on one row each."""
+        x = self._trunk(idx, caches, offset)[:, -1, :]
+        return x @ self.lm_head.weight.data.T
+
+    def generate(self, idx, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
+                 top_p: float | None = None, rng=None, eos_id: int | None = None,
+                 use_cache: bool = True) -> np.ndarray:
+        """Autoregressive sampling. idx (B, T) int prompt -> (B, T + max_new_tokens) int64:
+        the prompt followed by the new tokens, as nanoGPT and transformers return.
+
+        temperature / top_k / top_p: see `scratchformer.inference.sample_next` (temperature 0
+        or top_k=1 is greedy). rng: a numpy Generator or an int seed (None: fresh entropy).
+        eos_id: once a sequence samples it, that sequence keeps eos_id (padding) and the loop
+        stops early when every sequence has finished; the shape is still (B, T + max_new_tokens).
+
+        KV cache (use_cache=True): the prompt is run once, then each step feeds only the new
+        token at position `offset` (O(T) attention work per token instead of a full forward).
+        A prompt longer than block_size is cropped to its last block_size tokens for context
+        (the returned sequence still starts with the whole prompt). Learned absolute positions
+        cannot slide, so once the context would exceed block_size the cache is dropped and each
+        further step recomputes the last block_size tokens from scratch (nanoGPT's crop);
+        use_cache=False always does that. Both pick identical tokens. The model runs in eval
+        mode and its previous train/eval mode is restored afterwards.
+        """
+        from scratchformer.inference.sampling import as_rng, sample_next  # lazy: inference sits below models
+
+        idx = self._check_idx(idx, name="prompt")
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) \
+                or max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be a non-negative integer, got {max_new_tokens!r}")
+        if eos_id is not None and not 0 <= eos_id < self.config.vocab_size:
+            raise DataError(f"eos_id must be in [0, {self.config.vocab_size}), got {eos_id}")
+        rng = as_rng(rng)
+        B, T0 = idx.shape
+        bs = self.config.block_size
+        out = np.empty((B, T0 + max_new_tokens), dtype=np.int64)
+        out[:, :T0] = idx
+        if eos_id is not None:
+            out[:, T0:] = eos_id
+        finished = np.zeros(B, dtype=bool)
+        was_training = self.training
+        self.eval()
+        try:
+            caches, cached_len = None, 0  # cached_len: tokens held in the caches
+            for step in range(max_new_tokens):
+                pos = T0 + step  # tokens so far
+                if caches is not None and cached_len < bs:
+                    # feed only the newest token, at position cached_len of the cached window
+                    logits = self._last_logits(out[:, pos - 1 : pos], caches, offset=cached_len)
+                    cached_len += 1
+                else:
+                    # first step, or the window is full: run the last (at most) block_size tokens.
+                    # Only a first window shorter than block_size is worth caching.
+                    window = out[:, max(0, pos - bs) : pos]
+                    prefill = use_cache and step == 0 and window.shape[1] < bs
+                    caches = self.new_caches() if prefill else None
+                    cached_len = window.shape[1] if prefill else 0
+                    logits = self._last_logits(window, caches)
+                nxt = sample_next(logits, rng, temperature=temperature, top_k=top_k, top_p=top_p)
+                if eos_id is not None:
+                    nxt = np.where(finished, eos_id, nxt)
+                    finished |= nxt == eos_id
+                out[:, pos] = nxt
+                if eos_id is not None and finished.all():
+                    break
+        finally:
+            self.train(was_training)
+        return out
