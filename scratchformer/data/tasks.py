@@ -1,0 +1,268 @@
+"""Toy tasks for the encoder classifier and the encoder-decoder model.
+
+Vocabulary (shared by source and target): digits 0-9 are ids 0..9, then
+
+    PAD = 10    padding (inputs); padded *targets* are PAD too and the loss ignores them
+    BOS = 11    first decoder input
+    EOS = 12    last decoder target
+    VOCAB_SIZE = 13
+
+Sequence-to-sequence tasks (lengths uniform in min_len..max_len, digits uniform in 0-9):
+    copy     y = x
+    reverse  y = x[::-1]
+    sort     y = sorted(x)            (minGPT's demo task, here on variable-length digits)
+`make_task(name, n, rng, max_len)` -> Seq2SeqData(src (n, max_len), tgt_in (n, max_len + 1),
+tgt_out (n, max_len + 1)): src = x + PAD..., tgt_in = BOS + y + PAD..., tgt_out = y + EOS + PAD...
+
+Classification task:
+    majority  8 tokens over {0, 1, 2}; label = the most frequent token, ties broken as
+              numpy.argmax(numpy.bincount(x)) does (the smallest token).
+`make_task("majority", n, rng)` -> ClassificationData(x (n, 8), y (n,)).
+
+Held-out data (`make_split`) are disjoint from the training data by construction: the test
+set is drawn first from its own seed, without repeats and taking at most half of the possible
+sequences of any length (so short lengths, where only 10 or 100 sequences exist, still appear
+in training); the training set is then drawn from another seed, rejecting every sequence in
+the test set.
+
+`TASK_DEFAULTS[name]` holds the model and training settings that reach >= 99% held-out
+accuracy (measured with scripts/train_task.py); the CLI reuses them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import NamedTuple
+
+import numpy as np
+
+from scratchformer.errors import ConfigError, DataError
+
+PAD, BOS, EOS = 10, 11, 12
+VOCAB_SIZE = 13
+SEQ2SEQ_TASKS = ("copy", "reverse", "sort")
+CLASSIFICATION_TASKS = ("majority",)
+TASKS = CLASSIFICATION_TASKS + SEQ2SEQ_TASKS
+MAJORITY_LEN, MAJORITY_SYMBOLS = 8, 3
+
+
+class Seq2SeqData(NamedTuple):
+    src: np.ndarray      # (n, max_len) int64, PAD-padded
+    tgt_in: np.ndarray   # (n, max_len + 1): BOS + y, PAD-padded
+    tgt_out: np.ndarray  # (n, max_len + 1): y + EOS, PAD-padded (ignored by the loss)
+
+    def __len__(self) -> int:  # number of examples (not the tuple's 3)
+        return self.src.shape[0]
+
+    def subset(self, idx) -> Seq2SeqData:
+        return Seq2SeqData(self.src[idx], self.tgt_in[idx], self.tgt_out[idx])
+
+
+class ClassificationData(NamedTuple):
+    x: np.ndarray  # (n, T) int64
+    y: np.ndarray  # (n,) int64
+
+    def __len__(self) -> int:
+        return self.x.shape[0]
+
+    def subset(self, idx) -> ClassificationData:
+        return ClassificationData(self.x[idx], self.y[idx])
+
+
+# -- defaults (model config kwargs + training settings) ----------------------------------------
+_SEQ2SEQ_MODEL = dict(n_layer=2, n_head=4, d_model=64, d_ff=256, dropout=0.0, norm_first=True,
+                      activation="gelu", share_embeddings=True, label_smoothing=0.0)
+TASK_DEFAULTS: dict[str, dict] = {
+    "majority": dict(
+        model=dict(n_layer=2, n_head=4, d_model=64, d_ff=128, dropout=0.0, norm_first=True,
+                   activation="gelu", positional="sinusoidal", pooling="mean"),
+        train=dict(steps=600, batch_size=64, lr=3e-3, min_lr=3e-4, warmup_steps=50,
+                   weight_decay=0.01, grad_clip=1.0, n_train=6000, n_test=400, max_len=8, seed=0),
+    ),
+    "copy": dict(
+        model=dict(_SEQ2SEQ_MODEL),
+        train=dict(steps=1500, batch_size=64, lr=2e-3, min_lr=2e-4, warmup_steps=100,
+                   weight_decay=0.01, grad_clip=1.0, n_train=50000, n_test=1000, max_len=12, seed=0),
+    ),
+    "reverse": dict(
+        model=dict(_SEQ2SEQ_MODEL),
+        train=dict(steps=1500, batch_size=64, lr=2e-3, min_lr=2e-4, warmup_steps=100,
+                   weight_decay=0.01, grad_clip=1.0, n_train=50000, n_test=1000, max_len=12, seed=0),
+    ),
+    "sort": dict(
+        model=dict(_SEQ2SEQ_MODEL),
+        train=dict(steps=2000, batch_size=64, lr=2e-3, min_lr=2e-4, warmup_steps=100,
+                   weight_decay=0.01, grad_clip=1.0, n_train=50000, n_test=1000, max_len=12, seed=0),
+    ),
+}
+
+
+def task_defaults(name: str) -> dict:
+    """A deep copy of TASK_DEFAULTS[name] ({"model": {...}, "train": {...}})."""
+    _check_name(name)
+    d = TASK_DEFAULTS[name]
+    return {"model": dict(d["model"]), "train": dict(d["train"])}
+
+
+def _check_name(name: str) -> None:
+    if name not in TASKS:
+        raise ConfigError(f"unknown task {name!r}: choose one of {list(TASKS)}")
+
+
+# -- generators ----------------------------------------------------------------------------------
+def _target(name: str, x: list[int]) -> list[int]:
+    if name == "copy":
+        return list(x)
+    if name == "reverse":
+        return list(x[::-1])
+    return sorted(x)  # sort
+
+
+def _key(seq: np.ndarray) -> bytes:
+    return np.asarray(seq, dtype=np.int8).tobytes()
+
+
+def _draw_sequences(name: str, n: int, rng: np.random.Generator, max_len: int, min_len: int,
+                    exclude: set[bytes] | None, unique: bool) -> list[np.ndarray]:
+    """n raw sequences; vectorised draws, then a cheap Python filter for exclusion/uniqueness."""
+    if name == "majority":
+        cap = MAJORITY_SYMBOLS ** max_len
+    else:
+        cap = None
+    seen: set[bytes] = set()
+    per_len: dict[int, int] = {}
+    out: list[np.ndarray] = []
+    tries = 0
+    while len(out) < n:
+        tries += 1
+        if tries > 1000:
+            raise DataError(f"could not draw {n} distinct {name} sequences of length <= {max_len}")
+        m = max(2 * (n - len(out)), 64)
+        if name == "majority":
+            lengths = np.full(m, max_len)
+            digits = rng.integers(0, MAJORITY_SYMBOLS, size=(m, max_len))
+        else:
+            lengths = rng.integers(min_len, max_len + 1, size=m)
+            digits = rng.integers(0, 10, size=(m, max_len))
+        for L, row in zip(lengths, digits):
+            seq = row[:L]
+            key = _key(seq)
+            if exclude is not None and key in exclude:
+                continue
+            if unique:
+                if key in seen:
+                    continue
+                space = cap if cap is not None else 10 ** int(L)
+                if per_len.get(int(L), 0) >= space // 2:  # leave half of each length to training
+                    continue
+                seen.add(key)
+                per_len[int(L)] = per_len.get(int(L), 0) + 1
+            out.append(seq)
+            if len(out) == n:
+                break
+    return out
+
+
+def make_task(name: str, n: int, rng: np.random.Generator | int, max_len: int | None = None,
+              min_len: int = 1, exclude: set[bytes] | None = None, unique: bool = False):
+    """n examples of task `name`, deterministic given `rng` (a Generator or an int seed).
+
+    max_len: longest sequence (default 12; majority: the fixed length, default 8).
+    exclude: keys (`sequence_keys`) of sequences never to produce. unique: no repeats, and at
+    most half the sequences of any length (used for held-out sets).
+    """
+    _check_name(name)
+    if isinstance(rng, (int, np.integer)):
+        rng = np.random.default_rng(int(rng))
+    if max_len is None:
+        max_len = MAJORITY_LEN if name == "majority" else 12
+    if n < 0 or max_len < 1 or not 1 <= min_len <= max_len:
+        raise ConfigError(f"make_task needs n >= 0 and 1 <= min_len <= max_len, got n={n}, "
+                          f"min_len={min_len}, max_len={max_len}")
+    seqs = _draw_sequences(name, n, rng, max_len, min_len, exclude, unique)
+    if name == "majority":
+        x = np.array(seqs, dtype=np.int64).reshape(n, max_len)
+        y = np.array([np.argmax(np.bincount(s)) for s in seqs], dtype=np.int64)
+        return ClassificationData(x, y)
+    src = np.full((n, max_len), PAD, dtype=np.int64)
+    tgt_in = np.full((n, max_len + 1), PAD, dtype=np.int64)
+    tgt_out = np.full((n, max_len + 1), PAD, dtype=np.int64)
+    for i, s in enumerate(seqs):
+        L = len(s)
+        y = _target(name, s.tolist())
+        src[i, :L] = s
+        tgt_in[i, 0] = BOS
+        tgt_in[i, 1 : L + 1] = y
+        tgt_out[i, :L] = y
+        tgt_out[i, L] = EOS
+    return Seq2SeqData(src, tgt_in, tgt_out)
+
+
+def sequence_keys(data) -> set[bytes]:
+    """Keys of the input sequences of a dataset (for `make_task(exclude=...)`)."""
+    if isinstance(data, ClassificationData):
+        return {_key(row) for row in data.x}
+    return {_key(row[row != PAD]) for row in data.src}
+
+
+def make_split(name: str, n_train: int, n_test: int, seed: int = 0, max_len: int | None = None,
+               min_len: int = 1):
+    """(train, test): the test set is drawn first from default_rng([seed, 1]) (unique, at most
+    half of each length's sequences), then the training set from default_rng([seed, 0]),
+    rejecting every test sequence."""
+    test = make_task(name, n_test, np.random.default_rng([seed, 1]), max_len, min_len, unique=True)
+    train = make_task(name, n_train, np.random.default_rng([seed, 0]), max_len, min_len,
+                      exclude=sequence_keys(test))
+    return train, test
+
+
+# -- text <-> ids ----------------------------------------------------------------------------------
+def parse_digits(text: str) -> np.ndarray:
+    """'3 1 4 1 5' -> array([3, 1, 4, 1, 5]). Tokens are single digits separated by spaces."""
+    if not isinstance(text, str):
+        raise DataError(f"expected a string of space-separated digits, got {type(text).__name__}")
+    tokens = text.split()
+    if not tokens:
+        raise DataError("empty input: expected space-separated digits 0-9, e.g. '3 1 4 1 5'")
+    bad = [t for t in tokens if len(t) != 1 or t not in "0123456789"]
+    if bad:
+        raise DataError(f"bad token(s) {bad[:5]}: expected space-separated single digits 0-9")
+    return np.array([int(t) for t in tokens], dtype=np.int64)
+
+
+def format_digits(ids: Iterable[int]) -> str:
+    """ids -> '3 1 4 1 5': stops at the first EOS, skips PAD and BOS."""
+    out = []
+    for i in np.asarray(list(ids) if not isinstance(ids, np.ndarray) else ids).reshape(-1).tolist():
+        if i == EOS:
+            break
+        if i in (PAD, BOS):
+            continue
+        if not 0 <= i <= 9:
+            raise DataError(f"id {i} is not a digit (0-9) or PAD/BOS/EOS")
+        out.append(str(i))
+    return " ".join(out)
+
+
+def encode_sources(texts: Iterable[str], max_len: int | None = None) -> np.ndarray:
+    """Several '3 1 4' strings -> (n, max_len) PAD-padded source ids."""
+    seqs = [parse_digits(t) for t in texts]
+    longest = max((len(s) for s in seqs), default=0)
+    width = longest if max_len is None else max_len
+    if longest > width:
+        raise DataError(f"input of length {longest} is longer than max_len={width}")
+    src = np.full((len(seqs), width), PAD, dtype=np.int64)
+    for i, s in enumerate(seqs):
+        src[i, : len(s)] = s
+    return src
+
+
+def exact_match(pred: np.ndarray, tgt_out: np.ndarray) -> np.ndarray:
+    """(n,) bool: decoded ids (up to EOS) equal the target (up to EOS)."""
+    return np.array([format_digits(p) == format_digits(t) and _has_eos(p, t) for p, t in zip(pred, tgt_out)])
+
+
+def _has_eos(pred, tgt) -> bool:
+    # a prediction that runs past the target without EOS is wrong even if its prefix matches
+    n = int(np.argmax(np.asarray(tgt) == EOS))
+    return len(pred) > n and int(pred[n]) == EOS

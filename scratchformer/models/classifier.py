@@ -1,0 +1,187 @@
+"""Encoder-only sequence classifier: embeddings + positions -> N encoder blocks -> pool -> linear head.
+
+    logits, loss = model(x, labels)       # x: (B, T) int ids, labels: (B,) int or None
+    model.backward()                      # gradients of the mean cross-entropy into .grad
+    model.predict(x)                      # (B,) argmax class ids (eval mode, no caches)
+
+Pooling:
+- "mean": average of the final hidden states over the real tokens (padding excluded).
+- "cls": a learned vector `cls_token` (d_model,) is prepended to the sequence (position 0,
+  never masked); its final hidden state is the sequence summary (BERT's [CLS]).
+
+With pre-norm blocks (`norm_first=True`) a final LayerNorm `ln_f` is applied before pooling,
+as GPT-2 / torch.nn.TransformerEncoder(norm=...) do; post-norm blocks already end in a norm.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from scratchformer.errors import ConfigError, DataError, ShapeError
+from scratchformer.nn import (
+    Dropout,
+    Embedding,
+    EncoderBlock,
+    LayerNorm,
+    LearnedPositionalEmbedding,
+    Linear,
+    Module,
+    Parameter,
+    SinusoidalPositionalEncoding,
+)
+from scratchformer.nn import init
+from scratchformer.ops import cross_entropy_backward, cross_entropy_forward
+
+
+@dataclass
+class ClassifierConfig:
+    vocab_size: int
+    n_classes: int
+    max_len: int = 64          # longest input sequence (the CLS token is extra)
+    n_layer: int = 2
+    n_head: int = 4
+    d_model: int = 64
+    d_ff: int | None = None    # default 4 * d_model
+    dropout: float = 0.0
+    norm_first: bool = True
+    activation: str = "gelu"
+    positional: str = "sinusoidal"  # or "learned"
+    pooling: str = "mean"           # or "cls"
+    pad_id: int | None = None       # if set and no padding_mask is given, mask = (x != pad_id)
+
+    def __post_init__(self):
+        if self.d_ff is None:
+            self.d_ff = 4 * self.d_model
+        for name in ("vocab_size", "n_classes", "max_len", "n_layer", "n_head", "d_model", "d_ff"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, np.integer)) or v < 1:
+                raise ConfigError(f"ClassifierConfig.{name} must be a positive int, got {v!r}")
+        if self.d_model % self.n_head:
+            raise ConfigError(f"d_model ({self.d_model}) must be divisible by n_head ({self.n_head})")
+        if self.positional not in ("sinusoidal", "learned"):
+            raise ConfigError(f"positional must be 'sinusoidal' or 'learned', got {self.positional!r}")
+        if self.pooling not in ("mean", "cls"):
+            raise ConfigError(f"pooling must be 'mean' or 'cls', got {self.pooling!r}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.pad_id is not None and not 0 <= self.pad_id < self.vocab_size:
+            raise ConfigError(f"pad_id {self.pad_id} outside the vocabulary [0, {self.vocab_size})")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class TransformerClassifier(Module):
+    """See the module docstring. Parameters: `tok_emb`, `pos` (learned only), `cls_token`
+    (cls pooling only), `blocks.i` (EncoderBlock), `ln_f` (pre-norm only), `head`."""
+
+    def __init__(self, config: ClassifierConfig):
+        super().__init__()
+        c = self.config = config
+        self.tok_emb = Embedding(c.vocab_size, c.d_model)
+        n_pos = c.max_len + (1 if c.pooling == "cls" else 0)
+        if c.positional == "learned":
+            self.pos = LearnedPositionalEmbedding(n_pos, c.d_model)
+        else:
+            self.pos = SinusoidalPositionalEncoding(n_pos, c.d_model)
+        if c.pooling == "cls":
+            self.cls_token = Parameter(init.normal((c.d_model,), 1.0, self.tok_emb.weight.data.dtype))
+        self.drop = Dropout(c.dropout)
+        self.blocks = [
+            EncoderBlock(c.d_model, c.n_head, c.d_ff, dropout=c.dropout, activation=c.activation,
+                         norm_first=c.norm_first)
+            for _ in range(c.n_layer)
+        ]
+        if c.norm_first:
+            self.ln_f = LayerNorm(c.d_model)
+        self.head = Linear(c.d_model, c.n_classes)
+
+    # -- forward / backward ------------------------------------------------------------------
+    def _padding_mask(self, x: np.ndarray, padding_mask) -> np.ndarray | None:
+        if padding_mask is None:
+            return None if self.config.pad_id is None else (x != self.config.pad_id)
+        padding_mask = np.asarray(padding_mask)
+        if padding_mask.dtype != bool or padding_mask.shape != x.shape:
+            raise ShapeError(f"padding_mask must be bool of shape {x.shape} (True = real token), "
+                             f"got {padding_mask.dtype} {padding_mask.shape}")
+        return padding_mask
+
+    def forward(self, x, labels=None, padding_mask=None):
+        """x: (B, T) int ids; labels: (B,) int or None; padding_mask: (B, T) bool, True = real.
+
+        Returns (logits (B, n_classes), loss float or None)."""
+        x = np.asarray(x)
+        if x.ndim != 2:
+            raise ShapeError(f"classifier input must be (B, T) token ids, got shape {x.shape}")
+        if x.shape[1] > self.config.max_len:
+            raise ShapeError(f"sequence length {x.shape[1]} > max_len {self.config.max_len}")
+        B, T = x.shape
+        keep = self._padding_mask(x, padding_mask)  # (B, T) or None
+        if keep is not None and not keep.any(axis=1).all() and self.config.pooling == "mean":
+            raise DataError("every sequence needs at least one real (non-padding) token")
+        h = self.tok_emb(x)  # (B, T, C)
+        if self.config.pooling == "cls":
+            cls = np.broadcast_to(self.cls_token.data.astype(h.dtype, copy=False), (B, 1, h.shape[-1]))
+            h = np.concatenate([cls, h], axis=1)
+            if keep is not None:
+                keep = np.concatenate([np.ones((B, 1), dtype=bool), keep], axis=1)
+        h = self.drop(self.pos(h))
+        attn_mask = None if keep is None else keep[:, None, None, :]  # (B, 1, 1, T') keys
+        for blk in self.blocks:
+            h = blk(h, mask=attn_mask)
+        if self.config.norm_first:
+            h = self.ln_f(h)
+        if self.config.pooling == "cls":
+            pooled = h[:, 0]
+            weights = None
+        else:
+            if keep is None:
+                weights = np.full((B, h.shape[1]), 1.0 / h.shape[1], dtype=h.dtype)
+            else:
+                weights = (keep / keep.sum(axis=1, keepdims=True)).astype(h.dtype)
+            pooled = np.einsum("bt,btc->bc", weights, h)
+        logits = self.head(pooled)
+        loss, loss_cache = None, None
+        if labels is not None:
+            labels = np.asarray(labels)
+            if labels.shape != (B,):
+                raise ShapeError(f"labels must have shape ({B},), got {labels.shape}")
+            loss, loss_cache = cross_entropy_forward(logits, labels)
+        self._save(weights=weights, shape=h.shape, loss=loss_cache)
+        return logits, loss
+
+    def backward(self, grad_logits: np.ndarray | None = None) -> None:
+        """Backpropagate the loss of the last forward (or `grad_logits` (B, n_classes))."""
+        c = self._pop_cache()
+        if grad_logits is None:
+            if c["loss"] is None:
+                raise ShapeError("backward() without grad_logits needs a forward with labels")
+            grad_logits = cross_entropy_backward(c["loss"])
+        dpooled = self.head.backward(grad_logits)  # (B, C)
+        if self.config.pooling == "cls":
+            dh = np.zeros(c["shape"], dtype=dpooled.dtype)
+            dh[:, 0] = dpooled
+        else:
+            dh = c["weights"][:, :, None] * dpooled[:, None, :]
+        if self.config.norm_first:
+            dh = self.ln_f.backward(dh)
+        for blk in reversed(self.blocks):
+            dh = blk.backward(dh)
+        dh = self.pos.backward(self.drop.backward(dh))
+        if self.config.pooling == "cls":
+            self.cls_token.grad += dh[:, 0].sum(axis=0)
+            dh = dh[:, 1:]
+        self.tok_emb.backward(dh)
+        return None
+
+    def predict(self, x, padding_mask=None) -> np.ndarray:
+        """(B,) predicted class ids; runs in eval mode and restores the previous mode."""
+        was_training = self.training
+        self.eval()
+        try:
+            logits, _ = self.forward(x, padding_mask=padding_mask)
+        finally:
+            self.train(was_training)
+        return logits.argmax(axis=-1)

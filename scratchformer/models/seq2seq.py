@@ -1,0 +1,227 @@
+"""Encoder-decoder Transformer (Vaswani et al. 2017) trained with teacher forcing.
+
+    logits, loss = model(src, tgt_in, tgt_out)   # src (B, S), tgt_in/tgt_out (B, T) int ids
+    model.backward()
+
+- Embeddings (source and target, optionally one shared table) are scaled by sqrt(d_model)
+  (section 3.4) and initialised N(0, 1/d_model), so the scaled embedding has unit variance,
+  the same scale as the sinusoidal positions (section 3.5) added to it.
+- Source padding mask: (B, 1, 1, S) from src != pad_id, used by the encoder's self-attention
+  and by every decoder cross-attention. Target self mask: key padding (B, 1, 1, T) from
+  tgt_in != pad_id, combined with the causal mask inside DecoderBlock.
+- Teacher forcing: tgt_in = [BOS, y1, ..., yn] and tgt_out = [y1, ..., yn, EOS] (shifted by
+  one); positions where tgt_out == pad_id (or < 0) are ignored by the loss. Optional label
+  smoothing (torch's definition).
+- Backward: the decoder runs first; every cross-attention returns a gradient for the memory
+  and their sum is the gradient of the encoder output, which then flows through the encoder.
+- Pre-norm (`norm_first=True`) stacks end in a final LayerNorm each (`enc_norm`, `dec_norm`),
+  as torch.nn.Transformer(norm_first=True).
+
+Inference: `encode(src)` -> memory; `decode(tgt_prefix, memory, src_mask)` -> logits for every
+prefix position (no cache); `decode_step(tokens, memory, src_mask, caches, offset)` -> logits of
+the newest position, with a KV cache (see scratchformer.inference.beam).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from scratchformer.errors import ConfigError, ShapeError
+from scratchformer.nn import (
+    DecoderBlock,
+    Dropout,
+    Embedding,
+    EncoderBlock,
+    KVCache,
+    LayerNorm,
+    Linear,
+    Module,
+    SinusoidalPositionalEncoding,
+)
+from scratchformer.nn import init
+from scratchformer.ops import cross_entropy_backward, cross_entropy_forward
+
+
+@dataclass
+class Seq2SeqConfig:
+    src_vocab_size: int
+    tgt_vocab_size: int
+    max_len: int = 64                 # longest source and longest decoder input
+    n_layer: int = 2                  # encoder and decoder layers, unless given separately
+    n_head: int = 4
+    d_model: int = 64
+    d_ff: int | None = None           # default 4 * d_model
+    dropout: float = 0.0
+    norm_first: bool = True
+    activation: str = "gelu"
+    share_embeddings: bool = False    # one table for source and target (needs equal vocab sizes)
+    label_smoothing: float = 0.0
+    pad_id: int = 0
+    bos_id: int = 1
+    eos_id: int = 2
+    n_encoder_layers: int | None = None
+    n_decoder_layers: int | None = None
+
+    def __post_init__(self):
+        if self.d_ff is None:
+            self.d_ff = 4 * self.d_model
+        if self.n_encoder_layers is None:
+            self.n_encoder_layers = self.n_layer
+        if self.n_decoder_layers is None:
+            self.n_decoder_layers = self.n_layer
+        for name in ("src_vocab_size", "tgt_vocab_size", "max_len", "n_head", "d_model", "d_ff",
+                     "n_encoder_layers", "n_decoder_layers"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, np.integer)) or v < 1:
+                raise ConfigError(f"Seq2SeqConfig.{name} must be a positive int, got {v!r}")
+        if self.d_model % self.n_head:
+            raise ConfigError(f"d_model ({self.d_model}) must be divisible by n_head ({self.n_head})")
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise ConfigError("share_embeddings needs src_vocab_size == tgt_vocab_size, got "
+                              f"{self.src_vocab_size} and {self.tgt_vocab_size}")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ConfigError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
+        for name in ("pad_id", "bos_id", "eos_id"):
+            v = getattr(self, name)
+            if not 0 <= v < self.tgt_vocab_size:
+                raise ConfigError(f"{name} {v} outside the target vocabulary [0, {self.tgt_vocab_size})")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class Seq2SeqTransformer(Module):
+    """Parameters: `src_emb`, `tgt_emb` (the same weight when shared), `encoder.i`, `enc_norm`,
+    `decoder.i`, `dec_norm` (the norms only with pre-norm), `lm_head` (d_model -> tgt vocab)."""
+
+    def __init__(self, config: Seq2SeqConfig):
+        super().__init__()
+        c = self.config = config
+        std = c.d_model ** -0.5
+        self.src_emb = Embedding(c.src_vocab_size, c.d_model)
+        self.src_emb.weight.data[...] = init.normal(self.src_emb.weight.shape, std, self.src_emb.weight.data.dtype)
+        self.tgt_emb = Embedding(c.tgt_vocab_size, c.d_model)
+        if c.share_embeddings:
+            self.tgt_emb.weight = self.src_emb.weight  # one Parameter, two lookups
+        else:
+            self.tgt_emb.weight.data[...] = init.normal(self.tgt_emb.weight.shape, std,
+                                                        self.tgt_emb.weight.data.dtype)
+        self.emb_scale = math.sqrt(c.d_model)
+        self.src_pos = SinusoidalPositionalEncoding(c.max_len, c.d_model)
+        self.tgt_pos = SinusoidalPositionalEncoding(c.max_len, c.d_model)
+        self.src_drop, self.tgt_drop = Dropout(c.dropout), Dropout(c.dropout)
+        kw = dict(dropout=c.dropout, activation=c.activation, norm_first=c.norm_first)
+        self.encoder = [EncoderBlock(c.d_model, c.n_head, c.d_ff, **kw) for _ in range(c.n_encoder_layers)]
+        self.decoder = [DecoderBlock(c.d_model, c.n_head, c.d_ff, cross_attention=True, **kw)
+                        for _ in range(c.n_decoder_layers)]
+        if c.norm_first:
+            self.enc_norm = LayerNorm(c.d_model)
+            self.dec_norm = LayerNorm(c.d_model)
+        self.lm_head = Linear(c.d_model, c.tgt_vocab_size)
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _check_ids(self, ids, name: str) -> np.ndarray:
+        ids = np.asarray(ids)
+        if ids.ndim != 2 or not np.issubdtype(ids.dtype, np.integer):
+            raise ShapeError(f"{name} must be (B, T) integer token ids, got {ids.dtype} {ids.shape}")
+        if ids.shape[1] > self.config.max_len:
+            raise ShapeError(f"{name} has length {ids.shape[1]} > max_len {self.config.max_len}")
+        return ids
+
+    def src_mask(self, src: np.ndarray) -> np.ndarray:
+        """(B, 1, 1, S) bool, True at real (non-pad) source tokens."""
+        return (np.asarray(src) != self.config.pad_id)[:, None, None, :]
+
+    # -- encoder / decoder -------------------------------------------------------------------
+    def encode(self, src, src_mask=None) -> np.ndarray:
+        """src (B, S) ids -> memory (B, S, d_model). src_mask defaults to src != pad_id."""
+        src = self._check_ids(src, "src")
+        if src_mask is None:
+            src_mask = self.src_mask(src)
+        h = self.src_drop(self.src_pos(self.src_emb(src) * self.emb_scale))
+        for blk in self.encoder:
+            h = blk(h, mask=src_mask)
+        if self.config.norm_first:
+            h = self.enc_norm(h)
+        return h
+
+    def decode(self, tgt_in, memory, src_mask=None, tgt_padding=True) -> np.ndarray:
+        """tgt_in (B, T) ids (starting with BOS) -> logits (B, T, tgt_vocab), no cache."""
+        tgt_in = self._check_ids(tgt_in, "tgt_in")
+        self_mask = (tgt_in != self.config.pad_id)[:, None, None, :] if tgt_padding else None
+        h = self.tgt_drop(self.tgt_pos(self.tgt_emb(tgt_in) * self.emb_scale))
+        for blk in self.decoder:
+            h = blk(h, memory, self_mask=self_mask, memory_mask=src_mask)
+        if self.config.norm_first:
+            h = self.dec_norm(h)
+        return self.lm_head(h)
+
+    def new_caches(self) -> list[list[KVCache]]:
+        return [blk.new_cache() for blk in self.decoder]
+
+    def decode_step(self, tokens, memory, src_mask, caches: list[list[KVCache]], offset: int) -> np.ndarray:
+        """Incremental decoding (eval mode): tokens (B, 1) at position `offset` -> logits (B, V).
+
+        `caches` (from `new_caches()`) holds the keys/values of positions < offset."""
+        tokens = np.asarray(tokens)
+        h = self.tgt_pos(self.tgt_emb(tokens) * self.emb_scale, offset=offset)
+        for blk, cache in zip(self.decoder, caches):
+            h = blk(h, memory, memory_mask=src_mask, cache=cache)
+        if self.config.norm_first:
+            h = self.dec_norm(h)
+        return self.lm_head(h[:, -1])
+
+    # -- training ----------------------------------------------------------------------------
+    def forward(self, src, tgt_in, tgt_out=None):
+        """Returns (logits (B, T, tgt_vocab), loss float or None).
+
+        tgt_out positions equal to pad_id (or negative, e.g. -1) are ignored by the loss."""
+        src = self._check_ids(src, "src")
+        tgt_in = self._check_ids(tgt_in, "tgt_in")
+        if src.shape[0] != tgt_in.shape[0]:
+            raise ShapeError(f"src and tgt_in batch sizes differ: {src.shape[0]} vs {tgt_in.shape[0]}")
+        src_mask = self.src_mask(src)
+        memory = self.encode(src, src_mask)
+        logits = self.decode(tgt_in, memory, src_mask)
+        loss, loss_cache = None, None
+        if tgt_out is not None:
+            tgt_out = np.asarray(tgt_out)
+            if tgt_out.shape != tgt_in.shape:
+                raise ShapeError(f"tgt_out must have the shape of tgt_in {tgt_in.shape}, got {tgt_out.shape}")
+            pad = self.config.pad_id
+            targets = np.where(tgt_out < 0, pad, tgt_out)
+            loss, loss_cache = cross_entropy_forward(logits, targets, ignore_index=pad,
+                                                     label_smoothing=self.config.label_smoothing)
+        self._save(loss=loss_cache)
+        return logits, loss
+
+    def backward(self, grad_logits: np.ndarray | None = None) -> None:
+        """Backpropagate the loss of the last forward (or `grad_logits` (B, T, V))."""
+        c = self._pop_cache()
+        if grad_logits is None:
+            if c["loss"] is None:
+                raise ShapeError("backward() without grad_logits needs a forward with tgt_out")
+            grad_logits = cross_entropy_backward(c["loss"])
+        dh = self.lm_head.backward(grad_logits)
+        if self.config.norm_first:
+            dh = self.dec_norm.backward(dh)
+        dmemory = None
+        for blk in reversed(self.decoder):
+            dh, dm = blk.backward(dh)
+            dmemory = dm if dmemory is None else dmemory + dm
+        dh = self.tgt_pos.backward(self.tgt_drop.backward(dh))
+        self.tgt_emb.backward(dh * self.emb_scale)
+        # the encoder output feeds every cross-attention: its gradient is the sum
+        dh = dmemory
+        if self.config.norm_first:
+            dh = self.enc_norm.backward(dh)
+        for blk in reversed(self.encoder):
+            dh = blk.backward(dh)
+        dh = self.src_pos.backward(self.src_drop.backward(dh))
+        self.src_emb.backward(dh * self.emb_scale)
+        return None
