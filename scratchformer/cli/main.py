@@ -9,12 +9,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
-from scratchformer.errors import ConfigError, ScratchformerError
+from scratchformer.errors import ScratchformerError
 
 # Defaults per data kind. Lines (the bundled names): makemore's transformer (4 layers, 4 heads,
 # 64 channels), trained long enough to pass its published 1.92 test loss in under 10 minutes on
@@ -97,7 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--n-layer", type=_positive_int)
     m.add_argument("--n-head", type=_positive_int)
     m.add_argument("--n-embd", type=_positive_int, help="model width d_model")
-    m.add_argument("--block-size", type=_positive_int, help="context length (default: longest line + 1, or 64 for text)")
+    m.add_argument("--block-size", type=_positive_int,
+                   help="context length (default: longest line + 1, or 64 for text)")
     m.add_argument("--dropout", type=_nonneg_float)
     m.add_argument("--activation", choices=["gelu", "gelu_tanh", "relu"])
     m.add_argument("--positional", choices=["learned", "sinusoidal"])

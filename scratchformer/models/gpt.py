@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, fields
 import numpy as np
 
 from scratchformer.errors import ConfigError, DataError, ShapeError
+from scratchformer.inference.sampling import as_rng, sample_next
 from scratchformer.nn import (
     DecoderBlock,
     Dropout,
@@ -302,8 +303,6 @@ class GPT(Module):
         use_cache=False always does that. Both pick identical tokens. The model runs in eval
         mode and its previous train/eval mode is restored afterwards.
         """
-        from scratchformer.inference.sampling import as_rng, sample_next  # lazy: inference sits below models
-
         idx = self._check_idx(idx, name="prompt")
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) \
                 or max_new_tokens < 0:

@@ -22,4 +22,29 @@ from scratchformer.ops.softmax import (
     softmax_forward,
 )
 
-__all__ = [name for name in dir() if not name.startswith("_")]
+__all__ = [
+    "ACTIVATIONS",
+    "erf",
+    "gelu_backward",
+    "gelu_forward",
+    "gelu_tanh_backward",
+    "gelu_tanh_forward",
+    "relu_backward",
+    "relu_forward",
+    "attention_backward",
+    "attention_forward",
+    "attention_mask",
+    "causal_mask",
+    "dropout_backward",
+    "dropout_forward",
+    "layernorm_backward",
+    "layernorm_forward",
+    "linear_backward",
+    "linear_forward",
+    "cross_entropy_backward",
+    "cross_entropy_forward",
+    "log_softmax_backward",
+    "log_softmax_forward",
+    "softmax_backward",
+    "softmax_forward",
+]

@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 
 from scratchformer.data.tasks import (
+    BOS,
     CLASSIFICATION_TASKS,
     EOS,
     PAD,
     VOCAB_SIZE,
-    BOS,
     encode_sources,
     exact_match,
     format_digits,
