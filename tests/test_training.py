@@ -97,3 +97,14 @@ def test_bad_train_config_is_rejected():
         TrainConfig(batch_size=0)
     with pytest.raises(ConfigError, match="lr"):
         TrainConfig(lr=-1.0)
+
+
+def test_trimmed_batches_give_the_same_loss_as_full_blocks():
+    job = tiny_job()
+    ds = job.dataset.val
+    x, y = next(ds.all_batches(16))
+    assert x.shape[1] < ds.block_size  # trimmed
+    job.model.eval()
+    _, trimmed = job.model(x, y)
+    _, full = job.model(ds.x[:16], ds.y[:16])
+    assert abs(trimmed - full) < 1e-6

@@ -68,16 +68,26 @@ class LineDataset:
         return len(self.lines)
 
     def batch(self, rng: np.random.Generator, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
-        """Random items (with replacement): x, y of shape (batch_size, block_size), int64."""
+        """Random items (with replacement): x, y of shape (batch_size, T), int64, where
+        T <= block_size is the longest item in the batch (see `_trim`)."""
         if len(self) == 0:
             raise DataError("cannot sample a batch from an empty dataset split")
         idx = rng.integers(0, len(self), size=batch_size)
-        return self.x[idx], self.y[idx]
+        return _trim(self.x[idx], self.y[idx])
 
     def all_batches(self, batch_size: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """Every item once, in order; the last batch may be smaller."""
+        """Every item once, in order; the last batch may be smaller. Trimmed as `batch`."""
         for i in range(0, len(self), batch_size):
-            yield self.x[i : i + batch_size], self.y[i : i + batch_size]
+            yield _trim(self.x[i : i + batch_size], self.y[i : i + batch_size])
+
+
+def _trim(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Drop the trailing columns where every target is padding. Exact: with causal attention
+    those positions never influence earlier ones, and the loss ignores them. Names average
+    7 tokens in a 16-token block, so this roughly halves the work of a step."""
+    real = (y != IGNORE_INDEX).any(axis=0)
+    T = int(np.flatnonzero(real)[-1]) + 1 if real.any() else 1
+    return x[:, :T], y[:, :T]
 
 
 class TextDataset:
