@@ -19,17 +19,17 @@ class FeedForward(Module):
         if activation not in ACTIVATIONS:
             raise ConfigError(f"unknown activation {activation!r}: choose one of {sorted(ACTIVATIONS)}")
         self.activation = activation
-        self._act_forward, self._act_backward = ACTIVATIONS[activation]
+        self._act_keep, self._act_from_cache = ACTIVATIONS[activation]
         self.fc1 = Linear(d_model, d_ff, bias=bias, dtype=dtype, rng=rng)
         self.fc2 = Linear(d_ff, d_model, bias=bias, dtype=dtype, rng=rng)
         self.dropout = Dropout(dropout)
 
     def forward(self, x: np.ndarray) -> np.ndarray:
-        h = self.fc1(x)  # (..., d_ff)
-        self._save(h=h)
-        return self.fc2(self.dropout(self._act_forward(h)))
+        a, act_cache = self._act_keep(self.fc1(x))  # (..., d_ff)
+        self._save(act=act_cache)
+        return self.fc2(self.dropout(a))
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
-        h = self._pop_cache()["h"]
+        act_cache = self._pop_cache()["act"]
         da = self.dropout.backward(self.fc2.backward(dy))
-        return self.fc1.backward(self._act_backward(da, h))
+        return self.fc1.backward(self._act_from_cache(da, act_cache))

@@ -45,8 +45,9 @@ def erf(x: np.ndarray) -> np.ndarray:
     table = _ERF_TABLES[x.dtype]
     degree = table.shape[0] - 1
     t = np.abs(x)
-    piece = np.minimum((t * (1 / _ERF_WIDTH)).astype(np.intp), _ERF_PIECES - 1)
-    u = ((t - (piece + 0.5) * _ERF_WIDTH) * (2 / _ERF_WIDTH)).astype(x.dtype, copy=False)
+    start = np.minimum(np.floor(t * (1 / _ERF_WIDTH)), _ERF_PIECES - 1)  # piece index, as a float
+    piece = start.astype(np.intp)
+    u = t * (2 / _ERF_WIDTH) - (2 * start + 1)  # (t - centre) / half_width, in [-1, 1]
     y = table[degree].take(piece)
     for k in range(degree - 1, -1, -1):  # Horner, one coefficient row per step
         y *= u
@@ -56,51 +57,80 @@ def erf(x: np.ndarray) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------
+# Each activation comes as a pair for layers: `*_keep(x) -> (y, cache)` and
+# `*_from_cache(dy, cache) -> dx`, so a backward reuses what its forward computed (GELU's erf
+# is the expensive part); `*_forward(x)` / `*_backward(dy, x)` are the plain functional forms.
+
 # ReLU: y = max(x, 0)
-def relu_forward(x: np.ndarray) -> np.ndarray:
-    return np.maximum(x, 0)
+def relu_keep(x: np.ndarray):
+    return np.maximum(x, 0), x
 
 
-def relu_backward(dy: np.ndarray, x: np.ndarray) -> np.ndarray:
+def relu_from_cache(dy: np.ndarray, x: np.ndarray) -> np.ndarray:
     # dy/dx = 1 where x > 0, else 0
     return dy * (x > 0)
 
 
-# ---------------------------------------------------------------------------------------------
 # GELU, exact: y = x * Phi(x),  Phi(x) = (1 + erf(x / sqrt 2)) / 2
 _INV_SQRT2 = 1 / math.sqrt(2)
 _INV_SQRT_2PI = 1 / math.sqrt(2 * math.pi)
 
 
-def gelu_forward(x: np.ndarray) -> np.ndarray:
-    return x * (0.5 * (1 + erf(x * _INV_SQRT2)))
-
-
-def gelu_backward(dy: np.ndarray, x: np.ndarray) -> np.ndarray:
-    # dy/dx = Phi(x) + x * phi(x),  phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
+def gelu_keep(x: np.ndarray):
     cdf = 0.5 * (1 + erf(x * _INV_SQRT2))
+    return x * cdf, (x, cdf)
+
+
+def gelu_from_cache(dy: np.ndarray, cache) -> np.ndarray:
+    # dy/dx = Phi(x) + x * phi(x),  phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
+    x, cdf = cache
     pdf = np.exp(-0.5 * x * x) * _INV_SQRT_2PI
     return dy * (cdf + x * pdf)
 
 
-# ---------------------------------------------------------------------------------------------
 # GELU, tanh approximation (GPT-2): y = x/2 * (1 + tanh(u)),  u = sqrt(2/pi) (x + 0.044715 x^3)
 _GELU_C = math.sqrt(2 / math.pi)
 
 
-def gelu_tanh_forward(x: np.ndarray) -> np.ndarray:
-    return 0.5 * x * (1 + np.tanh(_GELU_C * (x + 0.044715 * x**3)))
-
-
-def gelu_tanh_backward(dy: np.ndarray, x: np.ndarray) -> np.ndarray:
-    # dy/dx = (1 + tanh u)/2 + x/2 * (1 - tanh^2 u) * du/dx,  du/dx = sqrt(2/pi) (1 + 3*0.044715 x^2)
+def gelu_tanh_keep(x: np.ndarray):
     th = np.tanh(_GELU_C * (x + 0.044715 * x**3))
+    return 0.5 * x * (1 + th), (x, th)
+
+
+def gelu_tanh_from_cache(dy: np.ndarray, cache) -> np.ndarray:
+    # dy/dx = (1 + tanh u)/2 + x/2 * (1 - tanh^2 u) * du/dx,  du/dx = sqrt(2/pi) (1 + 3*0.044715 x^2)
+    x, th = cache
     du = _GELU_C * (1 + 3 * 0.044715 * x * x)
     return dy * (0.5 * (1 + th) + 0.5 * x * (1 - th * th) * du)
 
 
 ACTIVATIONS = {
-    "relu": (relu_forward, relu_backward),
-    "gelu": (gelu_forward, gelu_backward),
-    "gelu_tanh": (gelu_tanh_forward, gelu_tanh_backward),
+    "relu": (relu_keep, relu_from_cache),
+    "gelu": (gelu_keep, gelu_from_cache),
+    "gelu_tanh": (gelu_tanh_keep, gelu_tanh_from_cache),
 }
+
+
+# The plain functional forms (the backward recomputes what the forward would have kept).
+def relu_forward(x: np.ndarray) -> np.ndarray:
+    return relu_keep(x)[0]
+
+
+def relu_backward(dy: np.ndarray, x: np.ndarray) -> np.ndarray:
+    return relu_from_cache(dy, x)
+
+
+def gelu_forward(x: np.ndarray) -> np.ndarray:
+    return gelu_keep(x)[0]
+
+
+def gelu_backward(dy: np.ndarray, x: np.ndarray) -> np.ndarray:
+    return gelu_from_cache(dy, gelu_keep(x)[1])
+
+
+def gelu_tanh_forward(x: np.ndarray) -> np.ndarray:
+    return gelu_tanh_keep(x)[0]
+
+
+def gelu_tanh_backward(dy: np.ndarray, x: np.ndarray) -> np.ndarray:
+    return gelu_tanh_from_cache(dy, gelu_tanh_keep(x)[1])
