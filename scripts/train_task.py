@@ -18,27 +18,32 @@ import os
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
+import argparse
+import json
+import sys
+import time
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 from scratchformer.data.tasks import (
     BOS,
     EOS,
+    MAJORITY_SYMBOLS,
     PAD,
     SEQ2SEQ_TASKS,
     TASKS,
     VOCAB_SIZE,
-    MAJORITY_SYMBOLS,
     exact_match,
     make_split,
     task_defaults,
 )
 from scratchformer.inference import beam_search, greedy_decode
-from scratchformer.models import ClassifierConfig, Seq2SeqConfig, Seq2SeqTransformer, TransformerClassifier
+from scratchformer.models import (
+    ClassifierConfig,
+    Seq2SeqConfig,
+    Seq2SeqTransformer,
+    TransformerClassifier,
+)
 from scratchformer.nn import manual_seed
 from scratchformer.optim import AdamW, clip_grad_norm, cosine_lr, param_groups
 

@@ -16,8 +16,8 @@ PAD = 0
 
 def tiny(pooling="mean", norm_first=True, positional="sinusoidal", dtype=np.float64, **kw):
     manual_seed(0)
-    cfg = dict(vocab_size=7, n_classes=3, max_len=6, n_layer=2, n_head=2, d_model=8, d_ff=12,
-               norm_first=norm_first, positional=positional, pooling=pooling, pad_id=PAD)
+    cfg = {"vocab_size": 7, "n_classes": 3, "max_len": 6, "n_layer": 2, "n_head": 2, "d_model": 8, "d_ff": 12,
+               "norm_first": norm_first, "positional": positional, "pooling": pooling, "pad_id": PAD}
     cfg.update(kw)
     return TransformerClassifier(ClassifierConfig(**cfg)).to(dtype)
 

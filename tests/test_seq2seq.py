@@ -18,10 +18,10 @@ from scratchformer.nn import manual_seed
 
 def tiny(norm_first=True, share=False, label_smoothing=0.1, dtype=np.float64, **kw):
     manual_seed(0)
-    cfg = dict(src_vocab_size=VOCAB_SIZE, tgt_vocab_size=VOCAB_SIZE, max_len=7, n_layer=1,
-               n_decoder_layers=2, n_head=2, d_model=8, d_ff=12, norm_first=norm_first,
-               share_embeddings=share, label_smoothing=label_smoothing, pad_id=PAD, bos_id=BOS,
-               eos_id=EOS)
+    cfg = {"src_vocab_size": VOCAB_SIZE, "tgt_vocab_size": VOCAB_SIZE, "max_len": 7, "n_layer": 1,
+               "n_decoder_layers": 2, "n_head": 2, "d_model": 4, "d_ff": 8, "norm_first": norm_first,
+               "share_embeddings": share, "label_smoothing": label_smoothing, "pad_id": PAD, "bos_id": BOS,
+               "eos_id": EOS}
     cfg.update(kw)
     return Seq2SeqTransformer(Seq2SeqConfig(**cfg)).to(dtype)
 

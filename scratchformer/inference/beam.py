@@ -110,7 +110,7 @@ def sequence_scores(model, src, hyps, alpha: float = 0.6) -> np.ndarray:
     EOS (or over all L tokens when it has none)."""
     src, hyps = np.asarray(src), np.asarray(hyps)
     c = model.config
-    B, L = hyps.shape
+    B, _L = hyps.shape
     tgt_in = np.concatenate([np.full((B, 1), c.bos_id, dtype=hyps.dtype), hyps[:, :-1]], axis=1)
     with _eval_mode(model):
         src_mask = model.src_mask(src)

@@ -30,8 +30,8 @@ from scratchformer.nn import (
     Module,
     Parameter,
     SinusoidalPositionalEncoding,
+    init,
 )
-from scratchformer.nn import init
 from scratchformer.ops import cross_entropy_backward, cross_entropy_forward
 
 
@@ -117,7 +117,7 @@ class TransformerClassifier(Module):
             raise ShapeError(f"classifier input must be (B, T) token ids, got shape {x.shape}")
         if x.shape[1] > self.config.max_len:
             raise ShapeError(f"sequence length {x.shape[1]} > max_len {self.config.max_len}")
-        B, T = x.shape
+        B, _T = x.shape
         keep = self._padding_mask(x, padding_mask)  # (B, T) or None
         if keep is not None and not keep.any(axis=1).all() and self.config.pooling == "mean":
             raise DataError("every sequence needs at least one real (non-padding) token")
@@ -174,7 +174,6 @@ class TransformerClassifier(Module):
             self.cls_token.grad += dh[:, 0].sum(axis=0)
             dh = dh[:, 1:]
         self.tok_emb.backward(dh)
-        return None
 
     def predict(self, x, padding_mask=None) -> np.ndarray:
         """(B,) predicted class ids; runs in eval mode and restores the previous mode."""

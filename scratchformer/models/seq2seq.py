@@ -40,8 +40,8 @@ from scratchformer.nn import (
     Linear,
     Module,
     SinusoidalPositionalEncoding,
+    init,
 )
-from scratchformer.nn import init
 from scratchformer.ops import cross_entropy_backward, cross_entropy_forward
 
 
@@ -115,7 +115,7 @@ class Seq2SeqTransformer(Module):
         self.src_pos = SinusoidalPositionalEncoding(c.max_len, c.d_model)
         self.tgt_pos = SinusoidalPositionalEncoding(c.max_len, c.d_model)
         self.src_drop, self.tgt_drop = Dropout(c.dropout), Dropout(c.dropout)
-        kw = dict(dropout=c.dropout, activation=c.activation, norm_first=c.norm_first)
+        kw = {"dropout": c.dropout, "activation": c.activation, "norm_first": c.norm_first}
         self.encoder = [EncoderBlock(c.d_model, c.n_head, c.d_ff, **kw) for _ in range(c.n_encoder_layers)]
         self.decoder = [DecoderBlock(c.d_model, c.n_head, c.d_ff, cross_attention=True, **kw)
                         for _ in range(c.n_decoder_layers)]
@@ -224,4 +224,3 @@ class Seq2SeqTransformer(Module):
             dh = blk.backward(dh)
         dh = self.src_pos.backward(self.src_drop.backward(dh))
         self.src_emb.backward(dh * self.emb_scale)
-        return None
