@@ -112,6 +112,9 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
+    from scratchformer.allocator import keep_freed_memory
+
+    keep_freed_memory()  # as the training loop does
     print(f"numpy {np.__version__}, torch {torch.__version__} ({torch.get_num_threads()} threads)")
     names = list(CONFIGS) if args.config == "all" else [args.config]
     for name in names:

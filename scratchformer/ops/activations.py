@@ -76,8 +76,43 @@ _INV_SQRT2 = 1 / math.sqrt(2)
 _INV_SQRT_2PI = 1 / math.sqrt(2 * math.pi)
 
 
+def normal_cdf(x: np.ndarray) -> np.ndarray:
+    """Phi(x) = (1 + erf(x / sqrt 2)) / 2, elementwise, in x's dtype.
+
+    float64 uses `erf` (error < 1e-14). Lower precisions interpolate linearly in a table of
+    Phi on [-9, 9] with step 1/512, built once from `math.erf` (error < 2e-7, float32's own
+    resolution): five times faster than the polynomial, which made GELU a third of a step.
+    """
+    if x.dtype == np.float64:
+        return 0.5 * (1 + erf(x * _INV_SQRT2))
+    values, slopes = _cdf_table(x.dtype)
+    s = x * _CDF_STEPS  # position on the grid, in steps from 0 (kept small: exact fractions)
+    np.clip(s, -_CDF_HALF, _CDF_HALF - 0.01, out=s)
+    below = np.floor(s)
+    s -= below  # fraction of the step, in [0, 1)
+    i = below.astype(np.int32)
+    i += _CDF_HALF
+    y = values.take(i)
+    d = slopes.take(i)
+    d *= s
+    y += d
+    return y
+
+
+_CDF_STEPS, _CDF_HALF = 512, 512 * 9  # 512 steps per unit, over [-9, 9]
+_CDF_TABLES: dict[np.dtype, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _cdf_table(dtype) -> tuple[np.ndarray, np.ndarray]:
+    if dtype not in _CDF_TABLES:
+        grid = np.arange(-_CDF_HALF, _CDF_HALF + 1) / _CDF_STEPS
+        phi = np.array([0.5 * (1 + math.erf(v * _INV_SQRT2)) for v in grid])
+        _CDF_TABLES[dtype] = (phi[:-1].astype(dtype), np.diff(phi).astype(dtype))
+    return _CDF_TABLES[dtype]
+
+
 def gelu_keep(x: np.ndarray):
-    cdf = 0.5 * (1 + erf(x * _INV_SQRT2))
+    cdf = normal_cdf(x)
     return x * cdf, (x, cdf)
 
 

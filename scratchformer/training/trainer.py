@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from scratchformer.allocator import keep_freed_memory
 from scratchformer.errors import CheckpointError, ConfigError
 from scratchformer.nn import set_dropout_rng
 from scratchformer.optim import AdamW, clip_grad_norm, cosine_lr, param_groups
@@ -101,6 +102,7 @@ def train(job, cfg: TrainConfig, out_dir: str | Path, resume: bool = False, prog
     out_dir/log.jsonl  one JSON object per logged step / evaluation
     Returns a summary dict (step, train_loss, val_loss, best_val_loss, seconds, stopped_by).
     """
+    keep_freed_memory()  # reuse freed blocks: avoids page faults on every step (glibc only)
     out_dir = Path(out_dir)
     model = job.model
     params = model.parameters()
