@@ -95,7 +95,7 @@ def main(argv=None) -> int:
     train, test = make_split(args.task, tr["n_train"], tr["n_test"], seed=tr["seed"], max_len=tr["max_len"])
     manual_seed(tr["seed"])
     model = build_model(args.task, model_kw, tr["max_len"])
-    opt = AdamW(param_groups(model, tr["weight_decay"]), lr=tr["lr"], betas=(0.9, 0.98), weight_decay=tr["weight_decay"])
+    opt = AdamW(param_groups(model, tr["weight_decay"]), lr=tr["lr"], betas=(0.9, tr["beta2"]), weight_decay=tr["weight_decay"])
     rng = np.random.default_rng(tr["seed"] + 1000)
     print(f"{model.num_parameters():,} parameters, {len(train)} train / {len(test)} held-out examples", flush=True)
 

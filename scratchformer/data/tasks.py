@@ -76,19 +76,20 @@ _SEQ2SEQ_MODEL = {
 }
 _SEQ2SEQ_TRAIN = {
     "steps": 1500, "batch_size": 64, "lr": 2e-3, "min_lr": 2e-4, "warmup_steps": 100,
-    "weight_decay": 0.01, "grad_clip": 1.0, "n_train": 50000, "n_test": 1000, "max_len": 12, "seed": 0,
+    "weight_decay": 0.01, "beta2": 0.98, "grad_clip": 1.0, "n_train": 50000, "n_test": 1000, "max_len": 12,
+    "seed": 0,
 }
 TASK_DEFAULTS: dict[str, dict] = {
     "majority": {
         "model": {"n_layer": 2, "n_head": 4, "d_model": 64, "d_ff": 128, "dropout": 0.0,
                   "norm_first": True, "activation": "gelu", "positional": "sinusoidal", "pooling": "mean"},
         "train": {"steps": 600, "batch_size": 64, "lr": 3e-3, "min_lr": 3e-4, "warmup_steps": 50,
-                  "weight_decay": 0.01, "grad_clip": 1.0, "n_train": 6000, "n_test": 400, "max_len": 8,
+                  "weight_decay": 0.01, "beta2": 0.98, "grad_clip": 1.0, "n_train": 6000, "n_test": 400, "max_len": 8,
                   "seed": 0},
     },
     "copy": {"model": dict(_SEQ2SEQ_MODEL), "train": dict(_SEQ2SEQ_TRAIN)},
     "reverse": {"model": dict(_SEQ2SEQ_MODEL), "train": dict(_SEQ2SEQ_TRAIN)},
-    "sort": {"model": dict(_SEQ2SEQ_MODEL), "train": {**_SEQ2SEQ_TRAIN, "steps": 2000}},
+    "sort": {"model": dict(_SEQ2SEQ_MODEL), "train": {**_SEQ2SEQ_TRAIN, "steps": 2500}},
 }
 
 

@@ -34,7 +34,8 @@ from scratchformer.training.checkpoint import load_checkpoint
 
 KINDS = {"classifier": TransformerClassifier, "seq2seq": Seq2SeqTransformer}
 _TRAIN_KEYS = {"steps": "max_steps", "batch_size": "batch_size", "lr": "lr", "min_lr": "min_lr",
-               "warmup_steps": "warmup_steps", "weight_decay": "weight_decay", "grad_clip": "grad_clip"}
+               "warmup_steps": "warmup_steps", "weight_decay": "weight_decay", "grad_clip": "grad_clip",
+               "beta2": "beta2"}
 _DATA_KEYS = ("n_train", "n_test", "max_len")
 # CLI names -> model config names (the LM's n_embd is the task models' d_model)
 _MODEL_KEYS = {"n_layer": "n_layer", "n_head": "n_head", "n_embd": "d_model", "dropout": "dropout",
