@@ -87,6 +87,12 @@ def test_task_train_eval_predict(task, keys, tmp_path, capsys):
     assert main(["eval", str(out), "--json"]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert keys <= set(result) and all(0.0 <= result[k] <= 1.0 for k in keys)
+    if task == "majority":
+        assert main(["eval", str(out), "--beam", "2"]) == 2  # beam search is for seq2seq
+    else:
+        assert main(["eval", str(out), "--beam", "2", "--json"]) == 0
+        beam = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert keys <= set(beam)
     assert main(["predict", str(out), "0 1 2 2", "--beam", "2"]) == 0
     answer = capsys.readouterr().out.strip()
     assert answer in {"0", "1", "2"} if task == "majority" else set(answer.split()) <= set("0123456789")

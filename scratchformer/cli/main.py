@@ -29,7 +29,7 @@ LM_DEFAULTS = {
 }
 
 MODEL_OPTIONS = ["n_layer", "n_head", "n_embd", "dropout", "activation", "positional", "norm_first",
-                 "tie_weights", "bias"]
+                 "tie_weights", "bias", "init"]
 TRAIN_OPTIONS = ["max_steps", "batch_size", "grad_accum", "lr", "min_lr", "warmup_steps", "decay_steps",
                  "weight_decay", "beta1", "beta2", "grad_clip", "eval_interval", "eval_batches",
                  "log_interval", "num_samples", "seed", "time_limit"]
@@ -105,6 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--no-tie-weights", dest="tie_weights", action="store_false", default=None,
                    help="separate LM head instead of reusing the token embedding")
     m.add_argument("--no-bias", dest="bias", action="store_false", default=None, help="no bias in Linear/LayerNorm")
+    m.add_argument("--init", choices=["gpt2", "pytorch"],
+                   help="gpt2: N(0, 0.02) weights; pytorch: each layer's PyTorch default (as makemore)")
     o = t.add_argument_group("optimisation")
     o.add_argument("--max-steps", type=_positive_int)
     o.add_argument("--time-limit", type=_nonneg_float, metavar="SECONDS", help="stop cleanly after this long")
@@ -140,6 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("dir", nargs="?", default="out/names", metavar="DIR", help="default: out/names")
     e.add_argument("--split", choices=["val", "test"], default="test")
     e.add_argument("--json", action="store_true", help="print the result as a JSON object on the last line")
+    e.add_argument("--beam", type=_positive_int, default=1, help="seq2seq: decode with beam search of this width")
 
     pr = sub.add_parser("predict", help="run a classifier or seq2seq checkpoint on one input",
                         description='Map one input such as "3 1 4 1 5" through a toy-task model.')
@@ -250,7 +253,7 @@ def cmd_sample(args) -> int:
 
 def cmd_eval(args) -> int:
     job = _load_job(_run_dir(args.dir))
-    metrics = job.evaluate(args.split)
+    metrics = job.evaluate(args.split, beam=args.beam) if args.beam > 1 else job.evaluate(args.split)
     result = {"split": args.split, **{k: float(v) for k, v in metrics.items()}}
     if args.json:
         print(json.dumps(result))

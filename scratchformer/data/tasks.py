@@ -26,7 +26,7 @@ in training); the training set is then drawn from another seed, rejecting every 
 the test set.
 
 `TASK_DEFAULTS[name]` holds the model and training settings that reach >= 99% held-out
-accuracy (measured with scripts/train_task.py); the CLI reuses them.
+accuracy with `scratchformer train --task NAME` (docs/results.md, scripts/quality_bars.sh).
 """
 
 from __future__ import annotations

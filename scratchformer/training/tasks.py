@@ -70,7 +70,12 @@ class TaskJob:
         self.model.backward()
         return loss, int(batch[0].size)
 
-    def evaluate(self, split: str = "val", max_batches: int | None = None, batch_size: int = 500) -> dict:
+    def evaluate(self, split: str = "val", max_batches: int | None = None, batch_size: int = 500,
+                 beam: int = 1) -> dict:
+        """Loss, and accuracy (classifier) or exact match and token accuracy of greedy decoding
+        (seq2seq; beam search of width `beam` when beam > 1), on a whole split."""
+        if beam > 1 and self.kind != "seq2seq":
+            raise DataError("--beam applies to seq2seq models only")
         data = self.splits[split]
         n = len(data) if max_batches is None else min(len(data), max_batches * batch_size)
         was_training = self.model.training
@@ -84,7 +89,9 @@ class TaskJob:
             if self.kind == "classifier":
                 hits += int((self.model.predict(batch.x) == batch.y).sum())
             else:
-                pred = greedy_decode(self.model, batch.src, max_new_tokens=batch.tgt_out.shape[1])
+                n_new = batch.tgt_out.shape[1]
+                pred = (greedy_decode(self.model, batch.src, max_new_tokens=n_new) if beam == 1
+                        else beam_search(self.model, batch.src, beam_width=beam, max_new_tokens=n_new))
                 hits += int(exact_match(pred, batch.tgt_out).sum())
                 h, c = _token_hits(pred, batch.tgt_out)
                 tok_hits, tok_count = tok_hits + h, tok_count + c
