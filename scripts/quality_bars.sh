@@ -18,7 +18,10 @@ run() {  # name, then the train command's extra arguments
 }
 
 run names
-[[ $which == all || $which == names ]] && scratchformer eval "$OUT/names" --split test --json
+if [[ $which == all || $which == names ]]; then
+    scratchformer eval "$OUT/names" --split test --json
+    python scripts/names_novelty.py "$OUT/names" --show 20 -n 1000 --seed 0
+fi
 run shakespeare --data "$SHAKESPEARE"
 [[ $which == all || $which == shakespeare ]] && scratchformer eval "$OUT/shakespeare" --split val --json
 for task in majority copy reverse sort; do
