@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import numpy as np
 
+_LEVELS = 1 << 16  # masks compare uniform 16-bit integers: p is rounded to a multiple of 2^-16
+
 
 def dropout_forward(x: np.ndarray, p: float, rng: np.random.Generator, training: bool = True):
     """Returns (y, mask). mask is None when nothing is dropped (eval mode or p == 0), so
-    eval mode is exactly the identity. Otherwise mask holds 0 or 1 / (1 - p), x's dtype."""
+    eval mode is exactly the identity. Otherwise mask holds 0 or 1 / (1 - p), x's dtype.
+
+    The keep/drop draw compares 16-bit random integers with round(p * 2^16): half the random
+    bits of float draws, twice as fast, and p is honoured to within 2^-17.
+    """
     if not training or p == 0.0:
         return x, None
-    mask = (rng.random(x.shape, dtype=np.float64 if x.dtype == np.float64 else np.float32) >= p)
-    mask = mask.astype(x.dtype) * np.asarray(1.0 / (1.0 - p), dtype=x.dtype)
+    keep = rng.integers(0, _LEVELS, size=x.shape, dtype=np.uint16) >= round(p * _LEVELS)
+    mask = keep * np.asarray(1.0 / (1.0 - p), dtype=x.dtype)  # bool * scalar: one pass, x's dtype
     return x * mask, mask
 
 
