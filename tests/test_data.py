@@ -81,6 +81,9 @@ def test_format_guessing():
     assert guess_format("\n".join(f"name{i}" for i in range(150))) == "lines"
     assert guess_format("\n".join(f"name{i}" for i in range(50))) == "text"  # too few lines
     assert guess_format("\n".join("a long sentence of prose " * 3 for _ in range(200))) == "text"
+    # a play: short lines, but speeches separated by blank lines (tinyshakespeare)
+    play = "\n\n".join("FIRST CITIZEN:\nBefore we proceed any further,\nhear me speak." for _ in range(100))
+    assert guess_format(play) == "text"
 
 
 def test_text_dataset_batches_and_full_coverage():

@@ -19,12 +19,12 @@ from scratchformer.errors import ScratchformerError
 # heads, 64 channels) with its PyTorch-default init and untied head, dropout 0.1 against the
 # overfitting a 200K-parameter model shows on 29K names, and enough steps to pass makemore's
 # published 1.92 test loss in under 10 minutes on 2 cores (docs/results.md). Text: nanoGPT's
-# CPU configuration for tinyshakespeare.
+# CPU configuration for tinyshakespeare (its GPT-2 init, tied head and no biases included).
 LM_DEFAULTS = {
     "lines": dict(model=dict(n_layer=4, n_head=4, n_embd=64, dropout=0.1, tie_weights=False, init="pytorch"),
                   train=dict(max_steps=16000, batch_size=64, lr=2e-3, min_lr=1e-4, warmup_steps=200,
                              weight_decay=0.1, beta2=0.99, grad_clip=1.0, eval_interval=1000)),
-    "text": dict(model=dict(n_layer=4, n_head=4, n_embd=128, dropout=0.0),
+    "text": dict(model=dict(n_layer=4, n_head=4, n_embd=128, dropout=0.0, bias=False),
                  block_size=64,
                  train=dict(max_steps=2000, batch_size=12, lr=1e-3, min_lr=1e-4, warmup_steps=100,
                             weight_decay=0.1, beta2=0.99, grad_clip=1.0, eval_interval=250)),
