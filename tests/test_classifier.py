@@ -9,7 +9,7 @@ from scratchformer.data.tasks import make_task
 from scratchformer.errors import ConfigError, ShapeError
 from scratchformer.gradcheck import numerical_gradient, relative_error
 from scratchformer.models import ClassifierConfig, TransformerClassifier
-from scratchformer.nn import manual_seed
+from scratchformer.nn import BackwardError, manual_seed
 
 PAD = 0
 
@@ -85,7 +85,7 @@ def test_errors():
     with pytest.raises(ShapeError):
         model(np.ones((2, 3), dtype=np.int64), np.array([0, 1, 2]))
     model(np.ones((2, 3), dtype=np.int64))
-    with pytest.raises(ShapeError):
+    with pytest.raises(BackwardError):
         model.backward()  # no labels -> no loss to backpropagate
 
 

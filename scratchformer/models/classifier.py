@@ -21,6 +21,7 @@ import numpy as np
 
 from scratchformer.errors import ConfigError, DataError, ShapeError
 from scratchformer.nn import (
+    BackwardError,
     Dropout,
     Embedding,
     EncoderBlock,
@@ -157,7 +158,7 @@ class TransformerClassifier(Module):
         c = self._pop_cache()
         if grad_logits is None:
             if c["loss"] is None:
-                raise ShapeError("backward() without grad_logits needs a forward with labels")
+                raise BackwardError("backward() without grad_logits needs a training-mode forward with labels")
             grad_logits = cross_entropy_backward(c["loss"])
         dpooled = self.head.backward(grad_logits)  # (B, C)
         if self.config.pooling == "cls":

@@ -31,6 +31,7 @@ import numpy as np
 
 from scratchformer.errors import ConfigError, ShapeError
 from scratchformer.nn import (
+    BackwardError,
     DecoderBlock,
     Dropout,
     Embedding,
@@ -205,7 +206,7 @@ class Seq2SeqTransformer(Module):
         c = self._pop_cache()
         if grad_logits is None:
             if c["loss"] is None:
-                raise ShapeError("backward() without grad_logits needs a forward with tgt_out")
+                raise BackwardError("backward() without grad_logits needs a training-mode forward with tgt_out")
             grad_logits = cross_entropy_backward(c["loss"])
         dh = self.lm_head.backward(grad_logits)
         if self.config.norm_first:
