@@ -108,3 +108,11 @@ def test_trimmed_batches_give_the_same_loss_as_full_blocks():
     _, trimmed = job.model(x, y)
     _, full = job.model(ds.x[:16], ds.y[:16])
     assert abs(trimmed - full) < 1e-6
+
+
+def test_weight_seed_does_not_move_the_held_out_split():
+    a, b = tiny_job(seed=0), tiny_job(seed=5)
+    assert a.dataset.test.lines == b.dataset.test.lines
+    assert not np.array_equal(a.model.wte.weight.data, b.model.wte.weight.data)
+    c = LMJob.create(None, "lines", 0, TINY, split_seed=7)
+    assert c.dataset.test.lines != a.dataset.test.lines

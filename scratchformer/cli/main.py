@@ -127,7 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--eval-batches", type=_positive_int, help="evaluate on this many batches (default: all)")
     o.add_argument("--log-interval", type=_positive_int, help="steps between log.jsonl rows")
     o.add_argument("--num-samples", type=int, help="samples printed at each evaluation")
-    o.add_argument("--seed", type=int, help="seed for the weights, the data split and the batches")
+    o.add_argument("--seed", type=int, help="seed for the initial weights, the batches and dropout (default 1337)")
+    data.add_argument("--split-seed", type=int, default=1337,
+                      help="seed of the train/val/test split of a lines file (default 1337)")
 
     s = sub.add_parser("sample", help="generate text from a trained language model",
                        description="Sample from a trained language model (DIR: a run directory or a checkpoint).")
@@ -206,7 +208,8 @@ def cmd_train(args) -> int:
         defaults = LM_DEFAULTS[fmt]
         seed = explicit_train.get("seed", 1337)
         block = args.block_size or defaults.get("block_size")
-        job = LMJob.create(args.data, fmt, seed, {**defaults["model"], **explicit_model}, block_size=block)
+        job = LMJob.create(args.data, fmt, seed, {**defaults["model"], **explicit_model}, block_size=block,
+                           split_seed=args.split_seed)
         cfg = TrainConfig.from_dict({**defaults["train"], **explicit_train})
     model = job.model
     print(f"training {type(model).__name__} ({model.num_parameters():,} parameters) for {cfg.max_steps} steps"

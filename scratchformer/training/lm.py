@@ -32,10 +32,12 @@ class LMJob:
     # -- building ------------------------------------------------------------------------------
     @classmethod
     def create(cls, data_path: str | None, data_format: str | None, seed: int, model_overrides: dict,
-               block_size: int | None = None) -> LMJob:
+               block_size: int | None = None, split_seed: int = 1337) -> LMJob:
+        """`seed` fixes the initial weights; `split_seed` the train/val/test split, kept apart so
+        that runs with different seeds are measured on the same held-out items."""
         data_spec = {"path": None if data_path is None else str(Path(data_path).resolve()),
-                     "format": data_format, "seed": seed, "block_size": block_size}
-        ds = load_dataset(data_spec["path"], data_spec["format"], block_size=block_size, seed=seed)
+                     "format": data_format, "seed": split_seed, "block_size": block_size}
+        ds = load_dataset(data_spec["path"], data_spec["format"], block_size=block_size, seed=split_seed)
         data_spec.update(format=ds.format, block_size=ds.block_size)
         config = GPTConfig(vocab_size=ds.tokenizer.vocab_size, block_size=ds.block_size, **model_overrides)
         return cls(GPT(config, seed=seed), ds, data_spec)
