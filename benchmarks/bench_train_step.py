@@ -55,43 +55,10 @@ def scratchformer_step(cfg, x, y):
 
 def torch_step(cfg, x, y):
     import torch
-    import torch.nn as tnn
-    import torch.nn.functional as F
-
-    C, H = cfg["n_embd"], cfg["n_head"]
-
-    class Block(tnn.Module):  # nanoGPT's block: pre-norm, fused qkv, GELU MLP
-        def __init__(self):
-            super().__init__()
-            self.ln_1, self.ln_2 = tnn.LayerNorm(C), tnn.LayerNorm(C)
-            self.c_attn, self.c_proj = tnn.Linear(C, 3 * C), tnn.Linear(C, C)
-            self.fc, self.proj = tnn.Linear(C, 4 * C), tnn.Linear(4 * C, C)
-
-        def forward(self, x):
-            B, T, _ = x.shape
-            q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
-            q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in (q, k, v))
-            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            x = x + self.c_proj(a.transpose(1, 2).reshape(B, T, C))
-            return x + self.proj(F.gelu(self.fc(self.ln_2(x))))
-
-    class GPT(tnn.Module):
-        def __init__(self):
-            super().__init__()
-            self.wte = tnn.Embedding(cfg["vocab_size"], C)
-            self.wpe = tnn.Embedding(cfg["block_size"], C)
-            self.h = tnn.ModuleList(Block() for _ in range(cfg["n_layer"]))
-            self.ln_f = tnn.LayerNorm(C)
-
-        def forward(self, idx, targets):
-            x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
-            for b in self.h:
-                x = b(x)
-            logits = self.ln_f(x) @ self.wte.weight.T
-            return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1), ignore_index=-1)
+    from torch_gpt import TorchGPT
 
     torch.manual_seed(0)
-    model = GPT()
+    model = TorchGPT(**{k: v for k, v in cfg.items() if k != "batch_size"})
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)
     xt, yt = torch.from_numpy(x), torch.from_numpy(y)
 

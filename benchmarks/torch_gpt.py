@@ -1,0 +1,54 @@
+"""nanoGPT's GPT in PyTorch, the reference the benchmarks compare scratchformer with.
+
+Pre-norm blocks with a fused qkv projection and PyTorch's `scaled_dot_product_attention`,
+exact GELU, tied head, GPT-2 init (N(0, 0.02), residual projections / sqrt(2 n_layer)).
+`bias=False` is nanoGPT's shakespeare setting.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as tnn
+import torch.nn.functional as F
+
+
+class Block(tnn.Module):
+    def __init__(self, C: int, H: int, bias: bool):
+        super().__init__()
+        self.H = H
+        self.ln_1, self.ln_2 = tnn.LayerNorm(C, bias=bias), tnn.LayerNorm(C, bias=bias)
+        self.c_attn, self.c_proj = tnn.Linear(C, 3 * C, bias=bias), tnn.Linear(C, C, bias=bias)
+        self.c_fc, self.mlp_proj = tnn.Linear(C, 4 * C, bias=bias), tnn.Linear(4 * C, C, bias=bias)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.H, C // self.H).transpose(1, 2) for t in (q, k, v))
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.c_proj(a.transpose(1, 2).reshape(B, T, C))
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x))))
+
+
+class TorchGPT(tnn.Module):
+    def __init__(self, vocab_size: int, block_size: int, n_layer: int, n_head: int, n_embd: int,
+                 bias: bool = True):
+        super().__init__()
+        self.wte, self.wpe = tnn.Embedding(vocab_size, n_embd), tnn.Embedding(block_size, n_embd)
+        self.h = tnn.ModuleList(Block(n_embd, n_head, bias) for _ in range(n_layer))
+        self.ln_f = tnn.LayerNorm(n_embd, bias=bias)
+        for name, p in self.named_parameters():
+            if p.dim() == 2:
+                resid = name.endswith(("c_proj.weight", "mlp_proj.weight"))
+                tnn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * n_layer) if resid else 0.02)
+            elif name.endswith("bias") and "ln" not in name:
+                tnn.init.zeros_(p)
+
+    def forward(self, idx, targets):
+        """Mean cross-entropy of the next-token targets (-1 ignored)."""
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+        for block in self.h:
+            x = block(x)
+        logits = self.ln_f(x) @ self.wte.weight.T
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-1)
