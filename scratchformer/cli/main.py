@@ -245,7 +245,7 @@ def _load_job(directory: Path, load_data: bool = True):
 
 def cmd_sample(args) -> int:
     job = _load_job(_run_dir(args.dir), load_data=False)
-    if not hasattr(job, "samples") or job.checkpoint.config.get("kind") != "gpt":
+    if job.checkpoint.config.get("kind") != "gpt":
         raise CLIError(f"{args.dir} is not a language model: use 'scratchformer predict' for task models")
     if args.top_k is not None and args.top_k > job.model.config.vocab_size:
         raise CLIError(f"--top-k {args.top_k} is larger than the vocabulary ({job.model.config.vocab_size})")
