@@ -235,3 +235,11 @@ def test_sgd_on_a_repeated_sequence_lowers_the_loss():
             p.data -= 0.5 * p.grad
         losses.append(loss)
     assert losses[-1] < 0.5 * losses[0], losses[::8]
+
+
+def test_bias_false_removes_every_bias_like_nanogpt():
+    """nanoGPT's bias=False drops the biases of the Linear *and* LayerNorm layers: its CPU
+    tinyshakespeare model (4 layers, 4 heads, 128 wide, 65 characters, block 64) has 804,096."""
+    model = GPT(GPTConfig(vocab_size=65, block_size=64, n_layer=4, n_head=4, n_embd=128, bias=False))
+    assert not [name for name, _ in model.named_parameters() if name.endswith("bias")]
+    assert sum(p.data.size for p in model.parameters()) == 804_096

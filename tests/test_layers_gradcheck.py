@@ -84,6 +84,13 @@ def test_layernorm():
     assert_ok(r, ["input0", "weight", "bias"])
 
 
+def test_layernorm_without_bias():
+    m = randomize(LayerNorm(D, bias=False))
+    assert m.bias is None and param_names(m) == ["weight"]
+    r = gradcheck(m, x_of((B, T, D)) * 3 + 1)
+    assert_ok(r, ["input0", "weight"])
+
+
 @pytest.mark.parametrize("p", [0.0, 0.4])
 def test_dropout(p):
     m = Dropout(p, rng=np.random.default_rng(0))

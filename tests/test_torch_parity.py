@@ -164,10 +164,12 @@ def test_embedding(dtype):
 
 
 @DTYPES
-def test_layernorm(dtype):
-    m = randomize(LayerNorm(D), 2)
+@pytest.mark.parametrize("bias", [True, False])
+def test_layernorm(dtype, bias):
+    m = randomize(LayerNorm(D, bias=bias), 2)
     x = np.random.default_rng(3).standard_normal((B, T, D)) * 3 + 1
-    run_parity(m, torch.nn.LayerNorm(D), [x], {}, lambda t, x: t(x), dtype)
+    _, n = run_parity(m, torch.nn.LayerNorm(D, bias=bias), [x], {}, lambda t, x: t(x), dtype)
+    assert n == (2 if bias else 1)
 
 
 def test_dropout_eval_matches_torch_and_train_grad_is_mask():

@@ -63,6 +63,7 @@ class GPTConfig:
     """Hyper-parameters of a `GPT`. Defaults are GPT-2 small (124M) with nanoGPT's choices:
     pre-norm, learned positions, exact GELU, tied LM head, biases, no dropout.
 
+    bias: biases in every Linear and LayerNorm; False drops them all, as nanoGPT's bias=False.
     n_inner: hidden size of the feed-forward; None means 4 * n_embd (see `d_ff`).
     dtype: "float32" (default) or "float64" (gradient checks).
     init: "gpt2" (default): weights N(0, 0.02), residual projections N(0, 0.02 / sqrt(2 n_layer)),
@@ -170,7 +171,7 @@ class GPT(Module):
                          bias=c.bias, dtype=dtype)
             for _ in range(c.n_layer)
         ]
-        self.ln_f = LayerNorm(c.n_embd, eps=c.layer_norm_eps, dtype=dtype)
+        self.ln_f = LayerNorm(c.n_embd, eps=c.layer_norm_eps, bias=c.bias, dtype=dtype)
         self.lm_head = Linear(c.n_embd, c.vocab_size, bias=False, dtype=dtype)
         if c.tie_weights:
             self.lm_head.weight = self.wte.weight  # one Parameter, reached first as wte.weight

@@ -50,9 +50,9 @@ class EncoderBlock(Module):
         super().__init__()
         self.norm_first = norm_first
         self.self_attn = MultiHeadAttention(d_model, n_heads, bias=bias, dropout=dropout, dtype=dtype)
-        self.attn_norm = LayerNorm(d_model, eps=eps, dtype=dtype)
+        self.attn_norm = LayerNorm(d_model, eps=eps, bias=bias, dtype=dtype)
         self.ff = FeedForward(d_model, d_ff, activation, dropout=dropout, bias=bias, dtype=dtype)
-        self.ff_norm = LayerNorm(d_model, eps=eps, dtype=dtype)
+        self.ff_norm = LayerNorm(d_model, eps=eps, bias=bias, dtype=dtype)
         self.attn_dropout = Dropout(dropout)
         self.ff_dropout = Dropout(dropout)
 
@@ -81,14 +81,14 @@ class DecoderBlock(Module):
         super().__init__()
         self.norm_first, self.cross_attention = norm_first, cross_attention
         self.self_attn = MultiHeadAttention(d_model, n_heads, bias=bias, dropout=dropout, dtype=dtype)
-        self.attn_norm = LayerNorm(d_model, eps=eps, dtype=dtype)
+        self.attn_norm = LayerNorm(d_model, eps=eps, bias=bias, dtype=dtype)
         self.attn_dropout = Dropout(dropout)
         if cross_attention:
             self.cross_attn = MultiHeadAttention(d_model, n_heads, bias=bias, dropout=dropout, dtype=dtype)
-            self.cross_norm = LayerNorm(d_model, eps=eps, dtype=dtype)
+            self.cross_norm = LayerNorm(d_model, eps=eps, bias=bias, dtype=dtype)
             self.cross_dropout = Dropout(dropout)
         self.ff = FeedForward(d_model, d_ff, activation, dropout=dropout, bias=bias, dtype=dtype)
-        self.ff_norm = LayerNorm(d_model, eps=eps, dtype=dtype)
+        self.ff_norm = LayerNorm(d_model, eps=eps, bias=bias, dtype=dtype)
         self.ff_dropout = Dropout(dropout)
 
     def new_cache(self) -> list[KVCache]:

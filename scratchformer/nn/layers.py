@@ -76,19 +76,23 @@ class Embedding(Module):
 
 
 class LayerNorm(Module):
-    """Normalise over the last axis (size normalized_shape), then scale and shift. (..., C) -> (..., C)."""
+    """Normalise over the last axis (size normalized_shape), then scale and shift. (..., C) -> (..., C).
 
-    def __init__(self, normalized_shape: int, eps: float = 1e-5, dtype=DEFAULT_DTYPE):
+    bias=False drops the shift (`self.bias` is None), as PyTorch's `LayerNorm(bias=False)`.
+    """
+
+    def __init__(self, normalized_shape: int, eps: float = 1e-5, bias: bool = True, dtype=DEFAULT_DTYPE):
         super().__init__()
         self.eps = eps
         self.weight = Parameter(np.ones(normalized_shape, dtype=dtype))
-        self.bias = Parameter(np.zeros(normalized_shape, dtype=dtype))
+        self.bias = Parameter(np.zeros(normalized_shape, dtype=dtype)) if bias else None
 
     def forward(self, x: np.ndarray) -> np.ndarray:
         check_float_input(x, "LayerNorm input")
         if x.shape[-1] != self.weight.shape[0]:
             raise ShapeError(f"LayerNorm expects last dim {self.weight.shape[0]}, got input of shape {x.shape}")
-        y, xhat, rstd = layernorm_forward(x, self.weight.data, self.bias.data, self.eps)
+        y, xhat, rstd = layernorm_forward(x, self.weight.data, None if self.bias is None else self.bias.data,
+                                          self.eps)
         self._save(xhat=xhat, rstd=rstd)
         return y
 
@@ -96,7 +100,8 @@ class LayerNorm(Module):
         c = self._pop_cache()
         dx, dw, db = layernorm_backward(dy, c["xhat"], c["rstd"], self.weight.data)
         self.weight.grad += dw
-        self.bias.grad += db
+        if self.bias is not None:
+            self.bias.grad += db
         return dx
 
 
