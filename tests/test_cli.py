@@ -112,3 +112,16 @@ def test_embed_writes_normalised_vectors(tmp_path, capsys):
     np.testing.assert_allclose((emb * emb).sum(axis=1), 1.0, atol=1e-6)
     assert main(["embed", "hi", "--model", str(tmp_path / "missing")]) == 2
     assert "not found" in capsys.readouterr().err
+
+
+def test_text_defaults_are_nanogpts_and_decay_embeddings_is_recorded(tmp_path):
+    """A text file gets nanoGPT's bias-free model; --decay-embeddings lands in the saved train config."""
+    data = tmp_path / "tiny.txt"
+    data.write_text("To be, or not to be: that is the question.\n" * 40)
+    out = tmp_path / "text"
+    assert main(["train", "--data", str(data), "--max-steps", "2", "--eval-interval", "2", "--out", str(out),
+                 "--decay-embeddings", *TINY]) == 0
+    config = json.loads((out / "last" / "config.json").read_text())
+    assert config["model"]["bias"] is False and config["model"]["tie_weights"] is True
+    state = json.loads((out / "last" / "trainer_state.json").read_text())
+    assert state["extra"]["train_config"]["decay_embeddings"] is True

@@ -227,3 +227,13 @@ def test_param_groups_with_stub_model():
     assert any(p is model.tok.weight for p in no_decay["params"])
     assert any(p is model.pos.weight for p in no_decay["params"])
     AdamW([decay, no_decay])  # accepted as groups
+
+
+def test_param_groups_decay_embeddings_like_nanogpt():
+    """nanoGPT decays every tensor with ndim >= 2, embedding tables (and a tied head) included."""
+    model = Stub()
+    decay, no_decay = param_groups(model, 0.1, decay_embeddings=True)
+    decayed = {id(p) for p in decay["params"]}
+    assert decayed == {id(b.weight) for b in model.blocks} | {id(model.tok.weight), id(model.pos.weight)}
+    assert all(p.data.ndim == 1 for p in no_decay["params"])
+    assert len(decay["params"]) + len(no_decay["params"]) == len(model.parameters())

@@ -116,3 +116,17 @@ def test_weight_seed_does_not_move_the_held_out_split():
     assert not np.array_equal(a.model.wte.weight.data, b.model.wte.weight.data)
     c = LMJob.create(None, "lines", 0, TINY, split_seed=7)
     assert c.dataset.test.lines != a.dataset.test.lines
+
+
+def test_decay_embeddings_decays_only_the_embedding_tables(tmp_path):
+    """`decay_embeddings` adds nanoGPT's decay of wte/wpe; without weight decay it changes nothing."""
+    def one_step(out, **kw):
+        job = tiny_job()
+        train(job, tiny_cfg(max_steps=1, decay_steps=1, **kw), tmp_path / out, progress=False, verbose=False)
+        return {k: v.copy() for k, v in job.model.state_dict().items()}
+
+    plain, decayed = one_step("a", weight_decay=0.5), one_step("b", weight_decay=0.5, decay_embeddings=True)
+    changed = {k for k in plain if not np.array_equal(plain[k], decayed[k])}
+    assert changed == {"wte.weight", "wpe.weight"}
+    no_wd = one_step("c", weight_decay=0.0), one_step("d", weight_decay=0.0, decay_embeddings=True)
+    assert all(np.array_equal(no_wd[0][k], no_wd[1][k]) for k in no_wd[0])

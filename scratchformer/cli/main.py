@@ -33,7 +33,7 @@ LM_DEFAULTS = {
 MODEL_OPTIONS = ["n_layer", "n_head", "n_embd", "dropout", "activation", "positional", "norm_first",
                  "tie_weights", "bias", "init"]
 TRAIN_OPTIONS = ["max_steps", "batch_size", "grad_accum", "lr", "min_lr", "warmup_steps", "decay_steps",
-                 "weight_decay", "beta1", "beta2", "grad_clip", "eval_interval", "eval_batches",
+                 "weight_decay", "decay_embeddings", "beta1", "beta2", "grad_clip", "eval_interval", "eval_batches",
                  "log_interval", "num_samples", "seed", "time_limit"]
 
 
@@ -107,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--tie-weights", action=argparse.BooleanOptionalAction, default=None,
                    help="reuse the token embedding as the LM head (default: tied for text, untied for lines)")
     m.add_argument("--bias", action=argparse.BooleanOptionalAction, default=None,
-                   help="biases in Linear and LayerNorm layers (default: on)")
+                   help="biases in Linear and LayerNorm layers (default: on for lines, off for text as nanoGPT)")
     m.add_argument("--init", choices=["gpt2", "pytorch"],
                    help="gpt2: N(0, 0.02) weights; pytorch: each layer's PyTorch default (as makemore)")
     o = t.add_argument_group("optimisation")
@@ -120,6 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--warmup-steps", type=int, help="linear warmup before the cosine decay")
     o.add_argument("--decay-steps", type=_positive_int, help="length of the cosine (default: max steps)")
     o.add_argument("--weight-decay", type=_nonneg_float, help="AdamW decoupled decay (matrices only)")
+    o.add_argument("--decay-embeddings", action=argparse.BooleanOptionalAction, default=None,
+                   help="weight-decay the embedding tables too, as nanoGPT does (default: off)")
     o.add_argument("--beta1", type=_nonneg_float, help="AdamW beta1")
     o.add_argument("--beta2", type=_nonneg_float, help="AdamW beta2")
     o.add_argument("--grad-clip", type=_nonneg_float, help="global gradient-norm clip (0: off)")

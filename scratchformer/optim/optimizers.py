@@ -28,6 +28,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from scratchformer.errors import CheckpointError, ConfigError
+from scratchformer.nn import Embedding, LearnedPositionalEmbedding
 from scratchformer.nn.module import Module, Parameter
 
 # Class names of the embedding tables that get no weight decay (see `param_groups`).
@@ -81,30 +82,24 @@ def _as_groups(params, default_wd: float, kind: str) -> list[dict]:
     return groups
 
 
-def param_groups(model: Module, weight_decay: float) -> list[dict]:
-    """Split a model's parameters into a decayed and a non-decayed group (nanoGPT style).
+def param_groups(model: Module, weight_decay: float, decay_embeddings: bool = False) -> list[dict]:
+    """Split a model's parameters into a decayed and a non-decayed group.
 
-    Decay: every parameter with ndim >= 2 (Linear weights, attention projections) except
-    embedding tables. No decay: biases, LayerNorm weights (ndim 1) and the weights of
-    `Embedding` / `LearnedPositionalEmbedding` modules (decaying lookup tables only shrinks
-    rare tokens' rows). A tied weight (embedding shared with the LM head) counts as an
-    embedding, so it is not decayed.
+    Decay: every parameter with ndim >= 2 (Linear weights, attention projections). No decay:
+    biases and LayerNorm weights (ndim 1). Embedding tables (`Embedding`,
+    `LearnedPositionalEmbedding`, and a head tied to the token embedding) are not decayed by
+    default, since decaying a lookup table mostly shrinks the rows of rare tokens;
+    `decay_embeddings=True` decays them too, as nanoGPT's `configure_optimizers` does (it
+    decays every tensor with ndim >= 2).
 
     Returns:
         [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     """
-    embedding_classes: tuple[type, ...] = ()
-    try:  # imported lazily: the layers may not exist yet; fall back to class names
-        from scratchformer.nn import Embedding, LearnedPositionalEmbedding
-
-        embedding_classes = (Embedding, LearnedPositionalEmbedding)
-    except Exception:
-        pass
-
     embedding_ids: set[int] = set()
-    for m in model.modules():
-        if isinstance(m, embedding_classes) or type(m).__name__ in _EMBEDDING_CLASS_NAMES:
-            embedding_ids.update(id(p) for _, p in m.named_parameters())
+    if not decay_embeddings:
+        for m in model.modules():
+            if isinstance(m, (Embedding, LearnedPositionalEmbedding)) or type(m).__name__ in _EMBEDDING_CLASS_NAMES:
+                embedding_ids.update(id(p) for _, p in m.named_parameters())
 
     decay, no_decay = [], []
     for _, p in model.named_parameters():

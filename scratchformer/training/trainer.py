@@ -42,6 +42,7 @@ class TrainConfig:
     warmup_steps: int = 100
     decay_steps: int | None = None  # cosine length; default max_steps
     weight_decay: float = 0.1
+    decay_embeddings: bool = False  # True: decay embedding tables too, as nanoGPT does
     beta1: float = 0.9
     beta2: float = 0.99
     grad_clip: float = 1.0  # global-norm clipping; 0 disables it
@@ -106,7 +107,7 @@ def train(job, cfg: TrainConfig, out_dir: str | Path, resume: bool = False, prog
     out_dir = Path(out_dir)
     model = job.model
     params = model.parameters()
-    opt = AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
+    opt = AdamW(param_groups(model, cfg.weight_decay, cfg.decay_embeddings), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
                 eps=1e-8, weight_decay=cfg.weight_decay)
     data_rng = np.random.default_rng(cfg.seed)
     dropout_rng = set_dropout_rng(model, np.random.default_rng(cfg.seed + 1))
