@@ -52,3 +52,21 @@ class TorchGPT(tnn.Module):
             x = block(x)
         logits = self.ln_f(x) @ self.wte.weight.T
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-1)
+
+
+def scratchformer_state(model: TorchGPT) -> dict:
+    """This model's weights under scratchformer's GPT names (a bias-free model, bias=False).
+
+    Both keep PyTorch's (out, in) layout and q|k|v row order, so no tensor is transposed.
+    """
+    if any(name.endswith("bias") for name, _ in model.named_parameters()):
+        raise ValueError("scratchformer_state maps the bias-free model only (bias=False)")
+    renames = {"ln_1.": "attn_norm.", "c_attn.weight": "self_attn.in_proj_weight",
+               "c_proj.": "self_attn.out_proj.", "ln_2.": "ff_norm.", "c_fc.": "ff.fc1.",
+               "mlp_proj.": "ff.fc2."}
+    state = {}
+    for name, p in model.named_parameters():
+        for theirs, ours in renames.items():
+            name = name.replace(theirs, ours)
+        state[name] = p.detach().numpy().copy()
+    return state

@@ -23,7 +23,10 @@ if [[ $which == all || $which == names ]]; then
     python scripts/names_novelty.py "$OUT/names" --show 20 -n 1000 --seed 0
 fi
 run shakespeare --data "$SHAKESPEARE"
-[[ $which == all || $which == shakespeare ]] && scratchformer eval "$OUT/shakespeare" --split val --json
+if [[ $which == all || $which == shakespeare ]]; then
+    scratchformer eval "$OUT/shakespeare" --split val --json
+    python scripts/nanogpt_estimates.py "$OUT/shakespeare"
+fi
 for task in majority copy reverse sort; do
     run "$task" --task "$task"
     [[ $which == all || $which == "$task" ]] && scratchformer eval "$OUT/$task" --split test --json

@@ -115,6 +115,51 @@ def test_float64_gradients_match(hf_dir):
         assert np.abs(p.grad - g).max() <= 1e-9 * scale, name
 
 
+def test_training_in_lockstep_with_torch(hf_dir):
+    """The whole update path (loss, backward, clipping, AdamW with nanoGPT's groups, warmup +
+    cosine) follows transformers' GPT-2 trained by torch.optim.AdamW, step for step, in float64."""
+    from scratchformer.optim import AdamW, clip_grad_norm, cosine_lr, param_groups
+
+    path, _ = hf_dir
+    hf = transformers.GPT2LMHeadModel.from_pretrained(path).double().train()
+    model = load_hf_gpt2(path, dtype="float64")
+    decay = [p for p in hf.parameters() if p.dim() >= 2]
+    no_decay = [p for p in hf.parameters() if p.dim() < 2]
+    their_opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                                  lr=1e-2, betas=(0.9, 0.99), foreach=False)
+    our_opt = AdamW(param_groups(model, 0.1, decay_embeddings=True), lr=1e-2, betas=(0.9, 0.99))
+    rng, norms = np.random.default_rng(5), []
+    for step in range(25):
+        lr = cosine_lr(step, 1e-2, 1e-3, 5, 25)
+        idx = rng.integers(0, SMALL["vocab_size"], (4, 12))
+        targets = np.concatenate([idx[:, 1:], np.full((4, 1), -1)], axis=1)
+        t_idx = torch.tensor(idx)
+        logits = hf(input_ids=t_idx).logits
+        ref = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), t_idx[:, 1:].reshape(-1))
+        their_opt.zero_grad()
+        ref.backward()
+        their_norm = torch.nn.utils.clip_grad_norm_(hf.parameters(), 1.0).item()
+        for g in their_opt.param_groups:
+            g["lr"] = lr
+        their_opt.step()
+
+        our_opt.zero_grad()
+        _, loss = model(idx, targets)
+        model.backward()
+        our_norm = clip_grad_norm(model.parameters(), 1.0)
+        our_opt.lr = lr
+        our_opt.step()
+        assert loss == pytest.approx(ref.item(), rel=1e-10), step
+        assert our_norm == pytest.approx(their_norm, rel=1e-10), step
+        norms.append(their_norm)
+    assert max(norms) > 1.0 > min(norms)  # steps with and without clipping were both compared
+    hf_params = dict(hf.named_parameters())
+    for name, p in model.named_parameters():
+        hf_name, transpose = _hf_name(name)
+        w = hf_params[hf_name].detach().numpy()
+        np.testing.assert_allclose(p.data, w.T if transpose else w, rtol=0, atol=1e-10, err_msg=name)
+
+
 def test_save_roundtrip_through_transformers(hf_dir, tmp_path):
     path, hf = hf_dir
     model = load_hf_gpt2(path)
