@@ -45,8 +45,11 @@ def test_nanogpt_estimates(text_run):
 def test_names_novelty(tmp_path):
     out = tmp_path / "names"
     assert main(["train", "--max-steps", "3", "--eval-interval", "3", "--out", str(out), *TINY]) == 0
-    printed = run_script("scripts/names_novelty.py", str(out), "-n", "20", "--show", "3")
-    assert "%" in printed and len(printed.strip().splitlines()) >= 2
+    printed = run_script("scripts/names_novelty.py", str(out), "-n", "20", "--show", "3").rstrip("\n").split("\n")
+    assert len(printed) == 4  # 3 shown samples, then the summary
+    new, not_train = map(float, re.fullmatch(
+        r"20 samples: ([0-9.]+)% not in names.txt, ([0-9.]+)% not in the training split", printed[-1]).groups())
+    assert 0 <= new <= not_train <= 100  # a name absent from names.txt is absent from its training split
 
 
 def test_lockstep_with_torch_gives_the_same_losses(text_run):
