@@ -25,7 +25,6 @@ Name mapping (Hugging Face -> scratchformer; an optional ``bert.`` prefix and th
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -33,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from scratchformer.errors import CheckpointError, ConfigError, DataError
+from scratchformer.interop.hf_files import read_json, read_safetensors
 from scratchformer.nn.module import Module
 
 __all__ = ["BertConfig", "BertEncoder", "load_hf_bert", "hf_to_scratch_state_dict"]
@@ -120,12 +120,9 @@ class BertConfig:
         path = Path(path)
         if path.is_dir():
             path = path / "config.json"
-        if not path.is_file():
+        d = read_json(path)
+        if d is None:
             raise CheckpointError(f"BERT config not found: {path}")
-        try:
-            d = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ConfigError(f"cannot parse {path}: {e}") from None
         return cls.from_dict(d)
 
 
@@ -305,33 +302,23 @@ def hf_to_scratch_state_dict(hf: dict[str, np.ndarray], num_layers: int) -> dict
     return out
 
 
-def _read_safetensors(path: Path) -> dict[str, np.ndarray]:
-    from safetensors.numpy import load_file
-
-    try:
-        return load_file(str(path))
-    except Exception as e:  # truncated file, unknown dtype (e.g. bf16), not safetensors
-        raise CheckpointError(f"cannot read {path}: {e}") from None
-
-
 def load_hf_state_dict(path: str | Path) -> dict[str, np.ndarray]:
     """The raw tensors of ``model.safetensors`` (or its shards) in a checkpoint directory."""
     path = Path(path)
     single = path / "model.safetensors"
     index = path / "model.safetensors.index.json"
     if single.is_file():
-        return _read_safetensors(single)
+        return read_safetensors(single)
     if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise CheckpointError(f"cannot parse {index}: {e}") from None
+        weight_map = read_json(index, error=CheckpointError).get("weight_map")
+        if not isinstance(weight_map, dict):
+            raise CheckpointError(f"{index} has no 'weight_map' object")
         sd: dict[str, np.ndarray] = {}
         for shard in sorted(set(weight_map.values())):
             shard_path = path / shard
             if not shard_path.is_file():
                 raise CheckpointError(f"checkpoint shard not found: {shard_path}")
-            sd.update(_read_safetensors(shard_path))
+            sd.update(read_safetensors(shard_path))
         return sd
     hint = " (only safetensors is supported)" if (path / "pytorch_model.bin").is_file() else ""
     raise CheckpointError(f"model weights not found: {single}{hint}")

@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from scratchformer.errors import CheckpointError, ConfigError
+from scratchformer.interop.hf_files import read_json, read_safetensors
 from scratchformer.models.gpt import GPT, GPTConfig
 
 __all__ = ["load_hf_gpt2", "save_hf_gpt2", "gpt2_config_from_hf", "gpt2_config_to_hf"]
@@ -136,15 +137,6 @@ def gpt2_config_to_hf(config: GPTConfig) -> dict:
     }
 
 
-def _read_safetensors(path: Path) -> dict[str, np.ndarray]:
-    from safetensors.numpy import load_file
-
-    try:
-        return load_file(str(path))
-    except Exception as e:  # truncated / not safetensors / unsupported dtype (bf16)
-        raise CheckpointError(f"cannot read {path}: {e}") from e
-
-
 def load_hf_gpt2(path, dtype: str = "float32") -> GPT:
     """Load a Hugging Face GPT-2 directory (``config.json`` + ``model.safetensors``) as a GPT.
 
@@ -156,12 +148,9 @@ def load_hf_gpt2(path, dtype: str = "float32") -> GPT:
     for f in (cfg_file, weights_file):
         if not f.is_file():
             raise CheckpointError(f"GPT-2 checkpoint: {f} not found (need config.json and model.safetensors)")
-    try:
-        hf_cfg = json.loads(cfg_file.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"cannot read {cfg_file}: {e}") from e
+    hf_cfg = read_json(cfg_file, error=CheckpointError)
     config = gpt2_config_from_hf(hf_cfg, dtype=dtype)
-    tensors = _read_safetensors(weights_file)
+    tensors = read_safetensors(weights_file)
     # accept both "transformer.h.0..." (GPT2LMHeadModel) and "h.0..." (GPT2Model / openai)
     strip = {k[len("transformer."):] if k.startswith("transformer.") else k: v for k, v in tensors.items()}
 

@@ -14,7 +14,6 @@ divides by ``max(norm, 1e-12)``.
 from __future__ import annotations
 
 import importlib.util
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,7 +21,8 @@ import numpy as np
 
 from scratchformer.errors import CheckpointError, ConfigError, DataError
 from scratchformer.interop.bert import BertEncoder, load_hf_bert
-from scratchformer.interop.wordpiece import WordPieceTokenizer, read_json
+from scratchformer.interop.hf_files import read_json
+from scratchformer.interop.wordpiece import WordPieceTokenizer
 
 __all__ = ["SentenceEncoder", "default_model_dir", "mean_pool", "l2_normalize"]
 
@@ -66,15 +66,7 @@ def l2_normalize(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
 def _read_modules(path: Path) -> bool | None:
     """Check modules.json (Transformer, mean Pooling, optional Normalize) and say whether it
     normalises; None when there is no modules.json (the caller decides)."""
-    modules = None
-    mpath = path / "modules.json"
-    if mpath.is_file():
-        try:
-            modules = json.loads(mpath.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ConfigError(f"cannot parse {mpath}: {e}") from None
-        if not isinstance(modules, list):
-            raise ConfigError(f"{mpath} must hold a JSON list of modules")
+    modules = read_json(path / "modules.json", expect=list)
     normalize = None
     if modules is not None:
         types = [str(m.get("type", "")) for m in modules if isinstance(m, dict)]

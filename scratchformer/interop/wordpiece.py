@@ -13,29 +13,15 @@ text of a pair gets token type 1. Arrays are int64.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from scratchformer.errors import CheckpointError, ConfigError, DataError
+from scratchformer.interop.hf_files import read_json
 
-__all__ = ["WordPieceTokenizer", "read_json", "default_max_length"]
-
-
-def read_json(path: Path) -> dict | None:
-    """A JSON file's object, None when the file is absent; a parse error is a ConfigError."""
-    path = Path(path)
-    if not path.is_file():
-        return None
-    try:
-        d = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ConfigError(f"cannot parse {path}: {e}") from None
-    if not isinstance(d, dict):
-        raise ConfigError(f"{path} must hold a JSON object")
-    return d
+__all__ = ["WordPieceTokenizer", "default_max_length"]
 
 
 def default_max_length(path: str | Path) -> int:

@@ -1,0 +1,39 @@
+"""Reading the files of a Hugging Face model directory: JSON configs and safetensors weights.
+
+Every failure is one of the library's errors naming the file (never a raw JSON or safetensors
+traceback); which error class depends on what the caller is reading (a config or a checkpoint).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from scratchformer.errors import CheckpointError, ConfigError
+
+
+def read_json(path: str | Path, expect: type = dict, error: type[Exception] = ConfigError):
+    """The JSON value in `path` (which must be an `expect`: dict or list); None when the file
+    does not exist. A file that cannot be read or parsed, or holds another type, raises `error`."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise error(f"cannot parse {path}: {e}") from None
+    if not isinstance(value, expect):
+        raise error(f"{path} must hold a JSON {'object' if expect is dict else expect.__name__}")
+    return value
+
+
+def read_safetensors(path: Path) -> dict[str, np.ndarray]:
+    """Every tensor of one safetensors file, as numpy arrays."""
+    from safetensors.numpy import load_file
+
+    try:
+        return load_file(str(path))
+    except Exception as e:  # truncated file, unknown dtype (e.g. bf16), not safetensors
+        raise CheckpointError(f"cannot read {path}: {e}") from None
