@@ -18,21 +18,14 @@ import argparse
 
 import numpy as np
 import torch
-from torch_gpt import TorchGPT, scratchformer_state
+from torch_gpt import TorchGPT, nanogpt_adamw, scratchformer_state, whole_split_loss
 
 from scratchformer.data import load_dataset
 from scratchformer.models import GPT, GPTConfig
 from scratchformer.optim import AdamW, clip_grad_norm, cosine_lr, param_groups
+from scratchformer.training.lm import LMJob
 
 BATCH, LR, MIN_LR, WARMUP, WD, CLIP = 12, 1e-3, 1e-4, 100, 0.1, 1.0
-
-
-def whole_split_loss(data, loss_of) -> float:
-    total = count = 0
-    for x, y in data.all_batches(64):
-        n = int((y != -1).sum())
-        total, count = total + loss_of(x, y) * n, count + n
-    return total / count
 
 
 def main() -> None:
@@ -48,10 +41,7 @@ def main() -> None:
     ours = GPT(GPTConfig(vocab_size=ds.tokenizer.vocab_size, block_size=64, **size))
     ours.load_state_dict(scratchformer_state(theirs))
 
-    decay = [p for p in theirs.parameters() if p.dim() >= 2]
-    no_decay = [p for p in theirs.parameters() if p.dim() < 2]
-    their_opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": no_decay, "weight_decay": 0.0}],
-                                  lr=LR, betas=(0.9, 0.99))
+    their_opt = nanogpt_adamw(theirs, lr=LR, betas=(0.9, 0.99), weight_decay=WD)
     our_opt = AdamW(param_groups(ours, WD, decay_embeddings=True), lr=LR, betas=(0.9, 0.99), eps=1e-8)
     rng = np.random.default_rng(args.seed)
     their_losses, our_losses = [], []
@@ -82,11 +72,8 @@ def main() -> None:
             print(f"step {step + 1}: train loss torch {np.mean(their_losses[-200:]):.4f}, scratchformer "
                   f"{np.mean(our_losses[-200:]):.4f}; largest weight difference {diff:.1e}", flush=True)
 
-    theirs.eval()
-    ours.eval()
-    with torch.no_grad():
-        their_val = whole_split_loss(ds.val, lambda x, y: theirs(torch.from_numpy(x), torch.from_numpy(y)).item())
-    our_val = whole_split_loss(ds.val, lambda x, y: float(ours(x, y)[1]))
+    their_val, _ = whole_split_loss(theirs, ds.val)
+    our_val = LMJob(ours, ds, {}).evaluate("val")["loss"]  # what `scratchformer eval` computes
     print(f"seed {args.seed}: whole val split loss torch {their_val:.4f}, scratchformer {our_val:.4f}")
 
 

@@ -70,3 +70,27 @@ def scratchformer_state(model: TorchGPT) -> dict:
             name = name.replace(theirs, ours)
         state[name] = p.detach().numpy().copy()
     return state
+
+
+def nanogpt_adamw(model: TorchGPT, lr: float, betas: tuple[float, float], weight_decay: float):
+    """torch.optim.AdamW with nanoGPT's groups: every tensor with dim >= 2 decayed (embeddings
+    included), the rest (LayerNorm weights, biases) not."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=betas)
+
+
+def whole_split_loss(model: TorchGPT, split, batch_size: int = 64) -> tuple[float, int]:
+    """(token-weighted mean loss, token count) over every window of a scratchformer data split,
+    as `scratchformer eval` computes it (`LMJob.evaluate`)."""
+    was_training = model.training
+    model.eval()
+    total = count = 0
+    with torch.no_grad():
+        for x, y in split.all_batches(batch_size):
+            n = int((y != -1).sum())
+            total += model(torch.from_numpy(x), torch.from_numpy(y)).item() * n
+            count += n
+    model.train(was_training)
+    return total / count, count

@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 import torch
-from torch_gpt import TorchGPT
+from torch_gpt import TorchGPT, nanogpt_adamw, whole_split_loss
 
 from scratchformer.data import load_dataset
 from scratchformer.optim import cosine_lr
@@ -30,10 +30,7 @@ def main() -> None:
     ds = load_dataset(args.data, "text", block_size=64)
     torch.manual_seed(args.seed)
     model = TorchGPT(ds.tokenizer.vocab_size, 64, n_layer=4, n_head=4, n_embd=128, bias=False)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=1e-3, betas=(0.9, 0.99))
+    opt = nanogpt_adamw(model, lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)
     rng = np.random.default_rng(args.seed)
     start = time.perf_counter()
     for step in range(2000):
@@ -45,14 +42,8 @@ def main() -> None:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-    model.eval()
-    total = count = 0
-    with torch.no_grad():
-        for x, y in ds.val.all_batches(64):
-            n = int((y != -1).sum())
-            total += model(torch.from_numpy(x), torch.from_numpy(y)).item() * n
-            count += n
-    print(f"seed {args.seed}: val loss {total / count:.4f} on the whole val split "
+    val_loss, count = whole_split_loss(model, ds.val)
+    print(f"seed {args.seed}: val loss {val_loss:.4f} on the whole val split "
           f"({count} tokens), {time.perf_counter() - start:.0f}s")
 
 
