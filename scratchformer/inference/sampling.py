@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from scratchformer.errors import ShapeError
+from scratchformer.ops.softmax import softmax_forward
 
 __all__ = ["as_rng", "sample_next", "top_k_mask", "top_p_mask", "filtered_probs"]
 
@@ -67,8 +68,7 @@ def filtered_probs(logits: np.ndarray, temperature: float = 1.0, top_k: int | No
     x = np.asarray(logits, dtype=np.float64) / temperature
     if top_k is not None:
         x = np.where(top_k_mask(x, top_k), x, -np.inf)
-    probs = np.exp(x - x.max(axis=-1, keepdims=True))
-    probs /= probs.sum(axis=-1, keepdims=True)
+    probs = softmax_forward(x)
     if top_p is not None and top_p < 1:
         probs = np.where(top_p_mask(probs, top_p), probs, 0.0)
         probs /= probs.sum(axis=-1, keepdims=True)

@@ -13,6 +13,7 @@ import numpy as np
 
 from scratchformer.errors import ShapeError
 from scratchformer.ops.dropout import dropout_backward, dropout_forward
+from scratchformer.ops.softmax import softmax_backward
 
 
 def causal_mask(Tq: int, Tk: int) -> np.ndarray:
@@ -76,7 +77,7 @@ def attention_backward(dout: np.ndarray, cache: dict):
     q, k, v, w, scale = cache["q"], cache["k"], cache["v"], cache["weights"], cache["scale"]
     dv = cache["dropped"].swapaxes(-1, -2) @ dout  # (B, H, Tk, d)
     dweights = dropout_backward(dout @ v.swapaxes(-1, -2), cache["drop_mask"])  # (B, H, Tq, Tk)
-    dscores = w * (dweights - (dweights * w).sum(axis=-1, keepdims=True))
+    dscores = softmax_backward(dweights, w)  # (B, H, Tq, Tk); masked keys have w = 0, so 0
     dscores *= np.asarray(scale, dtype=dscores.dtype)
     dq = dscores @ k
     dk = dscores.swapaxes(-1, -2) @ q
