@@ -9,10 +9,12 @@ samples that are not in names.txt (any split) and not in the training split.
 from __future__ import annotations
 
 import argparse
+import sys
 from importlib import resources
 
 import numpy as np
 
+from scratchformer.errors import ScratchformerError
 from scratchformer.training.lm import LMJob
 
 
@@ -36,4 +38,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except ScratchformerError as e:  # a bad run directory: one line, exit code 2, as the CLI
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)

@@ -12,9 +12,11 @@ lowest value and fraction <= --bar of `--draws` such 20-batch estimates, so a pu
 from __future__ import annotations
 
 import argparse
+import sys
 
 import numpy as np
 
+from scratchformer.errors import ScratchformerError
 from scratchformer.training.lm import LMJob
 
 
@@ -43,4 +45,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except ScratchformerError as e:  # a bad run directory: one line, exit code 2, as the CLI
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)

@@ -59,3 +59,11 @@ def test_lockstep_with_torch_gives_the_same_losses(text_run):
     assert ours_theirs and ours_theirs.group(1) == ours_theirs.group(2), out
     step_line = re.search(r"step 30: train loss torch ([0-9.]+), scratchformer ([0-9.]+)", out)
     assert step_line and step_line.group(1) == step_line.group(2), out
+
+
+@pytest.mark.parametrize("script", ["scripts/nanogpt_estimates.py", "scripts/names_novelty.py"])
+def test_scripts_reject_a_missing_run_in_one_line(script, tmp_path):
+    done = subprocess.run([sys.executable, script, str(tmp_path / "missing")], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and "not found" in done.stderr
