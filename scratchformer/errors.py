@@ -20,3 +20,20 @@ class DataError(ScratchformerError, ValueError):
 
 class CheckpointError(ScratchformerError, ValueError):
     """A checkpoint is missing, truncated or does not match."""
+
+
+class RunFileError(CheckpointError):
+    """A run file (config.json, trainer_state.json, tokenizer.json, a log.jsonl row) does not
+    match its schema: the message names the file and the field."""
+
+
+class DataChangedError(DataError):
+    """The data file differs from the one a run was trained on (its sha256 changed)."""
+
+
+class RunLockedError(ScratchformerError, RuntimeError):
+    """Another process is writing into the same run directory."""
+
+
+class ResourceError(ScratchformerError, MemoryError):
+    """A model, batch or generation would need more memory than the machine has."""
