@@ -1,0 +1,80 @@
+"""Memory estimates before allocating (scratchformer/limits.py) and the bundled data sets."""
+
+import hashlib
+
+import pytest
+
+from scratchformer.data.bundled import resolve_data
+from scratchformer.errors import DataError, ResourceError
+from scratchformer.limits import (activation_bytes, available_memory, check_fits, check_line_lengths,
+                                  generation_bytes, gpt_param_count, training_state_bytes)
+from scratchformer.models.gpt import GPT, GPTConfig
+
+
+def test_available_memory_is_a_plausible_number():
+    avail = available_memory()
+    assert avail is None or 2**20 < avail < 2**50
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(tie_weights=True), dict(n_inner=40, bias=False)])
+def test_param_count_bounds_the_real_model_closely(kw):
+    cfg = GPTConfig(vocab_size=27, block_size=16, n_layer=2, n_head=2, n_embd=8, **kw)
+    real = GPT(cfg).num_parameters()
+    est = gpt_param_count(cfg)
+    assert real <= est <= 1.1 * real + 100
+    assert gpt_param_count({**vars(cfg)}) == est  # a config.json "model" dict works too
+
+
+def test_estimates_grow_as_their_formulas_say():
+    assert training_state_bytes(1000) == 16_000  # weights, grads, m, v in float32
+    base = activation_bytes(4, 16, 2, 8, 2, 27)
+    assert activation_bytes(8, 16, 2, 8, 2, 27) == 2 * base  # linear in the batch
+    assert activation_bytes(4, 16, 2, 8, 2, 27, per_layer_factor=0) == (2 * 2 * 4 * 2 * 16 * 16 + 3 * 4 * 16 * 27) * 4
+    # the 200,000-character names line of issue 9: block 200,001, default batch 64 -> far past any machine
+    assert activation_bytes(64, 200_001, 4, 64, 4, 27) > 1e14
+    assert generation_bytes(10, 5, 100, 2, 8, 27) == (2 * 2 * 10 * 105 * 8 + 4 * 10 * 27) * 4
+
+
+def test_check_fits_names_the_option_and_the_numbers():
+    check_fits(800, "a training batch", "--batch-size", available=1000)  # fits in 90%
+    with pytest.raises(ResourceError) as e:
+        check_fits(37e9, "a training batch", "--batch-size or --block-size", available=8e9)
+    msg = str(e.value)
+    assert msg == ("a training batch needs about 37 GB of memory but 8 GB is available: "
+                   "lower --batch-size or --block-size")
+    assert isinstance(e.value, MemoryError)
+
+
+def test_check_fits_skips_when_memory_is_unknown(monkeypatch):
+    import scratchformer.limits as limits
+
+    monkeypatch.setattr(limits, "available_memory", lambda: None)
+    check_fits(10**30, "anything", "--x")
+
+
+def test_long_line_is_named_by_number():
+    check_line_lengths(["emma", "olivia"], "names.txt", limit=6)
+    with pytest.raises(DataError, match=r"^n.txt line 3 has 200,000 characters .*limit for a lines file is 1,000"):
+        check_line_lengths(["ann", "bo", "x" * 200_000, "y" * 200_000], "n.txt")
+
+
+# -- bundled data sets -----------------------------------------------------------------------
+@pytest.mark.parametrize("name, sha", [
+    ("names", "0a30b5557f192f32ab962680889aac5f6fda0f4cecf40a6d0b5694f58ea8cc4d"),
+    ("shakespeare", "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"),
+    ("tinyshakespeare", "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"),
+    (None, "0a30b5557f192f32ab962680889aac5f6fda0f4cecf40a6d0b5694f58ea8cc4d"),
+])
+def test_bundled_names_resolve_to_the_shipped_files(name, sha):
+    assert hashlib.sha256(resolve_data(name).read_bytes()).hexdigest() == sha
+
+
+def test_paths_resolve_or_fail_in_one_line(tmp_path):
+    f = tmp_path / "mine.txt"
+    f.write_text("abc\n")
+    assert resolve_data(str(f)) == f and resolve_data(f) == f
+    for bad, words in [("", "empty data path"), (str(tmp_path / "nope.txt"), "data file not found"),
+                       (str(tmp_path), "is not a file")]:
+        with pytest.raises(DataError, match=words) as e:
+            resolve_data(bad)
+        assert "\n" not in str(e.value)
