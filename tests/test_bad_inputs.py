@@ -1,0 +1,452 @@
+"""A catalogue of bad command lines (issue 9, item 8): every one must end with exit code 2,
+exactly one non-empty line on stderr, and no traceback.
+
+Each case is a row of CASES: (id, argv, cause). argv words starting with "@" are filled in
+per test (see `expand`):
+
+    @tiny            a tiny model and 2 steps, so a case that wrongly trains finishes at once
+    @lm @rev @maj @txt   private copies of tiny trained runs (names LM, reverse seq2seq,
+                     majority classifier, a text LM on a small file), made once per session
+    @forge:NAME      a copy of @lm (or @txt for data forgeries) edited by FORGERIES[NAME]
+    @file:NAME       a data file with the bytes DATA_FILES[NAME]
+    @tmp             this test's temporary directory (also the working directory)
+
+`cause` is None for a case that holds today, or one of the causes below: the case is marked
+xfail with that reason (run=False for the ones that would exhaust memory today) until the
+wiring that fixes the cause lands, which then deletes the cause from its rows.
+"""
+
+import copy
+import json
+import shutil
+import traceback
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from scratchformer.cli.main import main
+
+# -- why a case fails today (each an item of issue 9) ---------------------------------------
+USAGE = "argparse prints its usage block before the error line (item 1)"
+UNCHECKED = "a value argparse accepts is not checked and ends in a traceback (item 2)"
+ACCEPTED = "bad input is accepted or silently ignored: exit code 0 (items 2 and 5)"
+NAN = "non-finite weights or losses crash or pass through (item 2)"
+RUNFILE = "hand-edited run file is not checked against a schema: traceback (item 4)"
+CHANGED = "data file changed since training is silently used (item 4)"
+MEMORY = "would exhaust memory today: no estimate before allocating (item 3)"
+XFAIL = {USAGE, UNCHECKED, ACCEPTED, NAN, RUNFILE, CHANGED, MEMORY}
+
+TINY = ["--max-steps", "2", "--n-layer", "1", "--n-embd", "8", "--n-head", "2", "--batch-size", "8",
+        "--eval-batches", "1", "--no-progress", "--quiet"]
+QUIET = ["--no-progress", "--quiet"]
+DIGITS_5000 = "1" * 5000
+
+DATA_FILES = {
+    "empty": b"",
+    "not_utf8": b"emma\n\xff\xfe\xfd\nolivia\n",
+    "one_line": b"emma\n",
+    "blank_lines": b"\n\n\n\n",
+    "short_text": b"to be or not",
+    "long_line": b"ann\nbob\n" + b"x" * 200_000 + b"\n",  # issue 9: block 200,001 -> a 37 GB batch
+    "names": b"".join(f"name{i}\n".encode() for i in range(200)),
+}
+
+
+# -- forged run directories ------------------------------------------------------------------
+def _edit_json(name, edit):
+    """A forgery that rewrites `name` (in best/ and last/) with edit(parsed) (or edit's text
+    when it returns a str)."""
+    def forge(run: Path):
+        for ck in ("best", "last"):
+            p = run / ck / name
+            new = edit(json.loads(p.read_text()))
+            p.write_text(new if isinstance(new, str) else json.dumps(new))
+    return forge
+
+
+def _set(path, value):
+    """edit(doc): doc with the field at `path` (keys) set to value (deleted for DELETE)."""
+    def edit(doc):
+        doc = copy.deepcopy(doc)
+        parent = doc
+        for key in path[:-1]:
+            parent = parent[key]
+        if value is DELETE:
+            del parent[path[-1]]
+        else:
+            parent[path[-1]] = value
+        return doc
+    return edit
+
+
+DELETE = object()
+
+
+def _nan_weights(run: Path):
+    from safetensors.numpy import load_file, save_file
+
+    for ck in ("best", "last"):
+        p = run / ck / "model.safetensors"
+        save_file({k: np.full_like(v, np.nan) for k, v in load_file(p).items()}, p)
+
+
+def _huge_weights(run: Path):  # what a run diverging without NaN (relu, --lr 1e4) leaves
+    from safetensors.numpy import load_file, save_file
+
+    for ck in ("best", "last"):
+        p = run / ck / "model.safetensors"
+        save_file({k: (v * 1e16).astype(v.dtype) for k, v in load_file(p).items()}, p)
+
+
+def _truncate(name, keep):
+    def forge(run: Path):
+        for ck in ("best", "last"):
+            p = run / ck / name
+            p.write_bytes(p.read_bytes()[:keep])
+    return forge
+
+
+def _delete(name):
+    def forge(run: Path):
+        for ck in ("best", "last"):
+            (run / ck / name).unlink()
+    return forge
+
+
+def _log(text: bytes):
+    def forge(run: Path):
+        (run / "log.jsonl").write_bytes(text)
+    return forge
+
+
+def _moved_data(edit_bytes):
+    """(For @txt) copy the data file next to the run, point config.json at the copy, then
+    edit the copy (edit_bytes(old) -> new bytes, or None to delete it)."""
+    def forge(run: Path):
+        for ck in ("best", "last"):
+            p = run / ck / "config.json"
+            cfg = json.loads(p.read_text())
+            data = run.parent / "data.txt"
+            if not data.exists():
+                shutil.copy(cfg["data"]["path"], data)
+            cfg["data"]["path"] = str(data)
+            p.write_text(json.dumps(cfg))
+        new = edit_bytes(data.read_bytes())
+        data.unlink() if new is None else data.write_bytes(new)
+    return forge
+
+
+MT19937 = {"bit_generator": "MT19937", "state": {"key": list(range(624)), "pos": 624}}
+FORGERIES = {
+    "config_list": _edit_json("config.json", lambda d: [1, 2]),
+    "config_no_model": _edit_json("config.json", _set(("model",), DELETE)),
+    "config_no_data": _edit_json("config.json", _set(("data",), DELETE)),
+    "config_kind": _edit_json("config.json", _set(("kind",), "rnn")),
+    "config_n_embd_str": _edit_json("config.json", _set(("model", "n_embd"), "8")),
+    "config_n_embd_10": _edit_json("config.json", _set(("model", "n_embd"), 10)),
+    "config_n_layer_bool": _edit_json("config.json", _set(("model", "n_layer"), True)),
+    "config_unknown_field": _edit_json("config.json", _set(("model", "colour"), "red")),
+    "config_activation": _edit_json("config.json", _set(("model", "activation"), "swish")),
+    "config_5000_digits": _edit_json("config.json", lambda d: json.dumps(d).replace('"n_layer": 1',
+                                                                                    f'"n_layer": {DIGITS_5000}')),
+    "config_huge_vocab": _edit_json("config.json", _set(("model", "vocab_size"), 10**12)),
+    "config_huge_n_embd": _edit_json("config.json", _set(("model", "n_embd"), 2**20)),
+    "config_not_json": _truncate("config.json", 20),
+    "state_step_str": _edit_json("trainer_state.json", _set(("step",), "2")),
+    "state_step_negative": _edit_json("trainer_state.json", _set(("step",), -3)),
+    "state_5000_digits": _edit_json("trainer_state.json", lambda d: json.dumps(d).replace('"step": 2',
+                                                                                         f'"step": {DIGITS_5000}')),
+    "state_deep": _edit_json("trainer_state.json", _set(("extra", "deep"), "x")),  # text replaced below
+    "state_mt19937": _edit_json("trainer_state.json", _set(("rng_state", "data"), MT19937)),
+    "state_rng_list": _edit_json("trainer_state.json", _set(("rng_state",), [1, 2])),
+    "state_list": _edit_json("trainer_state.json", lambda d: []),
+    "state_no_train_config": _edit_json("trainer_state.json", _set(("extra", "train_config"), DELETE)),
+    "state_train_config_str": _edit_json("trainer_state.json", _set(("extra", "train_config", "batch_size"), "8")),
+    "tokenizer_list": _edit_json("tokenizer.json", lambda d: []),
+    "tokenizer_dupes": _edit_json("tokenizer.json", _set(("chars",), ["a", "a", "b"])),
+    "tokenizer_long_char": _edit_json("tokenizer.json", _set(("chars", 0), "ab")),
+    "tokenizer_missing": _delete("tokenizer.json"),
+    "weights_truncated": _truncate("model.safetensors", 100),
+    "weights_nan": _nan_weights,
+    "weights_huge": _huge_weights,
+    "log_bad_middle": _log(b'{"step": 1}\n{"step": 2, garbage\n{"step": 2}\n'),
+    "log_step_str": _log(b'{"step": "1"}\n'),
+    "data_changed": _moved_data(lambda b: b + b"to be or not to be\n"),  # same characters, more text
+    "data_missing": _moved_data(lambda b: None),
+}
+_deep = "[" * 100_000 + "]" * 100_000
+FORGERIES["state_deep"] = _edit_json("trainer_state.json", lambda d: json.dumps(d).replace('"step": 2', f'"step": {_deep}'))
+
+
+# -- the catalogue ---------------------------------------------------------------------------
+def train(*words):
+    return ["train", *words]
+
+
+CASES = [
+    # train: values argparse rejects (the line is right, the usage block before it is not)
+    ("train-n-layer-0", train("@tiny", "--n-layer", "0"), USAGE),
+    ("train-n-layer-negative", train("@tiny", "--n-layer", "-1"), USAGE),
+    ("train-n-layer-word", train("@tiny", "--n-layer", "four"), USAGE),
+    ("train-n-head-0", train("@tiny", "--n-head", "0"), USAGE),
+    ("train-n-embd-0", train("@tiny", "--n-embd", "0"), USAGE),
+    ("train-n-embd-float", train("@tiny", "--n-embd", "1.5"), USAGE),
+    ("train-block-size-0", train("@tiny", "--block-size", "0"), USAGE),
+    ("train-dropout-negative", train("@tiny", "--dropout", "-0.1"), USAGE),
+    ("train-dropout-word", train("@tiny", "--dropout", "some"), USAGE),
+    ("train-activation-unknown", train("@tiny", "--activation", "swish"), USAGE),
+    ("train-positional-unknown", train("@tiny", "--positional", "rope"), USAGE),
+    ("train-norm-unknown", train("@tiny", "--norm", "middle"), USAGE),
+    ("train-init-unknown", train("@tiny", "--init", "xavier"), USAGE),
+    ("train-max-steps-0", train("@tiny", "--max-steps", "0"), USAGE),
+    ("train-max-steps-negative", train("@tiny", "--max-steps", "-5"), USAGE),
+    ("train-max-steps-float", train("@tiny", "--max-steps", "2.5"), USAGE),
+    ("train-max-steps-missing-value", train("@tiny", "--max-steps"), USAGE),
+    ("train-batch-size-0", train("@tiny", "--batch-size", "0"), USAGE),
+    ("train-grad-accum-0", train("@tiny", "--grad-accum", "0"), USAGE),
+    ("train-lr-negative", train("@tiny", "--lr", "-1"), USAGE),
+    ("train-lr-nan", train("@tiny", "--lr", "nan"), USAGE),
+    ("train-lr-word", train("@tiny", "--lr", "fast"), USAGE),
+    ("train-min-lr-negative", train("@tiny", "--min-lr", "-1"), USAGE),
+    ("train-warmup-word", train("@tiny", "--warmup-steps", "ten"), USAGE),
+    ("train-decay-steps-0", train("@tiny", "--decay-steps", "0"), USAGE),
+    ("train-weight-decay-negative", train("@tiny", "--weight-decay", "-0.1"), USAGE),
+    ("train-beta1-negative", train("@tiny", "--beta1", "-0.5"), USAGE),
+    ("train-grad-clip-negative", train("@tiny", "--grad-clip", "-1"), USAGE),
+    ("train-eval-interval-0", train("@tiny", "--eval-interval", "0"), USAGE),
+    ("train-eval-batches-0", train("@tiny", "--eval-batches", "0"), USAGE),
+    ("train-log-interval-0", train("@tiny", "--log-interval", "0"), USAGE),
+    ("train-time-limit-negative", train("@tiny", "--time-limit", "-1"), USAGE),
+    ("train-time-limit-nan", train("@tiny", "--time-limit", "nan"), USAGE),
+    ("train-format-unknown", train("@tiny", "--format", "csv"), USAGE),
+    ("train-task-unknown", train("@tiny", "--task", "translate"), USAGE),
+    ("train-seed-word", train("@tiny", "--seed", "lucky"), USAGE),
+    ("train-split-seed-word", train("@tiny", "--split-seed", "x"), USAGE),
+    ("train-unknown-option", train("@tiny", "--learning-rate", "0.1"), USAGE),
+    ("train-stray-argument", train("@tiny", "names.txt"), USAGE),
+    # train: values argparse accepts that the code must refuse
+    ("train-dropout-1", train("@tiny", "--dropout", "1.0"), None),
+    ("train-dropout-1.5", train("@tiny", "--dropout", "1.5"), None),
+    ("train-dropout-inf", train("@tiny", "--dropout", "inf"), None),
+    ("train-n-head-not-dividing", train("@tiny", "--n-head", "3"), None),
+    ("train-lr-0", train("@tiny", "--lr", "0"), None),
+    ("train-lr-inf", train("@tiny", "--lr", "inf"), None),
+    ("train-beta1-1", train("@tiny", "--beta1", "1.0"), None),
+    ("train-beta2-1.5", train("@tiny", "--beta2", "1.5"), None),
+    ("train-warmup-negative", train("@tiny", "--warmup-steps", "-1"), None),
+    ("train-time-limit-0", train("@tiny", "--time-limit", "0"), None),
+    ("train-weight-decay-inf", train("@tiny", "--weight-decay", "inf"), NAN),
+    ("train-seed-negative", train("@tiny", "--seed", "-1"), UNCHECKED),
+    ("train-split-seed-negative", train("@tiny", "--split-seed", "-1"), UNCHECKED),
+    ("train-num-samples-negative", train("@tiny", "--num-samples", "-1"), ACCEPTED),
+    ("train-lr-1e4-nan", train("@tiny", "--max-steps", "20", "--lr", "1e4"), NAN),
+    ("train-relu-lr-1e4-diverges", train("@tiny", "--max-steps", "20", "--activation", "relu", "--lr", "1e4"), None),
+    # train: data files
+    ("train-data-missing", train("@tiny", "--data", "@tmp/nope.txt"), None),
+    ("train-data-empty-path", train("@tiny", "--data", ""), None),
+    ("train-data-directory", train("@tiny", "--data", "@tmp"), None),
+    ("train-data-not-utf8", train("@tiny", "--data", "@file:not_utf8"), None),
+    ("train-data-empty-file", train("@tiny", "--data", "@file:empty"), None),
+    ("train-data-one-line", train("@tiny", "--data", "@file:one_line"), None),
+    ("train-data-blank-lines", train("@tiny", "--data", "@file:blank_lines"), None),
+    ("train-data-text-too-short", train("@tiny", "--data", "@file:short_text", "--format", "text"), None),
+    ("train-data-200k-char-line", train("@tiny", "--data", "@file:long_line"), MEMORY),
+    # train: sizes that exhaust memory
+    ("train-block-size-huge", train("@tiny", "--block-size", "1000000000"), MEMORY),
+    ("train-batch-size-huge", train("@tiny", "--batch-size", "1000000000"), MEMORY),
+    ("train-n-embd-huge", train("@tiny", "--n-embd", "1048576"), MEMORY),
+    ("train-n-layer-huge", train("@tiny", "--n-layer", "1000000"), MEMORY),
+    # train: output directories and resume
+    ("train-out-empty", train("@tiny", "--out", ""), ACCEPTED),
+    ("train-out-is-a-file", train("@tiny", "--out", "@file:names"), None),
+    ("train-out-holds-a-run", train("@tiny", "--out", "@lm"), None),
+    ("train-resume-nothing-there", train(*QUIET, "--resume", "--out", "@tmp/none"), None),
+    ("train-resume-changes-model", train(*QUIET, "--resume", "--out", "@lm", "--n-layer", "2"), None),
+    ("train-resume-changes-data", train(*QUIET, "--resume", "--out", "@lm", "--data", "@file:names"), None),
+    ("train-resume-changes-task", train(*QUIET, "--resume", "--out", "@lm", "--task", "reverse"), ACCEPTED),
+    ("train-task-with-data", train("@tiny", "--task", "majority", "--data", "@file:names"), ACCEPTED),
+    ("train-task-with-block-size", train("@tiny", "--task", "reverse", "--block-size", "8"), ACCEPTED),
+    ("train-task-with-format", train("@tiny", "--task", "copy", "--format", "text"), ACCEPTED),
+]
+
+# every forgery, under the commands that read it
+FORGED_COMMANDS = {
+    "eval": lambda d: ["eval", d],
+    "sample": lambda d: ["sample", d, "-n", "2"],
+    "resume": lambda d: ["train", *QUIET, "--resume", "--out", d, "--max-steps", "3"],
+}
+FORGED = {  # forgery -> (commands it is tried under, cause)
+    "config_list": ("eval sample resume", RUNFILE),
+    "config_no_model": ("eval sample resume", RUNFILE),
+    "config_no_data": ("eval resume", RUNFILE),
+    "config_kind": ("eval sample", None),
+    "config_n_embd_str": ("eval sample", None),
+    "config_n_embd_10": ("eval sample", None),
+    "config_n_layer_bool": ("eval", None),
+    "config_unknown_field": ("eval sample", RUNFILE),
+    "config_activation": ("sample", None),
+    "config_5000_digits": ("eval sample", RUNFILE),
+    "config_huge_vocab": ("eval sample", MEMORY),
+    "config_huge_n_embd": ("sample", MEMORY),
+    "config_not_json": ("eval sample", None),
+    "state_step_str": ("eval resume", RUNFILE),
+    "state_step_negative": ("resume", None),
+    "state_5000_digits": ("eval resume", RUNFILE),
+    "state_deep": ("eval resume", RUNFILE),
+    "state_mt19937": ("resume", RUNFILE),
+    "state_rng_list": ("resume", RUNFILE),
+    "state_list": ("eval", None),
+    "state_no_train_config": ("resume", RUNFILE),
+    "state_train_config_str": ("resume", None),
+    "tokenizer_list": ("eval sample", None),
+    "tokenizer_dupes": ("sample", None),
+    "tokenizer_long_char": ("sample", None),
+    "tokenizer_missing": ("sample", None),
+    "weights_truncated": ("eval sample", None),
+    "weights_nan": ("eval sample resume", NAN),
+    "weights_huge": ("sample", NAN),
+    "log_bad_middle": ("resume", RUNFILE),
+    "log_step_str": ("resume", RUNFILE),
+    "data_changed": ("eval resume", CHANGED),
+    "data_missing": ("eval", None),
+}
+for forgery, (commands, cause) in FORGED.items():
+    for command in commands.split():
+        CASES.append((f"{command}-forged-{forgery.replace('_', '-')}",
+                      FORGED_COMMANDS[command](f"@forge:{forgery}"), cause))
+
+CASES += [
+    ("eval-json-huge-weights", ["eval", "@forge:weights_huge", "--json"], NAN),
+    # sample
+    ("sample-no-run", ["sample", "@tmp/none"], None),
+    ("sample-dir-is-a-file", ["sample", "@file:names"], None),
+    ("sample-n-0", ["sample", "@lm", "-n", "0"], USAGE),
+    ("sample-n-negative", ["sample", "@lm", "-n", "-1"], USAGE),
+    ("sample-n-word", ["sample", "@lm", "-n", "many"], USAGE),
+    ("sample-max-new-tokens-0", ["sample", "@lm", "--max-new-tokens", "0"], USAGE),
+    ("sample-temperature-negative", ["sample", "@lm", "--temperature", "-1"], USAGE),
+    ("sample-temperature-nan", ["sample", "@lm", "--temperature", "nan"], USAGE),
+    ("sample-temperature-inf", ["sample", "@lm", "--temperature", "inf"], UNCHECKED),
+    ("sample-temperature-denormal", ["sample", "@lm", "--temperature", "1e-320"], ACCEPTED),
+    ("sample-top-k-0", ["sample", "@lm", "--top-k", "0"], USAGE),
+    ("sample-top-k-above-vocab", ["sample", "@lm", "--top-k", "1000"], None),
+    ("sample-top-p-0", ["sample", "@lm", "--top-p", "0"], USAGE),
+    ("sample-top-p-1.5", ["sample", "@lm", "--top-p", "1.5"], USAGE),
+    ("sample-seed-negative", ["sample", "@lm", "--seed", "-1"], UNCHECKED),
+    ("sample-seed-word", ["sample", "@lm", "--seed", "x"], USAGE),
+    ("sample-prompt-unknown-chars", ["sample", "@lm", "--prompt", "ABC!"], None),
+    ("sample-task-model", ["sample", "@rev"], None),
+    ("sample-unknown-option", ["sample", "@lm", "--beam", "2"], USAGE),
+    ("sample-n-huge", ["sample", "@lm", "-n", "1000000000"], MEMORY),
+    ("sample-max-new-tokens-huge", ["sample", "@lm", "--max-new-tokens", "1000000000"], MEMORY),
+    # eval
+    ("eval-no-run", ["eval", "@tmp/none"], None),
+    ("eval-dir-is-a-file", ["eval", "@file:names"], None),
+    ("eval-split-train", ["eval", "@lm", "--split", "train"], USAGE),
+    ("eval-beam-0", ["eval", "@rev", "--beam", "0"], USAGE),
+    ("eval-beam-word", ["eval", "@rev", "--beam", "wide"], USAGE),
+    ("eval-beam-on-lm", ["eval", "@lm", "--beam", "2"], UNCHECKED),
+    ("eval-beam-on-classifier", ["eval", "@maj", "--beam", "2"], None),
+    ("eval-split-test-on-text", ["eval", "@txt", "--split", "test"], ACCEPTED),
+    ("eval-unknown-option", ["eval", "@lm", "--temperature", "1"], USAGE),
+    # predict
+    ("predict-missing-input", ["predict", "@rev"], USAGE),
+    ("predict-no-run", ["predict", "@tmp/none", "1 2 3"], None),
+    ("predict-on-lm", ["predict", "@lm", "1 2 3"], None),
+    ("predict-letters", ["predict", "@rev", "a b c"], None),
+    ("predict-empty-input", ["predict", "@rev", ""], None),
+    ("predict-digit-out-of-vocab", ["predict", "@rev", "1 12 3"], None),
+    ("predict-negative-digit", ["predict", "@rev", "1 -2 3"], None),
+    ("predict-too-long", ["predict", "@rev", " ".join("1" * 40)], None),
+    ("predict-majority-digit-3", ["predict", "@maj", "0 1 3"], None),
+    ("predict-majority-too-long", ["predict", "@maj", " ".join("1" * 200)], None),
+    ("predict-beam-0", ["predict", "@rev", "1 2 3", "--beam", "0"], USAGE),
+    ("predict-beam-on-classifier", ["predict", "@maj", "0 1 2", "--beam", "3"], ACCEPTED),
+    # embed
+    ("embed-no-texts", ["embed"], USAGE),
+    ("embed-model-missing", ["embed", "hello", "--model", "@tmp/none"], None),
+    ("embed-model-empty-dir", ["embed", "hello", "--model", "@tmp"], None),
+    ("embed-model-is-a-file", ["embed", "hello", "--model", "@file:names"], None),
+    ("embed-model-broken-config", ["embed", "hello", "--model", "@forge:weights_truncated"], None),
+    # passes today only because the model is missing; the wiring checks the text at the door first
+    ("embed-invalid-utf8", ["embed", "caf\udce9", "--model", "@tmp/none"], None),
+    ("embed-model-empty-path", ["embed", "hello", "--model", ""], None),
+    ("embed-unknown-option", ["embed", "hello", "--pooling", "max"], USAGE),
+    # the command itself
+    ("no-command", [], USAGE),
+    ("unknown-command", ["finetune"], USAGE),
+    ("unknown-global-option", ["--verbose", "train"], USAGE),
+]
+
+
+# -- running a case --------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def trained_runs(tmp_path_factory):
+    """Tiny runs made once: names LM, reverse (seq2seq), majority (classifier), text LM."""
+    root = tmp_path_factory.mktemp("catalogue-runs")
+    text = root / "text.txt"
+    text.write_bytes(b"to be, or not to be, that is the question:\n" * 40)
+    tiny = [*TINY, "--eval-batches", "1"]
+    for name, extra in [("lm", []), ("rev", ["--task", "reverse"]), ("maj", ["--task", "majority"]),
+                        ("txt", ["--data", str(text), "--block-size", "16"])]:
+        assert main(["train", *tiny, "--out", str(root / name), *extra]) == 0
+    return root
+
+
+def expand(argv, tmp_path: Path, runs: Path) -> list[str]:
+    out = []
+    for word in argv:
+        if word == "@tiny":
+            out += TINY
+        elif word in ("@lm", "@rev", "@maj", "@txt"):
+            dest = tmp_path / word[1:]
+            shutil.copytree(runs / word[1:], dest)
+            out.append(str(dest))
+        elif word.startswith("@forge:"):
+            name = word.split(":", 1)[1]
+            dest = tmp_path / "forged" / "run"
+            shutil.copytree(runs / ("txt" if name.startswith("data_") else "lm"), dest)
+            FORGERIES[name](dest)
+            out.append(str(dest))
+        elif word.startswith("@file:"):
+            name = word.split(":", 1)[1]
+            path = tmp_path / f"{name}.txt"
+            path.write_bytes(DATA_FILES[name])
+            out.append(str(path))
+        else:
+            out.append(word.replace("@tmp", str(tmp_path)))
+    return out
+
+
+def _param(case_id, argv, cause):
+    assert cause is None or cause in XFAIL, case_id
+    marks = [pytest.mark.xfail(strict=False, reason=cause, run=cause != MEMORY)] if cause else []
+    return pytest.param(argv, id=case_id, marks=marks)
+
+
+@pytest.mark.parametrize("argv", [_param(*case) for case in CASES])
+def test_bad_input_is_one_line_and_exit_2(argv, tmp_path, trained_runs, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a case that wrongly trains with a default --out stays here
+    argv = expand(argv, tmp_path, trained_runs)
+    capsys.readouterr()
+    try:
+        code = main(argv)
+    except SystemExit as e:
+        code = e.code
+    except BaseException:  # what the user would see as a traceback
+        traceback.print_exc()
+        code = "traceback"
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert "Traceback" not in err, err[-2000:]
+    assert code == 2, f"exit code {code}; stderr: {err[-500:]}"
+    assert len(lines) == 1, f"{len(lines)} stderr lines: {err[-500:]}"
+    assert lines[0].startswith("scratchformer"), lines[0]
+
+
+def test_catalogue_is_large_and_ids_are_unique():
+    ids = [case[0] for case in CASES]
+    assert len(ids) >= 120 and len(set(ids)) == len(ids)
+    for cmd in ("train", "sample", "eval", "predict", "embed"):
+        assert sum(1 for case in CASES if case[1][:1] == [cmd] or case[0].startswith(cmd)) >= 8, cmd
