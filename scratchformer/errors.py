@@ -20,3 +20,7 @@ class DataError(ScratchformerError, ValueError):
 
 class CheckpointError(ScratchformerError, ValueError):
     """A checkpoint is missing, truncated or does not match."""
+
+
+class CLIError(ScratchformerError, ValueError):
+    """A bad combination of command-line options."""
