@@ -43,8 +43,8 @@ def test_resume_continues(run_dir, capsys):
     "argv, message",
     [
         (["train", "--data", "/no/such/file.txt"], "not found"),
-        (["sample", "/no/such/run"], "no checkpoint"),
-        (["eval", "/no/such/run"], "no checkpoint"),
+        (["sample", "/no/such/run"], "checkpoint not found"),
+        (["eval", "/no/such/run"], "checkpoint not found"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):

@@ -192,7 +192,7 @@ def checkpoint_dir(path: str | Path) -> Path:
     for name in (BEST, LAST):
         if (d / name / "model.safetensors").exists():
             return d / name
-    raise CheckpointError(f"no checkpoint in {d}: train one first ('scratchformer train --out {d}') "
+    raise CheckpointError(f"checkpoint not found in {d}: train one first ('scratchformer train --out {d}') "
                           "or pass a run directory")
 
 
