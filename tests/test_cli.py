@@ -134,6 +134,10 @@ def test_moved_data_file_still_samples_and_eval_names_the_file(tmp_path, capsys)
     assert len(err.splitlines()) == 1 and str(data) in err and "--data PATH" in err
     assert main(["eval", str(out), "--data", str(moved), "--json"]) == 0
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["loss"] > 0
+    assert main(["train", "--resume", "--out", str(out), "--max-steps", "3", "--no-progress", "--quiet"]) == 2
+    assert "--data PATH" in capsys.readouterr().err
+    assert main(["train", "--resume", "--out", str(out), "--data", str(moved), "--max-steps", "3",
+                 "--no-progress", "--quiet"]) == 0
 
 
 def test_resume_refuses_model_changes(run_dir, capsys):

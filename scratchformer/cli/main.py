@@ -267,17 +267,18 @@ def cmd_train(args) -> int:
     model_settings = _given(args, MODEL_HELP)
     if "norm_first" in model_settings:
         model_settings["norm_first"] = model_settings["norm_first"] == "pre"
-    data_settings = {**_given(args, ["block_size", "split_seed"]), **({"path": args.data} if args.data else {})}
+    data_settings = _given(args, ["block_size", "split_seed"])
 
     checkpoint = None
     if args.resume:
         if model_settings or data_settings or args.format:
             raise CLIError("--resume continues the saved run: model and data options cannot change "
-                           "(training options such as --max-steps can)")
+                           "(training options such as --max-steps can; --data only says where its file moved)")
         checkpoint = load_checkpoint(out / LAST)
-        job = job_class(checkpoint).from_checkpoint(checkpoint)
+        job = job_class(checkpoint).from_checkpoint(checkpoint, data=args.data)
         cfg = TrainConfig.from_dict({**checkpoint.extra.get("train_config", {}), **train_settings})
     else:
+        data_settings.update({"path": args.data} if args.data else {})
         job, cfg = build_job(run_kind, model_settings, train_settings, data_settings)
     model = job.model
     print(f"training {type(model).__name__} ({model.num_parameters():,} parameters) for {cfg.max_steps} steps"

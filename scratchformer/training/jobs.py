@@ -8,9 +8,12 @@ the model and its data. The loop owns the rest (optimiser, schedule, checkpoints
                     settings a run starts from, keyed by dataclass field names
     build_job       a fresh job + TrainConfig for a run kind, defaults overridden by the caller
     load_job        a run (or checkpoint) directory -> its job, the checkpoint read once
+    job_class       an already-read checkpoint -> its job class (`--resume` reads the checkpoint
+                    once and hands it to both the job and the training loop)
 
-A new command loads any run the same way: `job = load_job(path)`, then calls the protocol's
-methods; it never branches on the kind.
+A new command loads any run the same way: `job = load_job(path)` (optionally `data=` a moved
+data file), then calls the protocol's methods (`job.model`, `job.evaluate(...)`, ...); it never
+branches on the kind.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from scratchformer.training.lm import LMJob
 from scratchformer.training.tasks import ClassifierJob, Seq2SeqJob
 from scratchformer.training.trainer import BEST, LAST, TrainConfig
 
-__all__ = ["DEFAULT_SEED", "JOBS", "RUN_DEFAULTS", "Job", "build_job", "checkpoint_dir", "load_job", "run_defaults"]
+__all__ = ["DEFAULT_SEED", "JOBS", "RUN_DEFAULTS", "Job", "build_job", "checkpoint_dir", "job_class", "load_job",
+           "run_defaults"]
 
 
 class Job(Protocol):
@@ -155,13 +159,18 @@ RUN_DEFAULTS: dict[str, dict] = {
                                    "max_steps": 2500, "eval_interval": 500}},  # sorting needs more steps
 }
 
+
+def _row(run_kind: str) -> dict:
+    if run_kind not in RUN_DEFAULTS:
+        raise ConfigError(f"unknown run kind {run_kind!r}: choose one of {list(RUN_DEFAULTS)}")
+    return RUN_DEFAULTS[run_kind]
+
+
 def run_defaults(run_kind: str) -> dict:
     """Every setting of a run kind, resolved: {"kind", "model", "train", "data"}, where "model"
     and "train" hold every field of the config class and TrainConfig (the dataclass default
     where RUN_DEFAULTS names none). Fields without a default (vocab sizes) are left out."""
-    if run_kind not in RUN_DEFAULTS:
-        raise ConfigError(f"unknown run kind {run_kind!r}: choose one of {list(RUN_DEFAULTS)}")
-    row = RUN_DEFAULTS[run_kind]
+    row = _row(run_kind)
 
     def resolved(cls, table: dict) -> dict:
         return {**{f.name: f.default for f in fields(cls) if f.default is not MISSING}, **table}
@@ -174,9 +183,7 @@ def build_job(run_kind: str, model: dict | None = None, train: dict | None = Non
               data: dict | None = None) -> tuple[Job, TrainConfig]:
     """A fresh job and its TrainConfig: RUN_DEFAULTS[run_kind] with the given settings on top
     (only the ones given: the others keep the table's values)."""
-    if run_kind not in RUN_DEFAULTS:
-        raise ConfigError(f"unknown run kind {run_kind!r}: choose one of {list(RUN_DEFAULTS)}")
-    row = RUN_DEFAULTS[run_kind]
+    row = _row(run_kind)
     cfg = TrainConfig.from_dict({**row["train"], **(train or {})})
     job = JOBS[row["kind"]].create(run_kind, {**row["model"], **(model or {})}, {**row["data"], **(data or {})},
                                    seed=cfg.seed)
