@@ -95,13 +95,15 @@ class LMJob:
         was_training = self.model.training
         self.model.eval()
         total, count = 0.0, 0
-        for i, (x, y) in enumerate(data.all_batches(self.eval_batch_size)):
-            if batches is not None and i >= batches:
-                break
-            _, loss = self.model(x, y)
-            n = int((y != -1).sum())
-            total, count = total + loss * n, count + n
-        self.model.train(was_training)
+        try:
+            for i, (x, y) in enumerate(data.all_batches(self.eval_batch_size)):
+                if batches is not None and i >= batches:
+                    break
+                _, loss = self.model(x, y)
+                n = int((y != -1).sum())
+                total, count = total + loss * n, count + n
+        finally:
+            self.model.train(was_training)
         loss = total / max(count, 1)
         return {"loss": loss, "perplexity": float(np.exp(loss))}
 

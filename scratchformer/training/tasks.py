@@ -110,14 +110,16 @@ class TaskJob:
         was_training = self.model.training
         self.model.eval()
         total, count, scores = 0.0, 0, {}
-        for start in range(0, n, self.eval_batch_size):
-            batch = data.subset(slice(start, min(start + self.eval_batch_size, n)))
-            _, loss = self.model(*batch)
-            weight = self._loss_weight(batch)
-            total, count = total + loss * weight, count + weight
-            for k, v in self._score(batch, **options).items():
-                scores[k] = scores.get(k, 0) + v
-        self.model.train(was_training)
+        try:
+            for start in range(0, n, self.eval_batch_size):
+                batch = data.subset(slice(start, min(start + self.eval_batch_size, n)))
+                _, loss = self.model(*batch)
+                weight = self._loss_weight(batch)
+                total, count = total + loss * weight, count + weight
+                for k, v in self._score(batch, **options).items():
+                    scores[k] = scores.get(k, 0) + v
+        finally:
+            self.model.train(was_training)
         return {"loss": total / max(count, 1), **self._finish(scores, n)}
 
     def samples(self, n: int, rng: np.random.Generator, **options) -> list[str]:
