@@ -37,3 +37,7 @@ class RunLockedError(ScratchformerError, RuntimeError):
 
 class ResourceError(ScratchformerError, MemoryError):
     """A model, batch or generation would need more memory than the machine has."""
+
+
+class CLIError(ScratchformerError, ValueError):
+    """A bad combination of command-line options."""

@@ -15,7 +15,7 @@ from importlib import resources
 import numpy as np
 
 from scratchformer.errors import ScratchformerError
-from scratchformer.training.lm import LMJob
+from scratchformer.training.jobs import load_job
 
 
 def main() -> None:
@@ -26,7 +26,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     run = args.dir.rstrip("/")
-    job = LMJob.from_checkpoint(f"{run}/best")
+    job = load_job(f"{run}/best")
     samples = job.samples(args.n, np.random.default_rng(args.seed))
     known = set(resources.files("scratchformer.data").joinpath("names.txt").read_text().split())
     train = set(job.dataset.train.lines)

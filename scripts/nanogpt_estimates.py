@@ -17,7 +17,7 @@ import sys
 import numpy as np
 
 from scratchformer.errors import ScratchformerError
-from scratchformer.training.lm import LMJob
+from scratchformer.training.jobs import load_job
 
 
 def main() -> None:
@@ -29,7 +29,7 @@ def main() -> None:
     ap.add_argument("--bar", type=float, default=1.88, help="report the fraction of estimates <= this")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    job = LMJob.from_checkpoint(f"{args.dir.rstrip('/')}/best")
+    job = load_job(f"{args.dir.rstrip('/')}/best")
     job.model.eval()
     whole = job.evaluate("val")["loss"]
     rng = np.random.default_rng(args.seed)

@@ -43,8 +43,8 @@ def test_resume_continues(run_dir, capsys):
     "argv, message",
     [
         (["train", "--data", "/no/such/file.txt"], "not found"),
-        (["sample", "/no/such/run"], "no checkpoint"),
-        (["eval", "/no/such/run"], "no checkpoint"),
+        (["sample", "/no/such/run"], "checkpoint not found"),
+        (["eval", "/no/such/run"], "checkpoint not found"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
@@ -59,12 +59,85 @@ def test_unknown_prompt_characters_are_named(run_dir, capsys):
     assert "'Q'" in err and "'!'" in err
 
 
-@pytest.mark.parametrize("argv", [["train", "--lr", "abc"], ["train", "--max-steps", "0"], ["sample", "--top-p", "2"],
-                                  ["frobnicate"]])
-def test_bad_arguments_exit_2(argv):
+@pytest.mark.parametrize("argv, command", [
+    (["train", "--lr", "abc"], "train"), (["train", "--max-steps", "0"], "train"), (["sample", "--top-p", "2"], "sample"),
+    (["frobnicate"], ""), (["eval", "--bogus"], "eval"), (["predict"], "predict"), (["train", "--seed", "-1"], "train"),
+])
+def test_usage_errors_are_one_line_without_the_usage_block(argv, command, capsys):
     with pytest.raises(SystemExit) as e:
         main(argv)
     assert e.value.code == 2
+    err = capsys.readouterr().err
+    prog = f"scratchformer {command}".strip()
+    assert len(err.strip().splitlines()) == 1 and "usage:" not in err, err
+    assert err.startswith(f"{prog}: error: ") and err.strip().endswith(f"(see '{prog} --help')")
+
+
+def test_help_shows_every_default_per_run_kind():
+    r = subprocess.run([sys.executable, "-m", "scratchformer", "train", "--help"], capture_output=True, text=True)
+    text = " ".join(r.stdout.split())
+    assert "--max-steps N optimiser steps (default: 16000 for lines; 2000 for text; 600 for majority; " \
+           "1500 for copy, reverse; 2500 for sort)" in text
+    assert "--n-embd N model width (channels per token) (default: 64 for lines, majority, copy, reverse, sort; " \
+           "128 for text)" in text
+    assert "--seed N seed of the initial weights, the batches and dropout (default: 1337)" in text
+    assert "--norm {pre,post}" in text and "(default: pre)" in text
+    from scratchformer.cli.main import build_parser
+
+    for command in ("train", "sample", "eval", "predict"):
+        parser = build_parser().commands[command]
+        for action in parser._actions:
+            if action.option_strings and action.default is not False and action.dest not in ("help", "format"):
+                assert "default" in (action.help or ""), (command, action.option_strings)
+
+
+def test_train_prints_the_resolved_configuration(tmp_path, capsys):
+    assert main(["train", "--max-steps", "2", "--out", str(tmp_path / "r"), *TINY]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    model = next(line for line in lines if line.startswith("model: "))
+    train = next(line for line in lines if line.startswith("train: "))
+    assert "n_layer=1" in model and "n_embd=16" in model and "dropout=0.1" in model and "init=pytorch" in model
+    assert "max_steps=2" in train and "lr=0.002" in train and "seed=1337" in train
+
+
+def test_resume_reads_the_checkpoint_once(run_dir, monkeypatch, capsys):
+    from scratchformer.training import checkpoint, trainer
+
+    calls = []
+    real = checkpoint.load_checkpoint
+    counting = lambda d: calls.append(d) or real(d)  # noqa: E731
+    monkeypatch.setattr(checkpoint, "load_checkpoint", counting)
+    monkeypatch.setattr(trainer, "load_checkpoint", counting)
+    assert main(["train", "--resume", "--out", str(run_dir), "--max-steps", "7", "--no-progress", "--quiet"]) == 0
+    assert len(calls) == 1
+
+
+def test_eval_and_predict_dispatch_through_the_job(run_dir, capsys):
+    assert main(["eval", str(run_dir), "--beam", "2"]) == 2
+    assert main(["predict", str(run_dir), "1 2 3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "--beam applies to seq2seq" in err[0] and "scratchformer sample" in err[1]
+
+
+def test_moved_data_file_still_samples_and_eval_names_the_file(tmp_path, capsys):
+    data = tmp_path / "pets.txt"
+    data.write_text("".join(f"{n}\n" for n in ["rex", "tom", "kit", "bo", "max", "ace"] * 30))
+    out = tmp_path / "pets"
+    assert main(["train", "--data", str(data), "--format", "lines", "--max-steps", "2", "--out", str(out), *TINY]) == 0
+    moved = tmp_path / "moved.txt"
+    data.rename(moved)
+    capsys.readouterr()
+    assert main(["sample", str(out), "-n", "3"]) == 0  # sampling needs no data
+    assert len(capsys.readouterr().out.splitlines()) == 3
+    assert main(["eval", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(data) in err and "--data PATH" in err
+    assert main(["eval", str(out), "--data", str(moved), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["loss"] > 0
+    assert main(["train", "--resume", "--out", str(out), "--max-steps", "3", "--no-progress", "--quiet"]) == 2
+    assert "--data PATH" in capsys.readouterr().err
+    assert main(["train", "--resume", "--out", str(out), "--data", str(moved), "--max-steps", "3",
+                 "--no-progress", "--quiet"]) == 0
 
 
 def test_resume_refuses_model_changes(run_dir, capsys):
@@ -93,12 +166,17 @@ def test_task_train_eval_predict(task, keys, tmp_path, capsys):
         assert main(["eval", str(out), "--beam", "2", "--json"]) == 0
         beam = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
         assert keys <= set(beam)
-    assert main(["predict", str(out), "0 1 2 2", "--beam", "2"]) == 0
+    if task == "majority":
+        assert main(["predict", str(out), "0 1 2 2", "--beam", "2"]) == 2  # not ignored: refused
+        assert "--beam applies to seq2seq" in capsys.readouterr().err
+    assert main(["predict", str(out), "0 1 2 2", *(["--beam", "2"] if task != "majority" else [])]) == 0
     answer = capsys.readouterr().out.strip()
     assert answer in {"0", "1", "2"} if task == "majority" else set(answer.split()) <= set("0123456789")
     assert main(["predict", str(out), "0 1 x"]) == 2
     assert "bad token" in capsys.readouterr().err
     assert main(["sample", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "scratchformer predict" in err  # the job says what to use
 
 
 def test_embed_writes_normalised_vectors(tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""Toy task data: formats, determinism, held-out disjointness, parsing helpers, defaults."""
+"""Toy task data: formats, determinism, held-out disjointness, parsing helpers."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from scratchformer.data.tasks import (
     BOS,
     EOS,
     PAD,
-    TASK_DEFAULTS,
     TASKS,
     VOCAB_SIZE,
     ClassificationData,
@@ -21,7 +20,6 @@ from scratchformer.data.tasks import (
     make_task,
     parse_digits,
     sequence_keys,
-    task_defaults,
 )
 from scratchformer.errors import ConfigError, DataError
 
@@ -106,13 +104,8 @@ def test_exact_match():
     np.testing.assert_array_equal(exact_match(np.array([[1, 2], [3, EOS]]), tout), [False, True])
 
 
-def test_errors_and_defaults():
+def test_errors():
     with pytest.raises(ConfigError):
         make_task("nope", 3, 0)
     with pytest.raises(ConfigError):
         make_task("copy", 3, 0, max_len=0)
-    assert set(TASK_DEFAULTS) == set(TASKS)
-    d = task_defaults("copy")
-    d["train"]["steps"] = -1
-    assert TASK_DEFAULTS["copy"]["train"]["steps"] > 0  # a copy
-    assert {"model", "train"} == set(d)

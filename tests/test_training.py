@@ -7,14 +7,16 @@ import numpy as np
 import pytest
 
 from scratchformer.errors import CheckpointError, ConfigError
+from scratchformer.training.checkpoint import load_checkpoint
+from scratchformer.training.jobs import load_job
 from scratchformer.training.lm import LMJob
 from scratchformer.training.trainer import TrainConfig, train
 
 TINY = dict(n_layer=1, n_head=2, n_embd=16)
 
 
-def tiny_job(seed=0, **model):
-    return LMJob.create(None, "lines", seed, {**TINY, **model})
+def tiny_job(seed=0, split_seed=1337, **model):
+    return LMJob.create("lines", {**TINY, **model}, {"split_seed": split_seed}, seed)
 
 
 def tiny_cfg(**kw):
@@ -46,8 +48,9 @@ def test_resume_equals_uninterrupted_run(tmp_path):
     job_a = tiny_job(dropout=0.1)
     train(job_a, tiny_cfg(), a, progress=False, verbose=False)
     train(tiny_job(dropout=0.1), tiny_cfg(max_steps=10), b, progress=False, verbose=False)
-    job_b = LMJob.from_checkpoint(b / "last")
-    train(job_b, tiny_cfg(), b, resume=True, progress=False, verbose=False)
+    ck = load_checkpoint(b / "last")
+    job_b = LMJob.from_checkpoint(ck)
+    train(job_b, tiny_cfg(), b, resume=True, progress=False, verbose=False, checkpoint=ck)
     sa, sb = job_a.model.state_dict(), job_b.model.state_dict()
     assert sa.keys() == sb.keys()
     for k in sa:
@@ -77,7 +80,7 @@ def test_refuses_to_overwrite_a_run_and_resume_needs_one(tmp_path):
 def test_checkpoint_round_trip_gives_identical_model(tmp_path):
     job = tiny_job()
     train(job, tiny_cfg(max_steps=10), tmp_path, progress=False, verbose=False)
-    loaded = LMJob.from_checkpoint(tmp_path / "last")
+    loaded = load_job(tmp_path)  # a run directory: its best/ checkpoint, as eval and sample read it
     x, y = job.dataset.val.batch(np.random.default_rng(0), 8)
     job.model.eval(), loaded.model.eval()
     np.testing.assert_array_equal(job.model(x, y)[0], loaded.model(x, y)[0])
@@ -114,7 +117,7 @@ def test_weight_seed_does_not_move_the_held_out_split():
     a, b = tiny_job(seed=0), tiny_job(seed=5)
     assert a.dataset.test.lines == b.dataset.test.lines
     assert not np.array_equal(a.model.wte.weight.data, b.model.wte.weight.data)
-    c = LMJob.create(None, "lines", 0, TINY, split_seed=7)
+    c = tiny_job(seed=0, split_seed=7)
     assert c.dataset.test.lines != a.dataset.test.lines
 
 
@@ -130,3 +133,74 @@ def test_decay_embeddings_decays_only_the_embedding_tables(tmp_path):
     assert changed == {"wte.weight", "wpe.weight"}
     no_wd = one_step("c", weight_decay=0.0), one_step("d", weight_decay=0.0, decay_embeddings=True)
     assert all(np.array_equal(no_wd[0][k], no_wd[1][k]) for k in no_wd[0])
+
+
+# -- the run registry and the defaults table (scratchformer.training.jobs) ------------------------
+def test_defaults_table_covers_every_run_kind_with_dataclass_field_names():
+    from dataclasses import fields
+
+    from scratchformer.data import DEFAULT_SEED
+    from scratchformer.data.tasks import TASKS
+    from scratchformer.training.jobs import JOBS, RUN_DEFAULTS, run_defaults
+
+    assert set(RUN_DEFAULTS) == {"lines", "text", *TASKS}
+    train_fields = {f.name for f in fields(TrainConfig)}
+    for kind, row in RUN_DEFAULTS.items():
+        job_cls = JOBS[row["kind"]]
+        assert job_cls.kind == row["kind"]
+        assert set(row["model"]) <= {f.name for f in fields(job_cls.config_class)}, kind
+        assert set(row["train"]) <= train_fields and "seed" not in row["train"], kind
+        assert set(row["data"]) == ({"block_size", "split_seed"} if row["kind"] == "gpt"
+                                    else {"n_train", "n_test", "max_len"}), kind
+        resolved = run_defaults(kind)
+        assert resolved["train"]["seed"] == DEFAULT_SEED == 1337
+        assert set(resolved["train"]) == train_fields
+    # values the published results depend on (docs/results.md)
+    assert RUN_DEFAULTS["lines"]["train"]["max_steps"] == 16000 and RUN_DEFAULTS["sort"]["train"]["max_steps"] == 2500
+    assert RUN_DEFAULTS["copy"]["train"]["max_steps"] == 1500 and RUN_DEFAULTS["text"]["data"]["block_size"] == 64
+
+
+def test_every_job_class_implements_the_protocol():
+    from scratchformer.training.jobs import JOBS, Job
+
+    methods = [name for name in vars(Job) if not name.startswith("_") and callable(getattr(Job, name))]
+    assert {"create", "from_checkpoint", "train_batch", "forward_backward", "evaluate", "samples", "predict",
+            "config_dict", "tokenizer_dict", "check_compatible"} <= set(methods)
+    for kind, cls in JOBS.items():
+        missing = [name for name in methods if not callable(getattr(cls, name, None))]
+        assert not missing, (kind, missing)
+
+
+@pytest.mark.parametrize("run_kind", ["majority", "reverse"])
+def test_build_job_and_load_job_round_trip_a_task_run(run_kind, tmp_path):
+    from scratchformer.training.jobs import build_job
+
+    job, cfg = build_job(run_kind, {"n_layer": 1, "n_embd": 16}, {"max_steps": 2, "eval_batches": 1},
+                         {"n_train": 300, "n_test": 30})
+    assert cfg.max_steps == 2 and cfg.eval_interval == (120 if run_kind == "majority" else 300)  # the table's
+    train(job, cfg, tmp_path, progress=False, verbose=False)
+    loaded = load_job(tmp_path)
+    assert type(loaded) is type(job) and loaded.config_dict() == job.config_dict()
+    assert loaded.evaluate("test") == job.evaluate("test")
+    with pytest.raises(ConfigError, match="--data"):
+        load_job(tmp_path, data="somewhere.txt")  # task data are generated, not read
+    with pytest.raises(ConfigError, match="--bias does not apply"):
+        build_job(run_kind, {"bias": False})
+
+
+def test_options_a_job_does_not_take_are_typed_errors():
+    job = tiny_job()
+    with pytest.raises(ConfigError, match="--beam"):
+        job.evaluate("val", 1, beam=2)
+    with pytest.raises(ConfigError, match="sample"):
+        job.predict("0 1 2")
+
+
+def test_load_job_reads_the_checkpoint_once(tmp_path, monkeypatch):
+    from scratchformer.training import jobs
+
+    train(tiny_job(), tiny_cfg(max_steps=2, eval_interval=2), tmp_path, progress=False, verbose=False)
+    calls = []
+    monkeypatch.setattr(jobs, "load_checkpoint", lambda d: calls.append(d) or load_checkpoint(d))
+    job = jobs.load_job(tmp_path)
+    assert len(calls) == 1 and job.kind == "gpt"

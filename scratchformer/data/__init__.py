@@ -1,9 +1,18 @@
 """Character tokenizer and datasets (line items and long text); ships `names.txt`."""
 
-from scratchformer.data.datasets import Dataset, LineDataset, TextDataset, guess_format, load_dataset
+from scratchformer.data.datasets import (
+    DEFAULT_SEED,
+    Dataset,
+    LineDataset,
+    TextDataset,
+    guess_format,
+    load_dataset,
+    read_text,
+)
 from scratchformer.data.tokenizer import IGNORE_INDEX, CharTokenizer
 
 __all__ = [
+    "DEFAULT_SEED",
     "IGNORE_INDEX",
     "CharTokenizer",
     "Dataset",
@@ -11,4 +20,5 @@ __all__ = [
     "TextDataset",
     "guess_format",
     "load_dataset",
+    "read_text",
 ]

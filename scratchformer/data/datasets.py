@@ -18,6 +18,9 @@ from scratchformer.data.tokenizer import IGNORE_INDEX, CharTokenizer
 from scratchformer.errors import ConfigError, DataError
 
 DEFAULT_TEXT_BLOCK_SIZE = 128
+# The one default seed (nanoGPT's): initial weights, batches, dropout and the split of a lines
+# file all start from it unless told otherwise. `scratchformer.training.jobs` re-exports it.
+DEFAULT_SEED = 1337
 
 
 class LineDataset:
@@ -149,8 +152,9 @@ class Dataset:
     source: str  # file path, or "names.txt (bundled)"
 
 
-def _read_text(path: Path | None) -> tuple[str, str]:
-    """Return (text, source name); raises DataError for missing / unreadable / non-UTF-8."""
+def read_text(path: Path | None) -> tuple[str, str]:
+    """(text, source name) of a UTF-8 data file (None: the bundled names.txt), BOM and Windows
+    newlines removed; raises DataError for a missing, unreadable, non-UTF-8 or empty file."""
     if path is None:
         data = resources.files("scratchformer.data").joinpath("names.txt").read_bytes()
         source = "names.txt (bundled)"
@@ -190,7 +194,7 @@ def guess_format(text: str) -> str:
 
 
 def load_dataset(path: str | Path | None = None, format: str | None = None, block_size: int | None = None,
-                 seed: int = 1337, test_size: int = 1000, val_fraction: float = 0.1) -> Dataset:
+                 seed: int = DEFAULT_SEED, test_size: int = 1000, val_fraction: float = 0.1) -> Dataset:
     """Read a file (default: the bundled names.txt) and split it.
 
     Lines: items shuffled with `np.random.default_rng(seed)`, then test = min(test_size,
@@ -204,7 +208,7 @@ def load_dataset(path: str | Path | None = None, format: str | None = None, bloc
         raise ConfigError(f"format must be 'lines', 'text' or None (guess), got {format!r}")
     if not 0.0 < val_fraction < 1.0:
         raise ConfigError(f"val_fraction must be in (0, 1), got {val_fraction}")
-    text, source = _read_text(None if path is None else Path(path))
+    text, source = read_text(None if path is None else Path(path))
     fmt = format or guess_format(text)
 
     if fmt == "lines":

@@ -25,8 +25,8 @@ sequences of any length (so short lengths, where only 10 or 100 sequences exist,
 in training); the training set is then drawn from another seed, rejecting every sequence in
 the test set.
 
-`TASK_DEFAULTS[name]` holds the model and training settings that reach >= 99% held-out
-accuracy with `scratchformer train --task NAME` (docs/results.md, scripts/quality_bars.sh).
+The model and training settings that reach >= 99% held-out accuracy with
+`scratchformer train --task NAME` are in `scratchformer.training.jobs.RUN_DEFAULTS`.
 """
 
 from __future__ import annotations
@@ -67,37 +67,6 @@ class ClassificationData(NamedTuple):
 
     def subset(self, idx) -> ClassificationData:
         return ClassificationData(self.x[idx], self.y[idx])
-
-
-# -- defaults (model config kwargs + training settings) ----------------------------------------
-_SEQ2SEQ_MODEL = {
-    "n_layer": 2, "n_head": 4, "d_model": 64, "d_ff": 256, "dropout": 0.0, "norm_first": True,
-    "activation": "gelu", "share_embeddings": True, "label_smoothing": 0.0,
-}
-_SEQ2SEQ_TRAIN = {
-    "steps": 1500, "batch_size": 64, "lr": 2e-3, "min_lr": 2e-4, "warmup_steps": 100,
-    "weight_decay": 0.01, "beta2": 0.98, "grad_clip": 1.0, "n_train": 50000, "n_test": 1000, "max_len": 12,
-    "seed": 0,
-}
-TASK_DEFAULTS: dict[str, dict] = {
-    "majority": {
-        "model": {"n_layer": 2, "n_head": 4, "d_model": 64, "d_ff": 128, "dropout": 0.0,
-                  "norm_first": True, "activation": "gelu", "positional": "sinusoidal", "pooling": "mean"},
-        "train": {"steps": 600, "batch_size": 64, "lr": 3e-3, "min_lr": 3e-4, "warmup_steps": 50,
-                  "weight_decay": 0.01, "beta2": 0.98, "grad_clip": 1.0, "n_train": 6000, "n_test": 400, "max_len": 8,
-                  "seed": 0},
-    },
-    "copy": {"model": dict(_SEQ2SEQ_MODEL), "train": dict(_SEQ2SEQ_TRAIN)},
-    "reverse": {"model": dict(_SEQ2SEQ_MODEL), "train": dict(_SEQ2SEQ_TRAIN)},
-    "sort": {"model": dict(_SEQ2SEQ_MODEL), "train": {**_SEQ2SEQ_TRAIN, "steps": 2500}},
-}
-
-
-def task_defaults(name: str) -> dict:
-    """A deep copy of TASK_DEFAULTS[name] ({"model": {...}, "train": {...}})."""
-    _check_name(name)
-    d = TASK_DEFAULTS[name]
-    return {"model": dict(d["model"]), "train": dict(d["train"])}
 
 
 def _check_name(name: str) -> None:

@@ -1,4 +1,5 @@
-"""Training: the loop, checkpoints (safetensors, atomic writes), JSONL logs."""
+"""Training: the loop, checkpoints (safetensors, atomic writes), JSONL logs, and the jobs
+(`scratchformer.training.jobs`: the Job protocol, the JOBS registry, the RUN_DEFAULTS table)."""
 
 from scratchformer.training.checkpoint import Checkpoint, atomic_write_bytes, load_checkpoint, save_checkpoint
 

@@ -1,77 +1,81 @@
 """The language-model job: a GPT on a character dataset (names, or any text file).
 
-A *job* is what `scratchformer.training.train` trains. It provides
-    model                      a Module whose forward returns (logits, loss)
-    train_batch(rng, B)        a training batch
-    forward_backward(batch)    -> (loss, tokens): forward with targets, then backward
-    evaluate(split, batches)   -> {"loss": ..., ...} on a whole split (or its first batches)
-    samples(n, rng)            -> a few strings to show while training
-    config_dict(), tokenizer_dict(), check_compatible(checkpoint)
+It implements the `scratchformer.training.jobs.Job` protocol; its defaults are the "lines"
+and "text" rows of `scratchformer.training.jobs.RUN_DEFAULTS`. The data file is read only
+when a batch or an evaluation needs it, so a run whose data file has moved still samples.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
 from scratchformer.data import CharTokenizer, load_dataset
-from scratchformer.errors import CheckpointError, DataError
+from scratchformer.errors import CheckpointError, ConfigError, DataError
 from scratchformer.models import GPT, GPTConfig
-from scratchformer.training.checkpoint import load_checkpoint
-
-KIND = "gpt"
 
 
 class LMJob:
-    def __init__(self, model: GPT, dataset, data_spec: dict):
-        self.model, self.dataset, self.data_spec = model, dataset, data_spec
-        self.tokenizer: CharTokenizer = dataset.tokenizer
+    kind, config_class = "gpt", GPTConfig
+    eval_batch_size = 64  # sequences per forward when evaluating a whole split
+
+    def __init__(self, model: GPT, dataset, data_spec: dict, tokenizer: CharTokenizer | None = None):
+        """dataset: a `scratchformer.data.Dataset`, or None to read it from `data_spec` when
+        first needed. data_spec: {"path", "format", "seed", "block_size"} as recorded in
+        config.json (path None: the bundled names.txt)."""
+        self.model, self._dataset, self.data_spec = model, dataset, data_spec
+        self.tokenizer: CharTokenizer = tokenizer if tokenizer is not None else dataset.tokenizer
 
     # -- building ------------------------------------------------------------------------------
     @classmethod
-    def create(cls, data_path: str | None, data_format: str | None, seed: int, model_overrides: dict,
-               block_size: int | None = None, split_seed: int = 1337) -> LMJob:
-        """`seed` fixes the initial weights; `split_seed` the train/val/test split, kept apart so
-        that runs with different seeds are measured on the same held-out items."""
-        data_spec = {"path": None if data_path is None else str(Path(data_path).resolve()),
-                     "format": data_format, "seed": split_seed, "block_size": block_size}
-        ds = load_dataset(data_spec["path"], data_spec["format"], block_size=block_size, seed=split_seed)
+    def create(cls, run_kind: str, model: dict, data: dict, seed: int) -> LMJob:
+        """A fresh GPT on `data["path"]` read as `run_kind` ("lines" or "text"). `seed` fixes the
+        initial weights; `data["split_seed"]` the train/val/test split, kept apart so that runs
+        with different seeds are measured on the same held-out items."""
+        path = data.get("path")
+        data_spec = {"path": None if path is None else str(Path(path).resolve()),
+                     "format": run_kind, "seed": data["split_seed"], "block_size": data.get("block_size")}
+        ds = load_dataset(data_spec["path"], run_kind, block_size=data_spec["block_size"], seed=data_spec["seed"])
         data_spec.update(format=ds.format, block_size=ds.block_size)
-        config = GPTConfig(vocab_size=ds.tokenizer.vocab_size, block_size=ds.block_size, **model_overrides)
+        config = GPTConfig(vocab_size=ds.tokenizer.vocab_size, block_size=ds.block_size, **model)
         return cls(GPT(config, seed=seed), ds, data_spec)
 
     @classmethod
-    def from_checkpoint(cls, directory: str | Path, load_data: bool = True) -> LMJob:
-        ck = load_checkpoint(directory)
-        if ck.config.get("kind") != KIND:
-            raise CheckpointError(f"{ck.path} holds a {ck.config.get('kind')!r} model, not a language model")
-        model = GPT(GPTConfig(**ck.config["model"]))
+    def from_checkpoint(cls, ck, data: str | Path | None = None) -> LMJob:
+        """The job of an already-read checkpoint; `data` replaces the recorded data file path."""
+        model = GPT(GPTConfig.from_dict(ck.config["model"]))  # from_dict: unknown fields are a ConfigError
         model.load_state_dict(ck.model_state)
-        tokenizer = CharTokenizer.from_json(ck.tokenizer)
-        spec = ck.config["data"]
-        ds = None
-        if load_data:
+        spec = dict(ck.config["data"])
+        if data is not None:
+            spec["path"] = str(Path(data).resolve())
+        return cls(model, None, spec, CharTokenizer.from_json(ck.tokenizer))
+
+    @property
+    def dataset(self):
+        """The three splits, read from the data file on first use."""
+        if self._dataset is None:
+            spec = self.data_spec
+            if spec["path"] is not None and not Path(spec["path"]).exists():
+                raise DataError(f"this run was trained on {spec['path']}, which is not there any more: "
+                                "point to the file with --data PATH")
             ds = load_dataset(spec["path"], spec["format"], block_size=spec["block_size"], seed=spec["seed"])
-            if ds.tokenizer != tokenizer:
+            if ds.tokenizer != self.tokenizer:
                 raise DataError(f"the data file {spec['path'] or 'names.txt'} changed since training: "
                                 "its characters no longer match the checkpoint's tokenizer")
-        job = cls.__new__(cls)
-        job.model, job.dataset, job.data_spec, job.tokenizer = model, ds, spec, tokenizer
-        job.checkpoint = ck
-        return job
+            self._dataset = ds
+        return self._dataset
 
     def config_dict(self) -> dict:
-        return {"kind": KIND, "model": asdict(self.model.config), "data": self.data_spec}
+        return {"kind": self.kind, "model": self.model.config.to_dict(), "data": self.data_spec}
 
     def tokenizer_dict(self) -> dict:
         return self.tokenizer.to_json()
 
     def check_compatible(self, ck) -> None:
-        if ck.config.get("model") != asdict(self.model.config):
+        if ck.config.get("model") != self.model.config.to_dict():
             raise CheckpointError(f"{ck.path}: the model config differs from the one requested; "
-                                  "resume with the same options (or none)")
+                              "resume with the same options (or none)")
 
     # -- training ------------------------------------------------------------------------------
     def train_batch(self, rng: np.random.Generator, batch_size: int):
@@ -83,19 +87,23 @@ class LMJob:
         self.model.backward()
         return loss, int(x.size)
 
-    def evaluate(self, split: str = "val", max_batches: int | None = None, batch_size: int = 64) -> dict:
+    def evaluate(self, split: str = "val", batches: int | None = None, **options) -> dict:
         """Token-weighted mean loss over the split (padding excluded); perplexity = exp(loss)."""
+        if options:
+            raise ConfigError(f"--{next(iter(options)).replace('_', '-')} applies to seq2seq models only")
         data = getattr(self.dataset, split)
         was_training = self.model.training
         self.model.eval()
         total, count = 0.0, 0
-        for i, (x, y) in enumerate(data.all_batches(batch_size)):
-            if max_batches is not None and i >= max_batches:
-                break
-            _, loss = self.model(x, y)
-            n = int((y != -1).sum())
-            total, count = total + loss * n, count + n
-        self.model.train(was_training)
+        try:
+            for i, (x, y) in enumerate(data.all_batches(self.eval_batch_size)):
+                if batches is not None and i >= batches:
+                    break
+                _, loss = self.model(x, y)
+                n = int((y != -1).sum())
+                total, count = total + loss * n, count + n
+        finally:
+            self.model.train(was_training)
         loss = total / max(count, 1)
         return {"loss": loss, "perplexity": float(np.exp(loss))}
 
@@ -107,6 +115,8 @@ class LMJob:
         if n <= 0:
             return []
         tok, block = self.tokenizer, self.model.config.block_size
+        if top_k is not None and top_k > tok.vocab_size:
+            raise ConfigError(f"--top-k {top_k} is larger than the vocabulary ({tok.vocab_size})")
         if tok.bos_id is not None:  # one item per sample
             ids = np.concatenate([[tok.bos_id], tok.encode(prompt)]).astype(np.int64)
             max_new = max_new_tokens or max(block - len(ids) + 1, 1)
@@ -126,3 +136,6 @@ class LMJob:
                 new = new[: int(np.argmax(new == eos))]
             results.append(prompt + tok.decode(new) if eos is not None else tok.decode(row))
         return results
+
+    def predict(self, text: str, **options) -> str:
+        raise ConfigError("predict needs a classifier or seq2seq run; for a language model use 'scratchformer sample'")

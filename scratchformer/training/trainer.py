@@ -1,8 +1,8 @@
 """The training loop: one straight-line function, nanoGPT style, shared by every model family.
 
-What is trained is described by a *job* (see `scratchformer.training.jobs`): it owns the
-model, hands out training batches, runs forward + backward on one, evaluates a split and
-(optionally) shows samples. The loop owns everything else: optimiser, learning-rate schedule,
+What is trained is described by a *job* (the `Job` protocol in `scratchformer.training.jobs`):
+it owns the model, hands out training batches, runs forward + backward on one, evaluates a
+split and shows samples. The loop owns everything else: optimiser, learning-rate schedule,
 gradient accumulation and clipping, evaluation, checkpoints, logs, progress, time limits.
 
 Resuming is exact: the last checkpoint stores the model, the optimiser, the step and the
@@ -22,10 +22,11 @@ from pathlib import Path
 import numpy as np
 
 from scratchformer.allocator import keep_freed_memory
+from scratchformer.data import DEFAULT_SEED
 from scratchformer.errors import CheckpointError, ConfigError
 from scratchformer.nn import set_dropout_rng
 from scratchformer.optim import AdamW, clip_grad_norm, cosine_lr, param_groups
-from scratchformer.training.checkpoint import load_checkpoint, save_checkpoint
+from scratchformer.training.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 
 LAST, BEST, LOG = "last", "best", "log.jsonl"
 
@@ -50,7 +51,7 @@ class TrainConfig:
     eval_batches: int | None = None  # None: the whole split
     log_interval: int = 10
     num_samples: int = 5  # samples printed at each evaluation (when the job can sample)
-    seed: int = 1337
+    seed: int = DEFAULT_SEED  # initial weights, batches (seed) and dropout (seed + 1)
     time_limit: float | None = None  # seconds of training before stopping cleanly
 
     def __post_init__(self):
@@ -95,12 +96,14 @@ def _say(msg: str) -> None:
 
 
 def train(job, cfg: TrainConfig, out_dir: str | Path, resume: bool = False, progress: bool = True,
-          verbose: bool = True) -> dict:
+          verbose: bool = True, checkpoint: Checkpoint | None = None) -> dict:
     """Train `job.model` under `cfg`, writing checkpoints and a JSONL log into `out_dir`.
 
     out_dir/last/  the latest state (written at every evaluation and at the end)
     out_dir/best/  the state with the lowest validation loss so far
     out_dir/log.jsonl  one JSON object per logged step / evaluation
+    resume: continue from out_dir/last; `checkpoint` is that checkpoint when the caller has
+    already read it (so it is read once).
     Returns a summary dict (step, train_loss, val_loss, best_val_loss, seconds, stopped_by).
     """
     keep_freed_memory()  # reuse freed blocks: avoids page faults on every step (glibc only)
@@ -114,7 +117,7 @@ def train(job, cfg: TrainConfig, out_dir: str | Path, resume: bool = False, prog
     step, best_val = 0, math.inf
 
     if resume:
-        ck = load_checkpoint(out_dir / LAST)
+        ck = checkpoint if checkpoint is not None else load_checkpoint(out_dir / LAST)
         job.check_compatible(ck)
         model.load_state_dict(ck.model_state)
         if ck.optimizer_state is None or not ck.rng_state:

@@ -1,0 +1,218 @@
+"""What a run is: the `Job` protocol, the registry of job classes, and one table of defaults.
+
+A *job* is what `scratchformer.training.train` trains and what every command loads: it owns
+the model and its data. The loop owns the rest (optimiser, schedule, checkpoints, logs).
+
+    JOBS            model kind ("kind" in a checkpoint's config.json) -> job class
+    RUN_DEFAULTS    run kind ("lines", "text", "majority", "copy", "reverse", "sort") -> the
+                    settings a run starts from, keyed by dataclass field names
+    build_job       a fresh job + TrainConfig for a run kind, defaults overridden by the caller
+    load_job        a run (or checkpoint) directory -> its job, the checkpoint read once
+    job_class       an already-read checkpoint -> its job class (`--resume` reads the checkpoint
+                    once and hands it to both the job and the training loop)
+
+A new command loads any run the same way: `job = load_job(path)` (optionally `data=` a moved
+data file), then calls the protocol's methods (`job.model`, `job.evaluate(...)`, ...); it never
+branches on the kind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, fields
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+import numpy as np
+
+from scratchformer.data import DEFAULT_SEED
+from scratchformer.errors import CheckpointError, ConfigError
+from scratchformer.training.checkpoint import Checkpoint, load_checkpoint
+from scratchformer.training.lm import LMJob
+from scratchformer.training.tasks import ClassifierJob, Seq2SeqJob
+from scratchformer.training.trainer import BEST, LAST, TrainConfig
+
+__all__ = ["DEFAULT_SEED", "JOBS", "RUN_DEFAULTS", "Job", "build_job", "checkpoint_dir", "job_class", "load_job",
+           "run_defaults"]
+
+
+class Job(Protocol):
+    """The interface every model family implements (LMJob, ClassifierJob, Seq2SeqJob).
+
+    Options a job does not support (e.g. `beam` for a language model) raise a ConfigError
+    naming the option, so callers pass what the user asked for and never branch on the kind.
+    """
+
+    kind: ClassVar[str]  # "gpt" | "classifier" | "seq2seq": written into config.json
+    config_class: ClassVar[type]  # the model's config dataclass (GPTConfig, ...): RUN_DEFAULTS' "model" keys
+    model: Any  # a scratchformer.nn.Module: forward(*batch) -> (output, loss); backward()
+
+    @classmethod
+    def create(cls, run_kind: str, model: dict, data: dict, seed: int) -> Job:
+        """A fresh job: `model` holds config fields, `data` a RUN_DEFAULTS "data" section
+        (plus "path" for language models); `seed` fixes the initial weights."""
+
+    @classmethod
+    def from_checkpoint(cls, ck: Checkpoint, data: str | Path | None = None) -> Job:
+        """The job of an already-read checkpoint, weights loaded. `data` replaces the data file
+        the run recorded (language models; jobs without a data file refuse it)."""
+
+    def train_batch(self, rng: np.random.Generator, batch_size: int) -> Any:
+        """A random training batch of `batch_size` examples, e.g. (x, y) each (B, T) int64."""
+
+    def forward_backward(self, batch) -> tuple[float, int]:
+        """Forward with targets, then backward (gradients added into the parameters):
+        -> (mean loss, number of input tokens)."""
+
+    def evaluate(self, split: str, batches: int | None = None, **options) -> dict[str, float]:
+        """{"loss": ..., and the kind's scores} on split "val" or "test", in eval mode; the whole
+        split, or its first `batches` batches. Options: `beam` (seq2seq only)."""
+
+    def samples(self, n: int, rng: np.random.Generator, **options) -> list[str]:
+        """n strings to show: generated text (language models; options prompt, max_new_tokens,
+        temperature, top_k, top_p) or held-out examples with the model's answers (tasks; no options)."""
+
+    def predict(self, text: str, **options) -> str:
+        """The model's answer for one input such as "3 1 4 1 5" (tasks; option `beam` for seq2seq)."""
+
+    def config_dict(self) -> dict:
+        """{"kind", "model": config fields, "data": what rebuilds the data, ...}: config.json."""
+
+    def tokenizer_dict(self) -> dict | None:
+        """tokenizer.json's content, or None when the vocabulary is fixed."""
+
+    def check_compatible(self, ck: Checkpoint) -> None:
+        """Raise CheckpointError unless `ck` can be resumed into this job's model."""
+
+
+# Model kind -> job class: the one place a kind string meets its code.
+JOBS: dict[str, type[Job]] = {"gpt": LMJob, "classifier": ClassifierJob, "seq2seq": Seq2SeqJob}
+
+# Run kind -> where its settings go. "model": fields of the kind's config class; "train": fields
+# of TrainConfig; "data": how much data and how it is cut. Settings not named here take the
+# dataclass defaults (e.g. TrainConfig.seed = DEFAULT_SEED, GPTConfig.activation = "gelu").
+_SEQ2SEQ = {
+    "kind": "seq2seq",
+    "model": dict(
+        n_layer=2, n_head=4, d_model=64,  # a small encoder-decoder learns copy/reverse to >= 99% exact match
+        d_ff=256,                         # 4 * d_model, the paper's ratio
+        dropout=0.0,                      # 50,000 fresh examples do not overfit
+        norm_first=True,                  # pre-norm trains at lr 2e-3 without a long warmup
+        activation="gelu",
+        share_embeddings=True,            # source and target share the digit vocabulary
+        label_smoothing=0.0,              # exact match rewards confident answers
+    ),
+    "train": dict(
+        max_steps=1500, eval_interval=300,  # 99% exact match within 1500 steps; 5 evaluations
+        batch_size=64, lr=2e-3, min_lr=2e-4, warmup_steps=100,
+        weight_decay=0.01, beta2=0.98,      # light decay and the paper's beta2 for a short run
+        grad_clip=1.0,
+    ),
+    "data": dict(n_train=50000, n_test=1000, max_len=12),  # lengths 1..12; 1000 held out for val and for test
+}
+RUN_DEFAULTS: dict[str, dict] = {
+    # The bundled names (one item per line): makemore's transformer size with its PyTorch-default
+    # init and untied head; dropout against the overfitting a 200K-parameter model shows on 29K
+    # names; enough steps to pass makemore's published 1.92 test loss in under 10 minutes on 2
+    # cores (docs/results.md).
+    "lines": {
+        "kind": "gpt",
+        "model": dict(n_layer=4, n_head=4, n_embd=64,  # makemore's transformer
+                      dropout=0.1,                     # 200K parameters overfit 29K names without it
+                      tie_weights=False, init="pytorch"),  # as makemore
+        "train": dict(max_steps=16000,                 # passes makemore's 1.92 test loss
+                      batch_size=64, lr=2e-3, min_lr=1e-4, warmup_steps=200,
+                      weight_decay=0.1, beta2=0.99, grad_clip=1.0,  # nanoGPT's small-model AdamW
+                      eval_interval=1000),             # 16 evaluations over the run
+        "data": dict(block_size=None,                  # the longest name + 1
+                     split_seed=DEFAULT_SEED),         # the same held-out names for every --seed
+    },
+    # Continuous text (tinyshakespeare): nanoGPT's CPU configuration, its GPT-2 init, tied head and
+    # bias-free layers included.
+    "text": {
+        "kind": "gpt",
+        "model": dict(n_layer=4, n_head=4, n_embd=128, dropout=0.0,  # nanoGPT's CPU config
+                      bias=False),                                   # nanoGPT's bias=False
+        "train": dict(max_steps=2000, batch_size=12, lr=1e-3, min_lr=1e-4, warmup_steps=100,  # nanoGPT's CPU run
+                      weight_decay=0.1, beta2=0.99, grad_clip=1.0,
+                      eval_interval=250),                            # 8 evaluations over the run
+        "data": dict(block_size=64,                                  # nanoGPT's CPU context
+                     split_seed=DEFAULT_SEED),                       # recorded; text splits are not shuffled
+    },
+    # The toy tasks: the smallest settings that reach >= 99% held-out accuracy (docs/results.md,
+    # scripts/quality_bars.sh). The data are generated from the training seed.
+    "majority": {
+        "kind": "classifier",
+        "model": dict(n_layer=2, n_head=4, d_model=64,
+                      d_ff=128,                      # 2 * d_model is enough to count three symbols
+                      dropout=0.0, norm_first=True, activation="gelu",
+                      positional="sinusoidal",       # order does not matter; no table to learn
+                      pooling="mean"),               # counting is an average over positions
+        "train": dict(max_steps=600, eval_interval=120,  # >= 99% accuracy within 600 steps; 5 evaluations
+                      batch_size=64, lr=3e-3, min_lr=3e-4, warmup_steps=50,
+                      weight_decay=0.01, beta2=0.98, grad_clip=1.0),
+        "data": dict(n_train=6000, n_test=400,       # 3^8 = 6561 sequences exist: 400 held out twice
+                     max_len=8),                     # 8 tokens over {0, 1, 2}
+    },
+    "copy": _SEQ2SEQ,
+    "reverse": _SEQ2SEQ,
+    "sort": {**_SEQ2SEQ, "train": {**_SEQ2SEQ["train"],
+                                   "max_steps": 2500, "eval_interval": 500}},  # sorting needs more steps
+}
+
+
+def _row(run_kind: str) -> dict:
+    if run_kind not in RUN_DEFAULTS:
+        raise ConfigError(f"unknown run kind {run_kind!r}: choose one of {list(RUN_DEFAULTS)}")
+    return RUN_DEFAULTS[run_kind]
+
+
+def run_defaults(run_kind: str) -> dict:
+    """Every setting of a run kind, resolved: {"kind", "model", "train", "data"}, where "model"
+    and "train" hold every field of the config class and TrainConfig (the dataclass default
+    where RUN_DEFAULTS names none). Fields without a default (vocab sizes) are left out."""
+    row = _row(run_kind)
+
+    def resolved(cls, table: dict) -> dict:
+        return {**{f.name: f.default for f in fields(cls) if f.default is not MISSING}, **table}
+
+    return {"kind": row["kind"], "model": resolved(JOBS[row["kind"]].config_class, row["model"]),
+            "train": resolved(TrainConfig, row["train"]), "data": dict(row["data"])}
+
+
+def build_job(run_kind: str, model: dict | None = None, train: dict | None = None,
+              data: dict | None = None) -> tuple[Job, TrainConfig]:
+    """A fresh job and its TrainConfig: RUN_DEFAULTS[run_kind] with the given settings on top
+    (only the ones given: the others keep the table's values)."""
+    row = _row(run_kind)
+    cfg = TrainConfig.from_dict({**row["train"], **(train or {})})
+    job = JOBS[row["kind"]].create(run_kind, {**row["model"], **(model or {})}, {**row["data"], **(data or {})},
+                                   seed=cfg.seed)
+    return job, cfg
+
+
+def checkpoint_dir(path: str | Path) -> Path:
+    """A checkpoint directory holds model.safetensors; a run directory holds best/ and last/
+    (best is preferred)."""
+    d = Path(path)
+    if (d / "model.safetensors").exists():
+        return d
+    for name in (BEST, LAST):
+        if (d / name / "model.safetensors").exists():
+            return d / name
+    raise CheckpointError(f"checkpoint not found in {d}: train one first ('scratchformer train --out {d}') "
+                          "or pass a run directory")
+
+
+def job_class(ck: Checkpoint) -> type[Job]:
+    """The job class of a checkpoint's model kind."""
+    kind = ck.config.get("kind") if isinstance(ck.config, dict) else None
+    if kind not in JOBS:
+        raise CheckpointError(f"{ck.path} holds a model of kind {kind!r}; this version reads {list(JOBS)}")
+    return JOBS[kind]
+
+
+def load_job(path: str | Path, data: str | Path | None = None) -> Job:
+    """The job of a run directory or a checkpoint directory, its checkpoint read once. `data`
+    replaces the data file the run recorded (see `Job.from_checkpoint`)."""
+    ck = load_checkpoint(checkpoint_dir(path))
+    return job_class(ck).from_checkpoint(ck, data=data)
