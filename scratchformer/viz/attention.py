@@ -47,7 +47,13 @@ def attention_grid(weights, tokens, query_tokens=None, title: str = "attention",
     for layer in range(L):
         for head in range(H):
             ax = axes[layer, head]
-            im = heatmap(ax, weights[layer, head], tokens, query_tokens, annotate_max=annotate)
+            # token labels on the outer panels only (left column, bottom row)
+            im = heatmap(ax, weights[layer, head], tokens if layer == L - 1 else None,
+                         query_tokens if head == 0 else None, annotate_max=annotate)
+            if layer < L - 1:
+                ax.set_xticks([])
+            if head > 0:
+                ax.set_yticks([])
             ax.set_title(f"layer {layer} head {head}", fontsize=8)
     fig.colorbar(im, ax=axes, shrink=0.6, label="weight")
     fig.suptitle(f"{title}: rows = queries, columns = keys")

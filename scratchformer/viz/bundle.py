@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 
 from scratchformer.errors import DataError
-from scratchformer.ops import softmax_forward
 from scratchformer.viz import attention as A
 from scratchformer.viz import basics as B
 from scratchformer.viz import embeddings as E
@@ -54,8 +53,15 @@ def _prepare(model, kind, ids, tokens, text, tokenizer):
     return ids, tokens
 
 
+FIGURES = ("attention_seq2seq", "attention_grid", "classifier_attention", "causal_vs_bidirectional",
+           "attention_steps", "positions_learned", "positions_sinusoidal", "position_similarity",
+           "embedding_norms", "embedding_pca", "residual_norms", "residual_heatmap", "ff_activations",
+           "layernorm", "activations", "softmax_temperature", "training_curves")
+
+
 def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, tgt_ids=None,
-           tgt_tokens=None, class_names=None, vocab_labels=None, log=None, title=None) -> list[Path]:
+           tgt_tokens=None, class_names=None, vocab_labels=None, log=None, title=None,
+           only=None) -> list[Path]:
     """Draw every figure that applies to `model` on one input; write them as PNGs and a
     self-contained report.html into out_dir. Returns the paths written (report.html last).
 
@@ -64,16 +70,21 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
     (default: BOS + the greedy decoding). classifier: `class_names` label the bars.
     vocab_labels: a label per vocabulary id (default: the tokenizer's characters).
     log: a run directory or log.jsonl for the training curves and summary (optional).
+    only: names from `FIGURES` to draw (None: every figure that applies); the attention
+    explorer is always written.
     """
     kind = T.kind(model)
+    if only is not None and not set(only) <= set(FIGURES):
+        raise DataError(f"unknown figures {sorted(set(only) - set(FIGURES))}: choose from {list(FIGURES)}")
     ids, tokens = _prepare(model, kind, ids, tokens, text, tokenizer)
     out_dir = Path(out_dir)
     if vocab_labels is None and tokenizer is not None and hasattr(tokenizer, "decode"):
         vocab_labels = [tokenizer.decode([i]) or "<eot>" for i in range(tokenizer.vocab_size)]
     figures = []  # (file stem, title, caption, figure)
 
-    def add(stem, title, caption, fig):
-        figures.append((stem, title, caption, fig))
+    def add(stem, title, caption, draw):  # draw: a function returning the Figure
+        if only is None or stem in only:
+            figures.append((stem, title, caption, draw()))
 
     # -- attention --------------------------------------------------------------------------
     maps = None
@@ -89,7 +100,7 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
         add("attention_seq2seq", "Encoder, decoder and cross attention",
             "Decoder self-attention is lower-triangular (causal); in cross-attention each target "
             "row shows which source tokens it reads: on a copy or reversal task, a diagonal.",
-            A.seq2seq_attention(maps, tokens, tgt_tokens))
+            lambda: A.seq2seq_attention(maps, tokens, tgt_tokens))
     else:
         maps = T.attention_maps(model, ids)
     att_tokens = tokens
@@ -98,71 +109,70 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
     add("attention_grid", "Every layer and head",
         "Rows are queries, columns keys; each row sums to 1. Look for heads that attend to the "
         "previous token (a sub-diagonal), to the first token, or to identical tokens.",
-        A.attention_grid(maps["encoder"], att_tokens, title=kind))
+        lambda: A.attention_grid(maps["encoder"], att_tokens, title=kind))
     if kind == "classifier":
-        model.eval()
-        logits, _ = model(ids[None])
-        probs = softmax_forward(np.asarray(logits, np.float64))[0]
+        probs = T.class_probabilities(model, ids)
         names = class_names if class_names is not None else [str(i) for i in range(len(probs))]
         add("classifier_attention", "Prediction beside the heads",
             "Which tokens the last layer's heads read when the model makes this prediction.",
-            A.classifier_attention(probs, names, maps["encoder"], att_tokens))
+            lambda: A.classifier_attention(probs, names, maps["encoder"], att_tokens))
     # one head of the first block, on the model's own input to that block
     q, k, v = T.head_qkv(model, ids, layer=0, head=0)
     n = min(len(q), 16)  # step-by-step figures stay legible on a short prefix
     add("causal_vs_bidirectional", "Causal against bidirectional",
         "The same scores under two masks: with the causal mask a token cannot see the future and "
         "its weights renormalise over the past.",
-        A.causal_vs_bidirectional(q[:n], k[:n], att_tokens[:n]))
+        lambda: A.causal_vs_bidirectional(q[:n], k[:n], att_tokens[:n]))
     add("attention_steps", "One head step by step",
         "Scores, masked scores (future = -inf), softmax weights, and the output rows they mix.",
-        A.attention_steps(q[:n], k[:n], v[:n], att_tokens[:n], causal=T.is_causal(model)))
+        lambda: A.attention_steps(q[:n], k[:n], v[:n], att_tokens[:n], causal=T.is_causal(model)))
 
     # -- positions and embeddings -----------------------------------------------------------
     table, tok = T.position_table(model), T.token_table(model)
     if T.learned_positions(model):
         add("positions_learned", "Learned positions", "A learned table: training makes nearby rows similar.",
-            E.learned_positions(table))
+            lambda: E.learned_positions(table))
     else:
         add("positions_sinusoidal", "Sinusoidal positions",
             "Each pair of columns is a sine/cosine wave; frequency falls from left to right.",
-            E.sinusoidal_encoding(min(len(table), 128), table.shape[1]))
+            lambda: E.sinusoidal_encoding(min(len(table), 128), table.shape[1]))
     add("position_similarity", "Position similarity",
         "Cosine similarity of position vectors: high near the diagonal, falling with distance.",
-        E.position_similarity(table[:128]))
+        lambda: E.position_similarity(table[:128]))
     add("embedding_norms", "Token against position norms",
         "If positions are much smaller than tokens, the model barely sees order (and vice versa).",
-        E.embedding_norms(tok, table, ids, tokens))
+        lambda: E.embedding_norms(tok, table, ids, tokens))
     add("embedding_pca", "PCA of the embeddings",
         "Vowels, digits or punctuation often cluster; positions trace a smooth curve.",
-        E.embedding_pca(tok, table, ids, tokens, vocab_labels))
+        lambda: E.embedding_pca(tok, table, ids, tokens, vocab_labels))
 
     # -- inside the stack -------------------------------------------------------------------
     tr = T.trace(model, ids)
     add("residual_norms", "Residual stream", "The stream's norm usually grows with depth; the bars "
-        "show how much each attention and feed-forward sub-layer adds.", I.residual_norms(tr))
+        "show how much each attention and feed-forward sub-layer adds.", lambda: I.residual_norms(tr))
     add("residual_heatmap", "Residual stream per token",
         "Tokens whose norm grows fast are the ones the blocks write most into.",
-        I.residual_heatmap(tr, att_tokens))
+        lambda: I.residual_heatmap(tr, att_tokens))
     add("ff_activations", "Feed-forward activations",
         "The activation zeroes (ReLU) or shrinks (GELU) negative inputs; neurons that never fire are dead.",
-        I.ff_activations(tr, layer=0))
+        lambda: I.ff_activations(tr, layer=0))
     add("layernorm", "LayerNorm in and out",
         "Whatever the input scale, the output has per-token mean 0 and std 1 before gain and bias.",
-        I.layernorm_histograms(tr, 0))
+        lambda: I.layernorm_histograms(tr, 0))
 
     # -- basics and training ----------------------------------------------------------------
     add("activations", "Activation functions", "GELU is smooth and slightly negative for x < 0; "
-        "ReLU's derivative jumps from 0 to 1.", B.activation_functions())
+        "ReLU's derivative jumps from 0 to 1.", B.activation_functions)
     add("softmax_temperature", "Softmax and temperature",
-        "Sampling temperature divides the logits: T < 1 sharpens, T > 1 flattens.", B.softmax_temperatures())
+        "Sampling temperature divides the logits: T < 1 sharpens, T > 1 flattens.",
+        B.softmax_temperatures)
     summary = None
     if log is not None:
         rows = B.read_log(log)
         summary = _summary(rows)
         add("training_curves", "Training curves",
             "Validation loss should follow training loss; a widening gap means overfitting.",
-            B.training_curves(rows))
+            lambda: B.training_curves(rows))
 
     # -- write ------------------------------------------------------------------------------
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -181,9 +191,9 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
     return paths
 
 
-def report_bert(out_dir, text: str, path=None) -> list[Path]:
+def report_bert(out_dir, text: str, path=None, only=None) -> list[Path]:
     """`report` for a BERT checkpoint directory (default: the installed all-MiniLM-L6-v2),
-    with its WordPiece tokens as labels."""
+    with its WordPiece tokens as labels. only: as in `report`."""
     from scratchformer.interop.bert import load_hf_bert
     from scratchformer.interop.sentence import default_model_dir
     from scratchformer.interop.wordpiece import WordPieceTokenizer
@@ -198,5 +208,5 @@ def report_bert(out_dir, text: str, path=None) -> list[Path]:
     for word, i in vocab.items():
         if i < len(labels):
             labels[i] = word
-    return report(model, out_dir, ids, tokens, vocab_labels=labels,
+    return report(model, out_dir, ids, tokens, vocab_labels=labels, only=only,
                   title=f"{path.parent.name if path.name == 'model' else path.name}: {text[:60]!r}")

@@ -100,7 +100,7 @@ figure{margin:1em 0} figure img{max-width:100%;border:1px solid #eee} figcaption
 <h2>Attention explorer</h2>
 <p>Pick a tab, a layer and a head (or the average over heads). Lines: each query token (left)
 is joined to the keys (right) it reads, darker = more weight. Click a thumbnail to open it.
-Hover the matrix for values.</p>
+Hover the matrix for values. Colours are scaled to each map's largest weight.</p>
 <div class="bar" id="sf-tabs"></div>
 <div class="bar">layer <select id="sf-layer"></select> head <select id="sf-head"></select>
 <span id="sf-hover"></span></div>
@@ -133,15 +133,20 @@ _SCRIPT = r"""
     var r = Math.round(255 - 213 * w), g = Math.round(255 - 145 * w), b = Math.round(255 - 68 * w);
     return "rgb(" + r + "," + g + "," + b + ")";
   }
-  function cellSize(t) { return Math.max(6, Math.min(28, Math.floor(520 / Math.max(t.Tq, t.Tk)))); }
+  function cellSize(t) { return Math.max(10, Math.min(28, Math.floor(640 / Math.max(t.Tq, t.Tk)))); }
+  function peak(t, l, h) {  // the largest weight of one map: colours are scaled to it
+    var m = 1e-6;
+    for (var i = 0; i < t.Tq; i++) for (var j = 0; j < t.Tk; j++) m = Math.max(m, weight(t, l, h, i, j));
+    return m;
+  }
   var MARGIN = 60;
   function drawMatrix() {
     var t = data.tabs[state.tab], c = $("sf-matrix"), s = cellSize(t);
     c.width = MARGIN + s * t.Tk + 4; c.height = MARGIN + s * t.Tq + 4;
-    var g = c.getContext("2d");
+    var g = c.getContext("2d"), m = peak(t, state.layer, state.head);
     g.fillStyle = "#fff"; g.fillRect(0, 0, c.width, c.height);
     for (var i = 0; i < t.Tq; i++) for (var j = 0; j < t.Tk; j++) {
-      g.fillStyle = color(weight(t, state.layer, state.head, i, j));
+      g.fillStyle = color(weight(t, state.layer, state.head, i, j) / m);
       g.fillRect(MARGIN + j * s, MARGIN + i * s, s, s);
     }
     g.fillStyle = "#222"; g.font = Math.min(12, s) + "px monospace"; g.textBaseline = "middle";
@@ -156,10 +161,10 @@ _SCRIPT = r"""
     var t = data.tabs[state.tab], c = $("sf-lines"), n = Math.max(t.Tq, t.Tk);
     var row = Math.max(10, Math.min(20, Math.floor(640 / n)));
     c.width = 360; c.height = row * n + 20;
-    var g = c.getContext("2d"), xl = 90, xr = 270;
+    var g = c.getContext("2d"), xl = 90, xr = 270, m = peak(t, state.layer, state.head);
     g.fillStyle = "#fff"; g.fillRect(0, 0, c.width, c.height);
     for (var i = 0; i < t.Tq; i++) for (var j = 0; j < t.Tk; j++) {
-      var w = weight(t, state.layer, state.head, i, j);
+      var w = weight(t, state.layer, state.head, i, j) / m;
       if (w < 0.01) continue;
       g.strokeStyle = "rgba(42,110,187," + w + ")"; g.lineWidth = 1 + 3 * w;
       g.beginPath(); g.moveTo(xl, 10 + i * row + row / 2); g.lineTo(xr, 10 + j * row + row / 2); g.stroke();
@@ -181,9 +186,9 @@ _SCRIPT = r"""
     for (var l = 0; l < t.L; l++) {
       g.fillStyle = "#222"; g.fillText("L" + l, 2, 20 + l * (th + gap) + th / 2);
       for (h = 0; h <= t.H; h++) {
-        var x0 = 30 + h * (tw + gap), y0 = 16 + l * (th + gap);
+        var x0 = 30 + h * (tw + gap), y0 = 16 + l * (th + gap), m = peak(t, l, h);
         for (var i = 0; i < t.Tq; i++) for (var j = 0; j < t.Tk; j++) {
-          g.fillStyle = color(weight(t, l, h, i, j)); g.fillRect(x0 + j * px, y0 + i * px, px, px);
+          g.fillStyle = color(weight(t, l, h, i, j) / m); g.fillRect(x0 + j * px, y0 + i * px, px, px);
         }
         if (l === state.layer && h === state.head) {
           g.strokeStyle = "#d33"; g.lineWidth = 2; g.strokeRect(x0 - 1, y0 - 1, tw + 2, th + 2);

@@ -11,6 +11,8 @@ norms). After a model refactor, adapt them here and nothing else in `scratchform
     embed(model, ids)         -> (1, T, C) input of the first block
     config_dict(model)        -> the model's config as a plain dict
     attention_maps(model, ...) -> {"encoder"|"decoder"|"cross": (L, H, Tq, Tk)}
+    class_probabilities(model, ids) -> a classifier's (n_classes,) probabilities
+    head_qkv(model, ids, layer, head) -> one head's q, k, v
     trace(model, ids)         -> a `Trace` of the residual stream, run block by block
 """
 
@@ -21,6 +23,7 @@ from dataclasses import asdict, dataclass, field, is_dataclass
 import numpy as np
 
 from scratchformer.errors import ConfigError
+from scratchformer.ops import softmax_forward
 
 KINDS = ("gpt", "classifier", "seq2seq", "bert")
 
@@ -131,6 +134,12 @@ def attention_maps(model, ids, tgt_ids=None) -> dict[str, np.ndarray]:
         maps["decoder"] = stack([b.self_attn for b in decoder_blocks(model)])
         maps["cross"] = stack([b.cross_attn for b in decoder_blocks(model)])
     return maps
+
+
+def class_probabilities(model, ids) -> np.ndarray:
+    """A classifier's softmax over classes for one input, (n_classes,)."""
+    logits, _ = _in_eval(model, lambda: model(np.asarray(ids).reshape(1, -1)))
+    return softmax_forward(np.asarray(logits, np.float64))[0]
 
 
 def head_qkv(model, ids, layer: int = 0, head: int = 0):
