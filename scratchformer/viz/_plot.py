@@ -41,14 +41,6 @@ def finish(fig, path=None):
     return fig
 
 
-def png_bytes(fig) -> bytes:
-    import io
-
-    buf = io.BytesIO()
-    fig.savefig(buf, dpi=DPI, format="png")
-    return buf.getvalue()
-
-
 def heatmap(ax, values, xlabels=None, ylabels=None, annotate_max: int = 12, vmin=0.0, vmax=1.0,
             cmap="viridis", fmt="{:.2f}"):
     """Draw a 2-D array with imshow; tick labels on both axes; the values written in the cells
