@@ -56,7 +56,7 @@ def attention_grid(weights, tokens, query_tokens=None, title: str = "attention",
                 ax.set_yticks([])
             ax.set_title(f"layer {layer} head {head}", fontsize=8)
     fig.colorbar(im, ax=axes, shrink=0.6, label="weight")
-    fig.suptitle(f"{title}: rows = queries, columns = keys")
+    fig.suptitle(f"{title}: rows = queries, columns = keys", fontsize=10)
     return finish(fig, path)
 
 
@@ -64,7 +64,8 @@ def seq2seq_attention(maps: dict, src_tokens, tgt_tokens, layer: int = -1, path=
     """Encoder self-, decoder self- and cross-attention of one layer, one row per kind and one
     column per head. maps: {"encoder", "decoder", "cross"} -> (L, H, Tq, Tk)."""
     rows = [("encoder", src_tokens, src_tokens), ("decoder", tgt_tokens, tgt_tokens),
-            ("cross", src_tokens, tgt_tokens)]
+            ("cross", src_tokens, tgt_tokens)]  # (name, keys, queries)
+    sides = {"encoder": "source", "decoder": "target (causal)", "cross": "target reads source"}
     for name, _, _ in rows:
         _check_maps(maps[name], name)
     H = maps["encoder"].shape[1]
@@ -76,8 +77,8 @@ def seq2seq_attention(maps: dict, src_tokens, tgt_tokens, layer: int = -1, path=
         for head in range(H):
             heatmap(axes[r, head], w[head], keys, queries)
             axes[r, head].set_title(f"{name} head {head}", fontsize=8)
-    fig.suptitle(f"seq2seq attention, layer {layer % maps['encoder'].shape[0]}: "
-                 "encoder self / decoder self (causal) / cross (target reads source)")
+        axes[r, 0].set_ylabel(sides[name], fontsize=8)
+    fig.suptitle(f"seq2seq attention, layer {layer % maps['encoder'].shape[0]}", fontsize=10)
     return finish(fig, path)
 
 
@@ -98,7 +99,7 @@ def classifier_attention(probs, class_names, weights, tokens, layer: int = -1, p
     for head in range(H):
         heatmap(axes[head + 1], weights[layer, head], tokens, tokens)
         axes[head + 1].set_title(f"head {head}", fontsize=8)
-    fig.suptitle(f"class probabilities beside layer {layer % weights.shape[0]}'s heads")
+    fig.suptitle(f"class probabilities beside layer {layer % weights.shape[0]}'s heads", fontsize=10)
     return finish(fig, path)
 
 
@@ -118,7 +119,7 @@ def causal_vs_bidirectional(q, k, tokens, path=None):
         im = heatmap(ax, w, tokens, tokens)
         ax.set_title(name, fontsize=9)
     fig.colorbar(im, ax=axes, shrink=0.7)
-    fig.suptitle("same input, two masks: causal rows only see earlier keys and renormalise")
+    fig.suptitle("same input, two masks: causal rows see only earlier keys and renormalise", fontsize=10)
     return finish(fig, path)
 
 
@@ -145,5 +146,5 @@ def attention_steps(q, k, v, tokens, causal: bool = True, path=None):
     for ax, t in zip(axes, titles):
         ax.set_title(t, fontsize=9)
     axes[3].set_xlabel("d_head")
-    fig.suptitle("one attention head, step by step")
+    fig.suptitle("one attention head, step by step", fontsize=10)
     return finish(fig, path)
