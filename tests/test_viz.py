@@ -178,6 +178,8 @@ def test_bad_input_is_a_clear_error(gpt):
         viz.report(gpt, "unused")
     with pytest.raises(DataError, match="tokenizer"):
         viz.report(gpt, "unused", text="abc")
+    with pytest.raises(DataError, match="one label per id"):
+        viz.report(gpt, "unused", ids=[1, 2], tokens=["a"])
     with pytest.raises(DataError, match="unknown figures"):
         viz.report(gpt, "unused", ids=[1, 2], only=["attention"])
 

@@ -48,6 +48,8 @@ def _prepare(model, kind, ids, tokens, text, tokenizer):
     if ids.size == 0:
         raise DataError("report needs a non-empty input")
     tokens = [str(i) for i in ids] if tokens is None else list(tokens)
+    if len(tokens) != len(ids):
+        raise DataError(f"report got {len(tokens)} token labels for {len(ids)} ids: give one label per id")
     if kind == "gpt" and len(ids) > model.config.block_size:  # keep the last block_size tokens
         ids, tokens = ids[-model.config.block_size:], tokens[-model.config.block_size:]
     return ids, tokens

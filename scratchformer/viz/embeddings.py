@@ -86,11 +86,15 @@ def embedding_pca(token_table, position_table, ids, tokens, vocab_labels=None, p
     ids = np.asarray(ids).ravel()
     if vocab_labels is None:
         vocab_labels = [str(i) for i in range(len(token_table))]
-    n_vocab = min(len(token_table), 300)  # a BERT vocabulary: its first 300 rows only
-    n_pos = min(len(position_table), 128)
+    # a large vocabulary (BERT's 30k WordPieces) is shown through this input's tokens only
+    rows = np.arange(len(token_table)) if len(token_table) <= 128 else np.unique(ids)
+    n_pos = min(len(position_table), 64)
+    every = max(1, n_pos // 32)  # label every position, or every other one when there are many
     panels = [
-        ("token embeddings", pca_2d(token_table[:n_vocab]), vocab_labels[:n_vocab]),
-        ("position embeddings", pca_2d(position_table[:n_pos]), [str(i) for i in range(n_pos)]),
+        ("token embeddings" if len(rows) == len(token_table) else "token embeddings (this input's)",
+         pca_2d(token_table[rows]), [vocab_labels[i] for i in rows]),
+        ("position embeddings", pca_2d(position_table[:n_pos]),
+         [str(i) if i % every == 0 else "" for i in range(n_pos)]),
         ("token + position (this input)", pca_2d(token_table[ids] + position_table[: len(ids)]),
          list(tokens)),
     ]
@@ -98,6 +102,8 @@ def embedding_pca(token_table, position_table, ids, tokens, vocab_labels=None, p
     for ax, (title, xy, labels) in zip(fig.subplots(1, 3), panels):
         ax.scatter(xy[:, 0], xy[:, 1], s=8, c=np.arange(len(xy)), cmap="viridis")
         for (px, py), lab in zip(xy, labels):
+            if lab == "":
+                continue
             ax.annotate(show_token(lab), (px, py), fontsize=7, xytext=(2, 2), textcoords="offset points")
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("PC 1")
