@@ -7,6 +7,7 @@ says why. Every request that is not a file:// URL is aborted and recorded: the p
 none."""
 
 import base64
+import contextlib
 import html
 import json
 import os
@@ -146,7 +147,10 @@ def _canvas(page, canvas_id: str) -> dict:
                    return {w: c.width, h: c.height, colours: new Set(d).size, png: c.toDataURL()}; }""", canvas_id)
 
 
-def test_report_in_chromium(shakespeare_report, tmp_path):
+@contextlib.contextmanager
+def opened(report_path):
+    """A chromium page showing report_path, ready; on exit: no page or console error and no
+    request outside file:// (each non-file request is aborted and recorded)."""
     sync_playwright, exe = _browser_or_skip()
     outside, errors = [], []
     with sync_playwright() as p:
@@ -164,29 +168,50 @@ def test_report_in_chromium(shakespeare_report, tmp_path):
             page.route("**/*", route)
             page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
             page.on("console", lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
-            page.goto(shakespeare_report.resolve().as_uri())
+            page.goto(report_path.resolve().as_uri())
             page.wait_for_function("window.scratchformerReady === true", timeout=15000)
-            assert page.evaluate("document.querySelectorAll('img').length") == 14
-            assert page.evaluate("Array.from(document.images).every(i => i.complete && i.naturalWidth > 0)")
-            before = _canvas(page, "sf-matrix")
-            assert before["h"] > 100 and before["colours"] > 20, "blank canvas"
-            page.select_option("#sf-head", "2")
-            after = _canvas(page, "sf-matrix")
-            assert (before["w"], before["h"]) == (after["w"], after["h"])
-            assert before["png"] != after["png"], "another head, same pixels"
-            lines = _canvas(page, "sf-lines")["png"]
-            page.select_option("#sf-layer", "3")
-            assert _canvas(page, "sf-lines")["png"] != lines, "another layer, same lines"
-            page.hover("#sf-matrix", position={"x": 64, "y": 64})  # hover a cell: its value is shown
-            assert "\u2192" in page.inner_text("#sf-hover")
-            with page.expect_download() as dl:
-                page.click("button[data-export=sf-matrix]")
-            png = tmp_path / "matrix.png"
-            dl.value.save_as(png)
-            assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-            page.screenshot(path=str(tmp_path / "report.png"), full_page=False)
-            assert (tmp_path / "report.png").stat().st_size > 10_000
+            yield page
         finally:
             browser.close()
     assert not errors, errors
     assert not outside, f"the page requested {outside}"
+
+
+def test_report_in_chromium(shakespeare_report, tmp_path):
+    with opened(shakespeare_report) as page:
+        assert page.evaluate("document.querySelectorAll('img').length") == 14
+        assert page.evaluate("Array.from(document.images).every(i => i.complete && i.naturalWidth > 0)")
+        before = _canvas(page, "sf-matrix")
+        assert before["h"] > 100 and before["colours"] > 20, "blank canvas"
+        page.select_option("#sf-head", "2")
+        after = _canvas(page, "sf-matrix")
+        assert (before["w"], before["h"]) == (after["w"], after["h"])
+        assert before["png"] != after["png"], "another head, same pixels"
+        lines = _canvas(page, "sf-lines")["png"]
+        page.select_option("#sf-layer", "3")
+        assert _canvas(page, "sf-lines")["png"] != lines, "another layer, same lines"
+        page.select_option("#sf-head", "4")  # the average over the 4 heads
+        assert _canvas(page, "sf-matrix")["png"] != after["png"]
+        # thumbnails are 64 px apart plus a 6 px gap, after a 30 px / 16 px margin: open layer 1 head 1
+        page.click("#sf-grid", position={"x": 30 + 70 + 10, "y": 16 + 70 + 10})
+        assert (page.input_value("#sf-layer"), page.input_value("#sf-head")) == ("1", "1")
+        page.hover("#sf-matrix", position={"x": 64, "y": 64})  # hover a cell: its value is shown
+        assert "\u2192" in page.inner_text("#sf-hover")
+        with page.expect_download() as dl:
+            page.click("button[data-export=sf-matrix]")
+        png = tmp_path / "matrix.png"
+        dl.value.save_as(png)
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        page.screenshot(path=str(tmp_path / "report.png"), full_page=False)
+        assert (tmp_path / "report.png").stat().st_size > 10_000
+
+
+def test_seq2seq_tabs_in_chromium(tmp_path):
+    src, tgt = np.array([3, 4, 5, 6, 7]), np.array([1, 7, 6, 5])
+    path = viz.report(tiny_seq2seq(), tmp_path, src, tgt_ids=tgt, only=[])[-1]
+    with opened(path) as page:
+        assert page.locator("#sf-tabs button").all_inner_texts() == ["encoder", "decoder", "cross"]
+        encoder = _canvas(page, "sf-matrix")
+        page.click("#sf-tabs button >> text=cross")
+        cross = _canvas(page, "sf-matrix")
+        assert cross["h"] < encoder["h"] and cross["w"] == encoder["w"], "cross is 4 targets x 5 sources"
