@@ -13,6 +13,7 @@ import pytest
 
 from scratchformer.data.tokenizer import CharTokenizer
 from scratchformer.errors import DataError, ShapeError
+from scratchformer.interop.bert import BertConfig, BertEncoder
 from scratchformer.models.classifier import ClassifierConfig, TransformerClassifier
 from scratchformer.models.gpt import GPT, GPTConfig
 from scratchformer.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
@@ -157,6 +158,10 @@ def test_trace_reproduces_the_forward(gpt, ids):
     logits, _ = clf(ids[None])
     out = T.trace(clf, ids).output
     np.testing.assert_allclose(clf.head(out.mean(axis=1)), logits, atol=1e-5)
+    manual_seed(3)  # post-norm blocks (BERT)
+    bert = BertEncoder(BertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                                  intermediate_size=32, max_position_embeddings=16))
+    np.testing.assert_allclose(T.trace(bert, ids).output, bert(ids[None]), atol=1e-5)
 
 
 def test_training_curves_tolerate_missing_fields(tmp_path):
