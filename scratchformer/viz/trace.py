@@ -14,6 +14,10 @@ norms). After a model refactor, adapt them here and nothing else in `scratchform
     class_probabilities(model, ids) -> a classifier's (n_classes,) probabilities
     head_qkv(model, ids, layer, head) -> one head's q, k, v
     trace(model, ids)         -> a `Trace` of the residual stream, run block by block
+
+Inside a block, `trace` and `head_qkv` use the names of nn/blocks.py and nn/attention.py:
+norm_first, attn_norm, self_attn (in_proj_weight, in_proj_bias; `head_count`), cross_attn,
+ff_norm, ff (fc1, fc2, activation), and each attention's `attn_weights` after a forward.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from dataclasses import asdict, dataclass, field, is_dataclass
 import numpy as np
 
 from scratchformer.errors import ConfigError
-from scratchformer.ops import softmax_forward
+from scratchformer.ops import ACTIVATIONS, softmax_forward
 
 KINDS = ("gpt", "classifier", "seq2seq", "bert")
 
@@ -54,8 +58,9 @@ def is_causal(model) -> bool:
     return kind(model) == "gpt"
 
 
-def n_heads(block) -> int:
-    return block.self_attn.n_heads
+def head_count(attn) -> int:
+    """Number of heads of a MultiHeadAttention."""
+    return attn.n_heads
 
 
 def final_norm(model):
@@ -152,7 +157,10 @@ def head_qkv(model, ids, layer: int = 0, head: int = 0):
     qkv = h @ attn.in_proj_weight.data.T
     if attn.in_proj_bias is not None:
         qkv = qkv + attn.in_proj_bias.data
-    q, k, v = (attn._split_heads(part)[0, head] for part in np.split(qkv, 3, axis=-1))
+    T, C = qkv.shape[1], qkv.shape[2] // 3
+    H = head_count(attn)
+    # (1, T, C) -> (T, H, d_head) -> this head's (T, d_head)
+    q, k, v = (part[0].reshape(T, H, C // H)[:, head] for part in np.split(qkv, 3, axis=-1))
     return q, k, v
 
 
@@ -197,7 +205,7 @@ def trace(model, ids) -> Trace:
             x = x + a if b.norm_first else norm(b.attn_norm, x + a, f"{i}.attn_norm")
             h = norm(b.ff_norm, x, f"{i}.ff_norm") if b.norm_first else x
             pre = b.ff.fc1(h)                 # (1, T, n_inner)
-            post, _ = b.ff._act_keep(pre)     # activation (GELU, ReLU...)
+            post, _ = ACTIVATIONS[b.ff.activation][0](pre)  # GELU, ReLU...
             f = b.ff.fc2(post)
             x = x + f if b.norm_first else norm(b.ff_norm, x + f, f"{i}.ff_norm")
             t.attn_update.append(a)
