@@ -1,0 +1,38 @@
+"""scratchformer.viz: the tutorials' figures drawn from a real model, and report.html.
+
+One function per figure; each takes arrays (or a `trace.Trace`) and returns a matplotlib
+Figure, saving a PNG when given `path=`. `report(...)` draws them all for one model and input
+and writes report.html (self-contained, with the interactive attention explorer).
+matplotlib is imported only when a figure is drawn (Agg canvas, no pyplot).
+
+Reading a model: `scratchformer.viz.trace` (`attention_maps`, `head_qkv`, `trace`, and the
+accessors that know each model's attribute names).
+"""
+
+from scratchformer.viz import trace
+from scratchformer.viz.attention import (
+    attention_grid,
+    attention_steps,
+    causal_vs_bidirectional,
+    classifier_attention,
+    seq2seq_attention,
+)
+from scratchformer.viz.basics import activation_functions, read_log, softmax_temperatures, training_curves
+from scratchformer.viz.embeddings import (
+    embedding_norms,
+    embedding_pca,
+    learned_positions,
+    position_similarity,
+    sinusoidal_encoding,
+)
+from scratchformer.viz.html import decode_attention, encode_attention, notebook_iframe, write_report
+from scratchformer.viz.internals import ff_activations, layernorm_histograms, residual_heatmap, residual_norms
+from scratchformer.viz.bundle import report, report_bert
+
+__all__ = [
+    "trace", "attention_grid", "attention_steps", "causal_vs_bidirectional", "classifier_attention",
+    "seq2seq_attention", "activation_functions", "read_log", "softmax_temperatures", "training_curves",
+    "embedding_norms", "embedding_pca", "learned_positions", "position_similarity", "sinusoidal_encoding",
+    "decode_attention", "encode_attention", "notebook_iframe", "write_report", "ff_activations",
+    "layernorm_histograms", "residual_heatmap", "residual_norms", "report", "report_bert",
+]

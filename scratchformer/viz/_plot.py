@@ -1,0 +1,85 @@
+"""Shared plotting helpers: a Figure on the Agg canvas (no pyplot, no global backend switch),
+an atomic PNG save, and a labelled heatmap.
+
+matplotlib is imported here, inside `new_figure`, so `import scratchformer` never loads it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+DPI = 100  # PNG pixels = figsize (inches) * DPI
+
+
+def new_figure(width: float, height: float):
+    """A matplotlib Figure drawn by the Agg canvas, with constrained layout."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def finish(fig, path=None):
+    """Save `fig` as a PNG at `path` (atomically: a temporary file, then a rename); return fig."""
+    if path is not None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".png.tmp")
+        os.close(fd)
+        try:
+            fig.savefig(tmp, dpi=DPI, format="png")
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+    return fig
+
+
+def heatmap(ax, values, xlabels=None, ylabels=None, annotate_max: int = 12, vmin=0.0, vmax=1.0,
+            cmap="viridis", fmt="{:.2f}"):
+    """Draw a 2-D array with imshow; tick labels on both axes; the values written in the cells
+    when both sides are at most `annotate_max` long. Returns the AxesImage."""
+    values = np.asarray(values, dtype=np.float64)
+    im = ax.imshow(values, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest")
+    rows, cols = values.shape
+    small = max(rows, cols) <= 24
+    for labels, n, set_ticks, set_labels in ((xlabels, cols, ax.set_xticks, ax.set_xticklabels),
+                                              (ylabels, rows, ax.set_yticks, ax.set_yticklabels)):
+        if labels is None:
+            continue
+        step = max(1, n // 24)  # at most ~24 labels per axis, so they never overlap
+        set_ticks(range(0, n, step))
+        set_labels([show_token(labels[i]) for i in range(0, n, step)], fontsize=8 if small else 6)
+    if xlabels is not None:
+        ax.tick_params(axis="x", labelrotation=90)
+    if rows <= annotate_max and cols <= annotate_max:
+        lo, hi = (vmin, vmax) if vmin is not None else (values.min(), values.max())
+        for i in range(rows):
+            for j in range(cols):
+                light = (values[i, j] - lo) < 0.5 * (hi - lo)
+                text = fmt.format(values[i, j])
+                if abs(values[i, j]) < 1:
+                    text = text.replace("0.", ".", 1)  # ".25": short enough for a small cell
+                ax.text(j, i, text, ha="center", va="center", fontsize=6,
+                        color="white" if light else "black")
+    return im
+
+
+def show_token(tok) -> str:
+    """A token label that is visible: spaces and newlines shown as symbols."""
+    s = str(tok)
+    return {" ": "\u2423", "\n": "\u21b5", "": "\u2205"}.get(s, s.replace("\n", "\u21b5"))
+
+
+def pca_2d(x: np.ndarray) -> np.ndarray:
+    """(N, C) -> (N, 2): projection on the two principal components (SVD of the centred rows)."""
+    x = np.asarray(x, dtype=np.float64)
+    x = x - x.mean(axis=0)
+    _, _, vt = np.linalg.svd(x, full_matrices=False)
+    return x @ vt[:2].T

@@ -1,0 +1,110 @@
+"""The building blocks on their own: activations and their derivatives, softmax under
+temperature, and a run's training curves (from its log.jsonl)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from scratchformer.errors import DataError
+from scratchformer.ops import (
+    gelu_backward,
+    gelu_forward,
+    gelu_tanh_backward,
+    gelu_tanh_forward,
+    relu_backward,
+    relu_forward,
+    softmax_forward,
+)
+from scratchformer.viz._plot import finish, new_figure
+
+__all__ = ["activation_functions", "softmax_temperatures", "training_curves", "read_log"]
+
+
+def activation_functions(path=None):
+    """GELU (erf), tanh-GELU and ReLU (left) and their derivatives (right), from scratchformer.ops."""
+    x = np.linspace(-4, 4, 401)
+    ones = np.ones_like(x)
+    fns = [("GELU", gelu_forward, gelu_backward), ("tanh-GELU", gelu_tanh_forward, gelu_tanh_backward),
+           ("ReLU", relu_forward, relu_backward)]
+    fig = new_figure(9, 3.6)
+    a, b = fig.subplots(1, 2)
+    for (name, fwd, bwd), style in zip(fns, ("-", "--", ":")):
+        a.plot(x, fwd(x), style, label=name)
+        b.plot(x, bwd(ones, x), style, label=name)
+    a.set_title("f(x): GELU dips below 0 near x = -0.75", fontsize=10)
+    b.set_title("f'(x): smooth for GELU, a step for ReLU", fontsize=10)
+    for ax in (a, b):
+        ax.axhline(0, color="grey", lw=0.5)
+        ax.legend(fontsize=8)
+        ax.set_xlabel("x")
+    return finish(fig, path)
+
+
+def softmax_temperatures(logits=None, temperatures=(0.5, 1.0, 2.0, 5.0), path=None):
+    """softmax(logits / T) for several temperatures T: low T sharpens, high T flattens."""
+    logits = np.array([2.0, 1.0, 0.5, 0.0, -0.5, -1.0, -2.0]) if logits is None else np.asarray(logits, float)
+    fig = new_figure(8, 3.6)
+    ax = fig.subplots()
+    n, width = len(temperatures), 0.8 / len(temperatures)
+    for i, t in enumerate(temperatures):
+        ax.bar(np.arange(len(logits)) + (i - (n - 1) / 2) * width, softmax_forward(logits / t),
+               width=width, label=f"T = {t:g}")
+    ax.set_xticks(range(len(logits)), [f"{v:g}" for v in logits])
+    ax.set_xlabel("logit")
+    ax.set_ylabel("probability")
+    ax.legend(fontsize=8)
+    ax.set_title("softmax(logits / T): low T sharpens, high T flattens", fontsize=10)
+    return finish(fig, path)
+
+
+def read_log(path) -> list[dict]:
+    """The rows of a run's log.jsonl (blank and malformed lines are skipped)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "log.jsonl"
+    if not path.is_file():
+        raise DataError(f"training log not found: {path} (train a run first)")
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
+
+
+def _series(rows, key):
+    """(steps, values) of the rows that have a finite number under `key`."""
+    pts = [(r.get("step", i), r[key]) for i, r in enumerate(rows)
+           if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+    return [p[0] for p in pts], [p[1] for p in pts]
+
+
+def training_curves(log, path=None):
+    """Train / validation loss, learning rate, gradient norm and tokens/s against step.
+
+    log: a log.jsonl path, its run directory, or its rows. Rows missing a field are skipped
+    for that curve only."""
+    rows = log if isinstance(log, list) else read_log(log)
+    fig = new_figure(10, 6)
+    axes = fig.subplots(2, 2).ravel()
+    panels = [("loss", ("train_loss", "val_loss")), ("learning rate", ("lr",)),
+              ("gradient norm (before clipping)", ("grad_norm",)), ("tokens / s", ("tokens_per_s",))]
+    for ax, (title, keys) in zip(axes, panels):
+        for key in keys:
+            steps, values = _series(rows, key)
+            if steps:
+                ax.plot(steps, values, marker="." if len(steps) < 30 else None, label=key)
+        if ax.lines:
+            ax.legend(fontsize=8)
+        else:
+            ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("step")
+    return finish(fig, path)

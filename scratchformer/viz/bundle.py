@@ -1,0 +1,214 @@
+"""Every figure for one model and one input, as PNGs plus report.html: `report(...)`.
+
+    paths = viz.report(gpt, "figs/", text="emma", tokenizer=tok, log="runs/names")
+    paths = viz.report_bert("figs/", "A sentence.")       # the installed all-MiniLM-L6-v2
+
+The CLI's `viz` command is meant to be a thin wrapper: load a checkpoint, call `report`,
+print the paths.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from scratchformer.errors import DataError
+from scratchformer.viz import attention as A
+from scratchformer.viz import basics as B
+from scratchformer.viz import embeddings as E
+from scratchformer.viz import internals as I
+from scratchformer.viz import trace as T
+from scratchformer.viz._plot import finish
+from scratchformer.viz.html import write_report
+
+__all__ = ["report", "report_bert"]
+
+
+def _summary(rows: list[dict]) -> dict:
+    """A few numbers from a run's log rows (fields that are missing are left out)."""
+    def last(key):
+        vals = [r[key] for r in rows if isinstance(r.get(key), (int, float))]
+        return vals[-1] if vals else None
+    vals = [r["val_loss"] for r in rows if isinstance(r.get("val_loss"), (int, float))]
+    out = {"steps": last("step"), "last train loss": last("train_loss"), "last val loss": last("val_loss"),
+           "best val loss": min(vals) if vals else None, "tokens/s": last("tokens_per_s")}
+    return {k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in out.items() if v is not None}
+
+
+def _prepare(model, kind, ids, tokens, text, tokenizer):
+    if text is not None:
+        if tokenizer is None:
+            raise DataError("report(text=...) needs the tokenizer that turns it into ids (tokenizer=...)")
+        ids = tokenizer.encode(text)
+        tokens = list(text) if tokens is None else tokens
+    if ids is None:
+        raise DataError("report needs an input: text= (with tokenizer=) or ids=")
+    ids = np.asarray(ids, dtype=np.int64).ravel()
+    if ids.size == 0:
+        raise DataError("report needs a non-empty input")
+    tokens = [str(i) for i in ids] if tokens is None else list(tokens)
+    if len(tokens) != len(ids):
+        raise DataError(f"report got {len(tokens)} token labels for {len(ids)} ids: give one label per id")
+    if kind == "gpt" and len(ids) > model.config.block_size:  # keep the last block_size tokens
+        ids, tokens = ids[-model.config.block_size:], tokens[-model.config.block_size:]
+    return ids, tokens
+
+
+FIGURES = ("attention_seq2seq", "attention_grid", "classifier_attention", "causal_vs_bidirectional",
+           "attention_steps", "positions_learned", "positions_sinusoidal", "position_similarity",
+           "embedding_norms", "embedding_pca", "residual_norms", "residual_heatmap", "ff_activations",
+           "layernorm", "activations", "softmax_temperature", "training_curves")
+
+
+def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, tgt_ids=None,
+           tgt_tokens=None, class_names=None, vocab_labels=None, log=None, title=None,
+           only=None) -> list[Path]:
+    """Draw every figure that applies to `model` on one input; write them as PNGs and a
+    self-contained report.html into out_dir. Returns the paths written (report.html last).
+
+    The input: `text` with `tokenizer` (a CharTokenizer: tokens are the characters), or `ids`
+    with optional `tokens` labels. seq2seq: `ids` is the source; `tgt_ids` the decoder input
+    (default: BOS + the greedy decoding). classifier: `class_names` label the bars.
+    vocab_labels: a label per vocabulary id (default: the tokenizer's characters).
+    log: a run directory or log.jsonl for the training curves and summary (optional).
+    only: names from `FIGURES` to draw (None: every figure that applies); the attention
+    explorer is always written.
+    """
+    kind = T.kind(model)
+    if only is not None and not set(only) <= set(FIGURES):
+        raise DataError(f"unknown figures {sorted(set(only) - set(FIGURES))}: choose from {list(FIGURES)}")
+    ids, tokens = _prepare(model, kind, ids, tokens, text, tokenizer)
+    out_dir = Path(out_dir)
+    if vocab_labels is None and tokenizer is not None and hasattr(tokenizer, "decode"):
+        vocab_labels = [tokenizer.decode([i]) or "<eot>" for i in range(tokenizer.vocab_size)]
+    figures = []  # (file stem, title, caption, figure)
+
+    def add(stem, title, caption, draw):  # draw: a function returning the Figure
+        if only is None or stem in only:
+            figures.append((stem, title, caption, draw()))
+
+    # -- attention --------------------------------------------------------------------------
+    maps = None
+    if kind == "seq2seq":
+        if tgt_ids is None:
+            from scratchformer.inference.beam import greedy_decode
+            out = greedy_decode(model, ids[None])[0]
+            tgt_ids = np.concatenate([[model.config.bos_id], out])[: model.config.max_len]
+            tgt_tokens = ["<bos>"] + [str(i) for i in tgt_ids[1:]] if tgt_tokens is None else tgt_tokens
+        tgt_ids = np.asarray(tgt_ids, dtype=np.int64).ravel()
+        tgt_tokens = [str(i) for i in tgt_ids] if tgt_tokens is None else list(tgt_tokens)
+        maps = T.attention_maps(model, ids, tgt_ids)
+        add("attention_seq2seq", "Encoder, decoder and cross attention",
+            "Decoder self-attention is lower-triangular (causal); in cross-attention each target "
+            "row shows which source tokens it reads: on a copy or reversal task, a diagonal.",
+            lambda: A.seq2seq_attention(maps, tokens, tgt_tokens))
+    else:
+        maps = T.attention_maps(model, ids)
+    att_tokens = tokens
+    if kind == "classifier" and model.config.pooling == "cls":
+        att_tokens = ["[CLS]"] + tokens
+    add("attention_grid", "Every layer and head",
+        "Rows are queries, columns keys; each row sums to 1. Look for heads that attend to the "
+        "previous token (a sub-diagonal), to the first token, or to identical tokens.",
+        lambda: A.attention_grid(maps["encoder"], att_tokens, title=kind))
+    if kind == "classifier":
+        probs = T.class_probabilities(model, ids)
+        names = class_names if class_names is not None else [str(i) for i in range(len(probs))]
+        add("classifier_attention", "Prediction beside the heads",
+            "Which tokens the last layer's heads read when the model makes this prediction.",
+            lambda: A.classifier_attention(probs, names, maps["encoder"], att_tokens))
+    # one head of the first block, on the model's own input to that block
+    q, k, v = T.head_qkv(model, ids, layer=0, head=0)
+    n = min(len(q), 16)  # step-by-step figures stay legible on a short prefix
+    add("causal_vs_bidirectional", "Causal against bidirectional",
+        "The same scores under two masks: with the causal mask a token cannot see the future and "
+        "its weights renormalise over the past.",
+        lambda: A.causal_vs_bidirectional(q[:n], k[:n], att_tokens[:n]))
+    add("attention_steps", "One head step by step",
+        "Scores, masked scores (future = -inf), softmax weights, and the output rows they mix.",
+        lambda: A.attention_steps(q[:n], k[:n], v[:n], att_tokens[:n], causal=T.is_causal(model)))
+
+    # -- positions and embeddings -----------------------------------------------------------
+    table, tok = T.position_table(model), T.token_table(model)
+    if T.learned_positions(model):
+        add("positions_learned", "Learned positions", "A learned table: training makes nearby rows similar.",
+            lambda: E.learned_positions(table))
+    else:
+        add("positions_sinusoidal", "Sinusoidal positions",
+            "Each pair of columns is a sine/cosine wave; frequency falls from left to right.",
+            lambda: E.sinusoidal_encoding(min(len(table), 128), table.shape[1]))
+    add("position_similarity", "Position similarity",
+        "Cosine similarity of position vectors: high near the diagonal, falling with distance.",
+        lambda: E.position_similarity(table[:128]))
+    add("embedding_norms", "Token against position norms",
+        "If positions are much smaller than tokens, the model barely sees order (and vice versa).",
+        lambda: E.embedding_norms(tok, table, ids, tokens))
+    add("embedding_pca", "PCA of the embeddings",
+        "Vowels, digits or punctuation often cluster; positions trace a smooth curve.",
+        lambda: E.embedding_pca(tok, table, ids, tokens, vocab_labels))
+
+    # -- inside the stack -------------------------------------------------------------------
+    tr = T.trace(model, ids)
+    add("residual_norms", "Residual stream", "The stream's norm usually grows with depth; the bars "
+        "show how much each attention and feed-forward sub-layer adds.", lambda: I.residual_norms(tr))
+    add("residual_heatmap", "Residual stream per token",
+        "Tokens whose norm grows fast are the ones the blocks write most into.",
+        lambda: I.residual_heatmap(tr, att_tokens))
+    add("ff_activations", "Feed-forward activations",
+        "The activation zeroes (ReLU) or shrinks (GELU) negative inputs; neurons that never fire are dead.",
+        lambda: I.ff_activations(tr, layer=0))
+    add("layernorm", "LayerNorm in and out",
+        "Whatever the input scale, the output has per-token mean 0 and std 1 before gain and bias.",
+        lambda: I.layernorm_histograms(tr, 0))
+
+    # -- basics and training ----------------------------------------------------------------
+    add("activations", "Activation functions", "GELU is smooth and slightly negative for x < 0; "
+        "ReLU's derivative jumps from 0 to 1.", B.activation_functions)
+    add("softmax_temperature", "Softmax and temperature",
+        "Sampling temperature divides the logits: T < 1 sharpens, T > 1 flattens.",
+        B.softmax_temperatures)
+    summary = None
+    if log is not None:
+        rows = B.read_log(log)
+        summary = _summary(rows)
+        add("training_curves", "Training curves",
+            "Validation loss should follow training loss; a widening gap means overfitting.",
+            lambda: B.training_curves(rows))
+
+    # -- write ------------------------------------------------------------------------------
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths, embedded = [], []
+    for stem, ftitle, caption, fig in figures:
+        p = out_dir / f"{stem}.png"
+        finish(fig, p)
+        paths.append(p)
+        embedded.append((ftitle, caption, p.read_bytes()))
+    tabs = [("encoder" if kind == "seq2seq" else "self-attention", maps["encoder"], att_tokens, att_tokens)]
+    if kind == "seq2seq":
+        tabs += [("decoder", maps["decoder"], tgt_tokens, tgt_tokens), ("cross", maps["cross"], tokens, tgt_tokens)]
+    config = {"model": type(model).__name__, "parameters": model.num_parameters(), **T.config_dict(model)}
+    paths.append(write_report(out_dir / "report.html", title or f"scratchformer: {kind} on {''.join(tokens)[:60]!r}",
+                              tabs, embedded, config, summary))
+    return paths
+
+
+def report_bert(out_dir, text: str, path=None, only=None) -> list[Path]:
+    """`report` for a BERT checkpoint directory (default: the installed all-MiniLM-L6-v2),
+    with its WordPiece tokens as labels. only: as in `report`."""
+    from scratchformer.interop.bert import load_hf_bert
+    from scratchformer.interop.sentence import default_model_dir
+    from scratchformer.interop.wordpiece import WordPieceTokenizer
+
+    path = default_model_dir() if path is None else Path(path)
+    model = load_hf_bert(path)
+    tok = WordPieceTokenizer.from_dir(path)
+    ids = tok.encode([text])["input_ids"][0]
+    tokens = tok.tokenize(text)
+    vocab = tok.tokenizer.get_vocab()
+    labels = [""] * len(vocab)
+    for word, i in vocab.items():
+        if i < len(labels):
+            labels[i] = word
+    return report(model, out_dir, ids, tokens, vocab_labels=labels, only=only,
+                  title=f"{path.parent.name if path.name == 'model' else path.name}: {text[:60]!r}")

@@ -1,0 +1,241 @@
+"""report.html: one self-contained page (inline CSS and JavaScript, figures as base64 PNG, no
+request of any kind) with an interactive attention explorer drawn on canvas.
+
+Attention is stored quantised: uint8 q = round(255 w), base64-encoded, one block per tab
+(layer, head, query, key order); the page decodes w = q / 255 (error <= 0.5 / 255).
+The page sets `window.scratchformerReady = true` once the explorer is drawn.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from scratchformer.viz._plot import show_token
+
+__all__ = ["encode_attention", "decode_attention", "write_report", "notebook_iframe"]
+
+
+def encode_attention(weights) -> str:
+    """(L, H, Tq, Tk) weights in [0, 1] -> base64 of uint8 round(255 w)."""
+    q = np.rint(np.clip(np.asarray(weights, np.float64), 0, 1) * 255).astype(np.uint8)
+    return base64.b64encode(q.tobytes()).decode("ascii")
+
+
+def decode_attention(text: str, shape) -> np.ndarray:
+    """The inverse of `encode_attention`: float32 array of `shape`."""
+    return (np.frombuffer(base64.b64decode(text), dtype=np.uint8).reshape(shape) / 255.0).astype(np.float32)
+
+
+def _tab(name, weights, keys, queries) -> dict:
+    L, H, Tq, Tk = np.shape(weights)
+    return {"name": name, "L": L, "H": H, "Tq": Tq, "Tk": Tk, "data": encode_attention(weights),
+            "keys": [show_token(t) for t in keys], "queries": [show_token(t) for t in queries]}
+
+
+def write_report(path, title: str, attention: list[tuple], figures: list[tuple], config: dict,
+                 summary: dict | None = None) -> Path:
+    """Write report.html atomically and return its path.
+
+    attention: (tab name, (L, H, Tq, Tk) weights, key tokens, query tokens) per tab.
+    figures: (title, caption, png bytes) per static figure. config / summary: shown as tables.
+    """
+    data = {"tabs": [_tab(*a) for a in attention]}
+    payload = json.dumps(data).replace("</", "<\\/")  # safe inside <script>
+    figs = "\n".join(
+        f'<figure><figcaption><b>{html.escape(t)}</b> {html.escape(c)}</figcaption>'
+        f'<img alt="{html.escape(t)}" src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}">'
+        f"</figure>" for t, c, png in figures)
+
+    def table(d):
+        rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>"
+                       for k, v in d.items())
+        return f"<table>{rows}</table>"
+
+    page = (_PAGE.replace("%TITLE%", html.escape(title)).replace("%CONFIG%", table(config))
+            .replace("%SUMMARY%", table(summary) if summary else "<p>no training log</p>")
+            .replace("%FIGURES%", figs).replace("%DATA%", payload).replace("%SCRIPT%", _SCRIPT))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".html.tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(page)
+    os.replace(tmp, path)
+    return path
+
+
+def notebook_iframe(path, height: int = 900) -> str:
+    """HTML that shows a report inside Jupyter: an iframe whose srcdoc is the whole page
+    (display it with IPython.display.HTML). Nothing is fetched."""
+    page = Path(path).read_text(encoding="utf-8")
+    return (f'<iframe style="width:100%;height:{height}px;border:0" '
+            f'srcdoc="{html.escape(page, quote=True)}"></iframe>')
+
+
+_PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'">
+<title>%TITLE%</title>
+<style>
+body{font-family:system-ui,sans-serif;margin:1.5em;color:#222;max-width:1400px}
+h1{font-size:1.4em} h2{font-size:1.15em;border-bottom:1px solid #ddd;padding-bottom:.2em}
+table{border-collapse:collapse;font-size:.85em;margin:.5em 0} th,td{border:1px solid #ddd;padding:2px 8px;text-align:left}
+.cols{display:flex;gap:2em;flex-wrap:wrap}
+.bar{margin:.5em 0;display:flex;gap:.6em;align-items:center;flex-wrap:wrap}
+.tab{padding:4px 12px;border:1px solid #888;background:#f4f4f4;cursor:pointer}
+.tab.on{background:#2a6ebb;color:#fff}
+.panel{display:inline-block;vertical-align:top;margin:0 1em 1em 0}
+.panel h3{font-size:.95em;margin:.2em 0} canvas{border:1px solid #ccc}
+#sf-hover{font-family:monospace;min-height:1.3em}
+figure{margin:1em 0} figure img{max-width:100%;border:1px solid #eee} figcaption{margin-bottom:.3em}
+</style></head><body>
+<h1>%TITLE%</h1>
+<div class="cols"><div><h2>Model</h2>%CONFIG%</div><div><h2>Training</h2>%SUMMARY%</div></div>
+<h2>Attention explorer</h2>
+<p>Pick a tab, a layer and a head (or the average over heads). Lines: each query token (left)
+is joined to the keys (right) it reads, darker = more weight. Click a thumbnail to open it.
+Hover the matrix for values. Colours are scaled to each map's largest weight.</p>
+<div class="bar" id="sf-tabs"></div>
+<div class="bar">layer <select id="sf-layer"></select> head <select id="sf-head"></select>
+<span id="sf-hover"></span></div>
+<div class="panel"><h3>matrix <button data-export="sf-matrix">PNG</button></h3><canvas id="sf-matrix"></canvas></div>
+<div class="panel"><h3>lines <button data-export="sf-lines">PNG</button></h3><canvas id="sf-lines"></canvas></div>
+<div class="panel"><h3>all layers x heads <button data-export="sf-grid">PNG</button></h3><canvas id="sf-grid"></canvas></div>
+<h2>Figures</h2>
+%FIGURES%
+<script type="application/json" id="sf-data">%DATA%</script>
+<script>%SCRIPT%</script>
+</body></html>
+"""
+
+_SCRIPT = r"""
+(function () {
+  "use strict";
+  var data = JSON.parse(document.getElementById("sf-data").textContent);
+  var $ = function (id) { return document.getElementById(id); };
+  var state = {tab: 0, layer: 0, head: 0};  // head == H means the average over heads
+  data.tabs.forEach(function (t) {  // base64 -> Uint8Array, w = q / 255
+    var s = atob(t.data), a = new Uint8Array(s.length);
+    for (var i = 0; i < s.length; i++) a[i] = s.charCodeAt(i);
+    t.q = a;
+  });
+  function weight(t, l, h, i, j) {
+    if (h === t.H) { var s = 0; for (var k = 0; k < t.H; k++) s += weight(t, l, k, i, j); return s / t.H; }
+    return t.q[((l * t.H + h) * t.Tq + i) * t.Tk + j] / 255;
+  }
+  function color(w) {  // white -> dark blue
+    var r = Math.round(255 - 213 * w), g = Math.round(255 - 145 * w), b = Math.round(255 - 68 * w);
+    return "rgb(" + r + "," + g + "," + b + ")";
+  }
+  function cellSize(t) { return Math.max(10, Math.min(28, Math.floor(640 / Math.max(t.Tq, t.Tk)))); }
+  function peak(t, l, h) {  // the largest weight of one map: colours are scaled to it
+    var m = 1e-6;
+    for (var i = 0; i < t.Tq; i++) for (var j = 0; j < t.Tk; j++) m = Math.max(m, weight(t, l, h, i, j));
+    return m;
+  }
+  var MARGIN = 60;
+  function drawMatrix() {
+    var t = data.tabs[state.tab], c = $("sf-matrix"), s = cellSize(t);
+    c.width = MARGIN + s * t.Tk + 4; c.height = MARGIN + s * t.Tq + 4;
+    var g = c.getContext("2d"), m = peak(t, state.layer, state.head);
+    g.fillStyle = "#fff"; g.fillRect(0, 0, c.width, c.height);
+    for (var i = 0; i < t.Tq; i++) for (var j = 0; j < t.Tk; j++) {
+      g.fillStyle = color(weight(t, state.layer, state.head, i, j) / m);
+      g.fillRect(MARGIN + j * s, MARGIN + i * s, s, s);
+    }
+    g.fillStyle = "#222"; g.font = Math.min(12, s) + "px monospace"; g.textBaseline = "middle";
+    g.textAlign = "right";
+    for (i = 0; i < t.Tq; i++) g.fillText(t.queries[i], MARGIN - 4, MARGIN + i * s + s / 2);
+    for (j = 0; j < t.Tk; j++) {
+      g.save(); g.translate(MARGIN + j * s + s / 2, MARGIN - 4); g.rotate(-Math.PI / 2);
+      g.textAlign = "left"; g.fillText(t.keys[j], 0, 0); g.restore();
+    }
+  }
+  function drawLines() {
+    var t = data.tabs[state.tab], c = $("sf-lines"), n = Math.max(t.Tq, t.Tk);
+    var row = Math.max(10, Math.min(20, Math.floor(640 / n)));
+    c.width = 360; c.height = row * n + 20;
+    var g = c.getContext("2d"), xl = 90, xr = 270, m = peak(t, state.layer, state.head);
+    g.fillStyle = "#fff"; g.fillRect(0, 0, c.width, c.height);
+    for (var i = 0; i < t.Tq; i++) for (var j = 0; j < t.Tk; j++) {
+      var w = weight(t, state.layer, state.head, i, j) / m;
+      if (w < 0.01) continue;
+      g.strokeStyle = "rgba(42,110,187," + w + ")"; g.lineWidth = 1 + 3 * w;
+      g.beginPath(); g.moveTo(xl, 10 + i * row + row / 2); g.lineTo(xr, 10 + j * row + row / 2); g.stroke();
+    }
+    g.fillStyle = "#222"; g.font = Math.min(12, row) + "px monospace"; g.textBaseline = "middle";
+    g.textAlign = "right";
+    for (i = 0; i < t.Tq; i++) g.fillText(t.queries[i], xl - 6, 10 + i * row + row / 2);
+    g.textAlign = "left";
+    for (j = 0; j < t.Tk; j++) g.fillText(t.keys[j], xr + 6, 10 + j * row + row / 2);
+  }
+  function drawGrid() {
+    var t = data.tabs[state.tab], c = $("sf-grid");
+    var px = Math.max(1, Math.floor(96 / Math.max(t.Tq, t.Tk))), tw = px * t.Tk, th = px * t.Tq, gap = 6;
+    c.width = (t.H + 1) * (tw + gap) + 30; c.height = t.L * (th + gap) + 20;
+    var g = c.getContext("2d");
+    g.fillStyle = "#fff"; g.fillRect(0, 0, c.width, c.height);
+    g.fillStyle = "#222"; g.font = "10px sans-serif";
+    for (var h = 0; h <= t.H; h++) g.fillText(h === t.H ? "avg" : "h" + h, 30 + h * (tw + gap), 12);
+    for (var l = 0; l < t.L; l++) {
+      g.fillStyle = "#222"; g.fillText("L" + l, 2, 20 + l * (th + gap) + th / 2);
+      for (h = 0; h <= t.H; h++) {
+        var x0 = 30 + h * (tw + gap), y0 = 16 + l * (th + gap), m = peak(t, l, h);
+        for (var i = 0; i < t.Tq; i++) for (var j = 0; j < t.Tk; j++) {
+          g.fillStyle = color(weight(t, l, h, i, j) / m); g.fillRect(x0 + j * px, y0 + i * px, px, px);
+        }
+        if (l === state.layer && h === state.head) {
+          g.strokeStyle = "#d33"; g.lineWidth = 2; g.strokeRect(x0 - 1, y0 - 1, tw + 2, th + 2);
+        }
+      }
+    }
+    c.onclick = function (e) {
+      var r = c.getBoundingClientRect();
+      var h = Math.floor((e.clientX - r.left - 30) / (tw + gap)), l = Math.floor((e.clientY - r.top - 16) / (th + gap));
+      if (h >= 0 && h <= t.H && l >= 0 && l < t.L) { state.layer = l; state.head = h; sync(); draw(); }
+    };
+  }
+  function sync() { $("sf-layer").value = String(state.layer); $("sf-head").value = String(state.head); }
+  function options(sel, n, extra) {
+    sel.innerHTML = "";
+    for (var i = 0; i < n; i++) { var o = document.createElement("option"); o.value = String(i); o.textContent = String(i); sel.appendChild(o); }
+    if (extra) { o = document.createElement("option"); o.value = String(n); o.textContent = extra; sel.appendChild(o); }
+  }
+  function selectTab(k) {
+    state.tab = k; var t = data.tabs[k];
+    state.layer = Math.min(state.layer, t.L - 1); state.head = Math.min(state.head, t.H);
+    options($("sf-layer"), t.L); options($("sf-head"), t.H, "average");
+    Array.prototype.forEach.call($("sf-tabs").children, function (b, i) { b.className = i === k ? "tab on" : "tab"; });
+    sync(); draw();
+  }
+  function draw() { drawMatrix(); drawLines(); drawGrid(); }
+  data.tabs.forEach(function (t, k) {
+    var b = document.createElement("button"); b.textContent = t.name; b.className = "tab";
+    b.onclick = function () { selectTab(k); }; $("sf-tabs").appendChild(b);
+  });
+  $("sf-layer").onchange = function () { state.layer = +this.value; draw(); };
+  $("sf-head").onchange = function () { state.head = +this.value; draw(); };
+  $("sf-matrix").onmousemove = function (e) {
+    var t = data.tabs[state.tab], s = cellSize(t), r = this.getBoundingClientRect();
+    var j = Math.floor((e.clientX - r.left - MARGIN) / s), i = Math.floor((e.clientY - r.top - MARGIN) / s);
+    $("sf-hover").textContent = (i >= 0 && i < t.Tq && j >= 0 && j < t.Tk)
+      ? t.queries[i] + " \u2192 " + t.keys[j] + ": " + weight(t, state.layer, state.head, i, j).toFixed(3) : "";
+  };
+  Array.prototype.forEach.call(document.querySelectorAll("[data-export]"), function (b) {
+    b.onclick = function () {
+      var t = data.tabs[state.tab], a = document.createElement("a");
+      a.href = $(b.dataset.export).toDataURL("image/png");
+      a.download = b.dataset.export.slice(3) + "-" + t.name + "-L" + state.layer + "-" + (state.head === t.H ? "avg" : "h" + state.head) + ".png";
+      document.body.appendChild(a); a.click(); a.remove();
+    };
+  });
+  if (data.tabs.length) selectTab(0);
+  window.scratchformerReady = true;
+})();
+"""

