@@ -436,7 +436,7 @@ def clip_grad_norm(params: Iterable[Parameter], max_norm: float) -> float:
         for lo in range(0, flat.size, _CLIP_CHUNK):
             part = chunk[:min(_CLIP_CHUNK, flat.size - lo)]
             np.copyto(part, flat[lo:lo + _CLIP_CHUNK])
-            total_sq += float(np.dot(part, part))
+            total_sq += float(np.einsum("i,i->", part, part))  # NumPy's own loop, not a threaded BLAS dot
     norm = math.sqrt(total_sq)
     if math.isfinite(norm):
         coef = float(max_norm) / (norm + 1e-6)
