@@ -5,6 +5,7 @@ table, one JSON file.
     python benchmarks/suite.py --quick                         # smoke run: seconds, not minutes
     python benchmarks/suite.py --only train --configs names --pairs 5
     python benchmarks/suite.py --e2e                           # adds the whole training runs (long)
+    python benchmarks/suite.py --markdown suite_results.json   # the tables of docs/performance.md
 
 Unset both OpenBLAS variables *for the headline command only*: this project's machines set
 OPENBLAS_CORETYPE=Haswell, which makes NumPy's GEMMs 1.6-1.8x slower than the kernel OpenBLAS
@@ -21,7 +22,7 @@ Sections:
   head, biases, no dropout) on random tokens; scratchformer through its public API (GPT,
   AdamW, param_groups, clip_grad_norm), PyTorch as benchmarks/torch_gpt.py with
   scaled_dot_product_attention and fused AdamW. Reports tokens/s, forward / backward /
-  optimiser ms, peak RSS (getrusage maxrss of each process), and MFU: model FLOPs (nanoGPT's
+  optimiser ms, peak RSS (VmHWM of each process), and MFU: model FLOPs (nanoGPT's
   6N + 12 L T C per token) per second over the float32 GEMM GFLOP/s NumPy reaches at the
   model's own GEMM shapes, measured in the same process right after the steps.
 - sample: greedy generation of 200 new tokens with the KV cache at batch 1 and 32, GPT.generate
@@ -72,7 +73,13 @@ OPENBLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS"
 
 # -- workers: each runs in its own process and prints one JSON line ---------------------------
 def _peak_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    """This process's peak resident memory. Linux's getrusage maxrss survives exec, so a
+    worker would report its parent's peak if larger; VmHWM belongs to this program alone."""
+    try:
+        status = Path("/proc/self/status").read_text()
+        return next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM")) / 1024
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux, bytes on macOS
 
 
 def _blas() -> list[dict]:
@@ -388,6 +395,49 @@ def _cpu_name() -> str:
         return platform.processor()
 
 
+def markdown(results: dict) -> str:
+    """The results as the markdown tables of docs/performance.md."""
+    env = results["environment"]
+    kernels = ", ".join(f"{b['internal_api']} {b['version']} {b['architecture']}" for b in env["blas"])
+    lines = [f"{env['date_utc']} UTC, {env['cpu']}, {env['cores']} cores, numpy {env['numpy']} ({kernels}), "
+             f"torch {env.get('torch')}, transformers {env.get('transformers')}; "
+             f"{' '.join(f'{k}={v}' for k, v in env['env'].items())}; load average "
+             f"{env['loadavg_at_start'][0]:.1f} at the start, {results['loadavg_at_end'][0]:.1f} at the end; "
+             f"{results['pairs']} pair(s) per figure, {results['seconds']:.0f} s.", ""]
+    if "train" in results:
+        lines += ["| training config (V, L, H, C, T, B) | ratio | tokens/s (ours / torch) | fwd / bwd / opt ms (ours) "
+                  "| fwd / bwd / opt ms (torch) | peak RSS MiB (ours / torch) | MFU (ours / torch) | GEMM GFLOP/s |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for name, r in results["train"].items():
+            s, t = r["scratchformer_summary"], r["reference_summary"]
+            lines.append(f"| {name} {TRAIN_CONFIGS[name]} | **{r['ratio']:.2f}** | {s['tokens_per_s']:,.0f} / "
+                         f"{t['tokens_per_s']:,.0f} | {s['forward_ms']:.1f} / {s['backward_ms']:.1f} / "
+                         f"{s['optimiser_ms']:.1f} | {t['forward_ms']:.1f} / {t['backward_ms']:.1f} / "
+                         f"{t['optimiser_ms']:.1f} | {s['peak_rss_mib']:.0f} / {t['peak_rss_mib']:.0f} | "
+                         f"{s['mfu']:.0%} / {t['mfu']:.0%} | {r['gemm_gflops']:.0f} |")
+        lines.append("")
+    if "sample" in results or "embed" in results:
+        lines += ["| inference | ratio | throughput (ours / transformers) | peak RSS MiB (ours / transformers) | agreement |",
+                  "| --- | --- | --- | --- | --- |"]
+        for key, r in results.get("sample", {}).items():
+            lines.append(f"| sample {key}, {NEW_TOKENS if not results['quick'] else 10} tokens | **{r['ratio']:.2f}** | "
+                         f"{_med(r['scratchformer'], 'tokens_per_s'):,.0f} / {_med(r['reference'], 'tokens_per_s'):,.0f}"
+                         f" tokens/s | {_med(r['scratchformer'], 'peak_rss_mib'):.0f} / "
+                         f"{_med(r['reference'], 'peak_rss_mib'):.0f} | {r['same_tokens_fraction']:.0%} same tokens |")
+        if "embed" in results:
+            r = results["embed"]
+            lines.append(f"| embed all-MiniLM-L6-v2, batch 32 | **{r['ratio']:.2f}** | "
+                         f"{_med(r['scratchformer'], 'sentences_per_s'):,.1f} / "
+                         f"{_med(r['reference'], 'sentences_per_s'):,.1f} sentences/s | "
+                         f"{_med(r['scratchformer'], 'peak_rss_mib'):.0f} / {_med(r['reference'], 'peak_rss_mib'):.0f}"
+                         f" | max abs diff {r['max_abs_diff']:.1e} |")
+        lines.append("")
+    if "e2e" in results:
+        lines += ["| end to end | wall time |", "| --- | --- |"]
+        lines += [f"| {k} | {v['seconds']:.0f} s (exit {v['returncode']}) |" for k, v in results["e2e"].items()]
+    return "\n".join(lines)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="train,sample,embed",
@@ -400,8 +450,12 @@ def main(argv=None) -> None:
     ap.add_argument("--data", default=str(REPO.parent / "shared" / "data" / "tinyshakespeare.txt"),
                     help="tinyshakespeare.txt (default: ../shared/data/tinyshakespeare.txt from the repo)")
     ap.add_argument("--json", default="suite_results.json", help="where to write the results")
+    ap.add_argument("--markdown", metavar="JSON", help="print the tables of a results file as markdown, and exit")
     ap.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.markdown:
+        print(markdown(json.loads(Path(args.markdown).read_text())))
+        return
 
     if args.worker:
         kind, rest = args.worker[0], args.worker[1:]

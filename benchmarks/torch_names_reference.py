@@ -42,7 +42,7 @@ def main() -> None:
     start = time.perf_counter()
     for step in range(args.steps):
         for g in opt.param_groups:
-            g["lr"] = cosine_lr(step, 2e-3, 1e-4, 200, args.steps)
+            g["lr"] = cosine_lr(step, 2e-3, 1e-4, min(200, args.steps), args.steps)
         x, y = ds.train.batch(rng, 64)
         loss = model(torch.from_numpy(x), torch.from_numpy(y))
         opt.zero_grad(set_to_none=True)
