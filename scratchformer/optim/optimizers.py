@@ -20,8 +20,8 @@ training checkpoint (`scratchformer.training.checkpoint`) stores the arrays in
 `split_state` / `merge_state` are the same cut as two small functions, for a user's own files.
 
 Speed (docs/performance.md). A NumPy step is bound by per-call overhead on small models, so
-AdamW keeps its parameters in one flat buffer: when every parameter has the same dtype, the
-constructor copies all `.data` into one contiguous array and all `.grad` into another, and
+AdamW keeps its parameters in one flat buffer (they must share one dtype): the constructor
+copies all `.data` into one contiguous array and all `.grad` into another, and
 makes each `Parameter.data` / `.grad` a view of its slice (values unchanged; backward passes
 add into `.grad` in place, so the views stay valid). The update then runs once per parameter
 group on contiguous slices, with in-place ufuncs into one scratch buffer, instead of a dozen
