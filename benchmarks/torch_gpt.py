@@ -2,7 +2,9 @@
 
 Pre-norm blocks with a fused qkv projection and PyTorch's `scaled_dot_product_attention`,
 exact GELU, tied head, GPT-2 init (N(0, 0.02), residual projections / sqrt(2 n_layer)).
-`bias=False` is nanoGPT's shakespeare setting.
+`bias=False` is nanoGPT's shakespeare setting. `dropout`, `tie_weights=False` and
+`init="pytorch"` (each layer's PyTorch default init, as makemore) give the default
+`scratchformer train` model on names (benchmarks/torch_names_reference.py).
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ import torch.nn.functional as F
 
 
 class Block(tnn.Module):
-    def __init__(self, C: int, H: int, bias: bool):
+    def __init__(self, C: int, H: int, bias: bool, dropout: float = 0.0):
         super().__init__()
-        self.H = H
+        self.H, self.dropout = H, dropout
+        self.drop = tnn.Dropout(dropout)
         self.ln_1, self.ln_2 = tnn.LayerNorm(C, bias=bias), tnn.LayerNorm(C, bias=bias)
         self.c_attn, self.c_proj = tnn.Linear(C, 3 * C, bias=bias), tnn.Linear(C, C, bias=bias)
         self.c_fc, self.mlp_proj = tnn.Linear(C, 4 * C, bias=bias), tnn.Linear(4 * C, C, bias=bias)
@@ -26,18 +29,22 @@ class Block(tnn.Module):
         B, T, C = x.shape
         q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
         q, k, v = (t.view(B, T, self.H, C // self.H).transpose(1, 2) for t in (q, k, v))
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.c_proj(a.transpose(1, 2).reshape(B, T, C))
-        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x))))
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
+        x = x + self.drop(self.c_proj(a.transpose(1, 2).reshape(B, T, C)))
+        return x + self.drop(self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)))))
 
 
 class TorchGPT(tnn.Module):
     def __init__(self, vocab_size: int, block_size: int, n_layer: int, n_head: int, n_embd: int,
-                 bias: bool = True):
+                 bias: bool = True, dropout: float = 0.0, tie_weights: bool = True, init: str = "gpt2"):
         super().__init__()
         self.wte, self.wpe = tnn.Embedding(vocab_size, n_embd), tnn.Embedding(block_size, n_embd)
-        self.h = tnn.ModuleList(Block(n_embd, n_head, bias) for _ in range(n_layer))
+        self.drop = tnn.Dropout(dropout)
+        self.h = tnn.ModuleList(Block(n_embd, n_head, bias, dropout) for _ in range(n_layer))
         self.ln_f = tnn.LayerNorm(n_embd, bias=bias)
+        self.lm_head = None if tie_weights else tnn.Linear(n_embd, vocab_size, bias=False)
+        if init == "pytorch":  # keep each layer's own default init
+            return
         for name, p in self.named_parameters():
             if p.dim() == 2:
                 resid = name.endswith(("c_proj.weight", "mlp_proj.weight"))
@@ -47,10 +54,11 @@ class TorchGPT(tnn.Module):
 
     def forward(self, idx, targets):
         """Mean cross-entropy of the next-token targets (-1 ignored)."""
-        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+        x = self.drop(self.wte(idx) + self.wpe(torch.arange(idx.shape[1])))
         for block in self.h:
             x = block(x)
-        logits = self.ln_f(x) @ self.wte.weight.T
+        x = self.ln_f(x)
+        logits = x @ self.wte.weight.T if self.lm_head is None else self.lm_head(x)
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-1)
 
 

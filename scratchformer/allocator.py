@@ -5,7 +5,9 @@ hands such blocks back to the kernel (mmap/munmap, or trimming the heap top), an
 step pays a page fault for every 4 KiB page it touches again: measured, a fifth of a names
 training step (docs/performance.md). `keep_freed_memory()` raises glibc's mmap and trim
 thresholds so those blocks are reused instead. It is a no-op off glibc (macOS, Windows,
-musl), and calling it twice is harmless. The training loop calls it.
+musl), and calling it twice is harmless (the first call does the work, later ones return
+at once). `AdamW` and `SGD` call it when they are built, so any training loop gets it, a
+hand-written one included.
 """
 
 from __future__ import annotations

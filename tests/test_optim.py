@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from scratchformer.errors import CheckpointError, ConfigError
+from scratchformer.nn import Embedding, LearnedPositionalEmbedding
 from scratchformer.nn.module import Module, Parameter
 from scratchformer.optim import (
     SGD,
@@ -188,18 +189,6 @@ def test_cosine_lr_key_points():
         cosine_lr(0, 1.0, 0.1, 20, 10)
 
 
-class Embedding(Module):  # stub named like scratchformer.nn.Embedding
-    def __init__(self):
-        super().__init__()
-        self.weight = Parameter(np.zeros((10, 4)))
-
-
-class LearnedPositionalEmbedding(Module):
-    def __init__(self):
-        super().__init__()
-        self.weight = Parameter(np.zeros((8, 4)))
-
-
 class Lin(Module):
     def __init__(self):
         super().__init__()
@@ -210,8 +199,8 @@ class Lin(Module):
 class Stub(Module):
     def __init__(self):
         super().__init__()
-        self.tok = Embedding()
-        self.pos = LearnedPositionalEmbedding()
+        self.tok = Embedding(10, 4, dtype=np.float64)  # the library's own embedding classes
+        self.pos = LearnedPositionalEmbedding(8, 4, dtype=np.float64)
         self.blocks = [Lin(), Lin()]
         self.norm_weight = Parameter(np.ones(4))
         self.head = Lin()

@@ -1,11 +1,16 @@
-"""The speed measures keep results exact enough: the float32 normal-CDF table and the
-allocator setting (docs/performance.md)."""
+"""The speed measures keep results exact enough: the float32 normal-CDF table, the
+allocator setting, the flat AdamW buffer and clip_grad_norm (docs/performance.md)."""
 
 import math
 
 import numpy as np
 
+import pytest
+
 from scratchformer.allocator import keep_freed_memory
+from scratchformer.errors import ConfigError
+from scratchformer.nn.module import Parameter
+from scratchformer.optim import SGD, AdamW, clip_grad_norm, optimizers, param_groups
 from scratchformer.ops.activations import gelu_keep, normal_cdf
 
 
@@ -29,3 +34,132 @@ def test_keep_freed_memory_is_idempotent():
     first = keep_freed_memory()
     assert keep_freed_memory() == first
     assert isinstance(first, bool)
+
+
+# -- optim/: the flat AdamW buffer and clip_grad_norm (scratchformer/optim/optimizers.py) --------
+class ReferenceAdamW:
+    """AdamW as a per-parameter loop, as optimizers.py was before the flat buffer (the plain
+    formula, same order of operations): the optimised update must reproduce it bit for bit."""
+
+    def __init__(self, arrays, weight_decays, lr=1e-2, betas=(0.9, 0.95), eps=1e-8):
+        self.arrays, self.wds, self.lr, self.betas, self.eps = arrays, weight_decays, lr, betas, eps
+        self.m = [np.zeros_like(a) for a in arrays]
+        self.v = [np.zeros_like(a) for a in arrays]
+        self.t = 0
+
+    def step(self, grads):
+        self.t += 1
+        (b1, b2), lr = self.betas, self.lr
+        step_size, bc2_sqrt = lr / (1.0 - b1**self.t), math.sqrt(1.0 - b2**self.t)
+        for p, g, m, v, wd in zip(self.arrays, grads, self.m, self.v, self.wds):
+            if wd != 0.0:
+                p *= 1.0 - lr * wd
+            m *= b1
+            m += (1.0 - b1) * g
+            v *= b2
+            v += (1.0 - b2) * (g * g)
+            denom = np.sqrt(v)
+            denom /= bc2_sqrt
+            denom += self.eps
+            p -= step_size * (m / denom)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_flat_adamw_is_bit_identical_to_the_per_parameter_loop(dtype, monkeypatch):
+    monkeypatch.setattr(optimizers, "_UPDATE_CHUNK", 4096)  # (300, 70) spans several pieces
+    rng = np.random.default_rng(0)
+    shapes = [(5, 3), (300, 70), (7,), (2, 3, 4)]
+    init = [rng.standard_normal(s).astype(dtype) for s in shapes]
+    steps = [[rng.standard_normal(s).astype(dtype) for s in shapes] for _ in range(6)]
+
+    def run():
+        params = [Parameter(a.copy()) for a in init]
+        opt = AdamW([{"params": params[:2], "weight_decay": 0.1}, {"params": params[2:], "weight_decay": 0.0}],
+                    lr=1e-2, betas=(0.9, 0.95), eps=1e-8)
+        for grads in steps:
+            opt.zero_grad()
+            for p, g in zip(params, grads):
+                p.grad += g
+            opt.step()
+        return [p.data for p in params]
+
+    got, again = run(), run()
+    ref = ReferenceAdamW([a.copy() for a in init], [0.1, 0.1, 0.0, 0.0])
+    for grads in steps:
+        ref.step(grads)
+    for a, b, c in zip(got, again, ref.arrays):
+        assert a.dtype == dtype
+        np.testing.assert_array_equal(a, b)  # run to run
+        np.testing.assert_array_equal(a, c)  # against the plain loop
+
+
+def test_a_gpt_trains_through_the_flat_views_exactly_as_with_its_own_arrays():
+    from scratchformer.models import GPT, GPTConfig
+
+    cfg = GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=16)
+    x = np.random.default_rng(1).integers(0, 11, size=(3, 8))
+    flat_model, ref_model = GPT(cfg, seed=0), GPT(cfg, seed=0)
+    opt = AdamW(param_groups(flat_model, 0.1), lr=1e-2, betas=(0.9, 0.95))
+    flat_params, ref_params = flat_model.parameters(), ref_model.parameters()
+    for k, v in ref_model.state_dict().items():  # building the optimizer changed no value
+        np.testing.assert_array_equal(flat_model.state_dict()[k], v)
+    assert all(p.grad.base is opt._flat_grad and p.data.base is opt._flat_data for p in flat_params)
+    decayed = {id(p) for p in param_groups(ref_model, 0.1)[0]["params"]}
+    ref = ReferenceAdamW([p.data for p in ref_params], [0.1 if id(p) in decayed else 0.0 for p in ref_params])
+    for _ in range(3):
+        opt.zero_grad()
+        _, loss = flat_model(x, x)
+        flat_model.backward()
+        clip_grad_norm(flat_params, 0.05)
+        opt.step()
+        ref_model.zero_grad()
+        _, ref_loss = ref_model(x, x)
+        ref_model.backward()
+        norm = math.sqrt(sum(float(np.sum(p.grad.astype(np.float64) ** 2)) for p in ref_params))
+        ref.step([p.grad * (0.05 / (norm + 1e-6)) for p in ref_params])
+        assert loss == ref_loss  # the model reads the weights the optimizer wrote
+    for (k, a), b in zip(flat_model.state_dict().items(), ref_model.state_dict().values()):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6, err_msg=k)  # clip's norm sums differently
+
+
+def test_adamw_rebuilds_its_flat_buffer_when_parameters_are_replaced():
+    params = [Parameter(np.ones((2, 3), dtype=np.float32)), Parameter(np.ones(4, dtype=np.float32))]
+    opt = AdamW(params, lr=0.1, weight_decay=0.0)
+    params[0].data = params[0].data.astype(np.float64)  # as model.to(np.float64) does
+    params[0].grad = np.full((2, 3), 1.0)
+    params[1].data, params[1].grad = params[1].data.astype(np.float64), np.full(4, 1.0)
+    opt.step()
+    assert all(p.data.dtype == np.float64 and p.data.base is opt._flat_data for p in params)
+    np.testing.assert_allclose(params[0].data, 0.9, rtol=1e-6)  # first Adam step moves by lr
+    with pytest.raises(ConfigError, match="one dtype"):
+        AdamW([Parameter(np.ones(2, dtype=np.float32)), Parameter(np.ones(2))])
+
+
+def test_clip_grad_norm_on_the_flat_buffer_matches_the_per_parameter_path(monkeypatch):
+    monkeypatch.setattr(optimizers, "_CLIP_CHUNK", 64)  # several pieces per gradient
+    rng = np.random.default_rng(0)
+    shapes = [(30, 7), (5,), (9, 4)]
+    grads = [rng.standard_normal(s).astype(np.float32) * 10 for s in shapes]
+    flat = [Parameter(np.zeros(s, dtype=np.float32)) for s in shapes]
+    AdamW(flat)  # grads become views of one flat array
+    loose = [Parameter(np.zeros(s, dtype=np.float32)) for s in shapes]
+    for ps in (flat, loose):
+        for p, g in zip(ps, grads):
+            p.grad += g
+    expected = math.sqrt(sum(float(np.sum(g.astype(np.float64) ** 2)) for g in grads))
+    n_flat, n_loose = clip_grad_norm(flat, 1.0), clip_grad_norm(loose, 1.0)
+    assert n_flat == pytest.approx(expected, rel=1e-12) and n_loose == pytest.approx(expected, rel=1e-12)
+    for a, b in zip(flat, loose):
+        np.testing.assert_allclose(a.grad, b.grad, rtol=1e-6)
+    total = math.sqrt(sum(float(np.sum(p.grad.astype(np.float64) ** 2)) for p in flat))
+    assert total == pytest.approx(1.0, rel=1e-5)
+    assert clip_grad_norm(flat[:2], 1.0) == pytest.approx(
+        math.sqrt(sum(float(np.sum(p.grad.astype(np.float64) ** 2)) for p in flat[:2])))  # a subset: per parameter
+
+
+def test_optimizers_apply_the_allocator_tuning(monkeypatch):
+    calls = []
+    monkeypatch.setattr(optimizers, "keep_freed_memory", lambda: calls.append(1) or True)
+    AdamW([Parameter(np.ones(3))])
+    SGD([Parameter(np.ones(3))], lr=0.1)
+    assert len(calls) == 2

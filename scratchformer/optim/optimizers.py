@@ -14,10 +14,24 @@ whose values are either numpy arrays or plain JSON scalars.
      "momentum_buffer.0": ndarray, ...}                     # only with momentum, after step 1
 
 Index `i` is the position of the parameter in the optimizer's flat parameter list (groups
-concatenated in order), so the same model built the same way maps back one-to-one.
-`split_state` / `merge_state` cut that dict into (arrays, scalars) and glue it back;
-`scratchformer.training.checkpoint` stores the arrays in `optimizer.safetensors` and the
-scalars under `"optimizer"` in `trainer_state.json`.
+concatenated in order), so the same model built the same way maps back one-to-one. The
+training checkpoint (`scratchformer.training.checkpoint`) stores the arrays in
+`optimizer.safetensors` and the scalars under `"optimizer"` in `trainer_state.json`;
+`split_state` / `merge_state` are the same cut as two small functions, for a user's own files.
+
+Speed (docs/performance.md). A NumPy step is bound by per-call overhead on small models, so
+AdamW keeps its parameters in one flat buffer (they must share one dtype): the constructor
+copies all `.data` into one contiguous array and all `.grad` into another, and
+makes each `Parameter.data` / `.grad` a view of its slice (values unchanged; backward passes
+add into `.grad` in place, so the views stay valid). The update then runs once per parameter
+group on contiguous slices, with in-place ufuncs into one scratch buffer, instead of a dozen
+NumPy calls and temporaries per parameter; `zero_grad` and `clip_grad_norm` are one call each.
+The elementwise arithmetic is the same, element for element, so results are bit-identical to
+the per-parameter loop. If something later replaces a parameter's arrays (`model.to(dtype)`,
+or a second optimizer over the same parameters), the next step notices and rebuilds the flat
+buffer from the new arrays. Building an optimizer also calls
+`scratchformer.allocator.keep_freed_memory()`, so a hand-written training loop gets the same
+allocator tuning as `train()`.
 """
 
 from __future__ import annotations
@@ -27,12 +41,10 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from scratchformer.allocator import keep_freed_memory
 from scratchformer.errors import CheckpointError, ConfigError
 from scratchformer.nn import Embedding, LearnedPositionalEmbedding
 from scratchformer.nn.module import Module, Parameter
-
-# Class names of the embedding tables that get no weight decay (see `param_groups`).
-_EMBEDDING_CLASS_NAMES = ("Embedding", "LearnedPositionalEmbedding")
 
 
 # -- parameter groups ------------------------------------------------------------------------
@@ -98,7 +110,7 @@ def param_groups(model: Module, weight_decay: float, decay_embeddings: bool = Fa
     embedding_ids: set[int] = set()
     if not decay_embeddings:
         for m in model.modules():
-            if isinstance(m, (Embedding, LearnedPositionalEmbedding)) or type(m).__name__ in _EMBEDDING_CLASS_NAMES:
+            if isinstance(m, (Embedding, LearnedPositionalEmbedding)):
                 embedding_ids.update(id(p) for _, p in m.named_parameters())
 
     decay, no_decay = [], []
@@ -118,6 +130,7 @@ class _Optimizer:
     """Holds the groups, the flat parameter list, `lr` and the step counter."""
 
     kind = "Optimizer"
+    flatten = False  # subclasses that update flat slices set True (see the module docstring)
 
     def __init__(self, params, lr: float, weight_decay: float):
         if not (lr >= 0 and math.isfinite(lr)):
@@ -128,10 +141,47 @@ class _Optimizer:
         self.params: list[Parameter] = [p for g in self.param_groups for p in g["params"]]
         self.lr = float(lr)
         self.step_count = 0  # number of step() calls so far (torch's per-param "step")
+        self._flat_data = self._flat_grad = None
+        if self.flatten:
+            self._flatten()
+        keep_freed_memory()  # idempotent; see scratchformer/allocator.py
+
+    # -- the flat buffer ---------------------------------------------------------------------
+    def _flatten(self) -> None:
+        """Copy every parameter's data and grad into one flat array each and make the
+        Parameters view their slices (param i: [offsets[i], offsets[i + 1]))."""
+        dtypes = {p.data.dtype for p in self.params}
+        if len(dtypes) != 1:
+            raise ConfigError(f"{self.kind} needs parameters of one dtype, got {sorted(map(str, dtypes))}: "
+                              "convert the model first, e.g. model.to(np.float32)")
+        self._offsets = np.concatenate([[0], np.cumsum([p.data.size for p in self.params])]).tolist()
+        self._flat_data = np.empty(self._offsets[-1], dtype=dtypes.pop())
+        self._flat_grad = np.empty_like(self._flat_data)
+        for p, lo, hi in zip(self.params, self._offsets, self._offsets[1:]):
+            self._flat_data[lo:hi] = p.data.ravel()
+            self._flat_grad[lo:hi] = p.grad.ravel()
+            p.data = self._flat_data[lo:hi].reshape(p.data.shape)
+            p.grad = self._flat_grad[lo:hi].reshape(p.grad.shape)
+        self._views = [(p.data, p.grad) for p in self.params]
+
+    def _group_slices(self) -> list[tuple[float, slice]]:
+        """(weight_decay, slice of the flat buffer) per group: groups are contiguous in it.
+        First rebuilds the buffer if a parameter's arrays were replaced since (model.to())."""
+        if any(p.data is not d or p.grad is not g for p, (d, g) in zip(self.params, self._views)):
+            self._flatten()
+        out, i = [], 0
+        for group in self.param_groups:
+            n = len(group["params"])
+            out.append((group["weight_decay"], slice(self._offsets[i], self._offsets[i + n])))
+            i += n
+        return out
 
     def zero_grad(self) -> None:
-        for p in self.params:
-            p.grad[...] = 0
+        if self._flat_grad is not None:
+            self._flat_grad[...] = 0
+        else:
+            for p in self.params:
+                p.grad[...] = 0
 
     # Subclasses list their per-parameter buffers: name -> list of arrays (one per param).
     def _buffers(self) -> dict[str, list[np.ndarray]]:
@@ -196,6 +246,9 @@ class _Optimizer:
 
 
 # -- AdamW -----------------------------------------------------------------------------------
+_UPDATE_CHUNK = 1 << 16  # entries per piece of the AdamW update (256 KiB of float32 per array)
+
+
 class AdamW(_Optimizer):
     """Adam with decoupled weight decay, exactly as `torch.optim.AdamW` (amsgrad=False).
 
@@ -207,6 +260,7 @@ class AdamW(_Optimizer):
     """
 
     kind = "AdamW"
+    flatten = True
 
     def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.01):
@@ -218,31 +272,64 @@ class AdamW(_Optimizer):
             raise ConfigError(f"AdamW eps must be > 0, got {eps}")
         self.betas = (b1, b2)
         self.eps = float(eps)
-        self.m = [np.zeros_like(p.data) for p in self.params]  # first moment, shape of p
-        self.v = [np.zeros_like(p.data) for p in self.params]  # second moment, shape of p
+        # flat like the parameters: first moment, second moment, scratch for the update
+        self._m, self._v = np.zeros_like(self._flat_data), np.zeros_like(self._flat_data)
+        self._tmp = np.empty(min(_UPDATE_CHUNK, self._flat_data.size), dtype=self._flat_data.dtype)
+
+    @property
+    def m(self) -> list[np.ndarray]:
+        """First moments, one array of each parameter's shape (views of the flat state)."""
+        return self._per_param(self._m)
+
+    @property
+    def v(self) -> list[np.ndarray]:
+        """Second moments, one array of each parameter's shape (views of the flat state)."""
+        return self._per_param(self._v)
+
+    def _per_param(self, flat: np.ndarray) -> list[np.ndarray]:
+        return [flat[lo:hi].reshape(p.data.shape)
+                for p, lo, hi in zip(self.params, self._offsets, self._offsets[1:])]
 
     def step(self) -> None:
         self.step_count += 1
-        t, lr, (b1, b2), eps = self.step_count, self.lr, self.betas, self.eps
-        step_size = lr / (1.0 - b1**t)
+        t, (b1, b2) = self.step_count, self.betas
+        step_size = self.lr / (1.0 - b1**t)
         bc2_sqrt = math.sqrt(1.0 - b2**t)
-        i = 0
-        for group in self.param_groups:
-            wd = group["weight_decay"]
-            for p in group["params"]:
-                g, m, v = p.grad, self.m[i], self.v[i]
-                if wd != 0.0:
-                    p.data *= 1.0 - lr * wd
-                # Python-float scalars keep the arithmetic in p's dtype (NEP 50).
-                m *= b1
-                m += (1.0 - b1) * g
-                v *= b2
-                v += (1.0 - b2) * (g * g)
-                denom = np.sqrt(v)
-                denom /= bc2_sqrt
-                denom += eps
-                p.data -= step_size * (m / denom)
-                i += 1
+        groups = self._group_slices()
+        if self._m.dtype != self._flat_data.dtype:  # the model was converted (model.to())
+            self._m, self._v, self._tmp = (a.astype(self._flat_data.dtype) for a in (self._m, self._v, self._tmp))
+        for wd, group in groups:
+            # cache-sized pieces: the ten passes below then reread data still in L2
+            for lo in range(group.start, group.stop, _UPDATE_CHUNK):
+                self._update(slice(lo, min(lo + _UPDATE_CHUNK, group.stop)), wd, step_size, bc2_sqrt)
+
+    def _update(self, s: slice, wd: float, step_size: float, bc2_sqrt: float) -> None:
+        """The AdamW update of the flat slice `s` of the parameters."""
+        lr, (b1, b2), eps = self.lr, self.betas, self.eps
+        p, g, m, v = self._flat_data[s], self._flat_grad[s], self._m[s], self._v[s]
+        tmp = self._tmp[:s.stop - s.start]
+        # The formula, on many parameters at once:
+        #     p *= 1 - lr * wd
+        #     m = b1 * m + (1 - b1) * g
+        #     v = b2 * v + (1 - b2) * g * g
+        #     p -= step_size * m / (sqrt(v) / bc2_sqrt + eps)
+        # written in place into `tmp` (no temporaries), operation for operation the same
+        # rounding. Python-float scalars keep the arithmetic in p's dtype (NEP 50).
+        if wd != 0.0:
+            p *= 1.0 - lr * wd
+        m *= b1
+        np.multiply(g, 1.0 - b1, out=tmp)
+        m += tmp
+        v *= b2
+        np.multiply(g, g, out=tmp)
+        tmp *= 1.0 - b2
+        v += tmp
+        np.sqrt(v, out=tmp)
+        tmp /= bc2_sqrt
+        tmp += eps
+        np.divide(m, tmp, out=tmp)
+        tmp *= step_size
+        p -= tmp
 
     def _buffers(self):
         return {"m": self.m, "v": self.v}
@@ -251,7 +338,9 @@ class AdamW(_Optimizer):
         return ["m", "v"]
 
     def _load_buffers(self, buffers):
-        self.m, self.v = buffers["m"], buffers["v"]
+        for name, flat in (("m", self._m), ("v", self._v)):
+            for arr, lo, hi in zip(buffers[name], self._offsets, self._offsets[1:]):
+                flat[lo:hi] = arr.ravel()
 
 
 # -- SGD -------------------------------------------------------------------------------------
@@ -319,6 +408,11 @@ def merge_state(arrays: dict[str, np.ndarray], scalars: dict) -> dict:
     return {**scalars, **arrays}
 
 
+# float64 entries per piece of the norm: 64 KiB, stays in cache, and below the 10,000 entries
+# from which OpenBLAS splits a dot product over threads (slow when the cores are busy)
+_CLIP_CHUNK = 8192
+
+
 def clip_grad_norm(params: Iterable[Parameter], max_norm: float) -> float:
     """Scale all gradients in place so their global L2 norm is at most `max_norm`.
 
@@ -331,14 +425,35 @@ def clip_grad_norm(params: Iterable[Parameter], max_norm: float) -> float:
         The global norm before clipping, as a Python float.
     """
     params = list(params)
-    total_sq = 0.0
-    for p in params:
-        g = p.grad.astype(np.float64, copy=False).ravel()
-        total_sq += float(np.dot(g, g))
+    grads = _one_flat_grad(params)
+    if grads is None:  # not all in one flat buffer: one float64 dot per parameter
+        grads = [p.grad for p in params]
+    else:  # an AdamW's flat buffer: one dot, one scaling (the sum may round differently)
+        grads = [grads]
+    # total_sq = sum over every gradient entry of g^2, in float64, converted piece by piece
+    # through one small float64 scratch (no float64 copy of a whole gradient)
+    total_sq, chunk = 0.0, np.empty(_CLIP_CHUNK, dtype=np.float64)
+    for g in grads:
+        flat = g.reshape(-1)
+        for lo in range(0, flat.size, _CLIP_CHUNK):
+            part = chunk[:min(_CLIP_CHUNK, flat.size - lo)]
+            np.copyto(part, flat[lo:lo + _CLIP_CHUNK])
+            total_sq += float(np.dot(part, part))
     norm = math.sqrt(total_sq)
     if math.isfinite(norm):
         coef = float(max_norm) / (norm + 1e-6)
         if coef < 1.0:
-            for p in params:
-                p.grad *= coef
+            for g in grads:
+                g *= coef
     return norm
+
+
+def _one_flat_grad(params: list[Parameter]) -> np.ndarray | None:
+    """The flat array that the params' grads exactly tile (an AdamW built on exactly these
+    params), or None."""
+    base = params[0].grad.base if params else None
+    if not isinstance(base, np.ndarray) or base.ndim != 1 or not base.flags.c_contiguous:
+        return None
+    if len({id(p) for p in params}) != len(params) or sum(p.grad.size for p in params) != base.size:
+        return None
+    return base if all(p.grad.base is base for p in params) else None

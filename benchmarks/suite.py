@@ -1,0 +1,505 @@
+"""scratchformer against PyTorch / transformers on this CPU, side by side: one command, one
+table, one JSON file.
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/suite.py          # headline
+    python benchmarks/suite.py --quick                         # smoke run: seconds, not minutes
+    python benchmarks/suite.py --only train --configs names --pairs 5
+    python benchmarks/suite.py --e2e                           # adds the whole training runs (long)
+    python benchmarks/suite.py --markdown suite_results.json   # the tables of docs/performance.md
+
+Unset both OpenBLAS variables *for the headline command only*: this project's machines set
+OPENBLAS_CORETYPE=Haswell, which makes NumPy's GEMMs 1.6-1.8x slower than the kernel OpenBLAS
+picks by itself on a user's machine (PyTorch does not use OpenBLAS). The suite prints them and
+the BLAS kernel that ran (threadpoolctl), and records both in the JSON.
+
+Method. Every measurement runs in a fresh process (this file with --worker), one at a time,
+alternating scratchformer, reference, scratchformer, reference ... (`--pairs` pairs); the
+ratio reported is the median of the per-pair ratios of throughput (> 1: scratchformer is
+faster). Each process uses 2 threads (OPENBLAS_NUM_THREADS=2, torch.set_num_threads(2)).
+Sections:
+
+- train: forward + backward + clip_grad_norm + AdamW of a GPT (pre-norm, exact GELU, tied
+  head, biases, no dropout) on random tokens; scratchformer through its public API (GPT,
+  AdamW, param_groups, clip_grad_norm), PyTorch as benchmarks/torch_gpt.py with
+  scaled_dot_product_attention and fused AdamW. Reports tokens/s, forward / backward /
+  optimiser ms, peak RSS (VmHWM of each process), and MFU: model FLOPs (nanoGPT's
+  6N + 12 L T C per token) per second over the float32 GEMM GFLOP/s NumPy reaches at the
+  model's own GEMM shapes, measured in the same process right after the steps.
+- sample: greedy generation of 200 new tokens with the KV cache at batch 1 and 32, GPT.generate
+  against transformers' GPT2LMHeadModel.generate(use_cache=True, do_sample=False) on the same
+  random GPT-2 weights (written by transformers, read by scratchformer.interop.load_hf_gpt2).
+  Model sizes of names and shakespeare-cpu, with 256 positions so 200 tokens fit the cache.
+- embed: SentenceEncoder.encode (all-MiniLM-L6-v2) against transformers' BertModel + mean
+  pooling + L2 normalisation, the first 1,000 non-empty lines of tinyshakespeare, batch 32.
+- e2e (--e2e only): wall time of the default `scratchformer train` on names and on
+  tinyshakespeare against benchmarks/torch_names_reference.py and
+  benchmarks/torch_shakespeare_reference.py (one run each; minutes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+
+# name -> (vocab, layers, heads, width, block, batch), the issue's training configurations
+TRAIN_CONFIGS = {
+    "tiny": (16, 1, 2, 32, 16, 8),
+    "names": (27, 4, 4, 64, 16, 32),
+    "shakespeare-cpu": (65, 4, 4, 128, 64, 12),
+    "medium": (65, 6, 6, 384, 256, 16),
+}
+# timed steps per process (after WARMUP steps): about 5-10 s of work each on 2 cores
+TRAIN_STEPS = {"tiny": 300, "names": 60, "shakespeare-cpu": 40, "medium": 6}
+WARMUP = 3
+SAMPLE_SIZES = ["names", "shakespeare-cpu"]
+SAMPLE_BATCHES = [1, 32]
+NEW_TOKENS = 200
+SAMPLE_POSITIONS = 256
+EMBED_LINES = 1000
+OPENBLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS")
+
+
+# -- workers: each runs in its own process and prints one JSON line ---------------------------
+def _peak_rss_mib() -> float:
+    """This process's peak resident memory. Linux's getrusage maxrss survives exec, so a
+    worker would report its parent's peak if larger; VmHWM belongs to this program alone."""
+    try:
+        status = Path("/proc/self/status").read_text()
+        return next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM")) / 1024
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux, bytes on macOS
+
+
+def _blas() -> list[dict]:
+    from threadpoolctl import threadpool_info
+    return [{k: d.get(k) for k in ("internal_api", "version", "architecture", "num_threads")}
+            for d in threadpool_info()]
+
+
+def _gemm_gflops(shapes: list[tuple[int, int, int]], seconds: float = 0.3) -> float:
+    """Best float32 GFLOP/s of NumPy's (M, K) @ (K, N) over `shapes`, each timed ~`seconds`."""
+    import numpy as np
+    rng = np.random.default_rng(0)
+    best = 0.0
+    for m, k, n in shapes:
+        a = rng.standard_normal((m, k), dtype=np.float32)
+        b = rng.standard_normal((k, n), dtype=np.float32)
+        out = np.empty((m, n), dtype=np.float32)
+        np.matmul(a, b, out=out)
+        reps, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            np.matmul(a, b, out=out)
+            reps += 1
+        best = max(best, 2 * m * k * n * reps / (time.perf_counter() - start) / 1e9)
+    return best
+
+
+def _time_phases(phases, steps: int, warmup: int) -> dict:
+    """Run the step (a list of (name, fn)) warmup + steps times; median ms of each phase."""
+    for _ in range(warmup):
+        for _, fn in phases:
+            fn()
+    times = {name: [] for name, _ in phases}
+    totals = []
+    for _ in range(steps):
+        t_step = time.perf_counter()
+        for name, fn in phases:
+            t = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t)
+        totals.append(time.perf_counter() - t_step)
+    out = {f"{name}_ms": statistics.median(ts) * 1e3 for name, ts in times.items()}
+    out["step_ms"] = statistics.median(totals) * 1e3
+    return out
+
+
+def worker_train(lib: str, config: str, steps: int, warmup: int) -> dict:
+    import numpy as np
+    V, L, H, C, T, B = TRAIN_CONFIGS[config]
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, V, size=(B, T))
+    y = rng.integers(0, V, size=(B, T))
+    rss_before = _peak_rss_mib()
+    if lib == "scratchformer":
+        from scratchformer.models import GPT, GPTConfig
+        from scratchformer.optim import AdamW, clip_grad_norm, param_groups
+
+        model = GPT(GPTConfig(vocab_size=V, block_size=T, n_layer=L, n_head=H, n_embd=C), seed=0)
+        opt = AdamW(param_groups(model, 0.1), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)
+        params = model.parameters()
+        n_params = sum(p.data.size for p in params)
+
+        def forward():
+            opt.zero_grad()
+            model(x, y)
+
+        def optimiser():
+            clip_grad_norm(params, 1.0)
+            opt.step()
+
+        phases = [("forward", forward), ("backward", model.backward), ("optimiser", optimiser)]
+    else:
+        import torch
+        sys.path.insert(0, str(HERE))
+        from torch_gpt import TorchGPT
+
+        torch.set_num_threads(2)
+        torch.manual_seed(0)
+        model = TorchGPT(V, T, n_layer=L, n_head=H, n_embd=C)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1, fused=True)
+        n_params = sum(p.numel() for p in model.parameters())
+        xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+        state = {}
+
+        def forward():
+            opt.zero_grad(set_to_none=True)
+            state["loss"] = model(xt, yt)
+
+        def backward():
+            state["loss"].backward()
+
+        def optimiser():
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+
+        phases = [("forward", forward), ("backward", backward), ("optimiser", optimiser)]
+    result = _time_phases(phases, steps, warmup)
+    result["tokens_per_s"] = B * T / (result["step_ms"] / 1e3)
+    result["peak_rss_mib"] = _peak_rss_mib()
+    result["rss_before_model_mib"] = rss_before
+    # nanoGPT's estimate_mfu: 6 N + 12 L T C FLOPs per token (position table not counted)
+    n_flop_params = n_params - T * C
+    result["model_gflop_per_s"] = (6 * n_flop_params + 12 * L * T * C) * result["tokens_per_s"] / 1e9
+    if lib == "scratchformer":  # the GEMM peak at this model's own shapes, in this process
+        result["gemm_gflops"] = _gemm_gflops([(B * T, C, 3 * C), (B * T, C, 4 * C), (B * T, 4 * C, C)])
+    result["blas"] = _blas()
+    return result
+
+
+def _write_gpt2(path: Path, config: str) -> None:
+    """Random GPT-2 weights (transformers' init, seed 0) at a config's size, saved by transformers."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers.utils import logging as hf_logging
+    hf_logging.disable_progress_bar()
+    V, L, H, C, _, _ = TRAIN_CONFIGS[config]
+    torch.manual_seed(0)
+    cfg = GPT2Config(vocab_size=V, n_positions=SAMPLE_POSITIONS, n_embd=C, n_layer=L, n_head=H,
+                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+    GPT2LMHeadModel(cfg).save_pretrained(path, safe_serialization=True)
+
+
+def worker_sample(lib: str, model_dir: str, batch: int, new_tokens: int, tokens_out: str) -> dict:
+    import numpy as np
+    prompt = np.zeros((batch, 1), dtype=np.int64)
+    if lib == "scratchformer":
+        from scratchformer.interop import load_hf_gpt2
+        model = load_hf_gpt2(model_dir)
+        model.eval()
+
+        def generate(n):
+            return model.generate(prompt, n, temperature=0.0, use_cache=True)
+    else:
+        import torch
+        from transformers import GPT2LMHeadModel
+        torch.set_num_threads(2)
+        model = GPT2LMHeadModel.from_pretrained(model_dir).eval()
+        p = torch.from_numpy(prompt)
+
+        def generate(n):
+            with torch.inference_mode():
+                return model.generate(p, attention_mask=torch.ones_like(p), max_new_tokens=n, min_new_tokens=n,
+                                      do_sample=False, use_cache=True, pad_token_id=0, eos_token_id=None).numpy()
+    generate(8)  # warm-up
+    start = time.perf_counter()
+    tokens = generate(new_tokens)
+    seconds = time.perf_counter() - start
+    np.save(tokens_out, np.asarray(tokens)[:, 1:])
+    return {"tokens_per_s": batch * new_tokens / seconds, "seconds": seconds, "peak_rss_mib": _peak_rss_mib(),
+            "blas": _blas()}
+
+
+def worker_embed(lib: str, data: str, n_lines: int, emb_out: str) -> dict:
+    import numpy as np
+    from scratchformer.interop.sentence import default_model_dir
+    lines = [s for s in Path(data).read_text(encoding="utf-8").splitlines() if s.strip()][:n_lines]
+    if lib == "scratchformer":
+        from scratchformer.interop.sentence import SentenceEncoder
+        enc = SentenceEncoder()
+
+        def encode(texts):
+            return enc.encode(texts, batch_size=32)
+    else:
+        import torch
+        from transformers import AutoTokenizer, BertModel
+        torch.set_num_threads(2)
+        tok = AutoTokenizer.from_pretrained(default_model_dir())
+        bert = BertModel.from_pretrained(default_model_dir()).eval()
+
+        def encode(texts):  # the sentence-transformers recipe: mean over the mask, L2 normalise
+            out = []
+            with torch.inference_mode():
+                for i in range(0, len(texts), 32):
+                    b = tok(texts[i:i + 32], padding=True, truncation=True, max_length=256, return_tensors="pt")
+                    h = bert(**b).last_hidden_state
+                    m = b["attention_mask"].unsqueeze(-1).to(h.dtype)
+                    e = (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
+                    out.append(torch.nn.functional.normalize(e, p=2, dim=1).numpy())
+            return np.concatenate(out)
+    encode(lines[:32])  # warm-up
+    start = time.perf_counter()
+    emb = encode(lines)
+    seconds = time.perf_counter() - start
+    np.save(emb_out, emb)
+    return {"sentences_per_s": len(lines) / seconds, "seconds": seconds, "peak_rss_mib": _peak_rss_mib(),
+            "blas": _blas()}
+
+
+# -- driver -----------------------------------------------------------------------------------
+def run_worker(args: list[str], threads: int = 2) -> dict:
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
+               PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", *args],
+                          capture_output=True, text=True, env=env, cwd=REPO)
+    if proc.returncode != 0:
+        raise RuntimeError(f"worker {args} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def paired(make_args, pairs: int, metric: str) -> dict:
+    """Alternate scratchformer / reference processes `pairs` times; median of per-pair ratios."""
+    ours, theirs = [], []
+    for _ in range(pairs):
+        ours.append(run_worker(make_args("scratchformer")))
+        theirs.append(run_worker(make_args("reference")))
+    ratios = [a[metric] / b[metric] for a, b in zip(ours, theirs)]
+    return {"ratio": statistics.median(ratios), "ratios": ratios, "scratchformer": ours, "reference": theirs}
+
+
+def _med(runs: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in runs)
+
+
+def bench_train(configs, pairs: int, quick: bool) -> dict:
+    out = {}
+    for name in configs:
+        steps = 3 if quick else TRAIN_STEPS[name]
+        warm = 1 if quick else WARMUP
+        res = paired(lambda lib: ["train", lib, name, str(steps), str(warm)], pairs, "tokens_per_s")
+        peak = _med(res["scratchformer"], "gemm_gflops")
+        for side in ("scratchformer", "reference"):
+            runs = res[side]
+            res[f"{side}_summary"] = {k: _med(runs, k) for k in
+                                      ("tokens_per_s", "forward_ms", "backward_ms", "optimiser_ms", "step_ms",
+                                       "peak_rss_mib", "model_gflop_per_s")}
+            res[f"{side}_summary"]["mfu"] = res[f"{side}_summary"]["model_gflop_per_s"] / peak
+        res["gemm_gflops"] = peak
+        out[name] = res
+        s, r = res["scratchformer_summary"], res["reference_summary"]
+        print(f"train {name:16s} ratio {res['ratio']:5.2f}  tok/s {s['tokens_per_s']:9,.0f} vs {r['tokens_per_s']:9,.0f}"
+              f"  fwd/bwd/opt ms {s['forward_ms']:.1f}/{s['backward_ms']:.1f}/{s['optimiser_ms']:.1f}"
+              f" vs {r['forward_ms']:.1f}/{r['backward_ms']:.1f}/{r['optimiser_ms']:.1f}"
+              f"  RSS MiB {s['peak_rss_mib']:.0f} vs {r['peak_rss_mib']:.0f}"
+              f"  MFU {s['mfu']:.0%} vs {r['mfu']:.0%} of {peak:.0f} GFLOP/s", flush=True)
+    return out
+
+
+def bench_sample(tmp: Path, pairs: int, quick: bool) -> dict:
+    import numpy as np
+    out = {}
+    sizes, batches, new = (["names"], [1, 32], 10) if quick else (SAMPLE_SIZES, SAMPLE_BATCHES, NEW_TOKENS)
+    for size in sizes:
+        model_dir = tmp / f"gpt2-{size}"
+        _write_gpt2(model_dir, size)
+        for batch in batches:
+            files = {lib: str(tmp / f"tokens-{size}-{batch}-{lib}.npy") for lib in ("scratchformer", "reference")}
+            res = paired(lambda lib: ["sample", lib, str(model_dir), str(batch), str(new), files[lib]],
+                         pairs, "tokens_per_s")
+            a, b = np.load(files["scratchformer"]), np.load(files["reference"])
+            res["same_tokens_fraction"] = float((a == b).mean())
+            key = f"{size}/batch{batch}"
+            out[key] = res
+            print(f"sample {key:22s} ratio {res['ratio']:5.2f}  tok/s {_med(res['scratchformer'], 'tokens_per_s'):9,.0f}"
+                  f" vs {_med(res['reference'], 'tokens_per_s'):9,.0f}  RSS MiB "
+                  f"{_med(res['scratchformer'], 'peak_rss_mib'):.0f} vs {_med(res['reference'], 'peak_rss_mib'):.0f}"
+                  f"  same greedy tokens {res['same_tokens_fraction']:.0%}", flush=True)
+    return out
+
+
+def bench_embed(tmp: Path, data: str, pairs: int, quick: bool) -> dict:
+    import numpy as np
+    n = 64 if quick else EMBED_LINES
+    files = {lib: str(tmp / f"emb-{lib}.npy") for lib in ("scratchformer", "reference")}
+    res = paired(lambda lib: ["embed", lib, data, str(n), files[lib]], pairs, "sentences_per_s")
+    res["max_abs_diff"] = float(np.abs(np.load(files["scratchformer"]) - np.load(files["reference"])).max())
+    print(f"embed  {n} lines, batch 32       ratio {res['ratio']:5.2f}  sentences/s "
+          f"{_med(res['scratchformer'], 'sentences_per_s'):7,.1f} vs {_med(res['reference'], 'sentences_per_s'):7,.1f}"
+          f"  RSS MiB {_med(res['scratchformer'], 'peak_rss_mib'):.0f} vs {_med(res['reference'], 'peak_rss_mib'):.0f}"
+          f"  max |diff| {res['max_abs_diff']:.1e}", flush=True)
+    return res
+
+
+def bench_e2e(tmp: Path, data: str) -> dict:
+    """One wall-time run each of the default CLI trainings and their PyTorch equivalents."""
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="2",
+               PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    cli = [sys.executable, "-m", "scratchformer.cli.main", "train", "--no-progress", "--quiet"]
+    runs = {
+        "names/scratchformer": cli + ["--out", str(tmp / "names")],
+        "names/pytorch": [sys.executable, str(HERE / "torch_names_reference.py")],
+        "shakespeare/scratchformer": cli + ["--data", data, "--out", str(tmp / "shakespeare")],
+        "shakespeare/pytorch": [sys.executable, str(HERE / "torch_shakespeare_reference.py"), "--data", data],
+    }
+    out = {}
+    for name, cmd in runs.items():
+        start = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
+        out[name] = {"seconds": time.perf_counter() - start, "returncode": proc.returncode,
+                     "tail": (proc.stdout + proc.stderr)[-600:]}
+        print(f"e2e    {name:26s} {out[name]['seconds']:7.0f} s  (exit {proc.returncode})", flush=True)
+    return out
+
+
+def environment() -> dict:
+    import numpy as np
+    info = {"python": platform.python_version(), "numpy": np.__version__, "platform": platform.platform(),
+            "cpu": _cpu_name(), "cores": os.cpu_count(),
+            "env": {k: os.environ.get(k) for k in OPENBLAS_VARS}, "blas": _blas(),
+            "loadavg_at_start": os.getloadavg(), "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
+    try:
+        import torch
+        import transformers
+        info["torch"], info["transformers"] = torch.__version__, transformers.__version__
+    except ImportError:
+        pass
+    return info
+
+
+def _cpu_name() -> str:
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        return next(line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name"))
+    except (OSError, StopIteration):
+        return platform.processor()
+
+
+def markdown(results: dict) -> str:
+    """The results as the markdown tables of docs/performance.md."""
+    env = results["environment"]
+    kernels = ", ".join(f"{b['internal_api']} {b['version']} {b['architecture']}" for b in env["blas"])
+    lines = [f"{env['date_utc']} UTC, {env['cpu']}, {env['cores']} cores, numpy {env['numpy']} ({kernels}), "
+             f"torch {env.get('torch')}, transformers {env.get('transformers')}; "
+             f"{' '.join(f'{k}={v}' for k, v in env['env'].items())}; load average "
+             f"{env['loadavg_at_start'][0]:.1f} at the start, {results['loadavg_at_end'][0]:.1f} at the end; "
+             f"{results['pairs']} pair(s) per figure, {results['seconds']:.0f} s.", ""]
+    if "train" in results:
+        lines += ["| training config (V, L, H, C, T, B) | ratio | tokens/s (ours / torch) | fwd / bwd / opt ms (ours) "
+                  "| fwd / bwd / opt ms (torch) | peak RSS MiB (ours / torch) | MFU (ours / torch) | GEMM GFLOP/s |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for name, r in results["train"].items():
+            s, t = r["scratchformer_summary"], r["reference_summary"]
+            lines.append(f"| {name} {TRAIN_CONFIGS[name]} | **{r['ratio']:.2f}** | {s['tokens_per_s']:,.0f} / "
+                         f"{t['tokens_per_s']:,.0f} | {s['forward_ms']:.1f} / {s['backward_ms']:.1f} / "
+                         f"{s['optimiser_ms']:.1f} | {t['forward_ms']:.1f} / {t['backward_ms']:.1f} / "
+                         f"{t['optimiser_ms']:.1f} | {s['peak_rss_mib']:.0f} / {t['peak_rss_mib']:.0f} | "
+                         f"{s['mfu']:.0%} / {t['mfu']:.0%} | {r['gemm_gflops']:.0f} |")
+        lines.append("")
+    if "sample" in results or "embed" in results:
+        lines += ["| inference | ratio | throughput (ours / transformers) | peak RSS MiB (ours / transformers) | agreement |",
+                  "| --- | --- | --- | --- | --- |"]
+        for key, r in results.get("sample", {}).items():
+            lines.append(f"| sample {key}, {NEW_TOKENS if not results['quick'] else 10} tokens | **{r['ratio']:.2f}** | "
+                         f"{_med(r['scratchformer'], 'tokens_per_s'):,.0f} / {_med(r['reference'], 'tokens_per_s'):,.0f}"
+                         f" tokens/s | {_med(r['scratchformer'], 'peak_rss_mib'):.0f} / "
+                         f"{_med(r['reference'], 'peak_rss_mib'):.0f} | {r['same_tokens_fraction']:.0%} same tokens |")
+        if "embed" in results:
+            r = results["embed"]
+            lines.append(f"| embed all-MiniLM-L6-v2, batch 32 | **{r['ratio']:.2f}** | "
+                         f"{_med(r['scratchformer'], 'sentences_per_s'):,.1f} / "
+                         f"{_med(r['reference'], 'sentences_per_s'):,.1f} sentences/s | "
+                         f"{_med(r['scratchformer'], 'peak_rss_mib'):.0f} / {_med(r['reference'], 'peak_rss_mib'):.0f}"
+                         f" | max abs diff {r['max_abs_diff']:.1e} |")
+        lines.append("")
+    if "e2e" in results:
+        lines += ["| end to end | wall time |", "| --- | --- |"]
+        lines += [f"| {k} | {v['seconds']:.0f} s (exit {v['returncode']}) |" for k, v in results["e2e"].items()]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default="train,sample,embed",
+                    help="comma-separated sections of train, sample, embed (default: all three)")
+    ap.add_argument("--configs", default=",".join(TRAIN_CONFIGS),
+                    help=f"training configs (default: {','.join(TRAIN_CONFIGS)})")
+    ap.add_argument("--pairs", type=int, default=3, help="alternating process pairs per measurement (default 3)")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 1 pair, 3 steps, tiny inputs")
+    ap.add_argument("--e2e", action="store_true", help="also the whole default training runs (minutes)")
+    ap.add_argument("--data", default=str(REPO.parent / "shared" / "data" / "tinyshakespeare.txt"),
+                    help="tinyshakespeare.txt (default: ../shared/data/tinyshakespeare.txt from the repo)")
+    ap.add_argument("--json", default="suite_results.json", help="where to write the results")
+    ap.add_argument("--markdown", metavar="JSON", help="print the tables of a results file as markdown, and exit")
+    ap.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.markdown:
+        print(markdown(json.loads(Path(args.markdown).read_text())))
+        return
+
+    if args.worker:
+        kind, rest = args.worker[0], args.worker[1:]
+        if kind == "train":
+            res = worker_train(rest[0], rest[1], int(rest[2]), int(rest[3]))
+        elif kind == "sample":
+            res = worker_sample(rest[0], rest[1], int(rest[2]), int(rest[3]), rest[4])
+        else:
+            res = worker_embed(rest[0], rest[1], int(rest[2]), rest[3])
+        print(json.dumps(res))
+        return
+
+    sections = {s.strip() for s in args.only.split(",") if s.strip()}
+    configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+    bad = sorted((sections - {"train", "sample", "embed"}) | (set(configs) - set(TRAIN_CONFIGS)))
+    if bad or args.pairs < 1:
+        sys.exit(f"suite.py: unknown section/config {bad} or --pairs < 1: sections are train, sample, "
+                 f"embed; configs are {', '.join(TRAIN_CONFIGS)}")
+    if args.quick:
+        args.pairs, configs = 1, [c for c in configs if c in ("tiny", "names")] or ["tiny"]
+    if ("embed" in sections or args.e2e) and not Path(args.data).is_file():
+        sys.exit(f"suite.py: {args.data} not found: pass --data PATH/tinyshakespeare.txt")
+
+    start = time.perf_counter()
+    results = {"environment": environment(), "pairs": args.pairs, "quick": args.quick}
+    env = results["environment"]
+    kernels = ", ".join(f"{b['internal_api']} {b['version']} {b['architecture']}" for b in env["blas"])
+    print(f"{env['cpu']}, {env['cores']} cores; numpy {env['numpy']} ({kernels}); torch {env.get('torch')}; "
+          f"{' '.join(f'{k}={v}' for k, v in env['env'].items())}; load {env['loadavg_at_start'][0]:.2f}", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        if "train" in sections:
+            results["train"] = bench_train(configs, args.pairs, args.quick)
+        if "sample" in sections:
+            results["sample"] = bench_sample(tmp, args.pairs, args.quick)
+        if "embed" in sections:
+            results["embed"] = bench_embed(tmp, args.data, args.pairs, args.quick)
+        if args.e2e:
+            results["e2e"] = bench_e2e(tmp, args.data)
+    results["seconds"] = time.perf_counter() - start
+    results["loadavg_at_end"] = os.getloadavg()
+    Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
+    print(f"{results['seconds']:.0f} s; results in {args.json}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""Smoke tests of the side-by-side benchmark suite (benchmarks/suite.py): it runs, and what it
+writes has the fields docs/performance.md reads. No timing is asserted (speed belongs in the
+suite's own output, not in tests)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch", reason="the suite compares against PyTorch")
+pytest.importorskip("threadpoolctl", reason="the suite reports the BLAS kernel with threadpoolctl")
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "benchmarks"))
+import suite  # noqa: E402
+
+
+def test_quick_training_run_prints_the_table_and_writes_json(tmp_path):
+    out = tmp_path / "suite.json"
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "suite.py"), "--quick", "--only", "train",
+                           "--configs", "tiny", "--json", str(out)],
+                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "train tiny" in proc.stdout and "ratio" in proc.stdout and "OPENBLAS_CORETYPE=" in proc.stdout
+    res = json.loads(out.read_text())
+    tiny = res["train"]["tiny"]
+    assert res["quick"] and res["pairs"] == 1 and len(tiny["ratios"]) == 1
+    ours, theirs = tiny["scratchformer_summary"], tiny["reference_summary"]
+    for side in (ours, theirs):
+        assert side["tokens_per_s"] > 0 and side["peak_rss_mib"] > 0 and 0 < side["mfu"]
+        assert min(side["forward_ms"], side["backward_ms"], side["optimiser_ms"]) > 0 < side["step_ms"]
+    assert tiny["ratio"] == pytest.approx(ours["tokens_per_s"] / theirs["tokens_per_s"])
+    assert tiny["gemm_gflops"] > 0
+    assert res["environment"]["blas"] and "OPENBLAS_CORETYPE" in res["environment"]["env"]
+
+
+def test_pairs_alternate_and_the_ratio_is_the_median_of_pair_ratios(monkeypatch):
+    calls = []
+    speeds = iter([3.0, 1.0, 2.0, 1.0, 10.0, 1.0])  # ours, theirs, ours, theirs, ...
+
+    def fake_worker(args):
+        calls.append(args[0])
+        return {"tokens_per_s": next(speeds)}
+
+    monkeypatch.setattr(suite, "run_worker", fake_worker)
+    res = suite.paired(lambda lib: [lib], pairs=3, metric="tokens_per_s")
+    assert calls == ["scratchformer", "reference"] * 3
+    assert res["ratios"] == [3.0, 2.0, 10.0] and res["ratio"] == 3.0
+
+
+def test_unknown_section_or_config_is_one_clear_line(tmp_path):
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "suite.py"), "--configs", "huge",
+                           "--json", str(tmp_path / "x.json")], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode != 0 and "configs are tiny, names" in proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "x.json").exists()
