@@ -16,7 +16,7 @@ PAD = 0
 
 def tiny(pooling="mean", norm_first=True, positional="sinusoidal", dtype=np.float64, **kw):
     manual_seed(0)
-    cfg = {"vocab_size": 7, "n_classes": 3, "max_len": 6, "n_layer": 2, "n_head": 2, "d_model": 8, "d_ff": 12,
+    cfg = {"vocab_size": 7, "n_classes": 3, "max_len": 6, "n_layer": 2, "n_head": 2, "n_embd": 8, "n_inner": 12,
                "norm_first": norm_first, "positional": positional, "pooling": pooling, "pad_id": PAD}
     cfg.update(kw)
     return TransformerClassifier(ClassifierConfig(**cfg)).to(dtype)
@@ -67,7 +67,7 @@ def test_padding_does_not_change_predictions():
 def test_float32_default_and_predict():
     manual_seed(0)
     model = TransformerClassifier(ClassifierConfig(vocab_size=5, n_classes=2, max_len=4, n_layer=1,
-                                                   n_head=2, d_model=8))
+                                                   n_head=2, n_embd=8))
     logits, loss = model(np.array([[1, 2, 3, 4]]), np.array([1]))
     assert logits.dtype == np.float32 and isinstance(loss, float)
     assert model.predict(np.array([[1, 2, 3, 4]])).shape == (1,)
@@ -78,7 +78,7 @@ def test_errors():
     with pytest.raises(ConfigError):
         ClassifierConfig(vocab_size=5, n_classes=2, pooling="max")
     with pytest.raises(ConfigError):
-        ClassifierConfig(vocab_size=5, n_classes=2, d_model=10, n_head=4)
+        ClassifierConfig(vocab_size=5, n_classes=2, n_embd=10, n_head=4)
     model = tiny()
     with pytest.raises(ShapeError):
         model(np.zeros((2, 7), dtype=np.int64))  # longer than max_len
@@ -122,7 +122,7 @@ def test_matches_pytorch(pooling, norm_first, positional):
 
     layers = []
     for i in range(c.n_layer):
-        layer = torch.nn.TransformerEncoderLayer(c.d_model, c.n_head, c.d_ff, dropout=0.0,
+        layer = torch.nn.TransformerEncoderLayer(c.n_embd, c.n_head, c.n_inner, dropout=0.0,
                                                  activation=c.activation, batch_first=True,
                                                  norm_first=c.norm_first, dtype=torch.float64)
         tparams = dict(layer.named_parameters())
@@ -137,7 +137,7 @@ def test_matches_pytorch(pooling, norm_first, positional):
     h = leaf("tok_emb.weight")[xt]
     B = x.shape[0]
     if pooling == "cls":
-        h = torch.cat([leaf("cls_token").expand(B, 1, c.d_model), h], dim=1)
+        h = torch.cat([leaf("cls_token").expand(B, 1, c.n_embd), h], dim=1)
         keep = torch.cat([torch.ones(B, 1, dtype=torch.bool), keep], dim=1)
     T = h.shape[1]
     if positional == "learned":
@@ -147,7 +147,7 @@ def test_matches_pytorch(pooling, norm_first, positional):
     for layer in layers:
         h = layer(h, src_key_padding_mask=~keep)  # torch: True = NOT allowed
     if norm_first:
-        h = F.layer_norm(h, (c.d_model,), leaf("ln_f.weight"), leaf("ln_f.bias"), eps=1e-5)
+        h = F.layer_norm(h, (c.n_embd,), leaf("ln_f.weight"), leaf("ln_f.bias"), eps=1e-5)
     if pooling == "cls":
         pooled = h[:, 0]
     else:
@@ -171,7 +171,7 @@ def test_majority_smoke_training_improves_loss():
 
     manual_seed(0)
     model = TransformerClassifier(ClassifierConfig(vocab_size=3, n_classes=3, max_len=8, n_layer=1,
-                                                   n_head=2, d_model=16, d_ff=32))
+                                                   n_head=2, n_embd=16, n_inner=32))
     data = make_task("majority", 512, np.random.default_rng(0))
     opt = AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
     rng = np.random.default_rng(0)

@@ -23,8 +23,8 @@ def _ids(rng, shape, vocab):
 def test_config_defaults():
     c = GPTConfig()
     assert (c.norm_first, c.positional, c.activation, c.tie_weights, c.bias) == (True, "learned", "gelu", True, True)
-    assert c.d_ff == 4 * c.n_embd and c.layer_norm_eps == 1e-5 and c.dtype == "float32"
-    assert GPTConfig(n_embd=16, n_head=2, n_inner=40).d_ff == 40
+    assert c.inner_size == 4 * c.n_embd and c.layer_norm_eps == 1e-5 and c.dtype == "float32"
+    assert GPTConfig(n_embd=16, n_head=2, n_inner=40).inner_size == 40
     assert GPTConfig.from_dict(c.to_dict()) == c
 
 
@@ -189,12 +189,12 @@ def test_backward_needs_targets_and_training_mode():
     with pytest.raises(BackwardError):
         m.backward()
     m(idx)
-    with pytest.raises(BackwardError, match="without targets"):
+    with pytest.raises(BackwardError, match="needs a forward with targets in training mode"):
         m.backward()
     m.eval()
     _, loss = m(idx, idx)
     assert loss is not None  # eval mode still reports the loss
-    with pytest.raises(BackwardError, match="eval mode"):
+    with pytest.raises(BackwardError, match="call model.train()"):
         m.backward()
     m.train()
     m(idx, idx)

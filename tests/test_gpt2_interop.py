@@ -228,7 +228,7 @@ def test_errors(hf_dir, tmp_path):
                          ("activation_function", "silu"), ("scale_attn_weights", False)]:
         with pytest.raises(ConfigError, match=field):
             gpt2_config_from_hf({**base, field: value})
-    assert gpt2_config_from_hf({**base, "n_inner": 40}).d_ff == 40
+    assert gpt2_config_from_hf({**base, "n_inner": 40}).inner_size == 40
     # weights that do not fit the config
     (tmp_path / "model.safetensors").write_bytes((path / "model.safetensors").read_bytes())
     (tmp_path / "config.json").write_text(json.dumps({**base, "n_layer": 3}))

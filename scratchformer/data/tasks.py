@@ -71,7 +71,7 @@ class ClassificationData(NamedTuple):
 
 # -- defaults (model config kwargs + training settings) ----------------------------------------
 _SEQ2SEQ_MODEL = {
-    "n_layer": 2, "n_head": 4, "d_model": 64, "d_ff": 256, "dropout": 0.0, "norm_first": True,
+    "n_layer": 2, "n_head": 4, "n_embd": 64, "n_inner": 256, "dropout": 0.0, "norm_first": True,
     "activation": "gelu", "share_embeddings": True, "label_smoothing": 0.0,
 }
 _SEQ2SEQ_TRAIN = {
@@ -81,7 +81,7 @@ _SEQ2SEQ_TRAIN = {
 }
 TASK_DEFAULTS: dict[str, dict] = {
     "majority": {
-        "model": {"n_layer": 2, "n_head": 4, "d_model": 64, "d_ff": 128, "dropout": 0.0,
+        "model": {"n_layer": 2, "n_head": 4, "n_embd": 64, "n_inner": 128, "dropout": 0.0,
                   "norm_first": True, "activation": "gelu", "positional": "sinusoidal", "pooling": "mean"},
         "train": {"steps": 600, "batch_size": 64, "lr": 3e-3, "min_lr": 3e-4, "warmup_steps": 50,
                   "weight_decay": 0.01, "beta2": 0.98, "grad_clip": 1.0, "n_train": 6000, "n_test": 400, "max_len": 8,

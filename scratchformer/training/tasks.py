@@ -37,8 +37,8 @@ _TRAIN_KEYS = {"steps": "max_steps", "batch_size": "batch_size", "lr": "lr", "mi
                "warmup_steps": "warmup_steps", "weight_decay": "weight_decay", "grad_clip": "grad_clip",
                "beta2": "beta2"}
 _DATA_KEYS = ("n_train", "n_test", "max_len")
-# CLI names -> model config names (the LM's n_embd is the task models' d_model)
-_MODEL_KEYS = {"n_layer": "n_layer", "n_head": "n_head", "n_embd": "d_model", "dropout": "dropout",
+# CLI names -> model config names
+_MODEL_KEYS = {"n_layer": "n_layer", "n_head": "n_head", "n_embd": "n_embd", "dropout": "dropout",
                "activation": "activation", "positional": "positional", "norm_first": "norm_first"}
 
 
@@ -58,7 +58,8 @@ class TaskJob:
         return None  # the digits vocabulary is fixed (scratchformer.data.tasks)
 
     def check_compatible(self, ck) -> None:
-        if ck.config.get("model") != self.model.config.to_dict() or ck.config.get("task") != self.task:
+        saved = type(self.model.config).from_dict(ck.config.get("model") or {}).to_dict()
+        if saved != self.model.config.to_dict() or ck.config.get("task") != self.task:
             raise CheckpointError(f"{ck.path}: a different task or model config; resume with the same options")
 
     def train_batch(self, rng: np.random.Generator, batch_size: int):
@@ -156,7 +157,7 @@ def task_job_from_checkpoint(directory: str | Path) -> TaskJob:
     if kind not in KINDS:
         raise CheckpointError(f"{ck.path} holds a {kind!r} model, not a classifier or seq2seq model")
     config_cls = ClassifierConfig if kind == "classifier" else Seq2SeqConfig
-    model = KINDS[kind](config_cls(**ck.config["model"]))
+    model = KINDS[kind](config_cls.from_dict(ck.config["model"]))
     model.load_state_dict(ck.model_state)
     job = TaskJob(kind, ck.config["task"], model, ck.config["data"])
     job.checkpoint = ck
