@@ -34,6 +34,10 @@ def _hf_model(seed=0, **overrides):
         for name, p in m.named_parameters():
             if p.ndim == 2:
                 p.normal_(0.0, 0.2)
+            elif ".ln_" in name or name.startswith("transformer.ln_f"):  # not LayerNorm's 1 / 0
+                p.normal_(1.0 if name.endswith("weight") else 0.0, 0.3)
+            else:  # the other biases
+                p.normal_(0.0, 0.1)
     return m.eval()
 
 

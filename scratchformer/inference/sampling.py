@@ -73,7 +73,8 @@ def filtered_probs(logits: np.ndarray, temperature: float = 1.0, top_k: int | No
     The row maximum is subtracted before dividing by the temperature, so even a temperature
     of 1e-320 gives finite scaled logits (0 at the maximum, -inf elsewhere: greedy)."""
     x = np.asarray(logits, dtype=np.float64)
-    x = (x - x.max(axis=-1, keepdims=True)) / temperature  # <= 0, never inf - inf
+    with np.errstate(over="ignore"):  # a tiny temperature sends non-maximal logits to -inf
+        x = (x - x.max(axis=-1, keepdims=True)) / temperature  # <= 0, never inf - inf
     if top_k is not None:
         x = np.where(top_k_mask(x, top_k), x, -np.inf)
     probs = softmax_forward(x)
