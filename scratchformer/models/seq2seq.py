@@ -50,7 +50,7 @@ from scratchformer.nn import (
     SinusoidalPositionalEncoding,
     init,
 )
-from scratchformer.nn.module import trusted_calls
+from scratchformer.nn.module import door
 from scratchformer.ops import cross_entropy_backward, cross_entropy_forward
 
 
@@ -79,10 +79,8 @@ class Seq2SeqConfig(DictConfig):
     def __post_init__(self):
         if self.n_inner is None:
             self.n_inner = 4 * self.n_embd
-        if self.n_encoder_layers is None:
-            self.n_encoder_layers = self.n_layer
-        if self.n_decoder_layers is None:
-            self.n_decoder_layers = self.n_layer
+        for name in ("n_encoder_layers", "n_decoder_layers"):  # default: n_layer each
+            setattr(self, name, self.n_layer if getattr(self, name) is None else getattr(self, name))
         for name in ("src_vocab_size", "tgt_vocab_size", "max_len", "n_inner", "n_encoder_layers",
                      "n_decoder_layers"):
             check_positive_int(name, getattr(self, name))
@@ -126,26 +124,18 @@ class Seq2SeqTransformer(Module):
         self.lm_head = Linear(c.n_embd, c.tgt_vocab_size)
 
     # -- helpers -----------------------------------------------------------------------------
-    def _check_src(self, src) -> np.ndarray:
-        return check_token_ids(src, "src", self.config.src_vocab_size, max_len=self.config.max_len)
-
-    def _check_tgt(self, tgt, name: str = "tgt_in") -> np.ndarray:
-        return check_token_ids(tgt, name, self.config.tgt_vocab_size, max_len=self.config.max_len)
+    def _check_ids(self, ids, name: str, vocab_size: int) -> np.ndarray:
+        return check_token_ids(ids, name, vocab_size, max_len=self.config.max_len)
 
     def src_mask(self, src: np.ndarray) -> np.ndarray:
         """(B, 1, 1, S) bool, True at real (non-pad) source tokens."""
         return (np.asarray(src) != self.config.pad_id)[:, None, None, :]
 
-    # -- encoder / decoder -------------------------------------------------------------------
-    # encode / decode / decode_step are doors (they check their ids); forward and the decoders
-    # in scratchformer.inference call the unchecked _encode / _decode after checking once.
+    # -- encoder / decoder: doors when a user (or beam search) calls them, trusted from forward --
+    @door(lambda self, src, *_, **__: self._check_ids(src, "src", self.config.src_vocab_size))
     def encode(self, src, src_mask=None) -> np.ndarray:
         """src (B, S) ids -> memory (B, S, n_embd). src_mask defaults to src != pad_id."""
-        src = self._check_src(src)
-        with trusted_calls():
-            return self._encode(src, src_mask)
-
-    def _encode(self, src, src_mask=None) -> np.ndarray:
+        src = np.asarray(src)
         if src_mask is None:
             src_mask = self.src_mask(src)
         h = self.src_drop(self.src_pos(self.src_emb(src) * self.emb_scale))
@@ -155,13 +145,10 @@ class Seq2SeqTransformer(Module):
             h = self.enc_norm(h)
         return h
 
+    @door(lambda self, tgt_in, *_, **__: self._check_ids(tgt_in, "tgt_in", self.config.tgt_vocab_size))
     def decode(self, tgt_in, memory, src_mask=None, tgt_padding=True) -> np.ndarray:
         """tgt_in (B, T) ids (starting with BOS) -> logits (B, T, tgt_vocab), no cache."""
-        tgt_in = self._check_tgt(tgt_in)
-        with trusted_calls():
-            return self._decode(tgt_in, memory, src_mask, tgt_padding)
-
-    def _decode(self, tgt_in, memory, src_mask=None, tgt_padding=True) -> np.ndarray:
+        tgt_in = np.asarray(tgt_in)
         self_mask = (tgt_in != self.config.pad_id)[:, None, None, :] if tgt_padding else None
         h = self.tgt_drop(self.tgt_pos(self.tgt_emb(tgt_in) * self.emb_scale))
         for blk in self.decoder:
@@ -173,16 +160,12 @@ class Seq2SeqTransformer(Module):
     def new_caches(self) -> list[list[KVCache]]:
         return [blk.new_cache() for blk in self.decoder]
 
+    @door(lambda self, tokens, *_, **__: self._check_ids(tokens, "tokens", self.config.tgt_vocab_size))
     def decode_step(self, tokens, memory, src_mask, caches: list[list[KVCache]], offset: int) -> np.ndarray:
         """Incremental decoding (eval mode): tokens (B, 1) at position `offset` -> logits (B, V).
 
         `caches` (from `new_caches()`) holds the keys/values of positions < offset."""
-        tokens = self._check_tgt(tokens, "tokens")
-        with trusted_calls():
-            return self._decode_step(tokens, memory, src_mask, caches, offset)
-
-    def _decode_step(self, tokens, memory, src_mask, caches, offset: int) -> np.ndarray:
-        h = self.tgt_pos(self.tgt_emb(tokens) * self.emb_scale, offset=offset)
+        h = self.tgt_pos(self.tgt_emb(np.asarray(tokens)) * self.emb_scale, offset=offset)
         for blk, cache in zip(self.decoder, caches):
             h = blk(h, memory, memory_mask=src_mask, cache=cache)
         if self.config.norm_first:
@@ -191,7 +174,8 @@ class Seq2SeqTransformer(Module):
 
     # -- training ----------------------------------------------------------------------------
     def check_input(self, src, tgt_in, tgt_out=None) -> None:
-        src, tgt_in = self._check_src(src), self._check_tgt(tgt_in)
+        src = self._check_ids(src, "src", self.config.src_vocab_size)
+        tgt_in = self._check_ids(tgt_in, "tgt_in", self.config.tgt_vocab_size)
         if src.shape[0] != tgt_in.shape[0]:
             raise ShapeError(f"src and tgt_in batch sizes differ: {src.shape[0]} vs {tgt_in.shape[0]}")
         if tgt_out is not None and np.shape(tgt_out) != tgt_in.shape:
@@ -203,8 +187,8 @@ class Seq2SeqTransformer(Module):
         tgt_out positions equal to pad_id (or negative, e.g. -1) are ignored by the loss."""
         src, tgt_in = np.asarray(src), np.asarray(tgt_in)
         src_mask = self.src_mask(src)
-        memory = self._encode(src, src_mask)
-        logits = self._decode(tgt_in, memory, src_mask)
+        memory = self.encode(src, src_mask)
+        logits = self.decode(tgt_in, memory, src_mask)
         loss, loss_cache = None, None
         if tgt_out is not None:
             tgt_out = np.asarray(tgt_out)

@@ -22,6 +22,7 @@ Contract of every layer (forward/backward pairs, llm.c style):
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -29,7 +30,7 @@ import numpy as np
 
 from scratchformer.errors import BackwardError, DTypeError, StateDictError
 
-__all__ = ["DEFAULT_DTYPE", "Module", "Parameter", "eval_mode", "trusted_calls",
+__all__ = ["DEFAULT_DTYPE", "Module", "Parameter", "door", "eval_mode", "trusted_calls",
            "BackwardError", "StateDictError"]
 
 DEFAULT_DTYPE = np.float32
@@ -75,11 +76,7 @@ class Module:
     # -- running ---------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
         """forward(), after check_input() when this is the door (not a call from inside a model)."""
-        if _inside_forward:
-            return self.forward(*args, **kwargs)
-        self.check_input(*args, **kwargs)
-        with trusted_calls():
-            return self.forward(*args, **kwargs)
+        return _at_the_door(self.check_input, self.forward, args, kwargs)
 
     def check_input(self, *args, **kwargs) -> None:
         """Raise a typed error for input a user should not pass; layers override this."""
@@ -235,6 +232,25 @@ def trusted_calls():
         yield
     finally:
         _inside_forward = outer
+
+
+def _at_the_door(check, run, args, kwargs):
+    if _inside_forward:  # called from inside a model: the model checked its input
+        return run(*args, **kwargs)
+    check(*args, **kwargs)
+    with trusted_calls():
+        return run(*args, **kwargs)
+
+
+def door(check):
+    """Decorator giving a public method other than forward (encode, decode ...) the same door
+    as `__call__`: `check(self, *args, **kwargs)` runs only when a user calls the method."""
+    def wrap(method):
+        @functools.wraps(method)
+        def checked(self, *args, **kwargs):
+            return _at_the_door(functools.partial(check, self), functools.partial(method, self), args, kwargs)
+        return checked
+    return wrap
 
 
 @contextmanager
