@@ -8,7 +8,7 @@ import pytest
 from scratchformer.data.tasks import make_task
 from scratchformer.errors import ConfigError, ShapeError
 from scratchformer.gradcheck import numerical_gradient, relative_error
-from scratchformer.models import ClassifierConfig, TransformerClassifier
+from scratchformer.models import ClassifierConfig, Seq2SeqConfig, TransformerClassifier
 from scratchformer.nn import BackwardError, manual_seed
 
 PAD = 0
@@ -192,3 +192,22 @@ def test_majority_smoke_training_improves_loss():
         opt.step()
         losses.append(loss)
     assert np.mean(losses[-5:]) < np.mean(losses[:5]) - 0.05, losses
+
+
+@pytest.mark.parametrize("cls, base", [
+    (ClassifierConfig, {"vocab_size": 7, "n_classes": 3}),
+    (Seq2SeqConfig, {"src_vocab_size": 9, "tgt_vocab_size": 9}),
+])
+def test_task_configs_from_dict_read_legacy_keys_and_round_trip(cls, base):
+    """Checkpoints written before the rename store d_model / d_ff: they must still load."""
+    c = cls.from_dict({**base, "d_model": 16, "d_ff": 40, "n_head": 2})
+    assert (c.n_embd, c.n_inner, c.n_head) == (16, 40, 2)
+    assert cls.from_dict(c.to_dict()) == c and "d_model" not in c.to_dict()
+    with pytest.raises(ConfigError, match=r"unknown .*Config fields \['colour'\]"):
+        cls.from_dict({**base, "colour": "red"})
+    with pytest.raises(ConfigError, match="needs the fields"):
+        cls.from_dict({"n_embd": 16})
+    with pytest.raises(ConfigError, match="needs a dict"):
+        cls.from_dict([("n_embd", 16)])
+    with pytest.raises(ConfigError, match="n_embd .16. must be divisible by n_head .3."):
+        cls.from_dict({**base, "n_embd": 16, "n_head": 3})
