@@ -3,11 +3,15 @@
 __version__ = "0.1.0"
 
 from scratchformer.errors import (  # noqa: E402
+    BackwardError,
     CheckpointError,
     ConfigError,
     DataError,
+    DTypeError,
     ScratchformerError,
     ShapeError,
+    StateDictError,
 )
 
-__all__ = ["CheckpointError", "ConfigError", "DataError", "ScratchformerError", "ShapeError", "__version__"]
+__all__ = ["BackwardError", "CheckpointError", "ConfigError", "DataError", "DTypeError", "ScratchformerError",
+           "ShapeError", "StateDictError", "__version__"]

@@ -1,5 +1,7 @@
 """Exceptions users can catch. Every one subclasses `ScratchformerError` and a builtin
-(`ValueError` or `TypeError` ...) so plain ``except ValueError`` works too."""
+(`ValueError`, `TypeError` or `RuntimeError`) so a plain ``except ValueError`` works too.
+No module of the package raises a bare builtin error for bad input: it raises one of these,
+with a message naming the argument and the allowed values."""
 
 
 class ScratchformerError(Exception):
@@ -10,12 +12,16 @@ class ShapeError(ScratchformerError, ValueError):
     """An array has the wrong shape or rank."""
 
 
+class DTypeError(ScratchformerError, TypeError):
+    """An argument has the wrong type or dtype (e.g. float token ids, an int array for a layer)."""
+
+
 class ConfigError(ScratchformerError, ValueError):
-    """A configuration value is invalid."""
+    """A configuration value or an argument (temperature, top_k, eos_id ...) is invalid."""
 
 
 class DataError(ScratchformerError, ValueError):
-    """Input data (a file, a prompt, token ids) cannot be used."""
+    """Input data (a file, a prompt, token ids, logits) cannot be used."""
 
 
 class CheckpointError(ScratchformerError, ValueError):
@@ -41,3 +47,11 @@ class ResourceError(ScratchformerError, MemoryError):
 
 class CLIError(ScratchformerError, ValueError):
     """A bad combination of command-line options."""
+
+
+class StateDictError(ScratchformerError, ValueError):
+    """A state dict does not fit the module (keys or shapes)."""
+
+
+class BackwardError(ScratchformerError, RuntimeError):
+    """backward() was called without a matching training-mode forward."""

@@ -34,6 +34,10 @@ def _hf_model(seed=0, **overrides):
         for name, p in m.named_parameters():
             if p.ndim == 2:
                 p.normal_(0.0, 0.2)
+            elif ".ln_" in name or name.startswith("transformer.ln_f"):  # not LayerNorm's 1 / 0
+                p.normal_(1.0 if name.endswith("weight") else 0.0, 0.3)
+            else:  # the other biases
+                p.normal_(0.0, 0.1)
     return m.eval()
 
 
@@ -228,7 +232,7 @@ def test_errors(hf_dir, tmp_path):
                          ("activation_function", "silu"), ("scale_attn_weights", False)]:
         with pytest.raises(ConfigError, match=field):
             gpt2_config_from_hf({**base, field: value})
-    assert gpt2_config_from_hf({**base, "n_inner": 40}).d_ff == 40
+    assert gpt2_config_from_hf({**base, "n_inner": 40}).inner_size == 40
     # weights that do not fit the config
     (tmp_path / "model.safetensors").write_bytes((path / "model.safetensors").read_bytes())
     (tmp_path / "config.json").write_text(json.dumps({**base, "n_layer": 3}))

@@ -275,7 +275,7 @@ def test_fully_padded_sequence_in_encoder_gives_no_nan():
 def test_bad_inputs_raise_clear_errors():
     manual_seed(0)
     lin, emb, mha = Linear(D, 4), Embedding(5, D), MultiHeadAttention(D, H)
-    with pytest.raises(ShapeError, match=r"last dim 8, got input of shape \(2, 3\)"):
+    with pytest.raises(ShapeError, match=r"Linear input must have last dim 8, got shape \(2, 3\)"):
         lin(randn(2, 3))
     with pytest.raises(TypeError, match="float array"):
         lin(np.ones((2, D), dtype=np.int64))
@@ -286,19 +286,19 @@ def test_bad_inputs_raise_clear_errors():
     assert isinstance(info.value, ScratchformerError)
     with pytest.raises(DataError, match="min -1"):
         emb(np.array([-1, 2]))
-    with pytest.raises(TypeError, match="integer ids"):
+    with pytest.raises(DataError, match="integer token ids"):
         emb(np.array([0.0, 1.0]))
     with pytest.raises(TypeError, match="boolean"):
         mha(randn(B, T, D), mask=np.ones((B, 1, 1, T), dtype=np.float32))
     with pytest.raises(ShapeError, match="does not broadcast"):
         mha(randn(B, T, D), mask=np.ones((B, 1, 1, T + 1), dtype=bool))
-    with pytest.raises(ShapeError, match=r"\(B, T, 8\)"):
+    with pytest.raises(ShapeError, match="attention input x must have last dim 8"):
         mha(randn(B, T, D + 1))
     with pytest.raises(ShapeError, match="3 dims"):
         mha(randn(T, D))
     with pytest.raises(ShapeError, match="context"):
         mha(randn(B, T, D), randn(B + 1, S, D))
-    with pytest.raises(ShapeError, match="LayerNorm expects last dim 8"):
+    with pytest.raises(ShapeError, match="LayerNorm input must have last dim 8"):
         LayerNorm(D)(randn(B, T, D - 1))
     for pos in (SinusoidalPositionalEncoding(6, D), LearnedPositionalEmbedding(6, D)):
         with pytest.raises(ShapeError, match="longer than max_len=6"):
@@ -315,10 +315,31 @@ def test_bad_inputs_raise_clear_errors():
 def test_bad_configs_raise():
     with pytest.raises(ConfigError, match="divisible"):
         MultiHeadAttention(10, 3)
-    with pytest.raises(ConfigError, match="unknown activation 'swish'"):
+    with pytest.raises(ConfigError, match="activation must be one of .* got 'swish'"):
         FeedForward(D, FF, "swish")
-    with pytest.raises(ValueError, match=r"\[0, 1\)"):
+    with pytest.raises(ConfigError, match=r"\[0, 1\)"):
         Dropout(1.0)
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda: MultiHeadAttention(16, 0), "n_head must be a positive integer, got 0"),
+    (lambda: MultiHeadAttention(16, -4), "n_head must be a positive integer"),
+    (lambda: MultiHeadAttention(0, 1), "n_embd must be a positive integer"),
+    (lambda: MultiHeadAttention(16, 4, dropout=1.5), r"dropout must be a number in \[0, 1\), got 1.5"),
+    (lambda: MultiHeadAttention(16, 4, dropout=-1), r"dropout must be a number in \[0, 1\), got -1"),
+    (lambda: Dropout(-0.1), r"\[0, 1\), got -0.1"),
+    (lambda: Dropout(float("nan")), r"\[0, 1\), got nan"),
+    (lambda: LayerNorm(D, eps=-1), "eps must be a finite number > 0, got -1"),
+    (lambda: LayerNorm(D, eps=0), "eps must be a finite number > 0, got 0"),
+    (lambda: LayerNorm(D, eps=float("inf")), "eps must be a finite number > 0"),
+    (lambda: EncoderBlock(D, H, FF, dropout=1.0), r"dropout must be a number in \[0, 1\)"),
+    (lambda: Linear(0, 3), "in_features must be a positive integer"),
+    (lambda: Embedding(5, 2.5), "embedding_dim must be a positive integer"),
+])
+def test_layer_constructors_reject_bad_arguments_with_config_error(build, message):
+    """issue 9, 7.: no ZeroDivisionError, no silently accepted dropout or eps."""
+    with pytest.raises(ConfigError, match=message):
+        build()
 
 
 # ---------------------------------------------------------------------------------------------

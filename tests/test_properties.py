@@ -58,7 +58,8 @@ def test_masked_attention_weights_are_exactly_zero(Tq, Tk, seed, data, causal):
     B, Hh, d = 2, 2, 3
     mask = data.draw(hnp.arrays(bool, (B, 1, Tq, Tk)), label="mask")
     q, k, v = randn(seed, B, Hh, Tq, d) * 3, randn(seed + 1, B, Hh, Tk, d) * 3, randn(seed + 2, B, Hh, Tk, d)
-    out, w, _ = attention_forward(q, k, v, mask=mask, causal=causal)
+    out, cache = attention_forward(q, k, v, mask=mask, causal=causal)
+    w = cache["weights"]
     allowed = np.broadcast_to(mask & (np.tri(Tq, Tk, k=Tk - Tq, dtype=bool) if causal else True), w.shape)
     assert np.all(np.isfinite(w)) and np.all(np.isfinite(out))
     assert np.all(w[~allowed] == 0.0)  # exactly zero, not merely tiny
@@ -101,7 +102,8 @@ def test_causal_attention_ignores_the_future(T, data, seed):
     # and the gradient of position <= t's output never reaches tokens after t
     R = np.zeros_like(y2)
     R[:, : t + 1] = randn(seed + 3, 1, t + 1, D)
-    dx = mha.backward(R)
+    dx, dcontext = mha.backward(R)
+    assert dcontext is None  # self-attention: no context was given
     assert np.all(dx[:, t + 1:] == 0.0)
     assert np.any(dx[:, : t + 1] != 0.0)
 

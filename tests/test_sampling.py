@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scratchformer.errors import DataError
+from scratchformer.errors import ConfigError, DataError
 from scratchformer.inference import filtered_probs, sample_next, top_p_mask
 from scratchformer.models import GPT, GPTConfig
 
@@ -216,8 +216,45 @@ def test_generate_restores_mode_and_validates(model):
         model.generate(np.array([[1, 13]]), 2)
     with pytest.raises(DataError):
         model.generate(np.array([[1.0, 2.0]]), 2)
-    with pytest.raises(DataError):
+    with pytest.raises(ConfigError, match=r"eos_id must be an integer in \[0, 13\), got 13"):
         model.generate(_prompt(), 2, eos_id=13)
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError, match=r"eos_id must be an integer in \[0, 13\), got 1.5"):
+        model.generate(_prompt(), 2, eos_id=1.5)  # issue 9: a float eos_id never matched, never stopped
+    with pytest.raises(ConfigError, match="eos_id"):
+        model.generate(_prompt(), 2, eos_id=True)
+    with pytest.raises(ConfigError, match="max_new_tokens"):
         model.generate(_prompt(), -1)
+    for bad in (float("inf"), float("nan"), -1.0):
+        with pytest.raises(ConfigError, match="temperature must be a finite number >= 0"):
+            model.generate(_prompt(), 2, temperature=bad)
+    with pytest.raises(ConfigError, match="top_k"):
+        model.generate(_prompt(), 2, top_k=0)
+    with pytest.raises(ConfigError, match="top_p"):
+        model.generate(_prompt(), 2, top_p=1.5)
     np.testing.assert_array_equal(model.generate(_prompt(), 0), _prompt())
+
+
+# -- non-finite logits and extreme temperatures (issue 9) -------------------------------------------
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_sample_next_rejects_nan_logits_instead_of_returning_token_0(temperature):
+    logits = np.full((2, 5), np.nan)
+    with pytest.raises(DataError, match="NaN"):
+        sample_next(logits, np.random.default_rng(0), temperature=temperature)
+    partly = np.zeros((2, 5))
+    partly[1, 3] = np.nan
+    with pytest.raises(DataError, match="NaN"):
+        sample_next(partly, np.random.default_rng(0), temperature=temperature)
+    with pytest.raises(DataError, match="finite maximum"):
+        sample_next(np.full((1, 4), -np.inf), np.random.default_rng(0))
+
+
+def test_tiny_temperature_is_greedy_not_a_boundary_token():
+    rng = np.random.default_rng(0)
+    logits = rng.standard_normal((64, 50))
+    best = logits.argmax(axis=-1)
+    for t in (1e-320, 5e-324, 1e-300, 1e-30):
+        np.testing.assert_array_equal(sample_next(logits, rng, temperature=t), best)
+    # -inf logits (masked tokens) are fine, and never drawn
+    masked = np.where(np.arange(50) % 2 == 0, logits, -np.inf)
+    ids = sample_next(masked, rng, temperature=1.0)
+    assert np.all(ids % 2 == 0)

@@ -42,14 +42,14 @@ def tiny_gpt(n_layer=2, n_head=2, n_embd=16, block_size=16, vocab_size=TOK.vocab
 def tiny_classifier(pooling="cls"):
     manual_seed(1)
     return TransformerClassifier(ClassifierConfig(vocab_size=TOK.vocab_size, n_classes=3, max_len=16,
-                                                  n_layer=2, n_head=2, d_model=16, pooling=pooling,
+                                                  n_layer=2, n_head=2, n_embd=16, pooling=pooling,
                                                   positional="learned"))
 
 
 def tiny_seq2seq():
     manual_seed(2)
     return Seq2SeqTransformer(Seq2SeqConfig(src_vocab_size=12, tgt_vocab_size=12, max_len=12, n_layer=2,
-                                            n_head=2, d_model=16))
+                                            n_head=2, n_embd=16))
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +141,7 @@ def test_heatmap_draws_the_weights_the_model_returned(gpt, ids):
 
 def test_head_qkv_reproduces_the_heads_weights(gpt, ids):
     q, k, v = T.head_qkv(gpt, ids, layer=1, head=1)
-    _, w, _ = attention_forward(q[None, None], k[None, None], v[None, None], causal=True)
+    w = attention_forward(q[None, None], k[None, None], v[None, None], causal=True)[1]["weights"]
     np.testing.assert_allclose(w[0, 0], T.attention_maps(gpt, ids)["encoder"][1, 1], atol=1e-6)
 
 

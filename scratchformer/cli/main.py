@@ -153,7 +153,6 @@ def _add_setting(group, name: str, field_type: str, spec, values: dict[str, obje
 def build_parser() -> argparse.ArgumentParser:
     from scratchformer.models import GPTConfig
     from scratchformer.training.jobs import RUN_DEFAULTS, run_defaults
-    from scratchformer.training.tasks import CONFIG_FIELD_FOR
     from scratchformer.training.trainer import TrainConfig
 
     resolved = {kind: run_defaults(kind) for kind in RUN_DEFAULTS}
@@ -162,9 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
         """The default of one setting for every run kind it applies to."""
         out = {}
         for kind, d in resolved.items():
-            key = name if name in d[section] else CONFIG_FIELD_FOR.get(name)
-            if key in d[section]:
-                out[kind] = d[section][key]
+            if name in d[section]:
+                out[kind] = d[section][name]
         return out
 
     p = Parser(

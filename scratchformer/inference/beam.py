@@ -28,32 +28,19 @@ loop is over time steps.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import numpy as np
 
-from scratchformer.errors import ConfigError, ShapeError
+from scratchformer.checks import check_int_in_range, check_token_ids
+from scratchformer.errors import ConfigError
+from scratchformer.nn.module import eval_mode
 from scratchformer.ops import log_softmax_forward
 
 
-@contextmanager
-def _eval_mode(model):
-    was_training = model.training
-    model.eval()
-    try:
-        yield
-    finally:
-        model.train(was_training)
-
-
 def _setup(model, src, max_new_tokens):
-    src = np.asarray(src)
-    if src.ndim != 2 or not np.issubdtype(src.dtype, np.integer):
-        raise ShapeError(f"src must be (B, S) integer token ids, got {src.dtype} {src.shape}")
     max_len = model.config.max_len
-    n = max_len if max_new_tokens is None else int(max_new_tokens)
-    if not 1 <= n <= max_len:
-        raise ConfigError(f"max_new_tokens must be in [1, max_len={max_len}], got {max_new_tokens}")
+    src = check_token_ids(src, "src", model.config.src_vocab_size, max_len=max_len)
+    n = max_len if max_new_tokens is None else max_new_tokens
+    check_int_in_range("max_new_tokens", n, 1, max_len + 1)
     return src, n
 
 
@@ -70,7 +57,7 @@ def greedy_decode(model, src, max_new_tokens: int | None = None, return_scores: 
 
     With return_scores=True also returns each row's score (B,) with length exponent `alpha`."""
     src, n = _setup(model, src, max_new_tokens)
-    with _eval_mode(model):
+    with eval_mode(model):
         out, logp_sum, lengths = _greedy(model, src, n)
     out = _trim(out, model.config.eos_id)
     return (out, logp_sum / lengths.astype(np.float64) ** alpha) if return_scores else out
@@ -112,7 +99,7 @@ def sequence_scores(model, src, hyps, alpha: float = 0.6) -> np.ndarray:
     c = model.config
     B, _L = hyps.shape
     tgt_in = np.concatenate([np.full((B, 1), c.bos_id, dtype=hyps.dtype), hyps[:, :-1]], axis=1)
-    with _eval_mode(model):
+    with eval_mode(model):
         src_mask = model.src_mask(src)
         memory = model.encode(src, src_mask)
         # causal masking alone: positions after EOS cannot influence the scored ones
@@ -145,7 +132,7 @@ def beam_search(model, src, beam_width: int = 4, max_new_tokens: int | None = No
     pad, eos = c.pad_id, c.eos_id
     B = src.shape[0]
     bk = np.arange(B)[:, None]
-    with _eval_mode(model):
+    with eval_mode(model):
         src_mask = model.src_mask(src)
         memory = model.encode(src, src_mask)
         memory = np.repeat(memory, k, axis=0)      # (B * k, S, C), beam-major within a row

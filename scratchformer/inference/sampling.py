@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from scratchformer.errors import ShapeError
+from scratchformer.errors import ConfigError, DataError, DTypeError, ShapeError
 from scratchformer.ops.softmax import softmax_forward
 
-__all__ = ["as_rng", "sample_next", "top_k_mask", "top_p_mask", "filtered_probs"]
+__all__ = ["as_rng", "check_sampling_args", "sample_next", "top_k_mask", "top_p_mask", "filtered_probs"]
 
 
 def as_rng(rng=None) -> np.random.Generator:
@@ -26,18 +26,22 @@ def as_rng(rng=None) -> np.random.Generator:
         return rng
     if rng is None or (isinstance(rng, (int, np.integer)) and not isinstance(rng, bool)):
         return np.random.default_rng(rng)
-    raise TypeError(f"rng must be a numpy Generator, an int seed or None, got {type(rng).__name__}")
+    raise DTypeError(f"rng must be a numpy Generator, an int seed or None, got {type(rng).__name__}")
 
 
-def _check_args(temperature, top_k, top_p) -> None:
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float, np.floating, np.integer)) \
+def check_sampling_args(temperature, top_k, top_p) -> None:
+    """temperature: a finite number >= 0; top_k: None or an int >= 1; top_p: None or in (0, 1]."""
+    if isinstance(temperature, (bool, np.bool_)) \
+            or not isinstance(temperature, (int, float, np.floating, np.integer)) \
             or not temperature >= 0 or not np.isfinite(temperature):
-        raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1):
-        raise ValueError(f"top_k must be None or an integer >= 1, got {top_k!r}")
-    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float, np.floating))
+        raise ConfigError(f"temperature must be a finite number >= 0, got {temperature!r}")
+    if top_k is not None and (isinstance(top_k, (bool, np.bool_)) or not isinstance(top_k, (int, np.integer))
+                              or top_k < 1):
+        raise ConfigError(f"top_k must be None or an integer >= 1, got {top_k!r}")
+    if top_p is not None and (isinstance(top_p, (bool, np.bool_))
+                              or not isinstance(top_p, (int, float, np.floating, np.integer))
                               or not 0 < top_p <= 1):
-        raise ValueError(f"top_p must be None or a number in (0, 1], got {top_p!r}")
+        raise ConfigError(f"top_p must be None or a number in (0, 1], got {top_p!r}")
 
 
 def top_k_mask(logits: np.ndarray, k: int) -> np.ndarray:
@@ -64,8 +68,13 @@ def top_p_mask(probs: np.ndarray, p: float) -> np.ndarray:
 
 def filtered_probs(logits: np.ndarray, temperature: float = 1.0, top_k: int | None = None,
                    top_p: float | None = None) -> np.ndarray:
-    """(B, V) float64 sampling distribution after temperature, top-k and top-p (temperature > 0)."""
-    x = np.asarray(logits, dtype=np.float64) / temperature
+    """(B, V) float64 sampling distribution after temperature, top-k and top-p (temperature > 0).
+
+    The row maximum is subtracted before dividing by the temperature, so even a temperature
+    of 1e-320 gives finite scaled logits (0 at the maximum, -inf elsewhere: greedy)."""
+    x = np.asarray(logits, dtype=np.float64)
+    with np.errstate(over="ignore"):  # a tiny temperature sends non-maximal logits to -inf
+        x = (x - x.max(axis=-1, keepdims=True)) / temperature  # <= 0, never inf - inf
     if top_k is not None:
         x = np.where(top_k_mask(x, top_k), x, -np.inf)
     probs = softmax_forward(x)
@@ -87,7 +96,11 @@ def sample_next(logits: np.ndarray, rng: np.random.Generator | int | None = None
     logits = np.asarray(logits)
     if logits.ndim != 2 or logits.shape[-1] == 0:
         raise ShapeError(f"sample_next expects logits of shape (B, V), got {logits.shape}")
-    _check_args(temperature, top_k, top_p)
+    check_sampling_args(temperature, top_k, top_p)
+    row_max = logits.max(axis=-1)  # NaN if the row holds a NaN
+    if not np.isfinite(row_max).all():
+        raise DataError("sample_next: every row of logits needs a finite maximum and no NaN "
+                        "(the model produced NaN or inf: check its weights and input)")
     if temperature == 0 or top_k == 1:
         return np.argmax(logits, axis=-1).astype(np.int64)
     rng = as_rng(rng)

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from scratchformer.checks import check_positive_int, check_positive_number, check_token_ids
 from scratchformer.errors import CheckpointError, ConfigError, DataError
 from scratchformer.interop.hf_files import read_json, read_safetensors
 from scratchformer.nn.module import Module
@@ -90,18 +91,14 @@ class BertConfig:
             "max_position_embeddings",
             "type_vocab_size",
         ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name}={value!r} must be a positive integer")
+            check_positive_int(name, getattr(self, name))
         if self.hidden_size % self.num_attention_heads:
             raise ConfigError(
                 f"hidden_size={self.hidden_size} is not divisible by "
                 f"num_attention_heads={self.num_attention_heads}"
             )
-        eps = self.layer_norm_eps
-        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
-            raise ConfigError(f"layer_norm_eps={eps!r} must be a positive number")
-        self.layer_norm_eps = float(eps)
+        check_positive_number("layer_norm_eps", self.layer_norm_eps)
+        self.layer_norm_eps = float(self.layer_norm_eps)
 
     @classmethod
     def from_dict(cls, d: dict) -> BertConfig:
@@ -161,21 +158,13 @@ class BertEncoder(Module):
         self.eval()  # an inference model by default; .train() enables backward
 
     def _check_ids(self, ids, name: str, limit: int, shape=None) -> np.ndarray:
+        """(B, T) int64 ids in [0, limit); one sequence (T,) and bool masks are accepted too."""
         ids = np.asarray(ids)
-        if ids.ndim == 1:
-            ids = ids[None, :]
-        if ids.ndim != 2:
-            raise DataError(f"{name} must be (batch, time), got shape {ids.shape}")
-        if ids.size and not np.issubdtype(ids.dtype, np.integer):
-            if np.issubdtype(ids.dtype, np.bool_):
-                ids = ids.astype(np.int64)
-            else:
-                raise DataError(f"{name} must be integers, got dtype {ids.dtype}")
-        ids = ids.astype(np.int64, copy=False)
+        ids = ids[None, :] if ids.ndim == 1 else ids
+        ids = ids.astype(np.int64) if ids.dtype == np.bool_ else ids
+        ids = check_token_ids(ids, name, limit).astype(np.int64, copy=False)
         if shape is not None and ids.shape != shape:
             raise DataError(f"{name} has shape {ids.shape}, input_ids has {shape}")
-        if ids.size and (ids.min() < 0 or ids.max() >= limit):
-            raise DataError(f"{name} must lie in [0, {limit}), got range [{ids.min()}, {ids.max()}]")
         return ids
 
     def embed(self, input_ids, token_type_ids=None) -> np.ndarray:

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from scratchformer.errors import CheckpointError, ConfigError
+from scratchformer.errors import CheckpointError, ConfigError, DTypeError
 from scratchformer.interop.hf_files import read_json, read_safetensors
 from scratchformer.models.gpt import GPT, GPTConfig
 
@@ -88,14 +88,14 @@ def gpt2_config_from_hf(hf: dict, dtype: str = "float32") -> GPTConfig:
     missing = [k for k in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head") if k not in hf]
     if missing:
         raise ConfigError(f"GPT-2 config.json lacks {missing}")
-    return GPTConfig(
+    return GPTConfig.from_dict(dict(
         vocab_size=hf["vocab_size"], block_size=hf["n_positions"], n_layer=hf["n_layer"],
         n_head=hf["n_head"], n_embd=hf["n_embd"], n_inner=hf.get("n_inner"),
         dropout=float(hf.get("resid_pdrop", 0.1)), bias=True, norm_first=True,
         activation=_ACT_FROM_HF[act], positional="learned",
         tie_weights=bool(hf.get("tie_word_embeddings", True)),
         layer_norm_eps=float(hf.get("layer_norm_epsilon", 1e-5)), dtype=dtype,
-    )
+    ))
 
 
 def gpt2_config_to_hf(config: GPTConfig) -> dict:
@@ -183,7 +183,7 @@ def save_hf_gpt2(model: GPT, path) -> Path:
     from safetensors.numpy import save_file
 
     if not isinstance(model, GPT):
-        raise TypeError(f"save_hf_gpt2 needs a GPT, got {type(model).__name__}")
+        raise DTypeError(f"save_hf_gpt2 needs a GPT, got {type(model).__name__}")
     hf_cfg = gpt2_config_to_hf(model.config)
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)

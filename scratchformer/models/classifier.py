@@ -6,7 +6,7 @@
 
 Pooling:
 - "mean": average of the final hidden states over the real tokens (padding excluded).
-- "cls": a learned vector `cls_token` (d_model,) is prepended to the sequence (position 0,
+- "cls": a learned vector `cls_token` (n_embd,) is prepended to the sequence (position 0,
   never masked); its final hidden state is the sequence summary (BERT's [CLS]).
 
 With pre-norm blocks (`norm_first=True`) a final LayerNorm `ln_f` is applied before pooling,
@@ -15,13 +15,21 @@ as GPT-2 / torch.nn.TransformerEncoder(norm=...) do; post-norm blocks already en
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
-from scratchformer.errors import ConfigError, DataError, ShapeError
+from scratchformer.checks import (
+    DictConfig,
+    check_choice,
+    check_heads,
+    check_int_in_range,
+    check_positive_int,
+    check_probability,
+    check_token_ids,
+)
+from scratchformer.errors import BackwardError, DataError, ShapeError
 from scratchformer.nn import (
-    BackwardError,
     Dropout,
     Embedding,
     EncoderBlock,
@@ -33,18 +41,19 @@ from scratchformer.nn import (
     SinusoidalPositionalEncoding,
     init,
 )
+from scratchformer.nn.module import eval_mode
 from scratchformer.ops import cross_entropy_backward, cross_entropy_forward
 
 
 @dataclass
-class ClassifierConfig:
+class ClassifierConfig(DictConfig):
     vocab_size: int
     n_classes: int
     max_len: int = 64          # longest input sequence (the CLS token is extra)
     n_layer: int = 2
     n_head: int = 4
-    d_model: int = 64
-    d_ff: int | None = None    # default 4 * d_model
+    n_embd: int = 64
+    n_inner: int | None = None  # feed-forward hidden size, default 4 * n_embd
     dropout: float = 0.0
     norm_first: bool = True
     activation: str = "gelu"
@@ -52,26 +61,19 @@ class ClassifierConfig:
     pooling: str = "mean"           # or "cls"
     pad_id: int | None = None       # if set and no padding_mask is given, mask = (x != pad_id)
 
-    def __post_init__(self):
-        if self.d_ff is None:
-            self.d_ff = 4 * self.d_model
-        for name in ("vocab_size", "n_classes", "max_len", "n_layer", "n_head", "d_model", "d_ff"):
-            v = getattr(self, name)
-            if not isinstance(v, (int, np.integer)) or v < 1:
-                raise ConfigError(f"ClassifierConfig.{name} must be a positive int, got {v!r}")
-        if self.d_model % self.n_head:
-            raise ConfigError(f"d_model ({self.d_model}) must be divisible by n_head ({self.n_head})")
-        if self.positional not in ("sinusoidal", "learned"):
-            raise ConfigError(f"positional must be 'sinusoidal' or 'learned', got {self.positional!r}")
-        if self.pooling not in ("mean", "cls"):
-            raise ConfigError(f"pooling must be 'mean' or 'cls', got {self.pooling!r}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
-        if self.pad_id is not None and not 0 <= self.pad_id < self.vocab_size:
-            raise ConfigError(f"pad_id {self.pad_id} outside the vocabulary [0, {self.vocab_size})")
+    LEGACY_KEYS = {"d_model": "n_embd", "d_ff": "n_inner"}  # names in checkpoints before the rename
 
-    def to_dict(self) -> dict:
-        return asdict(self)
+    def __post_init__(self):
+        if self.n_inner is None:
+            self.n_inner = 4 * self.n_embd
+        for name in ("vocab_size", "n_classes", "max_len", "n_layer", "n_inner"):
+            check_positive_int(name, getattr(self, name))
+        check_heads(self.n_embd, self.n_head)
+        check_probability("dropout", self.dropout)
+        check_choice("positional", self.positional, ("sinusoidal", "learned"))
+        check_choice("pooling", self.pooling, ("mean", "cls"))
+        if self.pad_id is not None:
+            check_int_in_range("pad_id", self.pad_id, 0, self.vocab_size)
 
 
 class TransformerClassifier(Module):
@@ -81,23 +83,23 @@ class TransformerClassifier(Module):
     def __init__(self, config: ClassifierConfig):
         super().__init__()
         c = self.config = config
-        self.tok_emb = Embedding(c.vocab_size, c.d_model)
+        self.tok_emb = Embedding(c.vocab_size, c.n_embd)
         n_pos = c.max_len + (1 if c.pooling == "cls" else 0)
         if c.positional == "learned":
-            self.pos = LearnedPositionalEmbedding(n_pos, c.d_model)
+            self.pos = LearnedPositionalEmbedding(n_pos, c.n_embd)
         else:
-            self.pos = SinusoidalPositionalEncoding(n_pos, c.d_model)
+            self.pos = SinusoidalPositionalEncoding(n_pos, c.n_embd)
         if c.pooling == "cls":
-            self.cls_token = Parameter(init.normal((c.d_model,), 1.0, self.tok_emb.weight.data.dtype))
+            self.cls_token = Parameter(init.normal((c.n_embd,), 1.0, self.tok_emb.weight.data.dtype))
         self.drop = Dropout(c.dropout)
         self.blocks = [
-            EncoderBlock(c.d_model, c.n_head, c.d_ff, dropout=c.dropout, activation=c.activation,
+            EncoderBlock(c.n_embd, c.n_head, c.n_inner, dropout=c.dropout, activation=c.activation,
                          norm_first=c.norm_first)
             for _ in range(c.n_layer)
         ]
         if c.norm_first:
-            self.ln_f = LayerNorm(c.d_model)
-        self.head = Linear(c.d_model, c.n_classes)
+            self.ln_f = LayerNorm(c.n_embd)
+        self.head = Linear(c.n_embd, c.n_classes)
 
     # -- forward / backward ------------------------------------------------------------------
     def _padding_mask(self, x: np.ndarray, padding_mask) -> np.ndarray | None:
@@ -109,19 +111,21 @@ class TransformerClassifier(Module):
                              f"got {padding_mask.dtype} {padding_mask.shape}")
         return padding_mask
 
+    def check_input(self, x, labels=None, padding_mask=None) -> None:
+        x = check_token_ids(x, "x", self.config.vocab_size, max_len=self.config.max_len)
+        keep = self._padding_mask(x, padding_mask)
+        if keep is not None and self.config.pooling == "mean" and not keep.any(axis=1).all():
+            raise DataError("every sequence needs at least one real (non-padding) token")
+        if labels is not None and np.shape(labels) != (x.shape[0],):
+            raise ShapeError(f"labels must have shape ({x.shape[0]},), got {np.shape(labels)}")
+
     def forward(self, x, labels=None, padding_mask=None):
         """x: (B, T) int ids; labels: (B,) int or None; padding_mask: (B, T) bool, True = real.
 
         Returns (logits (B, n_classes), loss float or None)."""
         x = np.asarray(x)
-        if x.ndim != 2:
-            raise ShapeError(f"classifier input must be (B, T) token ids, got shape {x.shape}")
-        if x.shape[1] > self.config.max_len:
-            raise ShapeError(f"sequence length {x.shape[1]} > max_len {self.config.max_len}")
         B, _T = x.shape
         keep = self._padding_mask(x, padding_mask)  # (B, T) or None
-        if keep is not None and not keep.any(axis=1).all() and self.config.pooling == "mean":
-            raise DataError("every sequence needs at least one real (non-padding) token")
         h = self.tok_emb(x)  # (B, T, C)
         if self.config.pooling == "cls":
             cls = np.broadcast_to(self.cls_token.data.astype(h.dtype, copy=False), (B, 1, h.shape[-1]))
@@ -146,10 +150,7 @@ class TransformerClassifier(Module):
         logits = self.head(pooled)
         loss, loss_cache = None, None
         if labels is not None:
-            labels = np.asarray(labels)
-            if labels.shape != (B,):
-                raise ShapeError(f"labels must have shape ({B},), got {labels.shape}")
-            loss, loss_cache = cross_entropy_forward(logits, labels)
+            loss, loss_cache = cross_entropy_forward(logits, np.asarray(labels))
         self._save(weights=weights, shape=h.shape, loss=loss_cache)
         return logits, loss
 
@@ -178,10 +179,6 @@ class TransformerClassifier(Module):
 
     def predict(self, x, padding_mask=None) -> np.ndarray:
         """(B,) predicted class ids; runs in eval mode and restores the previous mode."""
-        was_training = self.training
-        self.eval()
-        try:
-            logits, _ = self.forward(x, padding_mask=padding_mask)
-        finally:
-            self.train(was_training)
+        with eval_mode(self):
+            logits, _ = self(x, padding_mask=padding_mask)
         return logits.argmax(axis=-1)

@@ -30,12 +30,23 @@ Generation keeps one KV cache per block so each new token costs O(T) work; see `
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 
-from scratchformer.errors import ConfigError, DataError, ShapeError
-from scratchformer.inference.sampling import as_rng, sample_next
+from scratchformer.checks import (
+    DictConfig,
+    check_bool,
+    check_choice,
+    check_heads,
+    check_int_in_range,
+    check_positive_int,
+    check_positive_number,
+    check_probability,
+    check_token_ids,
+)
+from scratchformer.errors import BackwardError, ConfigError, DataError, ShapeError
+from scratchformer.inference.sampling import as_rng, check_sampling_args, sample_next
 from scratchformer.nn import (
     DecoderBlock,
     Dropout,
@@ -48,23 +59,19 @@ from scratchformer.nn import (
     manual_seed,
 )
 from scratchformer.nn import init as nn_init
-from scratchformer.nn.module import BackwardError
+from scratchformer.nn.module import eval_mode, trusted_calls
 from scratchformer.ops import ACTIVATIONS, cross_entropy_backward, cross_entropy_forward
 
 __all__ = ["GPT", "GPTConfig"]
 
-_POSITIONAL = ("learned", "sinusoidal")
-_DTYPES = ("float32", "float64")
-_INITS = ("gpt2", "pytorch")
-
 
 @dataclass
-class GPTConfig:
+class GPTConfig(DictConfig):
     """Hyper-parameters of a `GPT`. Defaults are GPT-2 small (124M) with nanoGPT's choices:
     pre-norm, learned positions, exact GELU, tied LM head, biases, no dropout.
 
     bias: biases in every Linear and LayerNorm; False drops them all, as nanoGPT's bias=False.
-    n_inner: hidden size of the feed-forward; None means 4 * n_embd (see `d_ff`).
+    n_inner: hidden size of the feed-forward; None means 4 * n_embd (see `inner_size`).
     dtype: "float32" (default) or "float64" (gradient checks).
     init: "gpt2" (default): weights N(0, 0.02), residual projections N(0, 0.02 / sqrt(2 n_layer)),
         zero biases. "pytorch": each layer's PyTorch default (Linear U(+-1/sqrt(in)), Embedding
@@ -92,53 +99,27 @@ class GPTConfig:
         self.validate()
 
     @property
-    def d_ff(self) -> int:
+    def inner_size(self) -> int:
+        """The feed-forward's hidden size: n_inner, or 4 * n_embd when n_inner is None."""
         return 4 * self.n_embd if self.n_inner is None else self.n_inner
 
     def validate(self) -> None:
         """Raise ConfigError naming the first invalid field."""
-        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
-            _check_positive_int(name, getattr(self, name))
+        for name in ("vocab_size", "block_size", "n_layer"):
+            check_positive_int(name, getattr(self, name))
+        check_heads(self.n_embd, self.n_head)
         if self.n_inner is not None:
-            _check_positive_int("n_inner", self.n_inner)
-        if self.n_embd % self.n_head:
-            raise ConfigError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
-        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) \
-                or not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"dropout must be a number in [0, 1), got {self.dropout!r}")
+            check_positive_int("n_inner", self.n_inner)
+        check_probability("dropout", self.dropout)
         for name in ("bias", "norm_first", "tie_weights"):
-            if not isinstance(getattr(self, name), (bool, np.bool_)):
-                raise ConfigError(f"{name} must be a bool, got {getattr(self, name)!r}")
-        if self.activation not in ACTIVATIONS:
-            raise ConfigError(f"activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
-        if self.positional not in _POSITIONAL:
-            raise ConfigError(f"positional must be one of {list(_POSITIONAL)}, got {self.positional!r}")
-        if isinstance(self.layer_norm_eps, bool) or not isinstance(self.layer_norm_eps, (int, float)) \
-                or not self.layer_norm_eps > 0:
-            raise ConfigError(f"layer_norm_eps must be a positive number, got {self.layer_norm_eps!r}")
-        if isinstance(self.dtype, np.dtype) or isinstance(self.dtype, type):
+            check_bool(name, getattr(self, name))
+        check_choice("activation", self.activation, ACTIVATIONS)
+        check_choice("positional", self.positional, ("learned", "sinusoidal"))
+        check_positive_number("layer_norm_eps", self.layer_norm_eps)
+        if isinstance(self.dtype, (np.dtype, type)):
             self.dtype = np.dtype(self.dtype).name
-        if self.dtype not in _DTYPES:
-            raise ConfigError(f"dtype must be one of {list(_DTYPES)}, got {self.dtype!r}")
-        if self.init not in _INITS:
-            raise ConfigError(f"init must be one of {list(_INITS)}, got {self.init!r}")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> GPTConfig:
-        """Build from a dict (e.g. a checkpoint's config); unknown keys are a ConfigError."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ConfigError(f"unknown GPTConfig fields {unknown}")
-        return cls(**d)
-
-
-def _check_positive_int(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        check_choice("dtype", self.dtype, ("float32", "float64"))
+        check_choice("init", self.init, ("gpt2", "pytorch"))
 
 
 class GPT(Module):
@@ -166,7 +147,7 @@ class GPT(Module):
             self.wpe = SinusoidalPositionalEncoding(c.block_size, c.n_embd, dtype=dtype)
         self.drop = Dropout(c.dropout)
         self.h = [
-            DecoderBlock(c.n_embd, c.n_head, c.d_ff, dropout=c.dropout, activation=c.activation,
+            DecoderBlock(c.n_embd, c.n_head, c.inner_size, dropout=c.dropout, activation=c.activation,
                          norm_first=c.norm_first, cross_attention=False, eps=c.layer_norm_eps,
                          bias=c.bias, dtype=dtype)
             for _ in range(c.n_layer)
@@ -176,7 +157,6 @@ class GPT(Module):
         if c.tie_weights:
             self.lm_head.weight = self.wte.weight  # one Parameter, reached first as wte.weight
         self._init_weights()
-        self._last_forward: str | None = None  # why backward cannot run, if it cannot
 
     # -- construction -----------------------------------------------------------------------
     def _init_weights(self) -> None:
@@ -211,25 +191,14 @@ class GPT(Module):
         return self
 
     # -- forward / backward -------------------------------------------------------------------
-    def _check_idx(self, idx, name: str = "idx", max_len: int | None = None) -> np.ndarray:
-        if not isinstance(idx, np.ndarray):
-            idx = np.asarray(idx)
-        if not np.issubdtype(idx.dtype, np.integer):
-            raise DataError(f"{name} must hold integer token ids, got dtype {idx.dtype}")
-        if idx.ndim != 2:
-            raise ShapeError(f"{name} must be 2-D (batch, time), got shape {idx.shape}")
-        if idx.shape[0] == 0 or idx.shape[1] == 0:
-            raise ShapeError(f"{name} must be non-empty, got shape {idx.shape}")
-        if max_len is not None and idx.shape[1] > max_len:
-            raise ShapeError(
-                f"{name} has {idx.shape[1]} tokens but block_size is {max_len}: crop the sequence "
-                "to the last block_size tokens (generate() does this for prompts)"
-            )
-        V = self.config.vocab_size
-        lo, hi = idx.min(), idx.max()
-        if lo < 0 or hi >= V:
-            raise DataError(f"{name}: token ids must be in [0, {V}), got min {lo} max {hi}")
-        return idx
+    def check_input(self, idx, targets=None, ignore_index: int = -1) -> None:
+        check_token_ids(idx, "idx", self.config.vocab_size, max_len=self.config.block_size)
+        if targets is not None:
+            targets = np.asarray(targets)
+            if targets.shape != np.shape(idx):
+                raise ShapeError(f"targets must have the shape of idx {np.shape(idx)}, got {targets.shape}")
+            if not np.issubdtype(targets.dtype, np.integer):
+                raise DataError(f"targets must hold integer token ids, got dtype {targets.dtype}")
 
     def _trunk(self, idx: np.ndarray, caches=None, offset: int = 0) -> np.ndarray:
         """idx (B, T) -> final hidden states after ln_f, (B, T, n_embd)."""
@@ -245,24 +214,12 @@ class GPT(Module):
         data pipeline's padding) do not count. The loss is their mean cross-entropy. In
         training mode with targets, what `backward()` needs is kept (logits are computed once).
         """
-        idx = self._check_idx(idx, max_len=self.config.block_size)
-        if targets is not None:
-            targets = np.asarray(targets)
-            if targets.shape != idx.shape:
-                raise ShapeError(f"targets must have the shape of idx {idx.shape}, got {targets.shape}")
-            if not np.issubdtype(targets.dtype, np.integer):
-                raise DataError(f"targets must hold integer token ids, got dtype {targets.dtype}")
         self._cache = None
-        logits = self.lm_head(self._trunk(idx))  # (B, T, V)
+        logits = self.lm_head(self._trunk(np.asarray(idx)))  # (B, T, V)
         if targets is None:
-            self._last_forward = "without targets"
             return logits, None
-        loss, ce_cache = cross_entropy_forward(logits, targets, ignore_index=ignore_index)
-        if self.training:
-            self._cache = {"ce": ce_cache}
-            self._last_forward = None
-        else:
-            self._last_forward = "in eval mode"
+        loss, ce_cache = cross_entropy_forward(logits, np.asarray(targets), ignore_index=ignore_index)
+        self._save(ce=ce_cache)
         return logits, loss
 
     def backward(self, dloss: float = 1.0) -> None:
@@ -272,19 +229,17 @@ class GPT(Module):
         scales the loss gradient (e.g. 1 / accumulation_steps). Returns None.
         """
         if self._cache is None:
-            why = self._last_forward or "but its saved state was cleared (eval() / generate()) or never existed"
             raise BackwardError(
-                f"GPT.backward() needs a forward with targets in training mode first (the last "
-                f"forward ran {why}); call model.train() and logits, loss = model(idx, targets)"
+                "GPT.backward() needs a forward with targets in training mode first, and each "
+                "backward consumes one forward: call model.train() and logits, loss = model(idx, targets)"
             )
         ce_cache = self._pop_cache()["ce"]
         dx = self.lm_head.backward(cross_entropy_backward(ce_cache, dloss))
         dx = self.ln_f.backward(dx)
         for block in reversed(self.h):
-            dx = block.backward(dx)
+            dx, _ = block.backward(dx)
         dx = self.wpe.backward(self.drop.backward(dx))
         self.wte.backward(dx)
-        self._last_forward = "and was already backpropagated"
 
     # -- generation ---------------------------------------------------------------------------
     def new_caches(self) -> list:
@@ -316,12 +271,11 @@ class GPT(Module):
         use_cache=False always does that. Both pick identical tokens. The model runs in eval
         mode and its previous train/eval mode is restored afterwards.
         """
-        idx = self._check_idx(idx, name="prompt")
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) \
-                or max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be a non-negative integer, got {max_new_tokens!r}")
-        if eos_id is not None and not 0 <= eos_id < self.config.vocab_size:
-            raise DataError(f"eos_id must be in [0, {self.config.vocab_size}), got {eos_id}")
+        idx = check_token_ids(idx, "prompt", self.config.vocab_size)
+        check_int_in_range("max_new_tokens", max_new_tokens, 0, 2**31)
+        if eos_id is not None:
+            check_int_in_range("eos_id", eos_id, 0, self.config.vocab_size)
+        check_sampling_args(temperature, top_k, top_p)
         rng = as_rng(rng)
         B, T0 = idx.shape
         bs = self.config.block_size
@@ -330,9 +284,7 @@ class GPT(Module):
         if eos_id is not None:
             out[:, T0:] = eos_id
         finished = np.zeros(B, dtype=bool)
-        was_training = self.training
-        self.eval()
-        try:
+        with eval_mode(self), trusted_calls():
             caches, cached_len = None, 0  # cached_len: tokens held in the caches
             for step in range(max_new_tokens):
                 pos = T0 + step  # tokens so far
@@ -355,6 +307,4 @@ class GPT(Module):
                 out[:, pos] = nxt
                 if eos_id is not None and finished.all():
                     break
-        finally:
-            self.train(was_training)
         return out

@@ -3,8 +3,8 @@
     logits, loss = model(src, tgt_in, tgt_out)   # src (B, S), tgt_in/tgt_out (B, T) int ids
     model.backward()
 
-- Embeddings (source and target, optionally one shared table) are scaled by sqrt(d_model)
-  (section 3.4) and initialised N(0, 1/d_model), so the scaled embedding has unit variance,
+- Embeddings (source and target, optionally one shared table) are scaled by sqrt(n_embd)
+  (section 3.4) and initialised N(0, 1/n_embd), so the scaled embedding has unit variance,
   the same scale as the sinusoidal positions (section 3.5) added to it.
 - Source padding mask: (B, 1, 1, S) from src != pad_id, used by the encoder's self-attention
   and by every decoder cross-attention. Target self mask: key padding (B, 1, 1, T) from
@@ -25,13 +25,20 @@ the newest position, with a KV cache (see scratchformer.inference.beam).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
-from scratchformer.errors import ConfigError, ShapeError
+from scratchformer.checks import (
+    DictConfig,
+    check_heads,
+    check_int_in_range,
+    check_positive_int,
+    check_probability,
+    check_token_ids,
+)
+from scratchformer.errors import BackwardError, ConfigError, ShapeError
 from scratchformer.nn import (
-    BackwardError,
     DecoderBlock,
     Dropout,
     Embedding,
@@ -43,18 +50,19 @@ from scratchformer.nn import (
     SinusoidalPositionalEncoding,
     init,
 )
+from scratchformer.nn.module import door
 from scratchformer.ops import cross_entropy_backward, cross_entropy_forward
 
 
 @dataclass
-class Seq2SeqConfig:
+class Seq2SeqConfig(DictConfig):
     src_vocab_size: int
     tgt_vocab_size: int
     max_len: int = 64                 # longest source and longest decoder input
     n_layer: int = 2                  # encoder and decoder layers, unless given separately
     n_head: int = 4
-    d_model: int = 64
-    d_ff: int | None = None           # default 4 * d_model
+    n_embd: int = 64
+    n_inner: int | None = None        # feed-forward hidden size, default 4 * n_embd
     dropout: float = 0.0
     norm_first: bool = True
     activation: str = "gelu"
@@ -66,82 +74,68 @@ class Seq2SeqConfig:
     n_encoder_layers: int | None = None
     n_decoder_layers: int | None = None
 
+    LEGACY_KEYS = {"d_model": "n_embd", "d_ff": "n_inner"}  # names in checkpoints before the rename
+
     def __post_init__(self):
-        if self.d_ff is None:
-            self.d_ff = 4 * self.d_model
-        if self.n_encoder_layers is None:
-            self.n_encoder_layers = self.n_layer
-        if self.n_decoder_layers is None:
-            self.n_decoder_layers = self.n_layer
-        for name in ("src_vocab_size", "tgt_vocab_size", "max_len", "n_head", "d_model", "d_ff",
-                     "n_encoder_layers", "n_decoder_layers"):
-            v = getattr(self, name)
-            if not isinstance(v, (int, np.integer)) or v < 1:
-                raise ConfigError(f"Seq2SeqConfig.{name} must be a positive int, got {v!r}")
-        if self.d_model % self.n_head:
-            raise ConfigError(f"d_model ({self.d_model}) must be divisible by n_head ({self.n_head})")
+        if self.n_inner is None:
+            self.n_inner = 4 * self.n_embd
+        for name in ("n_encoder_layers", "n_decoder_layers"):  # default: n_layer each
+            setattr(self, name, self.n_layer if getattr(self, name) is None else getattr(self, name))
+        for name in ("src_vocab_size", "tgt_vocab_size", "max_len", "n_inner", "n_encoder_layers",
+                     "n_decoder_layers"):
+            check_positive_int(name, getattr(self, name))
+        check_heads(self.n_embd, self.n_head)
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ConfigError("share_embeddings needs src_vocab_size == tgt_vocab_size, got "
                               f"{self.src_vocab_size} and {self.tgt_vocab_size}")
-        if not 0.0 <= self.label_smoothing < 1.0:
-            raise ConfigError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
+        check_probability("label_smoothing", self.label_smoothing)
+        check_probability("dropout", self.dropout)
         for name in ("pad_id", "bos_id", "eos_id"):
-            v = getattr(self, name)
-            if not 0 <= v < self.tgt_vocab_size:
-                raise ConfigError(f"{name} {v} outside the target vocabulary [0, {self.tgt_vocab_size})")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
+            check_int_in_range(name, getattr(self, name), 0, self.tgt_vocab_size)
 
 
 class Seq2SeqTransformer(Module):
     """Parameters: `src_emb`, `tgt_emb` (the same weight when shared), `encoder.i`, `enc_norm`,
-    `decoder.i`, `dec_norm` (the norms only with pre-norm), `lm_head` (d_model -> tgt vocab)."""
+    `decoder.i`, `dec_norm` (the norms only with pre-norm), `lm_head` (n_embd -> tgt vocab)."""
 
     def __init__(self, config: Seq2SeqConfig):
         super().__init__()
         c = self.config = config
-        std = c.d_model ** -0.5
-        self.src_emb = Embedding(c.src_vocab_size, c.d_model)
+        std = c.n_embd ** -0.5
+        self.src_emb = Embedding(c.src_vocab_size, c.n_embd)
         self.src_emb.weight.data[...] = init.normal(self.src_emb.weight.shape, std, self.src_emb.weight.data.dtype)
-        self.tgt_emb = Embedding(c.tgt_vocab_size, c.d_model)
+        self.tgt_emb = Embedding(c.tgt_vocab_size, c.n_embd)
         if c.share_embeddings:
             self.tgt_emb.weight = self.src_emb.weight  # one Parameter, two lookups
         else:
             self.tgt_emb.weight.data[...] = init.normal(self.tgt_emb.weight.shape, std,
                                                         self.tgt_emb.weight.data.dtype)
-        self.emb_scale = math.sqrt(c.d_model)
-        self.src_pos = SinusoidalPositionalEncoding(c.max_len, c.d_model)
-        self.tgt_pos = SinusoidalPositionalEncoding(c.max_len, c.d_model)
+        self.emb_scale = math.sqrt(c.n_embd)
+        self.src_pos = SinusoidalPositionalEncoding(c.max_len, c.n_embd)
+        self.tgt_pos = SinusoidalPositionalEncoding(c.max_len, c.n_embd)
         self.src_drop, self.tgt_drop = Dropout(c.dropout), Dropout(c.dropout)
         kw = {"dropout": c.dropout, "activation": c.activation, "norm_first": c.norm_first}
-        self.encoder = [EncoderBlock(c.d_model, c.n_head, c.d_ff, **kw) for _ in range(c.n_encoder_layers)]
-        self.decoder = [DecoderBlock(c.d_model, c.n_head, c.d_ff, cross_attention=True, **kw)
+        self.encoder = [EncoderBlock(c.n_embd, c.n_head, c.n_inner, **kw) for _ in range(c.n_encoder_layers)]
+        self.decoder = [DecoderBlock(c.n_embd, c.n_head, c.n_inner, cross_attention=True, **kw)
                         for _ in range(c.n_decoder_layers)]
         if c.norm_first:
-            self.enc_norm = LayerNorm(c.d_model)
-            self.dec_norm = LayerNorm(c.d_model)
-        self.lm_head = Linear(c.d_model, c.tgt_vocab_size)
+            self.enc_norm = LayerNorm(c.n_embd)
+            self.dec_norm = LayerNorm(c.n_embd)
+        self.lm_head = Linear(c.n_embd, c.tgt_vocab_size)
 
     # -- helpers -----------------------------------------------------------------------------
-    def _check_ids(self, ids, name: str) -> np.ndarray:
-        ids = np.asarray(ids)
-        if ids.ndim != 2 or not np.issubdtype(ids.dtype, np.integer):
-            raise ShapeError(f"{name} must be (B, T) integer token ids, got {ids.dtype} {ids.shape}")
-        if ids.shape[1] > self.config.max_len:
-            raise ShapeError(f"{name} has length {ids.shape[1]} > max_len {self.config.max_len}")
-        return ids
+    def _check_ids(self, ids, name: str, vocab_size: int) -> np.ndarray:
+        return check_token_ids(ids, name, vocab_size, max_len=self.config.max_len)
 
     def src_mask(self, src: np.ndarray) -> np.ndarray:
         """(B, 1, 1, S) bool, True at real (non-pad) source tokens."""
         return (np.asarray(src) != self.config.pad_id)[:, None, None, :]
 
-    # -- encoder / decoder -------------------------------------------------------------------
+    # -- encoder / decoder: doors when a user (or beam search) calls them, trusted from forward --
+    @door(lambda self, src, *_, **__: self._check_ids(src, "src", self.config.src_vocab_size))
     def encode(self, src, src_mask=None) -> np.ndarray:
-        """src (B, S) ids -> memory (B, S, d_model). src_mask defaults to src != pad_id."""
-        src = self._check_ids(src, "src")
+        """src (B, S) ids -> memory (B, S, n_embd). src_mask defaults to src != pad_id."""
+        src = np.asarray(src)
         if src_mask is None:
             src_mask = self.src_mask(src)
         h = self.src_drop(self.src_pos(self.src_emb(src) * self.emb_scale))
@@ -151,9 +145,10 @@ class Seq2SeqTransformer(Module):
             h = self.enc_norm(h)
         return h
 
+    @door(lambda self, tgt_in, *_, **__: self._check_ids(tgt_in, "tgt_in", self.config.tgt_vocab_size))
     def decode(self, tgt_in, memory, src_mask=None, tgt_padding=True) -> np.ndarray:
         """tgt_in (B, T) ids (starting with BOS) -> logits (B, T, tgt_vocab), no cache."""
-        tgt_in = self._check_ids(tgt_in, "tgt_in")
+        tgt_in = np.asarray(tgt_in)
         self_mask = (tgt_in != self.config.pad_id)[:, None, None, :] if tgt_padding else None
         h = self.tgt_drop(self.tgt_pos(self.tgt_emb(tgt_in) * self.emb_scale))
         for blk in self.decoder:
@@ -165,12 +160,12 @@ class Seq2SeqTransformer(Module):
     def new_caches(self) -> list[list[KVCache]]:
         return [blk.new_cache() for blk in self.decoder]
 
+    @door(lambda self, tokens, *_, **__: self._check_ids(tokens, "tokens", self.config.tgt_vocab_size))
     def decode_step(self, tokens, memory, src_mask, caches: list[list[KVCache]], offset: int) -> np.ndarray:
         """Incremental decoding (eval mode): tokens (B, 1) at position `offset` -> logits (B, V).
 
         `caches` (from `new_caches()`) holds the keys/values of positions < offset."""
-        tokens = np.asarray(tokens)
-        h = self.tgt_pos(self.tgt_emb(tokens) * self.emb_scale, offset=offset)
+        h = self.tgt_pos(self.tgt_emb(np.asarray(tokens)) * self.emb_scale, offset=offset)
         for blk, cache in zip(self.decoder, caches):
             h = blk(h, memory, memory_mask=src_mask, cache=cache)
         if self.config.norm_first:
@@ -178,22 +173,25 @@ class Seq2SeqTransformer(Module):
         return self.lm_head(h[:, -1])
 
     # -- training ----------------------------------------------------------------------------
+    def check_input(self, src, tgt_in, tgt_out=None) -> None:
+        src = self._check_ids(src, "src", self.config.src_vocab_size)
+        tgt_in = self._check_ids(tgt_in, "tgt_in", self.config.tgt_vocab_size)
+        if src.shape[0] != tgt_in.shape[0]:
+            raise ShapeError(f"src and tgt_in batch sizes differ: {src.shape[0]} vs {tgt_in.shape[0]}")
+        if tgt_out is not None and np.shape(tgt_out) != tgt_in.shape:
+            raise ShapeError(f"tgt_out must have the shape of tgt_in {tgt_in.shape}, got {np.shape(tgt_out)}")
+
     def forward(self, src, tgt_in, tgt_out=None):
         """Returns (logits (B, T, tgt_vocab), loss float or None).
 
         tgt_out positions equal to pad_id (or negative, e.g. -1) are ignored by the loss."""
-        src = self._check_ids(src, "src")
-        tgt_in = self._check_ids(tgt_in, "tgt_in")
-        if src.shape[0] != tgt_in.shape[0]:
-            raise ShapeError(f"src and tgt_in batch sizes differ: {src.shape[0]} vs {tgt_in.shape[0]}")
+        src, tgt_in = np.asarray(src), np.asarray(tgt_in)
         src_mask = self.src_mask(src)
         memory = self.encode(src, src_mask)
         logits = self.decode(tgt_in, memory, src_mask)
         loss, loss_cache = None, None
         if tgt_out is not None:
             tgt_out = np.asarray(tgt_out)
-            if tgt_out.shape != tgt_in.shape:
-                raise ShapeError(f"tgt_out must have the shape of tgt_in {tgt_in.shape}, got {tgt_out.shape}")
             pad = self.config.pad_id
             targets = np.where(tgt_out < 0, pad, tgt_out)
             loss, loss_cache = cross_entropy_forward(logits, targets, ignore_index=pad,

@@ -1,6 +1,6 @@
 """Multi-head attention (Vaswani et al. 2017, section 3.2.2), self- and cross-attention.
 
-Projections are fused: one (3 d_model, d_model) matrix holds [W_q; W_k; W_v], the layout of
+Projections are fused: one (3 n_embd, n_embd) matrix holds [W_q; W_k; W_v], the layout of
 `torch.nn.MultiheadAttention.in_proj_weight`, so self-attention is one GEMM for q, k and v.
 Cross-attention uses the first third on `x` and the last two thirds on `context`.
 """
@@ -12,16 +12,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scratchformer.errors import ConfigError, ShapeError
+from scratchformer.checks import check_float_array, check_heads, check_probability
+from scratchformer.errors import ShapeError
 from scratchformer.nn import init
 from scratchformer.nn.layers import Linear
-from scratchformer.nn.module import DEFAULT_DTYPE, Module, Parameter, check_float_input
+from scratchformer.nn.module import DEFAULT_DTYPE, Module, Parameter
 from scratchformer.ops import attention_backward, attention_forward, linear_backward, linear_forward
 
 
 @dataclass
 class KVCache:
-    """Keys and values of earlier steps, (B, H, T_past, d_head) each, for incremental decoding.
+    """Keys and values of earlier steps, (B, H, T_past, head_size) each, for incremental decoding.
 
     For self-attention each call appends the new keys/values; for cross-attention the
     memory's keys/values are computed on the first call and reused after."""
@@ -35,43 +36,47 @@ class KVCache:
 
 
 class MultiHeadAttention(Module):
-    """x: (B, Tq, d_model), context: (B, Tk, d_model) or None -> (B, Tq, d_model).
+    """x: (B, Tq, n_embd), context: (B, Tk, n_embd) or None -> (B, Tq, n_embd).
 
     After each forward, `attn_weights` (B, H, Tq, Tk) holds the attention weights (for plots).
     """
 
-    def __init__(self, d_model: int, n_heads: int, bias: bool = True, dropout: float = 0.0,
+    def __init__(self, n_embd: int, n_head: int, bias: bool = True, dropout: float = 0.0,
                  dtype=DEFAULT_DTYPE, rng=None):
         super().__init__()
-        if d_model % n_heads:
-            raise ConfigError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
-        self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_model // n_heads
+        check_heads(n_embd, n_head)
+        check_probability("dropout", dropout)
+        self.n_embd, self.n_head, self.head_size = n_embd, n_head, n_embd // n_head
         self.dropout_p = dropout  # on the attention weights, as torch.nn.MultiheadAttention
         self.rng = np.random.default_rng(init.get_rng(rng).integers(2**63))  # attention dropout
-        bound = math.sqrt(6 / (d_model + d_model))  # xavier_uniform on each third, as PyTorch
-        self.in_proj_weight = Parameter(init.uniform((3 * d_model, d_model), bound, dtype, rng))
-        self.in_proj_bias = Parameter(np.zeros(3 * d_model, dtype=dtype)) if bias else None
-        self.out_proj = Linear(d_model, d_model, bias=bias, dtype=dtype, rng=rng)
+        bound = math.sqrt(6 / (n_embd + n_embd))  # xavier_uniform on each third, as PyTorch
+        self.in_proj_weight = Parameter(init.uniform((3 * n_embd, n_embd), bound, dtype, rng))
+        self.in_proj_bias = Parameter(np.zeros(3 * n_embd, dtype=dtype)) if bias else None
+        self.out_proj = Linear(n_embd, n_embd, bias=bias, dtype=dtype, rng=rng)
         if bias:
             self.out_proj.bias.data[...] = 0
         self.attn_weights: np.ndarray | None = None
 
-    def _split_heads(self, t: np.ndarray) -> np.ndarray:  # (B, T, d_model) -> (B, H, T, d_head)
+    def _split_heads(self, t: np.ndarray) -> np.ndarray:  # (B, T, n_embd) -> (B, H, T, head_size)
         B, T, _ = t.shape
-        return t.reshape(B, T, self.n_heads, self.d_head).transpose(0, 2, 1, 3)
+        return t.reshape(B, T, self.n_head, self.head_size).transpose(0, 2, 1, 3)
 
-    def _merge_heads(self, t: np.ndarray) -> np.ndarray:  # (B, H, T, d_head) -> (B, T, d_model)
-        B, H, T, dh = t.shape
-        return t.transpose(0, 2, 1, 3).reshape(B, T, H * dh)
+    def _merge_heads(self, t: np.ndarray) -> np.ndarray:  # (B, H, T, head_size) -> (B, T, n_embd)
+        B, H, T, hs = t.shape
+        return t.transpose(0, 2, 1, 3).reshape(B, T, H * hs)
 
     def _bias(self, part: slice):
         return None if self.in_proj_bias is None else self.in_proj_bias.data[part]
 
+    def check_input(self, x, context=None, mask=None, causal=False, kv_cache=None) -> None:
+        check_float_array(x, "attention input x", ndim=3, last_dim=self.n_embd)
+        if context is not None:
+            check_float_array(context, "attention context", ndim=3, last_dim=self.n_embd)
+            if context.shape[0] != x.shape[0]:
+                raise ShapeError(f"context must be (B={x.shape[0]}, Tk, {self.n_embd}), got {context.shape}")
+
     def forward(self, x, context=None, mask=None, causal=False, kv_cache: KVCache | None = None):
-        check_float_input(x, "attention input x", ndim=3)
-        if x.shape[-1] != self.d_model:
-            raise ShapeError(f"attention expects x of shape (B, T, {self.d_model}), got {x.shape}")
-        d, W = self.d_model, self.in_proj_weight.data
+        d, W = self.n_embd, self.in_proj_weight.data
         if context is None:
             qkv = linear_forward(x, W, self._bias(slice(None)))  # (B, T, 3d)
             q, k, v = (self._split_heads(t) for t in np.split(qkv, 3, axis=-1))
@@ -81,9 +86,6 @@ class MultiHeadAttention(Module):
                     v = np.concatenate([kv_cache.v, v], axis=2)
                 kv_cache.k, kv_cache.v = k, v
         else:
-            check_float_input(context, "attention context", ndim=3)
-            if context.shape[0] != x.shape[0] or context.shape[-1] != d:
-                raise ShapeError(f"context must be (B={x.shape[0]}, Tk, {d}), got {context.shape}")
             q = self._split_heads(linear_forward(x, W[:d], self._bias(slice(0, d))))
             if kv_cache is not None and kv_cache.k is not None:
                 k, v = kv_cache.k, kv_cache.v
@@ -92,17 +94,18 @@ class MultiHeadAttention(Module):
                 k, v = (self._split_heads(t) for t in np.split(kv, 2, axis=-1))
                 if kv_cache is not None:
                     kv_cache.k, kv_cache.v = k, v
-        out, self.attn_weights, att_cache = attention_forward(
+        out, att_cache = attention_forward(
             q, k, v, mask=mask, causal=causal, dropout_p=self.dropout_p, rng=self.rng, training=self.training
         )
+        self.attn_weights = att_cache["weights"]
         self._save(x=x, context=context, att=att_cache)
         return self.out_proj(self._merge_heads(out))
 
     def backward(self, grad):
-        """Returns dx for self-attention, (dx, dcontext) for cross-attention."""
+        """Returns (dx, dcontext); dcontext is None for self-attention (no context given)."""
         c = self._pop_cache()
         x, context = c["x"], c["context"]
-        d, W, has_bias = self.d_model, self.in_proj_weight.data, self.in_proj_bias is not None
+        d, W, has_bias = self.n_embd, self.in_proj_weight.data, self.in_proj_bias is not None
         dout = self._split_heads(self.out_proj.backward(grad))
         dq, dk, dv = attention_backward(dout, c["att"])
         dq, dk, dv = self._merge_heads(dq), self._merge_heads(dk), self._merge_heads(dv)
@@ -112,7 +115,7 @@ class MultiHeadAttention(Module):
             self.in_proj_weight.grad += dW
             if has_bias:
                 self.in_proj_bias.grad += db
-            return dx
+            return dx, None
         # q = x W_q^T + b_q ;  [k, v] = context [W_k; W_v]^T + [b_k, b_v]
         dx, dWq, dbq = linear_backward(dq, x, W[:d], has_bias)
         dctx, dWkv, dbkv = linear_backward(np.concatenate([dk, dv], axis=-1), context, W[d:], has_bias)

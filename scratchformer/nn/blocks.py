@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from scratchformer.checks import check_float_array
 from scratchformer.errors import ShapeError
 from scratchformer.nn.attention import KVCache, MultiHeadAttention
 from scratchformer.nn.feedforward import FeedForward
@@ -23,38 +24,47 @@ def residual_forward(x, norm: LayerNorm, sublayer: Module, drop: Dropout, norm_f
     return norm(x + drop(sublayer(x, **kwargs)))
 
 
+def _sublayer_backward(sublayer: Module, ds):
+    """(dx, dcontext): attention returns both (dcontext None for self-attention); the
+    feed-forward takes one input and returns one array."""
+    grads = sublayer.backward(ds)
+    return grads if isinstance(sublayer, MultiHeadAttention) else (grads, None)
+
+
 def residual_backward(dy, norm: LayerNorm, sublayer: Module, drop: Dropout, norm_first: bool):
-    """Returns (dx, dextra): dextra is the sub-layer's gradient for its context (cross-attention)."""
+    """Returns (dx, dcontext): dcontext is the sub-layer's gradient for its context
+    (cross-attention's memory), else None."""
     if norm_first:
         # y = x + s(norm(x))  =>  dx = dy + norm'(s'(dy))
-        ds = sublayer.backward(drop.backward(dy))
-        ds, dextra = ds if isinstance(ds, tuple) else (ds, None)
-        return dy + norm.backward(ds), dextra
+        ds, dcontext = _sublayer_backward(sublayer, drop.backward(dy))
+        return dy + norm.backward(ds), dcontext
     # y = norm(z), z = x + s(x)  =>  dz = norm'(dy), dx = dz + s'(dz)
     dz = norm.backward(dy)
-    ds = sublayer.backward(drop.backward(dz))
-    ds, dextra = ds if isinstance(ds, tuple) else (ds, None)
-    return dz + ds, dextra
+    ds, dcontext = _sublayer_backward(sublayer, drop.backward(dz))
+    return dz + ds, dcontext
 
 
 class EncoderBlock(Module):
-    """Bidirectional self-attention + feed-forward. x: (B, T, d_model) -> (B, T, d_model).
+    """Bidirectional self-attention + feed-forward. x: (B, T, n_embd) -> (B, T, n_embd).
 
-    mask: bool broadcastable to (B, n_heads, T, T), True = may attend (e.g. a key padding
+    mask: bool broadcastable to (B, n_head, T, T), True = may attend (e.g. a key padding
     mask of shape (B, 1, 1, T)).
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.0,
+    def __init__(self, n_embd: int, n_head: int, n_inner: int, dropout: float = 0.0,
                  activation: str = "gelu", norm_first: bool = True, eps: float = 1e-5,
                  bias: bool = True, dtype=DEFAULT_DTYPE):
         super().__init__()
         self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(d_model, n_heads, bias=bias, dropout=dropout, dtype=dtype)
-        self.attn_norm = LayerNorm(d_model, eps=eps, bias=bias, dtype=dtype)
-        self.ff = FeedForward(d_model, d_ff, activation, dropout=dropout, bias=bias, dtype=dtype)
-        self.ff_norm = LayerNorm(d_model, eps=eps, bias=bias, dtype=dtype)
+        self.self_attn = MultiHeadAttention(n_embd, n_head, bias=bias, dropout=dropout, dtype=dtype)
+        self.attn_norm = LayerNorm(n_embd, eps=eps, bias=bias, dtype=dtype)
+        self.ff = FeedForward(n_embd, n_inner, activation, dropout=dropout, bias=bias, dtype=dtype)
+        self.ff_norm = LayerNorm(n_embd, eps=eps, bias=bias, dtype=dtype)
         self.attn_dropout = Dropout(dropout)
         self.ff_dropout = Dropout(dropout)
+
+    def check_input(self, x, mask=None) -> None:
+        check_float_array(x, "EncoderBlock input", ndim=3, last_dim=self.ff_norm.weight.shape[0])
 
     def forward(self, x: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
         x = residual_forward(x, self.attn_norm, self.self_attn, self.attn_dropout, self.norm_first, mask=mask)
@@ -69,36 +79,42 @@ class EncoderBlock(Module):
 class DecoderBlock(Module):
     """Causal self-attention, cross-attention over `memory` (the encoder output), feed-forward.
 
-    x: (B, T, d_model); memory: (B, S, d_model) -> (B, T, d_model). With cross_attention=False
+    x: (B, T, n_embd); memory: (B, S, n_embd) -> (B, T, n_embd). With cross_attention=False
     this is a GPT block. self_mask: bool broadcastable to (B, H, T, T), combined with the causal
     mask; memory_mask: broadcastable to (B, H, T, S), e.g. the source padding mask (B, 1, 1, S).
     `cache`: a list of KVCache (one per attention) for incremental decoding in eval mode.
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.0,
+    def __init__(self, n_embd: int, n_head: int, n_inner: int, dropout: float = 0.0,
                  activation: str = "gelu", norm_first: bool = True, cross_attention: bool = True,
                  eps: float = 1e-5, bias: bool = True, dtype=DEFAULT_DTYPE):
         super().__init__()
         self.norm_first, self.cross_attention = norm_first, cross_attention
-        self.self_attn = MultiHeadAttention(d_model, n_heads, bias=bias, dropout=dropout, dtype=dtype)
-        self.attn_norm = LayerNorm(d_model, eps=eps, bias=bias, dtype=dtype)
+        self.self_attn = MultiHeadAttention(n_embd, n_head, bias=bias, dropout=dropout, dtype=dtype)
+        self.attn_norm = LayerNorm(n_embd, eps=eps, bias=bias, dtype=dtype)
         self.attn_dropout = Dropout(dropout)
         if cross_attention:
-            self.cross_attn = MultiHeadAttention(d_model, n_heads, bias=bias, dropout=dropout, dtype=dtype)
-            self.cross_norm = LayerNorm(d_model, eps=eps, bias=bias, dtype=dtype)
+            self.cross_attn = MultiHeadAttention(n_embd, n_head, bias=bias, dropout=dropout, dtype=dtype)
+            self.cross_norm = LayerNorm(n_embd, eps=eps, bias=bias, dtype=dtype)
             self.cross_dropout = Dropout(dropout)
-        self.ff = FeedForward(d_model, d_ff, activation, dropout=dropout, bias=bias, dtype=dtype)
-        self.ff_norm = LayerNorm(d_model, eps=eps, bias=bias, dtype=dtype)
+        self.ff = FeedForward(n_embd, n_inner, activation, dropout=dropout, bias=bias, dtype=dtype)
+        self.ff_norm = LayerNorm(n_embd, eps=eps, bias=bias, dtype=dtype)
         self.ff_dropout = Dropout(dropout)
 
     def new_cache(self) -> list[KVCache]:
         return [KVCache() for _ in range(2 if self.cross_attention else 1)]
 
-    def forward(self, x, memory=None, self_mask=None, memory_mask=None, cache: list[KVCache] | None = None):
+    def check_input(self, x, memory=None, self_mask=None, memory_mask=None, cache=None) -> None:
+        C = self.ff_norm.weight.shape[0]
+        check_float_array(x, "DecoderBlock input", ndim=3, last_dim=C)
         if self.cross_attention and memory is None:
             raise ShapeError("DecoderBlock with cross-attention needs memory (the encoder output), got None")
         if not self.cross_attention and memory is not None:
             raise ShapeError("DecoderBlock was built with cross_attention=False but got memory")
+        if memory is not None:
+            check_float_array(memory, "DecoderBlock memory", ndim=3, last_dim=C)
+
+    def forward(self, x, memory=None, self_mask=None, memory_mask=None, cache: list[KVCache] | None = None):
         self_cache, cross_cache = (cache + [None])[:2] if cache is not None else (None, None)
         x = residual_forward(x, self.attn_norm, self.self_attn, self.attn_dropout, self.norm_first,
                              mask=self_mask, causal=True, kv_cache=self_cache)
@@ -108,10 +124,11 @@ class DecoderBlock(Module):
         return residual_forward(x, self.ff_norm, self.ff, self.ff_dropout, self.norm_first)
 
     def backward(self, dy):
-        """Returns (dx, dmemory) with cross-attention, else dx."""
+        """Returns (dx, dmemory); dmemory is None without cross-attention (a GPT block)."""
+        dmemory = None
         dy, _ = residual_backward(dy, self.ff_norm, self.ff, self.ff_dropout, self.norm_first)
         if self.cross_attention:
             dy, dmemory = residual_backward(dy, self.cross_norm, self.cross_attn, self.cross_dropout,
                                             self.norm_first)
         dx, _ = residual_backward(dy, self.attn_norm, self.self_attn, self.attn_dropout, self.norm_first)
-        return (dx, dmemory) if self.cross_attention else dx
+        return dx, dmemory

@@ -1,10 +1,10 @@
-"""Position-wise feed-forward network: fc2(dropout(act(fc1(x)))). (..., d_model) -> (..., d_model)."""
+"""Position-wise feed-forward network: fc2(dropout(act(fc1(x)))). (..., n_embd) -> (..., n_embd)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from scratchformer.errors import ConfigError
+from scratchformer.checks import check_choice, check_float_array
 from scratchformer.nn.layers import Dropout, Linear
 from scratchformer.nn.module import DEFAULT_DTYPE, Module
 from scratchformer.ops import ACTIVATIONS
@@ -13,19 +13,21 @@ from scratchformer.ops import ACTIVATIONS
 class FeedForward(Module):
     """activation: "relu", "gelu" (exact, erf) or "gelu_tanh" (GPT-2's approximation)."""
 
-    def __init__(self, d_model: int, d_ff: int, activation: str = "gelu", dropout: float = 0.0,
+    def __init__(self, n_embd: int, n_inner: int, activation: str = "gelu", dropout: float = 0.0,
                  bias: bool = True, dtype=DEFAULT_DTYPE, rng=None):
         super().__init__()
-        if activation not in ACTIVATIONS:
-            raise ConfigError(f"unknown activation {activation!r}: choose one of {sorted(ACTIVATIONS)}")
+        check_choice("activation", activation, ACTIVATIONS)
         self.activation = activation
         self._act_keep, self._act_from_cache = ACTIVATIONS[activation]
-        self.fc1 = Linear(d_model, d_ff, bias=bias, dtype=dtype, rng=rng)
-        self.fc2 = Linear(d_ff, d_model, bias=bias, dtype=dtype, rng=rng)
+        self.fc1 = Linear(n_embd, n_inner, bias=bias, dtype=dtype, rng=rng)
+        self.fc2 = Linear(n_inner, n_embd, bias=bias, dtype=dtype, rng=rng)
         self.dropout = Dropout(dropout)
 
+    def check_input(self, x) -> None:
+        check_float_array(x, "FeedForward input", last_dim=self.fc1.in_features)
+
     def forward(self, x: np.ndarray) -> np.ndarray:
-        a, act_cache = self._act_keep(self.fc1(x))  # (..., d_ff)
+        a, act_cache = self._act_keep(self.fc1(x))  # (..., n_inner)
         self._save(act=act_cache)
         return self.fc2(self.dropout(a))
 

@@ -6,9 +6,15 @@ import math
 
 import numpy as np
 
-from scratchformer.errors import DataError, ShapeError
+from scratchformer.checks import (
+    check_float_array,
+    check_positive_int,
+    check_positive_number,
+    check_probability,
+    check_token_ids,
+)
 from scratchformer.nn import init
-from scratchformer.nn.module import DEFAULT_DTYPE, Module, Parameter, check_float_input
+from scratchformer.nn.module import DEFAULT_DTYPE, Module, Parameter
 from scratchformer.ops import (
     dropout_backward,
     dropout_forward,
@@ -28,15 +34,17 @@ class Linear(Module):
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, dtype=DEFAULT_DTYPE, rng=None):
         super().__init__()
+        check_positive_int("in_features", in_features)
+        check_positive_int("out_features", out_features)
         self.in_features, self.out_features = in_features, out_features
         bound = 1 / math.sqrt(in_features)
         self.weight = Parameter(init.uniform((out_features, in_features), bound, dtype, rng))
         self.bias = Parameter(init.uniform((out_features,), bound, dtype, rng)) if bias else None
 
+    def check_input(self, x) -> None:
+        check_float_array(x, "Linear input", last_dim=self.in_features)
+
     def forward(self, x: np.ndarray) -> np.ndarray:
-        check_float_input(x, "Linear input")
-        if x.shape[-1] != self.in_features:
-            raise ShapeError(f"Linear expects last dim {self.in_features}, got input of shape {x.shape}")
         self._save(x=x)
         return linear_forward(x, self.weight.data, None if self.bias is None else self.bias.data)
 
@@ -54,17 +62,16 @@ class Embedding(Module):
 
     def __init__(self, num_embeddings: int, embedding_dim: int, dtype=DEFAULT_DTYPE, rng=None):
         super().__init__()
+        check_positive_int("num_embeddings", num_embeddings)
+        check_positive_int("embedding_dim", embedding_dim)
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
         self.weight = Parameter(init.normal((num_embeddings, embedding_dim), 1.0, dtype, rng))
 
+    def check_input(self, idx) -> None:
+        check_token_ids(idx, "Embedding input", self.num_embeddings, batched=False)
+
     def forward(self, idx: np.ndarray) -> np.ndarray:
         idx = np.asarray(idx)
-        if not np.issubdtype(idx.dtype, np.integer):
-            raise TypeError(f"Embedding expects integer ids, got dtype {idx.dtype}")
-        if idx.size and (idx.min() < 0 or idx.max() >= self.num_embeddings):
-            raise DataError(
-                f"Embedding: token ids must be in [0, {self.num_embeddings}), got min {idx.min()} max {idx.max()}"
-            )
         self._save(idx=idx)
         return self.weight.data[idx]
 
@@ -83,14 +90,16 @@ class LayerNorm(Module):
 
     def __init__(self, normalized_shape: int, eps: float = 1e-5, bias: bool = True, dtype=DEFAULT_DTYPE):
         super().__init__()
+        check_positive_int("normalized_shape", normalized_shape)
+        check_positive_number("eps", eps)
         self.eps = eps
         self.weight = Parameter(np.ones(normalized_shape, dtype=dtype))
         self.bias = Parameter(np.zeros(normalized_shape, dtype=dtype)) if bias else None
 
+    def check_input(self, x) -> None:
+        check_float_array(x, "LayerNorm input", last_dim=self.weight.shape[0])
+
     def forward(self, x: np.ndarray) -> np.ndarray:
-        check_float_input(x, "LayerNorm input")
-        if x.shape[-1] != self.weight.shape[0]:
-            raise ShapeError(f"LayerNorm expects last dim {self.weight.shape[0]}, got input of shape {x.shape}")
         y, xhat, rstd = layernorm_forward(x, self.weight.data, None if self.bias is None else self.bias.data,
                                           self.eps)
         self._save(xhat=xhat, rstd=rstd)
@@ -114,10 +123,12 @@ class Dropout(Module):
 
     def __init__(self, p: float = 0.0, rng: np.random.Generator | None = None):
         super().__init__()
-        if not 0.0 <= p < 1.0:
-            raise ValueError(f"Dropout probability must be in [0, 1), got {p}")
+        check_probability("dropout p", p)
         self.p = p
         self.rng = rng if rng is not None else np.random.default_rng(init.get_rng().integers(2**63))
+
+    def check_input(self, x) -> None:
+        check_float_array(x, "Dropout input")
 
     def forward(self, x: np.ndarray) -> np.ndarray:
         y, mask = dropout_forward(x, self.p, self.rng, self.training)

@@ -12,17 +12,26 @@ Contract of every layer (forward/backward pairs, llm.c style):
 - ``forward(...)`` in training mode keeps in ``self._cache`` what ``backward`` needs;
   in eval mode it keeps nothing.
 - ``backward(grad_out)`` adds parameter gradients into ``.grad`` and returns the gradient of
-  the loss with respect to the forward's float inputs (one array, or a tuple when the forward
-  took several). It consumes the cache: a second backward needs a second forward.
+  the loss with respect to the forward's float inputs: one array when the forward takes one,
+  always a tuple in the forward's argument order when it takes several (None for an input
+  that was not given). It consumes the cache: a second backward needs a second forward.
+- ``check_input(...)`` (same arguments as forward) validates a user's input. `__call__` runs
+  it only at the door -- the outermost call -- so the layers inside a model trust the model,
+  which checked its own input once.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 
-from scratchformer.errors import ScratchformerError, ShapeError
+from scratchformer.errors import BackwardError, DTypeError, StateDictError
+
+__all__ = ["DEFAULT_DTYPE", "Module", "Parameter", "door", "eval_mode", "trusted_calls",
+           "BackwardError", "StateDictError"]
 
 DEFAULT_DTYPE = np.float32
 
@@ -40,7 +49,7 @@ class Parameter:
     def __init__(self, data: np.ndarray):
         data = np.asarray(data)
         if not np.issubdtype(data.dtype, np.floating):
-            raise TypeError(f"Parameter needs a floating-point array, got dtype {data.dtype}")
+            raise DTypeError(f"Parameter needs a floating-point array, got dtype {data.dtype}")
         self.data = np.ascontiguousarray(data)
         self.grad = np.zeros_like(self.data)
 
@@ -66,7 +75,11 @@ class Module:
 
     # -- running ---------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
-        return self.forward(*args, **kwargs)
+        """forward(), after check_input() when this is the door (not a call from inside a model)."""
+        return _at_the_door(self.check_input, self.forward, args, kwargs)
+
+    def check_input(self, *args, **kwargs) -> None:
+        """Raise a typed error for input a user should not pass; layers override this."""
 
     def forward(self, *args, **kwargs):  # pragma: no cover - abstract
         raise NotImplementedError(f"{type(self).__name__} does not implement forward")
@@ -152,7 +165,7 @@ class Module:
         """Convert every parameter (and gradient) to `dtype` in place; returns self."""
         dtype = np.dtype(dtype)
         if not np.issubdtype(dtype, np.floating):
-            raise TypeError(f"to() needs a floating dtype, got {dtype}")
+            raise DTypeError(f"to() needs a floating dtype, got {dtype}")
         for m in self.modules():
             m._convert_buffers(dtype)
         for p in self.parameters():
@@ -206,21 +219,46 @@ class Module:
         return f"{type(self).__name__}({self.num_parameters():,} parameters)"
 
 
-class BackwardError(ScratchformerError, RuntimeError):
-    """backward() was called without a matching training-mode forward."""
+_inside_forward = False  # True while a door's forward runs: inner calls skip check_input
 
 
-class StateDictError(ScratchformerError, ValueError):
-    """A state dict does not fit the module (keys or shapes)."""
+@contextmanager
+def trusted_calls():
+    """Run module calls without input checks (a door already checked). Models use it around
+    public methods other than __call__ (generate, encode, decode) after checking their input."""
+    global _inside_forward
+    outer, _inside_forward = _inside_forward, True
+    try:
+        yield
+    finally:
+        _inside_forward = outer
 
 
-def check_float_input(x: np.ndarray, name: str, ndim: int | tuple[int, ...] | None = None):
-    """Reject non-arrays, non-float dtypes and wrong ranks with one clear line."""
-    if not isinstance(x, np.ndarray):
-        raise TypeError(f"{name} must be a numpy array, got {type(x).__name__}")
-    if not np.issubdtype(x.dtype, np.floating):
-        raise TypeError(f"{name} must be a float array, got dtype {x.dtype}")
-    if ndim is not None:
-        allowed = (ndim,) if isinstance(ndim, int) else ndim
-        if x.ndim not in allowed:
-            raise ShapeError(f"{name} must have {' or '.join(map(str, allowed))} dims, got shape {x.shape}")
+def _at_the_door(check, run, args, kwargs):
+    if _inside_forward:  # called from inside a model: the model checked its input
+        return run(*args, **kwargs)
+    check(*args, **kwargs)
+    with trusted_calls():
+        return run(*args, **kwargs)
+
+
+def door(check):
+    """Decorator giving a public method other than forward (encode, decode ...) the same door
+    as `__call__`: `check(self, *args, **kwargs)` runs only when a user calls the method."""
+    def wrap(method):
+        @functools.wraps(method)
+        def checked(self, *args, **kwargs):
+            return _at_the_door(functools.partial(check, self), functools.partial(method, self), args, kwargs)
+        return checked
+    return wrap
+
+
+@contextmanager
+def eval_mode(module: Module):
+    """Run a block in eval mode and restore the module's previous mode, even on an error."""
+    was_training = module.training
+    module.eval()
+    try:
+        yield module
+    finally:
+        module.train(was_training)

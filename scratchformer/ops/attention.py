@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from scratchformer.errors import ShapeError
+from scratchformer.errors import DTypeError, ShapeError
 from scratchformer.ops.dropout import dropout_backward, dropout_forward
 from scratchformer.ops.softmax import softmax_backward
 
@@ -28,7 +28,7 @@ def attention_mask(mask: np.ndarray | None, causal: bool, Tq: int, Tk: int) -> n
     if mask is not None:
         mask = np.asarray(mask)
         if mask.dtype != bool:
-            raise TypeError(f"attention mask must be boolean (True = may attend), got dtype {mask.dtype}")
+            raise DTypeError(f"attention mask must be boolean (True = may attend), got dtype {mask.dtype}")
         try:
             fits = mask.ndim <= 4 and np.broadcast_shapes(mask.shape[-2:], (Tq, Tk)) == (Tq, Tk)
         except ValueError:
@@ -44,9 +44,10 @@ def attention_mask(mask: np.ndarray | None, causal: bool, Tq: int, Tk: int) -> n
 def attention_forward(q, k, v, mask=None, causal=False, dropout_p=0.0, rng=None, training=False):
     """q: (B, H, Tq, d); k, v: (B, H, Tk, d); mask: bool broadcastable to (B, H, Tq, Tk).
 
-    Returns (out (B, H, Tq, d), weights (B, H, Tq, Tk), cache). A query whose keys are all
-    masked gets zero weights and a zero output (never NaN). Dropout, when training, acts on
-    the weights (as torch.nn.MultiheadAttention); `weights` returned are before dropout.
+    Returns (out (B, H, Tq, d), cache); cache["weights"] (B, H, Tq, Tk) are the attention
+    weights before dropout (for plots). A query whose keys are all masked gets zero weights
+    and a zero output (never NaN; a NaN input still gives NaN). Dropout, when training, acts
+    on the weights (as torch.nn.MultiheadAttention).
     """
     Tq, Tk = q.shape[-2], k.shape[-2]
     if k.shape[-1] != q.shape[-1] or k.shape[:-2] != v.shape[:-2] or k.shape[-2] != v.shape[-2]:
@@ -66,7 +67,7 @@ def attention_forward(q, k, v, mask=None, causal=False, dropout_p=0.0, rng=None,
     dropped, drop_mask = dropout_forward(weights, dropout_p, rng, training)
     out = dropped @ v  # (B, H, Tq, d)
     cache = dict(q=q, k=k, v=v, weights=weights, dropped=dropped, drop_mask=drop_mask, scale=scale)
-    return out, weights, cache
+    return out, cache
 
 
 def attention_backward(dout: np.ndarray, cache: dict):

@@ -93,8 +93,8 @@ JOBS: dict[str, type[Job]] = {"gpt": LMJob, "classifier": ClassifierJob, "seq2se
 _SEQ2SEQ = {
     "kind": "seq2seq",
     "model": dict(
-        n_layer=2, n_head=4, d_model=64,  # a small encoder-decoder learns copy/reverse to >= 99% exact match
-        d_ff=256,                         # 4 * d_model, the paper's ratio
+        n_layer=2, n_head=4, n_embd=64,   # a small encoder-decoder learns copy/reverse to >= 99% exact match
+        n_inner=256,                      # 4 * n_embd, the paper's ratio
         dropout=0.0,                      # 50,000 fresh examples do not overfit
         norm_first=True,                  # pre-norm trains at lr 2e-3 without a long warmup
         activation="gelu",
@@ -142,8 +142,8 @@ RUN_DEFAULTS: dict[str, dict] = {
     # scripts/quality_bars.sh). The data are generated from the training seed.
     "majority": {
         "kind": "classifier",
-        "model": dict(n_layer=2, n_head=4, d_model=64,
-                      d_ff=128,                      # 2 * d_model is enough to count three symbols
+        "model": dict(n_layer=2, n_head=4, n_embd=64,
+                      n_inner=128,                   # 2 * n_embd is enough to count three symbols
                       dropout=0.0, norm_first=True, activation="gelu",
                       positional="sinusoidal",       # order does not matter; no table to learn
                       pooling="mean"),               # counting is an average over positions

@@ -31,9 +31,6 @@ from scratchformer.errors import CheckpointError, ConfigError, DataError
 from scratchformer.inference.beam import beam_search, greedy_decode
 from scratchformer.models import ClassifierConfig, Seq2SeqConfig, Seq2SeqTransformer, TransformerClassifier
 
-# Setting names (as the GPT's config and the command line spell them) -> the task configs' field
-# names, where they still differ.
-CONFIG_FIELD_FOR = {"n_embd": "d_model"}
 
 
 class TaskJob:
@@ -61,10 +58,9 @@ class TaskJob:
         known = {f.name for f in fields(cls.config_class)}
         kwargs = {}
         for name, value in model.items():
-            field = CONFIG_FIELD_FOR.get(name, name)
-            if field not in known:
+            if name not in known:
                 raise ConfigError(f"--{name.replace('_', '-')} does not apply to the {run_kind} task")
-            kwargs[field] = value
+            kwargs[name] = value
         unknown = sorted(set(data) - {"n_train", "n_test", "max_len"})
         if unknown:  # a data file, a block size or a split seed: task data are generated
             flag = "--data" if unknown[0] == "path" else "--" + unknown[0].replace("_", "-")
@@ -79,7 +75,7 @@ class TaskJob:
         if data is not None:
             raise ConfigError("--data applies to language models only: task runs generate their data from the "
                               "recorded seed")
-        model = cls.model_class(cls.config_class(**ck.config["model"]))
+        model = cls.model_class(cls.config_class.from_dict(ck.config["model"]))
         model.load_state_dict(ck.model_state)
         return cls(ck.config["task"], model, ck.config["data"])
 
@@ -90,7 +86,8 @@ class TaskJob:
         return None  # the digits vocabulary is fixed (scratchformer.data.tasks)
 
     def check_compatible(self, ck) -> None:
-        if ck.config.get("model") != self.model.config.to_dict() or ck.config.get("task") != self.task:
+        saved = type(self.model.config).from_dict(ck.config.get("model") or {}).to_dict()
+        if saved != self.model.config.to_dict() or ck.config.get("task") != self.task:
             raise CheckpointError(f"{ck.path}: a different task or model config; resume with the same options")
 
     # -- training ------------------------------------------------------------------------------

@@ -129,7 +129,8 @@ def attention_steps(q, k, v, tokens, causal: bool = True, path=None):
     T = q.shape[0]
     scores = _scores(q, k)
     masked = np.where(causal_mask(T, T), scores, -np.inf) if causal else scores
-    out, weights, _ = attention_forward(q[None, None], k[None, None], v[None, None], causal=causal)
+    out, cache = attention_forward(q[None, None], k[None, None], v[None, None], causal=causal)
+    weights = cache["weights"]
     s = _cell(T, T <= ANNOTATE_MAX) + 0.4
     fig = new_figure(4 * s + 0.4, s + 0.7)
     axes = fig.subplots(1, 4)

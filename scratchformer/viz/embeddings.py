@@ -25,9 +25,9 @@ def _table_heatmap(table, title, path):
     return finish(fig, path)
 
 
-def sinusoidal_encoding(max_len: int = 64, d_model: int = 64, path=None):
+def sinusoidal_encoding(max_len: int = 64, n_embd: int = 64, path=None):
     """PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(...), as a heatmap."""
-    return _table_heatmap(sinusoidal_table(max_len, d_model),
+    return _table_heatmap(sinusoidal_table(max_len, n_embd),
                           "sinusoidal positions: fast waves on the left, slow on the right", path)
 
 

@@ -60,7 +60,7 @@ def is_causal(model) -> bool:
 
 def head_count(attn) -> int:
     """Number of heads of a MultiHeadAttention."""
-    return attn.n_heads
+    return attn.n_head
 
 
 def final_norm(model):
