@@ -30,6 +30,7 @@ from scratchformer.errors import DataError, ResourceError
 
 FLOAT_BYTES = 4  # float32, the library's default dtype
 USABLE_FRACTION = 0.9  # leave the rest to the OS and the Python interpreter
+LAYER_OVERHEAD_BYTES = 32 * 1024  # Python objects of one block (~15 KB measured for a tiny GPT block), doubled
 MAX_LINE_CHARS = 1000  # a "lines" data set is names and short items; 1,000 chars is generous
 
 
@@ -144,7 +145,7 @@ def param_count_bound(config) -> int:
 def check_model_fits(config, training: bool, option: str = "--n-embd, --n-layer or --block-size") -> None:
     """Before building a model: its weights (and, when training, gradients and AdamW moments)."""
     n = param_count_bound(config)
-    nbytes = training_state_bytes(n) if training else n * FLOAT_BYTES
+    nbytes = (training_state_bytes(n) if training else n * FLOAT_BYTES) + _dims(config)[0] * LAYER_OVERHEAD_BYTES
     check_fits(nbytes, f"a model of about {n:,} parameters" + (" with its training state" if training else ""),
                option)
 

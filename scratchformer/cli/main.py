@@ -409,8 +409,9 @@ COMMANDS = {"train": cmd_train, "sample": cmd_sample, "eval": cmd_eval, "predict
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        return COMMANDS[args.command](args)
+    try:  # NaN and overflow are handled where they matter (the trainer stops on them): no numpy warnings
+        with np.errstate(all="ignore"):
+            return COMMANDS[args.command](args)
     except (ScratchformerError, OSError, FloatingPointError) as e:
         print(f"scratchformer {args.command}: error: {e}", file=sys.stderr)
         return 2

@@ -72,9 +72,11 @@ class LMJob:
         model = GPT(config)
         model.load_state_dict(ck.model_state)
         spec = dict(ck.config["data"])
-        if data is not None:
+        if data is not None:  # checked now: a resume that finds nothing to do must still refuse it
             spec["path"] = str(resolve_data(data).resolve())
             spec.pop("name", None)
+            if not allow_changed_data:
+                check_data_unchanged(spec["path"], spec.get("sha256"))
         if ck.tokenizer is None:
             raise CheckpointError(f"{ck.path} has no tokenizer.json: a language-model checkpoint needs one")
         return cls(model, None, spec, CharTokenizer.from_json(ck.tokenizer), allow_changed_data)
