@@ -413,6 +413,8 @@ def main(argv: list[str] | None = None) -> int:
         with np.errstate(all="ignore"):
             return COMMANDS[args.command](args)
     except (ScratchformerError, OSError, FloatingPointError) as e:
+        if isinstance(e, OSError) and e.filename is not None:  # name the path, without errno noise
+            e = f"{e.filename}: {e.strerror}"
         print(f"scratchformer {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:  # TrainingInterrupted says where its checkpoint went
