@@ -55,3 +55,13 @@ class StateDictError(ScratchformerError, ValueError):
 
 class BackwardError(ScratchformerError, RuntimeError):
     """backward() was called without a matching training-mode forward."""
+
+
+class TrainingDivergedError(ScratchformerError, ArithmeticError):
+    """The loss or the gradient norm became NaN or infinite: training stopped before the bad
+    step touched the weights or a checkpoint."""
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C during training: a checkpoint of the current step was written (the message says
+    where). Not a ScratchformerError: the CLI exits with 130, as for any interrupt."""

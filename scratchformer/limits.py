@@ -12,16 +12,25 @@ machine has available now.
     generation_bytes(...)               a batch of generations: KV cache + logits
     check_fits(nbytes, what, option)    ResourceError naming `option` if it does not fit
     check_line_lengths(lines, path)     DataError naming the first line that is too long
+    check_model_fits(config, ...)       before building a model (any kind) from its config
+    check_training_fits(model, B)       before the first training step: state + one batch
+    model_flops_per_token(model)        6N + 12 L C T (nanoGPT's estimate), for MFU
+    gemm_peak_flops()                   float32 GEMM FLOP/s, measured once (well under a second)
 """
 
 from __future__ import annotations
 
 import os
+import time
+from functools import lru_cache
+
+import numpy as np
 
 from scratchformer.errors import DataError, ResourceError
 
 FLOAT_BYTES = 4  # float32, the library's default dtype
 USABLE_FRACTION = 0.9  # leave the rest to the OS and the Python interpreter
+LAYER_OVERHEAD_BYTES = 32 * 1024  # Python objects of one block (~15 KB measured for a tiny GPT block), doubled
 MAX_LINE_CHARS = 1000  # a "lines" data set is names and short items; 1,000 chars is generous
 
 
@@ -109,3 +118,62 @@ def check_line_lengths(lines, path, limit: int = MAX_LINE_CHARS, option: str = "
         if len(line) > limit:
             raise DataError(f"{path} line {number} has {len(line):,} characters (the limit for a lines file is "
                             f"{limit:,}): shorten it, or train on the file with {option}")
+
+
+def _dims(config) -> tuple[int, int, int, int, int]:
+    """(layers, width, heads, sequence length, vocabulary) of any model config: a GPT's
+    block_size or a task model's max_len; an encoder-decoder counts both stacks."""
+    C, heads = int(_get(config, "n_embd") or _get(config, "d_model")), int(_get(config, "n_head"))
+    T = int(_get(config, "block_size") or _get(config, "max_len"))
+    V = int(_get(config, "vocab_size") or 0) + int(_get(config, "tgt_vocab_size") or 0)
+    L = int(_get(config, "n_layer"))
+    if _get(config, "tgt_vocab_size") is not None:  # encoder + decoder (cross-attention: count it twice)
+        L = int(_get(config, "n_encoder_layers") or L) + 2 * int(_get(config, "n_decoder_layers") or L)
+        V += int(_get(config, "src_vocab_size") or 0)
+    return L, C, heads, T, max(V, 1)
+
+
+def param_count_bound(config) -> int:
+    """Parameters of any model config (GPT exactly as gpt_param_count; the task models with
+    the same per-block count, an upper bound)."""
+    L, C, _, T, V = _dims(config)
+    H = int(_get(config, "n_inner") or _get(config, "d_ff") or 4 * C)
+    return gpt_param_count({"vocab_size": V, "block_size": T, "n_layer": L, "n_embd": C, "n_inner": H,
+                            "tie_weights": _get(config, "tie_weights", False)})
+
+
+def check_model_fits(config, training: bool, option: str = "--n-embd, --n-layer or --block-size") -> None:
+    """Before building a model: its weights (and, when training, gradients and AdamW moments)."""
+    n = param_count_bound(config)
+    nbytes = (training_state_bytes(n) if training else n * FLOAT_BYTES) + _dims(config)[0] * LAYER_OVERHEAD_BYTES
+    check_fits(nbytes, f"a model of about {n:,} parameters" + (" with its training state" if training else ""),
+               option)
+
+
+def check_training_fits(model, batch_size: int) -> None:
+    """Before the first step: the training state of `model` plus one micro-batch's activations."""
+    L, C, heads, T, V = _dims(model.config)
+    state = 3 * model.num_parameters() * FLOAT_BYTES  # gradients and AdamW's m, v (the weights exist)
+    check_fits(state + activation_bytes(batch_size, T, L, C, heads, V),
+               f"training with --batch-size {batch_size} and a context of {T}", "--batch-size or --block-size")
+
+
+def model_flops_per_token(model) -> float:
+    """FLOPs of one training token, forward and backward: 6 per parameter plus attention's
+    12 * layers * width * context (nanoGPT's estimate_mfu; the context is the model's
+    maximum, so short names over-count the attention term)."""
+    L, C, _, T, _ = _dims(model.config)
+    return 6.0 * model.num_parameters() + 12.0 * L * C * T
+
+
+@lru_cache(maxsize=1)
+def gemm_peak_flops(n: int = 512, repeats: int = 3) -> float:
+    """float32 matmul FLOP/s on this machine, the best of a few n x n products (measured once
+    per process; an estimate of the peak MFU is measured against)."""
+    a = np.ones((n, n), dtype=np.float32)
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        a @ a
+        best = min(best, time.perf_counter() - t)
+    return 2.0 * n**3 / max(best, 1e-9)

@@ -7,14 +7,17 @@ on stderr and exit code 2; no tracebacks.
 from __future__ import annotations
 
 import argparse
-import json
+import math
+import os
 import sys
 from dataclasses import asdict, fields
 from pathlib import Path
 
 import numpy as np
 
-from scratchformer.errors import CLIError, ScratchformerError
+from scratchformer.errors import CheckpointError, CLIError, ScratchformerError
+
+SEEN_MARK = " (in training data)"  # sample: appended to a sample that is an item of the training split
 
 # Help text of each setting the command line exposes, keyed by dataclass field (GPTConfig for the
 # model, TrainConfig for training). The option itself (--n-layer), its type and the defaults
@@ -83,6 +86,13 @@ def _nonneg_float(s: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, got {s!r}") from None
     if not v >= 0:
         raise argparse.ArgumentTypeError(f"expected a number >= 0, got {s}")
+    return v
+
+
+def _temperature(s: str) -> float:
+    v = _nonneg_float(s)
+    if not (v == 0 or 1e-3 <= v <= 1e3):  # 1e-320 turns every logit into +-inf; inf samples noise
+        raise argparse.ArgumentTypeError(f"expected 0 (greedy) or a temperature in [0.001, 1000], got {s}")
     return v
 
 
@@ -181,18 +191,23 @@ def build_parser() -> argparse.ArgumentParser:
                     "the tasks: their tuned settings); --help shows them per kind.",
     )
     data = t.add_argument_group("data")
-    data.add_argument("--data", metavar="PATH", help="a UTF-8 text file (default: the bundled names.txt)")
+    data.add_argument("--data", metavar="PATH",
+                      help="a UTF-8 text file, or a bundled data set: names (the default; makemore's 32K names) "
+                           "or shakespeare (tinyshakespeare, 1.1M characters)")
     data.add_argument("--format", choices=["lines", "text"],
                       help="lines: one item per line (like names); text: continuous text. Guessed when omitted")
     data.add_argument("--task", choices=["lm", *(k for k in RUN_DEFAULTS if k not in ("lines", "text"))],
-                      default="lm",
                       help="lm (default): language model on --data; the others are toy tasks for an "
                            "encoder classifier (majority) or an encoder-decoder (copy, reverse, sort)")
     data.add_argument("--split-seed", type=_nonneg_int, metavar="N",
                       help="seed of the train/val/test split of a lines file "
                            f"({_defaults_text(values('data', 'split_seed'))})")
     t.add_argument("--out", metavar="DIR", help="output directory (default: out/<data name or task>)")
-    t.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    t.add_argument("--resume", action="store_true",
+                   help="continue the run in --out from its last checkpoint, on its original schedule; a larger "
+                        "--max-steps extends it (the cosine keeps its length unless --decay-steps is given)")
+    t.add_argument("--allow-changed-data", action="store_true",
+                   help="resume even though the data file changed since training (its sha256 differs)")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     t.add_argument("--quiet", action="store_true", help="no evaluation lines or samples")
     m = t.add_argument_group("model")
@@ -209,23 +224,31 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Sample from a trained language model (DIR: a run directory or a checkpoint).")
     s.add_argument("dir", nargs="?", default="out/names", metavar="DIR", help="default: out/names")
     s.add_argument("-n", "--num-samples", type=_positive_int, default=10, help="how many samples (default: 10)")
-    s.add_argument("--prompt", default="",
-                   help="text every sample starts with (default: none: whole names, or text after a newline)")
+    prompt = s.add_mutually_exclusive_group()
+    prompt.add_argument("--prompt", default="",
+                        help="text every sample starts with (default: none: whole names, or text after a newline)")
+    prompt.add_argument("--prompt-file", metavar="FILE",
+                        help="read the prompt from a UTF-8 file; one trailing newline is dropped (default: none)")
     s.add_argument("--max-new-tokens", type=_positive_int, help="default: up to the end of a name, or 200 characters")
-    s.add_argument("--temperature", type=_nonneg_float, default=1.0, help="0 means greedy (default: 1)")
+    s.add_argument("--temperature", type=_temperature, default=1.0,
+                   help="0 means greedy; else in [0.001, 1000] (default: 1)")
     s.add_argument("--top-k", type=_positive_int, help="sample among the k most likely tokens (default: all)")
     s.add_argument("--top-p", type=_probability,
                    help="nucleus sampling: smallest set with probability >= p (default: 1, off)")
-    s.add_argument("--seed", type=_nonneg_int, default=0, help="seed of the draws (default: 0)")
+    s.add_argument("--seed", type=_nonneg_int,
+                   help="seed of the draws, to repeat them (default: a fresh one, printed on stderr)")
 
     e = sub.add_parser("eval", help="loss/perplexity (LM) or accuracy (tasks) on a split",
                        description="Evaluate a trained model on a held-out split.")
     e.add_argument("dir", nargs="?", default="out/names", metavar="DIR", help="default: out/names")
-    e.add_argument("--split", choices=["val", "test"], default="test", help="default: test")
+    e.add_argument("--split", choices=["val", "test"],
+                   help="default: test (val for text data, which have only train and val)")
     e.add_argument("--json", action="store_true", help="print the result as a JSON object on the last line")
     e.add_argument("--beam", type=_positive_int, help="seq2seq: decode with beam search of this width (default: 1)")
     e.add_argument("--data", metavar="PATH", help="the run's data file, where it has moved since training "
                                                   "(default: the path recorded in the run)")
+    e.add_argument("--allow-changed-data", action="store_true",
+                   help="evaluate even though the data file changed since training (its sha256 differs)")
 
     pr = sub.add_parser("predict", help="run a classifier or seq2seq checkpoint on one input",
                         description='Map one input such as "3 1 4 1 5" through a toy-task model.')
@@ -250,16 +273,24 @@ def _given(args, names) -> dict:
 
 def cmd_train(args) -> int:
     from scratchformer.data import read_text
+    from scratchformer.data.bundled import resolve_data
     from scratchformer.data.datasets import guess_format
     from scratchformer.training.checkpoint import load_checkpoint
     from scratchformer.training.jobs import build_job, job_class
-    from scratchformer.training.trainer import LAST, TrainConfig, train
+    from scratchformer.training.trainer import LAST, resume_config, train
 
-    if args.task != "lm":
+    if args.out == "":
+        raise CLIError("--out is empty: give a directory, or leave --out out (default: out/<data name or task>)")
+    if args.task not in (None, "lm"):
+        if args.format:
+            raise CLIError(f"--format applies to language models only: the {args.task} task generates its data")
         run_kind, default_out = args.task, f"out/{args.task}"
+    elif args.resume:
+        run_kind, default_out = None, "out/names" if args.data is None else f"out/{resolve_data(args.data).stem}"
     else:
-        run_kind = args.format or (guess_format(read_text(Path(args.data))[0]) if args.data else "lines")
-        default_out = "out/names" if args.data is None else f"out/{Path(args.data).stem}"
+        data_file = None if args.data is None else resolve_data(args.data)  # "" and missing files: one line
+        run_kind = args.format or (guess_format(read_text(data_file)[0]) if data_file else "lines")
+        default_out = "out/names" if data_file is None else f"out/{data_file.stem}"
     out = Path(args.out or default_out)
     train_settings = _given(args, TRAIN_HELP)
     model_settings = _given(args, MODEL_HELP)
@@ -273,10 +304,25 @@ def cmd_train(args) -> int:
             raise CLIError("--resume continues the saved run: model and data options cannot change "
                            "(training options such as --max-steps can; --data only says where its file moved)")
         checkpoint = load_checkpoint(out / LAST)
-        job = job_class(checkpoint).from_checkpoint(checkpoint, data=args.data)
-        cfg = TrainConfig.from_dict({**checkpoint.extra.get("train_config", {}), **train_settings})
+        saved_task = checkpoint.config.get("task", "lm")
+        if args.task is not None and args.task != saved_task:
+            raise CLIError(f"--resume continues the saved {saved_task!r} run in {out}: drop --task {args.task}, "
+                           "or train it into another --out")
+        saved = checkpoint.extra.get("train_config")
+        if saved is None:
+            raise CheckpointError(f"{checkpoint.path / 'trainer_state.json'} has no extra.train_config: cannot "
+                                  "resume from it; restore the file or train again")
+        job = job_class(checkpoint).from_checkpoint(checkpoint, data=args.data,
+                                                    allow_changed_data=args.allow_changed_data)
+        cfg, note = resume_config(saved, train_settings)
+        if checkpoint.step >= cfg.max_steps:
+            print(f"nothing to do: the run in {out} is at step {checkpoint.step} of {cfg.max_steps}; "
+                  "pass a larger --max-steps to extend it")
+            return 0
+        if note:
+            print(note)
     else:
-        data_settings.update({"path": args.data} if args.data else {})
+        data_settings.update({"path": args.data} if args.data is not None else {})
         job, cfg = build_job(run_kind, model_settings, train_settings, data_settings)
     model = job.model
     print(f"training {type(model).__name__} ({model.num_parameters():,} parameters) for {cfg.max_steps} steps"
@@ -298,24 +344,42 @@ def _settings_line(settings: dict) -> str:
 def cmd_sample(args) -> int:
     from scratchformer.training.jobs import load_job
 
+    prompt = args.prompt
+    if args.prompt_file is not None:
+        try:
+            prompt = Path(args.prompt_file).read_bytes().decode("utf-8").removesuffix("\n")
+        except OSError as e:
+            raise CLIError(f"cannot read the prompt file {args.prompt_file}: {e.strerror}") from None
+        except UnicodeDecodeError as e:
+            raise CLIError(f"the prompt file {args.prompt_file} is not UTF-8 (byte {e.start})") from None
     job = load_job(args.dir)
-    texts = job.samples(args.num_samples, np.random.default_rng(args.seed), prompt=args.prompt,
+    seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
+    texts = job.samples(args.num_samples, np.random.default_rng(seed), prompt=prompt,
                         max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                         top_k=args.top_k, top_p=args.top_p)
-    for text in texts:
-        print(text)
+    if args.seed is None:
+        print(f"seed {seed} (--seed {seed} draws these samples again)", file=sys.stderr)
+    seen = job.in_training_data(texts)  # makemore's check: did the model just recall a training item?
+    for i, text in enumerate(texts):
+        print(text + (SEEN_MARK if seen and seen[i] else ""))
     return 0
 
 
 def cmd_eval(args) -> int:
     from scratchformer.training.jobs import load_job
+    from scratchformer.training.schema import strict_json
 
-    job = load_job(args.dir, data=args.data)
-    metrics = job.evaluate(args.split, **_given(args, ["beam"]))
-    result = {"split": args.split, **{k: float(v) for k, v in metrics.items()}}
-    if args.json:
-        print(json.dumps(result))
-    else:
+    job = load_job(args.dir, data=args.data, allow_changed_data=args.allow_changed_data)
+    split = args.split or job.default_split
+    metrics = job.evaluate(split, **_given(args, ["beam"]))
+    result = {"split": split, **{k: float(v) for k, v in metrics.items()}}
+    if args.json:  # valid JSON even when a number is not finite (null, listed under "non_finite")
+        print(strict_json(result))
+    non_finite = [k for k, v in result.items() if isinstance(v, float) and not math.isfinite(v)]
+    if non_finite:
+        raise CheckpointError(f"the {split} {non_finite[0]} of {args.dir} is {result[non_finite[0]]}: its weights "
+                              "have diverged; evaluate an earlier checkpoint or train again with a lower --lr")
+    if not args.json:
         print("  ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in result.items()))
     return 0
 
@@ -345,13 +409,16 @@ COMMANDS = {"train": cmd_train, "sample": cmd_sample, "eval": cmd_eval, "predict
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        return COMMANDS[args.command](args)
+    try:  # NaN and overflow are handled where they matter (the trainer stops on them): no numpy warnings
+        with np.errstate(all="ignore"):
+            return COMMANDS[args.command](args)
     except (ScratchformerError, OSError, FloatingPointError) as e:
+        if isinstance(e, OSError) and e.filename is not None:  # name the path, without errno noise
+            e = f"{e.filename}: {e.strerror}"
         print(f"scratchformer {args.command}: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+    except KeyboardInterrupt as e:  # TrainingInterrupted says where its checkpoint went
+        print(f"scratchformer {args.command}: {e}" if str(e) else "interrupted", file=sys.stderr)
         return 130
 
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from scratchformer.data.tokenizer import IGNORE_INDEX, CharTokenizer
 from scratchformer.errors import ConfigError, DataError
+from scratchformer.limits import check_fits, check_line_lengths
 
 DEFAULT_TEXT_BLOCK_SIZE = 128
 # The one default seed (nanoGPT's): initial weights, batches, dropout and the split of a lines
@@ -219,6 +220,10 @@ def load_dataset(path: str | Path | None = None, format: str | None = None, bloc
                 f"{source} has {len(lines)} non-empty lines; the line format needs at least 3 "
                 "(train, val, test): add lines or use format='text'"
             )
+        check_line_lengths(lines, source)  # one 200,000-character line would make every batch that long
+        if block_size is not None:  # the rows are precomputed: x and y, (n, block_size) int64 each
+            check_fits(2 * len(lines) * block_size * 8, f"{len(lines):,} lines at --block-size {block_size}",
+                       "--block-size")
         tok = CharTokenizer.from_text(lines)
         order = np.random.default_rng(seed).permutation(len(lines))
         lines = [lines[i] for i in order]

@@ -200,9 +200,9 @@ class Module:
         if strict and (missing or unexpected):
             parts = []
             if missing:
-                parts.append(f"missing keys {missing}")
+                parts.append(f"missing keys {_first_few(missing)}")
             if unexpected:
-                parts.append(f"unexpected keys {unexpected}")
+                parts.append(f"unexpected keys {_first_few(unexpected)}")
             raise StateDictError(f"load_state_dict: {'; '.join(parts)}")
         bad = [
             f"{k}: expected {own[k].shape}, got {tuple(np.shape(v))}"
@@ -210,13 +210,20 @@ class Module:
             if k in own and tuple(np.shape(v)) != own[k].shape
         ]
         if bad:
-            raise StateDictError(f"load_state_dict: wrong shapes: {'; '.join(bad)}")
+            raise StateDictError(f"load_state_dict: wrong shapes: {_first_few(bad, '; ')}")
         for k, v in state_dict.items():
             if k in own:
                 own[k].data[...] = np.asarray(v, dtype=own[k].data.dtype)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.num_parameters():,} parameters)"
+
+
+def _first_few(items: list[str], sep: str | None = None, n: int = 3) -> str:
+    """A one-line list: the first n items (as a list, or joined by sep) and how many more (a
+    mismatched model has hundreds)."""
+    more = f" and {len(items) - n} more" if len(items) > n else ""
+    return (str(items[:n]) if sep is None else sep.join(items[:n])) + more
 
 
 _inside_forward = False  # True while a door's forward runs: inner calls skip check_input

@@ -33,7 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
-from scratchformer.errors import CheckpointError
+from scratchformer.errors import CheckpointError, RunFileError
+from scratchformer.training.schema import CONFIG, TOKENIZER, TRAINER_STATE, check_json
 
 FORMAT_NAME = "scratchformer-checkpoint"
 FORMAT_VERSION = 1
@@ -257,6 +258,11 @@ def _read_json(directory: Path, name: str):
         raise CheckpointError(
             f"{directory / name} is corrupt or truncated (invalid JSON: {e}): re-save the checkpoint"
         ) from None
+    except ValueError as e:  # "Exceeds the limit (4300 digits) for integer string conversion"
+        raise RunFileError(f"{directory / name}: a number is too large to read ({str(e).split(';')[0]}); "
+                           "restore the file or train again") from None
+    except RecursionError:
+        raise RunFileError(f"{directory / name}: nested too deeply to read; restore the file or train again") from None
 
 
 def _read_safetensors(directory: Path, name: str) -> dict[str, np.ndarray]:
@@ -271,12 +277,26 @@ def _read_safetensors(directory: Path, name: str) -> dict[str, np.ndarray]:
         ) from None
 
 
-def load_checkpoint(directory: str | os.PathLike) -> Checkpoint:
+def _check_finite(arrays: dict[str, np.ndarray], path: Path) -> None:
+    """Refuse weights holding NaN or infinity (a diverged run), naming the first few tensors."""
+    bad = [k for k, v in arrays.items() if v.dtype.kind == "f" and not np.isfinite(v).all()]
+    if bad:
+        more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+        raise CheckpointError(f"{path} holds NaN or infinite weights ({', '.join(bad[:3])}{more}): the run "
+                              "diverged; use an earlier checkpoint or train again with a lower --lr")
+
+
+def load_checkpoint(directory: str | os.PathLike, run_files: bool = True) -> Checkpoint:
     """Read a checkpoint directory written by `save_checkpoint`.
 
     If the directory is missing but the backup of an interrupted save exists, the backup
     (the previous complete checkpoint) is read instead. Raises CheckpointError (one line,
     naming the file) for a missing directory or file and for corrupt or truncated files.
+
+    run_files: the checkpoint is one a training run wrote (the default): config.json,
+    trainer_state.json and tokenizer.json are checked against their schemas
+    (training/schema.py; RunFileError names the file and the field) and the weights must be
+    finite. run_files=False reads any checkpoint `save_checkpoint` wrote (free-form config).
     """
     directory = Path(os.path.abspath(directory))
     if not directory.exists() and _backup_path(directory).is_dir():
@@ -297,10 +317,18 @@ def load_checkpoint(directory: str | os.PathLike) -> Checkpoint:
             f"{directory / TRAINER_STATE_FILE} has format version {state['version']}, newer than "
             f"{FORMAT_VERSION}: upgrade scratchformer"
         )
+    if run_files:
+        check_json(state, TRAINER_STATE, directory / TRAINER_STATE_FILE)
     listed = set(state.get("files") or CHECKPOINT_FILES)
-    model_state = _read_safetensors(directory, MODEL_FILE)
     config = _read_json(directory, CONFIG_FILE)
+    if run_files:
+        check_json(config, CONFIG, directory / CONFIG_FILE)
     tokenizer = _read_json(directory, TOKENIZER_FILE) if TOKENIZER_FILE in listed else None
+    if run_files and tokenizer is not None:
+        check_json(tokenizer, TOKENIZER, directory / TOKENIZER_FILE)
+    model_state = _read_safetensors(directory, MODEL_FILE)
+    if run_files:
+        _check_finite(model_state, directory / MODEL_FILE)
     optimizer_state = None
     if OPTIMIZER_FILE in listed:
         optimizer_state = {**(state.get("optimizer") or {}), **_read_safetensors(directory, OPTIMIZER_FILE)}

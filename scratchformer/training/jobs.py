@@ -26,6 +26,7 @@ import numpy as np
 
 from scratchformer.data import DEFAULT_SEED
 from scratchformer.errors import CheckpointError, ConfigError
+from scratchformer.limits import param_count_bound
 from scratchformer.training.checkpoint import Checkpoint, load_checkpoint
 from scratchformer.training.lm import LMJob
 from scratchformer.training.tasks import ClassifierJob, Seq2SeqJob
@@ -51,10 +52,13 @@ class Job(Protocol):
         """A fresh job: `model` holds config fields, `data` a RUN_DEFAULTS "data" section
         (plus "path" for language models); `seed` fixes the initial weights."""
 
+    default_split: str  # the split `eval` reads when none is named ("test"; "val" for text data)
+
     @classmethod
-    def from_checkpoint(cls, ck: Checkpoint, data: str | Path | None = None) -> Job:
+    def from_checkpoint(cls, ck: Checkpoint, data: str | Path | None = None, allow_changed_data: bool = False) -> Job:
         """The job of an already-read checkpoint, weights loaded. `data` replaces the data file
-        the run recorded (language models; jobs without a data file refuse it)."""
+        the run recorded (language models; jobs without a data file refuse it). A data file that
+        changed since training (sha256) is refused when first read, unless allow_changed_data."""
 
     def train_batch(self, rng: np.random.Generator, batch_size: int) -> Any:
         """A random training batch of `batch_size` examples, e.g. (x, y) each (B, T) int64."""
@@ -204,15 +208,30 @@ def checkpoint_dir(path: str | Path) -> Path:
 
 
 def job_class(ck: Checkpoint) -> type[Job]:
-    """The job class of a checkpoint's model kind."""
+    """The job class of a checkpoint's model kind; config.json's sizes are compared with the
+    weights in model.safetensors first (`_check_sizes`), so nothing is built from a config
+    that does not belong to them."""
     kind = ck.config.get("kind") if isinstance(ck.config, dict) else None
     if kind not in JOBS:
         raise CheckpointError(f"{ck.path} holds a model of kind {kind!r}; this version reads {list(JOBS)}")
+    _check_sizes(ck)
     return JOBS[kind]
 
 
-def load_job(path: str | Path, data: str | Path | None = None) -> Job:
+def _check_sizes(ck: Checkpoint) -> None:
+    """The parameters config.json describes (an upper bound, within a small factor) against
+    the ones model.safetensors holds: a hand-edited size (n_embd 2**20) is refused here, before
+    its model is allocated; smaller differences are named tensor by tensor by load_state_dict."""
+    held = sum(int(v.size) for v in ck.model_state.values())
+    described = param_count_bound(ck.config["model"])
+    if held > 1.05 * described + 64 or described > 8 * held + 10_000:
+        raise CheckpointError(f"{ck.path / 'config.json'} describes a model of about {described:,} parameters but "
+                              f"model.safetensors holds {held:,}: the files do not belong together; restore "
+                              "config.json or train again")
+
+
+def load_job(path: str | Path, data: str | Path | None = None, allow_changed_data: bool = False) -> Job:
     """The job of a run directory or a checkpoint directory, its checkpoint read once. `data`
     replaces the data file the run recorded (see `Job.from_checkpoint`)."""
     ck = load_checkpoint(checkpoint_dir(path))
-    return job_class(ck).from_checkpoint(ck, data=data)
+    return job_class(ck).from_checkpoint(ck, data=data, allow_changed_data=allow_changed_data)

@@ -3,6 +3,10 @@
 It implements the `scratchformer.training.jobs.Job` protocol; its defaults are the "lines"
 and "text" rows of `scratchformer.training.jobs.RUN_DEFAULTS`. The data file is read only
 when a batch or an evaluation needs it, so a run whose data file has moved still samples.
+
+The data file is fingerprinted (sha256, config.json's data.sha256) when training starts;
+evaluating or resuming on a file that changed since stops with one line unless the caller
+allows it (`allow_changed_data`, the CLI's --allow-changed-data).
 """
 
 from __future__ import annotations
@@ -12,20 +16,31 @@ from pathlib import Path
 import numpy as np
 
 from scratchformer.data import CharTokenizer, load_dataset
+from scratchformer.data.bundled import BUNDLED, DEFAULT, resolve_data
 from scratchformer.errors import CheckpointError, ConfigError, DataError
+from scratchformer.limits import check_fits, check_model_fits, generation_bytes
 from scratchformer.models import GPT, GPTConfig
+from scratchformer.training.rundir import check_data_unchanged, fingerprint_file
+
+
+def _data_file(spec: dict) -> Path:
+    """The file behind a data spec: its path, or the bundled data set it names (names when
+    neither is recorded, as in runs written before bundled names were recorded)."""
+    return Path(spec["path"]) if spec["path"] is not None else resolve_data(spec.get("name", DEFAULT))
 
 
 class LMJob:
     kind, config_class = "gpt", GPTConfig
     eval_batch_size = 64  # sequences per forward when evaluating a whole split
 
-    def __init__(self, model: GPT, dataset, data_spec: dict, tokenizer: CharTokenizer | None = None):
+    def __init__(self, model: GPT, dataset, data_spec: dict, tokenizer: CharTokenizer | None = None,
+                 allow_changed_data: bool = False):
         """dataset: a `scratchformer.data.Dataset`, or None to read it from `data_spec` when
-        first needed. data_spec: {"path", "format", "seed", "block_size"} as recorded in
-        config.json (path None: the bundled names.txt)."""
+        first needed. data_spec: {"path", "format", "seed", "block_size", "sha256", "name"} as
+        recorded in config.json (path None: the bundled data set "name", default names)."""
         self.model, self._dataset, self.data_spec = model, dataset, data_spec
         self.tokenizer: CharTokenizer = tokenizer if tokenizer is not None else dataset.tokenizer
+        self.allow_changed_data = allow_changed_data
 
     # -- building ------------------------------------------------------------------------------
     @classmethod
@@ -34,22 +49,37 @@ class LMJob:
         initial weights; `data["split_seed"]` the train/val/test split, kept apart so that runs
         with different seeds are measured on the same held-out items."""
         path = data.get("path")
-        data_spec = {"path": None if path is None else str(Path(path).resolve()),
-                     "format": run_kind, "seed": data["split_seed"], "block_size": data.get("block_size")}
-        ds = load_dataset(data_spec["path"], run_kind, block_size=data_spec["block_size"], seed=data_spec["seed"])
+        bundled = path is None or (isinstance(path, str) and path in BUNDLED)
+        file = resolve_data(path)
+        data_spec = {"path": None if bundled else str(file.resolve()), "format": run_kind, "seed": data["split_seed"],
+                     "block_size": data.get("block_size"), "sha256": fingerprint_file(file)}
+        if bundled:
+            data_spec["name"] = path or DEFAULT
+        # the bundled names are read through importlib.resources (path None), as always
+        ds = load_dataset(None if data_spec.get("name") == DEFAULT else file, run_kind,
+                          block_size=data_spec["block_size"], seed=data_spec["seed"])
         data_spec.update(format=ds.format, block_size=ds.block_size)
         config = GPTConfig(vocab_size=ds.tokenizer.vocab_size, block_size=ds.block_size, **model)
+        check_model_fits(config, training=True)
         return cls(GPT(config, seed=seed), ds, data_spec)
 
     @classmethod
-    def from_checkpoint(cls, ck, data: str | Path | None = None) -> LMJob:
-        """The job of an already-read checkpoint; `data` replaces the recorded data file path."""
-        model = GPT(GPTConfig.from_dict(ck.config["model"]))  # from_dict: unknown fields are a ConfigError
+    def from_checkpoint(cls, ck, data: str | Path | None = None, allow_changed_data: bool = False) -> LMJob:
+        """The job of an already-read checkpoint; `data` replaces the recorded data file path
+        (checked: a file whose sha256 differs from the recorded one needs allow_changed_data)."""
+        config = GPTConfig.from_dict(ck.config["model"])  # from_dict: unknown fields are a ConfigError
+        check_model_fits(config, training=False)
+        model = GPT(config)
         model.load_state_dict(ck.model_state)
         spec = dict(ck.config["data"])
-        if data is not None:
-            spec["path"] = str(Path(data).resolve())
-        return cls(model, None, spec, CharTokenizer.from_json(ck.tokenizer))
+        if data is not None:  # checked now: a resume that finds nothing to do must still refuse it
+            spec["path"] = str(resolve_data(data).resolve())
+            spec.pop("name", None)
+            if not allow_changed_data:
+                check_data_unchanged(spec["path"], spec.get("sha256"))
+        if ck.tokenizer is None:
+            raise CheckpointError(f"{ck.path} has no tokenizer.json: a language-model checkpoint needs one")
+        return cls(model, None, spec, CharTokenizer.from_json(ck.tokenizer), allow_changed_data)
 
     @property
     def dataset(self):
@@ -59,7 +89,12 @@ class LMJob:
             if spec["path"] is not None and not Path(spec["path"]).exists():
                 raise DataError(f"this run was trained on {spec['path']}, which is not there any more: "
                                 "point to the file with --data PATH")
-            ds = load_dataset(spec["path"], spec["format"], block_size=spec["block_size"], seed=spec["seed"])
+            file = _data_file(spec)
+            if not self.allow_changed_data:
+                check_data_unchanged(file, spec.get("sha256"))
+            spec["sha256"] = fingerprint_file(file)  # what later checkpoints of this run record
+            ds = load_dataset(None if spec["path"] is None and spec.get("name", DEFAULT) == DEFAULT else file,
+                              spec["format"], block_size=spec["block_size"], seed=spec["seed"])
             if ds.tokenizer != self.tokenizer:
                 raise DataError(f"the data file {spec['path'] or 'names.txt'} changed since training: "
                                 "its characters no longer match the checkpoint's tokenizer")
@@ -91,6 +126,11 @@ class LMJob:
         """Token-weighted mean loss over the split (padding excluded); perplexity = exp(loss)."""
         if options:
             raise ConfigError(f"--{next(iter(options)).replace('_', '-')} applies to seq2seq models only")
+        if split == "test" and self.data_spec["format"] == "text":
+            # nanoGPT's cut: the first 90% train, the last 10% val. A third split would move the
+            # train/val boundary of every run trained so far, so text runs have none.
+            raise DataError("text data have only train and val splits (the last 10% of the file is val): "
+                            "use --split val")
         data = getattr(self.dataset, split)
         was_training = self.model.training
         self.model.eval()
@@ -106,6 +146,11 @@ class LMJob:
             self.model.train(was_training)
         loss = total / max(count, 1)
         return {"loss": loss, "perplexity": float(np.exp(loss))}
+
+    @property
+    def default_split(self) -> str:
+        """The split `eval` reads when none is named: test, or val for text (it has no test split)."""
+        return "val" if self.data_spec["format"] == "text" else "test"
 
     # -- sampling ------------------------------------------------------------------------------
     def samples(self, n: int, rng: np.random.Generator, prompt: str = "", max_new_tokens: int | None = None,
@@ -126,6 +171,9 @@ class LMJob:
             ids = tok.encode(text)
             max_new = max_new_tokens or 200
             eos = None
+        check_fits(generation_bytes(n, len(ids), max_new, self.model.config.n_layer, self.model.config.n_embd,
+                                    tok.vocab_size) + 8 * n * (len(ids) + max_new),
+                   f"{n:,} samples of up to {len(ids) + max_new:,} tokens", "-n or --max-new-tokens")
         idx = np.tile(ids, (n, 1))
         out = self.model.generate(idx, max_new, temperature=temperature, top_k=top_k, top_p=top_p,
                                   rng=rng, eos_id=eos)
@@ -136,6 +184,18 @@ class LMJob:
                 new = new[: int(np.argmax(new == eos))]
             results.append(prompt + tok.decode(new) if eos is not None else tok.decode(row))
         return results
+
+    def in_training_data(self, texts: list[str]) -> list[bool] | None:
+        """For each sample: is it an item of the training split (lines data sets, as makemore
+        marks them)? None when that cannot be told: text data, or the data file is missing or
+        changed (samples need only the checkpoint)."""
+        if self.data_spec["format"] != "lines":
+            return None
+        try:
+            train = set(self.dataset.train.lines)
+        except DataError:
+            return None
+        return [t in train for t in texts]
 
     def predict(self, text: str, **options) -> str:
         raise ConfigError("predict needs a classifier or seq2seq run; for a language model use 'scratchformer sample'")

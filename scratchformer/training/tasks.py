@@ -28,6 +28,7 @@ from scratchformer.data.tasks import (
     parse_digits,
 )
 from scratchformer.errors import CheckpointError, ConfigError, DataError
+from scratchformer.limits import check_model_fits
 from scratchformer.inference.beam import beam_search, greedy_decode
 from scratchformer.models import ClassifierConfig, Seq2SeqConfig, Seq2SeqTransformer, TransformerClassifier
 
@@ -67,17 +68,24 @@ class TaskJob:
             raise ConfigError(f"{flag} does not apply to the {run_kind} task")
         data_spec = {"n_train": data["n_train"], "n_test": data["n_test"], "max_len": data["max_len"], "seed": seed}
         manual_seed(seed)
+        check_model_fits({**kwargs, "max_len": data_spec["max_len"], "vocab_size": VOCAB_SIZE}, training=True,
+                         option="--n-embd or --n-layer")
         return cls(run_kind, cls.build_model(kwargs, data_spec["max_len"]), data_spec)
 
     @classmethod
-    def from_checkpoint(cls, ck, data=None) -> TaskJob:
-        """The job of an already-read checkpoint. Task data are generated, never read: `data` is refused."""
+    def from_checkpoint(cls, ck, data=None, allow_changed_data: bool = False) -> TaskJob:
+        """The job of an already-read checkpoint. Task data are generated, never read: `data` is
+        refused (and `allow_changed_data` has nothing to allow)."""
         if data is not None:
             raise ConfigError("--data applies to language models only: task runs generate their data from the "
                               "recorded seed")
-        model = cls.model_class(cls.config_class.from_dict(ck.config["model"]))
+        config = cls.config_class.from_dict(ck.config["model"])
+        check_model_fits(config, training=False)
+        model = cls.model_class(config)
         model.load_state_dict(ck.model_state)
         return cls(ck.config["task"], model, ck.config["data"])
+
+    default_split = "test"  # the split `eval` reads when none is named
 
     def config_dict(self) -> dict:
         return {"kind": self.kind, "task": self.task, "model": self.model.config.to_dict(), "data": self.data_spec}

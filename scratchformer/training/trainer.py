@@ -12,9 +12,11 @@ steps as an uninterrupted one, bit for bit on the same machine.
 
 from __future__ import annotations
 
-import json
+import contextlib
 import math
+import signal
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -23,10 +25,12 @@ import numpy as np
 
 from scratchformer.allocator import keep_freed_memory
 from scratchformer.data import DEFAULT_SEED
-from scratchformer.errors import CheckpointError, ConfigError
+from scratchformer.errors import CheckpointError, ConfigError, TrainingDivergedError, TrainingInterrupted
+from scratchformer.limits import check_training_fits, gemm_peak_flops, model_flops_per_token
 from scratchformer.nn import set_dropout_rng
 from scratchformer.optim import AdamW, clip_grad_norm, cosine_lr, param_groups
 from scratchformer.training.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from scratchformer.training.rundir import LogWriter, RunLock, start_log, truncate_log
 
 LAST, BEST, LOG = "last", "best", "log.jsonl"
 
@@ -95,26 +99,103 @@ def _say(msg: str) -> None:
         print(msg)
 
 
+def resume_config(saved: dict, given: dict) -> tuple[TrainConfig, str | None]:
+    """The TrainConfig of a resumed run: the saved settings with the `given` ones on top, and
+    a note saying how the schedule changes (None when it does not).
+
+    `--resume` alone continues the original schedule exactly. A larger max_steps extends the
+    run: the cosine keeps the length it was planned with (its decay_steps), so the learning
+    rate does not jump back up, and the extra steps run at min_lr; pass decay_steps as well
+    to stretch the cosine instead.
+    """
+    cfg = TrainConfig.from_dict({**saved, **given})
+    planned = TrainConfig.from_dict(saved)
+    if cfg.max_steps == planned.max_steps or "decay_steps" in given:
+        return cfg, None
+    cfg.decay_steps = planned.schedule_steps
+    if cfg.max_steps > planned.max_steps:
+        note = (f"extending the run from {planned.max_steps} to {cfg.max_steps} steps: the cosine keeps its "
+                f"length of {cfg.decay_steps} steps, so steps after {cfg.decay_steps} run at min_lr "
+                f"{cfg.final_lr:g} (pass --decay-steps N to stretch the cosine instead)")
+    else:
+        note = f"stopping at step {cfg.max_steps} instead of {planned.max_steps}; the schedule is unchanged"
+    return cfg, note
+
+
+class _CtrlC:
+    """While training: the first Ctrl-C only sets `pending`, so the loop stops between two steps
+    and saves a checkpoint of that step; a second Ctrl-C interrupts at once. `ignored()` holds
+    Ctrl-C off during an atomic save. Does nothing outside the main thread."""
+
+    def __init__(self):
+        self.pending, self._previous = False, None
+
+    def _handler(self, signum, frame):
+        if self.pending:
+            raise KeyboardInterrupt
+        self.pending = True
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def __exit__(self, *exc):
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
+
+    @contextlib.contextmanager
+    def ignored(self):
+        if self._previous is None:
+            yield
+            return
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, self._handler)
+
+
+def _finite_or_stop(step: int, cfg: TrainConfig, **values: float) -> None:
+    """Stop with one line if a loss or the gradient norm is NaN or infinite (before the step
+    is applied, so the weights and the checkpoints stay as they were)."""
+    for name, value in values.items():
+        if not math.isfinite(value):
+            raise TrainingDivergedError(
+                f"{name.replace('_', ' ')} became {value} at step {step}: training stopped and no checkpoint of "
+                f"this step was written; lower --lr (now {cfg.lr:g}) or --grad-clip, or check the data")
+
+
 def train(job, cfg: TrainConfig, out_dir: str | Path, resume: bool = False, progress: bool = True,
           verbose: bool = True, checkpoint: Checkpoint | None = None) -> dict:
     """Train `job.model` under `cfg`, writing checkpoints and a JSONL log into `out_dir`.
 
-    out_dir/last/  the latest state (written at every evaluation and at the end)
+    out_dir/last/  the latest state (written at every evaluation, at the end, and on Ctrl-C)
     out_dir/best/  the state with the lowest validation loss so far
-    out_dir/log.jsonl  one JSON object per logged step / evaluation
+    out_dir/log.jsonl  one JSON object per logged step / evaluation (rundir.LogWriter)
+    out_dir/.lock  held while training: a second training into out_dir fails at once
     resume: continue from out_dir/last; `checkpoint` is that checkpoint when the caller has
-    already read it (so it is read once).
+    already read it (so it is read once). A resumed run that already reached cfg.max_steps
+    does nothing (stopped_by "nothing to do").
+    Stops with TrainingDivergedError on a non-finite loss or gradient norm, and with
+    TrainingInterrupted (after saving out_dir/last) on Ctrl-C.
     Returns a summary dict (step, train_loss, val_loss, best_val_loss, seconds, stopped_by).
     """
     keep_freed_memory()  # reuse freed blocks: avoids page faults on every step (glibc only)
     out_dir = Path(out_dir)
+    with RunLock(out_dir):
+        return _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint)
+
+
+def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint) -> dict:
     model = job.model
     params = model.parameters()
     opt = AdamW(param_groups(model, cfg.weight_decay, cfg.decay_embeddings), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
                 eps=1e-8, weight_decay=cfg.weight_decay)
     data_rng = np.random.default_rng(cfg.seed)
     dropout_rng = set_dropout_rng(model, np.random.default_rng(cfg.seed + 1))
-    step, best_val = 0, math.inf
+    step, best_val, val_loss = 0, math.inf, float("nan")
 
     if resume:
         ck = checkpoint if checkpoint is not None else load_checkpoint(out_dir / LAST)
@@ -126,99 +207,104 @@ def train(job, cfg: TrainConfig, out_dir: str | Path, resume: bool = False, prog
         data_rng.bit_generator.state = ck.rng_state["data"]
         dropout_rng.bit_generator.state = ck.rng_state["dropout"]
         step, best_val = ck.step, ck.extra.get("best_val_loss", math.inf)
-        _truncate_log(out_dir / LOG, step)
+        val_loss = ck.extra.get("val_loss", val_loss)
+        if step >= cfg.max_steps:
+            return {"step": step, "train_loss": float("nan"), "val_loss": val_loss, "best_val_loss": best_val,
+                    "seconds": 0.0, "stopped_by": "nothing to do"}
+        note = truncate_log(out_dir / LOG, step)
+        if note:
+            _say(note)
     elif (out_dir / LAST).exists():
         raise ConfigError(f"{out_dir} already holds a run: pass --resume to continue it, or choose another --out")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    else:
+        start_log(out_dir / LOG)  # a run killed before its first checkpoint may have left rows
+    check_training_fits(model, cfg.batch_size)
 
-    def save(which: str, val_loss: float) -> None:
-        save_checkpoint(
-            out_dir / which,
-            model_state=model.state_dict(),
-            config=job.config_dict(),
-            tokenizer=job.tokenizer_dict(),
-            optimizer_state=opt.state_dict(),
-            rng_state={"data": data_rng.bit_generator.state, "dropout": dropout_rng.bit_generator.state},
-            step=step,
-            extra={"best_val_loss": best_val, "val_loss": val_loss, "train_config": asdict(cfg)},
-        )
+    def save(which: str) -> None:
+        _finite_or_stop(step, cfg, val_loss=val_loss if which == BEST else 0.0)
+        finite = {k: v for k, v in (("best_val_loss", best_val), ("val_loss", val_loss)) if math.isfinite(v)}
+        with ctrl_c.ignored():
+            save_checkpoint(
+                out_dir / which,
+                model_state=model.state_dict(),
+                config=job.config_dict(),
+                tokenizer=job.tokenizer_dict(),
+                optimizer_state=opt.state_dict(),
+                rng_state={"data": data_rng.bit_generator.state, "dropout": dropout_rng.bit_generator.state},
+                step=step,
+                extra={**finite, "train_config": asdict(cfg)},
+            )
 
+    flops_per_step_token = model_flops_per_token(model)  # for MFU: 6N + the attention term
+    peak = gemm_peak_flops()
     bar = None
     if progress:
         from tqdm import tqdm
 
         bar = tqdm(total=cfg.max_steps, initial=step, unit="step", dynamic_ncols=True, file=sys.stderr)
-    log = (out_dir / LOG).open("a", encoding="utf-8")
     start = time.perf_counter()
-    stopped_by, train_loss, val_loss = "max_steps", float("nan"), float("nan")
-    tokens_since, t_since = 0, time.perf_counter()
-    try:
-        while step < cfg.max_steps:
-            lr = cosine_lr(step, cfg.lr, cfg.final_lr, cfg.warmup, cfg.schedule_steps)
-            opt.lr = lr
-            opt.zero_grad()
-            loss_sum = 0.0
-            for _ in range(cfg.grad_accum):
-                loss, n_tokens = job.forward_backward(job.train_batch(data_rng, cfg.batch_size))
-                loss_sum += loss
-                tokens_since += n_tokens
-            if cfg.grad_accum > 1:  # each backward gave d(mean loss); average the micro-batches
-                for p in params:
-                    p.grad *= 1.0 / cfg.grad_accum
-            grad_norm = clip_grad_norm(params, cfg.grad_clip if cfg.grad_clip > 0 else math.inf)
-            opt.step()
-            step += 1
-            train_loss = loss_sum / cfg.grad_accum
-            if not math.isfinite(train_loss):
-                raise FloatingPointError(f"loss became {train_loss} at step {step}: lower --lr or check the data")
-            time_up = cfg.time_limit is not None and time.perf_counter() - start >= cfg.time_limit
+    stopped_by, train_loss = "max_steps", float("nan")
+    tokens_since, steps_since, t_since = 0, 0, time.perf_counter()
+    with LogWriter(out_dir / LOG) as log, _CtrlC() as ctrl_c:
+        try:
+            while step < cfg.max_steps:
+                if ctrl_c.pending:  # between two steps: save this one and stop
+                    save(LAST)
+                    raise TrainingInterrupted(f"interrupted at step {step}: checkpoint written to {out_dir / LAST}; "
+                                              f"continue with 'scratchformer train --resume --out {out_dir}'")
+                lr = cosine_lr(step, cfg.lr, cfg.final_lr, cfg.warmup, cfg.schedule_steps)
+                opt.lr = lr
+                opt.zero_grad()
+                loss_sum = 0.0
+                for _ in range(cfg.grad_accum):
+                    loss, n_tokens = job.forward_backward(job.train_batch(data_rng, cfg.batch_size))
+                    loss_sum += loss
+                    tokens_since += n_tokens
+                if cfg.grad_accum > 1:  # each backward gave d(mean loss); average the micro-batches
+                    for p in params:
+                        p.grad *= 1.0 / cfg.grad_accum
+                grad_norm = clip_grad_norm(params, cfg.grad_clip if cfg.grad_clip > 0 else math.inf)
+                train_loss = loss_sum / cfg.grad_accum
+                _finite_or_stop(step + 1, cfg, loss=train_loss, gradient_norm=float(grad_norm))
+                opt.step()
+                step += 1
+                steps_since += 1
+                time_up = cfg.time_limit is not None and time.perf_counter() - start >= cfg.time_limit
 
-            if step % cfg.log_interval == 0 or step == cfg.max_steps or time_up:
-                now = time.perf_counter()
-                tok_s = tokens_since / max(now - t_since, 1e-9)
-                tokens_since, t_since = 0, now
-                _write_row(log, {"step": step, "lr": lr, "train_loss": train_loss, "grad_norm": grad_norm,
-                                 "tokens_per_s": round(tok_s, 1)})
+                if step % cfg.log_interval == 0 or step == cfg.max_steps or time_up:
+                    now = time.perf_counter()
+                    seconds = max(now - t_since, 1e-9)
+                    tok_s = tokens_since / seconds
+                    log.append({"step": step, "lr": lr, "train_loss": train_loss, "grad_norm": grad_norm,
+                                "tokens_per_s": round(tok_s, 1), "ms_per_step": round(1000 * seconds / steps_since, 2),
+                                "mfu": round(flops_per_step_token * tok_s / peak, 4)})
+                    tokens_since, steps_since, t_since = 0, 0, now
+                    if bar is not None:
+                        bar.set_postfix(loss=f"{train_loss:.4f}", tok_s=f"{tok_s:,.0f}")
                 if bar is not None:
-                    bar.set_postfix(loss=f"{train_loss:.4f}", tok_s=f"{tok_s:,.0f}")
-            if bar is not None:
-                bar.update(1)
+                    bar.update(1)
 
-            if step % cfg.eval_interval == 0 or step == cfg.max_steps or time_up:
-                metrics = job.evaluate("val", cfg.eval_batches)
-                val_loss = metrics["loss"]
-                improved = val_loss < best_val
-                best_val = min(best_val, val_loss)
-                _write_row(log, {"step": step, "lr": lr, "train_loss": train_loss, "val_loss": val_loss,
-                                 **{f"val_{k}": v for k, v in metrics.items() if k != "loss"}})
-                if verbose:
-                    extra = " ".join(f"{k} {v:.4f}" for k, v in metrics.items() if k != "loss")
-                    _say(f"step {step}: train loss {train_loss:.4f}, val loss {val_loss:.4f} {extra}".rstrip())
-                    for s in job.samples(cfg.num_samples, np.random.default_rng([cfg.seed, step])):
-                        _say(f"  {s}")
-                if improved:
-                    save(BEST, val_loss)
-                save(LAST, val_loss)
-            if time_up:
-                stopped_by = "time_limit"
-                break
-    finally:
-        log.close()
-        if bar is not None:
-            bar.close()
+                if step % cfg.eval_interval == 0 or step == cfg.max_steps or time_up:
+                    metrics = job.evaluate("val", cfg.eval_batches)
+                    val_loss = metrics["loss"]
+                    _finite_or_stop(step, cfg, val_loss=val_loss)
+                    improved = val_loss < best_val
+                    best_val = min(best_val, val_loss)
+                    log.append({"step": step, "lr": lr, "train_loss": train_loss, "val_loss": val_loss,
+                                **{f"val_{k}": v for k, v in metrics.items() if k != "loss"}})
+                    if verbose:
+                        extra = " ".join(f"{k} {v:.4f}" for k, v in metrics.items() if k != "loss")
+                        _say(f"step {step}: train loss {train_loss:.4f}, val loss {val_loss:.4f} {extra}".rstrip())
+                        for s in job.samples(cfg.num_samples, np.random.default_rng([cfg.seed, step])):
+                            _say(f"  {s}")
+                    if improved:
+                        save(BEST)
+                    save(LAST)
+                if time_up:
+                    stopped_by = "time_limit"
+                    break
+        finally:
+            if bar is not None:
+                bar.close()
     return {"step": step, "train_loss": train_loss, "val_loss": val_loss, "best_val_loss": best_val,
             "seconds": time.perf_counter() - start, "stopped_by": stopped_by}
-
-
-def _write_row(log, row: dict) -> None:
-    log.write(json.dumps({k: (float(v) if isinstance(v, np.floating) else v) for k, v in row.items()}) + "\n")
-    log.flush()
-
-
-def _truncate_log(path: Path, step: int) -> None:
-    """Drop log rows written after the checkpoint we resume from (they will be redone)."""
-    if not path.exists():
-        return
-    rows = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    kept = [r for r in rows if json.loads(r).get("step", 0) <= step]
-    path.write_text("".join(r + "\n" for r in kept), encoding="utf-8")

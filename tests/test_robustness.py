@@ -1,0 +1,234 @@
+"""Issue 9 end to end on tiny runs: a diverging run, two writers, a torn log, changed data,
+a kill during a checkpoint, Ctrl-C, resume semantics, and the conveniences of `sample`/`eval`."""
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from scratchformer.cli.main import main
+from scratchformer.training.checkpoint import load_checkpoint
+from scratchformer.training.rundir import RunLock, read_log
+from scratchformer.training.trainer import resume_config
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "8", "--batch-size", "8", "--eval-batches", "1",
+        "--no-progress", "--quiet"]
+
+
+def cli(capsys, *argv):
+    """(exit code, stdout, stderr lines) of one command."""
+    capsys.readouterr()
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, [line for line in err.splitlines() if line.strip()]
+
+
+def subprocess_cli(*argv, **kw):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-m", "scratchformer.cli.main", *map(str, argv)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def steps(log):
+    return [r["step"] for r in read_log(log)[0]]
+
+
+# -- non-finite training ----------------------------------------------------------------------
+def test_diverging_run_stops_in_one_line_and_saves_no_nan(tmp_path, capsys):
+    out = tmp_path / "run"
+    code, _, err = cli(capsys, "train", *TINY, "--max-steps", "30", "--eval-interval", "1", "--lr", "1e4",
+                       "--out", out)
+    assert code == 2 and len(err) == 1 and "became" in err[0] and "lower --lr" in err[0], err
+    for which in ("best", "last"):
+        if (out / which).exists():  # steps before the divergence: finite weights and losses
+            ck = load_checkpoint(out / which)  # refuses non-finite weights
+            assert all(math.isfinite(v) for v in ck.extra.values() if isinstance(v, float))
+
+
+def test_eval_json_is_valid_json_when_the_loss_is_not_finite(tmp_path, capsys):
+    from safetensors.numpy import load_file, save_file
+
+    out = tmp_path / "run"
+    assert cli(capsys, "train", *TINY, "--max-steps", "2", "--out", out)[0] == 0
+    for which in ("best", "last"):
+        p = out / which / "model.safetensors"
+        save_file({k: (v * 1e16).astype(v.dtype) for k, v in load_file(p).items()}, p)
+    code, stdout, err = cli(capsys, "eval", out, "--json")
+    result = json.loads(stdout.strip().splitlines()[-1])  # valid JSON: null and the names of the bad fields
+    assert code == 2 and len(err) == 1 and "diverged" in err[0]
+    assert result["loss"] is None and "loss" in result["non_finite"]
+
+
+# -- the run directory -------------------------------------------------------------------------
+def test_second_writer_fails_at_once(tmp_path, capsys):
+    out = tmp_path / "run"
+    with RunLock(out):  # another training holds the directory
+        code, _, err = cli(capsys, "train", *TINY, "--max-steps", "2", "--out", out)
+    assert code == 2 and len(err) == 1 and "in use by another training" in err[0] and str(out) in err[0]
+    assert not (out / "last").exists() and not (out / "log.jsonl").exists()
+
+
+def test_torn_log_line_is_dropped_on_resume_with_a_note(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert cli(capsys, "train", *TINY, "--max-steps", "4", "--eval-interval", "2", "--log-interval", "1",
+               "--out", out)[0] == 0
+    with open(out / "log.jsonl", "ab") as f:
+        f.write(b'{"step": 5, "lr": 0.00')  # a kill in the middle of a row
+    code, stdout, _ = cli(capsys, "train", "--resume", "--out", out, "--max-steps", "6", "--no-progress")
+    assert code == 0 and "dropped a torn last line" in stdout
+    rows, note = read_log(out / "log.jsonl")
+    assert note is None and [r["step"] for r in rows if "grad_norm" in r] == [1, 2, 3, 4, 5, 6]
+
+
+def test_fresh_run_does_not_append_to_a_stale_log(tmp_path, capsys):
+    out = tmp_path / "run"  # a run killed before its first checkpoint left rows behind
+    out.mkdir()
+    (out / "log.jsonl").write_text('{"step": 1, "train_loss": 9.0}\n{"step": 2, "train_loss": 9.0}\n')
+    assert cli(capsys, "train", *TINY, "--max-steps", "2", "--log-interval", "1", "--out", out)[0] == 0
+    assert all(r.get("train_loss") != 9.0 for r in read_log(out / "log.jsonl")[0])
+    assert steps(out / "log.jsonl") == [1, 2, 2]
+
+
+def test_log_rows_have_milliseconds_per_step_and_mfu(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert cli(capsys, "train", *TINY, "--max-steps", "2", "--log-interval", "1", "--out", out)[0] == 0
+    rows = [r for r in read_log(out / "log.jsonl")[0] if "grad_norm" in r]
+    assert all(r["ms_per_step"] > 0 and 0 < r["mfu"] < 1 for r in rows), rows
+
+
+def test_changed_data_stops_eval_and_resume_unless_allowed(tmp_path, capsys):
+    data, out = tmp_path / "words.txt", tmp_path / "run"
+    data.write_text("".join(f"word{i}\n" for i in range(150)))
+    assert cli(capsys, "train", *TINY, "--max-steps", "2", "--data", data, "--out", out)[0] == 0
+    with open(data, "a") as f:
+        f.write("word1\n")  # same characters: only the fingerprint tells
+    for argv in (["eval", out], ["train", "--resume", "--out", out, "--max-steps", "3", "--no-progress"]):
+        code, _, err = cli(capsys, *argv)
+        assert code == 2 and len(err) == 1 and "changed since training" in err[0] and "--allow-changed-data" in err[0]
+        assert cli(capsys, *argv, "--allow-changed-data")[0] == 0
+
+
+# -- interruptions -----------------------------------------------------------------------------
+KILL_DURING_SAVE = """
+import os, signal, sys
+from scratchformer.training import checkpoint
+real, calls = checkpoint._write_file, [0]
+def write_then_die(path, data):
+    calls[0] += 1
+    if calls[0] == int(sys.argv[1]):  # in the middle of writing a checkpoint's files
+        os.kill(os.getpid(), signal.SIGKILL)
+    real(path, data)
+checkpoint._write_file = write_then_die
+from scratchformer.cli.main import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.parametrize("nth_file", [12, 14])  # inside a checkpoint of step 4 (step 2 has best and last)
+def test_kill_during_checkpoint_keeps_a_usable_run(tmp_path, capsys, nth_file):
+    out = tmp_path / "run"
+    argv = ["train", *TINY, "--max-steps", "6", "--eval-interval", "2", "--out", str(out)]
+    proc = subprocess.run([sys.executable, "-c", KILL_DURING_SAVE, str(nth_file), *argv],
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL
+    assert cli(capsys, "eval", out)[0] == 0
+    code, stdout, _ = cli(capsys, "train", "--resume", "--out", out, "--no-progress", "--quiet")
+    assert code == 0 and "step 6" in stdout
+    assert load_checkpoint(out / "last").step == 6
+
+
+def test_ctrl_c_writes_a_checkpoint_of_the_current_step_and_exits_130(tmp_path, capsys):
+    out = tmp_path / "run"
+    proc = subprocess_cli("train", *TINY, "--max-steps", "100000", "--eval-interval", "100000",
+                          "--log-interval", "1", "--out", out)
+    deadline = time.time() + 60
+    while time.time() < deadline and len(steps(out / "log.jsonl") if (out / "log.jsonl").exists() else []) < 3:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "checkpoint written to" in err and str(out / "last") in err and "Traceback" not in err
+    ck = load_checkpoint(out / "last")
+    assert ck.step >= 3 and steps(out / "log.jsonl")[-1] <= ck.step
+    code, stdout, _ = cli(capsys, "train", "--resume", "--out", out, "--max-steps", ck.step + 2, "--no-progress",
+                          "--quiet")
+    assert code == 0 and f"step {ck.step + 2}" in stdout
+
+
+# -- resume semantics ----------------------------------------------------------------------------
+def test_resume_config_keeps_the_schedule_and_says_what_an_extension_does():
+    saved = {"max_steps": 100, "lr": 1e-3, "min_lr": 1e-4, "warmup_steps": 10}
+    cfg, note = resume_config(saved, {})
+    assert note is None and cfg.schedule_steps == 100
+    cfg, note = resume_config(saved, {"max_steps": 150})
+    assert cfg.max_steps == 150 and cfg.schedule_steps == 100 and "keeps its length of 100" in note
+    cfg, note = resume_config(saved, {"max_steps": 150, "decay_steps": 150})
+    assert note is None and cfg.schedule_steps == 150
+
+
+def test_finished_run_says_nothing_to_do_and_an_extension_runs_at_min_lr(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert cli(capsys, "train", *TINY, "--max-steps", "4", "--warmup-steps", "1", "--min-lr", "1e-4",
+               "--log-interval", "1", "--out", out)[0] == 0
+    code, stdout, err = cli(capsys, "train", "--resume", "--out", out)
+    assert code == 0 and "nothing to do" in stdout and not err
+    code, stdout, _ = cli(capsys, "train", "--resume", "--out", out, "--max-steps", "6", "--no-progress", "--quiet")
+    assert code == 0 and "extending the run from 4 to 6 steps" in stdout
+    lrs = {r["step"]: r["lr"] for r in read_log(out / "log.jsonl")[0] if "grad_norm" in r}
+    assert lrs[5] == lrs[6] == pytest.approx(1e-4) and lrs[2] > 1e-4
+
+
+# -- sample and eval conveniences ------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def names_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("names") / "run"
+    assert main(["train", *TINY, "--max-steps", "2", "--out", str(out)]) == 0
+    return out
+
+
+def test_sample_draws_fresh_names_and_prints_the_seed(names_run, capsys):
+    code, first, err = cli(capsys, "sample", names_run, "-n", "8")
+    assert code == 0 and len(err) == 1 and err[0].startswith("seed ")
+    seed = err[0].split()[1]
+    code, again, err = cli(capsys, "sample", names_run, "-n", "8", "--seed", seed)
+    assert code == 0 and again == first and not err
+
+
+def test_sample_marks_items_of_the_training_data(names_run, capsys, monkeypatch):
+    from scratchformer.training.jobs import load_job
+    from scratchformer.training.lm import LMJob
+
+    known = load_job(names_run).dataset.train.lines[0]
+    monkeypatch.setattr(LMJob, "samples", lambda self, n, rng, **kw: [known, "qzqzqzq"])
+    code, out, _ = cli(capsys, "sample", names_run, "--seed", "1")
+    assert code == 0 and out.splitlines() == [f"{known} (in training data)", "qzqzqzq"]
+
+
+def test_prompt_file(names_run, tmp_path, capsys):
+    prompt = tmp_path / "p.txt"
+    prompt.write_text("ma\n")
+    code, out, _ = cli(capsys, "sample", names_run, "-n", "3", "--seed", "1", "--prompt-file", prompt)
+    assert code == 0 and all(line.startswith("ma") for line in out.splitlines())
+    code, _, err = cli(capsys, "sample", names_run, "--prompt-file", tmp_path / "none.txt")
+    assert code == 2 and len(err) == 1 and "none.txt" in err[0]
+
+
+def test_bundled_shakespeare_trains_and_text_has_no_test_split(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, stdout, _ = cli(capsys, "train", *TINY, "--data", "shakespeare", "--max-steps", "1", "--block-size", "16")
+    assert code == 0 and "-> out/tinyshakespeare" in stdout
+    config = json.loads((tmp_path / "out/tinyshakespeare/last/config.json").read_text())
+    assert config["data"]["path"] is None and config["data"]["name"] == "shakespeare"
+    assert config["data"]["format"] == "text" and len(config["data"]["sha256"]) == 64
+    code, stdout, _ = cli(capsys, "eval", "out/tinyshakespeare", "--json")
+    assert code == 0 and json.loads(stdout.splitlines()[-1])["split"] == "val"
+    code, _, err = cli(capsys, "eval", "out/tinyshakespeare", "--split", "test")
+    assert code == 2 and len(err) == 1 and "only train and val" in err[0]
