@@ -23,7 +23,7 @@ from scratchformer.errors import CLIError, DataError
 # `viz` on the default names model takes a few seconds. --all draws every figure that applies.
 DEFAULT_FIGURES = ("attention_grid", "attention_seq2seq", "classifier_attention", "attention_steps",
                    "embedding_pca", "residual_norms", "training_curves")
-DEFAULT_NAME = "emma"  # the --text of a names run when none is given (the most common name in names.txt)
+DEFAULT_NAME = "emma"  # the --text of a names run when none is given: names.txt's first line
 TASK_EXAMPLES = {"classifier": "2 0 2 1 2 0 2 1", "seq2seq": "3 1 4 1 5"}  # --text of a task run
 
 
