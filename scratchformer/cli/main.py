@@ -1,4 +1,4 @@
-"""The `scratchformer` command: train, sample, eval, predict, embed.
+"""The `scratchformer` command: train, sample, eval, predict, embed, viz.
 
 Every error a user can cause (bad options, bad data, a broken checkpoint) ends as one line
 on stderr and exit code 2; no tracebacks.
@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from scratchformer.cli.viz import add_parser as add_viz_parser
+from scratchformer.cli.viz import cmd_viz, write_training_curves
 from scratchformer.errors import CheckpointError, CLIError, ScratchformerError
 
 SEEN_MARK = " (in training data)"  # sample: appended to a sample that is an item of the training split
@@ -262,6 +264,8 @@ def build_parser() -> argparse.ArgumentParser:
     em.add_argument("texts", nargs="+", metavar="TEXT")
     em.add_argument("--model", metavar="DIR", help="model directory (config.json, model.safetensors, vocab.txt)")
     em.add_argument("--out", metavar="FILE.npy", help="save the (n, d) float32 array here")
+
+    add_viz_parser(sub)
     return p
 
 
@@ -334,6 +338,7 @@ def cmd_train(args) -> int:
     print(f"done: step {summary['step']}, val loss {summary['val_loss']:.4f} "
           f"(best {summary['best_val_loss']:.4f}), {summary['seconds']:.0f}s, stopped by {summary['stopped_by']}; "
           f"checkpoints in {out}/best and {out}/last")
+    write_training_curves(out)
     return 0
 
 
@@ -404,7 +409,8 @@ def cmd_embed(args) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "sample": cmd_sample, "eval": cmd_eval, "predict": cmd_predict, "embed": cmd_embed}
+COMMANDS = {"train": cmd_train, "sample": cmd_sample, "eval": cmd_eval, "predict": cmd_predict, "embed": cmd_embed,
+            "viz": cmd_viz}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,6 +32,7 @@ def finish(fig, path=None):
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".png.tmp")
         os.close(fd)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; a figure is for reading
         try:
             fig.savefig(tmp, dpi=DPI, format="png")
             os.replace(tmp, path)
@@ -56,8 +57,9 @@ def heatmap(ax, values, xlabels=None, ylabels=None, annotate_max: int = 12, vmin
         step = max(1, n // 24)  # at most ~24 labels per axis, so they never overlap
         set_ticks(range(0, n, step))
         set_labels([show_token(labels[i]) for i in range(0, n, step)], fontsize=8 if small else 6)
-    if xlabels is not None:
-        ax.tick_params(axis="x", labelrotation=90)
+    if xlabels is not None:  # long labels stand up; one character stays upright (a turned "m" reads "E")
+        for label in ax.get_xticklabels():
+            label.set_rotation(90 if len(label.get_text()) > 1 else 0)
     if rows <= annotate_max and cols <= annotate_max:
         lo, hi = (vmin, vmax) if vmin is not None else (values.min(), values.max())
         for i in range(rows):

@@ -95,9 +95,12 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
             from scratchformer.inference.beam import greedy_decode
             out = greedy_decode(model, ids[None])[0]
             tgt_ids = np.concatenate([[model.config.bos_id], out])[: model.config.max_len]
-            tgt_tokens = ["<bos>"] + [str(i) for i in tgt_ids[1:]] if tgt_tokens is None else tgt_tokens
         tgt_ids = np.asarray(tgt_ids, dtype=np.int64).ravel()
-        tgt_tokens = [str(i) for i in tgt_ids] if tgt_tokens is None else list(tgt_tokens)
+        if tgt_tokens is None:  # vocab_labels, else the ids, with BOS / EOS / PAD named
+            c = model.config
+            special = {c.bos_id: "<bos>", c.eos_id: "<eos>", c.pad_id: "<pad>"}
+            tgt_tokens = [vocab_labels[i] if vocab_labels is not None else special.get(i, str(i)) for i in tgt_ids]
+        tgt_tokens = list(tgt_tokens)
         maps = T.attention_maps(model, ids, tgt_ids)
         add("attention_seq2seq", "Encoder, decoder and cross attention",
             "Decoder self-attention is lower-triangular (causal); in cross-attention each target "

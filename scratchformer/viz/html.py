@@ -64,6 +64,7 @@ def write_report(path, title: str, attention: list[tuple], figures: list[tuple],
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".html.tmp")
+    os.chmod(tmp, 0o644)  # mkstemp makes it private; a report is for reading
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(page)
     os.replace(tmp, path)

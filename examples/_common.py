@@ -1,0 +1,48 @@
+"""What every example shares: its command line (--out, --quick) and a plain training loop.
+
+Each example is a script (python examples/NAME.py [--quick] [--out DIR]) whose cells are
+marked `# %%`, so editors that know the marker (VS Code, Jupytext, Spyder) open it as a notebook.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from scratchformer.optim import AdamW, clip_grad_norm, cosine_lr, param_groups
+
+EXAMPLES = Path(__file__).resolve().parent
+
+
+def setup(name: str, doc: str) -> tuple[Path, bool]:
+    """Parse --out and --quick; return (figure folder, quick). The folder defaults to
+    examples/out/NAME (git ignores it)."""
+    p = argparse.ArgumentParser(prog=f"{name}.py", description=doc.strip().splitlines()[0])
+    p.add_argument("--out", type=Path, default=EXAMPLES / "out" / name, help="figure folder (default: examples/out/NAME)")
+    p.add_argument("--quick", action="store_true", help="tiny sizes and steps: a smoke run of a few seconds")
+    args = p.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    return args.out, args.quick
+
+
+def train(model, next_batch, steps: int, lr: float, weight_decay: float = 0.01, warmup: int = 50,
+          log_every: int = 50) -> list[dict]:
+    """AdamW with warmup and cosine decay, gradient clipping at 1. next_batch(rng) -> the
+    arguments of model(...) (inputs and targets). Returns log rows as `viz.training_curves` reads them."""
+    opt = AdamW(param_groups(model, weight_decay), lr=lr, betas=(0.9, 0.98))
+    rng = np.random.default_rng(0)
+    model.train()
+    rows = []
+    for step in range(steps):
+        opt.lr = cosine_lr(step, lr, lr / 10, min(warmup, steps // 10), steps)
+        _, loss = model(*next_batch(rng))
+        model.backward()          # the hand-written backward of every layer
+        norm = clip_grad_norm(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad()
+        if step % log_every == 0 or step == steps - 1:
+            rows.append({"step": step, "lr": opt.lr, "train_loss": float(loss), "grad_norm": float(norm)})
+    model.eval()
+    return rows

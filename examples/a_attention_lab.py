@@ -1,0 +1,92 @@
+"""The lab of Speech and Language Processing (Jurafsky & Martin), chapter 8 ("Transformers"),
+with scratchformer's layers: attention, causal attention, multi-head attention, sinusoidal
+positional encoding, a pre-norm block, and a tiny language model with weight tying.
+
+What it shows, cell by cell (figures in --out):
+  1. scaled dot-product attention on 5 tokens, step by step: scores -> softmax -> output
+     (attention_steps.png);
+  2. the causal mask: the same scores, row by row renormalised over the past only
+     (causal_vs_bidirectional.png); the first token can only attend to itself;
+  3. multi-head attention: 4 heads of width 4 over a 16-wide input, each with its own weights
+     (multi_head.png); every row of every head sums to 1;
+  4. sinusoidal positions (sinusoidal.png, position_similarity.png): the dot product of two
+     positions depends only on their distance;
+  5. a pre-norm block, x + attn(LN(x)) then + ff(LN(.)): with both output projections zeroed it
+     is exactly the identity -- the residual stream carries x through untouched;
+  6. a 2-layer character LM on the bundled names with a tied head (lm_head.weight IS
+     wte.weight), trained briefly (training_curves.png), then sampled.
+What to notice: every number printed is a check you can change the code to break.
+Run: python examples/a_attention_lab.py [--quick] [--out DIR]   (full: under a minute)
+"""
+
+# %% 1. Scaled dot-product attention, step by step
+import numpy as np
+
+from _common import setup, train
+from scratchformer import viz
+from scratchformer.data import load_dataset
+from scratchformer.models import GPT, GPTConfig
+from scratchformer.nn import DecoderBlock, MultiHeadAttention, manual_seed, sinusoidal_table
+from scratchformer.ops import attention_forward
+
+out, quick = setup("a_attention_lab", __doc__)
+rng = np.random.default_rng(0)
+tokens = ["the", "cat", "sat", "on", "it"]
+x = rng.standard_normal((5, 8))                               # 5 tokens, 8 features each
+Wq, Wk, Wv = (rng.standard_normal((8, 8)) / np.sqrt(8) for _ in range(3))
+q, k, v = x @ Wq, x @ Wk, x @ Wv                               # (T, d)
+out_bi, cache = attention_forward(q[None, None], k[None, None], v[None, None])  # softmax(q k^T / sqrt d) v
+weights = cache["weights"][0, 0]
+print("bidirectional weights, row sums:", np.round(weights.sum(axis=1), 6).tolist())
+viz.attention_steps(q, k, v, tokens, causal=False, path=out / "attention_steps.png")
+
+# %% 2. Causal attention: a token sees only itself and the past
+_, cache = attention_forward(q[None, None], k[None, None], v[None, None], causal=True)
+causal = cache["weights"][0, 0]
+print("causal weights of the first token:", np.round(causal[0], 3).tolist(), "(only itself)")
+print("upper triangle of the causal weights is zero:", bool(np.all(np.triu(causal, 1) == 0)))
+viz.causal_vs_bidirectional(q, k, tokens, path=out / "causal_vs_bidirectional.png")
+
+# %% 3. Multi-head attention: 4 heads of size 4 on a 16-wide input
+manual_seed(0)
+mha = MultiHeadAttention(n_embd=16, n_head=4).eval()
+h = rng.standard_normal((1, 5, 16)).astype(np.float32)
+y = mha(h, causal=True)                                       # (1, 5, 16)
+w = mha.attn_weights                                          # (1, 4, 5, 5): one map per head
+print(f"multi-head output {y.shape}, weights {w.shape}; every row sums to 1:",
+      bool(np.allclose(w.sum(axis=-1), 1, atol=1e-5)))
+viz.attention_grid(w, tokens, title="multi-head attention (1 layer, 4 heads)", path=out / "multi_head.png")
+
+# %% 4. Sinusoidal positional encoding: similarity depends only on the distance
+pe = sinusoidal_table(64, 32)                                 # (positions, n_embd)
+dots = pe @ pe.T
+spread = max(np.ptp(np.diag(dots, d)) for d in range(1, 10))  # same distance, different positions
+print(f"PE[p] . PE[p + d] varies with p by at most {spread:.1e} for d < 10 (depends on d only)")
+viz.sinusoidal_encoding(64, 32, path=out / "sinusoidal.png")
+viz.position_similarity(pe, path=out / "position_similarity.png")
+
+# %% 5. A pre-norm block: the residual stream passes x through
+block = DecoderBlock(n_embd=16, n_head=4, n_inner=64, cross_attention=False, norm_first=True).eval()
+for linear in (block.self_attn.out_proj, block.ff.fc2):      # silence both sub-layers
+    linear.weight.data[...] = 0
+    linear.bias.data[...] = 0
+print("pre-norm block with zeroed output projections is the identity:", bool(np.array_equal(block(h), h)))
+
+# %% 6. A tiny character LM with weight tying, on the bundled names
+ds = load_dataset(None, "lines")                              # names.txt, split by the default seed
+config = dict(vocab_size=ds.tokenizer.vocab_size, block_size=ds.block_size, n_layer=2, n_head=4, n_embd=32)
+lm = GPT(GPTConfig(**config, tie_weights=True), seed=0)
+untied = GPT(GPTConfig(**config, tie_weights=False), seed=0)
+print(f"tied head: lm_head.weight is wte.weight: {lm.lm_head.weight is lm.wte.weight}; "
+      f"{lm.num_parameters():,} parameters against {untied.num_parameters():,} untied")
+steps = 20 if quick else 800
+rows = train(lm, lambda r: ds.train.batch(r, 32), steps, lr=3e-3, weight_decay=0.1)
+val_x, val_y = next(ds.val.all_batches(500))
+print(f"after {steps} steps: train loss {rows[-1]['train_loss']:.3f}, val loss {lm(val_x, val_y)[1]:.3f} "
+      f"(uniform guessing: {np.log(ds.tokenizer.vocab_size):.3f})")
+start = np.zeros((5, 1), dtype=np.int64)                      # the start-of-name token
+samples = lm.generate(start, ds.block_size - 1, temperature=0.8, rng=np.random.default_rng(0),
+                      eos_id=ds.tokenizer.eos_id)
+print("samples:", [ds.tokenizer.decode(s[1:]) for s in samples])
+viz.training_curves(rows, path=out / "training_curves.png")
+print(f"figures in {out}")

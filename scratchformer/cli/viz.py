@@ -1,0 +1,137 @@
+"""`scratchformer viz`: the figures and report.html of a trained run, or of a BERT directory.
+
+    scratchformer viz RUN_DIR [--text TEXT] [--out FIGDIR] [--all]
+    scratchformer viz --bert [PATH] --text "A sentence." [--out FIGDIR] [--all]
+
+The run is read once with `load_job`; the input is checked here, at the door (characters in
+the vocabulary, length within the model's context, digits the task knows), and then handed to
+`scratchformer.viz.report`, which writes the PNGs and report.html. `cmd_train` calls
+`write_training_curves` when a training ends.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from scratchformer.errors import CLIError, DataError
+
+# The figures drawn by default: the ones that say most about a trained model, kept lean so that
+# `viz` on the default names model takes a few seconds. --all draws every figure that applies.
+DEFAULT_FIGURES = ("attention_grid", "attention_seq2seq", "classifier_attention", "attention_steps",
+                   "embedding_pca", "residual_norms", "training_curves")
+DEFAULT_NAME = "emma"  # the --text of a names run when none is given: names.txt's first line
+TASK_EXAMPLES = {"classifier": "2 0 2 1 2 0 2 1", "seq2seq": "3 1 4 1 5"}  # --text of a task run
+
+
+def add_parser(sub) -> None:
+    """The `viz` subcommand, added to the main parser's subparsers."""
+    v = sub.add_parser(
+        "viz", help="figures and an interactive report.html of a trained model (or a BERT encoder)",
+        description="Draw the attention maps, embeddings, residual stream and training curves of a "
+                    "trained run on one input, as PNGs and a self-contained report.html (opens from "
+                    "disk, no network). With --bert: a pretrained BERT-family encoder.")
+    v.add_argument("dir", nargs="?", metavar="RUN_DIR",
+                   help="run or checkpoint directory (default: out/names)")
+    v.add_argument("--text", help=f"the input: a prompt or name for a GPT (default for a names run: "
+                                  f"{DEFAULT_NAME!r}); digits for a task model as 'predict' takes them "
+                                  f"(default: {TASK_EXAMPLES['seq2seq']!r}, majority: "
+                                  f"{TASK_EXAMPLES['classifier']!r}); a sentence for --bert (required)")
+    v.add_argument("--out", metavar="FIGDIR", help="where to write (default: RUN_DIR/viz; out/viz-bert with --bert)")
+    v.add_argument("--bert", nargs="?", const="", metavar="PATH",
+                   help="a BERT directory (config.json, model.safetensors, vocab.txt) instead of a run; "
+                        "no PATH: the installed all-MiniLM-L6-v2")
+    v.add_argument("--all", action="store_true",
+                   help="draw every figure (default: " + ", ".join(DEFAULT_FIGURES) + ")")
+
+
+def cmd_viz(args) -> int:
+    only = None if args.all else DEFAULT_FIGURES
+    if args.bert is not None:
+        if args.dir is not None:
+            raise CLIError(f"give a run directory ({args.dir}) or --bert, not both")
+        if not args.text:
+            raise CLIError('--bert needs --text, e.g. --text "A sentence."')
+        from scratchformer.viz import report_bert
+
+        paths = report_bert(_writable(args.out or "out/viz-bert"), args.text, args.bert or None, only=only)
+    else:
+        paths = _report_run(Path(args.dir or "out/names"), args.text, args.out, only)
+    for p in paths:
+        print(p)
+    return 0
+
+
+def _report_run(run: Path, text: str | None, out: str | None, only) -> list[Path]:
+    from scratchformer.training.jobs import load_job
+    from scratchformer.viz import report
+
+    job = load_job(run)
+    root = run.parent if (run / "model.safetensors").exists() else run  # a checkpoint's run directory
+    log = root / "log.jsonl"
+    inputs = _inputs(job, text)
+    return report(job.model, _writable(out or root / "viz"), log=log if log.is_file() else None, only=only,
+                  **inputs)
+
+
+def _inputs(job, text: str | None) -> dict:
+    """report()'s input arguments for this job's model, `text` checked against the model."""
+    if job.kind == "gpt":
+        tok, block = job.tokenizer, job.model.config.block_size
+        lines = tok.bos_id is not None  # a names-like run: every item starts with the boundary token
+        if text is None:
+            if not lines:
+                raise CLIError("this text model needs an input: --text 'some text in its alphabet'")
+            text = DEFAULT_NAME
+        ids = tok.encode(text, what="--text")
+        tokens = list(text)
+        if lines:  # what the model saw in training: <eot> name
+            ids, tokens = np.concatenate([[tok.bos_id], ids]), [tok.special] + tokens
+        if not 0 < len(ids) <= block:
+            raise DataError(f"--text gives {len(ids)} tokens{' (with the start token)' if lines else ''}; "
+                            f"this model reads 1 to {block}: give a shorter text")
+        labels = [tok.decode([i]) or tok.special for i in range(tok.vocab_size)]
+        return {"ids": ids, "tokens": tokens, "vocab_labels": labels}
+    from scratchformer.data.tasks import BOS, EOS, PAD, VOCAB_SIZE, parse_digits
+
+    text = TASK_EXAMPLES[job.kind] if text is None else text
+    answer = job.predict(text)  # checks the digits and the length as `predict` does
+    ids = parse_digits(text)
+    names = {PAD: "<pad>", BOS: "<bos>", EOS: "<eos>"}
+    labels = [names.get(i, str(i)) for i in range(VOCAB_SIZE)]
+    inputs = {"ids": ids, "tokens": [str(i) for i in ids], "vocab_labels": labels,
+              "title": f"scratchformer {job.task}: {text} -> {answer}"}
+    if job.kind == "classifier":
+        inputs["class_names"] = [f"majority {c}" for c in range(job.model.config.n_classes)]
+    return inputs
+
+
+def _writable(out) -> Path:
+    """--out, created if needed; one clear error when it cannot be written."""
+    out = Path(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise DataError(f"cannot create --out {out}: {e.strerror or e}; choose another directory") from None
+    if not os.access(out, os.W_OK):
+        raise DataError(f"cannot write into --out {out} (permission denied): choose another directory")
+    return out
+
+
+def write_training_curves(run_dir) -> Path | None:
+    """RUN_DIR/training_curves.png from RUN_DIR/log.jsonl, at the end of `train`. A finished
+    training never fails on a figure: a problem (matplotlib missing, a full disk) is one
+    warning line on stderr."""
+    path = Path(run_dir) / "training_curves.png"
+    try:
+        from scratchformer.viz import training_curves
+
+        training_curves(run_dir, path=path)
+    except Exception as e:  # noqa: BLE001 -- reported, never hidden
+        print(f"warning: training curves not drawn ({type(e).__name__}: {e})", file=sys.stderr)
+        return None
+    print(f"training curves: {path}")
+    return path

@@ -1,0 +1,145 @@
+"""`scratchformer viz` on every checkpoint kind (a tiny GPT, classifier and seq2seq run trained
+for a few steps), on the installed all-MiniLM-L6-v2 (--bert), the training-curve PNG that
+`train` leaves in the run directory, and bad input: one stderr line, exit code 2."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from scratchformer.cli import viz as cli_viz
+from scratchformer.cli.main import main
+from scratchformer.training.jobs import build_job
+from scratchformer.training.trainer import train
+
+PNG = b"\x89PNG\r\n\x1a\n"
+TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--batch-size", "8", "--eval-batches", "2",
+        "--no-progress", "--quiet"]
+TINY_TASK = ({"n_layer": 1, "n_head": 2, "n_embd": 16, "n_inner": 32},
+             {"max_steps": 4, "eval_interval": 2, "batch_size": 8, "warmup_steps": 1},
+             {"n_train": 200, "n_test": 20})
+
+
+@pytest.fixture(scope="module")
+def gpt_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("viz") / "names"
+    assert main(["train", "--max-steps", "4", "--eval-interval", "2", "--out", str(out), *TINY]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def task_runs(tmp_path_factory):
+    """{"majority": a classifier run, "reverse": a seq2seq run}, a few steps each."""
+    runs = {}
+    for task in ("majority", "reverse"):
+        runs[task] = tmp_path_factory.mktemp("viz") / task
+        job, cfg = build_job(task, *TINY_TASK)
+        train(job, cfg, runs[task], progress=False, verbose=False)
+    return runs
+
+
+@pytest.fixture(params=["majority", "reverse"])
+def task_run(request, task_runs):
+    return task_runs[request.param]
+
+
+def printed_paths(capsys) -> list[Path]:
+    return [Path(line) for line in capsys.readouterr().out.split("\n") if line]
+
+
+def check_pngs(paths):
+    assert paths[-1].name == "report.html" and paths[-1].stat().st_size > 10_000
+    for p in paths[:-1]:
+        assert p.suffix == ".png" and p.read_bytes().startswith(PNG) and p.stat().st_size > 5000, p
+    html = paths[-1].read_text()
+    assert html.count('src="data:image/png;base64,') == len(paths) - 1  # every figure embedded
+    return html
+
+
+def test_train_leaves_the_training_curves_in_the_run(gpt_run):
+    assert (gpt_run / "training_curves.png").read_bytes().startswith(PNG)
+
+
+def test_viz_gpt_run_defaults(gpt_run, capsys):
+    assert main(["viz", str(gpt_run)]) == 0
+    paths = printed_paths(capsys)
+    assert all(p.parent == gpt_run / "viz" for p in paths)  # --out defaults to RUN_DIR/viz
+    assert [p.stem for p in paths] == ["attention_grid", "attention_steps", "embedding_pca", "residual_norms",
+                                       "training_curves", "report"]
+    html = check_pngs(paths)
+    assert "best val loss" in html and "emma" in html  # the run's log; the default name
+
+
+def test_viz_checkpoint_dir_with_all_figures(gpt_run, tmp_path, capsys):
+    assert main(["viz", str(gpt_run / "best"), "--text", "ann", "--out", str(tmp_path), "--all"]) == 0
+    paths = printed_paths(capsys)
+    assert len(paths) > 10 and {"layernorm", "positions_learned", "training_curves"} <= {p.stem for p in paths}
+    check_pngs(paths)
+
+
+def test_viz_task_runs(task_run, tmp_path, capsys):
+    text = "2 0 2 1" if task_run.name == "majority" else "3 1 4 1 5"
+    assert main(["viz", str(task_run), "--text", text, "--out", str(tmp_path)]) == 0
+    paths = printed_paths(capsys)
+    html = check_pngs(paths)
+    assert f"{task_run.name}: {text} -&gt; " in html  # the title shows the model's answer
+    kind_figure = "classifier_attention" if task_run.name == "majority" else "attention_seq2seq"
+    assert kind_figure in {p.stem for p in paths}
+    if task_run.name == "reverse":  # the explorer's three tabs; the decoder rows start at <bos>
+        assert '"name": "cross"' in html and '"queries": ["<bos>"' in html
+
+
+def test_viz_task_default_text(task_run, capsys):
+    assert main(["viz", str(task_run)]) == 0
+    assert printed_paths(capsys)[-1] == task_run / "viz" / "report.html"
+
+
+def test_viz_bert(tmp_path, capsys):
+    from scratchformer.errors import CheckpointError
+    from scratchformer.interop.sentence import default_model_dir
+
+    try:
+        default_model_dir()
+    except CheckpointError as e:
+        if os.environ.get("CI") == "true":
+            raise
+        pytest.skip(f"all-MiniLM-L6-v2 package not installed: {e}")
+    assert main(["viz", "--bert", "--text", "The cat sat on the mat.", "--out", str(tmp_path)]) == 0
+    paths = printed_paths(capsys)
+    html = check_pngs(paths)
+    assert "attention_grid" in {p.stem for p in paths} and "[CLS]" in html.split("sf-data")[1]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["viz", "{missing}"], "checkpoint not found"),
+    (["viz", "{gpt}", "--text", "Emma!"], "not in the vocabulary"),
+    (["viz", "{gpt}", "--text", "abcdefghijklmnopqrstuvwxyz"], "give a shorter text"),
+    (["viz", "{majority}", "--text", "3 a"], "bad token"),
+    (["viz", "{majority}", "--text", "5 5 5"], "only the digits 0, 1 and 2"),
+    (["viz", "{reverse}", "--text", "1 2 3 4 5 6 7 8 9 0 1 2 3 4 5"], "at most"),
+    (["viz", "--bert"], "--bert needs --text"),
+    (["viz", "{gpt}", "--bert", "x", "--text", "a"], "not both"),
+    (["viz", "{gpt}", "--out", "{file}/sub"], "cannot create --out"),
+])
+def test_bad_input_is_one_line_and_exit_2(argv, message, gpt_run, task_runs, tmp_path, capsys):
+    a_file = tmp_path / "file.txt"
+    a_file.write_text("x")
+    names = {"missing": "/nonexistent/run", "gpt": str(gpt_run), "file": str(a_file),
+             **{k: str(v) for k, v in task_runs.items()}}
+    argv = [a.format(**names) for a in argv]
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("scratchformer viz: error: ") and message in err, err
+
+
+def test_training_curves_failure_is_one_warning(tmp_path, monkeypatch, capsys):
+    import scratchformer.viz as viz
+
+    def broken(*a, **k):
+        raise RuntimeError("no renderer")
+
+    monkeypatch.setattr(viz, "training_curves", broken)
+    assert cli_viz.write_training_curves(tmp_path) is None
+    err = capsys.readouterr().err
+    assert err == "warning: training curves not drawn (RuntimeError: no renderer)\n"
