@@ -110,6 +110,22 @@ def test_sentence_encoder_api():
         enc.encode(["ok", 3])
 
 
+def test_sentence_encoder_sorts_by_length_and_keeps_the_order(monkeypatch):
+    """encode() batches texts shortest first (less padding); each embedding still lands in its
+    own row and equals the text embedded alone."""
+    _minilm_dir()
+    from scratchformer.interop import sentence
+
+    enc = SentenceEncoder()
+    texts = ["a much longer sentence about a man who is eating a large piece of bread", "hi",
+             "A man is eating food.", "", "two words", "the cat sat on the mat, and then it slept"]
+    alone = np.concatenate([enc.encode([t], batch_size=1) for t in texts])
+    monkeypatch.setattr(sentence, "SORT_CHUNK", 4)  # two chunks, each sorted on its own
+    got = enc.encode(texts, batch_size=2)
+    np.testing.assert_allclose(got, alone, atol=2e-6)
+    assert not np.allclose(got[0], got[1], atol=1e-2)  # distinct rows: a reordering would fail above
+
+
 # -- a tiny random BERT built by transformers: the name mapping, in float64 ------------------
 
 _TINY_WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [

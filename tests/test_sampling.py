@@ -149,6 +149,28 @@ def test_cache_feeds_one_token_per_step(model, monkeypatch):
     assert seen[6:] == [(8, 0, False)]
 
 
+def test_kv_cache_writes_in_place_grows_and_selects_rows():
+    from scratchformer.nn import KVCache
+    rng = np.random.default_rng(0)
+    steps = [rng.standard_normal((2, 3, t, 4)).astype(np.float32) for t in (2, 1, 1, 3)]
+    cache = KVCache(capacity=4)
+    assert cache.k is None and cache.length == 0
+    k, v = cache.append(steps[0], -steps[0])
+    buffer = cache._k
+    assert buffer.shape == (2, 3, 4, 4) and np.shares_memory(k, buffer)  # allocated once ...
+    cache.append(steps[1], -steps[1])
+    cache.append(steps[2], -steps[2])
+    assert cache._k is buffer  # ... and written in place while it fits
+    k, v = cache.append(steps[3], -steps[3])  # 7 > 4: grows, keeping the past
+    whole = np.concatenate(steps, axis=2)
+    assert cache.length == 7 and cache._k.shape[2] >= 7
+    np.testing.assert_array_equal(k, whole)
+    np.testing.assert_array_equal(v, -whole)
+    cache.select(np.array([1, 1]))  # beam search's reorder: rows 1 and 1
+    np.testing.assert_array_equal(cache.k, whole[[1, 1]])
+    np.testing.assert_array_equal(cache.v, -whole[[1, 1]])
+
+
 def test_generation_past_block_size(model):
     out = model.generate(_prompt(B=2, T=2), 30, rng=np.random.default_rng(0), top_k=4)
     assert out.shape == (2, 32)

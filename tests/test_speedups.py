@@ -11,7 +11,7 @@ from scratchformer.allocator import keep_freed_memory
 from scratchformer.errors import ConfigError
 from scratchformer.nn.module import Parameter
 from scratchformer.optim import SGD, AdamW, clip_grad_norm, optimizers, param_groups
-from scratchformer.ops.activations import gelu_keep, normal_cdf
+from scratchformer.ops.activations import gelu_from_cache, gelu_keep, normal_cdf
 
 
 def test_normal_cdf_float32_table_is_accurate_and_float64_is_exact():
@@ -28,6 +28,16 @@ def test_gelu_keep_caches_the_cdf_it_used():
     y, (x_kept, cdf) = gelu_keep(x)
     assert x_kept is x and y.dtype == np.float32
     np.testing.assert_array_equal(y, x * cdf)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gelu_backward_in_place_is_bit_identical_to_the_plain_formula(dtype):
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal((64, 96)) * 3).astype(dtype)
+    dy = rng.standard_normal(x.shape).astype(dtype)
+    _, (x_kept, cdf) = gelu_keep(x)
+    plain = dy * (cdf + x * (np.exp(-0.5 * x * x) * (1 / math.sqrt(2 * math.pi))))
+    np.testing.assert_array_equal(gelu_from_cache(dy, (x_kept, cdf)), plain)
 
 
 def test_keep_freed_memory_is_idempotent():

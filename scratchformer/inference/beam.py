@@ -182,7 +182,7 @@ def beam_search(model, src, beam_width: int = 4, max_new_tokens: int | None = No
             flat = (bk * k + sel_beam).reshape(-1)
             for cache in caches:
                 for kv in cache:
-                    kv.k, kv.v = kv.k[flat], kv.v[flat]
+                    kv.select(flat)
             tokens = sel_tok.reshape(B * k, 1)
             # done: k finished, and the worst of them beats the best live beam scored at its
             # current length (Hugging Face's default stopping rule; exact when alpha = 0,

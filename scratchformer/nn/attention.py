@@ -8,7 +8,6 @@ Cross-attention uses the first third on `x` and the last two thirds on `context`
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -20,19 +19,56 @@ from scratchformer.nn.module import DEFAULT_DTYPE, Module, Parameter
 from scratchformer.ops import attention_backward, attention_forward, linear_backward, linear_forward
 
 
-@dataclass
 class KVCache:
-    """Keys and values of earlier steps, (B, H, T_past, head_size) each, for incremental decoding.
+    """Keys and values of earlier steps for incremental decoding: `k`, `v` are
+    (B, H, length, head_size) views of buffers that hold `capacity` positions.
 
-    For self-attention each call appends the new keys/values; for cross-attention the
-    memory's keys/values are computed on the first call and reused after."""
+    Self-attention appends each step's keys/values in place (`append`): the buffers are
+    allocated once (capacity: a hint, e.g. prompt + new tokens; doubled if it runs out), so a
+    step copies only its own keys, not the whole past as concatenating would (O(T) per step
+    instead of O(T^2) over a generation). Cross-attention stores the memory's keys/values
+    once (`store`) and reuses them."""
 
-    k: np.ndarray | None = None
-    v: np.ndarray | None = None
+    def __init__(self, capacity: int = 0):
+        self.capacity = capacity
+        self.length = 0
+        self._k: np.ndarray | None = None  # (B, H, capacity, head_size)
+        self._v: np.ndarray | None = None
 
     @property
-    def length(self) -> int:
-        return 0 if self.k is None else self.k.shape[-2]
+    def k(self) -> np.ndarray | None:
+        return None if self._k is None else self._k[:, :, : self.length]
+
+    @property
+    def v(self) -> np.ndarray | None:
+        return None if self._v is None else self._v[:, :, : self.length]
+
+    def store(self, k: np.ndarray, v: np.ndarray) -> None:
+        """Hold k, v (B, H, T, head_size) as they are (cross-attention's memory)."""
+        self._k, self._v, self.length = k, v, k.shape[2]
+        self.capacity = self.length
+
+    def append(self, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Write this step's k, v (B, H, T, head_size) after the past; returns all keys and
+        values so far, (B, H, length, head_size) views."""
+        end = self.length + k.shape[2]
+        if self._k is None or end > self._k.shape[2]:  # first call, or full: a larger buffer
+            size = max(end, self.capacity) if self._k is None else max(end, 2 * self._k.shape[2])
+            grown_k = np.empty(k.shape[:2] + (size, k.shape[3]), dtype=k.dtype)
+            grown_v = np.empty_like(grown_k)
+            if self._k is not None:
+                grown_k[:, :, : self.length] = self.k
+                grown_v[:, :, : self.length] = self.v
+            self._k, self._v = grown_k, grown_v
+        self._k[:, :, self.length : end] = k
+        self._v[:, :, self.length : end] = v
+        self.length = end
+        return self.k, self.v
+
+    def select(self, rows: np.ndarray) -> None:
+        """Keep the batch rows `rows` (in that order, repeats allowed): beam search's reorder."""
+        if self._k is not None:
+            self._k, self._v = self._k[rows], self._v[rows]
 
 
 class MultiHeadAttention(Module):
@@ -79,12 +115,10 @@ class MultiHeadAttention(Module):
         d, W = self.n_embd, self.in_proj_weight.data
         if context is None:
             qkv = linear_forward(x, W, self._bias(slice(None)))  # (B, T, 3d)
-            q, k, v = (self._split_heads(t) for t in np.split(qkv, 3, axis=-1))
+            B, T, _ = qkv.shape  # q, k, v: (B, H, T, head_size) views, split_heads of each third
+            q, k, v = qkv.reshape(B, T, 3, self.n_head, self.head_size).transpose(2, 0, 3, 1, 4)
             if kv_cache is not None:  # append this step's keys/values to the past
-                if kv_cache.k is not None:
-                    k = np.concatenate([kv_cache.k, k], axis=2)
-                    v = np.concatenate([kv_cache.v, v], axis=2)
-                kv_cache.k, kv_cache.v = k, v
+                k, v = kv_cache.append(k, v)
         else:
             q = self._split_heads(linear_forward(x, W[:d], self._bias(slice(0, d))))
             if kv_cache is not None and kv_cache.k is not None:
@@ -93,7 +127,7 @@ class MultiHeadAttention(Module):
                 kv = linear_forward(context, W[d:], self._bias(slice(d, None)))  # (B, Tk, 2d)
                 k, v = (self._split_heads(t) for t in np.split(kv, 2, axis=-1))
                 if kv_cache is not None:
-                    kv_cache.k, kv_cache.v = k, v
+                    kv_cache.store(k, v)
         out, att_cache = attention_forward(
             q, k, v, mask=mask, causal=causal, dropout_p=self.dropout_p, rng=self.rng, training=self.training
         )
@@ -107,16 +141,20 @@ class MultiHeadAttention(Module):
         x, context = c["x"], c["context"]
         d, W, has_bias = self.n_embd, self.in_proj_weight.data, self.in_proj_bias is not None
         dout = self._split_heads(self.out_proj.backward(grad))
-        dq, dk, dv = attention_backward(dout, c["att"])
-        dq, dk, dv = self._merge_heads(dq), self._merge_heads(dk), self._merge_heads(dv)
+        dq, dk, dv = attention_backward(dout, c["att"])  # (B, H, T, head_size) each
         if context is None:
-            # qkv = x W^T + b with W = [W_q; W_k; W_v]
-            dx, dW, db = linear_backward(np.concatenate([dq, dk, dv], axis=-1), x, W, has_bias)
+            # qkv = x W^T + b with W = [W_q; W_k; W_v]; dqkv = concat of merge_heads(dq, dk, dv)
+            B, H, T, hs = dq.shape
+            dqkv = np.empty((B, T, 3, H, hs), dtype=dq.dtype)
+            for i, grad in enumerate((dq, dk, dv)):
+                dqkv[:, :, i] = grad.transpose(0, 2, 1, 3)
+            dx, dW, db = linear_backward(dqkv.reshape(B, T, 3 * H * hs), x, W, has_bias)
             self.in_proj_weight.grad += dW
             if has_bias:
                 self.in_proj_bias.grad += db
             return dx, None
         # q = x W_q^T + b_q ;  [k, v] = context [W_k; W_v]^T + [b_k, b_v]
+        dq, dk, dv = self._merge_heads(dq), self._merge_heads(dk), self._merge_heads(dv)
         dx, dWq, dbq = linear_backward(dq, x, W[:d], has_bias)
         dctx, dWkv, dbkv = linear_backward(np.concatenate([dk, dv], axis=-1), context, W[d:], has_bias)
         self.in_proj_weight.grad[:d] += dWq

@@ -101,8 +101,9 @@ class DecoderBlock(Module):
         self.ff_norm = LayerNorm(n_embd, eps=eps, bias=bias, dtype=dtype)
         self.ff_dropout = Dropout(dropout)
 
-    def new_cache(self) -> list[KVCache]:
-        return [KVCache() for _ in range(2 if self.cross_attention else 1)]
+    def new_cache(self, capacity: int = 0) -> list[KVCache]:
+        """capacity: how many positions the self-attention cache should hold (a hint)."""
+        return [KVCache(capacity)] + ([KVCache()] if self.cross_attention else [])
 
     def check_input(self, x, memory=None, self_mask=None, memory_mask=None, cache=None) -> None:
         C = self.ff_norm.weight.shape[0]

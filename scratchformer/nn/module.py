@@ -28,6 +28,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from scratchformer.allocator import keep_freed_memory
 from scratchformer.errors import BackwardError, DTypeError, StateDictError
 
 __all__ = ["DEFAULT_DTYPE", "Module", "Parameter", "door", "eval_mode", "trusted_calls",
@@ -72,6 +73,7 @@ class Module:
     def __init__(self) -> None:
         self.training = True
         self._cache = None
+        keep_freed_memory()  # once per process: reuse freed temporaries (scratchformer/allocator.py)
 
     # -- running ---------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):

@@ -13,7 +13,6 @@ import numpy as np
 
 from scratchformer.errors import DTypeError, ShapeError
 from scratchformer.ops.dropout import dropout_backward, dropout_forward
-from scratchformer.ops.softmax import softmax_backward
 
 
 def causal_mask(Tq: int, Tk: int) -> np.ndarray:
@@ -35,7 +34,7 @@ def attention_mask(mask: np.ndarray | None, causal: bool, Tq: int, Tk: int) -> n
             fits = False
         if not fits:
             raise ShapeError(f"attention mask of shape {mask.shape} does not broadcast to (B, H, {Tq}, {Tk})")
-    if causal:
+    if causal and Tq > 1:  # one query (a decoding step) sees every key: nothing to mask
         c = causal_mask(Tq, Tk)
         mask = c if mask is None else (mask & c)
     return mask
@@ -52,18 +51,22 @@ def attention_forward(q, k, v, mask=None, causal=False, dropout_p=0.0, rng=None,
     Tq, Tk = q.shape[-2], k.shape[-2]
     if k.shape[-1] != q.shape[-1] or k.shape[:-2] != v.shape[:-2] or k.shape[-2] != v.shape[-2]:
         raise ShapeError(f"attention: incompatible q {q.shape}, k {k.shape}, v {v.shape}")
-    allowed = attention_mask(mask, causal, Tq, Tk)
+    allowed = attention_mask(mask, causal, Tq, Tk)  # None: every key visible
     scale = 1.0 / math.sqrt(q.shape[-1])
-    scores = (q @ k.swapaxes(-1, -2)) * np.asarray(scale, dtype=q.dtype)  # (B, H, Tq, Tk)
+    # weights = softmax(where(allowed, q k^T * s, -inf)), in place in one (B, H, Tq, Tk) array
+    weights = q @ k.swapaxes(-1, -2)  # scores, (B, H, Tq, Tk)
+    weights *= np.asarray(scale, dtype=weights.dtype)
     if allowed is not None:
-        scores = np.where(allowed, scores, -np.inf)
-        row_max = scores.max(axis=-1, keepdims=True)
-        row_max = np.where(np.isfinite(row_max), row_max, 0)  # fully masked row: avoid inf - inf
-    else:
-        row_max = scores.max(axis=-1, keepdims=True)
-    weights = np.exp(scores - row_max)  # exp(-inf) = 0 for masked keys
+        np.copyto(weights, -np.inf, where=~allowed)
+    row_max = weights.max(axis=-1, keepdims=True)  # (B, H, Tq, 1)
+    if allowed is not None:
+        row_max[~np.isfinite(row_max)] = 0  # fully masked row: avoid inf - inf
+    weights -= row_max
+    np.exp(weights, out=weights)  # exp(-inf) = 0 for masked keys
     denom = weights.sum(axis=-1, keepdims=True)
-    weights /= np.where(denom == 0, 1, denom)
+    if allowed is not None:
+        denom[denom == 0] = 1  # fully masked row: zero weights, not 0 / 0
+    weights /= denom
     dropped, drop_mask = dropout_forward(weights, dropout_p, rng, training)
     out = dropped @ v  # (B, H, Tq, d)
     cache = dict(q=q, k=k, v=v, weights=weights, dropped=dropped, drop_mask=drop_mask, scale=scale)
@@ -78,8 +81,13 @@ def attention_backward(dout: np.ndarray, cache: dict):
     q, k, v, w, scale = cache["q"], cache["k"], cache["v"], cache["weights"], cache["scale"]
     dv = cache["dropped"].swapaxes(-1, -2) @ dout  # (B, H, Tk, d)
     dweights = dropout_backward(dout @ v.swapaxes(-1, -2), cache["drop_mask"])  # (B, H, Tq, Tk)
-    dscores = softmax_backward(dweights, w)  # (B, H, Tq, Tk); masked keys have w = 0, so 0
-    dscores *= np.asarray(scale, dtype=dscores.dtype)
-    dq = dscores @ k
-    dk = dscores.swapaxes(-1, -2) @ q
+    # dS = W * (dA - sum_j dA_j W_j), in place in dA (softmax_backward, one array fewer)
+    dscores = dweights  # a fresh array: the product above (times the dropout mask)
+    dscores -= (dweights * w).sum(axis=-1, keepdims=True)
+    dscores *= w  # masked keys have w = 0, so 0
+    scale = np.asarray(scale, dtype=dscores.dtype)
+    dq = dscores @ k  # (B, H, Tq, d); the scale on the smaller products (d <= Tk in practice)
+    dq *= scale
+    dk = dscores.swapaxes(-1, -2) @ q  # (B, H, Tk, d)
+    dk *= scale
     return dq, dk, dv

@@ -97,7 +97,7 @@ def normal_cdf(x: np.ndarray) -> np.ndarray:
         i = below.astype(np.int32)
     i += CDF_HALF
     y = values.take(i, mode="clip")  # ... which mode="clip" keeps inside the table
-    d = slopes.take(i, mode="clip")
+    d = slopes.take(i, mode="clip", out=below)  # below's buffer is free again
     d *= s  # NaN for NaN input, so y is NaN too: NaN in, NaN out
     y += d
     return y
