@@ -7,7 +7,8 @@ import pytest
 from scratchformer.data.bundled import resolve_data
 from scratchformer.errors import DataError, ResourceError
 from scratchformer.limits import (activation_bytes, available_memory, check_fits, check_line_lengths,
-                                  generation_bytes, gpt_param_count, training_state_bytes)
+                                  check_model_fits, generation_bytes, gpt_param_count, model_flops_per_token,
+                                  param_count_bound, training_state_bytes)
 from scratchformer.models.gpt import GPT, GPTConfig
 
 
@@ -23,6 +24,30 @@ def test_param_count_bounds_the_real_model_closely(kw):
     est = gpt_param_count(cfg)
     assert real <= est <= 1.1 * real + 100
     assert gpt_param_count({**vars(cfg)}) == est  # a config.json "model" dict works too
+
+
+def test_task_model_bound_is_an_upper_bound_within_a_small_factor():
+    from scratchformer.models import ClassifierConfig, Seq2SeqConfig, Seq2SeqTransformer, TransformerClassifier
+
+    for model in (TransformerClassifier(ClassifierConfig(vocab_size=3, n_classes=3, max_len=8, n_layer=2, n_head=2,
+                                                         n_embd=16)),
+                  Seq2SeqTransformer(Seq2SeqConfig(src_vocab_size=13, tgt_vocab_size=13, max_len=13, n_layer=2,
+                                                   n_head=2, n_embd=16, share_embeddings=True))):
+        real, bound = model.num_parameters(), param_count_bound(model.config)
+        assert real <= bound <= 3 * real, (type(model).__name__, real, bound)
+        assert param_count_bound(model.config.to_dict()) == bound  # config.json's "model" dict too
+
+
+def test_model_check_names_the_options_and_flops_follow_nanogpt(monkeypatch):
+    import scratchformer.limits as limits
+
+    cfg = GPTConfig(vocab_size=27, block_size=16, n_layer=2, n_head=2, n_embd=8)
+    monkeypatch.setattr(limits, "available_memory", lambda: 10**9)
+    check_model_fits(cfg, training=True)
+    with pytest.raises(ResourceError, match=r"model of about .* parameters with its training state .*lower --n-embd"):
+        check_model_fits({**cfg.to_dict(), "n_embd": 2**16}, training=True)
+    model = GPT(cfg)
+    assert model_flops_per_token(model) == 6 * model.num_parameters() + 12 * 2 * 8 * 16
 
 
 def test_estimates_grow_as_their_formulas_say():

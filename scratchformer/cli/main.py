@@ -279,12 +279,12 @@ def cmd_train(args) -> int:
     from scratchformer.data import read_text
     from scratchformer.data.bundled import resolve_data
     from scratchformer.data.datasets import guess_format
-    from scratchformer.training.checkpoint import load_checkpoint
+    from scratchformer.training.checkpoint import checkpoint_exists, load_checkpoint
     from scratchformer.training.jobs import build_job, job_class
     from scratchformer.training.trainer import LAST, resume_config, train
 
     if args.out == "":
-        raise CLIError("--out is empty: give a directory, or leave --out out (default: out/<data name or task>)")
+        raise CLIError("--out is empty: give a directory, or omit --out (default: out/<data name or task>)")
     if args.task not in (None, "lm"):
         if args.format:
             raise CLIError(f"--format applies to language models only: the {args.task} task generates its data")
@@ -307,6 +307,9 @@ def cmd_train(args) -> int:
         if model_settings or data_settings or args.format:
             raise CLIError("--resume continues the saved run: model and data options cannot change "
                            "(training options such as --max-steps can; --data only says where its file moved)")
+        if not checkpoint_exists(out / LAST):
+            raise CLIError(f"nothing to resume: {out} holds no checkpoint ({LAST}/); train without --resume to "
+                           "start the run (a run stopped before its first checkpoint starts again)")
         checkpoint = load_checkpoint(out / LAST)
         saved_task = checkpoint.config.get("task", "lm")
         if args.task is not None and args.task != saved_task:

@@ -1,4 +1,5 @@
-"""Character tokenizer and datasets (line items and long text); ships `names.txt`."""
+"""Character tokenizer and datasets (line items and long text); ships `names.txt` and
+`tinyshakespeare.txt` (see `bundled.resolve_data`)."""
 
 from scratchformer.data.datasets import (
     DEFAULT_SEED,

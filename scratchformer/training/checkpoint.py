@@ -277,6 +277,13 @@ def _read_safetensors(directory: Path, name: str) -> dict[str, np.ndarray]:
         ) from None
 
 
+def checkpoint_exists(directory: str | os.PathLike) -> bool:
+    """True if `load_checkpoint(directory)` has something to read (the directory, or the backup
+    an interrupted save left)."""
+    directory = Path(os.path.abspath(directory))
+    return directory.is_dir() or _backup_path(directory).is_dir()
+
+
 def _check_finite(arrays: dict[str, np.ndarray], path: Path) -> None:
     """Refuse weights holding NaN or infinity (a diverged run), naming the first few tensors."""
     bad = [k for k, v in arrays.items() if v.dtype.kind == "f" and not np.isfinite(v).all()]

@@ -28,8 +28,8 @@ from scratchformer.data.tasks import (
     parse_digits,
 )
 from scratchformer.errors import CheckpointError, ConfigError, DataError
-from scratchformer.limits import check_model_fits
 from scratchformer.inference.beam import beam_search, greedy_decode
+from scratchformer.limits import check_model_fits
 from scratchformer.models import ClassifierConfig, Seq2SeqConfig, Seq2SeqTransformer, TransformerClassifier
 
 

@@ -7,7 +7,13 @@ gradient accumulation and clipping, evaluation, checkpoints, logs, progress, tim
 
 Resuming is exact: the last checkpoint stores the model, the optimiser, the step and the
 state of both random generators (batches and dropout), so a resumed run takes the same
-steps as an uninterrupted one, bit for bit on the same machine.
+steps as an uninterrupted one, bit for bit on the same machine. `resume_config` keeps the
+original schedule when a resumed run is extended.
+
+Nothing is silently wrong: one training per run directory (rundir.RunLock); the log gets whole
+rows only (rundir.LogWriter), a fresh run starts it empty, a resume drops rows past its step;
+a NaN or infinite loss or gradient norm stops the run before the step is applied, so no
+checkpoint ever holds it; Ctrl-C stops between two steps and saves `last/` first.
 """
 
 from __future__ import annotations
@@ -221,7 +227,7 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint) -> d
     check_training_fits(model, cfg.batch_size)
 
     def save(which: str) -> None:
-        _finite_or_stop(step, cfg, val_loss=val_loss if which == BEST else 0.0)
+        # losses are checked before any save; NaN here only means "not evaluated yet" (Ctrl-C)
         finite = {k: v for k, v in (("best_val_loss", best_val), ("val_loss", val_loss)) if math.isfinite(v)}
         with ctrl_c.ignored():
             save_checkpoint(
