@@ -5,7 +5,7 @@
 #   bash scripts/quality_bars.sh names      # one: names | shakespeare | majority | copy | reverse | sort | minilm
 set -euo pipefail
 OUT=${OUT:-out/bars}
-SHAKESPEARE=${SHAKESPEARE:-../shared/data/tinyshakespeare.txt}
+SHAKESPEARE=${SHAKESPEARE:-shakespeare}  # the bundled tinyshakespeare, or a path
 which=${1:-all}
 
 run() {  # name, then the train command's extra arguments
