@@ -1,7 +1,7 @@
 """A decoder-only character model on baby names (makemore's transformer, made with scratchformer),
 and what its embeddings and residual stream look like.
 
-The full run here is SHORT (800 steps of 32 names; `scratchformer train` takes 16,000 steps of
+The full run here is SHORT (500 steps of 32 names; `scratchformer train` takes 16,000 steps of
 64), so the validation loss ends near 2.2 instead of a full run's 1.9; the pictures already
 show the structure.
 
@@ -34,7 +34,7 @@ print(f"{len(ds.train)} training names, vocabulary {tok.vocab_size} (26 letters 
 # %% The model and a short training
 model = GPT(GPTConfig(vocab_size=tok.vocab_size, block_size=ds.block_size, n_layer=4, n_head=4, n_embd=64,
                       tie_weights=False, init="pytorch"), seed=0)
-steps = 20 if quick else 800
+steps = 20 if quick else 500
 rows = train(model, lambda r: ds.train.batch(r, 32), steps, lr=2e-3, weight_decay=0.1, warmup=100)
 val_loss = float(np.mean([model(x, y)[1] for x, y in ds.val.all_batches(500)]))
 print(f"{model.num_parameters():,} parameters; after {steps} steps: val loss {val_loss:.3f} "
