@@ -143,3 +143,16 @@ def test_training_curves_failure_is_one_warning(tmp_path, monkeypatch, capsys):
     assert cli_viz.write_training_curves(tmp_path) is None
     err = capsys.readouterr().err
     assert err == "warning: training curves not drawn (RuntimeError: no renderer)\n"
+
+
+def test_text_run_needs_text_and_reads_its_prompt(tmp_path, capsys):
+    data = tmp_path / "text.txt"
+    data.write_text("to be or not to be, that is the question. " * 40)
+    run = tmp_path / "text"
+    assert main(["train", "--data", str(data), "--format", "text", "--block-size", "16", "--max-steps", "2",
+                 "--eval-interval", "2", "--out", str(run), *TINY]) == 0
+    capsys.readouterr()
+    assert main(["viz", str(run)]) == 2
+    assert "needs an input: --text" in capsys.readouterr().err
+    assert main(["viz", str(run), "--text", "to be or not"]) == 0
+    assert printed_paths(capsys)[-1] == run / "viz" / "report.html"

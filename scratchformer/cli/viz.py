@@ -45,7 +45,8 @@ def add_parser(sub) -> None:
                    help="a BERT directory (config.json, model.safetensors, vocab.txt) instead of a run; "
                         "no PATH: the installed all-MiniLM-L6-v2")
     v.add_argument("--all", action="store_true",
-                   help="draw every figure (default: " + ", ".join(DEFAULT_FIGURES) + ")")
+                   help="draw every figure that applies (default: those among " + ", ".join(DEFAULT_FIGURES)
+                        + " that apply to the model)")
 
 
 def cmd_viz(args) -> int:
