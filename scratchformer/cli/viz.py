@@ -15,20 +15,19 @@ import os
 import sys
 from pathlib import Path
 
-import numpy as np
-
 from scratchformer.errors import CLIError, DataError
 
 # The figures drawn by default: the ones that say most about a trained model, kept lean so that
 # `viz` on the default names model takes a few seconds. --all draws every figure that applies.
 DEFAULT_FIGURES = ("attention_grid", "attention_seq2seq", "classifier_attention", "attention_steps",
                    "embedding_pca", "residual_norms", "training_curves")
-DEFAULT_NAME = "emma"  # the --text of a names run when none is given: names.txt's first line
-TASK_EXAMPLES = {"classifier": "2 0 2 1 2 0 2 1", "seq2seq": "3 1 4 1 5"}  # --text of a task run
 
 
 def add_parser(sub) -> None:
     """The `viz` subcommand, added to the main parser's subparsers."""
+    from scratchformer.training.lm import EXAMPLE_NAME
+    from scratchformer.training.tasks import ClassifierJob, Seq2SeqJob
+
     v = sub.add_parser(
         "viz", help="figures and an interactive report.html of a trained model (or a BERT encoder)",
         description="Draw the attention maps, embeddings, residual stream and training curves of a "
@@ -37,9 +36,9 @@ def add_parser(sub) -> None:
     v.add_argument("dir", nargs="?", metavar="RUN_DIR",
                    help="run or checkpoint directory (default: out/names)")
     v.add_argument("--text", help=f"the input: a prompt or name for a GPT (default for a names run: "
-                                  f"{DEFAULT_NAME!r}); digits for a task model as 'predict' takes them "
-                                  f"(default: {TASK_EXAMPLES['seq2seq']!r}, majority: "
-                                  f"{TASK_EXAMPLES['classifier']!r}); a sentence for --bert (required)")
+                                  f"{EXAMPLE_NAME!r}); digits for a task model as 'predict' takes them "
+                                  f"(default: {Seq2SeqJob.example_input!r}, majority: "
+                                  f"{ClassifierJob.example_input!r}); a sentence for --bert (required)")
     v.add_argument("--out", metavar="FIGDIR", help="where to write (default: RUN_DIR/viz; out/viz-bert with --bert)")
     v.add_argument("--bert", nargs="?", const="", metavar="PATH",
                    help="a BERT directory (config.json, model.safetensors, vocab.txt) instead of a run; "
@@ -73,41 +72,9 @@ def _report_run(run: Path, text: str | None, out: str | None, only) -> list[Path
     job = load_job(run)
     root = run.parent if (run / "model.safetensors").exists() else run  # a checkpoint's run directory
     log = root / "log.jsonl"
-    inputs = _inputs(job, text)
+    inputs = job.viz_inputs(text)  # each kind checks and labels its own input
     return report(job.model, _writable(out or root / "viz"), log=log if log.is_file() else None, only=only,
                   **inputs)
-
-
-def _inputs(job, text: str | None) -> dict:
-    """report()'s input arguments for this job's model, `text` checked against the model."""
-    if job.kind == "gpt":
-        tok, block = job.tokenizer, job.model.config.block_size
-        lines = tok.bos_id is not None  # a names-like run: every item starts with the boundary token
-        if text is None:
-            if not lines:
-                raise CLIError("this text model needs an input: --text 'some text in its alphabet'")
-            text = DEFAULT_NAME
-        ids = tok.encode(text, what="--text")
-        tokens = list(text)
-        if lines:  # what the model saw in training: <eot> name
-            ids, tokens = np.concatenate([[tok.bos_id], ids]), [tok.special] + tokens
-        if not 0 < len(ids) <= block:
-            raise DataError(f"--text gives {len(ids)} tokens{' (with the start token)' if lines else ''}; "
-                            f"this model reads 1 to {block}: give a shorter text")
-        labels = [tok.decode([i]) or tok.special for i in range(tok.vocab_size)]
-        return {"ids": ids, "tokens": tokens, "vocab_labels": labels}
-    from scratchformer.data.tasks import BOS, EOS, PAD, VOCAB_SIZE, parse_digits
-
-    text = TASK_EXAMPLES[job.kind] if text is None else text
-    answer = job.predict(text)  # checks the digits and the length as `predict` does
-    ids = parse_digits(text)
-    names = {PAD: "<pad>", BOS: "<bos>", EOS: "<eos>"}
-    labels = [names.get(i, str(i)) for i in range(VOCAB_SIZE)]
-    inputs = {"ids": ids, "tokens": [str(i) for i in ids], "vocab_labels": labels,
-              "title": f"scratchformer {job.task}: {text} -> {answer}"}
-    if job.kind == "classifier":
-        inputs["class_names"] = [f"majority {c}" for c in range(job.model.config.n_classes)]
-    return inputs
 
 
 def _writable(out) -> Path:

@@ -78,6 +78,11 @@ class Job(Protocol):
     def predict(self, text: str, **options) -> str:
         """The model's answer for one input such as "3 1 4 1 5" (tasks; option `beam` for seq2seq)."""
 
+    def viz_inputs(self, text: str | None) -> dict:
+        """The input of `scratchformer viz`, as `scratchformer.viz.report` takes it: ids (T,),
+        tokens (T labels), vocab_labels, and what the kind adds (a title, class names). `text` is
+        checked against the model; None gives the kind's example input (an error where it has none)."""
+
     def config_dict(self) -> dict:
         """{"kind", "model": config fields, "data": what rebuilds the data, ...}: config.json."""
 

@@ -29,6 +29,9 @@ def _data_file(spec: dict) -> Path:
     return Path(spec["path"]) if spec["path"] is not None else resolve_data(spec.get("name", DEFAULT))
 
 
+EXAMPLE_NAME = "emma"  # `viz`'s input for a names-like run when none is given: names.txt's first line
+
+
 class LMJob:
     kind, config_class = "gpt", GPTConfig
     eval_batch_size = 64  # sequences per forward when evaluating a whole split
@@ -196,6 +199,23 @@ class LMJob:
         except DataError:
             return None
         return [t in train for t in texts]
+
+    def viz_inputs(self, text: str | None) -> dict:
+        """A prompt or name as the model reads it: a names-like run sees <eot> name."""
+        tok, block = self.tokenizer, self.model.config.block_size
+        lines = tok.bos_id is not None  # a names-like run: every item starts with the boundary token
+        if text is None:
+            if not lines:
+                raise DataError("this text model needs an input: --text 'some text in its alphabet'")
+            text = EXAMPLE_NAME
+        ids, tokens = tok.encode(text, what="--text"), list(text)
+        if lines:
+            ids, tokens = np.concatenate([[tok.bos_id], ids]), [tok.special] + tokens
+        if not 0 < len(ids) <= block:
+            raise DataError(f"--text gives {len(ids)} tokens{' (with the start token)' if lines else ''}; "
+                            f"this model reads 1 to {block}: give a shorter text")
+        labels = [tok.decode([i]) or tok.special for i in range(tok.vocab_size)]
+        return {"ids": ids, "tokens": tokens, "vocab_labels": labels}
 
     def predict(self, text: str, **options) -> str:
         raise ConfigError("predict needs a classifier or seq2seq run; for a language model use 'scratchformer sample'")

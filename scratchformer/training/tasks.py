@@ -135,10 +135,25 @@ class TaskJob:
         return self._show(data.subset(rng.integers(0, len(data), size=n)))
 
 
+    def viz_inputs(self, text: str | None) -> dict:
+        """Digits as `predict` takes them (checked by predict), labelled by the task's vocabulary."""
+        text = self.example_input if text is None else text
+        answer = self.predict(text)
+        ids = parse_digits(text)
+        names = {PAD: "<pad>", BOS: "<bos>", EOS: "<eos>"}
+        return {"ids": ids, "tokens": [str(i) for i in ids],
+                "vocab_labels": [names.get(i, str(i)) for i in range(VOCAB_SIZE)],
+                "title": f"scratchformer {self.task}: {text} -> {answer}", **self._viz_extra()}
+
+    def _viz_extra(self) -> dict:
+        return {}
+
+
 class ClassifierJob(TaskJob):
     """The majority task: an encoder classifier. Scores: accuracy."""
 
     kind, config_class, model_class = "classifier", ClassifierConfig, TransformerClassifier
+    example_input = "2 0 2 1 2 0 2 1"  # `viz`'s input when none is given
 
     @staticmethod
     def build_model(kwargs: dict, max_len: int) -> TransformerClassifier:
@@ -154,6 +169,9 @@ class ClassifierJob(TaskJob):
 
     def _finish(self, scores: dict, n: int) -> dict:
         return {"accuracy": scores.get("hits", 0) / max(n, 1)}
+
+    def _viz_extra(self) -> dict:
+        return {"class_names": [f"{self.task} {c}" for c in range(self.model.config.n_classes)]}
 
     def _show(self, picked) -> list[str]:
         predicted = self.model.predict(picked.x)
@@ -178,6 +196,7 @@ class Seq2SeqJob(TaskJob):
     decoding, or of beam search with the option `beam` (a width > 1)."""
 
     kind, config_class, model_class = "seq2seq", Seq2SeqConfig, Seq2SeqTransformer
+    example_input = "3 1 4 1 5"  # `viz`'s input when none is given
 
     @staticmethod
     def build_model(kwargs: dict, max_len: int) -> Seq2SeqTransformer:
