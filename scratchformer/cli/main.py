@@ -61,34 +61,22 @@ TRAIN_HELP = {
 _NON_NEGATIVE_INTS = {"warmup_steps", "num_samples", "seed"}  # the other int settings are >= 1
 
 
-def _positive_int(s: str) -> int:
-    try:
-        v = int(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {s!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {s}")
-    return v
+def _number(parse, minimum, what: str):
+    """An argparse type: `parse` (int or float) of the option's text, at least `minimum`."""
+    def convert(s: str):
+        try:
+            v = parse(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {s!r}") from None
+        if not v >= minimum:  # also refuses NaN
+            raise argparse.ArgumentTypeError(f"expected {what}, got {s}")
+        return v
+    return convert
 
 
-def _nonneg_int(s: str) -> int:
-    try:
-        v = int(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {s!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {s}")
-    return v
-
-
-def _nonneg_float(s: str) -> float:
-    try:
-        v = float(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {s!r}") from None
-    if not v >= 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {s}")
-    return v
+_positive_int = _number(int, 1, "a positive integer")
+_nonneg_int = _number(int, 0, "an integer >= 0")
+_nonneg_float = _number(float, 0, "a number >= 0")
 
 
 def _temperature(s: str) -> float:

@@ -28,7 +28,7 @@ from scratchformer.checks import (
     check_probability,
     check_token_ids,
 )
-from scratchformer.errors import BackwardError, DataError, ShapeError
+from scratchformer.errors import DataError, ShapeError
 from scratchformer.nn import (
     Dropout,
     Embedding,
@@ -42,7 +42,7 @@ from scratchformer.nn import (
     init,
 )
 from scratchformer.nn.module import eval_mode
-from scratchformer.ops import cross_entropy_backward, cross_entropy_forward
+from scratchformer.ops import cross_entropy_forward
 
 
 @dataclass
@@ -157,10 +157,7 @@ class TransformerClassifier(Module):
     def backward(self, grad_logits: np.ndarray | None = None) -> None:
         """Backpropagate the loss of the last forward (or `grad_logits` (B, n_classes))."""
         c = self._pop_cache()
-        if grad_logits is None:
-            if c["loss"] is None:
-                raise BackwardError("backward() without grad_logits needs a training-mode forward with labels")
-            grad_logits = cross_entropy_backward(c["loss"])
+        grad_logits = self._start_gradient(grad_logits, c["loss"], "labels")
         dpooled = self.head.backward(grad_logits)  # (B, C)
         if self.config.pooling == "cls":
             dh = np.zeros(c["shape"], dtype=dpooled.dtype)

@@ -37,7 +37,7 @@ from scratchformer.checks import (
     check_probability,
     check_token_ids,
 )
-from scratchformer.errors import BackwardError, ConfigError, ShapeError
+from scratchformer.errors import ConfigError, ShapeError
 from scratchformer.nn import (
     DecoderBlock,
     Dropout,
@@ -51,7 +51,7 @@ from scratchformer.nn import (
     init,
 )
 from scratchformer.nn.module import door
-from scratchformer.ops import cross_entropy_backward, cross_entropy_forward
+from scratchformer.ops import cross_entropy_forward
 
 
 @dataclass
@@ -202,10 +202,7 @@ class Seq2SeqTransformer(Module):
     def backward(self, grad_logits: np.ndarray | None = None) -> None:
         """Backpropagate the loss of the last forward (or `grad_logits` (B, T, V))."""
         c = self._pop_cache()
-        if grad_logits is None:
-            if c["loss"] is None:
-                raise BackwardError("backward() without grad_logits needs a training-mode forward with tgt_out")
-            grad_logits = cross_entropy_backward(c["loss"])
+        grad_logits = self._start_gradient(grad_logits, c["loss"], "tgt_out")
         dh = self.lm_head.backward(grad_logits)
         if self.config.norm_first:
             dh = self.dec_norm.backward(dh)

@@ -30,6 +30,7 @@ import numpy as np
 
 from scratchformer.allocator import keep_freed_memory
 from scratchformer.errors import BackwardError, DTypeError, StateDictError
+from scratchformer.ops.loss import cross_entropy_backward
 
 __all__ = ["DEFAULT_DTYPE", "Module", "Parameter", "door", "eval_mode", "trusted_calls",
            "BackwardError", "StateDictError"]
@@ -104,6 +105,16 @@ class Module:
             )
         self._cache = None
         return cache
+
+    @staticmethod
+    def _start_gradient(grad, loss_cache, needs: str):
+        """Where a model's backward starts: the caller's `grad` of the output, or else the
+        gradient of the loss its forward computed (which needed `needs`)."""
+        if grad is not None:
+            return grad
+        if loss_cache is None:
+            raise BackwardError(f"backward() without a gradient needs a training-mode forward with {needs}")
+        return cross_entropy_backward(loss_cache)
 
     # -- discovery -------------------------------------------------------------------------
     def _children(self) -> Iterator[tuple[str, object]]:
