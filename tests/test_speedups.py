@@ -62,6 +62,25 @@ def test_layernorm_in_place_is_bit_identical_to_the_plain_formula(dtype):
     np.testing.assert_array_equal(db, dy.reshape(-1, 48).sum(axis=0))
 
 
+def test_embedding_backward_sums_repeated_ids_like_add_at():
+    from scratchformer.nn import Embedding
+
+    rng = np.random.default_rng(3)
+    emb = Embedding(10, 4, dtype=np.float64)
+    idx = rng.integers(0, 10, (3, 9))
+    idx[0, :4] = 7  # a run of one id
+    dy = rng.standard_normal((3, 9, 4))
+    emb.weight.grad[...] = 0.5  # backward adds into what is there
+    emb(idx)
+    emb.backward(dy)
+    want = np.full((10, 4), 0.5)
+    np.add.at(want, idx.reshape(-1), dy.reshape(-1, 4))
+    np.testing.assert_allclose(emb.weight.grad, want, rtol=0, atol=1e-14)
+    emb(np.zeros((0, 5), dtype=np.int64))
+    emb.backward(np.zeros((0, 5, 4)))  # no ids: nothing to add
+    np.testing.assert_allclose(emb.weight.grad, want, rtol=0, atol=1e-14)
+
+
 def test_keep_freed_memory_is_idempotent():
     first = keep_freed_memory()
     assert keep_freed_memory() == first
