@@ -1,8 +1,12 @@
 """cProfile of scratchformer training steps (forward + backward + clip + AdamW), as the suite
-runs them: where the time of a step goes, by function (own time).
+runs them: where the time of a step goes, by function (own time). `--sample B` profiles
+greedy generation of 200 tokens at batch B instead (GPT-2 layout, 256 positions, as the
+suite's sample section); `--embed` profiles SentenceEncoder.encode on 1,000 lines.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/profile_step.py --config names
     python benchmarks/profile_step.py --config shakespeare-cpu --steps 50 --top 30
+    python benchmarks/profile_step.py --config names --sample 32
+    python benchmarks/profile_step.py --embed --data ../shared/data/tinyshakespeare.txt
 
 Prints the top entries by own time (tottime) with their share of the profiled steps.
 """
@@ -29,7 +33,12 @@ def main() -> None:
     ap.add_argument("--config", choices=list(TRAIN_CONFIGS), default="names")
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--sample", type=int, metavar="B", help="profile generate() at batch B instead")
+    ap.add_argument("--embed", action="store_true", help="profile SentenceEncoder.encode instead")
+    ap.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared/data/tinyshakespeare.txt"))
     args = ap.parse_args()
+    if args.sample or args.embed:
+        return profile_inference(args)
     V, L, H, C, T, B = TRAIN_CONFIGS[args.config]
     rng = np.random.default_rng(0)
     x, y = rng.integers(0, V, size=(B, T)), rng.integers(0, V, size=(B, T))
@@ -51,15 +60,46 @@ def main() -> None:
     for _ in range(args.steps):
         step()
     prof.disable()
+    report(prof, args.steps, f"{args.config}: {args.steps} steps", args.top)
+
+
+def profile_inference(args) -> None:
+    if args.embed:
+        from scratchformer.interop.sentence import SentenceEncoder
+        lines = [s for s in Path(args.data).read_text(encoding="utf-8").splitlines() if s.strip()][:1000]
+        enc = SentenceEncoder()
+        enc.encode(lines[:32])  # warm-up
+
+        def run():
+            enc.encode(lines, batch_size=32)
+        what = "encode 1,000 lines, batch 32"
+    else:
+        V, L, H, C, _, _ = TRAIN_CONFIGS[args.config]
+        model = GPT(GPTConfig(vocab_size=V, block_size=256, n_layer=L, n_head=H, n_embd=C,
+                              activation="gelu_tanh"), seed=0).eval()
+        prompt = np.zeros((args.sample, 1), dtype=np.int64)
+        model.generate(prompt, 8, temperature=0.0)  # warm-up
+
+        def run():
+            model.generate(prompt, 200, temperature=0.0)
+        what = f"{args.config}: generate 200 tokens at batch {args.sample}"
+    prof = cProfile.Profile()
+    prof.enable()
+    run()
+    prof.disable()
+    report(prof, 1, what, args.top)
+
+
+def report(prof, steps: int, what: str, top: int) -> None:
     stats = pstats.Stats(prof)
     total = stats.total_tt
-    print(f"{args.config}: {args.steps} steps, {total / args.steps * 1e3:.2f} ms/step under cProfile")
+    print(f"{what}, {total / steps * 1e3:.2f} ms/step under cProfile")
     print(f"{'own %':>6} {'own ms/step':>11} {'cum ms/step':>11} {'calls/step':>10}  function")
-    rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:args.top]
+    rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:top]
     for (file, line, fn), (cc, nc, tt, ct, _) in rows:
         where = f"{Path(file).name}:{line}({fn})" if line else fn
-        print(f"{tt / total:6.1%} {tt / args.steps * 1e3:11.3f} {ct / args.steps * 1e3:11.3f} "
-              f"{nc / args.steps:10.1f}  {where}")
+        print(f"{tt / total:6.1%} {tt / steps * 1e3:11.3f} {ct / steps * 1e3:11.3f} "
+              f"{nc / steps:10.1f}  {where}")
 
 
 if __name__ == "__main__":

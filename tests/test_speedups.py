@@ -40,6 +40,47 @@ def test_gelu_backward_in_place_is_bit_identical_to_the_plain_formula(dtype):
     np.testing.assert_array_equal(gelu_from_cache(dy, (x_kept, cdf)), plain)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_layernorm_in_place_is_bit_identical_to_the_plain_formula(dtype):
+    from scratchformer.ops.layernorm import layernorm_backward, layernorm_forward
+
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal((5, 7, 48)) * 3 + 1).astype(dtype)
+    w, b = rng.standard_normal(48).astype(dtype), rng.standard_normal(48).astype(dtype)
+    dy = rng.standard_normal(x.shape).astype(dtype)
+    xc = x - x.mean(axis=-1, keepdims=True)
+    rstd = 1.0 / np.sqrt((xc * xc).mean(axis=-1, keepdims=True) + 1e-5)
+    xhat = xc * rstd
+    g = dy * w
+    plain_dx = rstd * (g - g.mean(axis=-1, keepdims=True) - xhat * (g * xhat).mean(axis=-1, keepdims=True))
+    y, xhat_got, rstd_got = layernorm_forward(x, w, b)
+    for got, want in zip((y, xhat_got, rstd_got), (xhat * w + b, xhat, rstd)):
+        np.testing.assert_array_equal(got, want)
+    dx, dw, db = layernorm_backward(dy, xhat, rstd, w)
+    np.testing.assert_array_equal(dx, plain_dx)
+    np.testing.assert_array_equal(dw, (dy * xhat).reshape(-1, 48).sum(axis=0))
+    np.testing.assert_array_equal(db, dy.reshape(-1, 48).sum(axis=0))
+
+
+def test_embedding_backward_sums_repeated_ids_like_add_at():
+    from scratchformer.nn import Embedding
+
+    rng = np.random.default_rng(3)
+    emb = Embedding(10, 4, dtype=np.float64)
+    idx = rng.integers(0, 10, (3, 9))
+    idx[0, :4] = 7  # a run of one id
+    dy = rng.standard_normal((3, 9, 4))
+    emb.weight.grad[...] = 0.5  # backward adds into what is there
+    emb(idx)
+    emb.backward(dy)
+    want = np.full((10, 4), 0.5)
+    np.add.at(want, idx.reshape(-1), dy.reshape(-1, 4))
+    np.testing.assert_allclose(emb.weight.grad, want, rtol=0, atol=1e-14)
+    emb(np.zeros((0, 5), dtype=np.int64))
+    emb.backward(np.zeros((0, 5, 4)))  # no ids: nothing to add
+    np.testing.assert_allclose(emb.weight.grad, want, rtol=0, atol=1e-14)
+
+
 def test_keep_freed_memory_is_idempotent():
     first = keep_freed_memory()
     assert keep_freed_memory() == first

@@ -53,9 +53,9 @@ def attention_forward(q, k, v, mask=None, causal=False, dropout_p=0.0, rng=None,
         raise ShapeError(f"attention: incompatible q {q.shape}, k {k.shape}, v {v.shape}")
     allowed = attention_mask(mask, causal, Tq, Tk)  # None: every key visible
     scale = 1.0 / math.sqrt(q.shape[-1])
-    # weights = softmax(where(allowed, q k^T * s, -inf)), in place in one (B, H, Tq, Tk) array
-    weights = q @ k.swapaxes(-1, -2)  # scores, (B, H, Tq, Tk)
-    weights *= np.asarray(scale, dtype=weights.dtype)
+    # weights = softmax(where(allowed, (q s) k^T, -inf)), in place in one (B, H, Tq, Tk) array;
+    # the scale s on q, (B, H, Tq, d), is a smaller pass than on the scores when d < Tk
+    weights = (q * np.asarray(scale, dtype=q.dtype)) @ k.swapaxes(-1, -2)  # scores
     if allowed is not None:
         np.copyto(weights, -np.inf, where=~allowed)
     row_max = weights.max(axis=-1, keepdims=True)  # (B, H, Tq, 1)
@@ -69,21 +69,22 @@ def attention_forward(q, k, v, mask=None, causal=False, dropout_p=0.0, rng=None,
     weights /= denom
     dropped, drop_mask = dropout_forward(weights, dropout_p, rng, training)
     out = dropped @ v  # (B, H, Tq, d)
-    cache = dict(q=q, k=k, v=v, weights=weights, dropped=dropped, drop_mask=drop_mask, scale=scale)
+    cache = dict(q=q, k=k, v=v, weights=weights, dropped=dropped, drop_mask=drop_mask, scale=scale, out=out)
     return out, cache
 
 
 def attention_backward(dout: np.ndarray, cache: dict):
     """Returns (dq, dk, dv), the derivative of the forward above:
-        dv = A^T dout;  dA = dout v^T;  dS = W * (dA - sum_j dA_j W_j);  dq = dS k s;  dk = dS^T q s
-    where A are the (dropped-out) weights, W the softmax weights and s = 1/sqrt(d).
+        dv = A^T dout;  dA = dout v^T;  dS = W * (dA' - sum_j dA'_j W_j);  dq = dS k s;  dk = dS^T q s
+    where A = W * mask are the (dropped-out) weights, W the softmax weights, dA' = dA * mask
+    the gradient of W, and s = 1/sqrt(d). The row sums need no (Tq, Tk) pass: as A v = out,
+        sum_j dA'_j W_j = sum_j dA_j A_j = sum_j (dout . v_j) A_j = dout . out   (per row)
     """
     q, k, v, w, scale = cache["q"], cache["k"], cache["v"], cache["weights"], cache["scale"]
     dv = cache["dropped"].swapaxes(-1, -2) @ dout  # (B, H, Tk, d)
-    dweights = dropout_backward(dout @ v.swapaxes(-1, -2), cache["drop_mask"])  # (B, H, Tq, Tk)
-    # dS = W * (dA - sum_j dA_j W_j), in place in dA (softmax_backward, one array fewer)
-    dscores = dweights  # a fresh array: the product above (times the dropout mask)
-    dscores -= (dweights * w).sum(axis=-1, keepdims=True)
+    dscores = dropout_backward(dout @ v.swapaxes(-1, -2), cache["drop_mask"])  # dA', (B, H, Tq, Tk)
+    # dS = W * (dA' - sum_j dA'_j W_j) in place in dA' (a fresh array), the sums from dout . out
+    dscores -= (dout * cache["out"]).sum(axis=-1, keepdims=True)
     dscores *= w  # masked keys have w = 0, so 0
     scale = np.asarray(scale, dtype=dscores.dtype)
     dq = dscores @ k  # (B, H, Tq, d); the scale on the smaller products (d <= Tk in practice)

@@ -11,12 +11,20 @@ def layernorm_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None
     x: (..., C); weight: (C,); bias: (C,) or None (no shift, as nanoGPT's bias=False).
     Returns (y, xhat, rstd) -- xhat (..., C) and rstd (..., 1) are the cache the backward needs.
     """
-    mean = x.mean(axis=-1, keepdims=True)
-    xc = x - mean
-    var = (xc * xc).mean(axis=-1, keepdims=True)  # biased variance, as PyTorch
-    rstd = 1.0 / np.sqrt(var + eps)
-    xhat = xc * rstd
-    y = xhat * weight
+    # mean = x.mean(-1); xc = x - mean; var = (xc * xc).mean(-1); rstd = 1 / sqrt(var + eps)
+    # xhat = xc * rstd; y = xhat * weight + bias -- the same arithmetic with two (..., C) arrays
+    C = x.shape[-1]
+    mean = x.sum(axis=-1, keepdims=True)
+    mean /= C  # what np.mean does, without its Python overhead
+    xhat = x - mean  # xc for now
+    y = np.multiply(xhat, xhat)  # scratch for xc^2, then the output
+    var = y.sum(axis=-1, keepdims=True)
+    var /= C  # biased variance, as PyTorch
+    var += eps
+    rstd = np.sqrt(var, out=var)
+    np.divide(1.0, rstd, out=rstd)
+    xhat *= rstd
+    np.multiply(xhat, weight, out=y)
     if bias is not None:
         y += bias
     return y, xhat, rstd
@@ -28,9 +36,19 @@ def layernorm_backward(dy, xhat, rstd, weight):
     With g = dy * weight:  dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
     (the mean and variance both depend on x, hence the two subtracted means).
     """
+    # the same arithmetic as the formula above, in two (..., C) arrays instead of seven
     C = xhat.shape[-1]
-    dweight = (dy * xhat).reshape(-1, C).sum(axis=0)
+    scratch = np.multiply(dy, xhat)
+    dweight = scratch.reshape(-1, C).sum(axis=0)
     dbias = dy.reshape(-1, C).sum(axis=0)
-    g = dy * weight
-    dx = rstd * (g - g.mean(axis=-1, keepdims=True) - xhat * (g * xhat).mean(axis=-1, keepdims=True))
+    dx = np.multiply(dy, weight)  # g
+    np.multiply(dx, xhat, out=scratch)
+    mean_gx = scratch.sum(axis=-1, keepdims=True)
+    mean_gx /= C
+    mean_g = dx.sum(axis=-1, keepdims=True)
+    mean_g /= C
+    dx -= mean_g
+    np.multiply(xhat, mean_gx, out=scratch)
+    dx -= scratch
+    dx *= rstd
     return dx, dweight, dbias
