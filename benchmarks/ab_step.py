@@ -1,0 +1,46 @@
+"""Median milliseconds of one GPT training step through the public API only (GPT, AdamW,
+param_groups, clip_grad_norm), so the same file times any two checkouts against each other:
+
+    for i in 1 2 3 4; do
+      (cd OLD && env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE PYTHONPATH=$PWD python NEW/benchmarks/ab_step.py names)
+      (cd NEW && env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE PYTHONPATH=$PWD python benchmarks/ab_step.py names)
+    done
+
+Random tokens, no dropout, 60 steps of which the first 10 are warm-up; prints {"ms": ...}.
+"""
+
+import json
+import sys
+import time
+
+import numpy as np
+
+from scratchformer.models import GPT, GPTConfig
+from scratchformer.optim import AdamW, clip_grad_norm, param_groups
+
+CONFIGS = {"names": (27, 4, 4, 64, 16, 32), "shakespeare-cpu": (65, 4, 4, 128, 64, 12)}  # V, L, H, C, T, B
+
+
+def main(name: str) -> None:
+    V, L, H, C, T, B = CONFIGS[name]
+    model = GPT(GPTConfig(vocab_size=V, block_size=T, n_layer=L, n_head=H, n_embd=C), seed=0)
+    opt = AdamW(param_groups(model, 0.1), lr=1e-3)
+    rng = np.random.default_rng(0)
+    times = []
+    for _ in range(60):
+        idx = rng.integers(0, V, size=(B, T + 1))
+        t0 = time.perf_counter()
+        model(idx[:, :-1], idx[:, 1:])
+        model.backward()
+        clip_grad_norm(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad()
+        times.append(time.perf_counter() - t0)
+    print(json.dumps({"config": name, "ms": 1000 * float(np.median(times[10:]))}))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2 or sys.argv[1] not in CONFIGS:
+        print(f"usage: python benchmarks/ab_step.py {{{'|'.join(CONFIGS)}}}", file=sys.stderr)
+        sys.exit(2)
+    main(sys.argv[1])
