@@ -55,3 +55,13 @@ def test_unknown_section_or_config_is_one_clear_line(tmp_path):
                            "--json", str(tmp_path / "x.json")], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode != 0 and "configs are tiny, names" in proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "x.json").exists()
+
+
+def test_ab_step_prints_one_json_line_and_refuses_unknown_configs():
+    script = str(REPO / "benchmarks" / "ab_step.py")
+    proc = subprocess.run([sys.executable, script, "names"], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    row = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert row["config"] == "names" and row["ms"] > 0
+    bad = subprocess.run([sys.executable, script, "huge"], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.startswith("usage:")
