@@ -20,6 +20,7 @@ from scratchformer.data.bundled import BUNDLED, DEFAULT, resolve_data
 from scratchformer.errors import CheckpointError, ConfigError, DataError
 from scratchformer.limits import check_fits, check_model_fits, generation_bytes
 from scratchformer.models import GPT, GPTConfig
+from scratchformer.nn import eval_mode
 from scratchformer.training.rundir import check_data_unchanged, fingerprint_file
 
 
@@ -135,18 +136,14 @@ class LMJob:
             raise DataError("text data have only train and val splits (the last 10% of the file is val): "
                             "use --split val")
         data = getattr(self.dataset, split)
-        was_training = self.model.training
-        self.model.eval()
         total, count = 0.0, 0
-        try:
+        with eval_mode(self.model):
             for i, (x, y) in enumerate(data.all_batches(self.eval_batch_size)):
                 if batches is not None and i >= batches:
                     break
                 _, loss = self.model(x, y)
                 n = int((y != -1).sum())
                 total, count = total + loss * n, count + n
-        finally:
-            self.model.train(was_training)
         loss = total / max(count, 1)
         return {"loss": loss, "perplexity": float(np.exp(loss))}
 

@@ -31,6 +31,7 @@ from scratchformer.errors import CheckpointError, ConfigError, DataError
 from scratchformer.inference.beam import beam_search, greedy_decode
 from scratchformer.limits import check_model_fits
 from scratchformer.models import ClassifierConfig, Seq2SeqConfig, Seq2SeqTransformer, TransformerClassifier
+from scratchformer.nn import eval_mode
 
 
 
@@ -112,10 +113,8 @@ class TaskJob:
         """Loss and the task's scores (see `_score`) on a whole split, or its first `batches` batches."""
         data = self.splits[split]
         n = len(data) if batches is None else min(len(data), batches * self.eval_batch_size)
-        was_training = self.model.training
-        self.model.eval()
         total, count, scores = 0.0, 0, {}
-        try:
+        with eval_mode(self.model):
             for start in range(0, n, self.eval_batch_size):
                 batch = data.subset(slice(start, min(start + self.eval_batch_size, n)))
                 _, loss = self.model(*batch)
@@ -123,8 +122,6 @@ class TaskJob:
                 total, count = total + loss * weight, count + weight
                 for k, v in self._score(batch, **options).items():
                     scores[k] = scores.get(k, 0) + v
-        finally:
-            self.model.train(was_training)
         return {"loss": total / max(count, 1), **self._finish(scores, n)}
 
     def samples(self, n: int, rng: np.random.Generator, **options) -> list[str]:
@@ -181,7 +178,6 @@ class ClassifierJob(TaskJob):
         """The class of one input such as "0 1 2 2"."""
         if options:
             raise ConfigError(f"--{next(iter(options))} applies to seq2seq models only")
-        self.model.eval()
         x = parse_digits(text)
         max_len = self.model.config.max_len
         if len(x) > max_len:
@@ -225,7 +221,6 @@ class Seq2SeqJob(TaskJob):
 
     def predict(self, text: str, beam: int = 1) -> str:
         """The decoded output for one input such as "3 1 4 1 5"."""
-        self.model.eval()
         src = encode_sources([text])
         if src.shape[1] > self.data_spec["max_len"]:
             raise DataError(f"input has {src.shape[1]} tokens, the model was trained on at most "

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field, is_dataclass
 import numpy as np
 
 from scratchformer.errors import ConfigError
+from scratchformer.nn import eval_mode
 from scratchformer.ops import ACTIVATIONS, softmax_forward
 
 KINDS = ("gpt", "classifier", "seq2seq", "bert")
@@ -75,17 +76,20 @@ def token_table(model) -> np.ndarray:
             "bert": lambda m: m.word_embeddings}[kind(model)](model).weight.data
 
 
+def _positions(model):
+    """The module that adds positions to the token embeddings (learned or sinusoidal)."""
+    return {"gpt": lambda m: m.wpe, "classifier": lambda m: m.pos, "seq2seq": lambda m: m.src_pos,
+            "bert": lambda m: m.position_embeddings}[kind(model)](model)
+
+
 def position_table(model) -> np.ndarray:
     """(P, C) what is added to the token embedding at each position (learned or sinusoidal)."""
-    pos = {"gpt": lambda m: m.wpe, "classifier": lambda m: m.pos, "seq2seq": lambda m: m.src_pos,
-           "bert": lambda m: m.position_embeddings}[kind(model)](model)
-    return pos.weight.data if hasattr(pos, "weight") else pos.pe
+    pos = _positions(model)
+    return pos.weight.data if learned_positions(model) else pos.pe
 
 
 def learned_positions(model) -> bool:
-    pos = {"gpt": lambda m: m.wpe, "classifier": lambda m: m.pos, "seq2seq": lambda m: m.src_pos,
-           "bert": lambda m: m.position_embeddings}[kind(model)](model)
-    return hasattr(pos, "weight")
+    return hasattr(_positions(model), "weight")
 
 
 def embed(model, ids: np.ndarray) -> np.ndarray:
@@ -109,15 +113,6 @@ def config_dict(model) -> dict:
 
 
 # -- running the model ------------------------------------------------------------------------
-def _in_eval(model, fn):
-    was_training = model.training
-    model.eval()
-    try:
-        return fn()
-    finally:
-        model.train(was_training)
-
-
 def attention_maps(model, ids, tgt_ids=None) -> dict[str, np.ndarray]:
     """Run the model once (eval mode) and collect each attention module's `attn_weights`.
 
@@ -126,13 +121,11 @@ def attention_maps(model, ids, tgt_ids=None) -> dict[str, np.ndarray]:
     ids = np.asarray(ids).reshape(1, -1)
     k = kind(model)
 
-    def run():
+    with eval_mode(model):
         if k == "seq2seq":
             model(ids, np.asarray(tgt_ids).reshape(1, -1))
         else:
             model(ids)
-
-    _in_eval(model, run)
     stack = lambda mods: np.stack([m.attn_weights[0] for m in mods])  # noqa: E731
     maps = {"encoder": stack([b.self_attn for b in blocks(model)])}
     if k == "seq2seq":
@@ -143,7 +136,8 @@ def attention_maps(model, ids, tgt_ids=None) -> dict[str, np.ndarray]:
 
 def class_probabilities(model, ids) -> np.ndarray:
     """A classifier's softmax over classes for one input, (n_classes,)."""
-    logits, _ = _in_eval(model, lambda: model(np.asarray(ids).reshape(1, -1)))
+    with eval_mode(model):
+        logits, _ = model(np.asarray(ids).reshape(1, -1))
     return softmax_forward(np.asarray(logits, np.float64))[0]
 
 
@@ -195,7 +189,7 @@ def trace(model, ids) -> Trace:
         t.layernorms.append((name, x, y))
         return y
 
-    def run():
+    with eval_mode(model):
         x = embed(model, ids)
         mask = model.src_mask(ids) if k == "seq2seq" else None
         t.residual.append(x)
@@ -215,6 +209,4 @@ def trace(model, ids) -> Trace:
             t.residual.append(x)
         ln = final_norm(model)
         t.output = norm(ln, x, "final") if ln is not None else x
-
-    _in_eval(model, run)
     return t
