@@ -15,7 +15,6 @@ The cases that would exhaust memory (huge sizes) are refused by estimates made b
 anything is allocated (scratchformer/limits.py), so they fail fast here too.
 """
 
-import copy
 import json
 import shutil
 import traceback
@@ -25,6 +24,7 @@ import numpy as np
 import pytest
 
 from scratchformer.cli.main import main
+from json_edits import DELETE, edited
 
 TINY = ["--max-steps", "2", "--n-layer", "1", "--n-embd", "8", "--n-head", "2", "--batch-size", "8",
         "--eval-batches", "1", "--no-progress", "--quiet"]
@@ -57,20 +57,7 @@ def _edit_json(name, edit):
 
 def _set(path, value):
     """edit(doc): doc with the field at `path` (keys) set to value (deleted for DELETE)."""
-    def edit(doc):
-        doc = copy.deepcopy(doc)
-        parent = doc
-        for key in path[:-1]:
-            parent = parent[key]
-        if value is DELETE:
-            del parent[path[-1]]
-        else:
-            parent[path[-1]] = value
-        return doc
-    return edit
-
-
-DELETE = object()
+    return lambda doc: edited(doc, path, value)
 
 
 def _nan_weights(run: Path):

@@ -1,7 +1,6 @@
 """Run files checked on load (training/schema.py) and the run directory's lock, log and data
 fingerprint (training/rundir.py)."""
 
-import copy
 import errno
 import json
 import math
@@ -11,6 +10,7 @@ import sys
 
 import numpy as np
 import pytest
+from json_edits import DELETE, edited
 
 from scratchformer.errors import CheckpointError, DataChangedError, DataError, RunFileError, RunLockedError
 from scratchformer.training import rundir
@@ -48,21 +48,6 @@ TRAINER_STATE_OK = {
 }
 
 
-def edited(doc, path, value):
-    """A deep copy of `doc` with the field at `path` (a tuple of keys) set, or deleted when
-    value is DELETE."""
-    doc = copy.deepcopy(doc)
-    parent = doc
-    for key in path[:-1]:
-        parent = parent[key]
-    if value is DELETE:
-        del parent[path[-1]]
-    else:
-        parent[path[-1]] = value
-    return doc
-
-
-DELETE = object()
 
 
 def write_json(tmp_path, name, value) -> str:
