@@ -80,13 +80,30 @@ def scratchformer_state(model: TorchGPT) -> dict:
     return state
 
 
-def nanogpt_adamw(model: TorchGPT, lr: float, betas: tuple[float, float], weight_decay: float):
+def nanogpt_adamw(model: TorchGPT, lr: float, betas: tuple[float, float], weight_decay: float,
+                  decay_embeddings: bool = True):
     """torch.optim.AdamW with nanoGPT's groups: every tensor with dim >= 2 decayed (embeddings
-    included), the rest (LayerNorm weights, biases) not."""
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    too, unless decay_embeddings=False as scratchformer's default), the rest (LayerNorm
+    weights, biases) not."""
+    embeddings = set() if decay_embeddings else {id(model.wte.weight), id(model.wpe.weight)}
+    decay = [p for p in model.parameters() if p.dim() >= 2 and id(p) not in embeddings]
+    no_decay = [p for p in model.parameters() if p.dim() < 2 or id(p) in embeddings]
     return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
                               {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=betas)
+
+
+def train_steps(model: TorchGPT, opt, split, rng, steps: int, batch_size: int, lr_at) -> None:
+    """The reference training loop: per step, lr_at(step), a batch from `split`, forward,
+    backward, clipping at 1.0, AdamW."""
+    for step in range(steps):
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step)
+        x, y = split.batch(rng, batch_size)
+        loss = model(torch.from_numpy(x), torch.from_numpy(y))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
 
 
 def whole_split_loss(model: TorchGPT, split, batch_size: int = 64) -> tuple[float, int]:

@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 import torch
-from torch_gpt import TorchGPT, whole_split_loss
+from torch_gpt import TorchGPT, nanogpt_adamw, train_steps, whole_split_loss
 
 from scratchformer.data import load_dataset
 from scratchformer.optim import cosine_lr
@@ -33,22 +33,11 @@ def main() -> None:
     torch.manual_seed(args.seed)
     model = TorchGPT(ds.tokenizer.vocab_size, ds.train.block_size, n_layer=4, n_head=4, n_embd=64,
                      dropout=0.1, tie_weights=False, init="pytorch")
-    embeddings = {id(model.wte.weight), id(model.wpe.weight)}
-    decay = [p for p in model.parameters() if p.dim() >= 2 and id(p) not in embeddings]
-    no_decay = [p for p in model.parameters() if p.dim() < 2 or id(p) in embeddings]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=2e-3, betas=(0.9, 0.99))
+    opt = nanogpt_adamw(model, lr=2e-3, betas=(0.9, 0.99), weight_decay=0.1, decay_embeddings=False)
     rng = np.random.default_rng(args.seed)
     start = time.perf_counter()
-    for step in range(args.steps):
-        for g in opt.param_groups:
-            g["lr"] = cosine_lr(step, 2e-3, 1e-4, min(200, args.steps), args.steps)
-        x, y = ds.train.batch(rng, 64)
-        loss = model(torch.from_numpy(x), torch.from_numpy(y))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+    train_steps(model, opt, ds.train, rng, args.steps, 64,
+                lambda step: cosine_lr(step, 2e-3, 1e-4, min(200, args.steps), args.steps))
     test_loss, count = whole_split_loss(model, ds.test)
     print(f"seed {args.seed}: test loss {test_loss:.4f} ({count} tokens), {time.perf_counter() - start:.0f}s")
 

@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 import torch
-from torch_gpt import TorchGPT, nanogpt_adamw, whole_split_loss
+from torch_gpt import TorchGPT, nanogpt_adamw, train_steps, whole_split_loss
 
 from scratchformer.data import load_dataset
 from scratchformer.optim import cosine_lr
@@ -33,15 +33,7 @@ def main() -> None:
     opt = nanogpt_adamw(model, lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)
     rng = np.random.default_rng(args.seed)
     start = time.perf_counter()
-    for step in range(2000):
-        for g in opt.param_groups:
-            g["lr"] = cosine_lr(step, 1e-3, 1e-4, 100, 2000)
-        x, y = ds.train.batch(rng, 12)
-        loss = model(torch.from_numpy(x), torch.from_numpy(y))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+    train_steps(model, opt, ds.train, rng, 2000, 12, lambda step: cosine_lr(step, 1e-3, 1e-4, 100, 2000))
     val_loss, count = whole_split_loss(model, ds.val)
     print(f"seed {args.seed}: val loss {val_loss:.4f} on the whole val split "
           f"({count} tokens), {time.perf_counter() - start:.0f}s")
