@@ -131,14 +131,15 @@ def _defaults_text(values: dict[str, object], none_means: str | None = None) -> 
 def _add_setting(group, name: str, field_type: str, spec, values: dict[str, object]) -> None:
     """One option for the dataclass field `name`, its type read from the field's annotation."""
     help_text, none_means, choices = spec if isinstance(spec, tuple) else (spec, None, None)
-    flag = "--" + name.replace("_", "-")
     if name == "norm_first":  # spelled --norm pre/post since the first release
         values = {kind: "pre" if v else "post" for kind, v in values.items()}
+        group.add_argument("--norm", choices=["pre", "post"], dest="norm_first",
+                           help=f"{help_text} ({_defaults_text(values)})")
+        return
+    flag = "--" + name.replace("_", "-")
     help_text = f"{help_text} ({_defaults_text(values, none_means)})"
     base = field_type.split("|")[0].strip()
-    if name == "norm_first":
-        group.add_argument("--norm", choices=["pre", "post"], dest="norm_first", help=help_text)
-    elif base == "bool":
+    if base == "bool":
         group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
     elif choices is not None:
         group.add_argument(flag, choices=choices, help=help_text)

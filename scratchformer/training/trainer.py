@@ -29,7 +29,6 @@ from pathlib import Path
 
 import numpy as np
 
-from scratchformer.allocator import keep_freed_memory
 from scratchformer.data import DEFAULT_SEED
 from scratchformer.errors import CheckpointError, ConfigError, TrainingDivergedError, TrainingInterrupted
 from scratchformer.limits import check_training_fits, gemm_peak_flops, model_flops_per_token
@@ -188,7 +187,6 @@ def train(job, cfg: TrainConfig, out_dir: str | Path, resume: bool = False, prog
     TrainingInterrupted (after saving out_dir/last) on Ctrl-C.
     Returns a summary dict (step, train_loss, val_loss, best_val_loss, seconds, stopped_by).
     """
-    keep_freed_memory()  # reuse freed blocks: avoids page faults on every step (glibc only)
     out_dir = Path(out_dir)
     with RunLock(out_dir):
         return _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint)
