@@ -20,7 +20,8 @@ Sections:
 
 - train: forward + backward + clip_grad_norm + AdamW of a GPT (pre-norm, exact GELU, tied
   head, biases, no dropout) on random tokens; scratchformer through its public API (GPT,
-  AdamW, param_groups, clip_grad_norm), PyTorch as benchmarks/torch_gpt.py with
+  AdamW, param_groups, clip_grad_norm) and, as `scratchformer train` does, DataParallel with
+  `--threads` replicas (default 2; `--threads 1`: the GPT alone), PyTorch as benchmarks/torch_gpt.py with
   scaled_dot_product_attention and fused AdamW. Reports tokens/s, forward / backward /
   optimiser ms, peak RSS (VmHWM of each process), and MFU: model FLOPs (nanoGPT's
   6N + 12 L T C per token) per second over the float32 GEMM GFLOP/s NumPy reaches at the
@@ -125,7 +126,7 @@ def _time_phases(phases, steps: int, warmup: int) -> dict:
     return out
 
 
-def worker_train(lib: str, config: str, steps: int, warmup: int) -> dict:
+def worker_train(lib: str, config: str, steps: int, warmup: int, threads: int = 2) -> dict:
     import numpy as np
     V, L, H, C, T, B = TRAIN_CONFIGS[config]
     rng = np.random.default_rng(0)
@@ -134,11 +135,13 @@ def worker_train(lib: str, config: str, steps: int, warmup: int) -> dict:
     rss_before = _peak_rss_mib()
     if lib == "scratchformer":
         from scratchformer.models import GPT, GPTConfig
+        from scratchformer.nn import DataParallel
         from scratchformer.optim import AdamW, clip_grad_norm, param_groups
 
-        model = GPT(GPTConfig(vocab_size=V, block_size=T, n_layer=L, n_head=H, n_embd=C), seed=0)
-        opt = AdamW(param_groups(model, 0.1), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)
-        params = model.parameters()
+        gpt = GPT(GPTConfig(vocab_size=V, block_size=T, n_layer=L, n_head=H, n_embd=C), seed=0)
+        model = DataParallel(gpt, threads) if threads > 1 else gpt
+        opt = AdamW(param_groups(gpt, 0.1), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)
+        params = gpt.parameters()
         n_params = sum(p.data.size for p in params)
 
         def forward():
@@ -292,12 +295,13 @@ def _med(runs: list[dict], key: str) -> float:
     return statistics.median(r[key] for r in runs)
 
 
-def bench_train(configs, pairs: int, quick: bool) -> dict:
+def bench_train(configs, pairs: int, quick: bool, threads: int = 2) -> dict:
     out = {}
     for name in configs:
         steps = 3 if quick else TRAIN_STEPS[name]
         warm = 1 if quick else WARMUP
-        res = paired(lambda lib: ["train", lib, name, str(steps), str(warm)], pairs, "tokens_per_s")
+        res = paired(lambda lib: ["train", lib, name, str(steps), str(warm), str(threads)], pairs, "tokens_per_s")
+        res["threads"] = threads
         peak = _med(res["scratchformer"], "gemm_gflops")
         for side in ("scratchformer", "reference"):
             runs = res[side]
@@ -445,6 +449,8 @@ def main(argv=None) -> None:
     ap.add_argument("--configs", default=",".join(TRAIN_CONFIGS),
                     help=f"training configs (default: {','.join(TRAIN_CONFIGS)})")
     ap.add_argument("--pairs", type=int, default=3, help="alternating process pairs per measurement (default 3)")
+    ap.add_argument("--threads", type=int, default=2,
+                    help="scratchformer's training threads (DataParallel replicas; 1: none) (default 2)")
     ap.add_argument("--quick", action="store_true", help="smoke run: 1 pair, 3 steps, tiny inputs")
     ap.add_argument("--e2e", action="store_true", help="also the whole default training runs (minutes)")
     ap.add_argument("--data", default=str(REPO.parent / "shared" / "data" / "tinyshakespeare.txt"),
@@ -460,7 +466,7 @@ def main(argv=None) -> None:
     if args.worker:
         kind, rest = args.worker[0], args.worker[1:]
         if kind == "train":
-            res = worker_train(rest[0], rest[1], int(rest[2]), int(rest[3]))
+            res = worker_train(rest[0], rest[1], int(rest[2]), int(rest[3]), int(rest[4]))
         elif kind == "sample":
             res = worker_sample(rest[0], rest[1], int(rest[2]), int(rest[3]), rest[4])
         else:
@@ -471,8 +477,8 @@ def main(argv=None) -> None:
     sections = {s.strip() for s in args.only.split(",") if s.strip()}
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
     bad = sorted((sections - {"train", "sample", "embed"}) | (set(configs) - set(TRAIN_CONFIGS)))
-    if bad or args.pairs < 1:
-        sys.exit(f"suite.py: unknown section/config {bad} or --pairs < 1: sections are train, sample, "
+    if bad or args.pairs < 1 or args.threads < 1:
+        sys.exit(f"suite.py: unknown section/config {bad}, --pairs < 1 or --threads < 1: sections are train, sample, "
                  f"embed; configs are {', '.join(TRAIN_CONFIGS)}")
     if args.quick:
         args.pairs, configs = 1, [c for c in configs if c in ("tiny", "names")] or ["tiny"]
@@ -488,7 +494,7 @@ def main(argv=None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         if "train" in sections:
-            results["train"] = bench_train(configs, args.pairs, args.quick)
+            results["train"] = bench_train(configs, args.pairs, args.quick, args.threads)
         if "sample" in sections:
             results["sample"] = bench_sample(tmp, args.pairs, args.quick)
         if "embed" in sections:

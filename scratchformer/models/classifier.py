@@ -154,10 +154,11 @@ class TransformerClassifier(Module):
         self._save(weights=weights, shape=h.shape, loss=loss_cache)
         return logits, loss
 
-    def backward(self, grad_logits: np.ndarray | None = None) -> None:
-        """Backpropagate the loss of the last forward (or `grad_logits` (B, n_classes))."""
+    def backward(self, grad_logits: np.ndarray | None = None, dloss: float = 1.0) -> None:
+        """Backpropagate the loss of the last forward, its gradient scaled by `dloss` (or
+        `grad_logits` (B, n_classes) instead)."""
         c = self._pop_cache()
-        grad_logits = self._start_gradient(grad_logits, c["loss"], "labels")
+        grad_logits = self._start_gradient(grad_logits, c["loss"], "labels", dloss)
         dpooled = self.head.backward(grad_logits)  # (B, C)
         if self.config.pooling == "cls":
             dh = np.zeros(c["shape"], dtype=dpooled.dtype)

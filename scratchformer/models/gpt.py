@@ -219,7 +219,7 @@ class GPT(Module):
         if targets is None:
             return logits, None
         loss, ce_cache = cross_entropy_forward(logits, np.asarray(targets), ignore_index=ignore_index)
-        self._save(ce=ce_cache)
+        self._save(loss=ce_cache)
         return logits, loss
 
     def backward(self, dloss: float = 1.0) -> None:
@@ -233,7 +233,7 @@ class GPT(Module):
                 "GPT.backward() needs a forward with targets in training mode first, and each "
                 "backward consumes one forward: call model.train() and logits, loss = model(idx, targets)"
             )
-        ce_cache = self._pop_cache()["ce"]
+        ce_cache = self._pop_cache()["loss"]
         dx = self.lm_head.backward(cross_entropy_backward(ce_cache, dloss))
         dx = self.ln_f.backward(dx)
         for block in reversed(self.h):

@@ -199,10 +199,11 @@ class Seq2SeqTransformer(Module):
         self._save(loss=loss_cache)
         return logits, loss
 
-    def backward(self, grad_logits: np.ndarray | None = None) -> None:
-        """Backpropagate the loss of the last forward (or `grad_logits` (B, T, V))."""
+    def backward(self, grad_logits: np.ndarray | None = None, dloss: float = 1.0) -> None:
+        """Backpropagate the loss of the last forward, its gradient scaled by `dloss` (or
+        `grad_logits` (B, T, V) instead)."""
         c = self._pop_cache()
-        grad_logits = self._start_gradient(grad_logits, c["loss"], "tgt_out")
+        grad_logits = self._start_gradient(grad_logits, c["loss"], "tgt_out", dloss)
         dh = self.lm_head.backward(grad_logits)
         if self.config.norm_first:
             dh = self.dec_norm.backward(dh)

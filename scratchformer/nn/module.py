@@ -23,6 +23,7 @@ Contract of every layer (forward/backward pairs, llm.c style):
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -107,14 +108,22 @@ class Module:
         return cache
 
     @staticmethod
-    def _start_gradient(grad, loss_cache, needs: str):
+    def _start_gradient(grad, loss_cache, needs: str, dloss: float = 1.0):
         """Where a model's backward starts: the caller's `grad` of the output, or else the
-        gradient of the loss its forward computed (which needed `needs`)."""
+        gradient of the loss its forward computed (which needed `needs`), times `dloss`."""
         if grad is not None:
             return grad
         if loss_cache is None:
             raise BackwardError(f"backward() without a gradient needs a training-mode forward with {needs}")
-        return cross_entropy_backward(loss_cache)
+        return cross_entropy_backward(loss_cache, dloss)
+
+    def loss_count(self) -> int:
+        """How many terms the loss of the last training-mode forward averaged (its valid
+        targets); models keep their loss's cache under "loss". DataParallel weighs replicas by it."""
+        loss_cache = (self._cache or {}).get("loss")
+        if loss_cache is None:
+            raise BackwardError(f"{type(self).__name__}: no loss in the last forward (training mode, with targets)")
+        return loss_cache["n_valid"]
 
     # -- discovery -------------------------------------------------------------------------
     def _children(self) -> Iterator[tuple[str, object]]:
@@ -239,23 +248,24 @@ def _first_few(items: list[str], sep: str | None = None, n: int = 3) -> str:
     return (str(items[:n]) if sep is None else sep.join(items[:n])) + more
 
 
-_inside_forward = False  # True while a door's forward runs: inner calls skip check_input
+# .inside is True while a door's forward runs in this thread: inner calls skip check_input.
+# Per thread, so models called from two threads (nn.parallel) each keep their own door.
+_door = threading.local()
 
 
 @contextmanager
 def trusted_calls():
     """Run module calls without input checks (a door already checked). Models use it around
     public methods other than __call__ (generate, encode, decode) after checking their input."""
-    global _inside_forward
-    outer, _inside_forward = _inside_forward, True
+    outer, _door.inside = getattr(_door, "inside", False), True
     try:
         yield
     finally:
-        _inside_forward = outer
+        _door.inside = outer
 
 
 def _at_the_door(check, run, args, kwargs):
-    if _inside_forward:  # called from inside a model: the model checked its input
+    if getattr(_door, "inside", False):  # called from inside a model: the model checked its input
         return run(*args, **kwargs)
     check(*args, **kwargs)
     with trusted_calls():

@@ -63,9 +63,10 @@ class Job(Protocol):
     def train_batch(self, rng: np.random.Generator, batch_size: int) -> Any:
         """A random training batch of `batch_size` examples, e.g. (x, y) each (B, T) int64."""
 
-    def forward_backward(self, batch) -> tuple[float, int]:
+    def forward_backward(self, batch, runner=None) -> tuple[float, int]:
         """Forward with targets, then backward (gradients added into the parameters):
-        -> (mean loss, number of input tokens)."""
+        -> (mean loss, number of input tokens). `runner` runs the batch instead of the model
+        itself: the trainer's `DataParallel(model)`."""
 
     def evaluate(self, split: str, batches: int | None = None, **options) -> dict[str, float]:
         """{"loss": ..., and the kind's scores} on split "val" or "test", in eval mode; the whole

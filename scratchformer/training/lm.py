@@ -120,10 +120,11 @@ class LMJob:
     def train_batch(self, rng: np.random.Generator, batch_size: int):
         return self.dataset.train.batch(rng, batch_size)
 
-    def forward_backward(self, batch) -> tuple[float, int]:
+    def forward_backward(self, batch, runner=None) -> tuple[float, int]:
         x, y = batch
-        _, loss = self.model(x, y)
-        self.model.backward()
+        runner = self.model if runner is None else runner
+        _, loss = runner(x, y)
+        runner.backward()
         return loss, int(x.size)
 
     def evaluate(self, split: str = "val", batches: int | None = None, **options) -> dict:

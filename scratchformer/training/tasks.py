@@ -104,9 +104,10 @@ class TaskJob:
         train = self.splits["train"]
         return train.subset(rng.integers(0, len(train), size=batch_size))
 
-    def forward_backward(self, batch) -> tuple[float, int]:
-        _, loss = self.model(*batch)
-        self.model.backward()
+    def forward_backward(self, batch, runner=None) -> tuple[float, int]:
+        runner = self.model if runner is None else runner
+        _, loss = runner(*batch)
+        runner.backward()
         return loss, int(batch[0].size)
 
     def evaluate(self, split: str = "val", batches: int | None = None, **options) -> dict:

@@ -32,7 +32,7 @@ import numpy as np
 from scratchformer.data import DEFAULT_SEED
 from scratchformer.errors import CheckpointError, ConfigError, TrainingDivergedError, TrainingInterrupted
 from scratchformer.limits import check_training_fits, gemm_peak_flops, model_flops_per_token
-from scratchformer.nn import set_dropout_rng
+from scratchformer.nn import DataParallel, set_dropout_rng
 from scratchformer.optim import AdamW, clip_grad_norm, cosine_lr, param_groups
 from scratchformer.training.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from scratchformer.training.rundir import LogWriter, RunLock, start_log, truncate_log
@@ -62,9 +62,10 @@ class TrainConfig:
     num_samples: int = 5  # samples printed at each evaluation (when the job can sample)
     seed: int = DEFAULT_SEED  # initial weights, batches (seed) and dropout (seed + 1)
     time_limit: float | None = None  # seconds of training before stopping cleanly
+    threads: int = 2  # replicas trained at once on slices of each batch (nn.DataParallel); 1: none
 
     def __post_init__(self):
-        positive = ["max_steps", "batch_size", "grad_accum", "eval_interval", "log_interval"]
+        positive = ["max_steps", "batch_size", "grad_accum", "eval_interval", "log_interval", "threads"]
         for name in positive:
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
@@ -113,6 +114,7 @@ def resume_config(saved: dict, given: dict) -> tuple[TrainConfig, str | None]:
     rate does not jump back up, and the extra steps run at min_lr; pass decay_steps as well
     to stretch the cosine instead.
     """
+    saved = {"threads": 1, **saved}  # a run saved before `threads` existed trained in one thread
     cfg = TrainConfig.from_dict({**saved, **given})
     planned = TrainConfig.from_dict(saved)
     if cfg.max_steps == planned.max_steps or "decay_steps" in given:
@@ -195,6 +197,7 @@ def train(job, cfg: TrainConfig, out_dir: str | Path, resume: bool = False, prog
 def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint) -> dict:
     model = job.model
     params = model.parameters()
+    runner = DataParallel(model, cfg.threads) if cfg.threads > 1 else model  # runs each training batch
     opt = AdamW(param_groups(model, cfg.weight_decay, cfg.decay_embeddings), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
                 eps=1e-8, weight_decay=cfg.weight_decay)
     data_rng = np.random.default_rng(cfg.seed)
@@ -261,7 +264,7 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint) -> d
                 opt.zero_grad()
                 loss_sum = 0.0
                 for _ in range(cfg.grad_accum):
-                    loss, n_tokens = job.forward_backward(job.train_batch(data_rng, cfg.batch_size))
+                    loss, n_tokens = job.forward_backward(job.train_batch(data_rng, cfg.batch_size), runner)
                     loss_sum += loss
                     tokens_since += n_tokens
                 if cfg.grad_accum > 1:  # each backward gave d(mean loss); average the micro-batches

@@ -1,0 +1,133 @@
+"""nn.DataParallel: replicas in threads on slices of the batch give the whole batch's loss and
+gradients (up to float rounding), for every model family; deterministic; eval mode and
+forwards without targets are the model alone."""
+
+import numpy as np
+import pytest
+
+from scratchformer.errors import BackwardError, ConfigError
+from scratchformer.models import (GPT, ClassifierConfig, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer,
+                                  TransformerClassifier)
+from scratchformer.nn import DataParallel, manual_seed, set_dropout_rng
+from scratchformer.optim import AdamW, param_groups
+from scratchformer.training.trainer import TrainConfig, resume_config
+
+RNG = np.random.default_rng(0)
+GPT_CFG = GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=16)
+
+
+def gpt_batch(B=7):
+    x, y = RNG.integers(0, 11, (B, 8)), RNG.integers(0, 11, (B, 8))
+    y[0, :6] = -1  # ignored targets: the first slice has fewer loss terms, so weighting matters
+    return x, y
+
+
+def seeded(model_class, config):
+    manual_seed(1)
+    return model_class(config)
+
+
+def cases():
+    """(name, make_model, batch): one per model family."""
+    src, tgt = RNG.integers(3, 9, (5, 6)), RNG.integers(3, 9, (5, 7))
+    tgt_out = tgt.copy()
+    tgt_out[1, 3:] = 0  # padding (pad_id 0) is ignored by the loss
+    yield "gpt", lambda: GPT(GPT_CFG, seed=1), gpt_batch()
+    yield ("classifier", lambda: seeded(TransformerClassifier, ClassifierConfig(vocab_size=9, n_classes=3, n_layer=1,
+                                                                                n_embd=16, n_head=2)),
+           (RNG.integers(0, 9, (6, 5)), RNG.integers(0, 3, 6)))
+    yield ("seq2seq", lambda: seeded(Seq2SeqTransformer, Seq2SeqConfig(src_vocab_size=9, tgt_vocab_size=9, n_layer=1,
+                                                                       n_embd=16, n_head=2)),
+           (src, tgt, tgt_out))
+
+
+@pytest.mark.parametrize("name,make,batch", list(cases()), ids=[c[0] for c in cases()])
+@pytest.mark.parametrize("threads", [2, 3])
+def test_loss_and_gradients_equal_the_whole_batch(name, make, batch, threads):
+    alone, parallel = make(), DataParallel(make(), threads, min_tokens=1)
+    out_a, loss_a = alone(*batch)
+    alone.backward()
+    out_p, loss_p = parallel(*batch)
+    parallel.backward()
+    np.testing.assert_allclose(out_p, out_a, rtol=1e-5, atol=1e-6)
+    assert loss_p == pytest.approx(loss_a, rel=1e-6)
+    for (n, p), q in zip(alone.named_parameters(), parallel.module.parameters()):
+        np.testing.assert_allclose(q.grad, p.grad, rtol=1e-4, atol=1e-6, err_msg=n)
+    assert all(not r.grad.any() for rep in parallel._replicas[1:] for r in rep.parameters())  # handed over
+
+
+def test_replicas_follow_the_optimiser_and_dloss_scales():
+    """After AdamW moved the weights into its flat buffer and updated them, the replicas see the
+    new weights; dloss scales every gradient."""
+    x, y = gpt_batch(8)
+    alone, parallel = GPT(GPT_CFG, seed=2), DataParallel(GPT(GPT_CFG, seed=2), min_tokens=1)
+    for model in (alone, parallel.module):
+        opt = AdamW(param_groups(model, 0.1), lr=1e-2)
+        runner = parallel if model is parallel.module else model
+        for _ in range(3):
+            opt.zero_grad()
+            runner(x, y)
+            runner.backward(dloss=0.5)
+            opt.step()
+    for (n, p), q in zip(alone.named_parameters(), parallel.module.parameters()):
+        np.testing.assert_allclose(q.data, p.data, rtol=1e-4, atol=2e-5, err_msg=n)
+
+
+def test_dropout_is_deterministic_and_differs_between_replicas():
+    cfg = GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=16, dropout=0.5)
+    x = np.tile(RNG.integers(0, 11, (1, 8)), (4, 1))  # four identical rows: two per replica
+    y = np.tile(RNG.integers(0, 11, (1, 8)), (4, 1))
+    grads = []
+    for _ in range(2):
+        model = DataParallel(GPT(cfg, seed=3), min_tokens=1)
+        set_dropout_rng(model.module, np.random.default_rng(7))
+        logits, _ = model(x, y)
+        model.backward()
+        grads.append([p.grad.copy() for p in model.parameters()])
+        assert not np.allclose(logits[0], logits[2])  # replica 1 draws other masks than replica 0
+    for a, b in zip(*grads):
+        np.testing.assert_array_equal(a, b)  # same seed, same result, bit for bit
+
+
+def test_eval_mode_and_no_targets_are_the_model_alone():
+    x, y = gpt_batch(6)
+    model = DataParallel(GPT(GPT_CFG, seed=4), min_tokens=1)
+    logits, loss = model(x)
+    assert loss is None and logits.shape == (6, 8, 11)
+    model.eval()
+    assert not model.module.training
+    np.testing.assert_array_equal(model(x, y)[0], model.module(x, y)[0])
+    with pytest.raises(BackwardError):
+        model.backward()
+
+
+def test_small_batches_run_the_model_alone_and_bad_threads():
+    for rows, min_tokens in ((1, 1), (6, 25)):  # one row; or 6 x 8 = 48 tokens, under 2 x 25
+        x, y = gpt_batch(rows)
+        model = DataParallel(GPT(GPT_CFG, seed=5), threads=4, min_tokens=min_tokens)
+        _, loss = model(x, y)
+        assert model._weights is None  # ran alone
+        model.backward()
+        assert np.isfinite(loss)
+    model = DataParallel(GPT(GPT_CFG, seed=5), threads=4, min_tokens=16)
+    model(*gpt_batch(6))  # 48 tokens: 3 slices of 16
+    assert len(model._weights) == 3
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ConfigError, match="threads"):
+            DataParallel(GPT(GPT_CFG, seed=5), threads=bad)
+
+
+def test_checks_its_input_once_at_the_door():
+    model = DataParallel(GPT(GPT_CFG, seed=6))
+    with pytest.raises(Exception, match="token"):
+        model(np.full((4, 8), 99), np.zeros((4, 8), dtype=int))
+
+
+def test_train_config_threads_default_and_runs_saved_before_threads_resume_in_one_thread():
+    assert TrainConfig().threads == 2
+    with pytest.raises(ConfigError, match="threads"):
+        TrainConfig(threads=0)
+    cfg, _ = resume_config({"max_steps": 10}, {})
+    assert cfg.threads == 1
+    cfg, _ = resume_config({"max_steps": 10, "threads": 2}, {})
+    assert cfg.threads == 2
