@@ -11,7 +11,8 @@ from scratchformer.allocator import keep_freed_memory
 from scratchformer.errors import ConfigError
 from scratchformer.nn.module import Parameter
 from scratchformer.optim import SGD, AdamW, clip_grad_norm, optimizers, param_groups
-from scratchformer.ops.activations import gelu_from_cache, gelu_keep, normal_cdf
+from scratchformer.ops.activations import (activation_backward, gelu_tanh_with_grad, gelu_with_grad,
+                                           normal_cdf)
 
 
 def test_normal_cdf_float32_table_is_accurate_and_float64_is_exact():
@@ -23,11 +24,11 @@ def test_normal_cdf_float32_table_is_accurate_and_float64_is_exact():
     assert np.diff(y32).min() > -1e-7  # monotone up to float32 rounding
 
 
-def test_gelu_keep_caches_the_cdf_it_used():
+def test_gelu_with_grad_gives_the_forward_and_its_derivative():
     x = np.random.default_rng(0).standard_normal((3, 4, 5)).astype(np.float32)
-    y, (x_kept, cdf) = gelu_keep(x)
-    assert x_kept is x and y.dtype == np.float32
-    np.testing.assert_array_equal(y, x * cdf)
+    y, _ = gelu_with_grad(x)
+    assert y.dtype == np.float32
+    np.testing.assert_array_equal(y, x * normal_cdf(x))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -35,9 +36,13 @@ def test_gelu_backward_in_place_is_bit_identical_to_the_plain_formula(dtype):
     rng = np.random.default_rng(1)
     x = (rng.standard_normal((64, 96)) * 3).astype(dtype)
     dy = rng.standard_normal(x.shape).astype(dtype)
-    _, (x_kept, cdf) = gelu_keep(x)
+    cdf = normal_cdf(x)
     plain = dy * (cdf + x * (np.exp(-0.5 * x * x) * (1 / math.sqrt(2 * math.pi))))
-    np.testing.assert_array_equal(gelu_from_cache(dy, (x_kept, cdf)), plain)
+    np.testing.assert_array_equal(activation_backward(dy, gelu_with_grad(x)[1]), plain)
+    c = math.sqrt(2 / math.pi)  # and the tanh form, as written before it moved into the forward
+    th = np.tanh(c * (x + 0.044715 * (x * x * x)))
+    plain = dy * (0.5 * (1 + th) + 0.5 * x * (1 - th * th) * (c * (1 + 3 * 0.044715 * x * x)))
+    np.testing.assert_array_equal(activation_backward(dy, gelu_tanh_with_grad(x)[1]), plain)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

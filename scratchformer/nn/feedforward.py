@@ -7,7 +7,7 @@ import numpy as np
 from scratchformer.checks import check_choice, check_float_array
 from scratchformer.nn.layers import Dropout, Linear
 from scratchformer.nn.module import DEFAULT_DTYPE, Module
-from scratchformer.ops import ACTIVATIONS
+from scratchformer.ops import ACTIVATIONS, activation_backward
 
 
 class FeedForward(Module):
@@ -18,7 +18,7 @@ class FeedForward(Module):
         super().__init__()
         check_choice("activation", activation, ACTIVATIONS)
         self.activation = activation
-        self._act_keep, self._act_from_cache = ACTIVATIONS[activation]
+        self._act, self._act_with_grad = ACTIVATIONS[activation]
         self.fc1 = Linear(n_embd, n_inner, bias=bias, dtype=dtype, rng=rng)
         self.fc2 = Linear(n_inner, n_embd, bias=bias, dtype=dtype, rng=rng)
         self.dropout = Dropout(dropout)
@@ -27,11 +27,15 @@ class FeedForward(Module):
         check_float_array(x, "FeedForward input", last_dim=self.fc1.in_features)
 
     def forward(self, x: np.ndarray) -> np.ndarray:
-        a, act_cache = self._act_keep(self.fc1(x))  # (..., n_inner)
-        self._save(act=act_cache)
+        h = self.fc1(x)  # (..., n_inner)
+        if self.training:  # the activation's derivative, computed alongside, is all backward needs
+            a, dadh = self._act_with_grad(h)
+            self._save(dadh=dadh)
+        else:
+            a = self._act(h)
         return self.fc2(self.dropout(a))
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
-        act_cache = self._pop_cache()["act"]
+        dadh = self._pop_cache()["dadh"]
         da = self.dropout.backward(self.fc2.backward(dy))
-        return self.fc1.backward(self._act_from_cache(da, act_cache))
+        return self.fc1.backward(activation_backward(da, dadh))

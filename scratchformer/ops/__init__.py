@@ -2,6 +2,7 @@
 
 from scratchformer.ops.activations import (
     ACTIVATIONS,
+    activation_backward,
     erf,
     gelu_backward,
     gelu_forward,
@@ -24,6 +25,7 @@ from scratchformer.ops.softmax import (
 
 __all__ = [
     "ACTIVATIONS",
+    "activation_backward",
     "erf",
     "gelu_backward",
     "gelu_forward",

@@ -93,9 +93,9 @@ def normal_cdf(x: np.ndarray) -> np.ndarray:
     np.clip(s, -CDF_HALF, CDF_HALF - 0.01, out=s)  # NaN stays NaN
     below = np.floor(s)
     s -= below  # fraction of the step, in [0, 1); NaN for NaN
+    below += CDF_HALF  # the table index, still a float (an integer below 2^24: exact)
     with np.errstate(invalid="ignore"):  # NaN cast to int gives some integer ...
-        i = below.astype(np.int32)
-    i += CDF_HALF
+        i = below.astype(np.intp)  # intp, not int32: take() would convert int32 indices (3x slower)
     y = values.take(i, mode="clip")  # ... which mode="clip" keeps inside the table
     d = slopes.take(i, mode="clip", out=below)  # below's buffer is free again
     d *= s  # NaN for NaN input, so y is NaN too: NaN in, NaN out

@@ -199,7 +199,7 @@ def trace(model, ids) -> Trace:
             x = x + a if b.norm_first else norm(b.attn_norm, x + a, f"{i}.attn_norm")
             h = norm(b.ff_norm, x, f"{i}.ff_norm") if b.norm_first else x
             pre = b.ff.fc1(h)                 # (1, T, n_inner)
-            post, _ = ACTIVATIONS[b.ff.activation][0](pre)  # GELU, ReLU...
+            post = ACTIVATIONS[b.ff.activation][0](pre)  # GELU, ReLU...
             f = b.ff.fc2(post)
             x = x + f if b.norm_first else norm(b.ff_norm, x + f, f"{i}.ff_norm")
             t.attn_update.append(a)
