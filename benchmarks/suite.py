@@ -20,8 +20,9 @@ Sections:
 
 - train: forward + backward + clip_grad_norm + AdamW of a GPT (pre-norm, exact GELU, tied
   head, biases, no dropout) on random tokens; scratchformer through its public API (GPT,
-  AdamW, param_groups, clip_grad_norm) and, as `scratchformer train` does, DataParallel with
-  `--threads` replicas (default 2; `--threads 1`: the GPT alone), PyTorch as benchmarks/torch_gpt.py with
+  AdamW, param_groups, clip_grad_norm) and, as `scratchformer train` does, DataParallel over
+  `--workers` processes (default 2, the measuring process included; `--workers 1`: the GPT
+  alone; peak RSS is then the sum over the processes), PyTorch as benchmarks/torch_gpt.py with
   scaled_dot_product_attention and fused AdamW. Reports tokens/s, forward / backward /
   optimiser ms, peak RSS (VmHWM of each process), and MFU: model FLOPs (nanoGPT's
   6N + 12 L T C per token) per second over the float32 GEMM GFLOP/s NumPy reaches at the
@@ -73,11 +74,11 @@ OPENBLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS"
 
 
 # -- workers: each runs in its own process and prints one JSON line ---------------------------
-def _peak_rss_mib() -> float:
-    """This process's peak resident memory. Linux's getrusage maxrss survives exec, so a
-    worker would report its parent's peak if larger; VmHWM belongs to this program alone."""
+def _peak_rss_mib(pid: int | str = "self") -> float:
+    """A process's peak resident memory (this one by default). Linux's getrusage maxrss survives
+    exec, so a worker would report its parent's peak if larger; VmHWM belongs to this program alone."""
     try:
-        status = Path("/proc/self/status").read_text()
+        status = Path(f"/proc/{pid}/status").read_text()
         return next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM")) / 1024
     except (OSError, StopIteration):
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux, bytes on macOS
@@ -126,7 +127,7 @@ def _time_phases(phases, steps: int, warmup: int) -> dict:
     return out
 
 
-def worker_train(lib: str, config: str, steps: int, warmup: int, threads: int = 2) -> dict:
+def worker_train(lib: str, config: str, steps: int, warmup: int, workers: int = 2) -> dict:
     import numpy as np
     V, L, H, C, T, B = TRAIN_CONFIGS[config]
     rng = np.random.default_rng(0)
@@ -139,7 +140,7 @@ def worker_train(lib: str, config: str, steps: int, warmup: int, threads: int = 
         from scratchformer.optim import AdamW, clip_grad_norm, param_groups
 
         gpt = GPT(GPTConfig(vocab_size=V, block_size=T, n_layer=L, n_head=H, n_embd=C), seed=0)
-        model = DataParallel(gpt, threads) if threads > 1 else gpt
+        model = DataParallel(gpt, workers) if workers > 1 else gpt
         opt = AdamW(param_groups(gpt, 0.1), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)
         params = gpt.parameters()
         n_params = sum(p.data.size for p in params)
@@ -181,6 +182,8 @@ def worker_train(lib: str, config: str, steps: int, warmup: int, threads: int = 
     result = _time_phases(phases, steps, warmup)
     result["tokens_per_s"] = B * T / (result["step_ms"] / 1e3)
     result["peak_rss_mib"] = _peak_rss_mib()
+    if lib == "scratchformer" and workers > 1:  # and DataParallel's worker processes' (shared pages twice)
+        result["peak_rss_mib"] += sum(_peak_rss_mib(pid) for pid in model.worker_pids())
     result["rss_before_model_mib"] = rss_before
     # nanoGPT's estimate_mfu: 6 N + 12 L T C FLOPs per token (position table not counted)
     n_flop_params = n_params - T * C
@@ -295,13 +298,13 @@ def _med(runs: list[dict], key: str) -> float:
     return statistics.median(r[key] for r in runs)
 
 
-def bench_train(configs, pairs: int, quick: bool, threads: int = 2) -> dict:
+def bench_train(configs, pairs: int, quick: bool, workers: int = 2) -> dict:
     out = {}
     for name in configs:
         steps = 3 if quick else TRAIN_STEPS[name]
         warm = 1 if quick else WARMUP
-        res = paired(lambda lib: ["train", lib, name, str(steps), str(warm), str(threads)], pairs, "tokens_per_s")
-        res["threads"] = threads
+        res = paired(lambda lib: ["train", lib, name, str(steps), str(warm), str(workers)], pairs, "tokens_per_s")
+        res["workers"] = workers
         peak = _med(res["scratchformer"], "gemm_gflops")
         for side in ("scratchformer", "reference"):
             runs = res[side]
@@ -449,8 +452,8 @@ def main(argv=None) -> None:
     ap.add_argument("--configs", default=",".join(TRAIN_CONFIGS),
                     help=f"training configs (default: {','.join(TRAIN_CONFIGS)})")
     ap.add_argument("--pairs", type=int, default=3, help="alternating process pairs per measurement (default 3)")
-    ap.add_argument("--threads", type=int, default=2,
-                    help="scratchformer's training threads (DataParallel replicas; 1: none) (default 2)")
+    ap.add_argument("--workers", type=int, default=2,
+                    help="scratchformer's training processes (DataParallel; 1: the GPT alone) (default 2)")
     ap.add_argument("--quick", action="store_true", help="smoke run: 1 pair, 3 steps, tiny inputs")
     ap.add_argument("--e2e", action="store_true", help="also the whole default training runs (minutes)")
     ap.add_argument("--data", default=str(REPO.parent / "shared" / "data" / "tinyshakespeare.txt"),
@@ -477,8 +480,8 @@ def main(argv=None) -> None:
     sections = {s.strip() for s in args.only.split(",") if s.strip()}
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
     bad = sorted((sections - {"train", "sample", "embed"}) | (set(configs) - set(TRAIN_CONFIGS)))
-    if bad or args.pairs < 1 or args.threads < 1:
-        sys.exit(f"suite.py: unknown section/config {bad}, --pairs < 1 or --threads < 1: sections are train, sample, "
+    if bad or args.pairs < 1 or args.workers < 1:
+        sys.exit(f"suite.py: unknown section/config {bad}, --pairs < 1 or --workers < 1: sections are train, sample, "
                  f"embed; configs are {', '.join(TRAIN_CONFIGS)}")
     if args.quick:
         args.pairs, configs = 1, [c for c in configs if c in ("tiny", "names")] or ["tiny"]
@@ -494,7 +497,7 @@ def main(argv=None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         if "train" in sections:
-            results["train"] = bench_train(configs, args.pairs, args.quick, args.threads)
+            results["train"] = bench_train(configs, args.pairs, args.quick, args.workers)
         if "sample" in sections:
             results["sample"] = bench_sample(tmp, args.pairs, args.quick)
         if "embed" in sections:

@@ -57,6 +57,10 @@ class BackwardError(ScratchformerError, RuntimeError):
     """backward() was called without a matching training-mode forward."""
 
 
+class ParallelWorkerError(ScratchformerError, RuntimeError):
+    """A worker process of nn.DataParallel failed or stopped."""
+
+
 class TrainingDivergedError(ScratchformerError, ArithmeticError):
     """The loss or the gradient norm became NaN or infinite: training stopped before the bad
     step touched the weights or a checkpoint."""

@@ -1,11 +1,14 @@
-"""nn.DataParallel: replicas in threads on slices of the batch give the whole batch's loss and
-gradients (up to float rounding), for every model family; deterministic; eval mode and
-forwards without targets are the model alone."""
+"""nn.DataParallel: worker processes on slices of the batch give the whole batch's loss and
+gradients (up to float rounding), for every model family; deterministic; eval mode, small
+batches and forwards without targets are the model alone; a dead worker is one clear error."""
 
 import numpy as np
 import pytest
 
-from scratchformer.errors import BackwardError, ConfigError
+import os
+import signal
+
+from scratchformer.errors import BackwardError, ConfigError, ParallelWorkerError
 from scratchformer.models import (GPT, ClassifierConfig, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer,
                                   TransformerClassifier)
 from scratchformer.nn import DataParallel, manual_seed, set_dropout_rng
@@ -42,9 +45,9 @@ def cases():
 
 
 @pytest.mark.parametrize("name,make,batch", list(cases()), ids=[c[0] for c in cases()])
-@pytest.mark.parametrize("threads", [2, 3])
-def test_loss_and_gradients_equal_the_whole_batch(name, make, batch, threads):
-    alone, parallel = make(), DataParallel(make(), threads, min_tokens=1)
+@pytest.mark.parametrize("workers", [2, 3])
+def test_loss_and_gradients_equal_the_whole_batch(name, make, batch, workers):
+    alone, parallel = make(), DataParallel(make(), workers, min_tokens=1)
     out_a, loss_a = alone(*batch)
     alone.backward()
     out_p, loss_p = parallel(*batch)
@@ -53,7 +56,7 @@ def test_loss_and_gradients_equal_the_whole_batch(name, make, batch, threads):
     assert loss_p == pytest.approx(loss_a, rel=1e-6)
     for (n, p), q in zip(alone.named_parameters(), parallel.module.parameters()):
         np.testing.assert_allclose(q.grad, p.grad, rtol=1e-4, atol=1e-6, err_msg=n)
-    assert all(not r.grad.any() for rep in parallel._replicas[1:] for r in rep.parameters())  # handed over
+    parallel.close()
 
 
 def test_replicas_follow_the_optimiser_and_dloss_scales():
@@ -101,20 +104,20 @@ def test_eval_mode_and_no_targets_are_the_model_alone():
         model.backward()
 
 
-def test_small_batches_run_the_model_alone_and_bad_threads():
+def test_small_batches_run_the_model_alone_and_bad_workers():
     for rows, min_tokens in ((1, 1), (6, 25)):  # one row; or 6 x 8 = 48 tokens, under 2 x 25
         x, y = gpt_batch(rows)
-        model = DataParallel(GPT(GPT_CFG, seed=5), threads=4, min_tokens=min_tokens)
+        model = DataParallel(GPT(GPT_CFG, seed=5), workers=4, min_tokens=min_tokens)
         _, loss = model(x, y)
         assert model._weights is None  # ran alone
         model.backward()
         assert np.isfinite(loss)
-    model = DataParallel(GPT(GPT_CFG, seed=5), threads=4, min_tokens=16)
+    model = DataParallel(GPT(GPT_CFG, seed=5), workers=4, min_tokens=16)
     model(*gpt_batch(6))  # 48 tokens: 3 slices of 16
     assert len(model._weights) == 3
     for bad in (0, -1, 1.5, True):
-        with pytest.raises(ConfigError, match="threads"):
-            DataParallel(GPT(GPT_CFG, seed=5), threads=bad)
+        with pytest.raises(ConfigError, match="workers"):
+            DataParallel(GPT(GPT_CFG, seed=5), workers=bad)
 
 
 def test_checks_its_input_once_at_the_door():
@@ -123,11 +126,41 @@ def test_checks_its_input_once_at_the_door():
         model(np.full((4, 8), 99), np.zeros((4, 8), dtype=int))
 
 
-def test_train_config_threads_default_and_runs_saved_before_threads_resume_in_one_thread():
-    assert TrainConfig().threads == 2
-    with pytest.raises(ConfigError, match="threads"):
-        TrainConfig(threads=0)
+def test_train_config_workers_default_and_runs_saved_before_workers_resume_in_one_process():
+    assert TrainConfig().workers == 2
+    with pytest.raises(ConfigError, match="workers"):
+        TrainConfig(workers=0)
     cfg, _ = resume_config({"max_steps": 10}, {})
-    assert cfg.threads == 1
-    cfg, _ = resume_config({"max_steps": 10, "threads": 2}, {})
-    assert cfg.threads == 2
+    assert cfg.workers == 1
+    cfg, _ = resume_config({"max_steps": 10, "workers": 2}, {})
+    assert cfg.workers == 2
+
+
+def test_a_dead_worker_is_one_clear_error_and_close_stops_the_workers():
+    x, y = gpt_batch(6)
+    model = DataParallel(GPT(GPT_CFG, seed=7), min_tokens=1)
+    model(x, y)
+    model.backward()
+    proc = model._pool.procs[1]
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.join(5)
+    with pytest.raises(ParallelWorkerError, match="worker 1 stopped"):
+        model(x, y)
+    assert model._pool is None  # stopped; the next forward forks fresh workers
+    _, loss = model(x, y)
+    assert loss == pytest.approx(model.module(x, y)[1], rel=1e-5)
+    procs = list(model._pool.procs.values())
+    assert model.worker_pids() == [p.pid for p in procs]
+    model.close()
+    assert procs and not any(p.is_alive() for p in procs) and model.worker_pids() == []
+
+
+def test_workers_restart_when_the_parameters_change_dtype():
+    x, y = gpt_batch(6)
+    model = DataParallel(GPT(GPT_CFG, seed=8), min_tokens=1)
+    model(x, y)
+    model.backward()
+    model.module.to(np.float64)
+    _, loss = model(x, y)  # a float32 replica would be off by ~1e-7
+    assert loss == pytest.approx(model.module(x, y)[1], rel=1e-13)
+    model.close()

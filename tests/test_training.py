@@ -43,24 +43,24 @@ def test_loss_falls_and_files_appear(tmp_path):
     assert any("val_loss" in r for r in read_log(tmp_path / "log.jsonl"))
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-def test_resume_equals_uninterrupted_run(tmp_path, monkeypatch, threads):
-    # batches of 64 names (>= 512 tokens): threads=2 runs two replicas (nn.DataParallel)
+@pytest.mark.parametrize("workers", [1, 2])
+def test_resume_equals_uninterrupted_run(tmp_path, monkeypatch, workers):
+    # batches of 64 names (>= 512 tokens): workers=2 splits them over two processes (nn.DataParallel)
     from scratchformer.nn import DataParallel
-    parallel_steps = []
-    run_in_threads = DataParallel._in_threads
-    monkeypatch.setattr(DataParallel, "_in_threads", lambda self, run, n: parallel_steps.append(n) or
-                        run_in_threads(self, run, n))
+    split_steps = []
+    split_forward = DataParallel._split_forward
+    monkeypatch.setattr(DataParallel, "_split_forward", lambda self, *a: split_steps.append(1) or
+                        split_forward(self, *a))
     a, b = tmp_path / "a", tmp_path / "b"
     job_a = tiny_job(dropout=0.1)
-    train(job_a, tiny_cfg(threads=threads, batch_size=64), a, progress=False, verbose=False)
-    train(tiny_job(dropout=0.1), tiny_cfg(max_steps=10, threads=threads, batch_size=64), b, progress=False,
+    train(job_a, tiny_cfg(workers=workers, batch_size=64), a, progress=False, verbose=False)
+    train(tiny_job(dropout=0.1), tiny_cfg(max_steps=10, workers=workers, batch_size=64), b, progress=False,
           verbose=False)
     ck = load_checkpoint(b / "last")
     job_b = LMJob.from_checkpoint(ck)
-    train(job_b, tiny_cfg(threads=threads, batch_size=64), b, resume=True, progress=False, verbose=False,
+    train(job_b, tiny_cfg(workers=workers, batch_size=64), b, resume=True, progress=False, verbose=False,
           checkpoint=ck)
-    assert len(parallel_steps) == (0 if threads == 1 else 2 * 2 * 20)  # forward + backward, 20 steps twice
+    assert len(split_steps) == (0 if workers == 1 else 2 * 20)  # every step of both runs was split
     sa, sb = job_a.model.state_dict(), job_b.model.state_dict()
     assert sa.keys() == sb.keys()
     for k in sa:

@@ -57,8 +57,8 @@ TRAIN_HELP = {
     "log_interval": "steps between log.jsonl rows",
     "num_samples": "samples printed at each evaluation",
     "seed": "seed of the initial weights, the batches and dropout",
-    "threads": "threads training replicas on slices of each batch, at once (1: one thread; "
-               "results differ in the last bits and in the dropout draws)",
+    "workers": "processes training slices of each batch at once, this one included (Linux; 1: one "
+               "process; results differ in the last bits and in the dropout draws)",
 }
 _NON_NEGATIVE_INTS = {"warmup_steps", "num_samples", "seed"}  # the other int settings are >= 1
 

@@ -1,76 +1,88 @@
-"""Data parallelism over a machine's cores: each thread trains a replica on a slice of the batch.
+"""Data parallelism over a machine's cores: worker processes train replicas on slices of each batch.
 
-NumPy releases the GIL inside its ufunc loops and BLAS calls, so two Python threads can run
-the elementwise work of a step (GELU, LayerNorm, softmax, dropout ...) on two cores at once,
-which OpenBLAS's own threads never do: they split only the GEMMs. `DataParallel` gives each
-thread a replica of the model (its own caches and gradient buffers, the *same* weight arrays)
-and one slice of the batch, so threads meet once per forward and once per backward:
+OpenBLAS's threads split the GEMMs of a step over the cores, but everything else (GELU,
+LayerNorm, softmax, dropout, the Python around them) runs on one core. Python threads do not
+help there: a NumPy call on a small array is shorter than the GIL's hand-over between two
+threads (two threads running 88,000-element ufuncs took 3.4 ms where one thread took 3.2).
+So `DataParallel` forks worker processes, each holding a replica of the model, and splits
+each batch into slices, one per process (this one runs the first):
 
-    forward:   loss = sum_i n_i * loss_i / N        replica i on rows [s_i, s_{i+1}) of the batch,
+    forward:   loss = sum_i n_i * loss_i / N        process i on rows [s_i, s_{i+1}) of the batch,
                                                     n_i its loss terms (valid targets), N = sum n_i
-    backward:  grad = sum_i d(n_i * loss_i / N)     replica i's backward with dloss * n_i / N, then
-                                                    its gradients are added into the model's
+    backward:  grad = sum_i d(n_i * loss_i / N)     process i's backward with dloss * n_i / N; the
+                                                    workers' gradients are added into the model's
 
-which is the gradient of the whole batch's mean loss, as one model would compute it, up to
-float rounding (the sums over the batch are taken in two pieces). While the replicas run,
-OpenBLAS is held to one thread each (threadpoolctl), so two threads never fight over two cores.
+which is the gradient of the whole batch's mean loss, as the model alone would compute it, up
+to float rounding (sums over the batch are taken in pieces). Every process uses one BLAS thread
+while the slices run. Weights and gradients travel through shared memory (anonymous mmap, made
+before the fork): before each forward this process copies the model's weights there, and after
+each backward it adds each worker's gradient buffer into the model's. Batches, losses and
+outputs go through pipes as raw bytes with a JSON header: nothing is pickled.
 
-    model = DataParallel(GPT(config), threads=2)   # model.module is the GPT
+    model = DataParallel(GPT(config), workers=2)   # model.module is the GPT
     logits, loss = model(x, y)                     # x, y: (B, T); logits (B, T, V) as the GPT's
     model.backward()                               # gradients land in the GPT's parameters
     opt = AdamW(param_groups(model.module, 0.1))   # the optimiser sees the GPT's parameters
+    model.close()                                  # or let it be garbage-collected
 
-Dropout: replica 0 is the model itself and draws from the model's generators; replica i > 0
-draws, at each forward, from a copy of each generator jumped ahead i * 2^127 draws
-(`bit_generator.jumped(i)`), a function of the model's generator state alone: the same seed
-gives the same result, and a checkpoint holding the model's generator state resumes exactly.
-Results differ (in the last bits, and in which elements dropout drops) from a single-threaded
-run of the same seed; `threads=1` is the model alone.
+Dropout: slice 0 draws from the model's own generators; worker i draws, at each forward, from
+a copy of each generator jumped ahead i * 2^127 draws (`bit_generator.jumped(i)`), a function of
+the model's generator state alone: the same seed gives the same result, and a checkpoint of the
+model's generator state resumes exactly. Results differ (in the last bits, and in which elements
+dropout drops) from a run with `workers=1`, which is the model alone.
 
-Eval mode, a forward without targets (no loss), or a batch too small to be worth splitting
-(fewer than `min_tokens` = 256 tokens per slice) runs the model alone. Below that, measured
-here (2 cores), the threads' turns at the GIL cost more than the second core saves: a
-1-layer 32-wide GPT on 8 x 16 tokens took 2.5 ms a step in two threads against 0.8 in one;
-the names model on 64 x 16 tokens (512 a slice) gained about 1.2x, tinyshakespeare's
-12 x 64 (384 a slice) about 1.15x.
+The model alone also runs: in eval mode; for a forward without targets (no loss); for a batch
+under `min_tokens` (256) tokens a slice, where starting the slices costs more than it saves;
+and where processes cannot be forked safely (Linux only: macOS's and Windows's BLAS and
+process start-up do not allow it). Workers start at the first forward that splits, and are
+restarted if the model's parameters change shape or dtype. A worker that dies raises
+`ParallelWorkerError`.
 """
 
 from __future__ import annotations
 
-import copy
-from concurrent.futures import ThreadPoolExecutor
+import contextlib
+import json
+import mmap
+import multiprocessing
+import signal
+import sys
+import weakref
 
 import numpy as np
 
-from scratchformer.errors import BackwardError, ConfigError
+from scratchformer.errors import BackwardError, ConfigError, ParallelWorkerError
 from scratchformer.nn.module import Module, trusted_calls
 
-__all__ = ["DataParallel"]
+__all__ = ["DataParallel", "can_fork_workers"]
+
+
+def can_fork_workers() -> bool:
+    """True where DataParallel's worker processes can run (Linux)."""
+    return sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
 
 
 class DataParallel(Module):
-    """Train `module` on `threads` slices of each batch at once (see the module docstring).
+    """Train `module` on `workers` slices of each batch at once (see the module docstring).
 
     module: a model whose forward takes batch-first arrays and returns (output, loss), whose
     loss is a mean of `loss_count()` terms, and whose backward takes `dloss` (GPT,
-    TransformerClassifier, Seq2SeqTransformer). Array arguments whose first axis is the batch
-    are split; other arguments go to every replica unchanged. Outputs are concatenated along
-    the batch axis, so `(output, loss)` is what the module alone would return.
+    TransformerClassifier, Seq2SeqTransformer). Positional array arguments whose first axis is
+    the batch are split; keyword arguments (numbers, strings) go to every slice. Outputs are
+    concatenated along the batch axis, so `(output, loss)` is what the module alone returns.
     """
 
-    def __init__(self, module: Module, threads: int = 2, min_tokens: int = 256):
+    def __init__(self, module: Module, workers: int = 2, min_tokens: int = 256):
         super().__init__()
-        if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
-            raise ConfigError(f"threads must be a positive integer, got {threads!r}")
+        if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+            raise ConfigError(f"workers must be a positive integer, got {workers!r}")
         self.module = module
-        self.threads = threads
+        self.workers = workers
         self.min_tokens = min_tokens  # per slice: elements of the first argument (token ids)
         self.training = module.training
-        module._cache = None  # not worth copying into the replicas
-        self._replicas = [module] + [copy.deepcopy(module) for _ in range(threads - 1)]
-        self._pool = ThreadPoolExecutor(threads - 1, thread_name_prefix="scratchformer") if threads > 1 else None
-        self._blas = None  # threadpoolctl's handle on the BLAS library, made on first use
-        self._weights = None  # n_i / N of the last parallel forward; None: the module ran alone
+        self._pool = None  # _WorkerPool, started at the first forward that splits
+        self._weights = None  # n_i / N of the last split forward; None: the module ran alone
+        self._blas = None  # threadpoolctl's handle on the BLAS library
 
     # -- the door: the module's own checks, on the whole batch --------------------------------
     def check_input(self, *args, **kwargs) -> None:
@@ -78,41 +90,51 @@ class DataParallel(Module):
 
     def train(self, mode: bool = True) -> DataParallel:
         self.training = mode
-        for replica in self._replicas:
-            replica.train(mode)
+        self.module.train(mode)
         return self
 
-    def parameters(self):
-        return self.module.parameters()
+    def worker_pids(self) -> list[int]:
+        """Process ids of the running workers (none before the first split forward)."""
+        return [] if self._pool is None else [p.pid for p in self._pool.procs.values()]
 
-    def named_parameters(self, prefix: str = ""):
-        return self.module.named_parameters(prefix)
+    def close(self) -> None:
+        """Stop the worker processes and free the shared memory (also done when collected)."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
 
     # -- forward / backward -------------------------------------------------------------------
     def forward(self, *args, **kwargs):
         first = args[0] if args and isinstance(args[0], np.ndarray) and args[0].ndim else None
         batch = 0 if first is None else len(first)
-        n = min(self.threads, batch, 0 if first is None else first.size // self.min_tokens)
-        if n < 2 or not self.training:
-            self._weights = None
+        n = min(self.workers, batch, 0 if first is None else first.size // self.min_tokens)
+        self._weights = None
+        if n < 2 or not self.training or not can_fork_workers():
             return self.module(*args, **kwargs)
         bounds = np.linspace(0, batch, n + 1).round().astype(int)  # row ranges of the slices
-        self._link_replicas(n)
+        slices = [[a[bounds[i]:bounds[i + 1]] if _batch_first(a, batch) else a for a in args] for i in range(n)]
+        with self._closed_on_failure():
+            return self._split_forward(n, slices, kwargs)
 
-        def run(i):
-            part = [a[bounds[i]:bounds[i + 1]] if _batch_first(a, batch) else a for a in args]
-            return self._replicas[i](*part, **kwargs)
-
-        results = self._in_threads(run, n)
-        if any(loss is None for _, loss in results):  # no targets: outputs only, nothing to backward
-            self._weights = None
+    def _split_forward(self, n, slices, kwargs):
+        pool = self._start_pool()
+        pool.sync_weights()
+        with self._one_blas_thread():
+            for i in range(1, n):
+                pool.send_forward(i, slices[i], kwargs, pool.jumped_states(i))
+            try:
+                out, loss = self.module(*slices[0], **kwargs)
+            finally:
+                replies = [pool.receive(i) for i in range(1, n)]  # every worker answers, even after an error
+        if loss is None or any(r["loss"] is None for r in replies):  # no targets: outputs only
             self.module._cache = None
-            return np.concatenate([out for out, _ in results]), None
-        counts = [self._replicas[i].loss_count() for i in range(n)]
+            return np.concatenate([out] + [r["output"] for r in replies]), None
+        counts = [self.module.loss_count()] + [r["count"] for r in replies]
         total = sum(counts)
         self._weights = [c / max(total, 1) for c in counts]
-        loss = sum(w * loss for w, (_, loss) in zip(self._weights, results))
-        return np.concatenate([out for out, _ in results]), float(loss)
+        losses = [loss] + [r["loss"] for r in replies]
+        return (np.concatenate([out] + [r["output"] for r in replies]),
+                float(sum(w * x for w, x in zip(self._weights, losses))))
 
     def backward(self, dloss: float = 1.0) -> None:
         """Gradients of the last forward's loss, added into the module's parameters."""
@@ -121,58 +143,214 @@ class DataParallel(Module):
                 raise BackwardError("DataParallel.backward() needs a training-mode forward with targets first")
             return self.module.backward(dloss=dloss)
         weights, self._weights = self._weights, None
-        self._in_threads(lambda i: self._replicas[i].backward(dloss=dloss * weights[i]), len(weights))
-        own = self.module.parameters()
-        for replica in self._replicas[1:len(weights)]:
-            for p, q in zip(own, replica.parameters()):
-                p.grad += q.grad
-                q.grad[...] = 0
+        with self._closed_on_failure():
+            self._split_backward(weights, dloss)
+
+    def _split_backward(self, weights, dloss):
+        pool = self._pool
+        with self._one_blas_thread():
+            for i in range(1, len(weights)):
+                pool.send_backward(i, dloss * weights[i])
+            try:
+                self.module.backward(dloss=dloss * weights[0])
+            finally:
+                for i in range(1, len(weights)):
+                    pool.receive(i)
+        for i in range(1, len(weights)):
+            pool.add_gradients(i)
 
     # -- helpers --------------------------------------------------------------------------------
-    def _link_replicas(self, n: int) -> None:
-        """Point replicas 1..n-1 at the module's current weight arrays (an optimiser may have
-        moved them into its flat buffer), mode and dropout generators (jumped copies)."""
-        own = self.module.parameters()
-        rngs = [m.rng if isinstance(getattr(m, "rng", None), np.random.Generator) else None
-                for m in self.module.modules()]
-        for i, replica in enumerate(self._replicas[1:n], start=1):
-            for p, q in zip(own, replica.parameters()):
-                q.data = p.data
-            jumped = {}  # one jumped generator per distinct generator (models often share one)
-            for rng, m in zip(rngs, replica.modules()):
-                if rng is not None:
-                    if id(rng) not in jumped:
-                        jumped[id(rng)] = _jumped(rng, i)
-                    m.rng = jumped[id(rng)]
+    @contextlib.contextmanager
+    def _closed_on_failure(self):
+        """A worker that failed leaves the pool out of step: stop it; the next forward forks anew."""
+        try:
+            yield
+        except ParallelWorkerError:
+            self.close()
+            raise
 
-    def _in_threads(self, run, n: int) -> list:
-        """[run(0), ..., run(n - 1)]: run(0) here, the others on the pool, one BLAS thread each."""
+    def _start_pool(self) -> _WorkerPool:
+        if self._pool is not None and self._pool.layout != _layout(self._pool.params):
+            self.close()  # the parameters changed (model.to(float64), ...): fork fresh replicas
+        if self._pool is None:
+            self._pool = _WorkerPool(self.module, self.workers)
+            weakref.finalize(self, self._pool.close)
+        return self._pool
+
+    def _one_blas_thread(self):
         if self._blas is None:
             from threadpoolctl import ThreadpoolController
 
             self._blas = ThreadpoolController().select(user_api="blas")
-        with self._blas.limit(limits=1):
-            futures = [self._pool.submit(_trusted, run, i) for i in range(1, n)]
-            try:
-                first = run(0)
-            finally:
-                rest = [f.result() for f in futures]  # wait for every thread, even after an error
-        return [first] + rest
+        return self._blas.limit(limits=1)
 
 
-def _jumped(rng: np.random.Generator, i: int) -> np.random.Generator:
-    """A generator i * 2^127 draws ahead of `rng` (rng itself does not move). Bit generators
-    without jumped() (SFC64) seed the copy from one draw of rng instead."""
-    bits = rng.bit_generator
-    if hasattr(bits, "jumped"):
-        return np.random.Generator(bits.jumped(i))
-    return np.random.Generator(type(bits)(rng.integers(2**63)))
+class _WorkerPool:
+    """Worker processes 1..workers-1, each with a replica (forked), a pipe, and a gradient
+    buffer; one weight buffer shared by all. The module's parameter list and its modules that
+    hold a dropout generator are taken once, here (walking the module tree every step cost
+    about a tenth of a small model's step)."""
+
+    def __init__(self, module: Module, workers: int):
+        self.params = params = module.parameters()
+        self.layout = _layout(params)
+        self.rng_modules = [m for m in module.modules() if isinstance(getattr(m, "rng", None), np.random.Generator)]
+        self.weights = _SharedParams(params)  # this process writes, workers read
+        self.grads = {i: _SharedParams(params) for i in range(1, workers)}  # worker i writes, we read
+        ctx = multiprocessing.get_context("fork")
+        self.conns, self.procs = {}, {}
+        for i in range(1, workers):
+            here, there = ctx.Pipe()
+            self.conns[i] = here
+            # the child inherits our ends of every pipe so far: it closes them, so that closing
+            # ours (close()) ends its pipe
+            proc = ctx.Process(target=_worker_main, args=(module, there, list(self.conns.values()), self.weights,
+                                                          self.grads[i]), name=f"scratchformer-replica-{i}", daemon=True)
+            proc.start()
+            there.close()
+            self.procs[i] = proc
+
+    def sync_weights(self) -> None:
+        for p, shared in zip(self.params, self.weights.arrays):
+            np.copyto(shared, p.data)
+
+    def jumped_states(self, i: int) -> list[dict]:
+        return _jumped_states(_distinct([m.rng for m in self.rng_modules]), i)
+
+    def send_forward(self, i: int, args, kwargs, rng_states) -> None:
+        self._send(i, {"op": "forward", "kwargs": kwargs, "rng": rng_states}, args)
+
+    def send_backward(self, i: int, dloss: float) -> None:
+        self._send(i, {"op": "backward", "dloss": dloss})
+
+    def _send(self, i: int, header: dict, arrays=()) -> None:
+        try:
+            _send(self.conns[i], header, arrays)
+        except OSError:
+            self._stopped(i)
+
+    def _stopped(self, i: int):
+        self.procs[i].join(1)
+        raise ParallelWorkerError(f"DataParallel worker {i} stopped (exit code {self.procs[i].exitcode}); "
+                                  "train with --workers 1 to run in one process") from None
+
+    def receive(self, i: int) -> dict:
+        try:
+            header, arrays = _receive(self.conns[i])
+        except (EOFError, OSError):
+            self._stopped(i)
+        if "error" in header:
+            raise ParallelWorkerError(f"DataParallel worker {i}: {header['error']}")
+        header["output"] = arrays[0] if arrays else None
+        return header
+
+    def add_gradients(self, i: int) -> None:
+        for p, g in zip(self.params, self.grads[i].arrays):
+            p.grad += g
+
+    def close(self) -> None:
+        for conn in self.conns.values():
+            conn.close()  # a worker reading its pipe sees the end and exits
+        for proc in self.procs.values():
+            proc.join(2)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(1)
+        self.conns, self.procs = {}, {}
+
+
+class _SharedParams:
+    """One anonymous shared mmap holding an array per parameter (same shapes and dtypes)."""
+
+    def __init__(self, params):
+        sizes = [p.data.nbytes for p in params]
+        self.buffer = mmap.mmap(-1, max(sum(sizes), 1))  # MAP_SHARED | MAP_ANONYMOUS: survives fork
+        self.arrays, offset = [], 0
+        for p, size in zip(params, sizes):
+            self.arrays.append(np.ndarray(p.data.shape, p.data.dtype, self.buffer, offset))
+            offset += size
+
+
+def _worker_main(module: Module, conn, inherited, weights: _SharedParams, grads: _SharedParams) -> None:
+    """A worker's life: the replica's parameters are views of the shared buffers; answer
+    forward/backward requests until the pipe closes."""
+    for other in inherited:  # the main process's ends, copied by the fork
+        other.close()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the training loop to handle
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1)
+    for p, w, g in zip(module.parameters(), weights.arrays, grads.arrays):
+        p.data, p.grad = w, g
+    rng_modules = [m for m in module.modules() if isinstance(getattr(m, "rng", None), np.random.Generator)]
+    while True:
+        try:
+            header, arrays = _receive(conn)
+        except (EOFError, OSError):
+            return
+        try:
+            with trusted_calls():  # the door (DataParallel in the main process) checked the batch
+                if header["op"] == "forward":
+                    for rng, state in zip(_distinct([m.rng for m in rng_modules]), header["rng"]):
+                        rng.bit_generator.state = state
+                    module.train()
+                    out, loss = module(*arrays, **header["kwargs"])
+                    count = module.loss_count() if loss is not None else 0
+                    _send(conn, {"loss": loss, "count": count}, [out])
+                else:
+                    for g in grads.arrays:
+                        g[...] = 0
+                    module.backward(dloss=header["dloss"])
+                    _send(conn, {})
+        except Exception as e:  # report, and keep serving: the main process decides what happens
+            _send(conn, {"error": f"{type(e).__name__}: {e}"})
+
+
+def _layout(params) -> list:
+    return [(p.data.shape, p.data.dtype.str) for p in params]
+
+
+def _distinct(generators: list) -> list[np.random.Generator]:
+    """Each generator once, in order (models often share one among their dropout layers); the
+    order is the same in every replica, so worker i knows which state is whose."""
+    seen, out = set(), []
+    for rng in generators:
+        if id(rng) not in seen:
+            seen.add(id(rng))
+            out.append(rng)
+    return out
+
+
+def _jumped_states(generators: list[np.random.Generator], i: int) -> list[dict]:
+    """Bit-generator states i * 2^127 draws ahead of each generator (which does not move). Bit
+    generators without jumped() (SFC64) use a state seeded by one draw instead."""
+    states = []
+    for rng in generators:
+        bits = rng.bit_generator
+        jumped = bits.jumped(i) if hasattr(bits, "jumped") else type(bits)(rng.integers(2**63))
+        states.append(jumped.state)
+    return states
 
 
 def _batch_first(a, batch: int) -> bool:
     return isinstance(a, np.ndarray) and a.ndim > 0 and a.shape[0] == batch
 
 
-def _trusted(run, i):
-    with trusted_calls():  # the door (this wrapper) checked the whole batch
-        return run(i)
+# -- messages: a JSON header and raw array bytes, never pickle ---------------------------------------
+def _send(conn, header: dict, arrays=()) -> None:
+    arrays = [np.ascontiguousarray(a) for a in arrays]
+    header = {**header, "arrays": [[list(a.shape), a.dtype.str] for a in arrays]}
+    head = json.dumps(header).encode()
+    conn.send_bytes(b"".join([len(head).to_bytes(8, "little"), head] + [a.tobytes() for a in arrays]))
+
+
+def _receive(conn) -> tuple[dict, list[np.ndarray]]:
+    message = conn.recv_bytes()
+    size = int.from_bytes(message[:8], "little")
+    header = json.loads(message[8:8 + size])
+    arrays, offset = [], 8 + size
+    for shape, dtype in header.pop("arrays"):
+        a = np.frombuffer(message, dtype=dtype, count=int(np.prod(shape, dtype=np.int64)), offset=offset)
+        arrays.append(a.reshape(shape))
+        offset += a.nbytes
+    return header, arrays

@@ -303,9 +303,9 @@ TRAIN_CONFIG = Obj({
     "warmup_steps": NONNEG, "decay_steps": Maybe(POS), "weight_decay": Num(min=0.0), "decay_embeddings": Bool(),
     "beta1": Num(min=0.0, max=1.0), "beta2": Num(min=0.0, max=1.0), "grad_clip": Num(min=0.0),
     "eval_interval": POS, "eval_batches": Maybe(POS), "log_interval": POS, "num_samples": NONNEG,
-    "seed": Int(min=0, max=2**63 - 1), "time_limit": Maybe(Num(min=0.0)), "threads": POS,
+    "seed": Int(min=0, max=2**63 - 1), "time_limit": Maybe(Num(min=0.0)), "workers": POS,
 }, optional=("grad_accum", "min_lr", "decay_steps", "decay_embeddings", "eval_batches", "num_samples",
-             "time_limit", "threads"))
+             "time_limit", "workers"))
 
 TRAINER_STATE = Obj({
     "format": Str(("scratchformer-checkpoint",)),

@@ -62,10 +62,10 @@ class TrainConfig:
     num_samples: int = 5  # samples printed at each evaluation (when the job can sample)
     seed: int = DEFAULT_SEED  # initial weights, batches (seed) and dropout (seed + 1)
     time_limit: float | None = None  # seconds of training before stopping cleanly
-    threads: int = 2  # replicas trained at once on slices of each batch (nn.DataParallel); 1: none
+    workers: int = 2  # processes training slices of each batch at once (nn.DataParallel); 1: this one alone
 
     def __post_init__(self):
-        positive = ["max_steps", "batch_size", "grad_accum", "eval_interval", "log_interval", "threads"]
+        positive = ["max_steps", "batch_size", "grad_accum", "eval_interval", "log_interval", "workers"]
         for name in positive:
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
@@ -114,7 +114,7 @@ def resume_config(saved: dict, given: dict) -> tuple[TrainConfig, str | None]:
     rate does not jump back up, and the extra steps run at min_lr; pass decay_steps as well
     to stretch the cosine instead.
     """
-    saved = {"threads": 1, **saved}  # a run saved before `threads` existed trained in one thread
+    saved = {"workers": 1, **saved}  # a run saved before `workers` existed trained in one process
     cfg = TrainConfig.from_dict({**saved, **given})
     planned = TrainConfig.from_dict(saved)
     if cfg.max_steps == planned.max_steps or "decay_steps" in given:
@@ -197,7 +197,7 @@ def train(job, cfg: TrainConfig, out_dir: str | Path, resume: bool = False, prog
 def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint) -> dict:
     model = job.model
     params = model.parameters()
-    runner = DataParallel(model, cfg.threads) if cfg.threads > 1 else model  # runs each training batch
+    runner = DataParallel(model, cfg.workers) if cfg.workers > 1 else model  # runs each training batch
     opt = AdamW(param_groups(model, cfg.weight_decay, cfg.decay_embeddings), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
                 eps=1e-8, weight_decay=cfg.weight_decay)
     data_rng = np.random.default_rng(cfg.seed)
@@ -313,5 +313,7 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint) -> d
         finally:
             if bar is not None:
                 bar.close()
+            if runner is not model:
+                runner.close()  # stop the worker processes
     return {"step": step, "train_loss": train_loss, "val_loss": val_loss, "best_val_loss": best_val,
             "seconds": time.perf_counter() - start, "stopped_by": stopped_by}
