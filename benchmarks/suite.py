@@ -84,6 +84,16 @@ def _peak_rss_mib(pid: int | str = "self") -> float:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux, bytes on macOS
 
 
+def _pss_mib(pid: int | str = "self") -> float:
+    """A process's proportional set size: its resident memory with each shared page split among
+    the processes sharing it (so forked workers do not count the pages they share twice)."""
+    try:
+        rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
+        return next(int(line.split()[1]) for line in rollup.splitlines() if line.startswith("Pss:")) / 1024
+    except (OSError, StopIteration):
+        return float("nan")
+
+
 def _blas() -> list[dict]:
     from threadpoolctl import threadpool_info
     return [{k: d.get(k) for k in ("internal_api", "version", "architecture", "num_threads")}
@@ -182,8 +192,12 @@ def worker_train(lib: str, config: str, steps: int, warmup: int, workers: int = 
     result = _time_phases(phases, steps, warmup)
     result["tokens_per_s"] = B * T / (result["step_ms"] / 1e3)
     result["peak_rss_mib"] = _peak_rss_mib()
-    if lib == "scratchformer" and workers > 1:  # and DataParallel's worker processes' (shared pages twice)
-        result["peak_rss_mib"] += sum(_peak_rss_mib(pid) for pid in model.worker_pids())
+    # PSS after the steps, summed over the processes: glibc keeps freed temporaries resident here
+    # (scratchformer.allocator), so it is close to the peak, with shared pages counted once
+    pids = ["self"] + (model.worker_pids() if lib == "scratchformer" and workers > 1 else [])
+    result["pss_mib"] = sum(_pss_mib(pid) for pid in pids)
+    if len(pids) > 1:  # and DataParallel's worker processes' peaks (the pages they share count twice)
+        result["peak_rss_mib"] += sum(_peak_rss_mib(pid) for pid in pids[1:])
     result["rss_before_model_mib"] = rss_before
     # nanoGPT's estimate_mfu: 6 N + 12 L T C FLOPs per token (position table not counted)
     n_flop_params = n_params - T * C
@@ -310,7 +324,7 @@ def bench_train(configs, pairs: int, quick: bool, workers: int = 2) -> dict:
             runs = res[side]
             res[f"{side}_summary"] = {k: _med(runs, k) for k in
                                       ("tokens_per_s", "forward_ms", "backward_ms", "optimiser_ms", "step_ms",
-                                       "peak_rss_mib", "model_gflop_per_s")}
+                                       "peak_rss_mib", "pss_mib", "model_gflop_per_s")}
             res[f"{side}_summary"]["mfu"] = res[f"{side}_summary"]["model_gflop_per_s"] / peak
         res["gemm_gflops"] = peak
         out[name] = res
@@ -318,7 +332,7 @@ def bench_train(configs, pairs: int, quick: bool, workers: int = 2) -> dict:
         print(f"train {name:16s} ratio {res['ratio']:5.2f}  tok/s {s['tokens_per_s']:9,.0f} vs {r['tokens_per_s']:9,.0f}"
               f"  fwd/bwd/opt ms {s['forward_ms']:.1f}/{s['backward_ms']:.1f}/{s['optimiser_ms']:.1f}"
               f" vs {r['forward_ms']:.1f}/{r['backward_ms']:.1f}/{r['optimiser_ms']:.1f}"
-              f"  RSS MiB {s['peak_rss_mib']:.0f} vs {r['peak_rss_mib']:.0f}"
+              f"  RSS MiB {s['peak_rss_mib']:.0f} vs {r['peak_rss_mib']:.0f} (PSS {s['pss_mib']:.0f} vs {r['pss_mib']:.0f})"
               f"  MFU {s['mfu']:.0%} vs {r['mfu']:.0%} of {peak:.0f} GFLOP/s", flush=True)
     return out
 
@@ -413,14 +427,16 @@ def markdown(results: dict) -> str:
              f"{results['pairs']} pair(s) per figure, {results['seconds']:.0f} s.", ""]
     if "train" in results:
         lines += ["| training config (V, L, H, C, T, B) | ratio | tokens/s (ours / torch) | fwd / bwd / opt ms (ours) "
-                  "| fwd / bwd / opt ms (torch) | peak RSS MiB (ours / torch) | MFU (ours / torch) | GEMM GFLOP/s |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  "| fwd / bwd / opt ms (torch) | peak RSS MiB (ours / torch) | PSS MiB (ours / torch) | MFU (ours / torch) "
+                  "| GEMM GFLOP/s |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for name, r in results["train"].items():
             s, t = r["scratchformer_summary"], r["reference_summary"]
             lines.append(f"| {name} {TRAIN_CONFIGS[name]} | **{r['ratio']:.2f}** | {s['tokens_per_s']:,.0f} / "
                          f"{t['tokens_per_s']:,.0f} | {s['forward_ms']:.1f} / {s['backward_ms']:.1f} / "
                          f"{s['optimiser_ms']:.1f} | {t['forward_ms']:.1f} / {t['backward_ms']:.1f} / "
                          f"{t['optimiser_ms']:.1f} | {s['peak_rss_mib']:.0f} / {t['peak_rss_mib']:.0f} | "
+                         f"{s.get('pss_mib', float('nan')):.0f} / {t.get('pss_mib', float('nan')):.0f} | "
                          f"{s['mfu']:.0%} / {t['mfu']:.0%} | {r['gemm_gflops']:.0f} |")
         lines.append("")
     if "sample" in results or "embed" in results:

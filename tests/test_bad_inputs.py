@@ -182,6 +182,7 @@ CASES = [
     ("train-max-steps-missing-value", train("@tiny", "--max-steps")),
     ("train-batch-size-0", train("@tiny", "--batch-size", "0")),
     ("train-grad-accum-0", train("@tiny", "--grad-accum", "0")),
+    ("train-workers-0", train("@tiny", "--workers", "0")),
     ("train-lr-negative", train("@tiny", "--lr", "-1")),
     ("train-lr-nan", train("@tiny", "--lr", "nan")),
     ("train-lr-word", train("@tiny", "--lr", "fast")),
