@@ -31,12 +31,13 @@ the model's generator state alone: the same seed gives the same result, and a ch
 model's generator state resumes exactly. Results differ (in the last bits, and in which elements
 dropout drops) from a run with `workers=1`, which is the model alone.
 
-The model alone also runs: in eval mode; for a forward without targets (no loss); for a batch
-under `min_tokens` (256) tokens a slice, where starting the slices costs more than it saves;
-and where processes cannot be forked safely (Linux only: macOS's and Windows's BLAS and
-process start-up do not allow it). Workers start at the first forward that splits, and are
-restarted if the model's parameters change shape or dtype. A worker that dies raises
-`ParallelWorkerError`.
+The model alone runs in eval mode; for a batch under `min_tokens` (256) tokens a slice, where
+starting the slices costs more than it saves; and where processes cannot be forked safely
+(Linux only: macOS's and Windows's BLAS and process start-up do not allow it). A training-mode
+forward without targets returns the slices' outputs and no loss. Workers start at the first
+forward that splits, and are restarted if the model's parameters change shape or dtype. A
+worker that fails or dies raises `ParallelWorkerError`; the workers are then stopped, and the
+next forward forks fresh ones.
 """
 
 from __future__ import annotations
