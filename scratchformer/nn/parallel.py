@@ -283,6 +283,7 @@ def _worker_main(module: Module, conn, inherited, weights: _SharedParams, grads:
     threadpool_limits(1)
     for p, w, g in zip(module.parameters(), weights.arrays, grads.arrays):
         p.data, p.grad = w, g
+    module.train()  # workers only ever see training-mode forwards
     rng_modules = [m for m in module.modules() if isinstance(getattr(m, "rng", None), np.random.Generator)]
     while True:
         try:
@@ -294,7 +295,6 @@ def _worker_main(module: Module, conn, inherited, weights: _SharedParams, grads:
                 if header["op"] == "forward":
                     for rng, state in zip(_distinct([m.rng for m in rng_modules]), header["rng"]):
                         rng.bit_generator.state = state
-                    module.train()
                     out, loss = module(*arrays, **header["kwargs"])
                     count = module.loss_count() if loss is not None else 0
                     _send(conn, {"loss": loss, "count": count}, [out])
