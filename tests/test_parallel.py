@@ -11,7 +11,7 @@ import signal
 from scratchformer.errors import BackwardError, ConfigError, ParallelWorkerError
 from scratchformer.models import (GPT, ClassifierConfig, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer,
                                   TransformerClassifier)
-from scratchformer.nn import DataParallel, manual_seed, set_dropout_rng
+from scratchformer.nn import DataParallel, eval_mode, manual_seed, set_dropout_rng
 from scratchformer.optim import AdamW, param_groups
 from scratchformer.training.trainer import TrainConfig, resume_config
 
@@ -92,16 +92,33 @@ def test_dropout_is_deterministic_and_differs_between_replicas():
         np.testing.assert_array_equal(a, b)  # same seed, same result, bit for bit
 
 
-def test_eval_mode_and_no_targets_are_the_model_alone():
+def test_eval_mode_splits_too_and_no_targets_give_outputs_only():
     x, y = gpt_batch(6)
     model = DataParallel(GPT(GPT_CFG, seed=4), min_tokens=1)
     logits, loss = model(x)
     assert loss is None and logits.shape == (6, 8, 11)
-    model.eval()
-    assert not model.module.training
-    np.testing.assert_array_equal(model(x, y)[0], model.module(x, y)[0])
-    with pytest.raises(BackwardError):
+    with eval_mode(model.module):  # the workers follow the model's own mode
+        logits, loss = model(x, y)
+        want_logits, want_loss = model.module(x, y)
+    assert model.worker_pids()  # it was split
+    np.testing.assert_allclose(logits, want_logits, rtol=1e-5, atol=1e-6)
+    assert loss == pytest.approx(want_loss, rel=1e-6)
+    with pytest.raises(BackwardError):  # nothing to backward after an eval-mode forward
         model.backward()
+    _, loss = model(x, y)  # training again: the workers switch back (dropout 0: same loss)
+    model.backward()
+    assert loss == pytest.approx(want_loss, rel=1e-6)
+    model.close()
+
+
+def test_job_evaluate_through_the_runner_equals_the_model_alone():
+    from scratchformer.training.lm import LMJob
+    job = LMJob.create("lines", dict(n_layer=1, n_head=2, n_embd=16), {"split_seed": 1337}, 0)
+    runner = DataParallel(job.model)
+    alone, split = job.evaluate("val"), job.evaluate("val", runner=runner)
+    assert runner.worker_pids() and job.model.training  # split over the workers, mode restored
+    assert split["loss"] == pytest.approx(alone["loss"], rel=1e-6)
+    runner.close()
 
 
 def test_small_batches_run_the_model_alone_and_bad_workers():

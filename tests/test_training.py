@@ -49,8 +49,8 @@ def test_resume_equals_uninterrupted_run(tmp_path, monkeypatch, workers):
     from scratchformer.nn import DataParallel
     split_steps = []
     split_forward = DataParallel._split_forward
-    monkeypatch.setattr(DataParallel, "_split_forward", lambda self, *a: split_steps.append(1) or
-                        split_forward(self, *a))
+    monkeypatch.setattr(DataParallel, "_split_forward", lambda self, *a: split_steps.append(self.module.training)
+                        or split_forward(self, *a))
     a, b = tmp_path / "a", tmp_path / "b"
     job_a = tiny_job(dropout=0.1)
     train(job_a, tiny_cfg(workers=workers, batch_size=64), a, progress=False, verbose=False)
@@ -60,7 +60,8 @@ def test_resume_equals_uninterrupted_run(tmp_path, monkeypatch, workers):
     job_b = LMJob.from_checkpoint(ck)
     train(job_b, tiny_cfg(workers=workers, batch_size=64), b, resume=True, progress=False, verbose=False,
           checkpoint=ck)
-    assert len(split_steps) == (0 if workers == 1 else 2 * 20)  # every step of both runs was split
+    assert split_steps.count(True) == (0 if workers == 1 else 2 * 20)  # every step of both runs was split
+    assert split_steps.count(False) == (0 if workers == 1 else 4 * 2)  # 4 evaluations of 2 batches each
     sa, sb = job_a.model.state_dict(), job_b.model.state_dict()
     assert sa.keys() == sb.keys()
     for k in sa:

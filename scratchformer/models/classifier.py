@@ -152,6 +152,7 @@ class TransformerClassifier(Module):
         if labels is not None:
             loss, loss_cache = cross_entropy_forward(logits, np.asarray(labels))
         self._save(weights=weights, shape=h.shape, loss=loss_cache)
+        self._note_loss(loss_cache)
         return logits, loss
 
     def backward(self, grad_logits: np.ndarray | None = None, dloss: float = 1.0) -> None:

@@ -216,10 +216,11 @@ class GPT(Module):
         """
         self._cache = None
         logits = self.lm_head(self._trunk(np.asarray(idx)))  # (B, T, V)
-        if targets is None:
-            return logits, None
-        loss, ce_cache = cross_entropy_forward(logits, np.asarray(targets), ignore_index=ignore_index)
-        self._save(loss=ce_cache)
+        loss, ce_cache = None, None
+        if targets is not None:
+            loss, ce_cache = cross_entropy_forward(logits, np.asarray(targets), ignore_index=ignore_index)
+            self._save(loss=ce_cache)
+        self._note_loss(ce_cache)
         return logits, loss
 
     def backward(self, dloss: float = 1.0) -> None:

@@ -197,6 +197,7 @@ class Seq2SeqTransformer(Module):
             loss, loss_cache = cross_entropy_forward(logits, targets, ignore_index=pad,
                                                      label_smoothing=self.config.label_smoothing)
         self._save(loss=loss_cache)
+        self._note_loss(loss_cache)
         return logits, loss
 
     def backward(self, grad_logits: np.ndarray | None = None, dloss: float = 1.0) -> None:

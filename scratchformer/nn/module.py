@@ -117,13 +117,17 @@ class Module:
             raise BackwardError(f"backward() without a gradient needs a training-mode forward with {needs}")
         return cross_entropy_backward(loss_cache, dloss)
 
+    def _note_loss(self, loss_cache: dict | None) -> None:
+        """Models call this in every forward: how many terms its loss averaged (None: no loss)."""
+        self._loss_terms = None if loss_cache is None else loss_cache["n_valid"]
+
     def loss_count(self) -> int:
-        """How many terms the loss of the last training-mode forward averaged (its valid
-        targets); models keep their loss's cache under "loss". DataParallel weighs replicas by it."""
-        loss_cache = (self._cache or {}).get("loss")
-        if loss_cache is None:
-            raise BackwardError(f"{type(self).__name__}: no loss in the last forward (training mode, with targets)")
-        return loss_cache["n_valid"]
+        """How many terms the loss of the last forward averaged (its valid targets), in training
+        or eval mode. DataParallel weighs the slices of a batch by it."""
+        terms = getattr(self, "_loss_terms", None)
+        if terms is None:
+            raise BackwardError(f"{type(self).__name__}: no loss in the last forward (pass targets)")
+        return terms
 
     # -- discovery -------------------------------------------------------------------------
     def _children(self) -> Iterator[tuple[str, object]]:

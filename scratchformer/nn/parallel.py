@@ -31,8 +31,10 @@ the model's generator state alone: the same seed gives the same result, and a ch
 model's generator state resumes exactly. Results differ (in the last bits, and in which elements
 dropout drops) from a run with `workers=1`, which is the model alone.
 
-The model alone runs in eval mode; for a batch under `min_tokens` (256) tokens a slice, where
-starting the slices costs more than it saves; and where processes cannot be forked safely
+Eval mode splits too (the workers follow the model's mode), so a whole-split evaluation runs
+on every core; there is nothing to backward then. The model alone runs for a batch under
+`min_tokens` (256) tokens a slice, where starting the slices costs more than it saves; and
+where processes cannot be forked safely
 (Linux only: macOS's and Windows's BLAS and process start-up do not allow it). A training-mode
 forward without targets returns the slices' outputs and no loss. Workers start at the first
 forward that splits, and are restarted if the model's parameters change shape or dtype. A
@@ -77,7 +79,7 @@ class DataParallel(Module):
         super().__init__()
         if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
             raise ConfigError(f"workers must be a positive integer, got {workers!r}")
-        self.module = module
+        self.module = module  # its `training` flag is the mode that runs (eval_mode(module) works too)
         self.workers = workers
         self.min_tokens = min_tokens  # per slice: elements of the first argument (token ids)
         self.training = module.training
@@ -110,7 +112,7 @@ class DataParallel(Module):
         batch = 0 if first is None else len(first)
         n = min(self.workers, batch, 0 if first is None else first.size // self.min_tokens)
         self._weights = None
-        if n < 2 or not self.training or not can_fork_workers():
+        if n < 2 or not can_fork_workers():
             return self.module(*args, **kwargs)
         bounds = np.linspace(0, batch, n + 1).round().astype(int)  # row ranges of the slices
         slices = [[a[bounds[i]:bounds[i + 1]] if _batch_first(a, batch) else a for a in args] for i in range(n)]
@@ -122,7 +124,7 @@ class DataParallel(Module):
         pool.sync_weights()
         with self._one_blas_thread():
             for i in range(1, n):
-                pool.send_forward(i, slices[i], kwargs, pool.jumped_states(i))
+                pool.send_forward(i, slices[i], kwargs, pool.jumped_states(i), self.module.training)
             try:
                 out, loss = self.module(*slices[0], **kwargs)
             finally:
@@ -132,15 +134,17 @@ class DataParallel(Module):
             return np.concatenate([out] + [r["output"] for r in replies]), None
         counts = [self.module.loss_count()] + [r["count"] for r in replies]
         total = sum(counts)
-        self._weights = [c / max(total, 1) for c in counts]
+        weights = [c / max(total, 1) for c in counts]
+        if self.module.training:  # what backward needs
+            self._weights = weights
         losses = [loss] + [r["loss"] for r in replies]
         return (np.concatenate([out] + [r["output"] for r in replies]),
-                float(sum(w * x for w, x in zip(self._weights, losses))))
+                float(sum(w * x for w, x in zip(weights, losses))))
 
     def backward(self, dloss: float = 1.0) -> None:
         """Gradients of the last forward's loss, added into the module's parameters."""
         if self._weights is None:
-            if not self.training:
+            if not self.module.training:
                 raise BackwardError("DataParallel.backward() needs a training-mode forward with targets first")
             return self.module.backward(dloss=dloss)
         weights, self._weights = self._weights, None
@@ -218,8 +222,8 @@ class _WorkerPool:
     def jumped_states(self, i: int) -> list[dict]:
         return _jumped_states(_distinct([m.rng for m in self.rng_modules]), i)
 
-    def send_forward(self, i: int, args, kwargs, rng_states) -> None:
-        self._send(i, {"op": "forward", "kwargs": kwargs, "rng": rng_states}, args)
+    def send_forward(self, i: int, args, kwargs, rng_states, training: bool) -> None:
+        self._send(i, {"op": "forward", "kwargs": kwargs, "rng": rng_states, "training": training}, args)
 
     def send_backward(self, i: int, dloss: float) -> None:
         self._send(i, {"op": "backward", "dloss": dloss})
@@ -283,7 +287,6 @@ def _worker_main(module: Module, conn, inherited, weights: _SharedParams, grads:
     threadpool_limits(1)
     for p, w, g in zip(module.parameters(), weights.arrays, grads.arrays):
         p.data, p.grad = w, g
-    module.train()  # workers only ever see training-mode forwards
     rng_modules = [m for m in module.modules() if isinstance(getattr(m, "rng", None), np.random.Generator)]
     while True:
         try:
@@ -295,6 +298,8 @@ def _worker_main(module: Module, conn, inherited, weights: _SharedParams, grads:
                 if header["op"] == "forward":
                     for rng, state in zip(_distinct([m.rng for m in rng_modules]), header["rng"]):
                         rng.bit_generator.state = state
+                    if module.training != header["training"]:  # the mode of the model, as it runs now
+                        module.train(header["training"])
                     out, loss = module(*arrays, **header["kwargs"])
                     count = module.loss_count() if loss is not None else 0
                     _send(conn, {"loss": loss, "count": count}, [out])

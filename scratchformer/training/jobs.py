@@ -68,9 +68,10 @@ class Job(Protocol):
         -> (mean loss, number of input tokens). `runner` runs the batch instead of the model
         itself: the trainer's `DataParallel(model)`."""
 
-    def evaluate(self, split: str, batches: int | None = None, **options) -> dict[str, float]:
+    def evaluate(self, split: str, batches: int | None = None, runner=None, **options) -> dict[str, float]:
         """{"loss": ..., and the kind's scores} on split "val" or "test", in eval mode; the whole
-        split, or its first `batches` batches. Options: `beam` (seq2seq only)."""
+        split, or its first `batches` batches. `runner` computes the loss instead of the model
+        itself (the trainer's `DataParallel(model)`). Options: `beam` (seq2seq only)."""
 
     def samples(self, n: int, rng: np.random.Generator, **options) -> list[str]:
         """n strings to show: generated text (language models; options prompt, max_new_tokens,

@@ -127,7 +127,7 @@ class LMJob:
         runner.backward()
         return loss, int(x.size)
 
-    def evaluate(self, split: str = "val", batches: int | None = None, **options) -> dict:
+    def evaluate(self, split: str = "val", batches: int | None = None, runner=None, **options) -> dict:
         """Token-weighted mean loss over the split (padding excluded); perplexity = exp(loss)."""
         if options:
             raise ConfigError(f"--{next(iter(options)).replace('_', '-')} applies to seq2seq models only")
@@ -137,12 +137,13 @@ class LMJob:
             raise DataError("text data have only train and val splits (the last 10% of the file is val): "
                             "use --split val")
         data = getattr(self.dataset, split)
+        runner = self.model if runner is None else runner
         total, count = 0.0, 0
         with eval_mode(self.model):
             for i, (x, y) in enumerate(data.all_batches(self.eval_batch_size)):
                 if batches is not None and i >= batches:
                     break
-                _, loss = self.model(x, y)
+                _, loss = runner(x, y)
                 n = int((y != -1).sum())
                 total, count = total + loss * n, count + n
         loss = total / max(count, 1)

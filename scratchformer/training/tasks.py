@@ -110,15 +110,16 @@ class TaskJob:
         runner.backward()
         return loss, int(batch[0].size)
 
-    def evaluate(self, split: str = "val", batches: int | None = None, **options) -> dict:
+    def evaluate(self, split: str = "val", batches: int | None = None, runner=None, **options) -> dict:
         """Loss and the task's scores (see `_score`) on a whole split, or its first `batches` batches."""
         data = self.splits[split]
         n = len(data) if batches is None else min(len(data), batches * self.eval_batch_size)
+        runner = self.model if runner is None else runner
         total, count, scores = 0.0, 0, {}
         with eval_mode(self.model):
             for start in range(0, n, self.eval_batch_size):
                 batch = data.subset(slice(start, min(start + self.eval_batch_size, n)))
-                _, loss = self.model(*batch)
+                _, loss = runner(*batch)
                 weight = self._loss_weight(batch)
                 total, count = total + loss * weight, count + weight
                 for k, v in self._score(batch, **options).items():

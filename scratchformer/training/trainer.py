@@ -292,7 +292,7 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint) -> d
                     bar.update(1)
 
                 if step % cfg.eval_interval == 0 or step == cfg.max_steps or time_up:
-                    metrics = job.evaluate("val", cfg.eval_batches)
+                    metrics = job.evaluate("val", cfg.eval_batches, runner=runner)
                     val_loss = metrics["loss"]
                     _finite_or_stop(step, cfg, val_loss=val_loss)
                     improved = val_loss < best_val
