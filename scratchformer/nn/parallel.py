@@ -199,7 +199,7 @@ class _WorkerPool:
     def __init__(self, module: Module, workers: int):
         self.params = params = module.parameters()
         self.layout = _layout(params)
-        self.rng_modules = [m for m in module.modules() if isinstance(getattr(m, "rng", None), np.random.Generator)]
+        self.rng_modules = _rng_modules(module)
         self.weights = _SharedParams(params)  # this process writes, workers read
         self.grads = {i: _SharedParams(params) for i in range(1, workers)}  # worker i writes, we read
         ctx = multiprocessing.get_context("fork")
@@ -287,7 +287,7 @@ def _worker_main(module: Module, conn, inherited, weights: _SharedParams, grads:
     threadpool_limits(1)
     for p, w, g in zip(module.parameters(), weights.arrays, grads.arrays):
         p.data, p.grad = w, g
-    rng_modules = [m for m in module.modules() if isinstance(getattr(m, "rng", None), np.random.Generator)]
+    rng_modules = _rng_modules(module)  # the same modules, in the same order, as in the main process
     while True:
         try:
             header, arrays = _receive(conn)
@@ -310,6 +310,11 @@ def _worker_main(module: Module, conn, inherited, weights: _SharedParams, grads:
                     _send(conn, {})
         except Exception as e:  # report, and keep serving: the main process decides what happens
             _send(conn, {"error": f"{type(e).__name__}: {e}"})
+
+
+def _rng_modules(module: Module) -> list[Module]:
+    """The modules that draw from a dropout generator (`.rng`), in module order."""
+    return [m for m in module.modules() if isinstance(getattr(m, "rng", None), np.random.Generator)]
 
 
 def _layout(params) -> list:
