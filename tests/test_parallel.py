@@ -8,7 +8,7 @@ import pytest
 import os
 import signal
 
-from scratchformer.errors import BackwardError, ConfigError, ParallelWorkerError
+from scratchformer.errors import BackwardError, ConfigError, DataError, ParallelWorkerError
 from scratchformer.models import (GPT, ClassifierConfig, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer,
                                   TransformerClassifier)
 from scratchformer.nn import DataParallel, eval_mode, manual_seed, set_dropout_rng
@@ -74,6 +74,16 @@ def test_replicas_follow_the_optimiser_and_dloss_scales():
             opt.step()
     for (n, p), q in zip(alone.named_parameters(), parallel.module.parameters()):
         np.testing.assert_allclose(q.data, p.data, rtol=1e-4, atol=2e-5, err_msg=n)
+    # AdamW hides the scale of a gradient, so check dloss on the gradients themselves
+    for model in (alone, parallel.module):
+        model.zero_grad()
+    alone(x, y)
+    alone.backward()
+    parallel(x, y)
+    parallel.backward(dloss=0.5)
+    for (n, p), q in zip(alone.named_parameters(), parallel.module.parameters()):
+        np.testing.assert_allclose(q.grad, 0.5 * p.grad, rtol=1e-3, atol=1e-6, err_msg=n)
+    parallel.close()
 
 
 def test_dropout_is_deterministic_and_differs_between_replicas():
@@ -137,10 +147,11 @@ def test_small_batches_run_the_model_alone_and_bad_workers():
             DataParallel(GPT(GPT_CFG, seed=5), workers=bad)
 
 
-def test_checks_its_input_once_at_the_door():
-    model = DataParallel(GPT(GPT_CFG, seed=6))
-    with pytest.raises(Exception, match="token"):
+def test_checks_its_input_at_the_door_before_any_slice_runs():
+    model = DataParallel(GPT(GPT_CFG, seed=6), min_tokens=1)
+    with pytest.raises(DataError, match="token ids must be in"):
         model(np.full((4, 8), 99), np.zeros((4, 8), dtype=int))
+    assert model.worker_pids() == []  # refused before a worker was forked
 
 
 def test_train_config_workers_default_and_runs_saved_before_workers_resume_in_one_process():
