@@ -23,7 +23,6 @@ Contract of every layer (forward/backward pairs, llm.c style):
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -252,24 +251,23 @@ def _first_few(items: list[str], sep: str | None = None, n: int = 3) -> str:
     return (str(items[:n]) if sep is None else sep.join(items[:n])) + more
 
 
-# .inside is True while a door's forward runs in this thread: inner calls skip check_input.
-# Per thread, so models called from two threads (nn.parallel) each keep their own door.
-_door = threading.local()
+_inside_forward = False  # True while a door's forward runs: inner calls skip check_input
 
 
 @contextmanager
 def trusted_calls():
     """Run module calls without input checks (a door already checked). Models use it around
     public methods other than __call__ (generate, encode, decode) after checking their input."""
-    outer, _door.inside = getattr(_door, "inside", False), True
+    global _inside_forward
+    outer, _inside_forward = _inside_forward, True
     try:
         yield
     finally:
-        _door.inside = outer
+        _inside_forward = outer
 
 
 def _at_the_door(check, run, args, kwargs):
-    if getattr(_door, "inside", False):  # called from inside a model: the model checked its input
+    if _inside_forward:  # called from inside a model: the model checked its input
         return run(*args, **kwargs)
     check(*args, **kwargs)
     with trusted_calls():

@@ -91,11 +91,6 @@ class DataParallel(Module):
     def check_input(self, *args, **kwargs) -> None:
         self.module.check_input(*args, **kwargs)
 
-    def train(self, mode: bool = True) -> DataParallel:
-        self.training = mode
-        self.module.train(mode)
-        return self
-
     def worker_pids(self) -> list[int]:
         """Process ids of the running workers (none before the first split forward)."""
         return [] if self._pool is None else [p.pid for p in self._pool.procs.values()]
