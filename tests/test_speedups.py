@@ -48,23 +48,56 @@ def test_gelu_backward_in_place_is_bit_identical_to_the_plain_formula(dtype):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_layernorm_in_place_is_bit_identical_to_the_plain_formula(dtype):
     from scratchformer.ops.layernorm import layernorm_backward, layernorm_forward
+    from scratchformer.ops.reductions import sum_last, sum_leading
 
     rng = np.random.default_rng(2)
     x = (rng.standard_normal((5, 7, 48)) * 3 + 1).astype(dtype)
     w, b = rng.standard_normal(48).astype(dtype), rng.standard_normal(48).astype(dtype)
     dy = rng.standard_normal(x.shape).astype(dtype)
-    xc = x - x.mean(axis=-1, keepdims=True)
-    rstd = 1.0 / np.sqrt((xc * xc).mean(axis=-1, keepdims=True) + 1e-5)
+    mean = lambda a: sum_last(a) / 48  # noqa: E731 -- the sums as layernorm.py takes them (BLAS)
+    xc = x - mean(x)
+    rstd = 1.0 / np.sqrt(mean(xc * xc) + 1e-5)
     xhat = xc * rstd
     g = dy * w
-    plain_dx = rstd * (g - g.mean(axis=-1, keepdims=True) - xhat * (g * xhat).mean(axis=-1, keepdims=True))
+    plain_dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
     y, xhat_got, rstd_got = layernorm_forward(x, w, b)
     for got, want in zip((y, xhat_got, rstd_got), (xhat * w + b, xhat, rstd)):
         np.testing.assert_array_equal(got, want)
     dx, dw, db = layernorm_backward(dy, xhat, rstd, w)
     np.testing.assert_array_equal(dx, plain_dx)
-    np.testing.assert_array_equal(dw, (dy * xhat).reshape(-1, 48).sum(axis=0))
-    np.testing.assert_array_equal(db, dy.reshape(-1, 48).sum(axis=0))
+    np.testing.assert_array_equal(dw, sum_leading(dy * xhat))
+    np.testing.assert_array_equal(db, sum_leading(dy))
+    # and the BLAS sums are NumPy's sums up to rounding
+    np.testing.assert_allclose(dw, (dy * xhat).reshape(-1, 48).sum(axis=0), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(3, 5, 7), (256, 64), (1, 1), (0, 4), (4, 0), (2100, 1000)],
+                         ids=["3d", "2d", "one", "no-rows", "no-columns", "past-GEMV_MAX_SIZE"])
+def test_blas_sums_match_numpy_sums(dtype, shape):
+    from scratchformer.ops import reductions
+    from scratchformer.ops.reductions import sum_last, sum_leading
+
+    x = np.random.default_rng(4).standard_normal(shape).astype(dtype)
+    assert (x.size > reductions.GEMV_MAX_SIZE) == (shape == (2100, 1000))
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    for got, want in ((sum_last(x), x.sum(axis=-1, keepdims=True)),
+                      (sum_leading(x), x.sum(axis=tuple(range(x.ndim - 1))))):
+        assert got.shape == want.shape and got.dtype == dtype
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.sqrt(max(x.size, 1)))
+    np.testing.assert_array_equal(sum_last(x), sum_last(x.copy()))  # deterministic
+
+
+def test_blas_sums_propagate_nan_and_inf_and_leave_integers_to_numpy():
+    from scratchformer.ops.reductions import sum_last, sum_leading
+
+    x = np.ones((3, 4), dtype=np.float32)
+    x[0, 1], x[1, 2], x[2, :2] = np.nan, np.inf, (np.inf, -np.inf)
+    with np.errstate(invalid="ignore"):  # inf - inf warns "invalid value", as x.sum does
+        assert np.isnan(sum_last(x)[0, 0]) and sum_last(x)[1, 0] == np.inf and np.isnan(sum_last(x)[2, 0])
+        assert np.isnan(sum_leading(x)[1]) and sum_leading(x)[0] == sum_leading(x)[2] == np.inf and sum_leading(x)[3] == 3
+    ints = np.arange(12).reshape(3, 4)
+    assert sum_last(ints).dtype == ints.dtype and sum_last(ints)[2, 0] == 8 + 9 + 10 + 11
 
 
 def test_embedding_backward_sums_repeated_ids_like_add_at():

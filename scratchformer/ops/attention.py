@@ -13,6 +13,7 @@ import numpy as np
 
 from scratchformer.errors import DTypeError, ShapeError
 from scratchformer.ops.dropout import dropout_backward, dropout_forward
+from scratchformer.ops.reductions import sum_last
 
 
 def causal_mask(Tq: int, Tk: int) -> np.ndarray:
@@ -63,7 +64,7 @@ def attention_forward(q, k, v, mask=None, causal=False, dropout_p=0.0, rng=None,
         row_max[~np.isfinite(row_max)] = 0  # fully masked row: avoid inf - inf
     weights -= row_max
     np.exp(weights, out=weights)  # exp(-inf) = 0 for masked keys
-    denom = weights.sum(axis=-1, keepdims=True)
+    denom = sum_last(weights)
     if allowed is not None:
         denom[denom == 0] = 1  # fully masked row: zero weights, not 0 / 0
     weights /= denom
@@ -84,7 +85,7 @@ def attention_backward(dout: np.ndarray, cache: dict):
     dv = cache["dropped"].swapaxes(-1, -2) @ dout  # (B, H, Tk, d)
     dscores = dropout_backward(dout @ v.swapaxes(-1, -2), cache["drop_mask"])  # dA', (B, H, Tq, Tk)
     # dS = W * (dA' - sum_j dA'_j W_j) in place in dA' (a fresh array), the sums from dout . out
-    dscores -= (dout * cache["out"]).sum(axis=-1, keepdims=True)
+    dscores -= sum_last(dout * cache["out"])
     dscores *= w  # masked keys have w = 0, so 0
     scale = np.asarray(scale, dtype=dscores.dtype)
     dq = dscores @ k  # (B, H, Tq, d); the scale on the smaller products (d <= Tk in practice)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from scratchformer.ops.reductions import sum_last, sum_leading
+
 
 def layernorm_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, eps: float = 1e-5):
     """y = (x - mean) * rstd * weight + bias, with rstd = 1 / sqrt(var + eps) over the last axis.
@@ -14,11 +16,11 @@ def layernorm_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None
     # mean = x.mean(-1); xc = x - mean; var = (xc * xc).mean(-1); rstd = 1 / sqrt(var + eps)
     # xhat = xc * rstd; y = xhat * weight + bias -- the same arithmetic with two (..., C) arrays
     C = x.shape[-1]
-    mean = x.sum(axis=-1, keepdims=True)
+    mean = sum_last(x)
     mean /= C  # what np.mean does, without its Python overhead
     xhat = x - mean  # xc for now
     y = np.multiply(xhat, xhat)  # scratch for xc^2, then the output
-    var = y.sum(axis=-1, keepdims=True)
+    var = sum_last(y)
     var /= C  # biased variance, as PyTorch
     var += eps
     rstd = np.sqrt(var, out=var)
@@ -39,13 +41,13 @@ def layernorm_backward(dy, xhat, rstd, weight):
     # the same arithmetic as the formula above, in two (..., C) arrays instead of seven
     C = xhat.shape[-1]
     scratch = np.multiply(dy, xhat)
-    dweight = scratch.reshape(-1, C).sum(axis=0)
-    dbias = dy.reshape(-1, C).sum(axis=0)
+    dweight = sum_leading(scratch)
+    dbias = sum_leading(dy)
     dx = np.multiply(dy, weight)  # g
     np.multiply(dx, xhat, out=scratch)
-    mean_gx = scratch.sum(axis=-1, keepdims=True)
+    mean_gx = sum_last(scratch)
     mean_gx /= C
-    mean_g = dx.sum(axis=-1, keepdims=True)
+    mean_g = sum_last(dx)
     mean_g /= C
     dx -= mean_g
     np.multiply(xhat, mean_gx, out=scratch)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from scratchformer.ops.reductions import sum_leading
+
 
 def linear_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
     """x: (..., in); weight: (out, in); bias: (out,) or None -> (..., out).
@@ -21,5 +23,5 @@ def linear_backward(dy: np.ndarray, x: np.ndarray, weight: np.ndarray, need_bias
     x2 = x.reshape(-1, x.shape[-1])  # (N, in)
     dx = (dy2 @ weight).reshape(x.shape)
     dweight = dy2.T @ x2
-    dbias = dy2.sum(axis=0) if need_bias else None
+    dbias = sum_leading(dy2) if need_bias else None
     return dx, dweight, dbias
