@@ -102,6 +102,31 @@ def test_dropout_is_deterministic_and_differs_between_replicas():
         np.testing.assert_array_equal(a, b)  # same seed, same result, bit for bit
 
 
+def test_workers_get_the_states_of_the_generators_that_draw_only():
+    from scratchformer.nn import Dropout
+
+    x, y = gpt_batch(4)
+    for dropout in (0.0, 0.5):
+        cfg = GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=16, dropout=dropout)
+        model = DataParallel(GPT(cfg, seed=3), min_tokens=1)  # a generator per dropout module
+        model(x, y)
+        pool, modules = model._pool, [m for m in model.module.modules() if hasattr(m, "rng")]
+        assert len(modules) > 2
+        assert len(pool.jumped_states(1, training=True)) == (len(modules) if dropout else 0)
+        assert pool.jumped_states(1, training=False) == []  # eval mode draws nothing
+        if dropout:
+            first = next(m for m in modules if isinstance(m, Dropout))
+            first.p = 0.0  # changed after the fork: it stops drawing, here and in the worker
+            assert len(pool.jumped_states(1, training=True)) == len(modules) - 1
+            logits, _ = model(x, y)
+            again = DataParallel(GPT(cfg, seed=3), min_tokens=1)  # the same two forwards
+            again(x, y)
+            next(m for m in again.module.modules() if isinstance(m, Dropout)).p = 0.0
+            np.testing.assert_array_equal(logits, again(x, y)[0])  # deterministic all the same
+            again.close()
+        model.close()
+
+
 def test_eval_mode_splits_too_and_no_targets_give_outputs_only():
     x, y = gpt_batch(6)
     model = DataParallel(GPT(GPT_CFG, seed=4), min_tokens=1)
