@@ -100,6 +100,20 @@ def test_blas_sums_propagate_nan_and_inf_and_leave_integers_to_numpy():
     assert sum_last(ints).dtype == ints.dtype and sum_last(ints)[2, 0] == 8 + 9 + 10 + 11
 
 
+@pytest.mark.parametrize("shape", [(2, 3, 16, 16), (5, 32), (5, 33), (7, 1), (0, 16)],
+                         ids=["scores", "longest-transposed", "plain", "one-column", "empty"])
+def test_max_last_is_the_exact_max_with_nan_propagating(shape):
+    from scratchformer.ops.reductions import max_last
+
+    x = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
+    np.testing.assert_array_equal(max_last(x), x.max(axis=-1, keepdims=True))
+    if x.size:
+        x.reshape(-1, shape[-1])[0, -1] = np.nan
+        x.reshape(-1, shape[-1])[-1, 0] = -np.inf
+        got = max_last(x).reshape(-1)
+        assert np.isnan(got[0]) and not np.isnan(got[1:]).any()
+
+
 def test_embedding_backward_sums_repeated_ids_like_add_at():
     from scratchformer.nn import Embedding
 

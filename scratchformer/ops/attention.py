@@ -7,20 +7,25 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
 from scratchformer.errors import DTypeError, ShapeError
 from scratchformer.ops.dropout import dropout_backward, dropout_forward
-from scratchformer.ops.reductions import sum_last
+from scratchformer.ops.reductions import max_last, sum_last
 
 
+@functools.lru_cache(maxsize=64)
 def causal_mask(Tq: int, Tk: int) -> np.ndarray:
     """(Tq, Tk) bool, True where query i may see key j: j <= i + (Tk - Tq).
 
-    Aligned at the end, so with a KV cache (Tk = past + Tq) the new queries see the past."""
-    return np.tri(Tq, Tk, k=Tk - Tq, dtype=bool)
+    Aligned at the end, so with a KV cache (Tk = past + Tq) the new queries see the past.
+    Made once per shape (read-only): every layer of every step asks for the same one."""
+    mask = np.tri(Tq, Tk, k=Tk - Tq, dtype=bool)
+    mask.flags.writeable = False
+    return mask
 
 
 def attention_mask(mask: np.ndarray | None, causal: bool, Tq: int, Tk: int) -> np.ndarray | None:
@@ -59,7 +64,7 @@ def attention_forward(q, k, v, mask=None, causal=False, dropout_p=0.0, rng=None,
     weights = (q * np.asarray(scale, dtype=q.dtype)) @ k.swapaxes(-1, -2)  # scores
     if allowed is not None:
         np.copyto(weights, -np.inf, where=~allowed)
-    row_max = weights.max(axis=-1, keepdims=True)  # (B, H, Tq, 1)
+    row_max = max_last(weights)  # (B, H, Tq, 1)
     if allowed is not None:
         row_max[~np.isfinite(row_max)] = 0  # fully masked row: avoid inf - inf
     weights -= row_max

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from scratchformer.ops.reductions import sum_last
+from scratchformer.ops.reductions import max_last, sum_last
 
 
 def softmax_forward(x: np.ndarray) -> np.ndarray:
     """y = exp(x - max x) / sum exp(x - max x) over the last axis. Any shape (..., N)."""
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    e = np.exp(x - max_last(x))
     e /= sum_last(e)
     return e
 
@@ -21,7 +21,7 @@ def softmax_backward(dy: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 def log_softmax_forward(x: np.ndarray) -> np.ndarray:
     """y = x - logsumexp(x) over the last axis. Any shape (..., N)."""
-    shifted = x - x.max(axis=-1, keepdims=True)
+    shifted = x - max_last(x)
     return shifted - np.log(sum_last(np.exp(shifted)))
 
 
