@@ -350,3 +350,23 @@ def test_erf_matches_math_erf_over_minus8_to_8():
     assert erf(np.array(0.0)) == 0.0 and erf(np.array(-8.0)) == -1.0
     # odd function, exactly
     np.testing.assert_array_equal(erf(-x), -erf(x))
+
+
+def test_attention_over_the_size_limit_recomputes_its_weights_with_the_same_gradients(monkeypatch):
+    import scratchformer.nn.attention as attention_module
+
+    x, dy = randn(B, T, D), randn(B, T, D, seed=3)
+    results = []
+    for limit in (1 << 30, 0):  # everything kept; nothing kept
+        monkeypatch.setattr(attention_module, "KEEP_WEIGHTS_BYTES", limit)
+        manual_seed(0)
+        m = MultiHeadAttention(D, H)
+        out = m(x, causal=True)
+        assert (m.attn_weights is None) == (limit == 0)  # training mode, over the limit: not kept
+        dx, _ = m.backward(dy)
+        results.append((out, dx, m.in_proj_weight.grad.copy(), m.out_proj.weight.grad.copy()))
+        m.eval()
+        m(x, causal=True)
+        assert m.attn_weights.shape == (B, H, T, T)  # eval mode keeps them, for plots
+    for a, b in zip(*results):
+        np.testing.assert_array_equal(a, b)

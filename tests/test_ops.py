@@ -331,6 +331,42 @@ def test_attention_grad(case):
         check(a, f, x, f"attention {case} {name}")
 
 
+@pytest.mark.parametrize("case", list(ATTN_CASES), ids=list(ATTN_CASES))
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
+def test_attention_in_pieces_and_recomputed_weights_match_the_whole(case, dropout, monkeypatch):
+    """The forward and backward piece by piece over the batch (ops.attention.CHUNK_BYTES) give the
+    one-piece results up to rounding; recomputing the weights in the backward (keep_weights=False)
+    gives exactly the kept ones' gradients, in one piece or in pieces."""
+    import scratchformer.ops.attention as attention_ops
+
+    c = ATTN_CASES[case]
+    q, k, v, R = _attn_case(2, 2, c["Tq"], c["Tk"], 3, seed=28)
+
+    def run(keep):
+        gen = np.random.default_rng(9)  # the same dropout draws every run
+        out, cache = attention_forward(q, k, v, mask=c["mask"], causal=c["causal"], dropout_p=dropout, rng=gen,
+                                       training=True, keep_weights=keep)
+        assert (cache["weights"] is None) == (not keep)
+        return (out, *attention_backward(R, cache)), len(cache["spans"])
+
+    whole, n = run(True)
+    assert n == 1
+    for a, b in zip(run(False)[0], whole):
+        np.testing.assert_array_equal(a, b)
+    monkeypatch.setattr(attention_ops, "CHUNK_BYTES", 1)  # one batch row a piece
+    pieces, n = run(True)
+    assert n == 2
+    for a, b in zip(run(False)[0], pieces):
+        np.testing.assert_array_equal(a, b)
+    if dropout == 0.0:  # (with dropout the pieces draw their masks in another order)
+        for a, b in zip(pieces, whole):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+    else:  # so check the pieces' gradients against finite differences
+        f = lambda: float(np.sum(run(False)[0][0] * R))  # noqa: E731
+        for name, a, x in [("dq", pieces[1], q), ("dk", pieces[2], k), ("dv", pieces[3], v)]:
+            check(a, f, x, f"attention in pieces {case} {name}")
+
+
 def test_attention_grad_with_dropout_fixed_mask():
     q, k, v, R = _attn_case(2, 2, 3, 4, 3, seed=24)
     gen = np.random.default_rng(5)

@@ -18,6 +18,11 @@ from scratchformer.nn.layers import Linear
 from scratchformer.nn.module import DEFAULT_DTYPE, Module, Parameter
 from scratchformer.ops import attention_backward, attention_forward, linear_backward, linear_forward
 
+# a training-mode forward keeps its attention weights for the backward up to this size; above
+# it the backward recomputes them (ops.attention_forward(keep_weights=False)): 12.6 MB a layer
+# at medium size (8 x 6 x 256 x 256 a process), 75 MB of a process's 400 MB of activations
+KEEP_WEIGHTS_BYTES = 4 << 20
+
 
 class KVCache:
     """Keys and values of earlier steps for incremental decoding: `k`, `v` are
@@ -74,7 +79,10 @@ class KVCache:
 class MultiHeadAttention(Module):
     """x: (B, Tq, n_embd), context: (B, Tk, n_embd) or None -> (B, Tq, n_embd).
 
-    After each forward, `attn_weights` (B, H, Tq, Tk) holds the attention weights (for plots).
+    After each forward, `attn_weights` (B, H, Tq, Tk) holds the attention weights (for plots),
+    except after a training-mode forward whose weights take more than KEEP_WEIGHTS_BYTES (4 MB):
+    those are not kept, the backward recomputes them, and `attn_weights` is None (run the
+    model in eval mode to look at them).
     """
 
     def __init__(self, n_embd: int, n_head: int, bias: bool = True, dropout: float = 0.0,
@@ -128,9 +136,10 @@ class MultiHeadAttention(Module):
                 k, v = (self._split_heads(t) for t in np.split(kv, 2, axis=-1))
                 if kv_cache is not None:
                     kv_cache.store(k, v)
-        out, att_cache = attention_forward(
-            q, k, v, mask=mask, causal=causal, dropout_p=self.dropout_p, rng=self.rng, training=self.training
-        )
+        # big weights are not kept for the backward in training mode: it recomputes them
+        keep = not self.training or q.itemsize * math.prod(q.shape[:-1]) * k.shape[-2] <= KEEP_WEIGHTS_BYTES
+        out, att_cache = attention_forward(q, k, v, mask=mask, causal=causal, dropout_p=self.dropout_p, rng=self.rng,
+                                           training=self.training, keep_weights=keep)
         self.attn_weights = att_cache["weights"]
         self._save(x=x, context=context, att=att_cache)
         return self.out_proj(self._merge_heads(out))
