@@ -139,6 +139,30 @@ def test_keep_freed_memory_is_idempotent():
     assert isinstance(first, bool)
 
 
+def _fill_with_ones(arrays):
+    for a in arrays:
+        a[...] = 1
+
+
+def test_adamw_state_is_memory_a_forked_worker_shares_rather_than_copies():
+    import multiprocessing
+
+    from scratchformer.nn.parallel import can_fork_workers
+
+    if not can_fork_workers():
+        pytest.skip("fork is Linux-only here")
+    p = Parameter(np.zeros((3, 4), dtype=np.float32))
+    opt = AdamW([p], lr=0.1)
+    arrays = [opt._flat_data, opt._flat_grad, opt._m, opt._v]
+    child = multiprocessing.get_context("fork").Process(target=_fill_with_ones, args=(arrays,))
+    child.start()
+    child.join(10)
+    assert child.exitcode == 0
+    # the child's writes are ours: shared pages, not copy-on-write copies (which a worker would
+    # otherwise keep, stale, once this process writes the state at each step)
+    assert all((a == 1).all() for a in arrays) and (p.data == 1).all()
+
+
 # -- optim/: the flat AdamW buffer and clip_grad_norm (scratchformer/optim/optimizers.py) --------
 class ReferenceAdamW:
     """AdamW as a per-parameter loop, as optimizers.py was before the flat buffer (the plain

@@ -41,7 +41,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from scratchformer.allocator import keep_freed_memory
+from scratchformer.allocator import keep_freed_memory, shared_empty, shared_zeros_like
 from scratchformer.errors import CheckpointError, ConfigError
 from scratchformer.nn import Embedding, LearnedPositionalEmbedding
 from scratchformer.nn.module import Module, Parameter
@@ -155,8 +155,9 @@ class _Optimizer:
             raise ConfigError(f"{self.kind} needs parameters of one dtype, got {sorted(map(str, dtypes))}: "
                               "convert the model first, e.g. model.to(np.float32)")
         self._offsets = np.concatenate([[0], np.cumsum([p.data.size for p in self.params])]).tolist()
-        self._flat_data = np.empty(self._offsets[-1], dtype=dtypes.pop())
-        self._flat_grad = np.empty_like(self._flat_data)
+        # shared memory: a forked DataParallel worker then shares these pages (scratchformer/allocator.py)
+        self._flat_data = shared_empty(self._offsets[-1], dtypes.pop())
+        self._flat_grad = shared_empty(self._flat_data.shape, self._flat_data.dtype)
         for p, lo, hi in zip(self.params, self._offsets, self._offsets[1:]):
             self._flat_data[lo:hi] = p.data.ravel()
             self._flat_grad[lo:hi] = p.grad.ravel()
@@ -249,6 +250,13 @@ class _Optimizer:
 _UPDATE_CHUNK = 1 << 16  # entries per piece of the AdamW update (256 KiB of float32 per array)
 
 
+def _shared_copy(a: np.ndarray, dtype) -> np.ndarray:
+    """a converted to dtype, in shared memory like the rest of the flat state."""
+    out = shared_empty(a.shape, dtype)
+    out[...] = a
+    return out
+
+
 class AdamW(_Optimizer):
     """Adam with decoupled weight decay, exactly as `torch.optim.AdamW` (amsgrad=False).
 
@@ -273,7 +281,7 @@ class AdamW(_Optimizer):
         self.betas = (b1, b2)
         self.eps = float(eps)
         # flat like the parameters: first moment, second moment, scratch for the update
-        self._m, self._v = np.zeros_like(self._flat_data), np.zeros_like(self._flat_data)
+        self._m, self._v = shared_zeros_like(self._flat_data), shared_zeros_like(self._flat_data)
         self._tmp = np.empty(min(_UPDATE_CHUNK, self._flat_data.size), dtype=self._flat_data.dtype)
 
     @property
@@ -297,7 +305,8 @@ class AdamW(_Optimizer):
         bc2_sqrt = math.sqrt(1.0 - b2**t)
         groups = self._group_slices()
         if self._m.dtype != self._flat_data.dtype:  # the model was converted (model.to())
-            self._m, self._v, self._tmp = (a.astype(self._flat_data.dtype) for a in (self._m, self._v, self._tmp))
+            self._m, self._v = (_shared_copy(a, self._flat_data.dtype) for a in (self._m, self._v))
+            self._tmp = self._tmp.astype(self._flat_data.dtype)
         for wd, group in groups:
             # cache-sized pieces: the ten passes below then reread data still in L2
             for lo in range(group.start, group.stop, _UPDATE_CHUNK):
