@@ -17,6 +17,7 @@ import ctypes.util
 import math
 import mmap
 import sys
+import weakref
 
 import numpy as np
 
@@ -41,6 +42,9 @@ def keep_freed_memory(mmap_threshold: int = 32 << 20, trim_threshold: int = 512 
     return _done
 
 
+_SHARED: weakref.WeakSet = weakref.WeakSet()  # the mmaps shared_empty made
+
+
 def shared_empty(shape, dtype) -> np.ndarray:
     """An uninitialised array in anonymous shared memory (mmap MAP_SHARED | MAP_ANONYMOUS).
 
@@ -52,6 +56,7 @@ def shared_empty(shape, dtype) -> np.ndarray:
     dtype, shape = np.dtype(dtype), tuple(shape) if isinstance(shape, (tuple, list)) else (int(shape),)
     count = math.prod(shape)
     buffer = mmap.mmap(-1, max(count * dtype.itemsize, 1))  # zero-filled pages, shared across fork
+    _SHARED.add(buffer)
     flat = np.frombuffer(buffer, dtype=dtype, count=count)  # owns its memory: views' .base is flat
     return flat if len(shape) == 1 else flat.reshape(shape)
 
@@ -59,3 +64,14 @@ def shared_empty(shape, dtype) -> np.ndarray:
 def shared_zeros_like(a: np.ndarray) -> np.ndarray:
     """Zeros of a's shape and dtype in shared memory (see shared_empty; fresh pages are zero)."""
     return shared_empty(a.shape, a.dtype)
+
+
+def is_shared(a: np.ndarray) -> bool:
+    """Whether a's memory comes from shared_empty: a process forked later sees this one's writes
+    to it (DataParallel's workers read such weights in place instead of a copy)."""
+    base = a
+    while isinstance(base, np.ndarray):
+        base = base.base
+    if isinstance(base, memoryview):
+        base = base.obj
+    return base is not None and base in _SHARED

@@ -74,6 +74,7 @@ def test_replicas_follow_the_optimiser_and_dloss_scales():
             opt.step()
     for (n, p), q in zip(alone.named_parameters(), parallel.module.parameters()):
         np.testing.assert_allclose(q.data, p.data, rtol=1e-4, atol=2e-5, err_msg=n)
+    assert parallel._pool.copied == []  # AdamW's weights are shared memory: the workers read them in place
     # AdamW hides the scale of a gradient, so check dloss on the gradients themselves
     for model in (alone, parallel.module):
         model.zero_grad()
@@ -217,3 +218,33 @@ def test_workers_restart_when_the_parameters_change_dtype():
     _, loss = model(x, y)  # a float32 replica would be off by ~1e-7
     assert loss == pytest.approx(model.module(x, y)[1], rel=1e-13)
     model.close()
+
+
+def test_weights_are_copied_or_read_in_place_and_a_rebuilt_buffer_forks_fresh_workers():
+    x, y = gpt_batch(8)
+    for optimiser_first in (False, True):
+        alone, parallel = GPT(GPT_CFG, seed=2), DataParallel(GPT(GPT_CFG, seed=2), min_tokens=1)
+        opts = [AdamW(param_groups(alone, 0.1), lr=1e-2), None]
+        if optimiser_first:
+            opts[1] = AdamW(param_groups(parallel.module, 0.1), lr=1e-2)
+        parallel(x, y)
+        pool, n_params = parallel._pool, len(parallel.module.parameters())
+        # forked before any optimiser: copies; after AdamW: its shared flat buffer, read in place
+        assert len(pool.copied) == (0 if optimiser_first else n_params)
+        parallel.module.zero_grad()
+        opts[1] = opts[1] or AdamW(param_groups(parallel.module, 0.1), lr=1e-2)
+        for step in range(4):
+            if step == 2:  # new optimisers: a new flat buffer, which workers reading in place do not map
+                pids = parallel.worker_pids()
+                opts = [AdamW(param_groups(m, 0.1), lr=1e-2) for m in (alone, parallel.module)]
+            for opt, runner in zip(opts, (alone, parallel)):
+                opt.zero_grad()
+                runner(x, y)
+                runner.backward()
+                opt.step()
+        # copied weights may move (the copy follows them); weights read in place may not
+        assert (parallel._pool is pool) == (not optimiser_first)
+        assert (parallel.worker_pids() == pids) == (not optimiser_first)
+        for (n, p), q in zip(alone.named_parameters(), parallel.module.parameters()):
+            np.testing.assert_allclose(q.data, p.data, rtol=1e-4, atol=2e-5, err_msg=n)
+        parallel.close()

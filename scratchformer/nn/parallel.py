@@ -15,8 +15,10 @@ each batch into slices, one per process (this one runs the first):
 which is the gradient of the whole batch's mean loss, as the model alone would compute it, up
 to float rounding (sums over the batch are taken in pieces). Every process uses one BLAS thread
 while the slices run. Weights and gradients travel through shared memory (anonymous mmap, made
-before the fork): before each forward this process copies the model's weights there, and after
-each backward it adds each worker's gradient buffer into the model's. Batches, losses and
+before the fork): weights already there (AdamW keeps its flat buffer in shared memory,
+`allocator.shared_empty`) are read by the workers in place, the others are copied there before
+each forward; after each backward this process adds each worker's gradient buffer into the
+model's. Batches, losses and
 outputs go through pipes as raw bytes with a JSON header: nothing is pickled.
 
     model = DataParallel(GPT(config), workers=2)   # model.module is the GPT
@@ -37,7 +39,8 @@ on every core; there is nothing to backward then. The model alone runs for a bat
 where processes cannot be forked safely
 (Linux only: macOS's and Windows's BLAS and process start-up do not allow it). A training-mode
 forward without targets returns the slices' outputs and no loss. Workers start at the first
-forward that splits, and are restarted if the model's parameters change shape or dtype. A
+forward that splits, and are restarted if the model's parameters change shape or dtype, or
+if weights they read in place are replaced (a new optimiser builds a new flat buffer). A
 worker that fails or dies raises `ParallelWorkerError`; the workers are then stopped, and the
 next forward forks fresh ones.
 """
@@ -54,6 +57,7 @@ import weakref
 
 import numpy as np
 
+from scratchformer.allocator import is_shared
 from scratchformer.errors import BackwardError, ConfigError, ParallelWorkerError
 from scratchformer.nn.module import Module, trusted_calls
 
@@ -170,7 +174,7 @@ class DataParallel(Module):
             raise
 
     def _start_pool(self) -> _WorkerPool:
-        if self._pool is not None and self._pool.layout != _layout(self._pool.params):
+        if self._pool is not None and self._pool.stale():
             self.close()  # the parameters changed (model.to(float64), ...): fork fresh replicas
         if self._pool is None:
             self._pool = _WorkerPool(self.module, self.workers)
@@ -195,7 +199,11 @@ class _WorkerPool:
         self.params = params = module.parameters()
         self.layout = _layout(params)
         self.rng_modules = _rng_modules(module)
-        self.weights = _SharedParams(params)  # this process writes, workers read
+        # weights already in shared memory (AdamW's flat buffer, allocator.shared_empty) are read
+        # by the workers in place; the others are copied into a shared buffer before each forward
+        self.direct = [p.data if is_shared(p.data) else None for p in params]
+        self.copied = [p for p, direct in zip(params, self.direct) if direct is None]
+        self.weights = _SharedParams(self.copied)  # this process writes, workers read
         self.grads = {i: _SharedParams(params) for i in range(1, workers)}  # worker i writes, we read
         ctx = multiprocessing.get_context("fork")
         self.conns, self.procs = {}, {}
@@ -205,13 +213,20 @@ class _WorkerPool:
             # the child inherits our ends of every pipe so far: it closes them, so that closing
             # ours (close()) ends its pipe
             proc = ctx.Process(target=_worker_main, args=(module, there, list(self.conns.values()), self.weights,
-                                                          self.grads[i]), name=f"scratchformer-replica-{i}", daemon=True)
+                                                          self.grads[i], [d is not None for d in self.direct]),
+                               name=f"scratchformer-replica-{i}", daemon=True)
             proc.start()
             there.close()
             self.procs[i] = proc
 
+    def stale(self) -> bool:
+        """True if the parameters changed shape or dtype, or a weight the workers read in place was
+        replaced (the optimiser rebuilt its buffer): fresh workers are forked then."""
+        return (self.layout != _layout(self.params)
+                or any(d is not None and p.data is not d for p, d in zip(self.params, self.direct)))
+
     def sync_weights(self) -> None:
-        for p, shared in zip(self.params, self.weights.arrays):
+        for p, shared in zip(self.copied, self.weights.arrays):
             np.copyto(shared, p.data)
 
     def jumped_states(self, i: int, training: bool) -> list[list]:
@@ -277,17 +292,22 @@ class _SharedParams:
             offset += size
 
 
-def _worker_main(module: Module, conn, inherited, weights: _SharedParams, grads: _SharedParams) -> None:
-    """A worker's life: the replica's parameters are views of the shared buffers; answer
-    forward/backward requests until the pipe closes."""
+def _worker_main(module: Module, conn, inherited, weights: _SharedParams, grads: _SharedParams,
+                 direct: list[bool]) -> None:
+    """A worker's life: the replica's parameters are views of the shared buffers (a weight already
+    in shared memory stays the fork's view of it); answer forward/backward requests until the
+    pipe closes."""
     for other in inherited:  # the main process's ends, copied by the fork
         other.close()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the training loop to handle
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(1)
-    for p, w, g in zip(module.parameters(), weights.arrays, grads.arrays):
-        p.data, p.grad = w, g
+    copied = iter(weights.arrays)
+    for p, in_place, g in zip(module.parameters(), direct, grads.arrays):
+        p.grad = g
+        if not in_place:
+            p.data = next(copied)
     rng_modules = _rng_modules(module)  # the same modules, in the same order, as in the main process
     while True:
         try:
