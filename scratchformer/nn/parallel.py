@@ -203,6 +203,7 @@ class _WorkerPool:
         # by the workers in place; the others are copied into a shared buffer before each forward
         self.direct = [p.data if is_shared(p.data) else None for p in params]
         self.copied = [p for p, direct in zip(params, self.direct) if direct is None]
+        self.seen = [p.data for p in params]  # the arrays stale() last saw
         self.weights = _SharedParams(self.copied)  # this process writes, workers read
         self.grads = {i: _SharedParams(params) for i in range(1, workers)}  # worker i writes, we read
         ctx = multiprocessing.get_context("fork")
@@ -222,8 +223,12 @@ class _WorkerPool:
     def stale(self) -> bool:
         """True if the parameters changed shape or dtype, or a weight the workers read in place was
         replaced (the optimiser rebuilt its buffer): fresh workers are forked then."""
-        return (self.layout != _layout(self.params)
-                or any(d is not None and p.data is not d for p, d in zip(self.params, self.direct)))
+        if all(p.data is seen for p, seen in zip(self.params, self.seen)):
+            return False  # the same arrays as at the last check (the usual step): nothing to compare
+        if any(d is not None and p.data is not d for p, d in zip(self.params, self.direct)):
+            return True
+        self.seen = [p.data for p in self.params]  # copied weights moved (into an optimiser's buffer)
+        return self.layout != _layout(self.params)
 
     def sync_weights(self) -> None:
         for p, shared in zip(self.copied, self.weights.arrays):
