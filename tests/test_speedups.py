@@ -144,7 +144,8 @@ def _fill_with_ones(arrays):
         a[...] = 1
 
 
-def test_adamw_state_is_memory_a_forked_worker_shares_rather_than_copies():
+@pytest.mark.parametrize("kind", ["AdamW", "SGD", "SGD-resumed"])
+def test_optimiser_state_is_memory_a_forked_worker_shares_rather_than_copies(kind):
     import multiprocessing
 
     from scratchformer.nn.parallel import can_fork_workers
@@ -152,15 +153,25 @@ def test_adamw_state_is_memory_a_forked_worker_shares_rather_than_copies():
     if not can_fork_workers():
         pytest.skip("fork is Linux-only here")
     p = Parameter(np.zeros((3, 4), dtype=np.float32))
-    opt = AdamW([p], lr=0.1)
-    arrays = [opt._flat_data, opt._flat_grad, opt._m, opt._v]
+    if kind == "AdamW":
+        opt = AdamW([p], lr=0.1)
+        arrays = [opt._flat_data, opt._flat_grad, opt._m, opt._v]
+    else:
+        opt = SGD([p], lr=0.1, momentum=0.9)
+        opt.step()  # the momentum buffers exist from the first step on
+        if kind == "SGD-resumed":
+            opt.load_state_dict(opt.state_dict())
+        arrays = opt.momentum_buffer + [p.data]
+        p.data[...] = 0  # the parameter itself is the model's: the child's write is not ours
     child = multiprocessing.get_context("fork").Process(target=_fill_with_ones, args=(arrays,))
     child.start()
     child.join(10)
     assert child.exitcode == 0
     # the child's writes are ours: shared pages, not copy-on-write copies (which a worker would
     # otherwise keep, stale, once this process writes the state at each step)
-    assert all((a == 1).all() for a in arrays) and (p.data == 1).all()
+    state = arrays if kind == "AdamW" else arrays[:-1]
+    assert all((a == 1).all() for a in state)
+    assert (p.data == 1).all() == (kind == "AdamW")  # AdamW's flat buffer holds the weights too
 
 
 # -- optim/: the flat AdamW buffer and clip_grad_norm (scratchformer/optim/optimizers.py) --------

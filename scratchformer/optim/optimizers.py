@@ -376,7 +376,8 @@ class SGD(_Optimizer):
         lr, mu = self.lr, self.momentum
         first = self.momentum_buffer is None
         if mu != 0.0 and first:
-            self.momentum_buffer = [np.empty_like(p.data) for p in self.params]
+            # shared memory, as AdamW's state: a forked DataParallel worker shares it, not copies it
+            self.momentum_buffer = [shared_empty(p.data.shape, p.data.dtype) for p in self.params]
         i = 0
         for group in self.param_groups:
             wd = group["weight_decay"]
@@ -400,7 +401,8 @@ class SGD(_Optimizer):
         return ["momentum_buffer"] if self.momentum != 0.0 and step > 0 else []
 
     def _load_buffers(self, buffers):
-        self.momentum_buffer = buffers.get("momentum_buffer")
+        loaded = buffers.get("momentum_buffer")
+        self.momentum_buffer = None if loaded is None else [_shared_copy(a, a.dtype) for a in loaded]
 
 
 # -- helpers ---------------------------------------------------------------------------------
