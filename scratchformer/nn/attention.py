@@ -17,6 +17,7 @@ from scratchformer.nn import init
 from scratchformer.nn.layers import Linear
 from scratchformer.nn.module import DEFAULT_DTYPE, Module, Parameter
 from scratchformer.ops import attention_backward, attention_forward, linear_backward, linear_forward
+from scratchformer.ops.attention import weights_nbytes
 
 # a training-mode forward keeps its attention weights for the backward up to this size; above
 # it the backward recomputes them (ops.attention_forward(keep_weights=False)): 12.6 MB a layer
@@ -137,7 +138,7 @@ class MultiHeadAttention(Module):
                 if kv_cache is not None:
                     kv_cache.store(k, v)
         # big weights are not kept for the backward in training mode: it recomputes them
-        keep = not self.training or q.itemsize * math.prod(q.shape[:-1]) * k.shape[-2] <= KEEP_WEIGHTS_BYTES
+        keep = not self.training or weights_nbytes(q, k) <= KEEP_WEIGHTS_BYTES
         out, att_cache = attention_forward(q, k, v, mask=mask, causal=causal, dropout_p=self.dropout_p, rng=self.rng,
                                            training=self.training, keep_weights=keep)
         self.attn_weights = att_cache["weights"]

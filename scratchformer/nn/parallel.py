@@ -313,7 +313,8 @@ def _worker_main(module: Module, conn, inherited, weights: _SharedParams, grads:
         p.grad = g
         if not in_place:
             p.data = next(copied)
-    rng_modules = _rng_modules(module)  # the same modules, in the same order, as in the main process
+    # the replica's generators, distinct, in the main process's order (positions in its messages)
+    generators = _distinct([m.rng for m in _rng_modules(module)])
     while True:
         try:
             header, arrays = _receive(conn)
@@ -322,7 +323,6 @@ def _worker_main(module: Module, conn, inherited, weights: _SharedParams, grads:
         try:
             with trusted_calls():  # the door (DataParallel in the main process) checked the batch
                 if header["op"] == "forward":
-                    generators = _distinct([m.rng for m in rng_modules])
                     for pos, state in header["rng"]:
                         generators[pos].bit_generator.state = state
                     if module.training != header["training"]:  # the mode of the model, as it runs now

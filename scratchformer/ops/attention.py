@@ -52,12 +52,16 @@ def attention_mask(mask: np.ndarray | None, causal: bool, Tq: int, Tk: int) -> n
 CHUNK_BYTES = 2 << 20
 
 
+def weights_nbytes(q, k) -> int:
+    """Bytes of the (B, H, Tq, Tk) attention weights of q (B, H, Tq, d) and k (B, H, Tk, d)."""
+    return q.itemsize * math.prod(q.shape[:-1]) * k.shape[-2]
+
+
 def _spans(q, k, v, hidden) -> list[slice]:
     """Slices of the batch axis, each holding rows whose weights take about CHUNK_BYTES. One
     slice (everything) unless q, k, v are (B, H, T, d) with one B and the mask has that B or none."""
     B = q.shape[0]
-    row_bytes = q.itemsize * math.prod(q.shape[1:-1]) * k.shape[-2]  # one batch row's (H, Tq, Tk)
-    rows = max(1, CHUNK_BYTES // max(row_bytes, 1))
+    rows = max(1, CHUNK_BYTES * B // max(weights_nbytes(q, k), 1))
     splittable = (q.ndim == 4 and k.ndim == 4 and k.shape[0] == v.shape[0] == B
                   and (hidden is None or hidden.ndim < 4 or hidden.shape[0] in (1, B)))
     if not splittable or rows >= B:
@@ -116,26 +120,23 @@ def attention_forward(q, k, v, mask=None, causal=False, dropout_p=0.0, rng=None,
     hidden = None if allowed is None else ~allowed
     scale = np.asarray(1.0 / math.sqrt(q.shape[-1]), dtype=q.dtype)
     spans, B = _spans(q, k, v, hidden), q.shape[0]
-    if len(spans) == 1:  # one piece: the arrays as they come (they may broadcast)
-        weights, row_max, denom = _softmax_weights(q, k, hidden, scale)
-        dropped, drop_mask = dropout_forward(weights, dropout_p, rng, training)
-        out = dropped @ v  # (B, H, Tq, d)
-    else:
-        out = np.empty(q.shape[:-1] + v.shape[-1:], dtype=np.result_type(q, v))
-        weights = np.empty(q.shape[:-1] + (Tk,), dtype=q.dtype) if keep_weights else None
-        row_max, denom = (np.empty(q.shape[:-1] + (1,), dtype=q.dtype) for _ in range(2))
-        drop_mask = None
-        for span in spans:
-            w, row_max[span], denom[span] = _softmax_weights(
-                q[span], k[span], _rows(hidden, span, B), scale, out=None if weights is None else weights[span])
-            dropped, mask_rows = dropout_forward(w, dropout_p, rng, training)
-            if mask_rows is not None:
-                if drop_mask is None:
-                    drop_mask = np.empty(q.shape[:-1] + (Tk,), dtype=mask_rows.dtype)
-                drop_mask[span] = mask_rows
-            np.matmul(dropped, v[span], out=out[span])
-    cache = dict(q=q, k=k, v=v, weights=weights if keep_weights else None, hidden=hidden, scale=scale,
-                 row_max=row_max, denom=denom, drop_mask=drop_mask, out=out, spans=spans)
+    lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2])  # (B, H), or what q and k broadcast to
+    out = np.empty(np.broadcast_shapes(lead, v.shape[:-2]) + (Tq, v.shape[-1]), dtype=np.result_type(q, v))
+    weights = np.empty(lead + (Tq, Tk), dtype=np.result_type(q, k)) if keep_weights else None
+    stats, drop_mask = [], None  # per span: (row_max, denom), for recomputing the weights
+    for span in spans:
+        w, row_max, denom = _softmax_weights(_rows(q, span, B), _rows(k, span, B), _rows(hidden, span, B), scale,
+                                             out=None if weights is None else weights[span])
+        dropped, mask_rows = dropout_forward(w, dropout_p, rng, training)
+        if mask_rows is not None and len(spans) == 1:
+            drop_mask = mask_rows
+        elif mask_rows is not None:  # the pieces' masks in one array, as the weights
+            drop_mask = np.empty(lead + (Tq, Tk), dtype=mask_rows.dtype) if drop_mask is None else drop_mask
+            drop_mask[span] = mask_rows
+        np.matmul(dropped, _rows(v, span, B), out=out[span])
+        stats.append((row_max, denom))
+    cache = dict(q=q, k=k, v=v, weights=weights, hidden=hidden, scale=scale, spans=spans, stats=stats,
+                 drop_mask=drop_mask, out=out)
     return out, cache
 
 
@@ -148,34 +149,30 @@ def attention_backward(dout: np.ndarray, cache: dict):
     Piece by piece over the batch rows, as the forward went; W is recomputed where the forward
     did not keep it.
     """
-    q, k, v, spans = cache["q"], cache["k"], cache["v"], cache["spans"]
-    if len(spans) == 1:
-        return _attention_backward_rows(dout, cache, slice(None), q.shape[0])
-    grads = tuple(np.empty_like(a) for a in (q, k, v))
-    for span in spans:
-        _attention_backward_rows(dout, cache, span, q.shape[0], out=[g[span] for g in grads])
-    return grads
+    q, k, v, B = cache["q"], cache["k"], cache["v"], cache["q"].shape[0]
+    lead = cache["out"].shape[:-2]
+    dq = np.empty(lead + q.shape[-2:], dtype=dout.dtype)
+    dk, dv = (np.empty(lead + k.shape[-2:], dtype=dout.dtype) for _ in range(2))
+    for span, stats in zip(cache["spans"], cache["stats"]):
+        qs, ks, vs, hidden, drop_mask = (_rows(a, span, B) for a in (q, k, v, cache["hidden"], cache["drop_mask"]))
+        if cache["weights"] is not None:
+            w = cache["weights"][span]
+        else:  # recomputed, bit for bit, from the forward's row maxima and denominators
+            w = _softmax_weights(qs, ks, hidden, cache["scale"], stats=stats)[0]
+        _attention_backward_rows(_rows(dout, span, B), cache["out"][span], qs, ks, vs, w, drop_mask, cache["scale"],
+                                 dq[span], dk[span], dv[span])
+    return dq, dk, dv
 
 
-def _attention_backward_rows(dout, cache, span, B, out=(None, None, None)):
-    """(dq, dk, dv) of the batch rows in span (into out's arrays, if given)."""
-    q, k, v = (_rows(cache[name], span, B) for name in ("q", "k", "v"))
-    hidden, scale = _rows(cache["hidden"], span, B), cache["scale"]
-    drop_mask = _rows(cache["drop_mask"], span, B)
-    if cache["weights"] is not None:
-        w = _rows(cache["weights"], span, B)
-    else:
-        stats = (_rows(cache["row_max"], span, B), _rows(cache["denom"], span, B))
-        w = _softmax_weights(q, k, hidden, scale, stats=stats)[0]
-    dout, fwd_out = _rows(dout, span, B), _rows(cache["out"], span, B)
+def _attention_backward_rows(dout, out, q, k, v, w, drop_mask, scale, dq, dk, dv):
+    """The formulas above on one piece of batch rows, into dq, dk, dv."""
     dropped = w if drop_mask is None else w * drop_mask  # A, as the forward's dropout gave it
-    dv = np.matmul(dropped.swapaxes(-1, -2), dout, out=out[2])  # (B, H, Tk, d)
+    np.matmul(dropped.swapaxes(-1, -2), dout, out=dv)  # (B, H, Tk, d)
     dscores = dropout_backward(dout @ v.swapaxes(-1, -2), drop_mask)  # dA', (B, H, Tq, Tk)
     # dS = W * (dA' - sum_j dA'_j W_j) in place in dA' (a fresh array), the sums from dout . out
-    dscores -= sum_last(dout * fwd_out)
+    dscores -= sum_last(dout * out)
     dscores *= w  # masked keys have w = 0, so 0
-    dq = np.matmul(dscores, k, out=out[0])  # (B, H, Tq, d); the scale on the smaller products
+    np.matmul(dscores, k, out=dq)  # (B, H, Tq, d); the scale on the smaller products
     dq *= scale
-    dk = np.matmul(dscores.swapaxes(-1, -2), q, out=out[1])  # (B, H, Tk, d)
+    np.matmul(dscores.swapaxes(-1, -2), q, out=dk)  # (B, H, Tk, d)
     dk *= scale
-    return dq, dk, dv
