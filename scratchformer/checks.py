@@ -92,6 +92,13 @@ def check_bool(name: str, value) -> None:
         raise ConfigError(f"{name} must be a bool, got {value!r}")
 
 
+def check_config_type(model: str, config, config_class: type) -> None:
+    """A model's constructor takes its own config dataclass (a dict or another config would fail
+    later, far from the cause)."""
+    if not isinstance(config, config_class):
+        raise ConfigError(f"{model} needs a {config_class.__name__}, got {type(config).__name__}")
+
+
 def check_heads(n_embd, n_head) -> None:
     """Attention splits n_embd into n_head heads of n_embd // n_head channels each."""
     check_positive_int("n_embd", n_embd)

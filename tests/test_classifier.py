@@ -10,6 +10,7 @@ from scratchformer.errors import ConfigError, ShapeError
 from scratchformer.gradcheck import numerical_gradient, relative_error
 from scratchformer.models import ClassifierConfig, Seq2SeqConfig, TransformerClassifier
 from scratchformer.nn import BackwardError, manual_seed
+from model_state import assert_same_init, seeded_state
 
 PAD = 0
 
@@ -79,6 +80,33 @@ def test_float32_default_and_predict():
     assert logits.dtype == np.float32 and isinstance(loss, float)
     assert model.predict(np.array([[1, 2, 3, 4]])).shape == (1,)
     assert model.training  # predict restores the mode
+
+
+SEEDED_CFG = dict(vocab_size=7, n_classes=3, max_len=6, n_layer=2, n_head=2, n_embd=8, dropout=0.1,
+                  positional="learned", pooling="cls")  # every random tensor and dropout generator in play
+
+
+def test_seed_fixes_initial_weights():
+    cfg = ClassifierConfig(**SEEDED_CFG)
+    a, b, c = (TransformerClassifier(cfg, seed=s) for s in (3, 3, 4))
+    assert_same_init(a, b)
+    (pa, ra), (pc, rc) = seeded_state(a), seeded_state(c)
+    for name in ("tok_emb.weight", "pos.weight", "cls_token", "blocks.0.self_attn.in_proj_weight",
+                 "blocks.1.ff.fc2.weight", "head.weight"):  # drawn at random (LayerNorms start at 1 / 0)
+        assert not np.array_equal(pa[name], pc[name]), name
+    assert ra != rc
+
+
+def test_seed_argument_equals_manual_seed_then_construction():
+    cfg = ClassifierConfig(**SEEDED_CFG)
+    manual_seed(3)
+    reference = TransformerClassifier(cfg)
+    manual_seed(99)  # the generator's state before the call does not matter
+    assert_same_init(TransformerClassifier(cfg, seed=3), reference)
+    manual_seed(3)  # seed=None leaves the generator alone: it draws on from where it is
+    assert_same_init(TransformerClassifier(cfg, seed=None), reference)
+    later = TransformerClassifier(cfg)
+    assert not np.array_equal(later.tok_emb.weight.data, reference.tok_emb.weight.data)
 
 
 def test_errors():

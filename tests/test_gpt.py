@@ -43,6 +43,16 @@ def test_from_dict_rejects_unknown_fields():
         GPTConfig.from_dict({**TINY, "n_embed": 8})
 
 
+@pytest.mark.parametrize("model", ["GPT", "TransformerClassifier", "Seq2SeqTransformer"])
+def test_models_take_only_their_own_config(model):
+    import scratchformer.models as models
+
+    for wrong in (dict(TINY), GPTConfig(**TINY) if model != "GPT" else models.ClassifierConfig(
+            vocab_size=8, n_classes=2, max_len=4, n_embd=8, n_head=2, n_layer=1, n_inner=16)):
+        with pytest.raises(ConfigError, match=f"^{model} needs a \\w+Config, got {type(wrong).__name__}$"):
+            getattr(models, model)(wrong, seed=0)
+
+
 # -- structure ----------------------------------------------------------------------------------
 def test_structure_and_names():
     m = GPT(GPTConfig(**TINY), seed=0)

@@ -14,6 +14,7 @@ from scratchformer.gradcheck import numerical_gradient, relative_error
 from scratchformer.inference import beam_search, greedy_decode, sequence_scores
 from scratchformer.models import Seq2SeqConfig, Seq2SeqTransformer
 from scratchformer.nn import manual_seed
+from model_state import assert_same_init, seeded_state
 
 
 def tiny(norm_first=True, share=False, label_smoothing=0.1, dtype=np.float64, **kw):
@@ -176,6 +177,34 @@ def test_decode_step_with_cache_matches_full_decode():
     for t in range(tgt_in.shape[1]):
         step = model.decode_step(tgt_in[:, t : t + 1], memory, mask, caches, offset=t)
         np.testing.assert_allclose(step, full[:, t], atol=1e-10)
+
+
+SEEDED_CFG = dict(src_vocab_size=VOCAB_SIZE, tgt_vocab_size=VOCAB_SIZE, max_len=7, n_layer=1, n_decoder_layers=2,
+                  n_head=2, n_embd=4, n_inner=8, dropout=0.1)  # unshared embeddings: both tables drawn
+
+
+def test_seed_fixes_initial_weights():
+    cfg = Seq2SeqConfig(**SEEDED_CFG)
+    a, b, c = (Seq2SeqTransformer(cfg, seed=s) for s in (3, 3, 4))
+    assert_same_init(a, b)
+    (pa, ra), (pc, rc) = seeded_state(a), seeded_state(c)
+    for name in ("src_emb.weight", "tgt_emb.weight", "encoder.0.self_attn.in_proj_weight",
+                 "decoder.1.cross_attn.in_proj_weight", "lm_head.weight"):  # drawn at random
+        assert not np.array_equal(pa[name], pc[name]), name
+    assert ra != rc
+
+
+def test_seed_argument_equals_manual_seed_then_construction():
+    for share in (False, True):
+        cfg = Seq2SeqConfig(**SEEDED_CFG, share_embeddings=share)
+        manual_seed(3)
+        reference = Seq2SeqTransformer(cfg)
+        manual_seed(99)  # the generator's state before the call does not matter
+        assert_same_init(Seq2SeqTransformer(cfg, seed=3), reference)
+        manual_seed(3)  # seed=None leaves the generator alone: it draws on from where it is
+        assert_same_init(Seq2SeqTransformer(cfg, seed=None), reference)
+        later = Seq2SeqTransformer(cfg)
+        assert not np.array_equal(later.src_emb.weight.data, reference.src_emb.weight.data)
 
 
 def test_errors():

@@ -22,6 +22,7 @@ import numpy as np
 from scratchformer.checks import (
     DictConfig,
     check_choice,
+    check_config_type,
     check_heads,
     check_int_in_range,
     check_positive_int,
@@ -40,6 +41,7 @@ from scratchformer.nn import (
     Parameter,
     SinusoidalPositionalEncoding,
     init,
+    manual_seed,
 )
 from scratchformer.nn.module import eval_mode
 from scratchformer.ops import cross_entropy_forward
@@ -78,10 +80,19 @@ class ClassifierConfig(DictConfig):
 
 class TransformerClassifier(Module):
     """See the module docstring. Parameters: `tok_emb`, `pos` (learned only), `cls_token`
-    (cls pooling only), `blocks.i` (EncoderBlock), `ln_f` (pre-norm only), `head`."""
+    (cls pooling only), `blocks.i` (EncoderBlock), `ln_f` (pre-norm only), `head`.
 
-    def __init__(self, config: ClassifierConfig):
+    Args:
+        config: a ClassifierConfig.
+        seed: if given, `scratchformer.nn.manual_seed(seed)` is called first, so the initial
+            weights (and dropout generators) are a deterministic function of the seed.
+    """
+
+    def __init__(self, config: ClassifierConfig, seed: int | None = None):
         super().__init__()
+        check_config_type("TransformerClassifier", config, ClassifierConfig)
+        if seed is not None:
+            manual_seed(seed)
         c = self.config = config
         self.tok_emb = Embedding(c.vocab_size, c.n_embd)
         n_pos = c.max_len + (1 if c.pooling == "cls" else 0)

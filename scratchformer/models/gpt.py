@@ -38,6 +38,7 @@ from scratchformer.checks import (
     DictConfig,
     check_bool,
     check_choice,
+    check_config_type,
     check_heads,
     check_int_in_range,
     check_positive_int,
@@ -45,7 +46,7 @@ from scratchformer.checks import (
     check_probability,
     check_token_ids,
 )
-from scratchformer.errors import BackwardError, ConfigError, DataError, ShapeError
+from scratchformer.errors import BackwardError, DataError, ShapeError
 from scratchformer.inference.sampling import as_rng, check_sampling_args, sample_next
 from scratchformer.nn import (
     DecoderBlock,
@@ -133,8 +134,7 @@ class GPT(Module):
 
     def __init__(self, config: GPTConfig, seed: int | None = None):
         super().__init__()
-        if not isinstance(config, GPTConfig):
-            raise ConfigError(f"GPT needs a GPTConfig, got {type(config).__name__}")
+        check_config_type("GPT", config, GPTConfig)
         config.validate()
         if seed is not None:
             manual_seed(seed)

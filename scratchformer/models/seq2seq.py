@@ -31,6 +31,7 @@ import numpy as np
 
 from scratchformer.checks import (
     DictConfig,
+    check_config_type,
     check_heads,
     check_int_in_range,
     check_positive_int,
@@ -49,6 +50,7 @@ from scratchformer.nn import (
     Module,
     SinusoidalPositionalEncoding,
     init,
+    manual_seed,
 )
 from scratchformer.nn.module import door
 from scratchformer.ops import cross_entropy_forward
@@ -96,10 +98,19 @@ class Seq2SeqConfig(DictConfig):
 
 class Seq2SeqTransformer(Module):
     """Parameters: `src_emb`, `tgt_emb` (the same weight when shared), `encoder.i`, `enc_norm`,
-    `decoder.i`, `dec_norm` (the norms only with pre-norm), `lm_head` (n_embd -> tgt vocab)."""
+    `decoder.i`, `dec_norm` (the norms only with pre-norm), `lm_head` (n_embd -> tgt vocab).
 
-    def __init__(self, config: Seq2SeqConfig):
+    Args:
+        config: a Seq2SeqConfig.
+        seed: if given, `scratchformer.nn.manual_seed(seed)` is called first, so the initial
+            weights (and dropout generators) are a deterministic function of the seed.
+    """
+
+    def __init__(self, config: Seq2SeqConfig, seed: int | None = None):
         super().__init__()
+        check_config_type("Seq2SeqTransformer", config, Seq2SeqConfig)
+        if seed is not None:
+            manual_seed(seed)
         c = self.config = config
         std = c.n_embd ** -0.5
         self.src_emb = Embedding(c.src_vocab_size, c.n_embd)

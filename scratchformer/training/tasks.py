@@ -55,8 +55,6 @@ class TaskJob:
     @classmethod
     def create(cls, run_kind: str, model: dict, data: dict, seed: int) -> TaskJob:
         """A fresh model for task `run_kind`; `seed` fixes the initial weights and the data."""
-        from scratchformer.nn import manual_seed
-
         known = {f.name for f in fields(cls.config_class)}
         kwargs = {}
         for name, value in model.items():
@@ -68,10 +66,9 @@ class TaskJob:
             flag = "--data" if unknown[0] == "path" else "--" + unknown[0].replace("_", "-")
             raise ConfigError(f"{flag} does not apply to the {run_kind} task")
         data_spec = {"n_train": data["n_train"], "n_test": data["n_test"], "max_len": data["max_len"], "seed": seed}
-        manual_seed(seed)
         check_model_fits({**kwargs, "max_len": data_spec["max_len"], "vocab_size": VOCAB_SIZE}, training=True,
                          option="--n-embd or --n-layer")
-        return cls(run_kind, cls.build_model(kwargs, data_spec["max_len"]), data_spec)
+        return cls(run_kind, cls.build_model(kwargs, data_spec["max_len"], seed), data_spec)
 
     @classmethod
     def from_checkpoint(cls, ck, data=None, allow_changed_data: bool = False) -> TaskJob:
@@ -155,8 +152,9 @@ class ClassifierJob(TaskJob):
     example_input = "2 0 2 1 2 0 2 1"  # `viz`'s input when none is given
 
     @staticmethod
-    def build_model(kwargs: dict, max_len: int) -> TransformerClassifier:
-        return TransformerClassifier(ClassifierConfig(vocab_size=VOCAB_SIZE, n_classes=3, max_len=max_len, **kwargs))
+    def build_model(kwargs: dict, max_len: int, seed: int | None = None) -> TransformerClassifier:
+        return TransformerClassifier(ClassifierConfig(vocab_size=VOCAB_SIZE, n_classes=3, max_len=max_len, **kwargs),
+                                     seed=seed)
 
     def _loss_weight(self, batch) -> int:
         return len(batch)  # the loss is a mean over examples
@@ -197,9 +195,10 @@ class Seq2SeqJob(TaskJob):
     example_input = "3 1 4 1 5"  # `viz`'s input when none is given
 
     @staticmethod
-    def build_model(kwargs: dict, max_len: int) -> Seq2SeqTransformer:
+    def build_model(kwargs: dict, max_len: int, seed: int | None = None) -> Seq2SeqTransformer:
         return Seq2SeqTransformer(Seq2SeqConfig(src_vocab_size=VOCAB_SIZE, tgt_vocab_size=VOCAB_SIZE,
-                                                max_len=max_len + 1, pad_id=PAD, bos_id=BOS, eos_id=EOS, **kwargs))
+                                                max_len=max_len + 1, pad_id=PAD, bos_id=BOS, eos_id=EOS, **kwargs),
+                                  seed=seed)
 
     def _loss_weight(self, batch) -> int:
         return int((batch.tgt_out != PAD).sum())  # the loss is a mean over real target tokens
