@@ -65,3 +65,26 @@ def test_ab_step_prints_one_json_line_and_refuses_unknown_configs():
     assert row["config"] == "names" and row["ms"] > 0
     bad = subprocess.run([sys.executable, script, "huge"], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert bad.returncode == 2 and bad.stderr.startswith("usage:")
+
+
+def test_gemm_floor_runs_every_product_of_a_slice_and_prints_json():
+    import gemm_floor
+
+    V, L, H, C, T, B = suite.TRAIN_CONFIGS["names"]
+    rows, bh, hd = (B // 2) * T, (B // 2) * H, C // H
+    linear = 2 * rows * (L * (C * 3 * C + C * C + 2 * C * 4 * C) + C * V)  # forward FLOPs of the linears
+    attention = L * 6 * 2 * bh * T * T * hd  # scores, output, and their four backward products
+    flops = 0
+    for a, b in gemm_floor.step_products("names", workers=2):
+        assert a.dtype == b.dtype == "float32" and a.shape[:-2] == b.shape[:-2] and a.shape[-1] == b.shape[-2]
+        flops += 2 * a[..., 0].size * a.shape[-1] * b.shape[-1]
+    assert flops == 3 * linear + attention  # forward, dx and dW of each linear
+    script = str(REPO / "benchmarks" / "gemm_floor.py")
+    proc = subprocess.run([sys.executable, script, "tiny", "--reps", "2"], capture_output=True, text=True,
+                          cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    row = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert row["config"] == "tiny" and row["products_ms_alone"] > 0 and row["step_ms_alone"] > 0
+    assert len(row["products_ms_together"]) == len(row["step_ms_together"]) == 2
+    bad = subprocess.run([sys.executable, script, "huge"], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert bad.returncode == 2 and "configs are tiny" in bad.stderr and "Traceback" not in bad.stderr
