@@ -43,6 +43,20 @@ def test_loss_falls_and_files_appear(tmp_path):
     assert any("val_loss" in r for r in read_log(tmp_path / "log.jsonl"))
 
 
+def test_the_progress_bar_starts_no_thread_before_the_workers_fork(tmp_path, monkeypatch):
+    # tqdm's monitor thread would make the fork of DataParallel's workers a fork of a multi-threaded
+    # process (a deadlock risk; Python 3.12+ warns)
+    import os
+    import threading
+
+    threads_at_fork = []
+    fork = os.fork
+    monkeypatch.setattr(os, "fork", lambda: threads_at_fork.append(threading.active_count()) or fork())
+    train(tiny_job(), tiny_cfg(max_steps=2, workers=2, batch_size=64, eval_interval=100, num_samples=0), tmp_path,
+          progress=True, verbose=False)
+    assert threads_at_fork == [1]  # one worker forked, from a process with one Python thread
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_resume_equals_uninterrupted_run(tmp_path, monkeypatch, workers):
     # batches of 64 names (>= 512 tokens): workers=2 splits them over two processes (nn.DataParallel)

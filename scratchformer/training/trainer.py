@@ -248,7 +248,12 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint) -> d
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=cfg.max_steps, initial=step, unit="step", dynamic_ncols=True, file=sys.stderr)
+        class ProgressBar(tqdm):
+            # no monitor thread: DataParallel forks its workers after the bar exists, and forking a
+            # process with a second Python thread risks a deadlock in the child (Python 3.12+ warns)
+            monitor_interval = 0
+
+        bar = ProgressBar(total=cfg.max_steps, initial=step, unit="step", dynamic_ncols=True, file=sys.stderr)
     start = time.perf_counter()
     stopped_by, train_loss = "max_steps", float("nan")
     tokens_since, steps_since, t_since = 0, 0, time.perf_counter()
