@@ -18,3 +18,18 @@ def assert_same_init(a, b):
     for name in pa:
         assert np.array_equal(pa[name], pb[name]), name
     assert ra and ra == rb
+
+
+def assert_seed_equals_manual_seed(build, first_param: str):
+    """build(seed) makes a model. seed=3 gives what manual_seed(3) and then build(None) give, whatever
+    state the global generator was in; seed=None leaves the generator alone (it draws on)."""
+    from scratchformer.nn import manual_seed
+
+    manual_seed(3)
+    reference = build(None)
+    manual_seed(99)  # the generator's state before the call does not matter
+    assert_same_init(build(3), reference)
+    manual_seed(3)
+    assert_same_init(build(None), reference)
+    later = dict(build(None).named_parameters())[first_param].data
+    assert not np.array_equal(later, dict(reference.named_parameters())[first_param].data)
