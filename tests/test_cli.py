@@ -26,6 +26,23 @@ def test_eval_json_last_line(run_dir, capsys):
     assert 0 < result["loss"] < 4 and result["perplexity"] == pytest.approx(2.718281828 ** result["loss"], rel=1e-6)
 
 
+def test_eval_splits_over_workers_as_training_does(run_dir, capsys, monkeypatch):
+    import multiprocessing
+
+    from scratchformer.nn import DataParallel
+
+    splits = []
+    split_forward = DataParallel._split_forward
+    monkeypatch.setattr(DataParallel, "_split_forward", lambda self, *a: splits.append(1) or split_forward(self, *a))
+    losses = {}
+    for workers in ("1", "2"):
+        assert main(["eval", str(run_dir), "--split", "test", "--json", "--workers", workers]) == 0
+        losses[workers] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["loss"]
+        assert bool(splits) == (workers == "2")  # the default, 2, splits each batch; 1 runs the model alone
+    assert losses["2"] == pytest.approx(losses["1"], rel=1e-6)  # the same loss up to float rounding
+    assert not multiprocessing.active_children()  # the workers were stopped
+
+
 def test_sample_is_deterministic_and_respects_prompt(run_dir, capsys):
     assert main(["sample", str(run_dir), "-n", "4", "--prompt", "ma", "--seed", "5"]) == 0
     first = capsys.readouterr().out.splitlines()
@@ -62,6 +79,7 @@ def test_unknown_prompt_characters_are_named(run_dir, capsys):
 @pytest.mark.parametrize("argv, command", [
     (["train", "--lr", "abc"], "train"), (["train", "--max-steps", "0"], "train"), (["sample", "--top-p", "2"], "sample"),
     (["frobnicate"], ""), (["eval", "--bogus"], "eval"), (["predict"], "predict"), (["train", "--seed", "-1"], "train"),
+    (["eval", "--workers", "0"], "eval"),
 ])
 def test_usage_errors_are_one_line_without_the_usage_block(argv, command, capsys):
     with pytest.raises(SystemExit) as e:

@@ -242,6 +242,10 @@ def build_parser() -> argparse.ArgumentParser:
                                                   "(default: the path recorded in the run)")
     e.add_argument("--allow-changed-data", action="store_true",
                    help="evaluate even though the data file changed since training (its sha256 differs)")
+    e.add_argument("--workers", type=_positive_int, default=TrainConfig.workers, metavar="N",
+                   help="processes evaluating slices of each batch at once, this one included, as training "
+                        f"does (Linux; 1: one process; results differ in the last bits; default: "
+                        f"{TrainConfig.workers})")
 
     pr = sub.add_parser("predict", help="run a classifier or seq2seq checkpoint on one input",
                         description='Map one input such as "3 1 4 1 5" through a toy-task model.')
@@ -365,12 +369,18 @@ def cmd_sample(args) -> int:
 
 
 def cmd_eval(args) -> int:
+    from scratchformer.nn import DataParallel
     from scratchformer.training.jobs import load_job
     from scratchformer.training.schema import strict_json
 
     job = load_job(args.dir, data=args.data, allow_changed_data=args.allow_changed_data)
     split = args.split or job.default_split
-    metrics = job.evaluate(split, **_given(args, ["beam"]))
+    runner = DataParallel(job.model, args.workers) if args.workers > 1 else None  # None: the model alone
+    try:
+        metrics = job.evaluate(split, runner=runner, **_given(args, ["beam"]))
+    finally:
+        if runner is not None:
+            runner.close()  # stop the worker processes
     result = {"split": split, **{k: float(v) for k, v in metrics.items()}}
     if args.json:  # valid JSON even when a number is not finite (null, listed under "non_finite")
         print(strict_json(result))
