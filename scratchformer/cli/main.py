@@ -375,12 +375,11 @@ def cmd_eval(args) -> int:
 
     job = load_job(args.dir, data=args.data, allow_changed_data=args.allow_changed_data)
     split = args.split or job.default_split
-    runner = DataParallel(job.model, args.workers) if args.workers > 1 else None  # None: the model alone
+    runner = DataParallel(job.model, args.workers)  # with workers=1, the model alone
     try:
         metrics = job.evaluate(split, runner=runner, **_given(args, ["beam"]))
     finally:
-        if runner is not None:
-            runner.close()  # stop the worker processes
+        runner.close()  # stop the worker processes
     result = {"split": split, **{k: float(v) for k, v in metrics.items()}}
     if args.json:  # valid JSON even when a number is not finite (null, listed under "non_finite")
         print(strict_json(result))

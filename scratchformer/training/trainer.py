@@ -197,7 +197,7 @@ def train(job, cfg: TrainConfig, out_dir: str | Path, resume: bool = False, prog
 def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint) -> dict:
     model = job.model
     params = model.parameters()
-    runner = DataParallel(model, cfg.workers) if cfg.workers > 1 else model  # runs each training batch
+    runner = DataParallel(model, cfg.workers)  # runs each batch; with workers=1, the model alone
     opt = AdamW(param_groups(model, cfg.weight_decay, cfg.decay_embeddings), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
                 eps=1e-8, weight_decay=cfg.weight_decay)
     data_rng = np.random.default_rng(cfg.seed)
@@ -318,7 +318,6 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint) -> d
         finally:
             if bar is not None:
                 bar.close()
-            if runner is not model:
-                runner.close()  # stop the worker processes
+            runner.close()  # stop the worker processes (none with workers=1)
     return {"step": step, "train_loss": train_loss, "val_loss": val_loss, "best_val_loss": best_val,
             "seconds": time.perf_counter() - start, "stopped_by": stopped_by}
