@@ -215,14 +215,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("sample", help="generate text from a trained language model",
                        description="Sample from a trained language model (DIR: a run directory or a checkpoint).")
-    s.add_argument("dir", nargs="?", default="out/names", metavar="DIR", help="default: out/names")
+    s.add_argument("dir", nargs="?", metavar="DIR", help="default: out/names")
+    s.add_argument("--hf", metavar="HF_DIR",
+                   help="sample from a Hugging Face GPT-2 or Llama directory (config.json, model.safetensors, "
+                        "tokenizer.json or vocab.json + merges.txt) instead of a run (default: none)")
     s.add_argument("-n", "--num-samples", type=_positive_int, default=10, help="how many samples (default: 10)")
     prompt = s.add_mutually_exclusive_group()
     prompt.add_argument("--prompt", default="",
                         help="text every sample starts with (default: none: whole names, or text after a newline)")
     prompt.add_argument("--prompt-file", metavar="FILE",
                         help="read the prompt from a UTF-8 file; one trailing newline is dropped (default: none)")
-    s.add_argument("--max-new-tokens", type=_positive_int, help="default: up to the end of a name, or 200 characters")
+    s.add_argument("--max-new-tokens", type=_positive_int,
+                   help="default: up to the end of a name, 200 characters of text, or 50 tokens with --hf")
     s.add_argument("--temperature", type=_temperature, default=1.0,
                    help="0 means greedy; else in [0.001, 1000] (default: 1)")
     s.add_argument("--top-k", type=_positive_int, help="sample among the k most likely tokens (default: all)")
@@ -355,14 +359,24 @@ def cmd_sample(args) -> int:
             raise CLIError(f"cannot read the prompt file {args.prompt_file}: {e.strerror}") from None
         except UnicodeDecodeError as e:
             raise CLIError(f"the prompt file {args.prompt_file} is not UTF-8 (byte {e.start})") from None
-    job = load_job(args.dir)
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
-    texts = job.samples(args.num_samples, np.random.default_rng(seed), prompt=prompt,
-                        max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                        top_k=args.top_k, top_p=args.top_p)
+    settings = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    if args.hf is not None:
+        from scratchformer.interop.hf_lm import hf_samples, load_hf_causal_lm
+
+        if args.dir is not None:
+            raise CLIError(f"give either a run directory ({args.dir}) or --hf {args.hf}, not both")
+        model, tokenizer = load_hf_causal_lm(args.hf)
+        texts = hf_samples(model, tokenizer, prompt, args.num_samples, args.max_new_tokens or 50,
+                           rng=np.random.default_rng(seed), **settings)
+        seen = None
+    else:
+        job = load_job(args.dir or "out/names")
+        texts = job.samples(args.num_samples, np.random.default_rng(seed), prompt=prompt,
+                            max_new_tokens=args.max_new_tokens, **settings)
+        seen = job.in_training_data(texts)  # makemore's check: did the model just recall a training item?
     if args.seed is None:
         print(f"seed {seed} (--seed {seed} draws these samples again)", file=sys.stderr)
-    seen = job.in_training_data(texts)  # makemore's check: did the model just recall a training item?
     for i, text in enumerate(texts):
         print(text + (SEEN_MARK if seen and seen[i] else ""))
     return 0

@@ -1,4 +1,4 @@
-"""Character tokenizer and datasets (line items and long text); ships `names.txt` and
+"""Character and byte-level BPE tokenizers, and datasets (line items and long text); ships `names.txt` and
 `tinyshakespeare.txt` (see `bundled.resolve_data`)."""
 
 from scratchformer.data.datasets import (
@@ -10,10 +10,12 @@ from scratchformer.data.datasets import (
     load_dataset,
     read_text,
 )
+from scratchformer.data.bpe import BPETokenizer
 from scratchformer.data.tokenizer import IGNORE_INDEX, CharTokenizer
 
 __all__ = [
     "DEFAULT_SEED",
+    "BPETokenizer",
     "IGNORE_INDEX",
     "CharTokenizer",
     "Dataset",

@@ -1,0 +1,171 @@
+"""Byte-level BPE tokenizer (GPT-2's scheme), trained and run by the `tokenizers` library.
+
+Byte-level BPE starts from the 256 byte values, so every text has an encoding (no unknown
+characters), and repeatedly merges the most frequent adjacent pair into a new token until the
+vocabulary has `vocab_size` entries. Text is first cut by GPT-2's regex (words, numbers,
+punctuation, spaces kept with the word that follows), and no merge crosses a cut.
+
+`BPETokenizer` has the interface of `CharTokenizer` (`encode`, `decode`, `vocab_size`,
+`bos_id` / `eos_id` / `pad_id`, `to_json` / `from_json`), so a run, `sample`, `eval` and `viz`
+use either. It is kept in a run directory in the Hugging Face format (the `tokenizer.json`
+that `tokenizers.Tokenizer.from_file` and `transformers.PreTrainedTokenizerFast` read), wrapped
+as {"type": "bpe", "version": 1, "special": ..., "hf": <that JSON>}.
+
+A Hugging Face model directory's own tokenizer is read by `BPETokenizer.from_hf_dir`:
+`tokenizer.json`, or GPT-2's `vocab.json` + `merges.txt`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+
+from scratchformer.data.tokenizer import IGNORE_INDEX
+from scratchformer.errors import ConfigError, DataError
+
+END_OF_TEXT = "<|endoftext|>"  # GPT-2's one special token
+MIN_VOCAB = 256 + 1  # the byte alphabet and the end-of-text token
+MAX_VOCAB = 1 << 20
+
+
+def _hf():
+    """The `tokenizers` package, imported on first use (it is a run-time dependency, but
+    `import scratchformer` stays fast without it)."""
+    import tokenizers
+
+    return tokenizers
+
+
+class BPETokenizer:
+    """Maps text <-> int ids with a byte-level BPE.
+
+    Attributes:
+        special: the end-of-text token's text ("<|endoftext|>") or None.
+        bos_id, eos_id, pad_id: the end-of-text id for a line-format run (it marks both the start
+            and the end of an item, as the character tokenizer's boundary token does), None for
+            text runs and Hugging Face tokenizers (whose end token is `end_id`).
+        end_id: the id of `special`, or None.
+        vocab_size: number of ids (special tokens included).
+    """
+
+    def __init__(self, tokenizer, special: str | None = END_OF_TEXT, boundary: bool = False):
+        self._tok = tokenizer
+        self.special = special if special is not None and tokenizer.token_to_id(special) is not None else None
+        self.end_id = None if self.special is None else tokenizer.token_to_id(self.special)
+        if boundary and self.end_id is None:
+            raise DataError("a line-format BPE tokenizer needs the end-of-text token in its vocabulary")
+        self.boundary = boundary
+        self.bos_id = self.eos_id = self.pad_id = self.end_id if boundary else None
+
+    # -- building ------------------------------------------------------------------------------
+    @classmethod
+    def train(cls, texts: Iterable[str], vocab_size: int, boundary: bool = False) -> BPETokenizer:
+        """Learn merges from `texts` (an iterable of str: lines, or one whole text) until the
+        vocabulary holds `vocab_size` ids: the 256 bytes, "<|endoftext|>" and the merges.
+        Deterministic: the same texts give the same tokenizer."""
+        if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or not MIN_VOCAB <= vocab_size <= MAX_VOCAB:
+            raise ConfigError(f"--vocab-size must be an integer from {MIN_VOCAB} (the 256 bytes and "
+                              f"{END_OF_TEXT}) to {MAX_VOCAB:,}, got {vocab_size!r}")
+        hf = _hf()
+        tok = hf.Tokenizer(hf.models.BPE())
+        tok.pre_tokenizer = hf.pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = hf.decoders.ByteLevel()
+        trainer = hf.trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[END_OF_TEXT],
+                                         initial_alphabet=hf.pre_tokenizers.ByteLevel.alphabet(),
+                                         show_progress=False)
+        tok.train_from_iterator(texts, trainer=trainer)
+        return cls(tok, END_OF_TEXT, boundary)
+
+    @classmethod
+    def from_hf_dir(cls, path: str | Path) -> BPETokenizer:
+        """A Hugging Face model directory's tokenizer: `tokenizer.json` if there is one, else
+        GPT-2's `vocab.json` + `merges.txt` (read as `GPT2TokenizerFast` reads them)."""
+        path = Path(path)
+        hf = _hf()
+        if (path / "tokenizer.json").is_file():
+            try:
+                tok = hf.Tokenizer.from_file(str(path / "tokenizer.json"))
+            except Exception as e:  # the library's own parse error, one line
+                raise DataError(f"{path / 'tokenizer.json'} is not a tokenizer the `tokenizers` library reads: "
+                                f"{str(e).splitlines()[0]}") from None
+        elif (path / "vocab.json").is_file() and (path / "merges.txt").is_file():
+            try:
+                model = hf.models.BPE.from_file(str(path / "vocab.json"), str(path / "merges.txt"))
+            except Exception as e:
+                raise DataError(f"cannot read {path}/vocab.json and merges.txt as a BPE: "
+                                f"{str(e).splitlines()[0]}") from None
+            tok = hf.Tokenizer(model)
+            tok.pre_tokenizer = hf.pre_tokenizers.ByteLevel(add_prefix_space=False)
+            tok.decoder = hf.decoders.ByteLevel()
+            if tok.token_to_id(END_OF_TEXT) is not None:
+                tok.add_special_tokens([END_OF_TEXT])
+        else:
+            raise DataError(f"{path} holds no tokenizer: it needs tokenizer.json, or vocab.json and merges.txt "
+                            "(as save_pretrained writes them)")
+        special = END_OF_TEXT if tok.token_to_id(END_OF_TEXT) is not None else None
+        if special is None:  # Llama-style tokenizers name their end token in the added tokens
+            added = [t.content for t in tok.get_added_tokens_decoder().values() if t.special]
+            special = next((t for t in added if t in ("</s>", "<|end_of_text|>", "<|eot_id|>")), None)
+        return cls(tok, special)
+
+    # -- encoding ------------------------------------------------------------------------------
+    @property
+    def vocab_size(self) -> int:
+        return self._tok.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str, what: str = "prompt") -> np.ndarray:
+        """str -> (n,) int64 ids (no special tokens added). `what` names the text in errors."""
+        if not isinstance(text, str):
+            raise DataError(f"{what} must be a str, got {type(text).__name__}")
+        try:
+            ids = self._tok.encode(text, add_special_tokens=False).ids
+        except Exception as e:  # e.g. a lone surrogate, which has no UTF-8 bytes
+            raise DataError(f"{what} cannot be encoded: {str(e).splitlines()[0]}") from None
+        return np.asarray(ids, dtype=np.int64)
+
+    def decode(self, ids) -> str:
+        """ids (any int sequence/array) -> str; skips special tokens and IGNORE_INDEX (-1)."""
+        ids = np.asarray(ids, dtype=np.int64).ravel()
+        ids = ids[ids != IGNORE_INDEX]
+        bad = ids[(ids < 0) | (ids >= self.vocab_size)]
+        if bad.size:
+            raise DataError(f"cannot decode ids {sorted(set(bad.tolist()))[:5]}: valid ids are 0..{self.vocab_size - 1}")
+        return self._tok.decode(ids.tolist(), skip_special_tokens=True)
+
+    def token_texts(self, ids) -> list[str]:
+        """Each id's own text, for labels (bytes that are not whole characters show as U+FFFD)."""
+        return [self._tok.decode([int(i)], skip_special_tokens=False) for i in np.asarray(ids).ravel()]
+
+    def chars_per_token(self, text: str) -> float:
+        """len(text) / number of tokens: converts a loss per token to bits per character."""
+        n = len(self.encode(text, what="text"))
+        return len(text) / max(n, 1)
+
+    # -- serialisation (plain JSON, no pickle) -----------------------------------------------
+    def to_json(self) -> dict:
+        return {"type": "bpe", "version": 1, "special": self.special, "boundary": self.boundary,
+                "hf": json.loads(self._tok.to_str())}
+
+    @classmethod
+    def from_json(cls, d: dict) -> BPETokenizer:
+        if not isinstance(d, dict) or d.get("type") != "bpe" or not isinstance(d.get("hf"), dict):
+            raise DataError("not a BPE tokenizer JSON (expected {'type': 'bpe', 'hf': {...}}): "
+                            "was it saved by BPETokenizer.save?")
+        try:
+            tok = _hf().Tokenizer.from_str(json.dumps(d["hf"]))
+        except Exception as e:
+            raise DataError(f"the BPE tokenizer JSON is damaged: {str(e).splitlines()[0]}") from None
+        return cls(tok, d.get("special"), bool(d.get("boundary", False)))
+
+    def save_hf(self, path: str | Path) -> None:
+        """Write the Hugging Face `tokenizer.json` (what `from_hf_dir` and transformers read)."""
+        Path(path).write_text(self._tok.to_str(), encoding="utf-8")
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, BPETokenizer) and self.to_json() == other.to_json()
+
+    def __repr__(self) -> str:
+        return f"BPETokenizer(vocab_size={self.vocab_size}, special={self.special!r})"
