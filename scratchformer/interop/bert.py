@@ -191,6 +191,8 @@ class BertEncoder(Module):
         """input_ids (B, T) int, attention_mask (B, T) 0/1 (None = all ones), token_type_ids
         (B, T) (None = zeros) -> last hidden state (B, T, hidden_size)."""
         x = self.embed(input_ids, token_type_ids)
+        # the [PAD] row is PyTorch's padding_idx: it never receives a gradient (see backward)
+        self._save(pad=np.asarray(input_ids).reshape(x.shape[:2]) == self.config.pad_token_id)
         mask = None
         if attention_mask is not None:
             am = np.asarray(attention_mask)
@@ -205,14 +207,17 @@ class BertEncoder(Module):
 
     def backward(self, grad_out: np.ndarray) -> None:
         """Gradient of the last hidden state -> parameter gradients (after a training-mode
-        forward). The inputs are integer ids, so nothing is returned."""
+        forward). The inputs are integer ids, so nothing is returned. As in Hugging Face's
+        BertEmbeddings (padding_idx), the pad_token_id row of word_embeddings gets no gradient."""
         dy = grad_out
         for layer in reversed(self.layers):
             dy = layer.backward(dy)
+        pad = self._pop_cache()["pad"]  # (B, T) positions holding pad_token_id
         dy = self.embeddings_norm.backward(dy)
         self.token_type_embeddings.backward(dy)
         self.position_embeddings.backward(dy)
-        self.word_embeddings.backward(dy)
+        # Hugging Face builds word_embeddings with padding_idx=pad_token_id: that row is not trained
+        self.word_embeddings.backward(np.where(pad[:, :, None], 0, dy) if pad.any() else dy)
         return None
 
     @classmethod
