@@ -6,6 +6,8 @@ both), for training. The backward of every activation is then one product,
 `activation_backward(dy, dydx) = dy * dydx`, and a layer keeps one array (dydx) for its
 backward instead of x and Phi. `*_backward(dy, x)` are the plain functional forms. The
 numerics of erf and Phi live in `scratchformer.ops.numerics`.
+
+Fast lane: `scratchformer/fast/activations.py` (float32 GELU with Phi from a table).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import math
 
 import numpy as np
 
+from scratchformer import fast
+from scratchformer.fast import activations as fast_activations
 from scratchformer.ops.numerics import erf, normal_cdf
 
 __all__ = ["ACTIVATIONS", "activation_backward", "erf", "normal_cdf", "relu_forward", "relu_backward",
@@ -40,19 +44,17 @@ def relu_with_grad(x: np.ndarray):
 
 # GELU, exact: y = x * Phi(x),  Phi(x) = (1 + erf(x / sqrt 2)) / 2
 def gelu_forward(x: np.ndarray) -> np.ndarray:
+    if fast.enabled and x.dtype != np.float64:
+        return fast_activations.gelu_forward(x)
     return x * normal_cdf(x)
 
 
 def gelu_with_grad(x: np.ndarray):
     # dy/dx = Phi(x) + x * phi(x),  phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
+    if fast.enabled and x.dtype != np.float64:
+        return fast_activations.gelu_with_grad(x)
     cdf = normal_cdf(x)
-    grad = np.multiply(x, x)  # in place in one array (same arithmetic, same order)
-    grad *= -0.5
-    np.exp(grad, out=grad)  # exp(-x^2 / 2)
-    grad *= INV_SQRT_2PI  # phi(x)
-    grad *= x
-    grad += cdf
-    return x * cdf, grad
+    return x * cdf, cdf + x * (np.exp(-0.5 * x * x) * INV_SQRT_2PI)
 
 
 # GELU, tanh approximation (GPT-2): y = x/2 * (1 + tanh(u)),  u = sqrt(2/pi) (x + 0.044715 x^3)

@@ -1,10 +1,13 @@
-"""Layer normalisation over the last axis, with its closed-form backward."""
+"""Layer normalisation over the last axis, with its closed-form backward.
+
+Fast lane: `scratchformer/fast/layernorm.py` (the same arithmetic in place, BLAS sums)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from scratchformer.ops.reductions import sum_last, sum_leading
+from scratchformer import fast
+from scratchformer.fast import layernorm as fast_layernorm
 
 
 def layernorm_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, eps: float = 1e-5):
@@ -13,22 +16,14 @@ def layernorm_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None
     x: (..., C); weight: (C,); bias: (C,) or None (no shift, as nanoGPT's bias=False).
     Returns (y, xhat, rstd) -- xhat (..., C) and rstd (..., 1) are the cache the backward needs.
     """
-    # mean = x.mean(-1); xc = x - mean; var = (xc * xc).mean(-1); rstd = 1 / sqrt(var + eps)
-    # xhat = xc * rstd; y = xhat * weight + bias -- the same arithmetic with two (..., C) arrays
+    if fast.enabled:
+        return fast_layernorm.layernorm_forward(x, weight, bias, eps)
     C = x.shape[-1]
-    mean = sum_last(x)
-    mean /= C  # what np.mean does, without its Python overhead
-    xhat = x - mean  # xc for now
-    y = np.multiply(xhat, xhat)  # scratch for xc^2, then the output
-    var = sum_last(y)
-    var /= C  # biased variance, as PyTorch
-    var += eps
-    rstd = np.sqrt(var, out=var)
-    np.divide(1.0, rstd, out=rstd)
-    xhat *= rstd
-    np.multiply(xhat, weight, out=y)
-    if bias is not None:
-        y += bias
+    xc = x - x.sum(axis=-1, keepdims=True) / C  # centred: (..., C)
+    var = (xc * xc).sum(axis=-1, keepdims=True) / C  # biased variance, as PyTorch: (..., 1)
+    rstd = 1.0 / np.sqrt(var + eps)
+    xhat = xc * rstd
+    y = xhat * weight if bias is None else xhat * weight + bias
     return y, xhat, rstd
 
 
@@ -38,19 +33,11 @@ def layernorm_backward(dy, xhat, rstd, weight):
     With g = dy * weight:  dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
     (the mean and variance both depend on x, hence the two subtracted means).
     """
-    # the same arithmetic as the formula above, in two (..., C) arrays instead of seven
+    if fast.enabled:
+        return fast_layernorm.layernorm_backward(dy, xhat, rstd, weight)
     C = xhat.shape[-1]
-    scratch = np.multiply(dy, xhat)
-    dweight = sum_leading(scratch)
-    dbias = sum_leading(dy)
-    dx = np.multiply(dy, weight)  # g
-    np.multiply(dx, xhat, out=scratch)
-    mean_gx = sum_last(scratch)
-    mean_gx /= C
-    mean_g = sum_last(dx)
-    mean_g /= C
-    dx -= mean_g
-    np.multiply(xhat, mean_gx, out=scratch)
-    dx -= scratch
-    dx *= rstd
+    g = dy * weight
+    dx = rstd * (g - g.sum(axis=-1, keepdims=True) / C - xhat * ((g * xhat).sum(axis=-1, keepdims=True) / C))
+    dweight = (dy * xhat).reshape(-1, C).sum(axis=0)  # summed over every position
+    dbias = dy.reshape(-1, C).sum(axis=0)
     return dx, dweight, dbias

@@ -1,10 +1,13 @@
-"""Affine map y = x W^T + b with PyTorch's weight layout (out_features, in_features)."""
+"""Affine map y = x W^T + b with PyTorch's weight layout (out_features, in_features).
+
+Fast lane: `scratchformer/fast/linear.py` (the bias gradient as a BLAS sum)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from scratchformer.ops.reductions import sum_leading
+from scratchformer import fast
+from scratchformer.fast import linear as fast_linear
 
 
 def linear_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
@@ -19,9 +22,11 @@ def linear_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None) -
 
 def linear_backward(dy: np.ndarray, x: np.ndarray, weight: np.ndarray, need_bias: bool = True):
     """Returns (dx, dweight, dbias): dx = dy W, dW = dy^T x, db = sum of dy over rows."""
+    if fast.enabled:
+        return fast_linear.linear_backward(dy, x, weight, need_bias)
     dy2 = dy.reshape(-1, dy.shape[-1])  # (N, out)
     x2 = x.reshape(-1, x.shape[-1])  # (N, in)
     dx = (dy2 @ weight).reshape(x.shape)
     dweight = dy2.T @ x2
-    dbias = sum_leading(dy2) if need_bias else None
+    dbias = dy2.sum(axis=0) if need_bias else None
     return dx, dweight, dbias

@@ -10,13 +10,10 @@ erf (float64 and any dtype): a piecewise polynomial.
     erf(-t) = -erf(t). The degree follows the dtype: 14 in float64 (worst error below 1e-14,
     tested), 6 in float32 (below 1e-7, float32's own rounding).
 
-Phi for float32 (and other low precisions): linear interpolation in a table.
-    Phi(x) = (1 + erf(x / sqrt 2)) / 2 sampled on [-9, 9] with step 1/512 from `math.erf`;
-    between grid points Phi is a straight line, error < 2e-7 (float32's resolution). Five
-    times faster than the polynomial, which made GELU a third of a training step.
+Phi(x) = (1 + erf(x / sqrt 2)) / 2. The fast lane interpolates float32 Phi in a table instead
+(`scratchformer/fast/activations.py`).
 
-Non-finite input: NaN gives NaN (its table index is clipped into the table, and the NaN
-fraction of the step makes the result NaN); +-inf gives Phi = 1 or 0.
+Non-finite input: NaN gives NaN; +-inf gives erf = +-1, Phi = 1 or 0.
 """
 
 from __future__ import annotations
@@ -69,35 +66,8 @@ def erf(x: np.ndarray) -> np.ndarray:
 
 # -- Phi: the standard normal CDF ----------------------------------------------------------------
 INV_SQRT2 = 1 / math.sqrt(2)
-CDF_STEPS = 512  # grid points per unit of x
-CDF_HALF = 512 * 9  # grid points on each side of 0: the table covers [-9, 9]
-
-_CDF_TABLES: dict[np.dtype, tuple[np.ndarray, np.ndarray]] = {}
-
-
-def _cdf_table(dtype) -> tuple[np.ndarray, np.ndarray]:
-    """(values, slopes), each (2 * CDF_HALF,): Phi at each grid point and the rise to the next."""
-    if dtype not in _CDF_TABLES:
-        grid = np.arange(-CDF_HALF, CDF_HALF + 1) / CDF_STEPS
-        phi = np.array([0.5 * (1 + math.erf(v * INV_SQRT2)) for v in grid])
-        _CDF_TABLES[dtype] = (phi[:-1].astype(dtype), np.diff(phi).astype(dtype))
-    return _CDF_TABLES[dtype]
 
 
 def normal_cdf(x: np.ndarray) -> np.ndarray:
-    """Phi(x) = (1 + erf(x / sqrt 2)) / 2, elementwise, in x's dtype (see the module docstring)."""
-    if x.dtype == np.float64:
-        return 0.5 * (1 + erf(x * INV_SQRT2))
-    values, slopes = _cdf_table(x.dtype)
-    s = x * CDF_STEPS  # position on the grid, in steps from 0 (kept small: exact fractions)
-    np.clip(s, -CDF_HALF, CDF_HALF - 0.01, out=s)  # NaN stays NaN
-    below = np.floor(s)
-    s -= below  # fraction of the step, in [0, 1); NaN for NaN
-    below += CDF_HALF  # the table index, still a float (an integer below 2^24: exact)
-    with np.errstate(invalid="ignore"):  # NaN cast to int gives some integer ...
-        i = below.astype(np.intp)  # intp, not int32: take() would convert int32 indices (3x slower)
-    y = values.take(i, mode="clip")  # ... which mode="clip" keeps inside the table
-    d = slopes.take(i, mode="clip", out=below)  # below's buffer is free again
-    d *= s  # NaN for NaN input, so y is NaN too: NaN in, NaN out
-    y += d
-    return y
+    """Phi(x) = (1 + erf(x / sqrt 2)) / 2, elementwise, in x's dtype."""
+    return 0.5 * (1 + erf(x * INV_SQRT2))

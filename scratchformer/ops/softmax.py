@@ -1,30 +1,40 @@
-"""Softmax and log-softmax over the last axis, numerically stable, with backwards."""
+"""Softmax and log-softmax over the last axis, numerically stable, with backwards.
+
+Fast lane: `scratchformer/fast/softmax.py` (the same formulas with BLAS sums)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from scratchformer.ops.reductions import max_last, sum_last
+from scratchformer import fast
+from scratchformer.fast import softmax as fast_softmax
 
 
 def softmax_forward(x: np.ndarray) -> np.ndarray:
     """y = exp(x - max x) / sum exp(x - max x) over the last axis. Any shape (..., N)."""
-    e = np.exp(x - max_last(x))
-    e /= sum_last(e)
-    return e
+    if fast.enabled:
+        return fast_softmax.softmax_forward(x)
+    e = np.exp(x - x.max(axis=-1, keepdims=True))  # the shift leaves y unchanged and exp finite
+    return e / e.sum(axis=-1, keepdims=True)
 
 
 def softmax_backward(dy: np.ndarray, y: np.ndarray) -> np.ndarray:
     # dx_i = y_i * (dy_i - sum_j dy_j y_j)   (the Jacobian diag(y) - y y^T applied to dy)
-    return y * (dy - sum_last(dy * y))
+    if fast.enabled:
+        return fast_softmax.softmax_backward(dy, y)
+    return y * (dy - (dy * y).sum(axis=-1, keepdims=True))
 
 
 def log_softmax_forward(x: np.ndarray) -> np.ndarray:
     """y = x - logsumexp(x) over the last axis. Any shape (..., N)."""
-    shifted = x - max_last(x)
-    return shifted - np.log(sum_last(np.exp(shifted)))
+    if fast.enabled:
+        return fast_softmax.log_softmax_forward(x)
+    shifted = x - x.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
 
 
 def log_softmax_backward(dy: np.ndarray, y: np.ndarray) -> np.ndarray:
     # dx_i = dy_i - softmax_i * sum_j dy_j,  with softmax = exp(y)
-    return dy - np.exp(y) * sum_last(dy)
+    if fast.enabled:
+        return fast_softmax.log_softmax_backward(dy, y)
+    return dy - np.exp(y) * dy.sum(axis=-1, keepdims=True)

@@ -19,19 +19,12 @@ training checkpoint (`scratchformer.training.checkpoint`) stores the arrays in
 `optimizer.safetensors` and the scalars under `"optimizer"` in `trainer_state.json`;
 `split_state` / `merge_state` are the same cut as two small functions, for a user's own files.
 
-Speed (docs/performance.md). A NumPy step is bound by per-call overhead on small models, so
-AdamW keeps its parameters in one flat buffer (they must share one dtype): the constructor
-copies all `.data` into one contiguous array and all `.grad` into another, and
-makes each `Parameter.data` / `.grad` a view of its slice (values unchanged; backward passes
-add into `.grad` in place, so the views stay valid). The update then runs once per parameter
-group on contiguous slices, with in-place ufuncs into one scratch buffer, instead of a dozen
-NumPy calls and temporaries per parameter; `zero_grad` and `clip_grad_norm` are one call each.
-The elementwise arithmetic is the same, element for element, so results are bit-identical to
-the per-parameter loop. If something later replaces a parameter's arrays (`model.to(dtype)`,
-or a second optimizer over the same parameters), the next step notices and rebuilds the flat
-buffer from the new arrays. Building an optimizer also calls
-`scratchformer.allocator.keep_freed_memory()`, so a hand-written training loop gets the same
-allocator tuning as `train()`.
+Fast lane (`scratchformer/fast/optim.py`, docs/performance.md): an AdamW built while the fast
+lane is on (the default) keeps every parameter, gradient and moment in one flat buffer and
+updates it in cache-sized in-place pieces, bit-identical to the per-parameter update below;
+`clip_grad_norm` then takes the norm of that buffer in one pass. Building an optimizer also
+calls `scratchformer.allocator.keep_freed_memory()`, so a hand-written training loop gets the
+same allocator tuning as `train()`.
 """
 
 from __future__ import annotations
@@ -41,8 +34,10 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from scratchformer.allocator import keep_freed_memory, shared_empty, shared_zeros_like
+from scratchformer import fast
+from scratchformer.allocator import keep_freed_memory, shared_empty
 from scratchformer.errors import CheckpointError, ConfigError
+from scratchformer.fast import optim as fast_optim
 from scratchformer.nn import Embedding, LearnedPositionalEmbedding
 from scratchformer.nn.module import Module, Parameter
 
@@ -130,7 +125,6 @@ class _Optimizer:
     """Holds the groups, the flat parameter list, `lr` and the step counter."""
 
     kind = "Optimizer"
-    flatten = False  # subclasses that update flat slices set True (see the module docstring)
 
     def __init__(self, params, lr: float, weight_decay: float):
         if not (lr >= 0 and math.isfinite(lr)):
@@ -141,48 +135,11 @@ class _Optimizer:
         self.params: list[Parameter] = [p for g in self.param_groups for p in g["params"]]
         self.lr = float(lr)
         self.step_count = 0  # number of step() calls so far (torch's per-param "step")
-        self._flat_data = self._flat_grad = None
-        if self.flatten:
-            self._flatten()
         keep_freed_memory()  # idempotent; see scratchformer/allocator.py
 
-    # -- the flat buffer ---------------------------------------------------------------------
-    def _flatten(self) -> None:
-        """Copy every parameter's data and grad into one flat array each and make the
-        Parameters view their slices (param i: [offsets[i], offsets[i + 1]))."""
-        dtypes = {p.data.dtype for p in self.params}
-        if len(dtypes) != 1:
-            raise ConfigError(f"{self.kind} needs parameters of one dtype, got {sorted(map(str, dtypes))}: "
-                              "convert the model first, e.g. model.to(np.float32)")
-        self._offsets = np.concatenate([[0], np.cumsum([p.data.size for p in self.params])]).tolist()
-        # shared memory: a forked DataParallel worker then shares these pages (scratchformer/allocator.py)
-        self._flat_data = shared_empty(self._offsets[-1], dtypes.pop())
-        self._flat_grad = shared_empty(self._flat_data.shape, self._flat_data.dtype)
-        for p, lo, hi in zip(self.params, self._offsets, self._offsets[1:]):
-            self._flat_data[lo:hi] = p.data.ravel()
-            self._flat_grad[lo:hi] = p.grad.ravel()
-            p.data = self._flat_data[lo:hi].reshape(p.data.shape)
-            p.grad = self._flat_grad[lo:hi].reshape(p.grad.shape)
-        self._views = [(p.data, p.grad) for p in self.params]
-
-    def _group_slices(self) -> list[tuple[float, slice]]:
-        """(weight_decay, slice of the flat buffer) per group: groups are contiguous in it.
-        First rebuilds the buffer if a parameter's arrays were replaced since (model.to())."""
-        if any(p.data is not d or p.grad is not g for p, (d, g) in zip(self.params, self._views)):
-            self._flatten()
-        out, i = [], 0
-        for group in self.param_groups:
-            n = len(group["params"])
-            out.append((group["weight_decay"], slice(self._offsets[i], self._offsets[i + n])))
-            i += n
-        return out
-
     def zero_grad(self) -> None:
-        if self._flat_grad is not None:
-            self._flat_grad[...] = 0
-        else:
-            for p in self.params:
-                p.grad[...] = 0
+        for p in self.params:
+            p.grad[...] = 0
 
     # Subclasses list their per-parameter buffers: name -> list of arrays (one per param).
     def _buffers(self) -> dict[str, list[np.ndarray]]:
@@ -247,16 +204,6 @@ class _Optimizer:
 
 
 # -- AdamW -----------------------------------------------------------------------------------
-_UPDATE_CHUNK = 1 << 16  # entries per piece of the AdamW update (256 KiB of float32 per array)
-
-
-def _shared_copy(a: np.ndarray, dtype) -> np.ndarray:
-    """a converted to dtype, in shared memory like the rest of the flat state."""
-    out = shared_empty(a.shape, dtype)
-    out[...] = a
-    return out
-
-
 class AdamW(_Optimizer):
     """Adam with decoupled weight decay, exactly as `torch.optim.AdamW` (amsgrad=False).
 
@@ -265,10 +212,11 @@ class AdamW(_Optimizer):
         m = b1 * m + (1 - b1) * g
         v = b2 * v + (1 - b2) * g^2
         p -= (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+    Built while the fast lane is on, it runs the same arithmetic on one flat buffer
+    (`scratchformer/fast/optim.py`); `m` and `v` are then views of it.
     """
 
     kind = "AdamW"
-    flatten = True
 
     def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.01):
@@ -280,65 +228,47 @@ class AdamW(_Optimizer):
             raise ConfigError(f"AdamW eps must be > 0, got {eps}")
         self.betas = (b1, b2)
         self.eps = float(eps)
-        # flat like the parameters: first moment, second moment, scratch for the update
-        self._m, self._v = shared_zeros_like(self._flat_data), shared_zeros_like(self._flat_data)
-        self._tmp = np.empty(min(_UPDATE_CHUNK, self._flat_data.size), dtype=self._flat_data.dtype)
+        self._flat = fast_optim.FlatAdamW(self.params) if fast.enabled else None
+        if self._flat is None:  # the first and second moments, one array per parameter
+            self._m = [np.zeros_like(p.data) for p in self.params]
+            self._v = [np.zeros_like(p.data) for p in self.params]
 
     @property
     def m(self) -> list[np.ndarray]:
-        """First moments, one array of each parameter's shape (views of the flat state)."""
-        return self._per_param(self._m)
+        """First moments, one array of each parameter's shape."""
+        return self._m if self._flat is None else self._flat.per_param(self._flat.m)
 
     @property
     def v(self) -> list[np.ndarray]:
-        """Second moments, one array of each parameter's shape (views of the flat state)."""
-        return self._per_param(self._v)
+        """Second moments, one array of each parameter's shape."""
+        return self._v if self._flat is None else self._flat.per_param(self._flat.v)
 
-    def _per_param(self, flat: np.ndarray) -> list[np.ndarray]:
-        return [flat[lo:hi].reshape(p.data.shape)
-                for p, lo, hi in zip(self.params, self._offsets, self._offsets[1:])]
+    def zero_grad(self) -> None:
+        if self._flat is None:
+            super().zero_grad()
+        else:
+            self._flat.zero_grad()
 
     def step(self) -> None:
         self.step_count += 1
-        t, (b1, b2) = self.step_count, self.betas
-        step_size = self.lr / (1.0 - b1**t)
-        bc2_sqrt = math.sqrt(1.0 - b2**t)
-        groups = self._group_slices()
-        if self._m.dtype != self._flat_data.dtype:  # the model was converted (model.to())
-            self._m, self._v = (_shared_copy(a, self._flat_data.dtype) for a in (self._m, self._v))
-            self._tmp = self._tmp.astype(self._flat_data.dtype)
-        for wd, group in groups:
-            # cache-sized pieces: the ten passes below then reread data still in L2
-            for lo in range(group.start, group.stop, _UPDATE_CHUNK):
-                self._update(slice(lo, min(lo + _UPDATE_CHUNK, group.stop)), wd, step_size, bc2_sqrt)
-
-    def _update(self, s: slice, wd: float, step_size: float, bc2_sqrt: float) -> None:
-        """The AdamW update of the flat slice `s` of the parameters."""
-        lr, (b1, b2), eps = self.lr, self.betas, self.eps
-        p, g, m, v = self._flat_data[s], self._flat_grad[s], self._m[s], self._v[s]
-        tmp = self._tmp[:s.stop - s.start]
-        # The formula, on many parameters at once:
-        #     p *= 1 - lr * wd
-        #     m = b1 * m + (1 - b1) * g
-        #     v = b2 * v + (1 - b2) * g * g
-        #     p -= step_size * m / (sqrt(v) / bc2_sqrt + eps)
-        # written in place into `tmp` (no temporaries), operation for operation the same
-        # rounding. Python-float scalars keep the arithmetic in p's dtype (NEP 50).
-        if wd != 0.0:
-            p *= 1.0 - lr * wd
-        m *= b1
-        np.multiply(g, 1.0 - b1, out=tmp)
-        m += tmp
-        v *= b2
-        np.multiply(g, g, out=tmp)
-        tmp *= 1.0 - b2
-        v += tmp
-        np.sqrt(v, out=tmp)
-        tmp /= bc2_sqrt
-        tmp += eps
-        np.divide(m, tmp, out=tmp)
-        tmp *= step_size
-        p -= tmp
+        t, lr, (b1, b2), eps = self.step_count, self.lr, self.betas, self.eps
+        step_size = lr / (1.0 - b1**t)  # lr / (1 - b1^t): m's bias correction
+        bc2_sqrt = math.sqrt(1.0 - b2**t)  # sqrt(1 - b2^t): v's
+        if self._flat is not None:
+            sizes = [(len(g["params"]), g["weight_decay"]) for g in self.param_groups]
+            self._flat.step(sizes, lr, self.betas, eps, step_size, bc2_sqrt)
+            return
+        i = 0
+        for group in self.param_groups:
+            wd = group["weight_decay"]
+            for p in group["params"]:
+                g, m, v = p.grad, self._m[i], self._v[i]
+                if wd != 0.0:
+                    p.data *= 1.0 - lr * wd
+                m = self._m[i] = b1 * m + (1.0 - b1) * g
+                v = self._v[i] = b2 * v + (1.0 - b2) * g**2
+                p.data -= step_size * (m / (np.sqrt(v) / bc2_sqrt + eps))
+                i += 1
 
     def _buffers(self):
         return {"m": self.m, "v": self.v}
@@ -347,12 +277,22 @@ class AdamW(_Optimizer):
         return ["m", "v"]
 
     def _load_buffers(self, buffers):
-        for name, flat in (("m", self._m), ("v", self._v)):
-            for arr, lo, hi in zip(buffers[name], self._offsets, self._offsets[1:]):
+        if self._flat is None:
+            self._m, self._v = buffers["m"], buffers["v"]
+            return
+        for name, flat in (("m", self._flat.m), ("v", self._flat.v)):
+            for arr, lo, hi in zip(buffers[name], self._flat.offsets, self._flat.offsets[1:]):
                 flat[lo:hi] = arr.ravel()
 
 
 # -- SGD -------------------------------------------------------------------------------------
+def _shared_copy(a: np.ndarray) -> np.ndarray:
+    """A copy of a in shared memory (scratchformer/allocator.py)."""
+    out = shared_empty(a.shape, a.dtype)
+    out[...] = a
+    return out
+
+
 class SGD(_Optimizer):
     """SGD with optional momentum and (coupled, L2) weight decay, as `torch.optim.SGD`
     (dampening=0, nesterov=False):
@@ -402,7 +342,7 @@ class SGD(_Optimizer):
 
     def _load_buffers(self, buffers):
         loaded = buffers.get("momentum_buffer")
-        self.momentum_buffer = None if loaded is None else [_shared_copy(a, a.dtype) for a in loaded]
+        self.momentum_buffer = None if loaded is None else [_shared_copy(a) for a in loaded]
 
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -419,11 +359,6 @@ def merge_state(arrays: dict[str, np.ndarray], scalars: dict) -> dict:
     return {**scalars, **arrays}
 
 
-# float64 entries per piece of the norm: 64 KiB, stays in cache, and below the 10,000 entries
-# from which OpenBLAS splits a dot product over threads (slow when the cores are busy)
-_CLIP_CHUNK = 8192
-
-
 def clip_grad_norm(params: Iterable[Parameter], max_norm: float) -> float:
     """Scale all gradients in place so their global L2 norm is at most `max_norm`.
 
@@ -436,35 +371,13 @@ def clip_grad_norm(params: Iterable[Parameter], max_norm: float) -> float:
         The global norm before clipping, as a Python float.
     """
     params = list(params)
-    grads = _one_flat_grad(params)
-    if grads is None:  # not all in one flat buffer: one float64 dot per parameter
-        grads = [p.grad for p in params]
-    else:  # an AdamW's flat buffer: one dot, one scaling (the sum may round differently)
-        grads = [grads]
-    # total_sq = sum over every gradient entry of g^2, in float64, converted piece by piece
-    # through one small float64 scratch (no float64 copy of a whole gradient)
-    total_sq, chunk = 0.0, np.empty(_CLIP_CHUNK, dtype=np.float64)
-    for g in grads:
-        flat = g.reshape(-1)
-        for lo in range(0, flat.size, _CLIP_CHUNK):
-            part = chunk[:min(_CLIP_CHUNK, flat.size - lo)]
-            np.copyto(part, flat[lo:lo + _CLIP_CHUNK])
-            total_sq += float(np.dot(part, part))
-    norm = math.sqrt(total_sq)
+    if fast.enabled:
+        return fast_optim.clip_grad_norm(params, max_norm)
+    # norm = sqrt(sum over every gradient entry of g^2), squared in float64
+    norm = math.sqrt(sum(float(np.square(p.grad, dtype=np.float64).sum()) for p in params))
     if math.isfinite(norm):
         coef = float(max_norm) / (norm + 1e-6)
         if coef < 1.0:
-            for g in grads:
-                g *= coef
+            for p in params:
+                p.grad *= coef
     return norm
-
-
-def _one_flat_grad(params: list[Parameter]) -> np.ndarray | None:
-    """The flat array that the params' grads exactly tile (an AdamW built on exactly these
-    params), or None."""
-    base = params[0].grad.base if params else None
-    if not isinstance(base, np.ndarray) or base.ndim != 1 or not base.flags.c_contiguous:
-        return None
-    if len({id(p) for p in params}) != len(params) or sum(p.grad.size for p in params) != base.size:
-        return None
-    return base if all(p.grad.base is base for p in params) else None

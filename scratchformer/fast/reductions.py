@@ -1,8 +1,9 @@
-"""Reductions over one axis in the form that is fastest at a training step's shapes: sums as
-matrix-vector products with a vector of ones, a short row's max through a transposed copy.
+"""Fast lane: reductions over one axis in the form that is fastest at a training step's shapes.
+Sums are matrix-vector products with a vector of ones, a short row's max goes through a
+transposed copy. The reference writes each as NumPy's reduction:
 
-    sum_last(x)     = x @ ones(n)          (..., n) -> (..., 1)   (x.sum(-1, keepdims=True))
-    sum_leading(x)  = ones(rows) @ x       (..., n) -> (n,)       (sum over every axis but the last)
+    sum_last(x)     = x @ ones(n)          (..., n) -> (..., 1)   reference: x.sum(-1, keepdims=True)
+    sum_leading(x)  = ones(rows) @ x       (..., n) -> (n,)       reference: x.reshape(-1, n).sum(0)
     max_last(x)     = x.max(-1, keepdims=True), through a transposed copy when rows are short
 
 Why not `x.sum(axis)`: NumPy reduces a short contiguous row with one inner loop per row, so
