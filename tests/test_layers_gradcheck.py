@@ -5,7 +5,8 @@ Error measure, per tensor (each float input and each parameter):
 the worst absolute difference relative to that gradient's own scale -- robust to entries
 that are (near) zero. Bar: worst error over all tensors <= 5e-8 (float64 reaches 1e-10 to 5e-9).
 
-Sizes are tiny (d_model 8, 2 heads, T <= 5) so the whole file runs in seconds.
+Sizes are tiny (d_model 8, 2 heads, T <= 5) so the whole file runs in seconds. Every check runs
+through both lanes: the reference ops and the fast lane (scratchformer/fast/).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from scratchformer import fast
 from scratchformer.gradcheck import gradcheck
 from scratchformer.nn import (
     DecoderBlock,
@@ -32,6 +34,13 @@ from scratchformer.nn import (
 TOL = 5e-8  # reached: 1e-10 to 5e-9; a backward off by a factor 1 + 3e-7 fails
 D, H, FF, B, T, S = 8, 2, 16, 2, 4, 5
 ACTIVATIONS = ["relu", "gelu", "gelu_tanh"]
+
+
+@pytest.fixture(autouse=True, params=["fast", "reference"])
+def lane(request):
+    """Every test below runs in both lanes."""
+    with fast.reference(request.param == "reference"):
+        yield request.param
 
 
 def x_of(shape, seed=0):

@@ -1,4 +1,5 @@
-"""Finite-difference checks of every functional op (scratchformer.ops), in float64.
+"""Finite-difference checks of every functional op (scratchformer.ops), in float64, each through
+both lanes: the reference and the fast lane (scratchformer/fast/).
 
 Error measure (scratchformer.gradcheck.relative_error): max|analytic - numeric| divided by
 max(max|analytic|, max|numeric|), i.e. the worst absolute difference relative to the
@@ -13,6 +14,7 @@ import math
 import numpy as np
 import pytest
 
+from scratchformer import fast
 from scratchformer.errors import DataError, ShapeError
 from scratchformer.gradcheck import numerical_gradient, relative_error
 from scratchformer.ops import (
@@ -43,6 +45,13 @@ from scratchformer.ops import (
 )
 
 TOL = 5e-8  # reached: 1e-10 to 5e-9; a backward off by a factor 1 + 3e-7 fails
+
+
+@pytest.fixture(autouse=True, params=["fast", "reference"])
+def lane(request):
+    """Every test below runs in both lanes."""
+    with fast.reference(request.param == "reference"):
+        yield request.param
 
 
 def rng(seed=0):
@@ -329,42 +338,6 @@ def test_attention_grad(case):
     for name, a, x in [("dq", dq, q), ("dk", dk, k), ("dv", dv, v)]:
         assert np.all(np.isfinite(a)), name
         check(a, f, x, f"attention {case} {name}")
-
-
-@pytest.mark.parametrize("case", list(ATTN_CASES), ids=list(ATTN_CASES))
-@pytest.mark.parametrize("dropout", [0.0, 0.3])
-def test_attention_in_pieces_and_recomputed_weights_match_the_whole(case, dropout, monkeypatch):
-    """The forward and backward piece by piece over the batch (ops.attention.CHUNK_BYTES) give the
-    one-piece results up to rounding; recomputing the weights in the backward (keep_weights=False)
-    gives exactly the kept ones' gradients, in one piece or in pieces."""
-    import scratchformer.ops.attention as attention_ops
-
-    c = ATTN_CASES[case]
-    q, k, v, R = _attn_case(2, 2, c["Tq"], c["Tk"], 3, seed=28)
-
-    def run(keep):
-        gen = np.random.default_rng(9)  # the same dropout draws every run
-        out, cache = attention_forward(q, k, v, mask=c["mask"], causal=c["causal"], dropout_p=dropout, rng=gen,
-                                       training=True, keep_weights=keep)
-        assert (cache["weights"] is None) == (not keep)
-        return (out, *attention_backward(R, cache)), len(cache["spans"])
-
-    whole, n = run(True)
-    assert n == 1
-    for a, b in zip(run(False)[0], whole):
-        np.testing.assert_array_equal(a, b)
-    monkeypatch.setattr(attention_ops, "CHUNK_BYTES", 1)  # one batch row a piece
-    pieces, n = run(True)
-    assert n == 2
-    for a, b in zip(run(False)[0], pieces):
-        np.testing.assert_array_equal(a, b)
-    if dropout == 0.0:  # (with dropout the pieces draw their masks in another order)
-        for a, b in zip(pieces, whole):
-            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
-    else:  # so check the pieces' gradients against finite differences
-        f = lambda: float(np.sum(run(False)[0][0] * R))  # noqa: E731
-        for name, a, x in [("dq", pieces[1], q), ("dk", pieces[2], k), ("dv", pieces[3], v)]:
-            check(a, f, x, f"attention in pieces {case} {name}")
 
 
 def test_attention_grad_with_dropout_fixed_mask():

@@ -1,10 +1,12 @@
-"""Optimizers against torch.optim, state round trips, clipping, schedule, param groups."""
+"""Optimizers against torch.optim, state round trips, clipping, schedule, param groups; each
+test in both lanes (the per-parameter reference and the fast lane's flat buffer)."""
 
 import math
 
 import numpy as np
 import pytest
 
+from scratchformer import fast
 from scratchformer.errors import CheckpointError, ConfigError
 from scratchformer.nn import Embedding, LearnedPositionalEmbedding
 from scratchformer.nn.module import Module, Parameter
@@ -20,6 +22,13 @@ from scratchformer.optim import (
 
 SHAPES = [(4, 3), (3,), (2, 3, 2)]
 STEPS = 10
+
+
+@pytest.fixture(autouse=True, params=["fast", "reference"])
+def lane(request):
+    """Every test below runs in both lanes."""
+    with fast.reference(request.param == "reference"):
+        yield request.param
 
 
 def make_problem(seed=0, dtype=np.float64):

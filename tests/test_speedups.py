@@ -1,85 +1,144 @@
-"""The speed measures keep results exact enough: the float32 normal-CDF table, the
-allocator setting, the flat AdamW buffer and clip_grad_norm (docs/performance.md)."""
+"""The fast lane (scratchformer/fast/) against the reference: each fast variant gives the
+reference's result, bit for bit where the arithmetic is the same, within a stated float32
+tolerance where it is not; the switch runs the reference everywhere (docs/performance.md).
+
+Tolerances: the fast lane's sums are BLAS dot products and its attention scales q instead of
+the scores, so results differ from the reference by float rounding only: float64 within 1e-12
+relative, float32 within 1e-5 relative (a few units of float32's 6e-8 resolution, times the
+terms of a sum). float32 GELU's Phi comes from a table exact to 2e-7.
+"""
 
 import math
+import os
+import subprocess
+import sys
 
 import numpy as np
-
 import pytest
 
+from scratchformer import fast, ops
 from scratchformer.allocator import keep_freed_memory
 from scratchformer.errors import ConfigError
+from scratchformer.fast import activations as fast_activations
+from scratchformer.fast import attention as fast_attention
+from scratchformer.fast import optim as fast_optim
+from scratchformer.fast.reductions import GEMV_MAX_SIZE, max_last, sum_last, sum_leading
 from scratchformer.nn.module import Parameter
 from scratchformer.optim import SGD, AdamW, clip_grad_norm, optimizers, param_groups
-from scratchformer.ops.activations import (activation_backward, gelu_tanh_with_grad, gelu_with_grad,
-                                           normal_cdf)
+
+TOL = {np.float32: dict(rtol=1e-5, atol=1e-6), np.float64: dict(rtol=1e-12, atol=1e-13)}
 
 
-def test_normal_cdf_float32_table_is_accurate_and_float64_is_exact():
-    x = np.linspace(-12, 12, 200_001)
-    ref = np.array([0.5 * (1 + math.erf(v / math.sqrt(2))) for v in x])
-    y32 = normal_cdf(x.astype(np.float32))
-    assert y32.dtype == np.float32 and np.abs(y32 - ref).max() < 2e-7
-    assert np.abs(normal_cdf(x) - ref).max() < 1e-14
-    assert np.diff(y32).min() > -1e-7  # monotone up to float32 rounding
+def both_lanes(f, *args, **kwargs):
+    """(fast result, reference result) of f(*args, **kwargs)."""
+    with fast.reference(False):
+        got = f(*args, **kwargs)
+    with fast.reference(True):
+        want = f(*args, **kwargs)
+    return got, want
 
 
-def test_gelu_with_grad_gives_the_forward_and_its_derivative():
-    x = np.random.default_rng(0).standard_normal((3, 4, 5)).astype(np.float32)
-    y, _ = gelu_with_grad(x)
-    assert y.dtype == np.float32
-    np.testing.assert_array_equal(y, x * normal_cdf(x))
+def assert_close(got, want, dtype, exact=False):
+    for a, b in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+        if a is None:
+            assert b is None
+            continue
+        assert a.shape == b.shape and a.dtype == b.dtype == dtype
+        if exact:
+            np.testing.assert_array_equal(a, b)
+        else:
+            np.testing.assert_allclose(a, b, **TOL[dtype])
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_gelu_backward_in_place_is_bit_identical_to_the_plain_formula(dtype):
-    rng = np.random.default_rng(1)
-    x = (rng.standard_normal((64, 96)) * 3).astype(dtype)
-    dy = rng.standard_normal(x.shape).astype(dtype)
-    cdf = normal_cdf(x)
-    plain = dy * (cdf + x * (np.exp(-0.5 * x * x) * (1 / math.sqrt(2 * math.pi))))
-    np.testing.assert_array_equal(activation_backward(dy, gelu_with_grad(x)[1]), plain)
-    c = math.sqrt(2 / math.pi)  # and the tanh form, as written before it moved into the forward
-    th = np.tanh(c * (x + 0.044715 * (x * x * x)))
-    plain = dy * (0.5 * (1 + th) + 0.5 * x * (1 - th * th) * (c * (1 + 3 * 0.044715 * x * x)))
-    np.testing.assert_array_equal(activation_backward(dy, gelu_tanh_with_grad(x)[1]), plain)
+# -- the switch ------------------------------------------------------------------------------
+@pytest.mark.parametrize("value,enabled", [(None, True), ("0", True), ("1", False)])
+def test_the_environment_variable_chooses_the_lane_at_import(value, enabled):
+    env = {k: v for k, v in os.environ.items() if k != "SCRATCHFORMER_REFERENCE"}
+    if value is not None:
+        env["SCRATCHFORMER_REFERENCE"] = value
+    out = subprocess.run([sys.executable, "-c", "import scratchformer.fast as f; print(f.enabled)"],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == str(enabled), out.stderr
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_layernorm_in_place_is_bit_identical_to_the_plain_formula(dtype):
-    from scratchformer.ops.layernorm import layernorm_backward, layernorm_forward
-    from scratchformer.ops.reductions import sum_last, sum_leading
+def test_use_reference_and_the_context_manager_flip_one_flag():
+    import scratchformer
 
-    rng = np.random.default_rng(2)
-    x = (rng.standard_normal((5, 7, 48)) * 3 + 1).astype(dtype)
-    w, b = rng.standard_normal(48).astype(dtype), rng.standard_normal(48).astype(dtype)
-    dy = rng.standard_normal(x.shape).astype(dtype)
-    mean = lambda a: sum_last(a) / 48  # noqa: E731 -- the sums as layernorm.py takes them (BLAS)
-    xc = x - mean(x)
-    rstd = 1.0 / np.sqrt(mean(xc * xc) + 1e-5)
-    xhat = xc * rstd
-    g = dy * w
-    plain_dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
-    y, xhat_got, rstd_got = layernorm_forward(x, w, b)
-    for got, want in zip((y, xhat_got, rstd_got), (xhat * w + b, xhat, rstd)):
-        np.testing.assert_array_equal(got, want)
-    dx, dw, db = layernorm_backward(dy, xhat, rstd, w)
-    np.testing.assert_array_equal(dx, plain_dx)
-    np.testing.assert_array_equal(dw, sum_leading(dy * xhat))
-    np.testing.assert_array_equal(db, sum_leading(dy))
-    # and the BLAS sums are NumPy's sums up to rounding
-    np.testing.assert_allclose(dw, (dy * xhat).reshape(-1, 48).sum(axis=0), rtol=1e-5, atol=1e-5)
+    assert fast.enabled  # the default: the fast lane
+    scratchformer.use_reference()
+    try:
+        assert not fast.enabled
+        with fast.reference(False):
+            assert fast.enabled
+        assert not fast.enabled
+    finally:
+        scratchformer.use_reference(False)
+    with pytest.raises(KeyError), fast.reference():
+        assert not fast.enabled
+        raise KeyError("an error inside the block")
+    assert fast.enabled  # restored even on an error
 
 
+FAST_MODULES = ["activations", "attention", "layernorm", "linear", "optim", "reductions", "softmax"]
+
+
+def _trap_fast_lane(monkeypatch, calls):
+    """Replace every function and class of the fast lane with one that records its name."""
+    import importlib
+    import inspect
+
+    for name in FAST_MODULES:
+        module = importlib.import_module(f"scratchformer.fast.{name}")
+        for attr, value in vars(module).items():
+            if (inspect.isfunction(value) or inspect.isclass(value)) and value.__module__ == module.__name__:
+                def trap(*args, _real=value, _name=f"{name}.{attr}", **kwargs):
+                    calls.append(_name)
+                    return _real(*args, **kwargs)
+                monkeypatch.setattr(module, attr, trap)
+
+
+def _train_two_steps(activation):
+    from scratchformer.models import GPT, GPTConfig
+
+    cfg = GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=16, dropout=0.1,
+                    activation=activation)
+    model = GPT(cfg, seed=0)
+    opt = AdamW(param_groups(model, 0.1), lr=1e-2)
+    x = np.random.default_rng(1).integers(0, 11, size=(3, 8))
+    losses = []
+    for _ in range(2):
+        opt.zero_grad()
+        _, loss = model(x, x)
+        model.backward()
+        clip_grad_norm(model.parameters(), 0.5)
+        opt.step()
+        losses.append(loss)
+    return losses
+
+
+@pytest.mark.parametrize("activation", ["gelu", "relu"])
+def test_the_switch_runs_the_reference_everywhere_and_the_fast_lane_by_default(activation, monkeypatch):
+    calls = []
+    _trap_fast_lane(monkeypatch, calls)
+    with fast.reference():
+        reference_losses = _train_two_steps(activation)
+    assert calls == []  # a GPT's forward, backward, clip and AdamW step: no fast-lane code ran
+    fast_losses = _train_two_steps(activation)
+    entry_points = {"attention.attention_forward", "attention.attention_backward", "layernorm.layernorm_forward",
+                    "layernorm.layernorm_backward", "linear.linear_backward", "softmax.log_softmax_forward",
+                    "optim.FlatAdamW", "optim.clip_grad_norm"}
+    assert entry_points <= set(calls)  # each op the GPT's step uses handed over to its fast form
+    assert ("activations.gelu_with_grad" in calls) == (activation == "gelu")
+    np.testing.assert_allclose(fast_losses, reference_losses, rtol=1e-5)
+
+
+# -- reductions (fast/reductions.py) ---------------------------------------------------------
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("shape", [(3, 5, 7), (256, 64), (1, 1), (0, 4), (4, 0), (2100, 1000)],
                          ids=["3d", "2d", "one", "no-rows", "no-columns", "past-GEMV_MAX_SIZE"])
 def test_blas_sums_match_numpy_sums(dtype, shape):
-    from scratchformer.ops import reductions
-    from scratchformer.ops.reductions import sum_last, sum_leading
-
     x = np.random.default_rng(4).standard_normal(shape).astype(dtype)
-    assert (x.size > reductions.GEMV_MAX_SIZE) == (shape == (2100, 1000))
+    assert (x.size > GEMV_MAX_SIZE) == (shape == (2100, 1000))
     tol = 1e-5 if dtype == np.float32 else 1e-12
     for got, want in ((sum_last(x), x.sum(axis=-1, keepdims=True)),
                       (sum_leading(x), x.sum(axis=tuple(range(x.ndim - 1))))):
@@ -89,8 +148,6 @@ def test_blas_sums_match_numpy_sums(dtype, shape):
 
 
 def test_blas_sums_propagate_nan_and_inf_and_leave_integers_to_numpy():
-    from scratchformer.ops.reductions import sum_last, sum_leading
-
     x = np.ones((3, 4), dtype=np.float32)
     x[0, 1], x[1, 2], x[2, :2] = np.nan, np.inf, (np.inf, -np.inf)
     with np.errstate(invalid="ignore"):  # inf - inf warns "invalid value", as x.sum does
@@ -103,8 +160,6 @@ def test_blas_sums_propagate_nan_and_inf_and_leave_integers_to_numpy():
 @pytest.mark.parametrize("shape", [(2, 3, 16, 16), (5, 32), (5, 33), (7, 1), (0, 16)],
                          ids=["scores", "longest-transposed", "plain", "one-column", "empty"])
 def test_max_last_is_the_exact_max_with_nan_propagating(shape):
-    from scratchformer.ops.reductions import max_last
-
     x = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
     np.testing.assert_array_equal(max_last(x), x.max(axis=-1, keepdims=True))
     if x.size:
@@ -114,6 +169,299 @@ def test_max_last_is_the_exact_max_with_nan_propagating(shape):
         assert np.isnan(got[0]) and not np.isnan(got[1:]).any()
 
 
+# -- softmax, layer norm, linear (fast/softmax.py, fast/layernorm.py, fast/linear.py) ---------
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(6, 27), (2, 5, 80)], ids=["short-rows", "long-rows"])
+def test_softmax_and_log_softmax_equal_the_reference(dtype, shape):
+    rng = np.random.default_rng(6)
+    x, dy = (rng.standard_normal(shape) * 3).astype(dtype), rng.standard_normal(shape).astype(dtype)
+    y, logy = ops.softmax_forward(x), ops.log_softmax_forward(x)
+    for f, args in ((ops.softmax_forward, (x,)), (ops.softmax_backward, (dy, y)),
+                    (ops.log_softmax_forward, (x,)), (ops.log_softmax_backward, (dy, logy))):
+        assert_close(*both_lanes(f, *args), dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("bias", [True, False])
+def test_layernorm_and_linear_equal_the_reference(dtype, bias):
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal((5, 7, 48)) * 3 + 1).astype(dtype)
+    w, b = rng.standard_normal(48).astype(dtype), rng.standard_normal(48).astype(dtype) if bias else None
+    dy = rng.standard_normal(x.shape).astype(dtype)
+    _, xhat, rstd = ops.layernorm_forward(x, w, b)
+    assert_close(*both_lanes(ops.layernorm_forward, x, w, b), dtype)
+    assert_close(*both_lanes(ops.layernorm_backward, dy, xhat, rstd, w), dtype)
+    W = rng.standard_normal((48, 48)).astype(dtype)
+    (dx, dW, db), (ref_dx, ref_dW, ref_db) = both_lanes(ops.linear_backward, dy, x, W, bias)
+    assert_close((dx, dW), (ref_dx, ref_dW), dtype, exact=True)  # the same GEMMs
+    assert_close(db, ref_db, dtype) if bias else (db, ref_db) == (None, None)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_layernorm_in_place_is_bit_identical_to_the_plain_formula_with_the_same_sums(dtype):
+    from scratchformer.fast.layernorm import layernorm_backward, layernorm_forward
+
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal((5, 7, 48)) * 3 + 1).astype(dtype)
+    w, b = rng.standard_normal(48).astype(dtype), rng.standard_normal(48).astype(dtype)
+    dy = rng.standard_normal(x.shape).astype(dtype)
+    mean = lambda a: sum_last(a) / 48  # noqa: E731 -- the reference's formula with the fast lane's sums
+    xc = x - mean(x)
+    rstd = 1.0 / np.sqrt(mean(xc * xc) + 1e-5)
+    xhat = xc * rstd
+    g = dy * w
+    plain_dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
+    y, xhat_got, rstd_got = layernorm_forward(x, w, b)
+    for got, want in zip((y, xhat_got, rstd_got), (xhat * w + b, xhat, rstd)):
+        np.testing.assert_array_equal(got, want)
+    dx, dw, db = layernorm_backward(dy, xhat, rstd, w)
+    np.testing.assert_array_equal(dx, plain_dx)
+    np.testing.assert_array_equal(dw, sum_leading(dy * xhat))
+    np.testing.assert_array_equal(db, sum_leading(dy))
+
+
+# -- GELU (fast/activations.py) --------------------------------------------------------------
+def test_normal_cdf_float32_table_is_accurate_and_monotone():
+    x = np.linspace(-12, 12, 200_001)
+    exact = np.array([0.5 * (1 + math.erf(v / math.sqrt(2))) for v in x])
+    y32 = fast_activations.normal_cdf(x.astype(np.float32))
+    assert y32.dtype == np.float32 and np.abs(y32 - exact).max() < 2e-7
+    assert np.abs(ops.numerics.normal_cdf(x) - exact).max() < 1e-14  # the reference, float64
+    assert np.diff(y32).min() > -1e-7  # monotone up to float32 rounding
+
+
+def test_float32_gelu_equals_the_reference_within_the_tables_error():
+    x = np.linspace(-12, 12, 20_001).astype(np.float32)
+    (y, dydx), (ref_y, ref_dydx) = both_lanes(ops.activations.gelu_with_grad, x)
+    assert y.dtype == ref_y.dtype == np.float32
+    # the table's Phi is within 2e-7, the float32 erf polynomial's within 1e-7, plus rounding
+    assert np.all(np.abs(y - ref_y) <= 4e-7 * np.maximum(np.abs(x), 1))
+    assert np.all(np.abs(dydx - ref_dydx) <= 4e-7 * np.maximum(np.abs(x), 1))
+    np.testing.assert_array_equal(both_lanes(ops.gelu_forward, x)[0], y)
+    x64 = x.astype(np.float64)  # float64 has no fast variant: both lanes run the erf polynomial
+    assert_close(*both_lanes(ops.activations.gelu_with_grad, x64), np.float64, exact=True)
+
+
+def test_gelu_derivative_in_place_is_bit_identical_to_the_reference_formula_with_the_same_phi():
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal((64, 96)) * 3).astype(np.float32)
+    cdf = fast_activations.normal_cdf(x)
+    y, dydx = fast_activations.gelu_with_grad(x)
+    np.testing.assert_array_equal(y, x * cdf)
+    np.testing.assert_array_equal(dydx, cdf + x * (np.exp(-0.5 * x * x) * (1 / math.sqrt(2 * math.pi))))
+
+
+# -- attention (fast/attention.py) -----------------------------------------------------------
+def _padding_mask(lengths, Tk):
+    return (np.arange(Tk)[None, :] < np.asarray(lengths)[:, None])[:, None, None, :]  # (B, 1, 1, Tk)
+
+
+ATTN_CASES = {
+    "plain": dict(Tq=4, Tk=4, mask=None, causal=False),
+    "causal+padding": dict(Tq=4, Tk=4, mask=_padding_mask([3, 4], 4), causal=True),
+    "cross Tq<Tk": dict(Tq=3, Tk=5, mask=_padding_mask([5, 3], 5), causal=False),
+    "causal Tq<Tk (kv cache)": dict(Tq=2, Tk=5, mask=None, causal=True),
+    "all-masked rows": dict(Tq=3, Tk=4, mask=np.array([[True, False, True, True], [False] * 4, [True] * 4]),
+                            causal=False),
+    "causal all-masked (Tq>Tk)": dict(Tq=5, Tk=3, mask=None, causal=True),
+}
+
+
+def _attn_inputs(B, Tq, Tk, dtype, seed=28, H=2, d=3):
+    g = np.random.default_rng(seed)
+    return tuple(g.standard_normal(s).astype(dtype) for s in ((B, H, Tq, d), (B, H, Tk, d), (B, H, Tk, d),
+                                                            (B, H, Tq, d)))
+
+
+def _attention(q, k, v, dout, case, dropout=0.0, keep=True):
+    """(out, weights, dq, dk, dv), the dropout drawn from the same seed every call."""
+    c = ATTN_CASES[case]
+    out, cache = ops.attention_forward(q, k, v, mask=c["mask"], causal=c["causal"], dropout_p=dropout,
+                                       rng=np.random.default_rng(9), training=True, keep_weights=keep)
+    return (out, cache["weights"], *ops.attention_backward(dout, cache))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
+@pytest.mark.parametrize("case", list(ATTN_CASES))
+def test_attention_equals_the_reference(case, dropout, dtype):
+    """One piece (small sizes): the fast lane draws the same dropout mask as the reference."""
+    c = ATTN_CASES[case]
+    q, k, v, dout = _attn_inputs(2, c["Tq"], c["Tk"], dtype)
+    got, want = both_lanes(_attention, q, k, v, dout, case, dropout)
+    assert_close(got, want, dtype)
+    assert np.isfinite(got[0]).all() and np.isfinite(got[2]).all()
+
+
+@pytest.mark.parametrize("case", list(ATTN_CASES))
+@pytest.mark.parametrize("B", [2, 3, 5], ids=["B=2", "B=3", "B=5"])
+def test_attention_in_pieces_covers_every_row_and_equals_one_piece(case, B, monkeypatch):
+    """Two batch rows a piece: B=3 and B=5 end with a partial piece, which must be computed too.
+    Pieces equal the one-piece result up to rounding; recomputed weights equal kept ones exactly."""
+    c = ATTN_CASES[case]
+    q, k, v, dout = _attn_inputs(B, c["Tq"], c["Tk"], np.float64)
+    if c["mask"] is not None and c["mask"].ndim == 4:  # a per-row padding mask, for B rows
+        c = dict(c, mask=np.resize(c["mask"], (B,) + c["mask"].shape[1:]))
+        monkeypatch.setitem(ATTN_CASES, case, c)
+    whole = _attention(q, k, v, dout, case)
+    monkeypatch.setattr(fast_attention, "CHUNK_BYTES", 2 * fast_attention.weights_nbytes(q[:1], k[:1]))
+    _, cache = ops.attention_forward(q, k, v, mask=c["mask"], causal=c["causal"])
+    spans = [range(B)[s] for s in cache["spans"]]
+    assert [len(s) for s in spans] == [2] * (B // 2) + [1] * (B % 2)
+    assert [i for s in spans for i in s] == list(range(B))  # every row, once, in order
+    pieces = _attention(q, k, v, dout, case)
+    for a, b in zip(pieces, whole):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+    recomputed = _attention(q, k, v, dout, case, keep=False)
+    assert recomputed[1] is None
+    for a, b in zip(recomputed[:1] + recomputed[2:], pieces[:1] + pieces[2:]):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("case", list(ATTN_CASES))
+def test_attention_in_pieces_with_dropout_matches_finite_differences(case, monkeypatch):
+    """With dropout the pieces draw their masks in another order than one piece, so their
+    gradients are checked against finite differences instead."""
+    from scratchformer.gradcheck import numerical_gradient, relative_error
+
+    c = ATTN_CASES[case]
+    q, k, v, dout = _attn_inputs(3, c["Tq"], c["Tk"], np.float64)
+    if c["mask"] is not None and c["mask"].ndim == 4:
+        monkeypatch.setitem(ATTN_CASES, case, dict(c, mask=np.resize(c["mask"], (3,) + c["mask"].shape[1:])))
+    monkeypatch.setattr(fast_attention, "CHUNK_BYTES", 1)  # one batch row a piece
+    got = _attention(q, k, v, dout, case, dropout=0.3, keep=False)
+    for x, grad in zip((q, k, v), got[2:]):
+        numeric = numerical_gradient(lambda: float(np.sum(_attention(q, k, v, dout, case, 0.3)[0] * dout)), x)
+        assert relative_error(grad, numeric) <= 5e-8
+
+
+# -- AdamW and clip_grad_norm (fast/optim.py) ------------------------------------------------
+def _adamw_run(init, steps, dtype):
+    params = [Parameter(a.copy()) for a in init]
+    opt = AdamW([{"params": params[:2], "weight_decay": 0.1}, {"params": params[2:], "weight_decay": 0.0}],
+                lr=1e-2, betas=(0.9, 0.95), eps=1e-8)
+    for grads in steps:
+        opt.zero_grad()
+        for p, g in zip(params, grads):
+            p.grad += g
+        opt.step()
+    return tuple(p.data for p in params) + tuple(opt.m) + tuple(opt.v)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_flat_adamw_is_bit_identical_to_the_per_parameter_reference(dtype, monkeypatch):
+    monkeypatch.setattr(fast_optim, "UPDATE_CHUNK", 4096)  # (300, 70) spans several pieces
+    rng = np.random.default_rng(0)
+    shapes = [(5, 3), (300, 70), (7,), (2, 3, 4)]
+    init = [rng.standard_normal(s).astype(dtype) for s in shapes]
+    steps = [[rng.standard_normal(s).astype(dtype) for s in shapes] for _ in range(6)]
+    got, want = both_lanes(_adamw_run, init, steps, dtype)
+    assert_close(got, want, dtype, exact=True)
+    assert_close(got, _adamw_run(init, steps, dtype), dtype, exact=True)  # run to run
+
+
+def test_a_gpt_trains_through_the_flat_views_exactly_as_with_its_own_arrays():
+    from scratchformer.models import GPT, GPTConfig
+
+    cfg = GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=16)
+    x = np.random.default_rng(1).integers(0, 11, size=(3, 8))
+    flat_model, ref_model = GPT(cfg, seed=0), GPT(cfg, seed=0)
+    opt = AdamW(param_groups(flat_model, 0.1), lr=1e-2, betas=(0.9, 0.95))
+    with fast.reference():
+        ref_opt = AdamW(param_groups(ref_model, 0.1), lr=1e-2, betas=(0.9, 0.95))
+    for k, v in ref_model.state_dict().items():  # building the optimizer changed no value
+        np.testing.assert_array_equal(flat_model.state_dict()[k], v)
+    assert all(p.grad.base is opt._flat.grad and p.data.base is opt._flat.data for p in flat_model.parameters())
+    for _ in range(3):
+        losses = []
+        for model, optimizer in ((flat_model, opt), (ref_model, ref_opt)):
+            optimizer.zero_grad()
+            losses.append(model(x, x)[1])
+            model.backward()
+            clip_grad_norm(model.parameters(), 0.05)  # one flat pass, or per parameter
+            optimizer.step()
+        assert losses[0] == losses[1]  # the model reads the weights the optimizer wrote
+    for (k, a), b in zip(flat_model.state_dict().items(), ref_model.state_dict().values()):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6, err_msg=k)  # clip's norm sums differently
+
+
+def test_adamw_rebuilds_its_flat_buffer_when_parameters_are_replaced():
+    params = [Parameter(np.ones((2, 3), dtype=np.float32)), Parameter(np.ones(4, dtype=np.float32))]
+    opt = AdamW(params, lr=0.1, weight_decay=0.0)
+    params[0].data = params[0].data.astype(np.float64)  # as model.to(np.float64) does
+    params[0].grad = np.full((2, 3), 1.0)
+    params[1].data, params[1].grad = params[1].data.astype(np.float64), np.full(4, 1.0)
+    opt.step()
+    assert all(p.data.dtype == np.float64 and p.data.base is opt._flat.data for p in params)
+    np.testing.assert_allclose(params[0].data, 0.9, rtol=1e-6)  # first Adam step moves by lr
+    with pytest.raises(ConfigError, match="one dtype"):
+        AdamW([Parameter(np.ones(2, dtype=np.float32)), Parameter(np.ones(2))])
+
+
+def test_clip_grad_norm_flat_and_per_parameter_equal_the_reference(monkeypatch):
+    monkeypatch.setattr(fast_optim, "CLIP_CHUNK", 64)  # several pieces per gradient
+    rng = np.random.default_rng(0)
+    shapes = [(30, 7), (5,), (9, 4)]
+    grads = [rng.standard_normal(s).astype(np.float32) * 10 for s in shapes]
+
+    def clipped(params, flat):
+        if flat:
+            AdamW(params)  # grads become views of one flat array
+        for p, g in zip(params, grads):
+            p.grad += g
+        return clip_grad_norm(params, 1.0), tuple(p.grad for p in params)
+
+    new = lambda: [Parameter(np.zeros(s, dtype=np.float32)) for s in shapes]  # noqa: E731
+    with fast.reference():
+        ref_norm, ref_grads = clipped(new(), flat=False)
+    expected = math.sqrt(sum(float(np.sum(g.astype(np.float64) ** 2)) for g in grads))
+    assert ref_norm == pytest.approx(expected, rel=1e-12)
+    for flat in (True, False):
+        norm, got = clipped(new(), flat)
+        assert norm == pytest.approx(ref_norm, rel=1e-12)
+        assert_close(got, ref_grads, np.float32)
+    params = new()
+    AdamW(params)
+    for p, g in zip(params, grads):
+        p.grad += g
+    subset = math.sqrt(sum(float(np.sum(p.grad.astype(np.float64) ** 2)) for p in params[:2]))
+    assert clip_grad_norm(params[:2], 1.0) == pytest.approx(subset, rel=1e-12)  # not the whole buffer
+
+
+def _fill_with_ones(arrays):
+    for a in arrays:
+        a[...] = 1
+
+
+@pytest.mark.parametrize("kind", ["AdamW", "SGD", "SGD-resumed"])
+def test_optimiser_state_is_memory_a_forked_worker_shares_rather_than_copies(kind):
+    import multiprocessing
+
+    if not (sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()):
+        pytest.skip("fork is Linux-only here")
+    p = Parameter(np.zeros((3, 4), dtype=np.float32))
+    if kind == "AdamW":
+        opt = AdamW([p], lr=0.1)
+        arrays = [opt._flat.data, opt._flat.grad, opt._flat.m, opt._flat.v]
+    else:
+        opt = SGD([p], lr=0.1, momentum=0.9)
+        opt.step()  # the momentum buffers exist from the first step on
+        if kind == "SGD-resumed":
+            opt.load_state_dict(opt.state_dict())
+        arrays = opt.momentum_buffer + [p.data]
+        p.data[...] = 0  # the parameter itself is the model's: the child's write is not ours
+    child = multiprocessing.get_context("fork").Process(target=_fill_with_ones, args=(arrays,))
+    child.start()
+    child.join(10)
+    assert child.exitcode == 0
+    # the child's writes are ours: shared pages, not copy-on-write copies (which a worker would
+    # otherwise keep, stale, once this process writes the state at each step)
+    state = arrays if kind == "AdamW" else arrays[:-1]
+    assert all((a == 1).all() for a in state)
+    assert (p.data == 1).all() == (kind == "AdamW")  # AdamW's flat buffer holds the weights too
+
+
+# -- not fast-lane pieces, but speed measures of their own -----------------------------------
 def test_embedding_backward_sums_repeated_ids_like_add_at():
     from scratchformer.nn import Embedding
 
@@ -137,162 +485,6 @@ def test_keep_freed_memory_is_idempotent():
     first = keep_freed_memory()
     assert keep_freed_memory() == first
     assert isinstance(first, bool)
-
-
-def _fill_with_ones(arrays):
-    for a in arrays:
-        a[...] = 1
-
-
-@pytest.mark.parametrize("kind", ["AdamW", "SGD", "SGD-resumed"])
-def test_optimiser_state_is_memory_a_forked_worker_shares_rather_than_copies(kind):
-    import multiprocessing
-
-    from scratchformer.nn.parallel import can_fork_workers
-
-    if not can_fork_workers():
-        pytest.skip("fork is Linux-only here")
-    p = Parameter(np.zeros((3, 4), dtype=np.float32))
-    if kind == "AdamW":
-        opt = AdamW([p], lr=0.1)
-        arrays = [opt._flat_data, opt._flat_grad, opt._m, opt._v]
-    else:
-        opt = SGD([p], lr=0.1, momentum=0.9)
-        opt.step()  # the momentum buffers exist from the first step on
-        if kind == "SGD-resumed":
-            opt.load_state_dict(opt.state_dict())
-        arrays = opt.momentum_buffer + [p.data]
-        p.data[...] = 0  # the parameter itself is the model's: the child's write is not ours
-    child = multiprocessing.get_context("fork").Process(target=_fill_with_ones, args=(arrays,))
-    child.start()
-    child.join(10)
-    assert child.exitcode == 0
-    # the child's writes are ours: shared pages, not copy-on-write copies (which a worker would
-    # otherwise keep, stale, once this process writes the state at each step)
-    state = arrays if kind == "AdamW" else arrays[:-1]
-    assert all((a == 1).all() for a in state)
-    assert (p.data == 1).all() == (kind == "AdamW")  # AdamW's flat buffer holds the weights too
-
-
-# -- optim/: the flat AdamW buffer and clip_grad_norm (scratchformer/optim/optimizers.py) --------
-class ReferenceAdamW:
-    """AdamW as a per-parameter loop, as optimizers.py was before the flat buffer (the plain
-    formula, same order of operations): the optimised update must reproduce it bit for bit."""
-
-    def __init__(self, arrays, weight_decays, lr=1e-2, betas=(0.9, 0.95), eps=1e-8):
-        self.arrays, self.wds, self.lr, self.betas, self.eps = arrays, weight_decays, lr, betas, eps
-        self.m = [np.zeros_like(a) for a in arrays]
-        self.v = [np.zeros_like(a) for a in arrays]
-        self.t = 0
-
-    def step(self, grads):
-        self.t += 1
-        (b1, b2), lr = self.betas, self.lr
-        step_size, bc2_sqrt = lr / (1.0 - b1**self.t), math.sqrt(1.0 - b2**self.t)
-        for p, g, m, v, wd in zip(self.arrays, grads, self.m, self.v, self.wds):
-            if wd != 0.0:
-                p *= 1.0 - lr * wd
-            m *= b1
-            m += (1.0 - b1) * g
-            v *= b2
-            v += (1.0 - b2) * (g * g)
-            denom = np.sqrt(v)
-            denom /= bc2_sqrt
-            denom += self.eps
-            p -= step_size * (m / denom)
-
-
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_flat_adamw_is_bit_identical_to_the_per_parameter_loop(dtype, monkeypatch):
-    monkeypatch.setattr(optimizers, "_UPDATE_CHUNK", 4096)  # (300, 70) spans several pieces
-    rng = np.random.default_rng(0)
-    shapes = [(5, 3), (300, 70), (7,), (2, 3, 4)]
-    init = [rng.standard_normal(s).astype(dtype) for s in shapes]
-    steps = [[rng.standard_normal(s).astype(dtype) for s in shapes] for _ in range(6)]
-
-    def run():
-        params = [Parameter(a.copy()) for a in init]
-        opt = AdamW([{"params": params[:2], "weight_decay": 0.1}, {"params": params[2:], "weight_decay": 0.0}],
-                    lr=1e-2, betas=(0.9, 0.95), eps=1e-8)
-        for grads in steps:
-            opt.zero_grad()
-            for p, g in zip(params, grads):
-                p.grad += g
-            opt.step()
-        return [p.data for p in params]
-
-    got, again = run(), run()
-    ref = ReferenceAdamW([a.copy() for a in init], [0.1, 0.1, 0.0, 0.0])
-    for grads in steps:
-        ref.step(grads)
-    for a, b, c in zip(got, again, ref.arrays):
-        assert a.dtype == dtype
-        np.testing.assert_array_equal(a, b)  # run to run
-        np.testing.assert_array_equal(a, c)  # against the plain loop
-
-
-def test_a_gpt_trains_through_the_flat_views_exactly_as_with_its_own_arrays():
-    from scratchformer.models import GPT, GPTConfig
-
-    cfg = GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=16)
-    x = np.random.default_rng(1).integers(0, 11, size=(3, 8))
-    flat_model, ref_model = GPT(cfg, seed=0), GPT(cfg, seed=0)
-    opt = AdamW(param_groups(flat_model, 0.1), lr=1e-2, betas=(0.9, 0.95))
-    flat_params, ref_params = flat_model.parameters(), ref_model.parameters()
-    for k, v in ref_model.state_dict().items():  # building the optimizer changed no value
-        np.testing.assert_array_equal(flat_model.state_dict()[k], v)
-    assert all(p.grad.base is opt._flat_grad and p.data.base is opt._flat_data for p in flat_params)
-    decayed = {id(p) for p in param_groups(ref_model, 0.1)[0]["params"]}
-    ref = ReferenceAdamW([p.data for p in ref_params], [0.1 if id(p) in decayed else 0.0 for p in ref_params])
-    for _ in range(3):
-        opt.zero_grad()
-        _, loss = flat_model(x, x)
-        flat_model.backward()
-        clip_grad_norm(flat_params, 0.05)
-        opt.step()
-        ref_model.zero_grad()
-        _, ref_loss = ref_model(x, x)
-        ref_model.backward()
-        norm = math.sqrt(sum(float(np.sum(p.grad.astype(np.float64) ** 2)) for p in ref_params))
-        ref.step([p.grad * (0.05 / (norm + 1e-6)) for p in ref_params])
-        assert loss == ref_loss  # the model reads the weights the optimizer wrote
-    for (k, a), b in zip(flat_model.state_dict().items(), ref_model.state_dict().values()):
-        np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6, err_msg=k)  # clip's norm sums differently
-
-
-def test_adamw_rebuilds_its_flat_buffer_when_parameters_are_replaced():
-    params = [Parameter(np.ones((2, 3), dtype=np.float32)), Parameter(np.ones(4, dtype=np.float32))]
-    opt = AdamW(params, lr=0.1, weight_decay=0.0)
-    params[0].data = params[0].data.astype(np.float64)  # as model.to(np.float64) does
-    params[0].grad = np.full((2, 3), 1.0)
-    params[1].data, params[1].grad = params[1].data.astype(np.float64), np.full(4, 1.0)
-    opt.step()
-    assert all(p.data.dtype == np.float64 and p.data.base is opt._flat_data for p in params)
-    np.testing.assert_allclose(params[0].data, 0.9, rtol=1e-6)  # first Adam step moves by lr
-    with pytest.raises(ConfigError, match="one dtype"):
-        AdamW([Parameter(np.ones(2, dtype=np.float32)), Parameter(np.ones(2))])
-
-
-def test_clip_grad_norm_on_the_flat_buffer_matches_the_per_parameter_path(monkeypatch):
-    monkeypatch.setattr(optimizers, "_CLIP_CHUNK", 64)  # several pieces per gradient
-    rng = np.random.default_rng(0)
-    shapes = [(30, 7), (5,), (9, 4)]
-    grads = [rng.standard_normal(s).astype(np.float32) * 10 for s in shapes]
-    flat = [Parameter(np.zeros(s, dtype=np.float32)) for s in shapes]
-    AdamW(flat)  # grads become views of one flat array
-    loose = [Parameter(np.zeros(s, dtype=np.float32)) for s in shapes]
-    for ps in (flat, loose):
-        for p, g in zip(ps, grads):
-            p.grad += g
-    expected = math.sqrt(sum(float(np.sum(g.astype(np.float64) ** 2)) for g in grads))
-    n_flat, n_loose = clip_grad_norm(flat, 1.0), clip_grad_norm(loose, 1.0)
-    assert n_flat == pytest.approx(expected, rel=1e-12) and n_loose == pytest.approx(expected, rel=1e-12)
-    for a, b in zip(flat, loose):
-        np.testing.assert_allclose(a.grad, b.grad, rtol=1e-6)
-    total = math.sqrt(sum(float(np.sum(p.grad.astype(np.float64) ** 2)) for p in flat))
-    assert total == pytest.approx(1.0, rel=1e-5)
-    assert clip_grad_norm(flat[:2], 1.0) == pytest.approx(
-        math.sqrt(sum(float(np.sum(p.grad.astype(np.float64) ** 2)) for p in flat[:2])))  # a subset: per parameter
 
 
 def test_optimizers_apply_the_allocator_tuning(monkeypatch):
