@@ -10,7 +10,7 @@ BLAS thread, in `--workers` processes at once (as DataParallel does: the cores s
 memory and the package's power budget), and prints the median milliseconds per slice, next to scratchformer's own forward and backward
 of the same slice (a GPT, timed the same way). No step
 can be shorter than this (plus the optimiser and the messages between processes), whatever the
-elementwise code around the products does; docs/performance.md ("The small-model bars") sets it
+elementwise code around the products does; docs/performance.md ("The floor") sets it
 against PyTorch's step.
 
 Each run prints the BLAS kernel (threadpoolctl) and one JSON line per config.
