@@ -22,9 +22,10 @@ training checkpoint (`scratchformer.training.checkpoint`) stores the arrays in
 Fast lane (`scratchformer/fast/optim.py`, docs/performance.md): an AdamW built while the fast
 lane is on (the default) keeps every parameter, gradient and moment in one flat buffer and
 updates it in cache-sized in-place pieces, bit-identical to the per-parameter update below;
-`clip_grad_norm` then takes the norm of that buffer in one pass. Building an optimizer also
-calls `scratchformer.allocator.keep_freed_memory()`, so a hand-written training loop gets the
-same allocator tuning as `train()`.
+`clip_grad_norm` then takes the norm of that buffer in one pass.
+
+Building an optimizer also calls `scratchformer.allocator.keep_freed_memory()`, so a
+hand-written training loop gets the same allocator tuning as `train()`.
 """
 
 from __future__ import annotations
@@ -252,23 +253,19 @@ class AdamW(_Optimizer):
     def step(self) -> None:
         self.step_count += 1
         t, lr, (b1, b2), eps = self.step_count, self.lr, self.betas, self.eps
-        step_size = lr / (1.0 - b1**t)  # lr / (1 - b1^t): m's bias correction
-        bc2_sqrt = math.sqrt(1.0 - b2**t)  # sqrt(1 - b2^t): v's
+        step_size = lr / (1.0 - b1**t)  # m's bias correction, folded into the step
+        bc2_sqrt = math.sqrt(1.0 - b2**t)  # v's
         if self._flat is not None:
             sizes = [(len(g["params"]), g["weight_decay"]) for g in self.param_groups]
             self._flat.step(sizes, lr, self.betas, eps, step_size, bc2_sqrt)
             return
-        i = 0
-        for group in self.param_groups:
-            wd = group["weight_decay"]
-            for p in group["params"]:
-                g, m, v = p.grad, self._m[i], self._v[i]
-                if wd != 0.0:
-                    p.data *= 1.0 - lr * wd
-                m = self._m[i] = b1 * m + (1.0 - b1) * g
-                v = self._v[i] = b2 * v + (1.0 - b2) * g**2
-                p.data -= step_size * (m / (np.sqrt(v) / bc2_sqrt + eps))
-                i += 1
+        decays = [group["weight_decay"] for group in self.param_groups for _ in group["params"]]
+        for i, (p, wd) in enumerate(zip(self.params, decays)):
+            g = p.grad
+            p.data *= 1.0 - lr * wd  # decoupled weight decay
+            self._m[i] = b1 * self._m[i] + (1.0 - b1) * g  # first moment
+            self._v[i] = b2 * self._v[i] + (1.0 - b2) * g**2  # second moment
+            p.data -= step_size * (self._m[i] / (np.sqrt(self._v[i]) / bc2_sqrt + eps))
 
     def _buffers(self):
         return {"m": self.m, "v": self.v}
