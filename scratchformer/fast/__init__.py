@@ -4,7 +4,7 @@ tests/test_speedups.py proves each pair equal).
 
 The reference is the code a reader checks against the paper: `ops/attention.py` is
 scores -> mask -> softmax -> weights @ v, a sum is `x.sum(-1, keepdims=True)`, AdamW is the
-update per parameter. Each op that has a faster form asks `fast.enabled` on its first line and
+update per parameter. Each op that has a faster form asks `fast.enabled` before its formula and
 hands over to the function of the same name in this package:
 
     reductions.py   sums as BLAS matrix-vector products, a short row's max through a transposed copy
@@ -18,10 +18,12 @@ hands over to the function of the same name in this package:
 What each buys is measured in docs/performance.md.
 
 The switch, one flag for the whole process: `enabled` is True unless the environment sets
-SCRATCHFORMER_REFERENCE=1 (read once, at import; forked workers inherit the flag).
+SCRATCHFORMER_REFERENCE to anything but "0" or "" (read once, at import; forked workers
+inherit the flag).
 `use_reference()` / `use_reference(False)` flips it in a running process, and
 `with reference():` runs a block in the reference lane. An optimiser takes its lane when it is
-built (the flat buffer is a layout of the parameters), an op at each call.
+built (the flat buffer is a layout of the parameters), an op at each call. A run is
+reproducible bit for bit within a lane; the two lanes differ by float rounding.
 """
 
 from __future__ import annotations

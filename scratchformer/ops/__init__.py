@@ -1,7 +1,7 @@
 """Functional forward/backward pairs on plain NumPy arrays (the math of every layer).
 
 Each op is first its reference formula; an op with a faster form hands over to
-`scratchformer.fast` on its first line while `fast.enabled` (the default)."""
+`scratchformer.fast` before its formula while `fast.enabled` (the default)."""
 
 from scratchformer.ops.activations import (
     ACTIVATIONS,
