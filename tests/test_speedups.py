@@ -29,6 +29,13 @@ from scratchformer.optim import SGD, AdamW, clip_grad_norm, optimizers, param_gr
 TOL = {np.float32: dict(rtol=1e-5, atol=1e-6), np.float64: dict(rtol=1e-12, atol=1e-13)}
 
 
+@pytest.fixture(autouse=True)
+def fast_lane():
+    """Each test starts in the fast lane, whatever SCRATCHFORMER_REFERENCE says."""
+    with fast.reference(False):
+        yield
+
+
 def both_lanes(f, *args, **kwargs):
     """(fast result, reference result) of f(*args, **kwargs)."""
     with fast.reference(False):
@@ -64,7 +71,7 @@ def test_the_environment_variable_chooses_the_lane_at_import(value, enabled):
 def test_use_reference_and_the_context_manager_flip_one_flag():
     import scratchformer
 
-    assert fast.enabled  # the default: the fast lane
+    assert fast.enabled
     scratchformer.use_reference()
     try:
         assert not fast.enabled
