@@ -67,5 +67,11 @@ class TrainingDivergedError(ScratchformerError, ArithmeticError):
 
 
 class TrainingInterrupted(KeyboardInterrupt):
-    """Ctrl-C during training: a checkpoint of the current step was written (the message says
-    where). Not a ScratchformerError: the CLI exits with 130, as for any interrupt."""
+    """Training stopped on request -- Ctrl-C, SIGTERM or a closed stdout -- after a checkpoint
+    of the current step was written (the message says where). Not a ScratchformerError: the
+    CLI exits with `exit_code` (130 for Ctrl-C, 143 for SIGTERM, 141 for a closed stdout), as
+    the shell reports a process stopped by that signal."""
+
+    def __init__(self, message: str = "", exit_code: int = 130):
+        super().__init__(message)
+        self.exit_code = exit_code

@@ -1,14 +1,17 @@
 """Checkpoint round trip, crash safety of the atomic directory swap, corrupt files."""
 
+import errno
 import json
 import os
+import stat
 
 import numpy as np
 import pytest
 
 from scratchformer.errors import CheckpointError
 from scratchformer.training import checkpoint as ckpt_mod
-from scratchformer.training.checkpoint import atomic_write_bytes, save_checkpoint
+from scratchformer.runfiles import write_atomic
+from scratchformer.training.checkpoint import save_checkpoint
 from scratchformer.training.checkpoint import load_checkpoint as load_run_checkpoint
 
 
@@ -70,7 +73,7 @@ def test_optional_parts_and_overwrite(tmp_path):
 
 def test_crash_while_writing_files_keeps_previous_checkpoint(tmp_path, monkeypatch):
     save(tmp_path / "ckpt", seed=1)
-    real_write, calls = ckpt_mod._write_file, []
+    real_write, calls = ckpt_mod.write_file, []
 
     def crashing_write(path, data):
         calls.append(path)
@@ -79,7 +82,7 @@ def test_crash_while_writing_files_keeps_previous_checkpoint(tmp_path, monkeypat
             raise OSError("simulated crash")
         real_write(path, data)
 
-    monkeypatch.setattr(ckpt_mod, "_write_file", crashing_write)
+    monkeypatch.setattr(ckpt_mod, "write_file", crashing_write)
     with pytest.raises(OSError, match="simulated crash"):
         save(tmp_path / "ckpt", seed=2)
     monkeypatch.undo()
@@ -111,12 +114,57 @@ def test_crash_between_renames_recovers_from_backup(tmp_path, monkeypatch):
     assert not list(tmp_path.glob(".ckpt*"))
 
 
+def crash_between_renames(path, monkeypatch):
+    """A save of step 2 into `path` that dies after target -> backup, before temp -> target."""
+    real_replace, calls = os.replace, []
+
+    def crashing_replace(src, dst):
+        calls.append(src)
+        if len(calls) == 2:
+            raise OSError("simulated crash")
+        real_replace(src, dst)
+
+    with monkeypatch.context() as m:
+        m.setattr(ckpt_mod.os, "replace", crashing_replace)
+        with pytest.raises(OSError, match="simulated crash"):
+            save(path, seed=2)
+
+
+def test_a_lone_backup_is_restored_even_when_the_next_save_fails(tmp_path, monkeypatch):
+    save(tmp_path / "ckpt", seed=1)
+    crash_between_renames(tmp_path / "ckpt", monkeypatch)
+    assert not (tmp_path / "ckpt").exists() and (tmp_path / ".ckpt.old").is_dir()
+
+    def disk_full(path, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with monkeypatch.context() as m:  # the next save fails before its renames
+        m.setattr(ckpt_mod, "write_file", disk_full)
+        with pytest.raises(OSError, match="No space left") as e:
+            save(tmp_path / "ckpt", seed=3)
+    assert e.value.filename == str(tmp_path / "ckpt" / "model.safetensors")  # the file, not a temp name
+    assert load_checkpoint(tmp_path / "ckpt").step == 1  # the backup was restored, not dropped
+    assert not list(tmp_path.glob(".ckpt*"))
+
+
+def test_files_and_directories_follow_the_umask(tmp_path):
+    old = os.umask(0o022)
+    try:
+        path = save(tmp_path / "ckpt", seed=1)
+        write_atomic(tmp_path / "log.jsonl", b"")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o755  # a teammate can read a shared run
+    assert stat.S_IMODE((path / "model.safetensors").stat().st_mode) == 0o644
+    assert stat.S_IMODE((tmp_path / "log.jsonl").stat().st_mode) == 0o644
+
+
 @pytest.mark.parametrize("name", ["model.safetensors", "optimizer.safetensors", "trainer_state.json", "config.json"])
 def test_truncated_file_names_the_file(tmp_path, name):
     path = save(tmp_path / "ckpt", seed=1)
     data = (path / name).read_bytes()
     (path / name).write_bytes(data[: len(data) - 7])
-    with pytest.raises(CheckpointError, match=rf"{name} is corrupt or truncated"):
+    with pytest.raises(CheckpointError, match=rf"{name}: (invalid JSON, )?corrupt or truncated"):
         load_checkpoint(path)
 
 
@@ -143,9 +191,9 @@ def test_unserialisable_extra_is_a_checkpoint_error(tmp_path):
     assert not (tmp_path / "c").exists()
 
 
-def test_atomic_write_bytes(tmp_path):
+def test_write_atomic(tmp_path):
     p = tmp_path / "sub" / "log.json"
-    atomic_write_bytes(p, b'{"a": 1}')
-    atomic_write_bytes(p, b'{"a": 2}')
+    write_atomic(p, b'{"a": 1}')
+    write_atomic(p, b'{"a": 2}')
     assert json.loads(p.read_bytes()) == {"a": 2}
     assert os.listdir(p.parent) == ["log.json"]

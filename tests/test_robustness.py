@@ -4,6 +4,7 @@ a kill during a checkpoint, Ctrl-C, resume semantics, and the conveniences of `s
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -88,13 +89,67 @@ def test_torn_log_line_is_dropped_on_resume_with_a_note(tmp_path, capsys):
     assert note is None and [r["step"] for r in rows if "grad_norm" in r] == [1, 2, 3, 4, 5, 6]
 
 
-def test_fresh_run_does_not_append_to_a_stale_log(tmp_path, capsys):
+def test_fresh_run_refuses_a_stale_log_unless_overwrite(tmp_path, capsys):
     out = tmp_path / "run"  # a run killed before its first checkpoint left rows behind
     out.mkdir()
     (out / "log.jsonl").write_text('{"step": 1, "train_loss": 9.0}\n{"step": 2, "train_loss": 9.0}\n')
-    assert cli(capsys, "train", *TINY, "--max-steps", "2", "--log-interval", "1", "--out", out)[0] == 0
+    code, _, err = cli(capsys, "train", *TINY, "--max-steps", "2", "--log-interval", "1", "--out", out)
+    assert code == 2 and len(err) == 1 and "log.jsonl" in err[0] and "--overwrite" in err[0], err
+    assert steps(out / "log.jsonl") == [1, 2]  # untouched
+    code, _, err = cli(capsys, "train", "--resume", "--out", out)
+    assert code == 2 and len(err) == 1 and "only log.jsonl" in err[0] and "--overwrite" in err[0], err
+    assert cli(capsys, "train", *TINY, "--max-steps", "2", "--log-interval", "1", "--out", out, "--overwrite")[0] == 0
     assert all(r.get("train_loss") != 9.0 for r in read_log(out / "log.jsonl")[0])
     assert steps(out / "log.jsonl") == [1, 2, 2]
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """A 4-step run whose best/ (step 4) and last/ (step 4) the tests below copy."""
+    out = tmp_path_factory.mktemp("finished") / "run"
+    assert main(["train", *TINY, "--max-steps", "4", "--eval-interval", "2", "--out", str(out)]) == 0
+    return out
+
+
+def copy_run(finished_run, dest, keep):
+    """A copy of `finished_run` holding only the entries in `keep` (name -> name in the copy)."""
+    dest.mkdir()
+    for name, as_name in keep.items():
+        src = finished_run / name
+        shutil.copytree(src, dest / as_name) if src.is_dir() else shutil.copy(src, dest / as_name)
+    return dest
+
+
+@pytest.mark.parametrize("keep", [{"best": "best"}, {"last": ".last.old", "best": ".best.old"},
+                                  {"last": "last"}, {"best": ".best.old"}])
+def test_fresh_run_never_touches_an_existing_run(finished_run, tmp_path, capsys, keep):
+    out = copy_run(finished_run, tmp_path / "run", keep)
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    code, _, err = cli(capsys, "train", *TINY, "--max-steps", "2", "--out", out)
+    assert code == 2 and len(err) == 1 and "already holds a run" in err[0] and "--overwrite" in err[0], err
+    after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != ".lock"}
+    assert after == before  # nothing written, nothing deleted
+    code, _, err = cli(capsys, "train", *TINY, "--max-steps", "2", "--out", out, "--overwrite")
+    assert code == 0 and load_checkpoint(out / "best").step == 2 and load_checkpoint(out / "last").step == 2
+    assert not list(out.glob(".*.old"))
+
+
+def test_an_interrupted_saves_backup_is_read_and_resumed(finished_run, tmp_path, capsys):
+    out = copy_run(finished_run, tmp_path / "run", {"last": ".last.old", "best": "best", "log.jsonl": "log.jsonl"})
+    assert load_checkpoint(out / "last").step == 4  # every reader reads through the backup
+    assert cli(capsys, "eval", out / "last")[0] == 0
+    code, stdout, err = cli(capsys, "train", "--resume", "--out", out, "--max-steps", "6", "--no-progress")
+    assert code == 0 and "step 6" in stdout, err
+    assert (out / "last").is_dir() and not (out / ".last.old").exists() and load_checkpoint(out / "last").step == 6
+
+
+def test_resume_with_only_best_says_how_to_start_over(finished_run, tmp_path, capsys):
+    out = copy_run(finished_run, tmp_path / "run", {"best": "best"})
+    code, _, err = cli(capsys, "train", "--resume", "--out", out)
+    assert code == 2 and len(err) == 1 and "only best/" in err[0] and "--overwrite" in err[0], err
+    assert "without --resume" not in err[0]
+    code, _, err = cli(capsys, "train", "--resume", "--overwrite", "--out", out)
+    assert code == 2 and len(err) == 1 and "one of them" in err[0]
 
 
 def test_log_rows_have_milliseconds_per_step_and_mfu(tmp_path, capsys):
@@ -139,13 +194,13 @@ def test_resume_of_a_run_without_a_checkpoint_says_so(tmp_path, capsys):
 KILL_DURING_SAVE = """
 import os, signal, sys
 from scratchformer.training import checkpoint
-real, calls = checkpoint._write_file, [0]
+real, calls = checkpoint.write_file, [0]
 def write_then_die(path, data):
     calls[0] += 1
     if calls[0] == int(sys.argv[1]):  # in the middle of writing a checkpoint's files
         os.kill(os.getpid(), signal.SIGKILL)
     real(path, data)
-checkpoint._write_file = write_then_die
+checkpoint.write_file = write_then_die
 from scratchformer.cli.main import main
 sys.exit(main(sys.argv[2:]))
 """

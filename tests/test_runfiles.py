@@ -16,8 +16,8 @@ from scratchformer.errors import CheckpointError, DataChangedError, DataError, R
 from scratchformer.training import rundir
 from scratchformer.training.rundir import (LogWriter, RunLock, check_data_unchanged, fingerprint_file, read_log,
                                            start_log, truncate_log)
-from scratchformer.training.schema import (CONFIG, LOG_ROW, TOKENIZER, TRAINER_STATE, check_json, read_json_file,
-                                           strict_json)
+from scratchformer.runfiles import MAX_JSON_BYTES, read_json_file, read_regular_file
+from scratchformer.training.schema import CONFIG, LOG_ROW, TOKENIZER, TRAINER_STATE, check_json, strict_json
 
 GPT_CONFIG = {
     "kind": "gpt",
@@ -50,6 +50,13 @@ TRAINER_STATE_OK = {
 
 
 
+def read_checked(path, schema):
+    """What load_checkpoint does with each run file: read it (runfiles), check it (schema)."""
+    value = read_json_file(path)
+    check_json(value, schema, path)
+    return value
+
+
 def write_json(tmp_path, name, value) -> str:
     p = tmp_path / name
     p.write_text(json.dumps(value))
@@ -61,7 +68,7 @@ def write_json(tmp_path, name, value) -> str:
                                          (TRAINER_STATE, TRAINER_STATE_OK), (TOKENIZER, {"type": "char",
                                           "version": 1, "special": "<eot>", "chars": list("abc")})])
 def test_files_as_written_today_pass(tmp_path, schema, doc):
-    assert read_json_file(write_json(tmp_path, "f.json", doc), schema) == doc
+    assert read_checked(write_json(tmp_path, "f.json", doc), schema) == doc
 
 
 def test_files_of_a_real_run_pass(tmp_path):
@@ -70,9 +77,9 @@ def test_files_of_a_real_run_pass(tmp_path):
     assert main(["train", "--out", str(tmp_path / "r"), "--max-steps", "2", "--n-layer", "1", "--n-embd", "8",
                  "--n-head", "2", "--no-progress", "--quiet"]) == 0
     last = tmp_path / "r" / "last"
-    read_json_file(last / "config.json", CONFIG)
-    read_json_file(last / "trainer_state.json", TRAINER_STATE)
-    read_json_file(last / "tokenizer.json", TOKENIZER)
+    read_checked(last / "config.json", CONFIG)
+    read_checked(last / "trainer_state.json", TRAINER_STATE)
+    read_checked(last / "tokenizer.json", TOKENIZER)
     rows, note = read_log(tmp_path / "r" / "log.jsonl")
     assert note is None and [r["step"] for r in rows] == [2, 2]
 
@@ -106,7 +113,7 @@ BAD_FILES = [  # (schema, document, words the one-line message must contain)
 def test_bad_file_is_one_line_naming_file_and_field(tmp_path, schema, doc, words):
     path = write_json(tmp_path, "run.json", doc)
     with pytest.raises(RunFileError) as e:
-        read_json_file(path, schema)
+        read_checked(path, schema)
     msg = str(e.value)
     assert "\n" not in msg and msg.startswith(str(path)) and words in msg, msg
     assert isinstance(e.value, CheckpointError)
@@ -124,16 +131,54 @@ def test_unreadable_json_is_one_line(tmp_path, text, words):
     path = tmp_path / "trainer_state.json"
     path.write_text(text)
     with pytest.raises(RunFileError, match=words) as e:
-        read_json_file(path, TRAINER_STATE)
+        read_checked(path, TRAINER_STATE)
     assert "\n" not in str(e.value) and str(path) in str(e.value)
 
 
 def test_missing_and_non_utf8_files(tmp_path):
-    with pytest.raises(RunFileError, match="is missing"):
-        read_json_file(tmp_path / "nope.json", CONFIG)
+    with pytest.raises(FileNotFoundError):  # each caller words it (checkpoint: "is incomplete")
+        read_json_file(tmp_path / "nope.json")
     (tmp_path / "bin.json").write_bytes(b"\xff\xfe{}")
     with pytest.raises(RunFileError, match="not UTF-8"):
-        read_json_file(tmp_path / "bin.json", CONFIG)
+        read_json_file(tmp_path / "bin.json")
+
+
+READ_IN_A_CHILD = """
+import sys
+from scratchformer.errors import RunFileError
+from scratchformer.runfiles import read_json_file
+from scratchformer.training.rundir import read_log
+try:
+    (read_log if sys.argv[1].endswith(".jsonl") else read_json_file)(sys.argv[1])
+except RunFileError as e:
+    print(e)
+"""
+
+
+@pytest.mark.parametrize("name, kind", [("trainer_state.json", "fifo"), ("trainer_state.json", "dev_zero"),
+                                        ("trainer_state.json", "directory"), ("log.jsonl", "fifo"),
+                                        ("log.jsonl", "dev_zero")])
+def test_only_regular_files_are_read(tmp_path, kind, name):
+    path = tmp_path / name
+    if kind == "fifo":
+        os.mkfifo(path)  # reading would wait for a writer forever
+    elif kind == "dev_zero":
+        path.symlink_to("/dev/zero")  # reading would never end
+    else:
+        path.mkdir()
+    child = subprocess.run([sys.executable, "-c", READ_IN_A_CHILD, str(path)], capture_output=True, text=True,
+                           env={**os.environ, "PYTHONPATH": os.getcwd()}, timeout=60)  # a hang fails here
+    assert child.returncode == 0 and child.stdout.strip().startswith(str(path)), child
+    assert "not a regular file" in child.stdout or "a directory" in child.stdout
+
+
+def test_a_huge_run_file_is_refused_before_it_is_read(tmp_path):
+    path = tmp_path / "config.json"
+    with open(path, "wb") as f:
+        f.truncate(MAX_JSON_BYTES + 1)  # sparse: nothing is really written
+    with pytest.raises(RunFileError, match="too large"):
+        read_json_file(path)
+    assert read_regular_file(tmp_path / "config.json", None)[:1] == b"\0"  # no bound: read
 
 
 def test_strict_json_has_no_nan_and_says_which_fields():
@@ -191,8 +236,9 @@ def test_full_disk_leaves_no_half_row(tmp_path, monkeypatch):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(rundir.os, "write", half_then_enospc)
-    with pytest.raises(OSError, match=f"cannot append to {path}: No space left"):
+    with pytest.raises(OSError, match="No space left") as e:
         log.append({"step": 2, "train_loss": 2.25})
+    assert e.value.filename == str(path)  # the CLI prints "PATH: No space left on device"
     monkeypatch.undo()
     assert path.read_bytes() == before
     log.append({"step": 2, "train_loss": 2.0})  # the disk has room again

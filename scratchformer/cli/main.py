@@ -199,6 +199,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its last checkpoint, on its original schedule; a larger "
                         "--max-steps extends it (the cosine keeps its length unless --decay-steps is given)")
+    t.add_argument("--overwrite", action="store_true",
+                   help="start a new run in an --out that holds one: its last/, best/ and log.jsonl are deleted "
+                        "first (without it, such an --out is refused)")
     t.add_argument("--allow-changed-data", action="store_true",
                    help="resume even though the data file changed since training (its sha256 differs)")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -280,7 +283,8 @@ def cmd_train(args) -> int:
     from scratchformer.data.datasets import guess_format
     from scratchformer.training.checkpoint import checkpoint_exists, load_checkpoint
     from scratchformer.training.jobs import build_job, job_class
-    from scratchformer.training.trainer import LAST, resume_config, train
+    from scratchformer.training.rundir import check_fresh, run_files
+    from scratchformer.training.trainer import LAST, resume_config, stdout, train
 
     if args.out == "":
         raise CLIError("--out is empty: give a directory, or omit --out (default: out/<data name or task>)")
@@ -306,9 +310,15 @@ def cmd_train(args) -> int:
         if model_settings or data_settings or args.format:
             raise CLIError("--resume continues the saved run: model and data options cannot change "
                            "(training options such as --max-steps can; --data only says where its file moved)")
+        if args.overwrite:
+            raise CLIError("--resume continues the run in --out and --overwrite deletes it: pass one of them")
         if not checkpoint_exists(out / LAST):
-            raise CLIError(f"nothing to resume: {out} holds no checkpoint ({LAST}/); train without --resume to "
-                           "start the run (a run stopped before its first checkpoint starts again)")
+            found = run_files(out)
+            if found:
+                raise CLIError(f"nothing to resume: {out} holds no {LAST}/ checkpoint, only {', '.join(found)}: "
+                               "train with --overwrite (instead of --resume) to start a new run there, or choose "
+                               "another --out")
+            raise CLIError(f"nothing to resume: {out} holds no run; train without --resume to start one")
         checkpoint = load_checkpoint(out / LAST)
         saved_task = checkpoint.config.get("task", "lm")
         if args.task is not None and args.task != saved_task:
@@ -328,18 +338,21 @@ def cmd_train(args) -> int:
         if note:
             print(note)
     else:
+        if not args.overwrite:
+            check_fresh(out)  # before the data is read; train() checks again, under the run's lock
         data_settings.update({"path": args.data} if args.data is not None else {})
         job, cfg = build_job(run_kind, model_settings, train_settings, data_settings)
     model = job.model
-    print(f"training {type(model).__name__} ({model.num_parameters():,} parameters) for {cfg.max_steps} steps"
-          f"{f' (time limit {cfg.time_limit:g}s)' if cfg.time_limit else ''} -> {out}")
-    print("model: " + _settings_line(job.config_dict()["model"]))
-    print("train: " + _settings_line(asdict(cfg)))
+    say = stdout.say  # a closed or narrow stdout never stops training (the trainer saves, then stops)
+    say(f"training {type(model).__name__} ({model.num_parameters():,} parameters) for {cfg.max_steps} steps"
+        f"{f' (time limit {cfg.time_limit:g}s)' if cfg.time_limit else ''} -> {out}")
+    say("model: " + _settings_line(job.config_dict()["model"]))
+    say("train: " + _settings_line(asdict(cfg)))
     summary = train(job, cfg, out, resume=args.resume, progress=not args.no_progress, verbose=not args.quiet,
-                    checkpoint=checkpoint)
-    print(f"done: step {summary['step']}, val loss {summary['val_loss']:.4f} "
-          f"(best {summary['best_val_loss']:.4f}), {summary['seconds']:.0f}s, stopped by {summary['stopped_by']}; "
-          f"checkpoints in {out}/best and {out}/last")
+                    checkpoint=checkpoint, overwrite=args.overwrite)
+    say(f"done: step {summary['step']}, val loss {summary['val_loss']:.4f} "
+        f"(best {summary['best_val_loss']:.4f}), {summary['seconds']:.0f}s, stopped by {summary['stopped_by']}; "
+        f"checkpoints in {out}/best and {out}/last")
     write_training_curves(out)
     return 0
 
@@ -440,9 +453,9 @@ def main(argv: list[str] | None = None) -> int:
             e = f"{e.filename}: {e.strerror}"
         print(f"scratchformer {args.command}: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt as e:  # TrainingInterrupted says where its checkpoint went
+    except KeyboardInterrupt as e:  # TrainingInterrupted says where its checkpoint went, and its exit code
         print(f"scratchformer {args.command}: {e}" if str(e) else "interrupted", file=sys.stderr)
-        return 130
+        return getattr(e, "exit_code", 130)
 
 
 if __name__ == "__main__":  # pragma: no cover

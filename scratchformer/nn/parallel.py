@@ -280,7 +280,7 @@ class _WorkerPool:
         for proc in self.procs.values():
             proc.join(2)
             if proc.is_alive():
-                proc.terminate()
+                proc.kill()  # a worker ignores SIGTERM (below)
                 proc.join(1)
         self.conns, self.procs = {}, {}
 
@@ -304,7 +304,8 @@ def _worker_main(module: Module, conn, inherited, weights: _SharedParams, grads:
     pipe closes."""
     for other in inherited:  # the main process's ends, copied by the fork
         other.close()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the training loop to handle
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C and SIGTERM (sent to the whole group by
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # systemd, Slurm) are for the training loop to handle
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(1)

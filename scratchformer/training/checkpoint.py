@@ -17,9 +17,12 @@ parent, so renames stay on one filesystem) and fsynced; then
     3. backup is deleted
 Each rename is atomic, so a crash at any point leaves either the old or the new complete
 checkpoint on disk: before 1 the old one is the target; between 1 and 2 the old one is the
-backup, which `load_checkpoint` reads when the target is missing (and the next save moves it
-back); after 2 the new one is the target. Leftover temp directories are swept by the next
-save. One writer per directory at a time.
+backup, which every reader reads when the target is missing and which the next writer
+(`recover`, under the run's lock) moves back; after 2 the new one is the target. Leftover
+temp directories are swept by the next save. One writer per directory at a time.
+
+Readers never see a save half done: `load_checkpoint` reads every file through one open
+descriptor of the directory, and starts again if a save renamed it away meanwhile.
 """
 
 from __future__ import annotations
@@ -27,13 +30,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from scratchformer.errors import CheckpointError, RunFileError
+from scratchformer.errors import CheckpointError
+from scratchformer.runfiles import fsync_dir, naming, new_temp_dir, read_json_file, read_regular_file, write_file
 from scratchformer.training.schema import CONFIG, TOKENIZER, TRAINER_STATE, check_json
 
 FORMAT_NAME = "scratchformer-checkpoint"
@@ -44,6 +48,7 @@ TOKENIZER_FILE = "tokenizer.json"
 OPTIMIZER_FILE = "optimizer.safetensors"
 TRAINER_STATE_FILE = "trainer_state.json"
 CHECKPOINT_FILES = (MODEL_FILE, CONFIG_FILE, TOKENIZER_FILE, OPTIMIZER_FILE, TRAINER_STATE_FILE)
+_READ_ATTEMPTS = 20  # a load retried while saves keep renaming the directory under it
 
 
 @dataclass
@@ -61,58 +66,24 @@ class Checkpoint:
     extra: dict = field(default_factory=dict)
 
 
-# -- low-level atomic writes -----------------------------------------------------------------
-def _fsync_dir(path: Path) -> None:
-    """Make renames/creations inside `path` durable (no-op where directories can't be opened)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _write_file(path: Path, data: bytes) -> None:
-    """Write and fsync one file (not atomic by itself)."""
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Replace the file at `path` with `data` atomically: readers see the old or the new
-    content, never a partial file (temp file in the same directory, fsync, os.replace)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
-    os.close(fd)
-    try:
-        _write_file(Path(tmp), data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-
-
-def _backup_path(directory: Path) -> Path:
+# -- writing a directory atomically -----------------------------------------------------------
+def backup_path(directory: Path) -> Path:
+    """Where a save keeps the previous checkpoint between its two renames: `.NAME.old`."""
     return directory.parent / f".{directory.name}.old"
 
 
-def _recover(directory: Path) -> None:
-    """Settle what an interrupted save left: restore a lone backup, drop a stale one,
-    sweep temp directories."""
-    backup = _backup_path(directory)
+def recover(directory: str | os.PathLike) -> None:
+    """Settle what an interrupted save of `directory` left (the writer's lock held): a lone
+    backup is moved back, a backup beside a complete new checkpoint is deleted, temporary
+    directories are swept."""
+    directory = Path(os.path.abspath(directory))
+    backup = backup_path(directory)
     if backup.exists():
         if directory.exists():
             shutil.rmtree(backup)  # crash after step 2: the target is the new, complete one
         else:
             os.replace(backup, directory)  # crash between steps 1 and 2: the backup is it
+            fsync_dir(directory.parent)
     for tmp in directory.parent.glob(f".{directory.name}.tmp-*"):
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -121,11 +92,12 @@ def write_directory_atomic(directory: str | os.PathLike, files: dict[str, bytes]
     """Make `directory` hold exactly `files` (name -> bytes), atomically (see module doc).
 
     Refuses to replace an existing directory that holds anything but checkpoint files, so a
-    wrong path cannot delete unrelated data.
+    wrong path cannot delete unrelated data. A failed write (a full disk) leaves the previous
+    checkpoint in place and raises an OSError naming the file.
     """
     directory = Path(os.path.abspath(directory))
     directory.parent.mkdir(parents=True, exist_ok=True)
-    _recover(directory)
+    recover(directory)
     if directory.exists():
         if not directory.is_dir():
             raise CheckpointError(f"checkpoint path {directory} is a file: choose a directory path")
@@ -136,20 +108,23 @@ def write_directory_atomic(directory: str | os.PathLike, files: dict[str, bytes]
                 "choose another checkpoint directory, or move them away"
             )
 
-    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
+    tmp = new_temp_dir(directory)
     try:
         for name, data in files.items():
-            _write_file(tmp / name, data)
-        _fsync_dir(tmp)
+            try:
+                write_file(tmp / name, data)
+            except OSError as e:
+                raise naming(e, directory / name) from None
+        fsync_dir(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
 
-    backup = _backup_path(directory)
+    backup = backup_path(directory)
     if directory.exists():
         os.replace(directory, backup)  # 1
     os.replace(tmp, directory)  # 2
-    _fsync_dir(directory.parent)
+    fsync_dir(directory.parent)
     if backup.exists():
         shutil.rmtree(backup)  # 3
     return directory
@@ -239,49 +214,95 @@ def save_checkpoint(
     return write_directory_atomic(directory, files)
 
 
-def _read(directory: Path, name: str) -> bytes:
-    try:
-        return (directory / name).read_bytes()
-    except FileNotFoundError:
-        raise CheckpointError(
-            f"{directory / name} is missing: the checkpoint is incomplete; re-save it or use another"
-        ) from None
-    except OSError as e:
-        raise CheckpointError(f"cannot read {directory / name}: {e.strerror}") from None
+class _SaveInProgress(Exception):
+    """Internal: the directory being read was renamed away or deleted by a save meanwhile."""
 
 
-def _read_json(directory: Path, name: str):
-    data = _read(directory, name)
-    try:
-        return json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointError(
-            f"{directory / name} is corrupt or truncated (invalid JSON: {e}): re-save the checkpoint"
-        ) from None
-    except ValueError as e:  # "Exceeds the limit (4300 digits) for integer string conversion"
-        raise RunFileError(f"{directory / name}: a number is too large to read ({str(e).split(';')[0]}); "
-                           "restore the file or train again") from None
-    except RecursionError:
-        raise RunFileError(f"{directory / name}: nested too deeply to read; restore the file or train again") from None
+def _open_directory(directory: Path) -> tuple[Path, int | None]:
+    """(the checkpoint directory to read, an fd of it or None where the OS has no dir_fd).
+
+    A save renames the target to its backup, then the new one into place, then deletes the
+    backup (module doc); so the target, then the backup, then the target again are tried,
+    and a reader never falls into the gap between two renames. Reading through one open fd
+    keeps every file of one checkpoint, even if the directory is renamed meanwhile.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+    use_fd = os.open in os.supports_dir_fd
+    for path in (directory, backup_path(directory), directory):
+        if not use_fd:
+            if path.is_dir():
+                return path, None
+            continue
+        try:
+            return path, os.open(path, flags)
+        except FileNotFoundError:
+            continue
+        except NotADirectoryError:
+            break
+        except OSError as e:
+            raise CheckpointError(f"cannot read checkpoint directory {path}: {e.strerror}") from None
+    if directory.exists() and not directory.is_dir():
+        raise CheckpointError(f"checkpoint path {directory} is not a directory: pass the checkpoint directory")
+    raise CheckpointError(f"checkpoint directory not found: {directory}: check the path")
 
 
-def _read_safetensors(directory: Path, name: str) -> dict[str, np.ndarray]:
-    from safetensors.numpy import load
+class _Reader:
+    """The files of one checkpoint directory, read through one fd (see `_open_directory`)."""
 
-    data = _read(directory, name)
-    try:
-        return load(data)
-    except Exception as e:  # SafetensorError is not importable under a stable name
-        raise CheckpointError(
-            f"{directory / name} is corrupt or truncated ({e}): re-save the checkpoint"
-        ) from None
+    def __init__(self, path: Path, fd: int | None):
+        self.path, self.fd = path, fd
+
+    def _missing(self, name: str) -> Exception:
+        """A file is missing: a save moved the directory meanwhile (read again), or the
+        checkpoint is incomplete."""
+        if self.path.name.endswith(".old"):  # a backup is complete until a save deletes it
+            return _SaveInProgress()
+        try:
+            if self.fd is None:  # no dir_fd here: only a directory that vanished was moved
+                moved = not self.path.is_dir()
+            else:
+                here = os.fstat(self.fd)
+                moved = here.st_nlink == 0 or os.stat(self.path).st_ino != here.st_ino
+        except OSError:
+            moved = True
+        if moved:
+            return _SaveInProgress()
+        return CheckpointError(
+            f"{self.path / name} is missing: the checkpoint is incomplete; re-save it or use another")
+
+    def bytes(self, name: str) -> bytes:
+        try:
+            if self.fd is None:
+                return read_regular_file(self.path / name, None)
+            return read_regular_file(name, None, dir_fd=self.fd, where=self.path / name)
+        except FileNotFoundError:
+            raise self._missing(name) from None
+
+    def json(self, name: str):
+        try:
+            if self.fd is None:
+                return read_json_file(self.path / name)
+            return read_json_file(name, dir_fd=self.fd, where=self.path / name)
+        except FileNotFoundError:
+            raise self._missing(name) from None
+
+    def safetensors(self, name: str) -> dict[str, np.ndarray]:
+        from safetensors.numpy import load
+
+        data = self.bytes(name)
+        try:
+            return load(data)
+        except Exception as e:  # SafetensorError is not importable under a stable name
+            raise CheckpointError(
+                f"{self.path / name}: corrupt or truncated ({e}); re-save the checkpoint"
+            ) from None
 
 
 def checkpoint_exists(directory: str | os.PathLike) -> bool:
-    """True if `load_checkpoint(directory)` has something to read (the directory, or the backup
-    an interrupted save left)."""
+    """True if `load_checkpoint(directory)` has something to read: a model file in the directory
+    or in the backup an interrupted save left (looked at twice, as `_open_directory` does)."""
     directory = Path(os.path.abspath(directory))
-    return directory.is_dir() or _backup_path(directory).is_dir()
+    return any((path / MODEL_FILE).is_file() for path in (directory, backup_path(directory), directory))
 
 
 def _check_finite(arrays: dict[str, np.ndarray], path: Path) -> None:
@@ -306,39 +327,48 @@ def load_checkpoint(directory: str | os.PathLike, run_files: bool = True) -> Che
     finite. run_files=False reads any checkpoint `save_checkpoint` wrote (free-form config).
     """
     directory = Path(os.path.abspath(directory))
-    if not directory.exists() and _backup_path(directory).is_dir():
-        directory = _backup_path(directory)  # a save was interrupted between its renames
-    if not directory.exists():
-        raise CheckpointError(f"checkpoint directory not found: {directory}: check the path")
-    if not directory.is_dir():
-        raise CheckpointError(f"checkpoint path {directory} is not a directory: pass the checkpoint directory")
+    for attempt in range(_READ_ATTEMPTS):
+        path, fd = _open_directory(directory)
+        try:
+            return _load(_Reader(path, fd), run_files)
+        except _SaveInProgress:
+            time.sleep(0.005 * attempt)  # a save is renaming it: read the new one
+        finally:
+            if fd is not None:
+                os.close(fd)
+    raise CheckpointError(f"{directory} changed {_READ_ATTEMPTS} times while being read: is a training "
+                          "saving it faster than it can be read? Try again")
 
-    state = _read_json(directory, TRAINER_STATE_FILE)
+
+def _load(read: _Reader, run_files: bool) -> Checkpoint:
+    directory = read.path
+    state = read.json(TRAINER_STATE_FILE)
     if not isinstance(state, dict) or state.get("format") != FORMAT_NAME:
         raise CheckpointError(
             f"{directory / TRAINER_STATE_FILE} is not a scratchformer trainer state: "
             "is this a checkpoint written by scratchformer?"
         )
-    if state.get("version", 0) > FORMAT_VERSION:
+    version = state.get("version", 0)
+    if isinstance(version, int) and version > FORMAT_VERSION:
         raise CheckpointError(
-            f"{directory / TRAINER_STATE_FILE} has format version {state['version']}, newer than "
+            f"{directory / TRAINER_STATE_FILE} has format version {version}, newer than "
             f"{FORMAT_VERSION}: upgrade scratchformer"
         )
     if run_files:
         check_json(state, TRAINER_STATE, directory / TRAINER_STATE_FILE)
     listed = set(state.get("files") or CHECKPOINT_FILES)
-    config = _read_json(directory, CONFIG_FILE)
+    config = read.json(CONFIG_FILE)
     if run_files:
         check_json(config, CONFIG, directory / CONFIG_FILE)
-    tokenizer = _read_json(directory, TOKENIZER_FILE) if TOKENIZER_FILE in listed else None
+    tokenizer = read.json(TOKENIZER_FILE) if TOKENIZER_FILE in listed else None
     if run_files and tokenizer is not None:
         check_json(tokenizer, TOKENIZER, directory / TOKENIZER_FILE)
-    model_state = _read_safetensors(directory, MODEL_FILE)
+    model_state = read.safetensors(MODEL_FILE)
     if run_files:
         _check_finite(model_state, directory / MODEL_FILE)
     optimizer_state = None
     if OPTIMIZER_FILE in listed:
-        optimizer_state = {**(state.get("optimizer") or {}), **_read_safetensors(directory, OPTIMIZER_FILE)}
+        optimizer_state = {**(state.get("optimizer") or {}), **read.safetensors(OPTIMIZER_FILE)}
     return Checkpoint(
         path=directory,
         model_state=model_state,

@@ -27,7 +27,7 @@ import numpy as np
 from scratchformer.data import DEFAULT_SEED
 from scratchformer.errors import CheckpointError, ConfigError
 from scratchformer.limits import param_count_bound
-from scratchformer.training.checkpoint import Checkpoint, load_checkpoint
+from scratchformer.training.checkpoint import Checkpoint, checkpoint_exists, load_checkpoint
 from scratchformer.training.lm import LMJob
 from scratchformer.training.tasks import ClassifierJob, Seq2SeqJob
 from scratchformer.training.trainer import BEST, LAST, TrainConfig
@@ -205,10 +205,10 @@ def checkpoint_dir(path: str | Path) -> Path:
     """A checkpoint directory holds model.safetensors; a run directory holds best/ and last/
     (best is preferred)."""
     d = Path(path)
-    if (d / "model.safetensors").exists():
+    if checkpoint_exists(d):  # also a checkpoint whose save was interrupted (its backup)
         return d
     for name in (BEST, LAST):
-        if (d / name / "model.safetensors").exists():
+        if checkpoint_exists(d / name):
             return d / name
     raise CheckpointError(f"checkpoint not found in {d}: train one first ('scratchformer train --out {d}') "
                           "or pass a run directory")

@@ -1,13 +1,19 @@
-"""The run directory beyond its checkpoints: one writer at a time, a log that survives a full
-disk and a kill, and a fingerprint of the data the run was trained on.
+"""The run directory beyond its checkpoints: one writer at a time, a fresh run that never
+touches an existing one, a log that survives a full disk and a kill, and a fingerprint of the
+data the run was trained on.
 
-    out/.lock        held with fcntl.flock while a training writes here (holds the pid)
+    out/.lock        locked while a training writes here (holds the pid)
     out/log.jsonl    one JSON object per line; only complete lines are ever left behind
-    out/last, best   checkpoints (training/checkpoint.py)
+    out/last, best   checkpoints (training/checkpoint.py), and `.last.old` / `.best.old`, the
+                     backups an interrupted save leaves (restored by the next writer)
 
 RunLock       `with RunLock(out): ...` -- a second writer fails at once (RunLockedError)
+run_files / check_fresh / clear_run   what of a run a directory holds; a fresh run refuses it
+              unless told to overwrite, and then removes only those entries
+recover_run   a writer (lock held) restores what an interrupted save left
 LogWriter     appends whole rows; a failed write truncates the file back to its size before
-read_log      rows + a note when a torn last line (a kill mid-write) was dropped
+read_log      the one reader of log.jsonl: strict, except a torn last line (a kill mid-write),
+              which is dropped with a note
 start_log / truncate_log   a fresh run starts an empty log; a resume keeps rows <= its step
 fingerprint_file / check_data_unchanged   sha256 of a data file, compared on eval/resume
 """
@@ -15,46 +21,94 @@ fingerprint_file / check_data_unchanged   sha256 of a data file, compared on eva
 from __future__ import annotations
 
 import errno
-import fcntl
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
 
-from scratchformer.errors import DataChangedError, DataError, RunFileError, RunLockedError
-from scratchformer.training.checkpoint import atomic_write_bytes
-from scratchformer.training.schema import LOG_ROW, check_json, parse_json_text
+from scratchformer.errors import ConfigError, DataChangedError, DataError, RunFileError, RunLockedError
+from scratchformer.runfiles import parse_json, read_regular_file, write_atomic
+from scratchformer.training.checkpoint import backup_path, recover
+from scratchformer.training.schema import LOG_ROW, check_json
 
 LOCK_FILE = ".lock"
+LOG_FILE = "log.jsonl"
+CHECKPOINTS = ("last", "best")
+MAX_LOG_BYTES = 1 << 30  # a row is ~200 bytes: 5 million rows; a bigger file is not our log
+_LOCK_OFFSET = 1024  # msvcrt locks a byte here, past the pid, which other processes still read
 
 
 # -- one writer per run directory ------------------------------------------------------------
+def _try_lock(fd: int) -> bool | None:
+    """Lock the open file without waiting: True when locked, False when another process holds
+    it, None where the platform has no lock (neither fcntl nor msvcrt)."""
+    try:
+        import fcntl
+    except ImportError:
+        fcntl = None
+    if fcntl is not None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except OSError as e:
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                return False
+            raise
+    try:
+        import msvcrt
+    except ImportError:
+        return None
+    os.lseek(fd, _LOCK_OFFSET, os.SEEK_SET)
+    try:
+        msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.lseek(fd, 0, os.SEEK_SET)
+
+
+def _make_directory(directory: Path) -> None:
+    """mkdir -p, with one clear line for a path that is a file or a link to nowhere."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        if directory.is_symlink() and not directory.exists():
+            raise ConfigError(f"{directory} is a link to {os.readlink(directory)}, which does not exist: "
+                              "create that directory, or choose another --out") from None
+        raise ConfigError(f"{directory} exists and is not a directory: choose another --out") from None
+
+
 class RunLock:
-    """An exclusive, non-blocking flock on `directory/.lock` (created with the directory).
+    """An exclusive, non-blocking lock on `directory/.lock` (created with the directory):
+    fcntl.flock on Linux and macOS, msvcrt.locking on Windows.
 
     The lock belongs to the open file, so it is released when the process dies, however it
     dies; the file itself stays (deleting it would race with the next writer) and holds the
-    pid of the last holder, for the message a second writer gets.
+    pid of the last holder, for the message a second writer gets. Where neither exists, the
+    run is not locked and `note` says so.
     """
 
     def __init__(self, directory: str | os.PathLike):
         self.directory = Path(directory)
         self._fd: int | None = None
+        self.note: str | None = None
 
     def acquire(self) -> RunLock:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        _make_directory(self.directory)
         fd = os.open(self.directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
+        locked = _try_lock(fd)
+        if locked is False:
             holder = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
             os.close(fd)
-            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise
             raise RunLockedError(f"{self.directory} is in use by another training (pid {holder}): "
-                                 "wait for it to finish, or choose another --out") from None
+                                 "wait for it to finish, or choose another --out")
+        if locked is None:
+            self.note = (f"note: {self.directory} is not locked (this platform has neither fcntl nor msvcrt): "
+                         "do not start a second training into it")
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         self._fd = fd
@@ -62,8 +116,7 @@ class RunLock:
 
     def release(self) -> None:
         if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
+            os.close(self._fd)  # closing the file releases flock and msvcrt locks alike
             self._fd = None
 
     def __enter__(self) -> RunLock:
@@ -71,6 +124,46 @@ class RunLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+# -- what a run directory holds --------------------------------------------------------------
+def run_files(directory: str | os.PathLike) -> list[str]:
+    """The entries of a run in `directory`: last/, best/, their backups (.NAME.old) and
+    log.jsonl; [] when it holds none (a fresh run may start there)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    found = [f"{name}/" for name in CHECKPOINTS if (directory / name).exists()]
+    found += sorted(p.name for p in directory.glob(".*.old"))
+    return found + ([LOG_FILE] if (directory / LOG_FILE).exists() else [])
+
+
+def check_fresh(directory: str | os.PathLike) -> None:
+    """Refuse to start a fresh run in a directory that holds one (ConfigError, one line)."""
+    found = run_files(directory)
+    if found:
+        raise ConfigError(f"{directory} already holds a run ({', '.join(found)}): pass --resume to continue it, "
+                          "choose another --out, or pass --overwrite to delete it and start again")
+
+
+def clear_run(directory: str | os.PathLike) -> None:
+    """--overwrite: delete the run's entries (run_files) and temporary directories of saves;
+    everything else in the directory stays."""
+    directory = Path(directory)
+    doomed = [directory / name for name in CHECKPOINTS]
+    doomed += [*directory.glob(".*.old"), *(p for name in CHECKPOINTS for p in directory.glob(f".{name}.tmp-*"))]
+    for path in doomed:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.is_symlink() or path.exists():
+            path.unlink()
+    (directory / LOG_FILE).unlink(missing_ok=True)
+
+
+def recover_run(directory: str | os.PathLike) -> None:
+    """A writer, its lock held: restore the backups an interrupted save left (checkpoint.recover)."""
+    for name in CHECKPOINTS:
+        recover(Path(directory) / name)
 
 
 # -- log.jsonl -------------------------------------------------------------------------------
@@ -101,7 +194,7 @@ class LogWriter:
                 written += os.write(self._fd, data[written:])
         except OSError as e:
             os.ftruncate(self._fd, size)
-            raise OSError(e.errno, f"cannot append to {self.path}: {e.strerror}") from None
+            raise OSError(e.errno, e.strerror, str(self.path)) from None
 
     def close(self) -> None:
         if self._fd is not None:
@@ -116,13 +209,19 @@ class LogWriter:
 
 
 def read_log(path: str | os.PathLike) -> tuple[list[dict], str | None]:
-    """Rows of a log.jsonl and a note (or None). A torn last line -- no newline at the end,
-    or not valid JSON, as a kill mid-write leaves it -- is dropped and named in the note; a
-    bad line anywhere else is a RunFileError naming its line number."""
+    """Rows of a log.jsonl (or of a run directory's) and a note (or None). A torn last line --
+    no newline at the end, or not valid JSON, as a kill mid-write leaves it -- is dropped and
+    named in the note; a bad line anywhere else is a RunFileError naming its line number.
+    A missing log has no rows; a FIFO, a device or a file over MAX_LOG_BYTES is refused."""
     path = Path(path)
-    if not path.exists():
+    if path.is_dir():
+        path = path / LOG_FILE
+    hint = "restore the log or delete it"
+    try:
+        data = read_regular_file(path, MAX_LOG_BYTES, hint=hint)
+    except FileNotFoundError:
         return [], None
-    lines = path.read_bytes().split(b"\n")
+    lines = data.split(b"\n")
     tail = lines.pop()  # b"" when the file ends with a newline, as every complete log does
     note, rows = None, []
     if tail.strip():
@@ -134,21 +233,21 @@ def read_log(path: str | os.PathLike) -> tuple[list[dict], str | None]:
         try:
             text = line.decode("utf-8")
         except UnicodeDecodeError:
-            raise RunFileError(f"{where}: not UTF-8 text; restore the log or delete it") from None
+            raise RunFileError(f"{where}: not UTF-8 text; {hint}") from None
         try:
-            row = parse_json_text(text, where, "restore the log or delete it")
+            row = parse_json(text, where, hint)
         except RunFileError:
             if number == len(lines) and note is None:  # the last line: a torn write
                 note = f"{path}: dropped a torn last line ({len(line)} bytes) left by an interrupted write"
                 continue
             raise
-        check_json(row, LOG_ROW, where, "restore the log or delete it")
+        check_json(row, LOG_ROW, where, hint)
         rows.append(row)
     return rows, note
 
 
 def _write_rows(path: Path, rows: list[dict]) -> None:
-    atomic_write_bytes(path, b"".join(_row_line(r) for r in rows))
+    write_atomic(path, b"".join(_row_line(r) for r in rows))
 
 
 def start_log(path: str | os.PathLike) -> None:

@@ -15,8 +15,8 @@ a tree of small spec objects, each of which checks one JSON value:
                                    any other key, or None to reject other keys)
     Tagged(key, {value: Obj})      an object whose schema depends on one key ("kind")
 
-`read_json_file(path, schema)` reads, parses and checks a file; huge integers (Python stops
-at 4,300 digits) and absurd nesting become the same one-line error. `strict_json` is the
+`check_json(value, schema, path)` checks a value read by scratchformer.runfiles.read_json_file
+(which turns huge integers and absurd nesting into the same one-line error). `strict_json` is the
 output side: JSON that never holds NaN or Infinity (for `eval --json`).
 """
 
@@ -25,12 +25,10 @@ from __future__ import annotations
 import json
 import math
 import os
-from pathlib import Path
 
 from scratchformer.errors import RunFileError
 
 MAX_DEPTH = 32  # our run files nest 4 deep; anything deeper was not written by us
-MAX_FILE_BYTES = 64 * 2**20  # a run's JSON files are kilobytes; refuse to parse a huge one
 BIG = 2**31 - 1  # upper bound for sizes and counts: far beyond any model that fits in memory
 
 
@@ -195,37 +193,6 @@ def check_json(value, schema, path: str | os.PathLike, hint: str = "restore the 
         field = e.where or "the top level"
         got = "missing" if e.value == "missing" and e.expected.startswith("present") else _short(e.value)
         raise RunFileError(f"{path}: field {field} must be {e.expected}, got {got}; {hint}") from None
-
-
-def parse_json_text(text: str, path: str | os.PathLike, hint: str = "restore the file or train again"):
-    """json.loads with every failure (syntax, 4,300-digit ints, deep nesting) as RunFileError."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise RunFileError(f"{path}: invalid JSON ({e.msg} at line {e.lineno} column {e.colno}); {hint}") from None
-    except ValueError as e:  # "Exceeds the limit (4300 digits) for integer string conversion"
-        raise RunFileError(f"{path}: a number is too large to read ({str(e).split(';')[0]}); {hint}") from None
-    except RecursionError:
-        raise RunFileError(f"{path}: nested too deeply to read; {hint}") from None
-
-
-def read_json_file(path: str | os.PathLike, schema, hint: str = "restore the file or train again"):
-    """Read a JSON run file, check it against `schema`, return the parsed value."""
-    path = Path(path)
-    try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise RunFileError(f"{path}: {size:,} bytes is too large for a run file; {hint}")
-        text = path.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise RunFileError(f"{path} is missing; {hint}") from None
-    except UnicodeDecodeError as e:
-        raise RunFileError(f"{path}: not UTF-8 text (byte {e.start}); {hint}") from None
-    except OSError as e:
-        raise RunFileError(f"cannot read {path}: {e.strerror}") from None
-    value = parse_json_text(text, path, hint)
-    check_json(value, schema, path, hint)
-    return value
 
 
 def strict_json(obj) -> str:

@@ -10,16 +10,19 @@ state of both random generators (batches and dropout), so a resumed run takes th
 steps as an uninterrupted one, bit for bit on the same machine. `resume_config` keeps the
 original schedule when a resumed run is extended.
 
-Nothing is silently wrong: one training per run directory (rundir.RunLock); the log gets whole
-rows only (rundir.LogWriter), a fresh run starts it empty, a resume drops rows past its step;
-a NaN or infinite loss or gradient norm stops the run before the step is applied, so no
-checkpoint ever holds it; Ctrl-C stops between two steps and saves `last/` first.
+Nothing is lost or silently wrong: one training per run directory (rundir.RunLock); a fresh
+run refuses a directory that holds a run unless told to overwrite it; the log gets whole rows
+only (rundir.LogWriter), a resume drops rows past its step; a NaN or infinite loss or gradient
+norm stops the run before the step is applied, so no checkpoint ever holds it; Ctrl-C, SIGTERM
+and a closed stdout stop it between two steps, `last/` saved first; each evaluation saves
+before it prints.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import os
 import signal
 import sys
 import threading
@@ -35,7 +38,8 @@ from scratchformer.limits import check_training_fits, gemm_peak_flops, model_flo
 from scratchformer.nn import DataParallel, set_dropout_rng
 from scratchformer.optim import AdamW, clip_grad_norm, cosine_lr, param_groups
 from scratchformer.training.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from scratchformer.training.rundir import LogWriter, RunLock, start_log, truncate_log
+from scratchformer.training.rundir import (LogWriter, RunLock, check_fresh, clear_run, recover_run, start_log,
+                                          truncate_log)
 
 LAST, BEST, LOG = "last", "best", "log.jsonl"
 
@@ -95,14 +99,52 @@ class TrainConfig:
         return cls(**{k: v for k, v in d.items() if k in names})
 
 
-def _say(msg: str) -> None:
-    """Print without breaking the progress bar."""
-    try:
-        from tqdm import tqdm
+class _Stdout:
+    """Where the trainer's lines go, one flushed line at a time, without breaking the progress
+    bar. A character stdout cannot encode is written as a backslash escape. A stdout whose
+    reader left (`train | head`) is noted in `closed` and written to no more: the loop then
+    stops as for Ctrl-C, its checkpoint saved."""
 
-        tqdm.write(msg, file=sys.stdout)
-    except ImportError:  # pragma: no cover
-        print(msg)
+    def __init__(self):
+        self.closed = False
+
+    def say(self, msg: str) -> None:
+        if self.closed:
+            return
+        try:
+            try:
+                self._write(msg)
+            except UnicodeEncodeError:
+                encoding = getattr(sys.stdout, "encoding", None) or "ascii"
+                self._write(msg.encode(encoding, "backslashreplace").decode(encoding))
+        except (BrokenPipeError, ValueError, OSError):  # ValueError: the file was closed
+            self.closed = True
+            _silence_stdout()
+
+    @staticmethod
+    def _write(msg: str) -> None:
+        try:
+            from tqdm import tqdm
+
+            tqdm.write(msg, file=sys.stdout)
+        except ImportError:  # pragma: no cover
+            print(msg)
+        sys.stdout.flush()
+
+
+def _silence_stdout() -> None:
+    """Point stdout at the null device, so nothing later (the interpreter's exit flushing what
+    is left) writes into the closed pipe again and prints a traceback."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+stdout = _Stdout()  # the CLI's train command prints through it too
+_say = stdout.say
 
 
 def resume_config(saved: dict, given: dict) -> tuple[TrainConfig, str | None]:
@@ -129,39 +171,44 @@ def resume_config(saved: dict, given: dict) -> tuple[TrainConfig, str | None]:
     return cfg, note
 
 
-class _CtrlC:
-    """While training: the first Ctrl-C only sets `pending`, so the loop stops between two steps
-    and saves a checkpoint of that step; a second Ctrl-C interrupts at once. `ignored()` holds
-    Ctrl-C off during an atomic save. Does nothing outside the main thread."""
+class _StopRequests:
+    """While training: the first Ctrl-C (SIGINT) or SIGTERM (what `timeout`, `docker stop`,
+    systemd and Slurm send) only records a request, so the loop stops between two steps and
+    saves a checkpoint of that step; a second one interrupts at once. During a save (`held()`)
+    a signal is recorded, never acted on, so a save always completes. Handlers are installed
+    only in the main thread."""
+
+    SIGNALS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated (SIGTERM)"}
 
     def __init__(self):
-        self.pending, self._previous = False, None
+        self.reason: str | None = None
+        self.exit_code = 130
+        self._previous: dict = {}
+        self._holding = False
 
     def _handler(self, signum, frame):
-        if self.pending:
+        if self.reason is None:
+            self.reason, self.exit_code = self.SIGNALS[signum], 128 + signum  # 130, 143: as the shell reports
+        elif not self._holding:
             raise KeyboardInterrupt
-        self.pending = True
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handler)
+            self._previous = {s: signal.signal(s, self._handler) for s in self.SIGNALS}
         return self
 
     def __exit__(self, *exc):
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-            self._previous = None
+        for s, previous in self._previous.items():
+            signal.signal(s, previous)
+        self._previous = {}
 
     @contextlib.contextmanager
-    def ignored(self):
-        if self._previous is None:
-            yield
-            return
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    def held(self):
+        self._holding = True
         try:
             yield
         finally:
-            signal.signal(signal.SIGINT, self._handler)
+            self._holding = False
 
 
 def _finite_or_stop(step: int, cfg: TrainConfig, **values: float) -> None:
@@ -175,26 +222,31 @@ def _finite_or_stop(step: int, cfg: TrainConfig, **values: float) -> None:
 
 
 def train(job, cfg: TrainConfig, out_dir: str | Path, resume: bool = False, progress: bool = True,
-          verbose: bool = True, checkpoint: Checkpoint | None = None) -> dict:
+          verbose: bool = True, checkpoint: Checkpoint | None = None, overwrite: bool = False) -> dict:
     """Train `job.model` under `cfg`, writing checkpoints and a JSONL log into `out_dir`.
 
-    out_dir/last/  the latest state (written at every evaluation, at the end, and on Ctrl-C)
+    out_dir/last/  the latest state (written at every evaluation, at the end, and on a stop request)
     out_dir/best/  the state with the lowest validation loss so far
     out_dir/log.jsonl  one JSON object per logged step / evaluation (rundir.LogWriter)
     out_dir/.lock  held while training: a second training into out_dir fails at once
-    resume: continue from out_dir/last; `checkpoint` is that checkpoint when the caller has
-    already read it (so it is read once). A resumed run that already reached cfg.max_steps
-    does nothing (stopped_by "nothing to do").
+    resume: continue from out_dir/last (restoring what an interrupted save left); `checkpoint`
+    is that checkpoint when the caller has already read it (so it is read once). A resumed run
+    that already reached cfg.max_steps does nothing (stopped_by "nothing to do").
+    A fresh run refuses an out_dir holding a run (rundir.check_fresh: last/, best/, a backup or
+    a log; ConfigError) unless `overwrite`, which deletes those first.
     Stops with TrainingDivergedError on a non-finite loss or gradient norm, and with
-    TrainingInterrupted (after saving out_dir/last) on Ctrl-C.
+    TrainingInterrupted (after saving out_dir/last; its exit_code 130, 143 or 141) on Ctrl-C,
+    SIGTERM or a closed stdout.
     Returns a summary dict (step, train_loss, val_loss, best_val_loss, seconds, stopped_by).
     """
     out_dir = Path(out_dir)
-    with RunLock(out_dir):
-        return _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint)
+    with RunLock(out_dir) as lock:
+        if lock.note:
+            _say(lock.note)
+        return _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, overwrite)
 
 
-def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint) -> dict:
+def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, overwrite) -> dict:
     model = job.model
     params = model.parameters()
     runner = DataParallel(model, cfg.workers)  # runs each batch; with workers=1, the model alone
@@ -205,6 +257,7 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint) -> d
     step, best_val, val_loss = 0, math.inf, float("nan")
 
     if resume:
+        recover_run(out_dir)  # a backup an interrupted save left becomes last/ (or best/) again
         ck = checkpoint if checkpoint is not None else load_checkpoint(out_dir / LAST)
         job.check_compatible(ck)
         model.load_state_dict(ck.model_state)
@@ -221,16 +274,17 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint) -> d
         note = truncate_log(out_dir / LOG, step)
         if note:
             _say(note)
-    elif (out_dir / LAST).exists():
-        raise ConfigError(f"{out_dir} already holds a run: pass --resume to continue it, or choose another --out")
     else:
-        start_log(out_dir / LOG)  # a run killed before its first checkpoint may have left rows
+        if overwrite:
+            clear_run(out_dir)
+        check_fresh(out_dir)
+        start_log(out_dir / LOG)
     check_training_fits(model, cfg.batch_size)
 
     def save(which: str) -> None:
         # losses are checked before any save; NaN here only means "not evaluated yet" (Ctrl-C)
         finite = {k: v for k, v in (("best_val_loss", best_val), ("val_loss", val_loss)) if math.isfinite(v)}
-        with ctrl_c.ignored():
+        with stop.held():
             save_checkpoint(
                 out_dir / which,
                 model_state=model.state_dict(),
@@ -257,13 +311,16 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint) -> d
     start = time.perf_counter()
     stopped_by, train_loss = "max_steps", float("nan")
     tokens_since, steps_since, t_since = 0, 0, time.perf_counter()
-    with LogWriter(out_dir / LOG) as log, _CtrlC() as ctrl_c:
+    with LogWriter(out_dir / LOG) as log, _StopRequests() as stop:
         try:
             while step < cfg.max_steps:
-                if ctrl_c.pending:  # between two steps: save this one and stop
+                if stop.reason is None and stdout.closed:
+                    stop.reason, stop.exit_code = "stdout was closed", 141  # 128 + SIGPIPE, as the shell reports
+                if stop.reason is not None:  # between two steps: save this one and stop
                     save(LAST)
-                    raise TrainingInterrupted(f"interrupted at step {step}: checkpoint written to {out_dir / LAST}; "
-                                              f"continue with 'scratchformer train --resume --out {out_dir}'")
+                    raise TrainingInterrupted(
+                        f"{stop.reason} at step {step}: checkpoint written to {out_dir / LAST}; "
+                        f"continue with 'scratchformer train --resume --out {out_dir}'", exit_code=stop.exit_code)
                 lr = cosine_lr(step, cfg.lr, cfg.final_lr, cfg.warmup, cfg.schedule_steps)
                 opt.lr = lr
                 opt.zero_grad()
@@ -304,14 +361,14 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint) -> d
                     best_val = min(best_val, val_loss)
                     log.append({"step": step, "lr": lr, "train_loss": train_loss, "val_loss": val_loss,
                                 **{f"val_{k}": v for k, v in metrics.items() if k != "loss"}})
-                    if verbose:
+                    if improved:
+                        save(BEST)
+                    save(LAST)  # before printing: a failing stdout cannot cost a checkpoint
+                    if verbose and not stdout.closed:
                         extra = " ".join(f"{k} {v:.4f}" for k, v in metrics.items() if k != "loss")
                         _say(f"step {step}: train loss {train_loss:.4f}, val loss {val_loss:.4f} {extra}".rstrip())
                         for s in job.samples(cfg.num_samples, np.random.default_rng([cfg.seed, step])):
                             _say(f"  {s}")
-                    if improved:
-                        save(BEST)
-                    save(LAST)
                 if time_up:
                     stopped_by = "time_limit"
                     break
