@@ -32,8 +32,8 @@ def cli(capsys, *argv):
     return code, out, [line for line in err.splitlines() if line.strip()]
 
 
-def subprocess_cli(*argv, **kw):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def subprocess_cli(*argv, env=None, **kw):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     return subprocess.Popen([sys.executable, "-m", "scratchformer.cli.main", *map(str, argv)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
@@ -235,6 +235,93 @@ def test_ctrl_c_writes_a_checkpoint_of_the_current_step_and_exits_130(tmp_path, 
     code, stdout, _ = cli(capsys, "train", "--resume", "--out", out, "--max-steps", ck.step + 2, "--no-progress",
                           "--quiet")
     assert code == 0 and f"step {ck.step + 2}" in stdout
+
+
+def test_sigterm_saves_a_checkpoint_and_exits_143(tmp_path, capsys):
+    out = tmp_path / "run"  # its own process group, signalled whole, as systemd and Slurm do
+    proc = subprocess_cli("train", *TINY, "--max-steps", "100000", "--eval-interval", "100000", "--workers", "2",
+                          "--log-interval", "1", "--out", out, start_new_session=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and len(steps(out / "log.jsonl") if (out / "log.jsonl").exists() else []) < 3:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert proc.returncode == 143 and len(lines) == 1, err
+    assert "terminated (SIGTERM)" in err and str(out / "last") in err and "--resume" in err
+    ck = load_checkpoint(out / "last")
+    assert ck.step >= 3 and steps(out / "log.jsonl")[-1] <= ck.step
+    code, stdout, _ = cli(capsys, "train", "--resume", "--out", out, "--max-steps", ck.step + 1, "--no-progress",
+                          "--quiet")
+    assert code == 0 and f"step {ck.step + 1}" in stdout
+
+
+VERBOSE = [a for a in TINY if a != "--quiet"]
+
+
+def test_a_closed_stdout_saves_first_and_ends_cleanly(tmp_path):
+    out = tmp_path / "run"  # train ... | head -1: evaluations print at every step, the reader leaves
+    proc = subprocess_cli("train", *VERBOSE, "--max-steps", "100000", "--eval-interval", "1", "--out", out)
+    for line in proc.stdout:  # the reader leaves after the evaluation of step 2
+        if line.startswith("step 2:"):
+            break
+    proc.stdout.close()
+    proc.wait(timeout=60)
+    err = proc.stderr.read()
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert proc.returncode == 141 and len(lines) == 1 and "stdout was closed" in err and "Traceback" not in err, err
+    ck = load_checkpoint(out / "last")
+    assert ck.step >= 2 and load_checkpoint(out / "best").step <= ck.step
+
+
+def test_an_ascii_stdout_cannot_stop_a_run(tmp_path):
+    data, out = tmp_path / "noms.txt", tmp_path / "run"
+    data.write_text("".join(f"{n}{i}\n" for i in range(100) for n in ("zoé", "josé", "noël")), encoding="utf-8")
+    proc = subprocess_cli("train", *VERBOSE, "--data", data, "--max-steps", "3", "--eval-interval", "1",
+                          "--num-samples", "20", "--out", out,
+                          env={"PYTHONIOENCODING": "ascii"})
+    stdout, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    assert "\\x" in stdout or "\\u" in stdout  # non-ASCII samples are printed as escapes
+    assert load_checkpoint(out / "last").step == 3
+
+
+SLOW_SAVES = """
+import os, sys, time
+from scratchformer.training import checkpoint
+real_replace, real_rmtree = os.replace, checkpoint.shutil.rmtree
+def slow_replace(src, dst):  # widen the windows between a save's renames, where readers used to fail
+    real_replace(src, dst)
+    time.sleep(0.003)
+def slow_rmtree(path, *a, **kw):
+    time.sleep(0.003)
+    real_rmtree(path, *a, **kw)
+checkpoint.os.replace, checkpoint.shutil.rmtree = slow_replace, slow_rmtree
+from scratchformer.cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_loading_while_training_saves_every_step_never_fails(tmp_path):
+    from scratchformer.training.jobs import checkpoint_dir
+
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_SAVES, "train", *TINY, "--max-steps", "100000",
+                             "--time-limit", "4", "--eval-interval", "1", "--workers", "1", "--out", str(out)],
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    deadline, seen = time.time() + 120, set()
+    try:
+        while not (out / "last").exists() and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.01)
+        while proc.poll() is None and time.time() < deadline:  # about 4 seconds of loads
+            seen.add(load_checkpoint(out / "last").step)
+            seen.add(load_checkpoint(checkpoint_dir(out)).step)
+    finally:
+        proc.kill() if proc.poll() is None else None
+        err = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 0, err
+    assert len(seen) >= 3, seen  # the loads really overlapped many saves
 
 
 # -- resume semantics ----------------------------------------------------------------------------
