@@ -97,6 +97,23 @@ def _log(text: bytes):
     return forge
 
 
+def _keep_only(**entries):
+    """A forgery that leaves only some entries of the run, renamed: last="best" keeps last/ as
+    best/; an entry not named is deleted (what a crash or a user's cleanup may leave)."""
+    def forge(run: Path):
+        staged = run.parent / "staged"
+        staged.mkdir()
+        for name, as_name in entries.items():
+            (run / name).rename(staged / as_name)
+        for name in ("best", "last", "log.jsonl"):
+            p = run / name
+            shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
+        for p in staged.iterdir():
+            p.rename(run / p.name)
+        staged.rmdir()
+    return forge
+
+
 def _moved_data(edit_bytes):
     """(For @txt) copy the data file next to the run, point config.json at the copy, then
     edit the copy (edit_bytes(old) -> new bytes, or None to delete it)."""
@@ -149,6 +166,9 @@ FORGERIES = {
     "weights_huge": _huge_weights,
     "log_bad_middle": _log(b'{"step": 1}\n{"step": 2, garbage\n{"step": 2}\n'),
     "log_step_str": _log(b'{"step": "1"}\n'),
+    "run_best_only": _keep_only(best="best"),
+    "run_backups_only": _keep_only(last=".last.old", best=".best.old"),
+    "run_log_only": _keep_only(**{"log.jsonl": "log.jsonl"}),
     "data_changed": _moved_data(lambda b: b + b"to be or not to be\n"),  # same characters, more text
     "data_missing": _moved_data(lambda b: None),
 }
@@ -239,6 +259,13 @@ CASES = [
     ("train-out-empty", train("@tiny", "--out", "")),
     ("train-out-is-a-file", train("@tiny", "--out", "@file:names")),
     ("train-out-holds-a-run", train("@tiny", "--out", "@lm")),
+    ("train-out-holds-best-only", train("@tiny", "--out", "@forge:run_best_only")),
+    ("train-out-holds-backups-only", train("@tiny", "--out", "@forge:run_backups_only")),
+    ("train-out-holds-a-log-only", train("@tiny", "--out", "@forge:run_log_only")),
+    ("train-out-dangling-link", train("@tiny", "--out", "@dangling")),
+    ("train-resume-with-best-only", train(*QUIET, "--resume", "--out", "@forge:run_best_only")),
+    ("train-resume-with-a-log-only", train(*QUIET, "--resume", "--out", "@forge:run_log_only")),
+    ("train-resume-and-overwrite", train(*QUIET, "--resume", "--overwrite", "--out", "@lm")),
     ("train-resume-nothing-there", train(*QUIET, "--resume", "--out", "@tmp/none")),
     ("train-resume-changes-model", train(*QUIET, "--resume", "--out", "@lm", "--n-layer", "2")),
     ("train-resume-changes-data", train(*QUIET, "--resume", "--out", "@lm", "--data", "@file:names")),
@@ -253,6 +280,7 @@ FORGED_COMMANDS = {
     "eval": lambda d: ["eval", d],
     "sample": lambda d: ["sample", d, "-n", "2"],
     "resume": lambda d: ["train", *QUIET, "--resume", "--out", d, "--max-steps", "3"],
+    "viz": lambda d: ["viz", d],
 }
 FORGED = {  # forgery -> the commands it is tried under
     "config_list": ("eval sample resume"),
@@ -284,8 +312,8 @@ FORGED = {  # forgery -> the commands it is tried under
     "weights_truncated": ("eval sample"),
     "weights_nan": ("eval sample resume"),
     "weights_huge": ("sample"),
-    "log_bad_middle": ("resume"),
-    "log_step_str": ("resume"),
+    "log_bad_middle": ("resume viz"),
+    "log_step_str": ("resume viz"),
     "data_changed": ("eval resume"),
     "data_missing": ("eval"),
 }
@@ -386,6 +414,9 @@ def expand(argv, tmp_path: Path, runs: Path) -> list[str]:
             shutil.copytree(runs / ("txt" if name.startswith("data_") else "lm"), dest)
             FORGERIES[name](dest)
             out.append(str(dest))
+        elif word == "@dangling":  # a link to a directory that does not exist
+            (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+            out.append(str(tmp_path / "dangling"))
         elif word.startswith("@file:"):
             name = word.split(":", 1)[1]
             path = tmp_path / f"{name}.txt"
@@ -414,6 +445,71 @@ def test_bad_input_is_one_line_and_exit_2(argv, tmp_path, trained_runs, capsys, 
     assert code == 2, f"exit code {code}; stderr: {err[-500:]}"
     assert len(lines) == 1, f"{len(lines)} stderr lines: {err[-500:]}"
     assert lines[0].startswith("scratchformer"), lines[0]
+
+
+def test_messages_of_the_run_directory_cases(tmp_path, trained_runs, capsys):
+    """The lines themselves: what to do next, and the link's target named."""
+    def stderr(*argv):
+        capsys.readouterr()
+        assert main(expand(list(argv), tmp_path, trained_runs)) == 2
+        return capsys.readouterr().err
+
+    err = stderr("train", "@tiny", "--out", "@dangling")
+    assert "is a link to" in err and "nowhere" in err and "does not exist" in err and "File exists" not in err
+    err = stderr("train", "@tiny", "--out", "@forge:run_backups_only")
+    assert ".best.old" in err and ".last.old" in err and "--resume" in err and "--overwrite" in err
+
+
+LONG_LINE_AFTER_BLANKS = b"".join(f"name{i}\n\n".encode() for i in range(150)) + b"x" * 20_000 + b"\n"
+
+
+def test_over_long_line_is_named_by_its_line_in_the_file(tmp_path, capsys):
+    data = tmp_path / "blanks.txt"  # 150 names, each followed by an empty line, then the long one
+    data.write_bytes(LONG_LINE_AFTER_BLANKS)
+    capsys.readouterr()
+    assert main(["train", *TINY, "--data", str(data), "--format", "lines", "--out", str(tmp_path / "o")]) == 2
+    assert f"{data} line 301 has 20,000 characters" in capsys.readouterr().err
+
+
+def test_items_split_on_newlines_only(tmp_path):
+    from scratchformer.data import load_dataset
+
+    data = tmp_path / "items.txt"  # U+2028, NEL and a form feed inside items; one CRLF line
+    items = [f"a\u2028b{i}" for i in range(50)] + [f"c\x85d{i}" for i in range(50)] + [f"e\x0cf{i}" for i in range(50)]
+    data.write_bytes(("\n".join(items[:-1]) + "\n" + items[-1] + "\r\n").encode("utf-8"))
+    ds = load_dataset(data, format="lines")
+    got = sorted(ds.train.lines + ds.val.lines + ds.test.lines)
+    assert got == sorted(items)
+
+
+SPECIAL_RUN_FILES = """
+import os, sys
+from scratchformer.cli.main import main
+run, kind = sys.argv[1], sys.argv[2]
+for ck in ("best", "last"):
+    if kind == "fifo":
+        os.unlink(f"{run}/{ck}/trainer_state.json")
+        os.mkfifo(f"{run}/{ck}/trainer_state.json")  # reading it would wait for a writer forever
+    else:
+        os.unlink(f"{run}/{ck}/config.json")
+        os.symlink("/dev/zero", f"{run}/{ck}/config.json")  # reading it would fill the memory
+sys.exit(main(["sample", run, "-n", "1"]))
+"""
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev_zero"])
+def test_run_files_that_are_not_regular_files_are_refused(tmp_path, trained_runs, kind):
+    import os
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    shutil.copytree(trained_runs / "lm", run)
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-c", SPECIAL_RUN_FILES, str(run), kind], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(root)}, timeout=60)  # a hang fails here
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and "not a regular file" in lines[0], proc.stderr
 
 
 def test_catalogue_is_large_and_ids_are_unique():

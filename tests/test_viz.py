@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from scratchformer.data.tokenizer import CharTokenizer
-from scratchformer.errors import DataError, ShapeError
+from scratchformer.errors import DataError, RunFileError, ShapeError
 from scratchformer.interop.bert import BertConfig, BertEncoder
 from scratchformer.models.classifier import ClassifierConfig, TransformerClassifier
 from scratchformer.models.gpt import GPT, GPTConfig
@@ -108,7 +108,7 @@ def _figure_calls(gpt, ids):
 
 def test_every_figure_writes_a_png_of_its_size(gpt, ids, tmp_path):
     calls = _figure_calls(gpt, ids)
-    public = {n for n in viz.__all__ if n not in ("trace", "read_log", "decode_attention", "encode_attention",
+    public = {n for n in viz.__all__ if n not in ("trace", "decode_attention", "encode_attention",
                                                  "notebook_iframe", "write_report", "report", "report_bert")}
     assert public == set(calls), "a figure function without a test (or a test without a function)"
     for name, call in calls.items():
@@ -166,14 +166,22 @@ def test_trace_reproduces_the_forward(gpt, ids):
 
 def test_training_curves_tolerate_missing_fields(tmp_path):
     log = tmp_path / "log.jsonl"
-    log.write_text('{"step": 1, "train_loss": 3.0}\n\nnot json\n{"step": 2, "val_loss": 2.9, "lr": 0.1}\n')
-    fig = viz.training_curves(tmp_path)
+    log.write_text('{"step": 1, "train_loss": 3.0}\n\n{"step": 2, "val_loss": 2.9, "lr": 0.1}\n{"step": 3, "lr')
+    fig = viz.training_curves(tmp_path)  # a torn last line (a kill mid-write) is dropped
     loss_ax, lr_ax, gn_ax, _ = fig.axes
     assert [ln.get_label() for ln in loss_ax.lines] == ["train_loss", "val_loss"]
     assert list(lr_ax.lines[0].get_xdata()) == [2]
     assert gn_ax.texts[0].get_text() == "not logged"
     with pytest.raises(DataError, match="training log not found"):
-        viz.read_log(tmp_path / "missing")
+        viz.training_curves(tmp_path / "missing")
+
+
+@pytest.mark.parametrize("bad", ['not json\n{"step": 2}\n', '{"step": "1", "lr": 0.1}\n{"step": 2}\n',
+                                 '{"step": null}\n{"step": 2}\n', '{"step": [1]}\n{"step": 2}\n'])
+def test_training_curves_refuse_a_log_resume_refuses(tmp_path, bad):
+    (tmp_path / "log.jsonl").write_text(bad)  # viz reads logs with the trainer's strict reader
+    with pytest.raises(RunFileError, match="log.jsonl line 1"):
+        viz.training_curves(tmp_path)
 
 
 def test_bad_input_is_a_clear_error(gpt):

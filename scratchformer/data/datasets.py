@@ -182,12 +182,20 @@ def read_text(path: Path | None) -> tuple[str, str]:
     return text, source
 
 
+def split_lines(text: str) -> list[str]:
+    """The lines of a lines file: split on "\\n" only, a trailing "\\r" dropped. Not
+    str.splitlines, which also splits on U+2028, NEL, form feed and others, breaking one item
+    in two; those stay inside their item."""
+    lines = [line.removesuffix("\r") for line in text.split("\n")]
+    return lines[:-1] if lines and lines[-1] == "" else lines  # the newline ending the last line
+
+
 def guess_format(text: str) -> str:
     """"lines" when the text looks like a list of short items: >= 100 non-empty lines, median
     length <= 40 characters and (almost) no blank lines; else "text". Blank lines mark
     paragraphs or speeches, which lists do not have: tinyshakespeare's lines are short too,
     but one line in six is blank."""
-    lines = [s.strip() for s in text.strip().splitlines()]
+    lines = [s.strip() for s in split_lines(text.strip())]
     items = [s for s in lines if s]
     if len(items) < 100 or statistics.median(len(s) for s in items) > 40:
         return "text"
@@ -213,14 +221,14 @@ def load_dataset(path: str | Path | None = None, format: str | None = None, bloc
     fmt = format or guess_format(text)
 
     if fmt == "lines":
-        lines = [s.strip() for s in text.splitlines()]
+        lines = [s.strip() for s in split_lines(text)]
+        check_line_lengths(lines, source)  # numbered as in the file: before the empty lines are dropped
         lines = [s for s in lines if s]
         if len(lines) < 3:
             raise DataError(
                 f"{source} has {len(lines)} non-empty lines; the line format needs at least 3 "
                 "(train, val, test): add lines or use format='text'"
             )
-        check_line_lengths(lines, source)  # one 200,000-character line would make every batch that long
         if block_size is not None:  # the rows are precomputed: x and y, (n, block_size) int64 each
             check_fits(2 * len(lines) * block_size * 8, f"{len(lines):,} lines at --block-size {block_size}",
                        "--block-size")

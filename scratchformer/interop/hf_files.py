@@ -6,24 +6,24 @@ traceback); which error class depends on what the caller is reading (a config or
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
-from scratchformer.errors import CheckpointError, ConfigError
+from scratchformer.errors import CheckpointError, ConfigError, RunFileError
+from scratchformer.runfiles import read_json_file
 
 
 def read_json(path: str | Path, expect: type = dict, error: type[Exception] = ConfigError):
     """The JSON value in `path` (which must be an `expect`: dict or list); None when the file
     does not exist. A file that cannot be read or parsed, or holds another type, raises `error`."""
     path = Path(path)
-    if not path.is_file():
-        return None
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise error(f"cannot parse {path}: {e}") from None
+        value = read_json_file(path, hint="is it a Hugging Face model directory?")
+    except FileNotFoundError:
+        return None
+    except RunFileError as e:  # a FIFO, a device, a huge or invalid file: one line
+        raise error(str(e)) from None
     if not isinstance(value, expect):
         raise error(f"{path} must hold a JSON {'object' if expect is dict else expect.__name__}")
     return value

@@ -17,7 +17,7 @@ from scratchformer.viz.attention import (
     classifier_attention,
     seq2seq_attention,
 )
-from scratchformer.viz.basics import activation_functions, read_log, softmax_temperatures, training_curves
+from scratchformer.viz.basics import activation_functions, softmax_temperatures, training_curves
 from scratchformer.viz.embeddings import (
     embedding_norms,
     embedding_pca,
@@ -31,7 +31,7 @@ from scratchformer.viz.bundle import report, report_bert
 
 __all__ = [
     "trace", "attention_grid", "attention_steps", "causal_vs_bidirectional", "classifier_attention",
-    "seq2seq_attention", "activation_functions", "read_log", "softmax_temperatures", "training_curves",
+    "seq2seq_attention", "activation_functions", "softmax_temperatures", "training_curves",
     "embedding_norms", "embedding_pca", "learned_positions", "position_similarity", "sinusoidal_encoding",
     "decode_attention", "encode_attention", "notebook_iframe", "write_report", "ff_activations",
     "layernorm_histograms", "residual_heatmap", "residual_norms", "report", "report_bert",

@@ -6,11 +6,11 @@ matplotlib is imported here, inside `new_figure`, so `import scratchformer` neve
 
 from __future__ import annotations
 
-import os
-import tempfile
-from pathlib import Path
+import io
 
 import numpy as np
+
+from scratchformer.runfiles import write_atomic
 
 DPI = 100  # PNG pixels = figsize (inches) * DPI
 
@@ -26,19 +26,11 @@ def new_figure(width: float, height: float):
 
 
 def finish(fig, path=None):
-    """Save `fig` as a PNG at `path` (atomically: a temporary file, then a rename); return fig."""
+    """Save `fig` as a PNG at `path` (atomically, scratchformer.runfiles.write_atomic); return fig."""
     if path is not None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".png.tmp")
-        os.close(fd)
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; a figure is for reading
-        try:
-            fig.savefig(tmp, dpi=DPI, format="png")
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.remove(tmp)
+        png = io.BytesIO()
+        fig.savefig(png, dpi=DPI, format="png")
+        write_atomic(path, png.getvalue())
     return fig
 
 

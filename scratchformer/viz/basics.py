@@ -3,7 +3,6 @@ temperature, and a run's training curves (from its log.jsonl)."""
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -19,9 +18,21 @@ from scratchformer.ops import (
     relu_forward,
     softmax_forward,
 )
+from scratchformer.training.rundir import read_log
 from scratchformer.viz._plot import finish, new_figure
 
-__all__ = ["activation_functions", "softmax_temperatures", "training_curves", "read_log"]
+__all__ = ["activation_functions", "softmax_temperatures", "training_curves"]
+
+
+def log_rows(path) -> list[dict]:
+    """The rows of a run's log.jsonl (`path`: the file or its run directory), read by the one
+    strict log reader (training.rundir.read_log: a torn last line is dropped, any other bad
+    line is a RunFileError naming it)."""
+    path = Path(path)
+    log = path / "log.jsonl" if path.is_dir() else path
+    if not log.is_file():
+        raise DataError(f"training log not found: {log} (train a run first)")
+    return read_log(log)[0]
 
 
 def activation_functions(path=None):
@@ -61,37 +72,19 @@ def softmax_temperatures(logits=None, temperatures=(0.5, 1.0, 2.0, 5.0), path=No
     return finish(fig, path)
 
 
-def read_log(path) -> list[dict]:
-    """The rows of a run's log.jsonl (blank and malformed lines are skipped)."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "log.jsonl"
-    if not path.is_file():
-        raise DataError(f"training log not found: {path} (train a run first)")
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
-
-
 def _series(rows, key):
     """(steps, values) of the rows that have a finite number under `key`."""
-    pts = [(r.get("step", i), r[key]) for i, r in enumerate(rows)
-           if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+    pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
 def training_curves(log, path=None):
     """Train / validation loss, learning rate, gradient norm and tokens/s against step.
 
-    log: a log.jsonl path, its run directory, or its rows. Rows missing a field are skipped
-    for that curve only."""
-    rows = log if isinstance(log, list) else read_log(log)
+    log: a log.jsonl path, its run directory, or its rows (as training.rundir.read_log, the
+    one reader of logs, returns them: a malformed log is an error, never a partial plot).
+    Rows missing a field are skipped for that curve only."""
+    rows = log if isinstance(log, list) else log_rows(log)
     fig = new_figure(10, 6)
     axes = fig.subplots(2, 2).ravel()
     panels = [("loss", ("train_loss", "val_loss")), ("learning rate", ("lr",)),

@@ -173,7 +173,7 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
         B.softmax_temperatures)
     summary = None
     if log is not None:
-        rows = B.read_log(log)
+        rows = B.log_rows(log)
         summary = _summary(rows)
         add("training_curves", "Training curves",
             "Validation loss should follow training loss; a widening gap means overfitting.",

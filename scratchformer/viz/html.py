@@ -11,12 +11,11 @@ from __future__ import annotations
 import base64
 import html
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from scratchformer.runfiles import write_atomic
 from scratchformer.viz._plot import show_token
 
 __all__ = ["encode_attention", "decode_attention", "write_report", "notebook_iframe"]
@@ -61,14 +60,7 @@ def write_report(path, title: str, attention: list[tuple], figures: list[tuple],
     page = (_PAGE.replace("%TITLE%", html.escape(title)).replace("%CONFIG%", table(config))
             .replace("%SUMMARY%", table(summary) if summary else "<p>no training log</p>")
             .replace("%FIGURES%", figs).replace("%DATA%", payload).replace("%SCRIPT%", _SCRIPT))
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".html.tmp")
-    os.chmod(tmp, 0o644)  # mkstemp makes it private; a report is for reading
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(page)
-    os.replace(tmp, path)
-    return path
+    return write_atomic(path, page.encode("utf-8"))
 
 
 def notebook_iframe(path, height: int = 900) -> str:
