@@ -324,6 +324,26 @@ def test_loading_while_training_saves_every_step_never_fails(tmp_path):
     assert len(seen) >= 3, seen  # the loads really overlapped many saves
 
 
+WITHOUT_FCNTL = """
+import sys
+sys.modules["fcntl"] = None  # as on Windows: importing fcntl raises ImportError
+from scratchformer.cli.main import main
+out = sys.argv[1]
+tiny = sys.argv[2:]
+assert main(["train", *tiny, "--max-steps", "2", "--out", out]) == 0
+assert main(["train", "--resume", "--out", out, "--max-steps", "3", "--no-progress", "--quiet"]) == 0
+"""
+
+
+def test_runs_train_and_resume_where_fcntl_is_missing(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-c", WITHOUT_FCNTL, str(out), *TINY, "--workers", "1"],
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "is not locked" in proc.stdout  # said once per training, in one line
+    assert load_checkpoint(out / "last").step == 3
+
+
 # -- resume semantics ----------------------------------------------------------------------------
 def test_resume_config_keeps_the_schedule_and_says_what_an_extension_does():
     saved = {"max_steps": 100, "lr": 1e-3, "min_lr": 1e-4, "warmup_steps": 10}
