@@ -16,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from scratchformer.errors import DataError
+from scratchformer.errors import DataError, RunFileError
+from scratchformer.runfiles import read_json_file, write_atomic
 
 IGNORE_INDEX = -1  # target id the cross-entropy skips (padding)
 DEFAULT_BOUNDARY = "<eot>"
@@ -107,17 +108,17 @@ class CharTokenizer:
         return cls(d["chars"], d.get("special"))
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_json(), ensure_ascii=False), encoding="utf-8")
+        write_atomic(path, json.dumps(self.to_json(), ensure_ascii=False).encode("utf-8"))
 
     @classmethod
     def load(cls, path: str | Path) -> CharTokenizer:
         path = Path(path)
         try:
-            d = json.loads(path.read_text(encoding="utf-8"))
+            d = read_json_file(path, hint="re-save the tokenizer")
         except FileNotFoundError:
             raise DataError(f"tokenizer file not found: {path}: check the path") from None
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise DataError(f"{path}: not a valid tokenizer JSON ({e}): re-save the tokenizer") from None
+        except RunFileError as e:  # not UTF-8, not JSON, not a regular file
+            raise DataError(str(e)) from None
         return cls.from_json(d)
 
     def __eq__(self, other) -> bool:
