@@ -117,7 +117,7 @@ class _Stdout:
             except UnicodeEncodeError:
                 encoding = getattr(sys.stdout, "encoding", None) or "ascii"
                 self._write(msg.encode(encoding, "backslashreplace").decode(encoding))
-        except (BrokenPipeError, ValueError, OSError):  # ValueError: the file was closed
+        except (OSError, ValueError):  # BrokenPipeError; ValueError: the file was closed
             self.closed = True
             _silence_stdout()
 
