@@ -2,6 +2,22 @@
 with scratchformer's layers: attention, causal attention, multi-head attention, sinusoidal
 positional encoding, a pre-norm block, and a tiny language model with weight tying.
 
+Coming from the SLP chapter 8 NumPy lab:
+  - what maps to what: the lab's W_Q, W_K, W_V (d x d_k each, applied as x @ W_Q) are one fused
+    matrix here, `MultiHeadAttention.in_proj_weight` (3d, d) = [W_Q^T; W_K^T; W_V^T] stacked by
+    rows, PyTorch's (out, in) layout, so the three projections are one matrix product (cell 3
+    loads the lab's matrices into it and gets the same output); the lab's W^O is `out_proj`;
+    its attention function is `scratchformer.ops.attention_forward`; its mini LM (embedding +
+    sinusoidal positions, pre-norm blocks with a ReLU feed-forward, final LayerNorm, head tied
+    to the embedding) is `GPT(GPTConfig(positional="sinusoidal", activation="relu",
+    tie_weights=True))`, the model of cell 6.
+  - what differs, and why: masked scores are -inf, not -1e9, so a hidden key's weight is exactly
+    0; the lab only runs a forward on random ids, here every layer has a backward and the LM is
+    trained; scratchformer's default feed-forward is GELU (GPT-2's), ReLU is one option away.
+  - where the lab is wrong: "closer positions are more similar" -- the cosine of PE[0] with
+    PE[k] is not monotone in k (cell 4 prints it); the dot product depends on the distance only,
+    which is the exact statement.
+
 What it shows, cell by cell (figures in --out):
   1. scaled dot-product attention on 5 tokens, step by step: scores -> softmax -> output
      (attention_steps.png);
@@ -13,8 +29,8 @@ What it shows, cell by cell (figures in --out):
      positions depends only on their distance;
   5. a pre-norm block, x + attn(LN(x)) then + ff(LN(.)): with both output projections zeroed it
      is exactly the identity -- the residual stream carries x through untouched;
-  6. a 2-layer character LM on the bundled names with a tied head (lm_head.weight IS
-     wte.weight), trained briefly (training_curves.png), then sampled.
+  6. the lab's mini LM, 2 layers, sinusoidal positions, ReLU, a tied head (lm_head.weight IS
+     wte.weight), trained briefly on the bundled names (training_curves.png), then sampled.
 What to notice: every number printed is a check you can change the code to break.
 Run: python examples/a_attention_lab.py [--quick] [--out DIR]   (full: under a minute)
 """
@@ -57,11 +73,22 @@ print(f"multi-head output {y.shape}, weights {w.shape}; every row sums to 1:",
       bool(np.allclose(w.sum(axis=-1), 1, atol=1e-5)))
 viz.attention_grid(w, tokens, title="multi-head attention (1 layer, 4 heads)", path=out / "multi_head.png")
 
+# the lab's separate W_Q, W_K, W_V are the rows of one fused in_proj_weight (out, in): [W_Q^T; W_K^T; W_V^T]
+lab = MultiHeadAttention(n_embd=8, n_head=1, bias=False, dtype=np.float64).eval()
+lab.in_proj_weight.data[...] = np.concatenate([Wq.T, Wk.T, Wv.T])  # (24, 8)
+lab.out_proj.weight.data[...] = np.eye(8)                     # the lab's cell 1 has no W^O
+print(f"the lab's x @ W_Q, W_K, W_V as in_proj_weight {lab.in_proj_weight.shape}: same output as cell 1:",
+      bool(np.allclose(lab(x[None]), out_bi[0, 0])))
+
 # %% 4. Sinusoidal positional encoding: similarity depends only on the distance
 pe = sinusoidal_table(64, 32)                                 # (positions, n_embd)
 dots = pe @ pe.T
 spread = max(np.ptp(np.diag(dots, d)) for d in range(1, 10))  # same distance, different positions
 print(f"PE[p] . PE[p + d] varies with p by at most {spread:.1e} for d < 10 (depends on d only)")
+cos = (pe @ pe[0]) / (np.linalg.norm(pe, axis=1) * np.linalg.norm(pe[0]))  # cos(PE[0], PE[k])
+rises = (np.flatnonzero(np.diff(cos[:32]) > 0) + 1).tolist()  # k where cos(PE[0], PE[k]) > cos(PE[0], PE[k-1])
+print("cos(PE[0], PE[k]) for k = 1, 5, 10, 25:", [round(float(cos[k]), 3) for k in (1, 5, 10, 25)],
+      f"-- not monotone, it rises again at k = {rises}" if rises else "-- falls with k")
 viz.sinusoidal_encoding(64, 32, path=out / "sinusoidal.png")
 viz.position_similarity(pe, path=out / "position_similarity.png")
 
@@ -72,9 +99,10 @@ for linear in (block.self_attn.out_proj, block.ff.fc2):      # silence both sub-
     linear.bias.data[...] = 0
 print("pre-norm block with zeroed output projections is the identity:", bool(np.array_equal(block(h), h)))
 
-# %% 6. A tiny character LM with weight tying, on the bundled names
+# %% 6. The lab's mini LM (sinusoidal positions, ReLU, tied head), trained on the bundled names
 ds = load_dataset(None, "lines")                              # names.txt, split by the default seed
-config = dict(vocab_size=ds.tokenizer.vocab_size, block_size=ds.block_size, n_layer=2, n_head=4, n_embd=32)
+config = dict(vocab_size=ds.tokenizer.vocab_size, block_size=ds.block_size, n_layer=2, n_head=4, n_embd=32,
+              positional="sinusoidal", activation="relu")
 lm = GPT(GPTConfig(**config, tie_weights=True), seed=0)
 untied = GPT(GPTConfig(**config, tie_weights=False), seed=0)
 print(f"tied head: lm_head.weight is wte.weight: {lm.lm_head.weight is lm.wte.weight}; "

@@ -1,6 +1,24 @@
 """A decoder-only character model on baby names (makemore's transformer, made with scratchformer),
 and what its embeddings and residual stream look like.
 
+Coming from the decoder-only NumPy blog post (the "baby names" one, run on "Welcome to the world of AI"):
+  - what maps to what: W_tok, W_pos -> `wte`, `wpe`; its fused W_qkv (d, 3d), applied as
+    x @ W_qkv, -> `in_proj_weight` (3d, d) = W_qkv^T (PyTorch's (out, in) layout); W_o ->
+    `out_proj`; W1, W2 -> `ff.fc1`, `ff.fc2` (transposed likewise); the dict of intermediates
+    each block returns -> `viz.trace.trace(model, ids)` (residual stream, attention and
+    feed-forward updates, LayerNorm inputs and outputs, feed-forward values); its vocabulary
+    numbered from 1 -> `<eot>` is id 0, a real token that starts and ends each name.
+  - what it gets wrong, fixed here: its pre-norm block computes LN(x) and then attends to x (here
+    attention reads LN(x), as GPT-2); it has no final LayerNorm (here `ln_f`); its "generation"
+    ('Welco e fo ohe world of A') is the argmax at every position of one teacher-forced pass --
+    with a tied head and tiny updates, an echo of each input character, not a prediction --
+    while `generate` here samples one character at a time and feeds it back; its residual
+    stream "barely changes" (1.4255 -> 1.4268) because its W_o starts at 0.002 x N(0, 1), so
+    attention adds almost nothing to an untrained model. residual_init_vs_trained.png draws that
+    init's stream beside this model's, untrained and trained (the numbers are printed): most of
+    the difference in scale is the init (PyTorch's N(0, 1) embeddings against its N(0, 1/d));
+    the growth from block to block is what the sub-layers add.
+
 The full run here is SHORT (500 steps of 32 names; `scratchformer train` takes 16,000 steps of
 64), so the validation loss ends near 2.2 instead of a full run's 1.9; the pictures already
 show the structure.
@@ -60,4 +78,37 @@ viz.residual_heatmap(tr, tokens, path=out / "residual_heatmap.png")
 viz.attention_grid(viz.trace.attention_maps(model, ids)["encoder"], tokens, title=f"names GPT on {name!r}",
                    path=out / "attention_grid.png")
 viz.training_curves(rows, path=out / "training_curves.png")
+
+# %% The tutorial's "barely changes": its init (W_o x 0.002), untrained, beside the trained model
+tutorial = GPT(model.config, seed=0)
+rng = np.random.default_rng(0)
+for pname, p in tutorial.named_parameters():
+    d = model.config.n_embd
+    if pname in ("wte.weight", "wpe.weight"):
+        p.data[...] = rng.standard_normal(p.shape) / np.sqrt(d)   # its W_tok, W_pos
+    elif pname.endswith("out_proj.weight"):
+        p.data[...] = rng.standard_normal(p.shape) * 0.002        # its W_o
+    elif pname.endswith(("in_proj_weight", "fc1.weight", "fc2.weight")):
+        p.data[...] = rng.standard_normal(p.shape) * 0.02         # its W_qkv, W1, W2
+    elif pname.endswith("bias") and "norm" not in pname:
+        p.data[...] = 0
+init_norms = [float(np.linalg.norm(r[0], axis=-1).mean()) for r in viz.trace.trace(tutorial, ids).residual]
+ours = [float(np.linalg.norm(r[0], axis=-1).mean()) for r in viz.trace.trace(GPT(model.config, seed=0), ids).residual]
+print(f"residual-stream norm with the tutorial's init, untrained: {[round(n, 3) for n in init_norms]}; "
+      f"with this model's init, untrained: {[round(n, 2) for n in ours]}; trained here: {[round(n, 2) for n in norms]}")
+from matplotlib.figure import Figure  # noqa: E402 -- a comparison no library figure draws
+
+fig = Figure(figsize=(6.4, 3.6), layout="constrained")
+ax = fig.subplots()
+where = ["emb"] + [f"block {i}" for i in range(len(norms) - 1)]
+ax.plot(where, init_norms, marker="o", label="tutorial's init (W_o x 0.002), untrained")
+ax.plot(where, ours, marker="o", label="this model's init (PyTorch's), untrained")
+ax.plot(where, norms, marker="o", label=f"this model trained ({steps} steps)")
+ax.set_ylim(0, None)
+ax.set_xlabel("residual stream after")
+ax.set_ylabel(f"mean token norm on {name!r}")
+ax.legend(fontsize=8)
+ax.set_title(f"residual-stream norm: tutorial's init {init_norms[0]:.2f} -> {init_norms[-1]:.2f}, "
+             f"trained {norms[0]:.2f} -> {norms[-1]:.2f}", fontsize=9)
+fig.savefig(out / "residual_init_vs_trained.png", dpi=100)
 print(f"figures in {out}")

@@ -1,6 +1,24 @@
 """Sequence reversal with the full post-norm encoder-decoder (Vaswani et al. 2017), its masks,
 and two ways to decode: greedy and beam search.
 
+Coming from the ten-part NumPy series (ending with an encoder-decoder on sequence reversal):
+  - THE MASK CONVENTION IS THE OPPOSITE. The series writes 1 = masked (hidden) and adds -1e9
+    there; scratchformer's masks are boolean, True = may attend, and hidden keys get -inf (weight
+    exactly 0). Integer masks are refused, but a boolean mask written the series' way would
+    silently attend ONLY to the keys it meant to hide. `ops.attention_forward(q, k, v, mask,
+    mask_means="masked")` takes the series' convention by name (the cell below shows both).
+    Its look-ahead mask (upper triangle = 1) is `causal=True` here (lower triangle True).
+  - what maps to what: its LayerNormalization and post-norm Add & Norm -> `norm_first=False`;
+    its encoder and decoder layers -> `EncoderBlock`, `DecoderBlock` (masked self-attention,
+    encoder-decoder attention with queries from the decoder and keys/values from the encoder,
+    feed-forward); its full model (embeddings x sqrt(d), positions, final linear) ->
+    `Seq2SeqTransformer`; its target padding mask over the encoder output -> `memory_mask`.
+    Token ids differ: it numbers PAD 0, SOS 1, EOS 2 and the symbols from 3; here the digits
+    are 0-9 and PAD 10, BOS 11, EOS 12.
+  - what differs, and why: its parts 7-10 run dummy layers returning random numbers and stop
+    before training ("backprop is beyond scope"); here every layer is real, has a backward, and
+    the model is trained to reverse held-out sequences, decoded greedily and with beam search.
+
 What it shows:
   - the original Transformer's layout: LayerNorm *after* each residual sum (norm_first=False),
     sinusoidal positions, embeddings scaled by sqrt(n_embd) and shared between source and target;
@@ -44,6 +62,18 @@ tgt_mask = causal[None] & (tgt_in != PAD)[:, None, :]      # (B, T, T): causal a
 fig_masks = [("source padding (row 2)", np.broadcast_to(src_mask[1], (src.shape[1], src.shape[1]))),
              ("decoder causal", causal), ("causal & target padding (row 2)", tgt_mask[1])]
 print("source mask of row 2:", src_mask[1].astype(int).tolist())
+
+# %% The series' convention (1 = hidden) against this one (True = may attend), on one attention
+from scratchformer.ops import attention_forward  # noqa: E402
+
+rng = np.random.default_rng(0)
+q, k, v = rng.standard_normal((1, 1, 2, 4)), rng.standard_normal((1, 1, 3, 4)), rng.standard_normal((1, 1, 3, 4))
+series_mask = np.array([[0, 0, 1], [0, 1, 1]])  # the series' way: hide key 2 from query 0, keys 1-2 from query 1
+_, as_is = attention_forward(q, k, v, mask=series_mask.astype(bool))   # read as True = may attend: inverted
+_, named = attention_forward(q, k, v, mask=series_mask, mask_means="masked")
+print(f"weight on the keys the series' mask hides: {float(as_is['weights'][0, 0][series_mask == 1].sum()):.2f} "
+      f"if passed as a bool mask as it is, {float(named['weights'][0, 0][series_mask == 1].sum()):.2f} with "
+      'mask_means="masked"')
 
 
 def batch(rng):

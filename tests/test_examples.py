@@ -20,21 +20,34 @@ EXPECTED = {
         [r"row sums: \[1\.0, 1\.0, 1\.0, 1\.0, 1\.0\]", r"first token: \[1\.0, 0\.0, 0\.0, 0\.0, 0\.0\]",
          r"upper triangle of the causal weights is zero: True", r"every row sums to 1: True",
          r"varies with p by at most \d\.\de-1[0-9]", r"is the identity: True",
-         r"lm_head.weight is wte.weight: True; 26,848 parameters against 27,712 untied"]),
+         r"lm_head.weight is wte.weight: True; 26,336 parameters against 27,200 untied",
+         r"as in_proj_weight \(24, 8\): same output as cell 1: True",
+         r"cos\(PE\[0\], PE\[k\]\) for k = 1, 5, 10, 25: \[0\.957, 0\.736, 0\.629, 0\.605\] -- not monotone, it rises "
+         r"again at k = \[\d"]),
     "b_majority_classifier": (
         ["classifier_attention", "attention_grid", "training_curves"],
-        [r"held-out accuracy: [01]\.\d{4} after 30 steps", r"predicted [012]"]),
+        [r"held-out accuracy: [01]\.\d{4} after 30 steps", r"predicted [012]",
+         r"majority-class baseline \(always answer [012], the most frequent training label\): 0\.\d{4}",
+         r"the tutorial's split: 86 of its 400 test sequences are training sequences; always answering 0 scores "
+         r"0\.4325 on its test labels, the 43\.2% its own code reached"]),
     "c_copy_encoder_decoder": (
         ["seq2seq_attention", "training_curves"],
         [r"encoder gradient after one backward: sum \|grad\| = \d+\.\d+", r"held-out exact match: [01]\.\d{4}",
-         r"output changed: (True|False)", r"largest weight per target row \[[0-9., ]+\] \(uniform would be 0\.17\)"]),
+         r"output changed: (True|False)",
+         r"held-out exact match with the tutorial's bug \(no source reaches the decoder\): [01]\.\d{4}, "
+         r"final train loss \d+\.\d{3}; fixed: [01]\.\d{4}", r"largest weight per target row \[[0-9., ]+\] \(uniform would be 0\.17\)"]),
     "d_names_gpt": (
-        ["embedding_pca", "residual_norms", "residual_heatmap", "attention_grid", "training_curves"],
+        ["embedding_pca", "residual_norms", "residual_heatmap", "attention_grid", "training_curves",
+         "residual_init_vs_trained"],
         [r"30033 training names, vocabulary 27", r"val loss \d\.\d{3}", r"\d+/10 are not in the training set",
-         r"residual-stream norm after the embedding and each block: \[([0-9.]+, ){4}[0-9.]+\]"]),
+         r"residual-stream norm after the embedding and each block: \[([0-9.]+, ){4}[0-9.]+\]",
+         r"residual-stream norm with the tutorial's init, untrained: \[([0-9.]+, ){4}[0-9.]+\]; with this model's "
+         r"init, untrained: \[([0-9.]+, ){4}[0-9.]+\]; trained here"]),
     "e_reverse_beam_search": (
         ["masks", "seq2seq_attention", "training_curves"],
         [r"source mask of row 2: \[1, 1, 0, 0, 0, 0\]",
+         r"weight on the keys the series' mask hides: 2\.00 if passed as a bool mask as it is, 0\.00 with "
+         r'mask_means="masked"',
          r"held-out exact match after 40 steps: greedy [01]\.\d{4}, beam search \(4\) [01]\.\d{4}"]),
 }
 

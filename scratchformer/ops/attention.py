@@ -4,6 +4,12 @@
     weights = softmax(scores)         masked keys get weight exactly 0
     out = weights v                   (B, H, Tq, d)
 
+The mask convention: a boolean mask, **True = this query may attend to this key** (PyTorch's
+`scaled_dot_product_attention`, and the copy tutorial's `masked_fill(mask == 0, -inf)`). Some
+texts, the ten-part NumPy series among them, write the opposite, 1 = masked (hidden); such a
+mask passed as it is would attend only to the keys it meant to hide. `attention_forward` takes
+that convention when asked by name: `mask_means="masked"`.
+
 Fast lane: `scratchformer/fast/attention.py` (the batch in cache-sized pieces, big weights
 recomputed in the backward instead of kept).
 """
@@ -16,7 +22,7 @@ import math
 import numpy as np
 
 from scratchformer import fast
-from scratchformer.errors import DTypeError, ShapeError
+from scratchformer.errors import ConfigError, DTypeError, ShapeError
 from scratchformer.fast import attention as fast_attention
 from scratchformer.fast.attention import weights_nbytes
 from scratchformer.ops.dropout import dropout_backward, dropout_forward
@@ -54,8 +60,11 @@ def attention_mask(mask: np.ndarray | None, causal: bool, Tq: int, Tk: int) -> n
 
 
 def attention_forward(q, k, v, mask=None, causal=False, dropout_p=0.0, rng=None, training=False,
-                      keep_weights=True):
+                      keep_weights=True, mask_means="attend"):
     """q: (B, H, Tq, d); k, v: (B, H, Tk, d); mask: bool broadcastable to (B, H, Tq, Tk).
+
+    mask_means: "attend" (the default): True = may attend. "masked": the ten-part NumPy
+    series' convention, True or 1 = hidden, 0 = may attend (bool, or integers 0/1).
 
     Returns (out (B, H, Tq, d), cache); cache["weights"] (B, H, Tq, Tk) are the attention
     weights before dropout (for plots). A query whose keys are all masked gets zero weights
@@ -64,6 +73,8 @@ def attention_forward(q, k, v, mask=None, causal=False, dropout_p=0.0, rng=None,
     keep less and recompute the weights in the backward (cache["weights"] is then None);
     the reference always keeps them.
     """
+    if mask_means != "attend":
+        mask = _from_masked_convention(mask, mask_means)
     Tq, Tk, d = q.shape[-2], k.shape[-2], q.shape[-1]
     if k.shape[-1] != d or k.shape[:-2] != v.shape[:-2] or k.shape[-2] != v.shape[-2]:
         raise ShapeError(f"attention: incompatible q {q.shape}, k {k.shape}, v {v.shape}")
@@ -84,6 +95,18 @@ def attention_forward(q, k, v, mask=None, causal=False, dropout_p=0.0, rng=None,
     dropped, drop_mask = dropout_forward(weights, dropout_p, rng, training)
     out = dropped @ v  # (B, H, Tq, d)
     return out, dict(q=q, k=k, v=v, weights=weights, drop_mask=drop_mask)
+
+
+def _from_masked_convention(mask, mask_means: str):
+    """A mask written 1 = hidden (mask_means="masked") as this module's True = may attend."""
+    if mask_means != "masked":
+        raise ConfigError(f'mask_means must be "attend" (True = may attend) or "masked" (1 = hidden), got {mask_means!r}')
+    if mask is None:
+        return None
+    mask = np.asarray(mask)
+    if mask.dtype != bool and not (np.issubdtype(mask.dtype, np.integer) and np.isin(mask, (0, 1)).all()):
+        raise DTypeError(f'a mask with mask_means="masked" must be bool or integers 0/1 (1 = hidden), got dtype {mask.dtype}')
+    return mask == 0
 
 
 def attention_backward(dout: np.ndarray, cache: dict):
