@@ -83,8 +83,8 @@ tokens = [str(t) for t in x]
 probs = viz.trace.class_probabilities(model, x)
 maps = viz.trace.attention_maps(model, x)["encoder"]  # (n_layer, n_head, 8, 8)
 print(f"input {format_digits(x)}: probabilities {np.round(probs, 3).tolist()}, predicted {int(probs.argmax())}")
-viz.classifier_attention(probs, ["majority 0", "majority 1", "majority 2"], maps, tokens,
-                         path=out / "classifier_attention.png")
+viz.classifier_attention(probs, ["majority 0", "majority 1", "majority 2"], maps, tokens, true_class=2,
+                         accuracy=accuracy, path=out / "classifier_attention.png")
 viz.attention_grid(maps, tokens, title="majority classifier", path=out / "attention_grid.png")
 viz.training_curves(rows, path=out / "training_curves.png")
 print(f"figures in {out}")

@@ -128,6 +128,11 @@ def _draw_sequences(name: str, n: int, rng: np.random.Generator, max_len: int, m
     return out
 
 
+def majority_label(seq) -> int:
+    """The majority task's label of one sequence: its most frequent token, ties to the smallest."""
+    return int(np.argmax(np.bincount(np.asarray(seq))))
+
+
 def make_task(name: str, n: int, rng: np.random.Generator | int, max_len: int | None = None,
               min_len: int = 1, exclude: set[bytes] | None = None, unique: bool = False):
     """n examples of task `name`, deterministic given `rng` (a Generator or an int seed).
@@ -147,7 +152,7 @@ def make_task(name: str, n: int, rng: np.random.Generator | int, max_len: int | 
     seqs = _draw_sequences(name, n, rng, max_len, min_len, exclude, unique)
     if name == "majority":
         x = np.array(seqs, dtype=np.int64).reshape(n, max_len)
-        y = np.array([np.argmax(np.bincount(s)) for s in seqs], dtype=np.int64)
+        y = np.array([majority_label(s) for s in seqs], dtype=np.int64)
         return ClassificationData(x, y)
     src = np.full((n, max_len), PAD, dtype=np.int64)
     tgt_in = np.full((n, max_len + 1), PAD, dtype=np.int64)

@@ -23,7 +23,9 @@ from scratchformer.data.tasks import (
     VOCAB_SIZE,
     encode_sources,
     exact_match,
+    MAJORITY_SYMBOLS,
     format_digits,
+    majority_label,
     make_split,
     parse_digits,
 )
@@ -139,9 +141,9 @@ class TaskJob:
         names = {PAD: "<pad>", BOS: "<bos>", EOS: "<eos>"}
         return {"ids": ids, "tokens": [str(i) for i in ids],
                 "vocab_labels": [names.get(i, str(i)) for i in range(VOCAB_SIZE)],
-                "title": f"scratchformer {self.task}: {text} -> {answer}", **self._viz_extra()}
+                "title": f"scratchformer {self.task}: {text} -> {answer}", **self._viz_extra(ids)}
 
-    def _viz_extra(self) -> dict:
+    def _viz_extra(self, ids) -> dict:
         return {}
 
 
@@ -167,8 +169,12 @@ class ClassifierJob(TaskJob):
     def _finish(self, scores: dict, n: int) -> dict:
         return {"accuracy": scores.get("hits", 0) / max(n, 1)}
 
-    def _viz_extra(self) -> dict:
-        return {"class_names": [f"{self.task} {c}" for c in range(self.model.config.n_classes)]}
+    def _viz_extra(self, ids) -> dict:
+        # the figure shows the true class and the test accuracy beside the prediction; the PCA
+        # shows only the tokens the task uses (the shared 13-token vocabulary has 10 unused here)
+        return {"class_names": [f"{self.task} {c}" for c in range(self.model.config.n_classes)],
+                "true_class": majority_label(ids), "accuracy": self.evaluate("test")["accuracy"],
+                "token_ids": list(range(MAJORITY_SYMBOLS))}
 
     def _show(self, picked) -> list[str]:
         predicted = self.model.predict(picked.x)

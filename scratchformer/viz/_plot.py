@@ -53,16 +53,22 @@ def heatmap(ax, values, xlabels=None, ylabels=None, annotate_max: int = 12, vmin
         for label in ax.get_xticklabels():
             label.set_rotation(90 if len(label.get_text()) > 1 else 0)
     if rows <= annotate_max and cols <= annotate_max:
-        lo, hi = (vmin, vmax) if vmin is not None else (values.min(), values.max())
         for i in range(rows):
             for j in range(cols):
-                light = (values[i, j] - lo) < 0.5 * (hi - lo)
+                if not np.isfinite(values[i, j]):
+                    continue  # a blank cell (e.g. a masked score) stays blank
                 text = fmt.format(values[i, j])
                 if abs(values[i, j]) < 1:
                     text = text.replace("0.", ".", 1)  # ".25": short enough for a small cell
-                ax.text(j, i, text, ha="center", va="center", fontsize=6,
-                        color="white" if light else "black")
+                ax.text(j, i, text, ha="center", va="center", fontsize=6, color=_text_colour(im, values[i, j]))
     return im
+
+
+def _text_colour(im, value) -> str:
+    """White on a dark cell, black on a light one, judged by the cell's own colour's luminance
+    (a diverging map is pale in the middle, so the value's place in the range is not enough)."""
+    r, g, b, _ = im.cmap(im.norm(value))
+    return "white" if 0.299 * r + 0.587 * g + 0.114 * b < 0.5 else "black"
 
 
 def show_token(tok) -> str:

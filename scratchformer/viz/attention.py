@@ -55,6 +55,9 @@ def attention_grid(weights, tokens, query_tokens=None, title: str = "attention",
             if head > 0:
                 ax.set_yticks([])
             ax.set_title(f"layer {layer} head {head}", fontsize=8)
+        axes[layer, 0].set_ylabel("query", fontsize=8)
+    for head in range(H):
+        axes[L - 1, head].set_xlabel("key", fontsize=8)
     fig.colorbar(im, ax=axes, shrink=0.6, label="weight")
     fig.suptitle(f"{title}: rows = queries, columns = keys", fontsize=10)
     return finish(fig, path)
@@ -75,15 +78,20 @@ def seq2seq_attention(maps: dict, src_tokens, tgt_tokens, layer: int = -1, path=
     for r, (name, keys, queries) in enumerate(rows):
         w = maps[name][layer]
         for head in range(H):
-            heatmap(axes[r, head], w[head], keys, queries)
+            im = heatmap(axes[r, head], w[head], keys, queries)
             axes[r, head].set_title(f"{name} head {head}", fontsize=8)
-        axes[r, 0].set_ylabel(sides[name], fontsize=8)
+            axes[r, head].set_xlabel("key: " + ("target" if name == "decoder" else "source"), fontsize=7)
+        axes[r, 0].set_ylabel(f"query: {sides[name]}", fontsize=8)
+    fig.colorbar(im, ax=axes, shrink=0.6, label="weight")
     fig.suptitle(f"seq2seq attention, layer {layer % maps['encoder'].shape[0]}", fontsize=10)
     return finish(fig, path)
 
 
-def classifier_attention(probs, class_names, weights, tokens, layer: int = -1, path=None):
-    """The class probabilities (bars) beside every head of one layer. probs: (n_classes,)."""
+def classifier_attention(probs, class_names, weights, tokens, layer: int = -1, path=None, *,
+                         true_class: int | None = None, accuracy: float | None = None):
+    """The class probabilities (bars) beside every head of one layer. probs: (n_classes,).
+    The title names the input (the tokens), the prediction, and when given the true class
+    (an index into class_names) and the model's held-out accuracy."""
     probs = np.asarray(probs, dtype=np.float64).ravel()
     weights = _check_maps(weights)
     H, T = weights.shape[1], weights.shape[-1]
@@ -92,14 +100,29 @@ def classifier_attention(probs, class_names, weights, tokens, layer: int = -1, p
     axes = fig.subplots(1, H + 1, squeeze=False, width_ratios=[1.4] + [1] * H)[0]
     names = [str(c) for c in class_names]
     axes[0].barh(range(len(probs)), probs, color="tab:blue")
+    for i, p in enumerate(probs):
+        axes[0].text(p - 0.02 if p > 0.8 else p + 0.02, i, f"{p:.2f}", va="center", ha="right" if p > 0.8 else "left", fontsize=7,
+                     color="white" if p > 0.8 else "black")
     axes[0].set_yticks(range(len(probs)), names, fontsize=8)
     axes[0].set_xlim(0, 1)
+    axes[0].set_xlabel("probability", fontsize=8)
     axes[0].invert_yaxis()
-    axes[0].set_title(f"prediction: {names[int(probs.argmax())]}", fontsize=9)
+    predicted = names[int(probs.argmax())]
+    axes[0].set_title(f"prediction: {predicted}", fontsize=9)
     for head in range(H):
-        heatmap(axes[head + 1], weights[layer, head], tokens, tokens)
+        im = heatmap(axes[head + 1], weights[layer, head], tokens, tokens)
         axes[head + 1].set_title(f"head {head}", fontsize=8)
-    fig.suptitle(f"class probabilities beside layer {layer % weights.shape[0]}'s heads", fontsize=10)
+        axes[head + 1].set_xlabel("key", fontsize=8)
+    axes[1].set_ylabel("query", fontsize=8)
+    fig.colorbar(im, ax=list(axes[1:]), shrink=0.8, label="weight")
+    facts = [f"input {' '.join(str(t) for t in tokens)}", f"predicted {predicted}"]
+    if true_class is not None:
+        truth = names[int(true_class)]
+        facts.append(f"true {truth} ({'right' if truth == predicted else 'wrong'})")
+    if accuracy is not None:
+        facts.append(f"held-out accuracy {accuracy:.1%}")
+    fig.suptitle(f"{'; '.join(facts)} -- class probabilities beside layer {layer % weights.shape[0]}'s heads",
+                 fontsize=9)
     return finish(fig, path)
 
 
@@ -118,34 +141,43 @@ def causal_vs_bidirectional(q, k, tokens, path=None):
     for ax, w, name in zip(axes, both, ("bidirectional (encoder, BERT)", "causal (decoder, GPT)")):
         im = heatmap(ax, w, tokens, tokens)
         ax.set_title(name, fontsize=9)
-    fig.colorbar(im, ax=axes, shrink=0.7)
+        ax.set_xlabel("key", fontsize=8)
+    axes[0].set_ylabel("query", fontsize=8)
+    fig.colorbar(im, ax=axes, shrink=0.7, label="weight")
     fig.suptitle("same input, two masks: causal rows see only earlier keys and renormalise", fontsize=10)
     return finish(fig, path)
 
 
-def attention_steps(q, k, v, tokens, causal: bool = True, path=None):
-    """One head step by step: scores q k^T / sqrt(d) -> masked scores -> softmax -> output."""
+def attention_steps(q, k, v, tokens, causal: bool = True, path=None, *, layer: int | None = None,
+                    head: int | None = None):
+    """One head step by step: scores q k^T / sqrt(d) -> masked scores (causal only) -> softmax
+    -> output. layer, head: which head of the model this is, for the title."""
     q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
     T = q.shape[0]
     scores = _scores(q, k)
-    masked = np.where(causal_mask(T, T), scores, -np.inf) if causal else scores
     out, cache = attention_forward(q[None, None], k[None, None], v[None, None], causal=causal)
     weights = cache["weights"]
-    s = _cell(T, T <= ANNOTATE_MAX) + 0.4
-    fig = new_figure(4 * s + 0.4, s + 0.7)
-    axes = fig.subplots(1, 4)
     lim = float(np.abs(scores).max()) or 1.0
-    heatmap(axes[0], scores, tokens, tokens, vmin=-lim, vmax=lim, cmap="coolwarm", fmt="{:.1f}")
-    shown = np.where(np.isfinite(masked), masked, np.nan)  # -inf drawn as blank
-    heatmap(axes[1], shown, tokens, tokens, vmin=-lim, vmax=lim, cmap="coolwarm", annotate_max=0)
-    heatmap(axes[2], weights[0, 0], tokens, tokens)
     o = out[0, 0]
     olim = float(np.abs(o).max()) or 1.0
-    heatmap(axes[3], o, None, tokens, vmin=-olim, vmax=olim, cmap="coolwarm", annotate_max=0)
-    titles = ("scores q k\u1d40/\u221ad", "masked (blank = -inf)" if causal else "no mask",
-              "softmax weights", "output = weights v")
-    for ax, t in zip(axes, titles):
-        ax.set_title(t, fontsize=9)
-    axes[3].set_xlabel("d_head")
-    fig.suptitle("one attention head, step by step", fontsize=10)
+    panels = [("scores q k\u1d40/\u221ad", scores, tokens, dict(vmin=-lim, vmax=lim, cmap="coolwarm", fmt="{:.1f}"),
+               "score")]
+    if causal:  # without a mask this panel would repeat the scores
+        masked = np.where(causal_mask(T, T), scores, np.nan)  # -inf drawn as blank
+        panels.append(("masked (blank = -inf)", masked, tokens,
+                       dict(vmin=-lim, vmax=lim, cmap="coolwarm", fmt="{:.1f}"), "score"))
+    panels += [("softmax weights", weights[0, 0], tokens, {}, "weight"),
+               ("output = weights v", o, None, dict(vmin=-olim, vmax=olim, cmap="coolwarm", annotate_max=0), "value")]
+    s = _cell(T, T <= ANNOTATE_MAX) + 0.5
+    fig = new_figure(len(panels) * (s + 0.5) + 0.4, s + 0.9)
+    axes = fig.subplots(1, len(panels))
+    for ax, (title, values, xlabels, style, bar) in zip(axes, panels):
+        im = heatmap(ax, values, xlabels, tokens, **style)
+        fig.colorbar(im, ax=ax, shrink=0.8, label=bar)
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("key" if xlabels is not None else "d_head", fontsize=8)
+        ax.set_ylabel("query", fontsize=8)
+    which = "" if layer is None else f"layer {layer}" + ("" if head is None else f", head {head}")
+    mask = "causal" if causal else "no mask (bidirectional)"
+    fig.suptitle(f"one attention head step by step{': ' + which if which else ''} ({mask})", fontsize=10)
     return finish(fig, path)

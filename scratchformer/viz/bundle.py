@@ -63,7 +63,7 @@ FIGURES = ("attention_seq2seq", "attention_grid", "classifier_attention", "causa
 
 def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, tgt_ids=None,
            tgt_tokens=None, class_names=None, vocab_labels=None, log=None, title=None,
-           only=None) -> list[Path]:
+           only=None, true_class=None, accuracy=None, token_ids=None) -> list[Path]:
     """Draw every figure that applies to `model` on one input; write them as PNGs and a
     self-contained report.html into out_dir. Returns the paths written (report.html last).
 
@@ -74,6 +74,8 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
     log: a run directory or log.jsonl for the training curves and summary (optional).
     only: names from `FIGURES` to draw (None: every figure that applies); the attention
     explorer is always written.
+    classifier: `true_class` (the input's class) and `accuracy` (held-out) go in its title.
+    token_ids: the vocabulary ids the model's data use (the embedding PCA shows only these).
     """
     kind = T.kind(model)
     if only is not None and not set(only) <= set(FIGURES):
@@ -120,7 +122,8 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
         names = class_names if class_names is not None else [str(i) for i in range(len(probs))]
         add("classifier_attention", "Prediction beside the heads",
             "Which tokens the last layer's heads read when the model makes this prediction.",
-            lambda: A.classifier_attention(probs, names, maps["encoder"], att_tokens))
+            lambda: A.classifier_attention(probs, names, maps["encoder"], att_tokens, true_class=true_class,
+                                           accuracy=accuracy))
     # one head of the first block, on the model's own input to that block
     q, k, v = T.head_qkv(model, ids, layer=0, head=0)
     n = min(len(q), 16)  # step-by-step figures stay legible on a short prefix
@@ -130,40 +133,47 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
         lambda: A.causal_vs_bidirectional(q[:n], k[:n], att_tokens[:n]))
     add("attention_steps", "One head step by step",
         "Scores, masked scores (future = -inf), softmax weights, and the output rows they mix.",
-        lambda: A.attention_steps(q[:n], k[:n], v[:n], att_tokens[:n], causal=T.is_causal(model)))
+        lambda: A.attention_steps(q[:n], k[:n], v[:n], att_tokens[:n], causal=T.is_causal(model), layer=0, head=0))
 
     # -- positions and embeddings -----------------------------------------------------------
     table, tok = T.position_table(model), T.token_table(model)
     if T.learned_positions(model):
-        add("positions_learned", "Learned positions", "A learned table: training makes nearby rows similar.",
+        add("positions_learned", "Learned positions",
+            "A learned table, position by dimension. The title compares neighbouring rows with distant "
+            "ones: training often makes nearby positions alike, and an untrained table is noise.",
             lambda: E.learned_positions(table))
     else:
         add("positions_sinusoidal", "Sinusoidal positions",
             "Each pair of columns is a sine/cosine wave; frequency falls from left to right.",
             lambda: E.sinusoidal_encoding(min(len(table), 128), table.shape[1]))
     add("position_similarity", "Position similarity",
-        "Cosine similarity of position vectors: high near the diagonal, falling with distance.",
+        "Cosine similarity of position vectors; the title says, from the numbers, whether it falls "
+        "with distance (sinusoids are not monotone: they rise again at some distances).",
         lambda: E.position_similarity(table[:128]))
     add("embedding_norms", "Token against position norms",
         "If positions are much smaller than tokens, the model barely sees order (and vice versa).",
         lambda: E.embedding_norms(tok, table, ids, tokens))
     add("embedding_pca", "PCA of the embeddings",
-        "Vowels, digits or punctuation often cluster; positions trace a smooth curve.",
-        lambda: E.embedding_pca(tok, table, ids, tokens, vocab_labels))
+        "Vowels, digits or punctuation may cluster; the title says whether consecutive positions lie "
+        "close together (a curve) or not.",
+        lambda: E.embedding_pca(tok, table, ids, tokens, vocab_labels, token_ids=token_ids))
 
     # -- inside the stack -------------------------------------------------------------------
     tr = T.trace(model, ids)
-    add("residual_norms", "Residual stream", "The stream's norm usually grows with depth; the bars "
-        "show how much each attention and feed-forward sub-layer adds.", lambda: I.residual_norms(tr))
+    add("residual_norms", "Residual stream", "The stream's mean token norm after each block (the title "
+        "says how it changes); the bars show how much each attention and feed-forward sub-layer adds.",
+        lambda: I.residual_norms(tr))
     add("residual_heatmap", "Residual stream per token",
         "Tokens whose norm grows fast are the ones the blocks write most into.",
         lambda: I.residual_heatmap(tr, att_tokens))
     add("ff_activations", "Feed-forward activations",
-        "The activation zeroes (ReLU) or shrinks (GELU) negative inputs; neurons that never fire are dead.",
-        lambda: I.ff_activations(tr, layer=0))
+        "The activation zeroes (ReLU) or shrinks (GELU) negative inputs. Firing rates are counted over "
+        "this input and a few more of the model's inputs; a neuron is called dead only on enough tokens.",
+        lambda: I.ff_activations(tr, layer=0, more=[T.trace(model, x) for x in _more_inputs(model, kind, ids)]))
     add("layernorm", "LayerNorm in and out",
-        "Whatever the input scale, the output has per-token mean 0 and std 1 before gain and bias.",
-        lambda: I.layernorm_histograms(tr, 0))
+        "The LayerNorm whose input is farthest from normalised: whatever its scale, each token comes out "
+        "with mean 0 and std 1 before the gain and bias.",
+        lambda: I.layernorm_histograms(tr))
 
     # -- basics and training ----------------------------------------------------------------
     add("activations", "Activation functions", "GELU is smooth and slightly negative for x < 0; "
@@ -194,6 +204,19 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
     paths.append(write_report(out_dir / "report.html", title or f"scratchformer: {kind} on {''.join(tokens)[:60]!r}",
                               tabs, embedded, config, summary))
     return paths
+
+
+MORE_INPUTS = 16  # further inputs whose feed-forward firing counts too
+
+
+def _more_inputs(model, kind, ids) -> list[np.ndarray]:
+    """Inputs beside `ids` for statistics that one short input cannot give: a GPT's own samples
+    from the input's first token; for the others, the input's tokens shuffled. Seeded."""
+    rng = np.random.default_rng(0)
+    if kind == "gpt":
+        start = np.full((MORE_INPUTS, 1), ids[0], dtype=np.int64)
+        return list(model.generate(start, max(1, model.config.block_size - 1), rng=rng))
+    return [rng.permutation(ids) for _ in range(MORE_INPUTS)]
 
 
 def report_bert(out_dir, text: str, path=None, only=None) -> list[Path]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from scratchformer.nn.positional import sinusoidal_table
+from scratchformer.viz import claims
 from scratchformer.viz._plot import finish, heatmap, new_figure, pca_2d, show_token
 
 __all__ = ["sinusoidal_encoding", "position_similarity", "learned_positions", "embedding_norms",
@@ -20,8 +21,8 @@ def _table_heatmap(table, title, path):
     im = heatmap(ax, table, annotate_max=0, vmin=-lim, vmax=lim, cmap="RdBu_r")
     ax.set_xlabel("embedding dimension")
     ax.set_ylabel("position")
-    fig.colorbar(im, ax=ax)
-    ax.set_title(title, fontsize=10)
+    fig.colorbar(im, ax=ax, label="value")
+    ax.set_title(title, fontsize=9)
     return finish(fig, path)
 
 
@@ -33,8 +34,8 @@ def sinusoidal_encoding(max_len: int = 64, n_embd: int = 64, path=None):
 
 def learned_positions(table, path=None):
     """A learned (P, C) position-embedding table as a heatmap."""
-    return _table_heatmap(table, "learned position embeddings: smooth columns mean nearby "
-                                 "positions look alike", path)
+    return _table_heatmap(table, "learned position embeddings (position x dimension)\n"
+                                 + claims.neighbour_similarity(table), path)
 
 
 def position_similarity(table, path=None):
@@ -50,13 +51,14 @@ def position_similarity(table, path=None):
     im = heatmap(a, sim, annotate_max=0, vmin=-1, vmax=1, cmap="RdBu_r")
     a.set_xlabel("position")
     a.set_ylabel("position")
-    a.set_title("cosine similarity", fontsize=10)
-    fig.colorbar(im, ax=a)
+    a.set_title("cosine similarity of every pair", fontsize=10)
+    fig.colorbar(im, ax=a, label="cosine similarity")
     b.plot(range(P), mean, marker=".")
     b.set_xlabel("distance |i - j|")
     b.set_ylabel("mean cosine similarity")
     b.axhline(0, color="grey", lw=0.5)
-    b.set_title("similarity falls with distance", fontsize=10)
+    b.set_title("mean over the pairs at each distance", fontsize=10)
+    fig.suptitle("position vectors: " + claims.distance_similarity(mean), fontsize=10)
     return finish(fig, path)
 
 
@@ -78,28 +80,36 @@ def embedding_norms(token_table, position_table, ids, tokens, path=None):
     return finish(fig, path)
 
 
-def embedding_pca(token_table, position_table, ids, tokens, vocab_labels=None, path=None):
+def embedding_pca(token_table, position_table, ids, tokens, vocab_labels=None, path=None, token_ids=None):
     """PCA (2-D) of the token table (labelled with the vocabulary), of the positions (labelled
-    with their index), and of token + position for one input (labelled with its tokens)."""
+    with their index), and of token + position for one input (labelled with its tokens).
+    token_ids: the vocabulary rows to show (default: all, or this input's for a vocabulary over
+    128), e.g. only the tokens a task uses: unused rows would dominate the components."""
     token_table = np.asarray(token_table, np.float64)
     position_table = np.asarray(position_table, np.float64)
     ids = np.asarray(ids).ravel()
     if vocab_labels is None:
         vocab_labels = [str(i) for i in range(len(token_table))]
     # a large vocabulary (BERT's 30k WordPieces) is shown through this input's tokens only
-    rows = np.arange(len(token_table)) if len(token_table) <= 128 else np.unique(ids)
+    if token_ids is not None:
+        rows = np.unique(np.asarray(token_ids, dtype=np.int64))
+    else:
+        rows = np.arange(len(token_table)) if len(token_table) <= 128 else np.unique(ids)
     n_pos = min(len(position_table), 64)
     every = max(1, n_pos // 32)  # label every position, or every other one when there are many
+    which = ("token embeddings" if len(rows) == len(token_table) else
+             "token embeddings (the task's)" if token_ids is not None else "token embeddings (this input's)")
+    positions = pca_2d(position_table[:n_pos])
     panels = [
-        ("token embeddings" if len(rows) == len(token_table) else "token embeddings (this input's)",
-         pca_2d(token_table[rows]), [vocab_labels[i] for i in rows]),
-        ("position embeddings", pca_2d(position_table[:n_pos]),
-         [str(i) if i % every == 0 else "" for i in range(n_pos)]),
+        (which, pca_2d(token_table[rows]), [vocab_labels[i] for i in rows]),
+        ("position embeddings", positions, [str(i) if i % every == 0 else "" for i in range(n_pos)]),
         ("token + position (this input)", pca_2d(token_table[ids] + position_table[: len(ids)]),
          list(tokens)),
     ]
+    sources = (token_table[rows], position_table[:n_pos], token_table[ids] + position_table[: len(ids)])
     fig = new_figure(13, 4.4)
-    for ax, (title, xy, labels) in zip(fig.subplots(1, 3), panels):
+    for ax, (title, xy, labels), x in zip(fig.subplots(1, 3), panels, sources):
+        title = f"{title}\nPC 1 + 2: {claims.explained_variance(x):.0%} of the variance"
         ax.scatter(xy[:, 0], xy[:, 1], s=8, c=np.arange(len(xy)), cmap="viridis")
         for (px, py), lab in zip(xy, labels):
             if lab == "":
@@ -108,5 +118,5 @@ def embedding_pca(token_table, position_table, ids, tokens, vocab_labels=None, p
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("PC 1")
         ax.set_ylabel("PC 2")
-    fig.suptitle("PCA: similar characters cluster; positions trace a curve")
+    fig.suptitle("PCA of the embeddings; positions: " + claims.curve_or_scatter(positions), fontsize=10)
     return finish(fig, path)
