@@ -40,7 +40,7 @@ FORMULAS = {
     "Linear": "dx = dy W;  dW += dy^T x;  db += sum of dy over rows",
     "LayerNorm": "g = dy w;  dx = rstd (g - mean g - xhat mean(g xhat));  dw += sum dy xhat;  db += sum dy",
     "FeedForward": "da = dy W2 (fc2's backward);  dh = da act'(h);  dx = dh W1 (fc1's)",
-    "MultiHeadAttention": "dv = A^T do;  dS = A (do v^T - rowsum);  dq = dS k/sqrt(d);  dk = dS^T q/sqrt(d);  "
+    "MultiHeadAttention": "dv = A^T do;  dS = A (do v^T - rowsum);  dq, dk = dS k, dS^T q (/sqrt d);  "
                           "dx = [dq dk dv] W_in",
     "Embedding": "dW[id] += dy summed over every position holding id",
     "LearnedPositionalEmbedding": "dx = dy;  dW[t] += dy summed over the batch",
@@ -204,9 +204,10 @@ def _check(step: BackwardStep, loss_of, x, params: dict, rng, frozen_input=None)
 
 def backward_walkthrough(steps: list[BackwardStep], path=None):
     """One row per step, in the order the backward ran: the layer, its formula and file:line,
-    the gradient received and returned (shape, norm), and its finite-difference check (green
-    when it agrees, red with the numbers when not); beside it, the gradient-flow bars: the norm
-    of the gradient each step returned, and of what it added to its parameters."""
+    the gradient received and returned (shape, norm; a heatmap of the returned one's first batch
+    row, red positive, blue negative, each on its own scale), and its finite-difference check
+    (green when it agrees, red with the numbers when not); beside it, the gradient-flow bars:
+    the norm of the gradient each step returned, and of what it added to its parameters."""
     n = len(steps)
     fig = new_figure(15, 0.9 + 0.42 * n)
     text_ax, bars = fig.subplots(1, 2, width_ratios=[3.2, 1])
@@ -215,14 +216,21 @@ def backward_walkthrough(steps: list[BackwardStep], path=None):
     text_ax.set_ylim(n, -1)
     text_ax.text(0, -0.6, "step (layer)", fontsize=8, weight="bold")
     text_ax.text(0.2, -0.6, "formula  /  backward at", fontsize=8, weight="bold")
-    text_ax.text(0.64, -0.6, "received -> returned (shape, norm)", fontsize=8, weight="bold")
+    text_ax.text(0.6, -0.6, "in -> out (shape, norm)", fontsize=8, weight="bold")
+    text_ax.text(0.775, -0.6, "out, row 0", fontsize=8, weight="bold")
     text_ax.text(0.86, -0.6, "finite differences", fontsize=8, weight="bold")
     for r, s in enumerate(steps):
         colour = "tab:green" if s.ok else "tab:red"
         text_ax.text(0, r, f"{r}. {s.name} ({s.op})", fontsize=7, va="center")
         text_ax.text(0.2, r - 0.18, s.formula, fontsize=6, va="center")
         text_ax.text(0.2, r + 0.2, s.where, fontsize=6, va="center", color="grey")
-        text_ax.text(0.64, r, f"{_describe(s.grad_in)} -> {_describe(s.grad_out)}", fontsize=6, va="center")
+        text_ax.text(0.6, r, f"{_describe(s.grad_in)} -> {_describe(s.grad_out)}", fontsize=6, va="center")
+        if s.grad_out is not None and np.ndim(s.grad_out) >= 2:  # a thumbnail of the gradient it returned
+            g = np.asarray(s.grad_out)[0] if np.ndim(s.grad_out) == 3 else np.asarray(s.grad_out)
+            lim = float(np.abs(g).max()) or 1.0
+            thumb = text_ax.inset_axes([0.775, r - 0.4, 0.075, 0.8], transform=text_ax.transData)
+            thumb.imshow(g, cmap="RdBu_r", vmin=-lim, vmax=lim, aspect="auto", interpolation="nearest")
+            thumb.set_axis_off()
         verdict = f"{len(s.checks)} entries agree" if s.ok else s.failures()[0]
         text_ax.text(0.86, r, verdict, fontsize=6, va="center", color=colour, weight="bold")
     y = np.arange(n)
