@@ -103,13 +103,16 @@ def _figure_calls(gpt, ids):
         "activation_functions": lambda p: viz.activation_functions(path=p),
         "softmax_temperatures": lambda p: viz.softmax_temperatures(path=p),
         "training_curves": lambda p: viz.training_curves(rows, path=p),
+        "backward_walkthrough": lambda p: viz.backward_walkthrough(
+            viz.backward_steps(gpt, ids[None, :-1], ids[None, 1:]), path=p),
     }
 
 
 def test_every_figure_writes_a_png_of_its_size(gpt, ids, tmp_path):
     calls = _figure_calls(gpt, ids)
     public = {n for n in viz.__all__ if n not in ("trace", "decode_attention", "encode_attention",
-                                                 "notebook_iframe", "write_report", "report", "report_bert")}
+                                                 "notebook_iframe", "write_report", "report", "report_bert",
+                                                 "backward_steps")}
     assert public == set(calls), "a figure function without a test (or a test without a function)"
     for name, call in calls.items():
         path = tmp_path / f"{name}.png"

@@ -15,6 +15,7 @@ import numpy as np
 
 from scratchformer.errors import DataError
 from scratchformer.viz import attention as A
+from scratchformer.viz import backward as BW
 from scratchformer.viz import basics as B
 from scratchformer.viz import embeddings as E
 from scratchformer.viz import internals as I
@@ -58,7 +59,7 @@ def _prepare(model, kind, ids, tokens, text, tokenizer):
 FIGURES = ("attention_seq2seq", "attention_grid", "classifier_attention", "causal_vs_bidirectional",
            "attention_steps", "positions_learned", "positions_sinusoidal", "position_similarity",
            "embedding_norms", "embedding_pca", "residual_norms", "residual_heatmap", "ff_activations",
-           "layernorm", "activations", "softmax_temperature", "training_curves")
+           "layernorm", "backward", "activations", "softmax_temperature", "training_curves")
 
 
 def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, tgt_ids=None,
@@ -175,6 +176,15 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
         "with mean 0 and std 1 before the gain and bias.",
         lambda: I.layernorm_histograms(tr))
 
+    # -- the backward, step by step ---------------------------------------------------------
+    loss_inputs = _loss_inputs(model, kind, ids, tgt_ids if kind == "seq2seq" else None, true_class)
+    if loss_inputs is not None:
+        add("backward", "Backward, step by step",
+            "Every layer's backward as the library ran it on this input and its loss, in the order it ran: "
+            "the formula and file:line, the gradient received and returned, and a finite-difference check of "
+            "a few entries (green: agrees; red: it does not, with the numbers). Bars: the gradient's flow.",
+            lambda: BW.backward_walkthrough(BW.backward_steps(model, *loss_inputs)))
+
     # -- basics and training ----------------------------------------------------------------
     add("activations", "Activation functions", "GELU is smooth and slightly negative for x < 0; "
         "ReLU's derivative jumps from 0 to 1.", B.activation_functions)
@@ -204,6 +214,20 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
     paths.append(write_report(out_dir / "report.html", title or f"scratchformer: {kind} on {''.join(tokens)[:60]!r}",
                               tabs, embedded, config, summary))
     return paths
+
+
+def _loss_inputs(model, kind, ids, tgt_ids, true_class):
+    """The forward arguments, targets included, of one loss on this input (None: no loss to show).
+    GPT: each token predicts the next; classifier: the true class if known, else the prediction;
+    seq2seq: the decoder input and its shift by one (the model's own decoding, teacher-forced)."""
+    if kind == "gpt" and len(ids) > 1:
+        return ids[None, :-1], ids[None, 1:]
+    if kind == "classifier":
+        label = int(T.class_probabilities(model, ids).argmax()) if true_class is None else int(true_class)
+        return ids[None], np.array([label])
+    if kind == "seq2seq" and tgt_ids is not None and len(tgt_ids) > 1:
+        return ids[None], tgt_ids[None, :-1], tgt_ids[None, 1:]
+    return None
 
 
 MORE_INPUTS = 16  # further inputs whose feed-forward firing counts too
