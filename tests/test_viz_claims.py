@@ -144,3 +144,11 @@ def test_layernorm_figure_picks_an_unnormalised_input():
     text = _texts(viz.layernorm_histograms(tr))
     assert "1.attn_norm input" in text and "normalised (before gain and bias)" in text
     assert "per token: mean -0.00" in text or "per token: mean 0.00" in text
+
+
+def test_training_curves_leave_out_what_was_not_logged():
+    rows = [{"step": s, "lr": 1e-3, "train_loss": 3.0 - s / 10, "grad_norm": 1.0} for s in range(5)]
+    fig = viz.training_curves(rows)
+    titles = [ax.get_title() for ax in fig.axes]
+    assert len(titles) == 3 and "tokens / s" not in titles
+    assert titles[0] == "loss (training only: no validation loss logged)"

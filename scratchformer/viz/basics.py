@@ -83,12 +83,14 @@ def training_curves(log, path=None):
 
     log: a log.jsonl path, its run directory, or its rows (as training.rundir.read_log, the
     one reader of logs, returns them: a malformed log is an error, never a partial plot).
-    Rows missing a field are skipped for that curve only."""
+    Rows missing a field are skipped for that curve only; a panel none of whose fields was
+    logged is left out (the loss panel always stays, and says when there is no validation loss)."""
     rows = log if isinstance(log, list) else log_rows(log)
-    fig = new_figure(10, 6)
-    axes = fig.subplots(2, 2).ravel()
     panels = [("loss", ("train_loss", "val_loss")), ("learning rate", ("lr",)),
               ("gradient norm (before clipping)", ("grad_norm",)), ("tokens / s", ("tokens_per_s",))]
+    panels = [(t, keys) for t, keys in panels if t == "loss" or any(_series(rows, k)[0] for k in keys)]
+    fig = new_figure(10, 6) if len(panels) == 4 else new_figure(3.6 * len(panels) + 0.4, 3.4)
+    axes = fig.subplots(2, 2).ravel() if len(panels) == 4 else np.atleast_1d(fig.subplots(1, len(panels)))
     for ax, (title, keys) in zip(axes, panels):
         for key in keys:
             steps, values = _series(rows, key)
@@ -98,6 +100,8 @@ def training_curves(log, path=None):
             ax.legend(fontsize=8)
         else:
             ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes)
+        if title == "loss" and not _series(rows, "val_loss")[0]:
+            title = "loss (training only: no validation loss logged)"
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("step")
     return finish(fig, path)
