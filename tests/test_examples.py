@@ -23,7 +23,9 @@ EXPECTED = {
          r"lm_head.weight is wte.weight: True; 26,336 parameters against 27,200 untied",
          r"as in_proj_weight \(24, 8\): same output as cell 1: True",
          r"cos\(PE\[0\], PE\[k\]\) for k = 1, 5, 10, 25: \[0\.957, 0\.736, 0\.629, 0\.605\] -- not monotone, it rises "
-         r"again at k = \[\d"]),
+         r"again at k = \[\d",
+         r"pre-norm, 4 layers, lr 1e-2 without warmup, 3 seeds: val loss \[\d\.\d+, \d\.\d+, \d\.\d+\]",
+         r"post-norm, 4 layers, lr 1e-2 without warmup, 3 seeds: val loss"]),
     "b_majority_classifier": (
         ["classifier_attention", "attention_grid", "training_curves"],
         [r"held-out accuracy: [01]\.\d{4} after 30 steps", r"predicted [012]",
