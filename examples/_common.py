@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from scratchformer.nn import eval_mode
 from scratchformer.optim import AdamW, clip_grad_norm, cosine_lr, param_groups
 
 EXAMPLES = Path(__file__).resolve().parent
@@ -28,9 +29,11 @@ def setup(name: str, doc: str) -> tuple[Path, bool]:
 
 
 def train(model, next_batch, steps: int, lr: float, weight_decay: float = 0.01, warmup: int = 50,
-          log_every: int = 50) -> list[dict]:
+          log_every: int = 50, held_out=None) -> list[dict]:
     """AdamW with warmup and cosine decay, gradient clipping at 1. next_batch(rng) -> the
-    arguments of model(...) (inputs and targets). Returns log rows as `viz.training_curves` reads them."""
+    arguments of model(...) (inputs and targets). held_out: the arguments of one held-out batch,
+    whose loss is logged as val_loss beside each train_loss. Returns log rows as
+    `viz.training_curves` reads them."""
     opt = AdamW(param_groups(model, weight_decay), lr=lr, betas=(0.9, 0.98))
     rng = np.random.default_rng(0)
     model.train()
@@ -44,5 +47,8 @@ def train(model, next_batch, steps: int, lr: float, weight_decay: float = 0.01, 
         opt.zero_grad()
         if step % log_every == 0 or step == steps - 1:
             rows.append({"step": step, "lr": opt.lr, "train_loss": float(loss), "grad_norm": float(norm)})
+            if held_out is not None:
+                with eval_mode(model):
+                    rows[-1]["val_loss"] = float(model(*held_out)[1])
     model.eval()
     return rows

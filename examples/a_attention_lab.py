@@ -112,8 +112,8 @@ untied = GPT(GPTConfig(**config, tie_weights=False), seed=0)
 print(f"tied head: lm_head.weight is wte.weight: {lm.lm_head.weight is lm.wte.weight}; "
       f"{lm.num_parameters():,} parameters against {untied.num_parameters():,} untied")
 steps = 20 if quick else 800
-rows = train(lm, lambda r: ds.train.batch(r, 32), steps, lr=3e-3, weight_decay=0.1)
 val_x, val_y = next(ds.val.all_batches(500))
+rows = train(lm, lambda r: ds.train.batch(r, 32), steps, lr=3e-3, weight_decay=0.1, held_out=(val_x, val_y))
 print(f"after {steps} steps: train loss {rows[-1]['train_loss']:.3f}, val loss {lm(val_x, val_y)[1]:.3f} "
       f"(uniform guessing: {np.log(ds.tokenizer.vocab_size):.3f})")
 start = np.zeros((5, 1), dtype=np.int64)                      # the start-of-name token

@@ -70,7 +70,7 @@ def batch(rng):
 
 
 # %% Train, then measure on the held-out sequences
-rows = train(model, batch, steps, lr=3e-3)
+rows = train(model, batch, steps, lr=3e-3, held_out=(held_out.x, held_out.y))
 accuracy = float((model.predict(held_out.x) == held_out.y).mean())
 print(f"held-out accuracy: {accuracy:.4f} after {steps} steps (final train loss {rows[-1]['train_loss']:.4f}; "
       f"baseline {baseline:.4f})")

@@ -67,7 +67,7 @@ assert enc > 0
 model.zero_grad()
 
 # %% Train, then decode the held-out sequences greedily
-rows = train(model, batch, steps, lr=3e-3)
+rows = train(model, batch, steps, lr=3e-3, held_out=(held_out.src, held_out.tgt_in, held_out.tgt_out))
 pred = greedy_decode(model, held_out.src)
 exact = float(np.mean([format_digits(p) == format_digits(t) for p, t in zip(pred, held_out.tgt_out)]))
 print(f"held-out exact match: {exact:.4f} after {steps} steps")

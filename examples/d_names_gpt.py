@@ -53,7 +53,8 @@ print(f"{len(ds.train)} training names, vocabulary {tok.vocab_size} (26 letters 
 model = GPT(GPTConfig(vocab_size=tok.vocab_size, block_size=ds.block_size, n_layer=4, n_head=4, n_embd=64,
                       tie_weights=False, init="pytorch"), seed=0)
 steps = 20 if quick else 500
-rows = train(model, lambda r: ds.train.batch(r, 32), steps, lr=2e-3, weight_decay=0.1, warmup=100)
+rows = train(model, lambda r: ds.train.batch(r, 32), steps, lr=2e-3, weight_decay=0.1, warmup=100,
+             held_out=next(ds.val.all_batches(500)))
 val_loss = float(np.mean([model(x, y)[1] for x, y in ds.val.all_batches(500)]))
 print(f"{model.num_parameters():,} parameters; after {steps} steps: val loss {val_loss:.3f} "
       f"(uniform guessing {np.log(tok.vocab_size):.3f}; a full 16,000-step run reaches about 1.9)")

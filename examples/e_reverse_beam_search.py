@@ -81,7 +81,7 @@ def batch(rng):
 
 
 # %% Train (post-norm: a warmup of 100 steps), then decode greedily and with beam search
-rows = train(model, batch, steps, lr=1e-3, warmup=100)
+rows = train(model, batch, steps, lr=1e-3, warmup=100, held_out=(held_out.src, held_out.tgt_in, held_out.tgt_out))
 
 
 def exact(pred):
