@@ -103,6 +103,10 @@ def _figure_calls(gpt, ids):
         "activation_functions": lambda p: viz.activation_functions(path=p),
         "softmax_temperatures": lambda p: viz.softmax_temperatures(path=p),
         "training_curves": lambda p: viz.training_curves(rows, path=p),
+        "token_ids": lambda p: viz.token_ids(ids, tokens, path=p),
+        "attention_bars": lambda p: viz.attention_bars(maps["encoder"][0, 0], tokens, path=p),
+        "residual_variance": lambda p: viz.residual_variance(tr.residual[0], tr.attn_update[0], tokens, path=p),
+        "ff_scatter": lambda p: viz.ff_scatter(tr.layernorms[1][2], tr.ff_update[0], path=p),
         "backward_walkthrough": lambda p: viz.backward_walkthrough(
             viz.backward_steps(gpt, ids[None, :-1], ids[None, 1:]), path=p),
     }

@@ -152,3 +152,14 @@ def test_training_curves_leave_out_what_was_not_logged():
     titles = [ax.get_title() for ax in fig.axes]
     assert len(titles) == 3 and "tokens / s" not in titles
     assert titles[0] == "loss (training only: no validation loss logged)"
+
+
+def test_closeup_titles_are_computed_from_the_data():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 6, 8))
+    assert "median |correlation| 1.00" in _texts(viz.ff_scatter(x, 2 * x + 1))
+    assert "median |correlation| 1.00" not in _texts(viz.ff_scatter(x, rng.standard_normal((1, 6, 8))))
+    assert "variance is 0.01 x the residual's" in _texts(viz.residual_variance(x, 0.1 * x, list("abcdef")))
+    w = np.eye(3)[[0, 0, 1]]  # query 2 attends to key 1
+    assert "query 2 (c): most on b" in _texts(viz.attention_bars(w, list("abc")))
+    assert "5 tokens, 3 distinct ids" in _texts(viz.token_ids([4, 1, 1, 2, 4], list("xaayx")))

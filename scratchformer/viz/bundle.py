@@ -17,6 +17,7 @@ from scratchformer.errors import DataError
 from scratchformer.viz import attention as A
 from scratchformer.viz import backward as BW
 from scratchformer.viz import basics as B
+from scratchformer.viz import closeups as C
 from scratchformer.viz import embeddings as E
 from scratchformer.viz import internals as I
 from scratchformer.viz import trace as T
@@ -59,7 +60,7 @@ def _prepare(model, kind, ids, tokens, text, tokenizer):
 FIGURES = ("attention_seq2seq", "attention_grid", "classifier_attention", "causal_vs_bidirectional",
            "attention_steps", "positions_learned", "positions_sinusoidal", "position_similarity",
            "embedding_norms", "embedding_pca", "residual_norms", "residual_heatmap", "ff_activations",
-           "layernorm", "backward", "activations", "softmax_temperature", "training_curves")
+           "layernorm", "token_ids", "attention_bars", "residual_variance", "ff_scatter", "backward", "activations", "softmax_temperature", "training_curves")
 
 
 def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, tgt_ids=None,
@@ -175,6 +176,21 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
         "The LayerNorm whose input is farthest from normalised: whatever its scale, each token comes out "
         "with mean 0 and std 1 before the gain and bias.",
         lambda: I.layernorm_histograms(tr))
+
+    # -- close-ups (the decoder-only names tutorial's) ----------------------------------------
+    add("token_ids", "Token ids", "The id of each token of the input: what the embedding table is indexed by.",
+        lambda: C.token_ids(ids, tokens))
+    add("attention_bars", "Each query's attention, as bars",
+        "Layer 0, head 0: the rows of its attention map, one bar chart per query.",
+        lambda: C.attention_bars(maps["encoder"][0, 0], att_tokens))
+    add("residual_variance", "Residual against attention output",
+        "Per position, the variance of the stream entering block 0 and of what its attention adds to it.",
+        lambda: C.residual_variance(tr.residual[0], tr.attn_update[0], att_tokens))
+    first = T.blocks(model)[0]  # the feed-forward's input: ff_norm's output (pre-norm), attn_norm's (post-norm)
+    ff_in = dict((name, y) for name, _, y in tr.layernorms)["0.ff_norm" if first.norm_first else "0.attn_norm"]
+    add("ff_scatter", "Feed-forward input against output",
+        "Block 0's feed-forward, channel by channel: each point a token. A straight line would be a linear map.",
+        lambda: C.ff_scatter(ff_in, tr.ff_update[0]))
 
     # -- the backward, step by step ---------------------------------------------------------
     loss_inputs = _loss_inputs(model, kind, ids, tgt_ids if kind == "seq2seq" else None, true_class)
