@@ -78,6 +78,7 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
     explorer is always written.
     classifier: `true_class` (the input's class) and `accuracy` (held-out) go in its title.
     token_ids: the vocabulary ids the model's data use (the embedding PCA shows only these).
+    The backward figure is drawn for models up to BACKWARD_MAX_PARAMETERS parameters.
     """
     kind = T.kind(model)
     if only is not None and not set(only) <= set(FIGURES):
@@ -194,7 +195,7 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
 
     # -- the backward, step by step ---------------------------------------------------------
     loss_inputs = _loss_inputs(model, kind, ids, tgt_ids if kind == "seq2seq" else None, true_class)
-    if loss_inputs is not None:
+    if loss_inputs is not None and model.num_parameters() <= BACKWARD_MAX_PARAMETERS:
         add("backward", "Backward, step by step",
             "Every layer's backward as the library ran it on this input and its loss, in the order it ran: "
             "the formula and file:line, the gradient received and returned, and a finite-difference check of "
@@ -246,7 +247,10 @@ def _loss_inputs(model, kind, ids, tgt_ids, true_class):
     return None
 
 
-MORE_INPUTS = 16  # further inputs whose feed-forward firing counts too
+MORE_INPUTS, MORE_TOKENS = 16, 32  # further inputs (a GPT's: samples this long) whose firing counts too
+# the backward figure runs a float64 copy of the model: drawn for models up to this size (the
+# names and tinyshakespeare defaults are 0.2M and 0.8M; GPT-2 small, 124M, would need 1 GB more)
+BACKWARD_MAX_PARAMETERS = 5_000_000
 
 
 def _more_inputs(model, kind, ids) -> list[np.ndarray]:
@@ -255,7 +259,7 @@ def _more_inputs(model, kind, ids) -> list[np.ndarray]:
     rng = np.random.default_rng(0)
     if kind == "gpt":
         start = np.full((MORE_INPUTS, 1), ids[0], dtype=np.int64)
-        return list(model.generate(start, max(1, model.config.block_size - 1), rng=rng))
+        return list(model.generate(start, max(1, min(MORE_TOKENS, model.config.block_size - 1)), rng=rng))
     return [rng.permutation(ids) for _ in range(MORE_INPUTS)]
 
 
