@@ -163,3 +163,25 @@ def test_closeup_titles_are_computed_from_the_data():
     w = np.eye(3)[[0, 0, 1]]  # query 2 attends to key 1
     assert "query 2 (c): most on b" in _texts(viz.attention_bars(w, list("abc")))
     assert "5 tokens, 3 distinct ids" in _texts(viz.token_ids([4, 1, 1, 2, 4], list("xaayx")))
+
+
+def test_compare_init_draws_the_runs_initial_weights(tmp_path, capsys):
+    from scratchformer.cli.main import main
+    from scratchformer.cli.viz import _initial_model
+    from scratchformer.training.jobs import build_job, load_job
+
+    run = tmp_path / "run"
+    settings = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--batch-size", "8", "--eval-batches", "2",
+                "--max-steps", "3", "--seed", "7", "--workers", "1", "--no-progress", "--quiet"]
+    assert main(["train", *settings, "--out", str(run)]) == 0
+    fresh, _ = build_job("lines", {"n_layer": 1, "n_head": 2, "n_embd": 16}, {"seed": 7})  # what training started from
+    job = load_job(run)
+    initial = _initial_model(run, job).state_dict()
+    for name, value in fresh.model.state_dict().items():
+        np.testing.assert_array_equal(initial[name], value, err_msg=name)
+    assert any(not np.array_equal(initial[n], v) for n, v in job.model.state_dict().items())  # training moved them
+    assert main(["viz", str(run), "--compare-init", "--out", str(tmp_path / "figs")]) == 0
+    written = {p.stem for p in (tmp_path / "figs").glob("*.png")}
+    assert {"attention_grid_init", "embedding_pca_init", "residual_norms_init"} <= written
+    assert main(["viz", "--bert", "--text", "a", "--compare-init"]) == 2
+    assert "--compare-init needs a run directory" in capsys.readouterr().err

@@ -43,6 +43,9 @@ def add_parser(sub) -> None:
     v.add_argument("--bert", nargs="?", const="", metavar="PATH",
                    help="a BERT directory (config.json, model.safetensors, vocab.txt) instead of a run; "
                         "no PATH: the installed all-MiniLM-L6-v2")
+    v.add_argument("--compare-init", action="store_true",
+                   help="also draw the attention grid, positions, embedding PCA and residual stream of the run's "
+                        "untrained model (its config and seed: the initial weights) as NAME_init.png (default: off)")
     v.add_argument("--all", action="store_true",
                    help="draw every figure that applies (default: those among " + ", ".join(DEFAULT_FIGURES)
                         + " that apply to the model)")
@@ -55,26 +58,40 @@ def cmd_viz(args) -> int:
             raise CLIError(f"give a run directory ({args.dir}) or --bert, not both")
         if not args.text:
             raise CLIError('--bert needs --text, e.g. --text "A sentence."')
+        if args.compare_init:
+            raise CLIError("--compare-init needs a run directory (a pretrained BERT has no untrained weights to show)")
         from scratchformer.viz import report_bert
 
         paths = report_bert(_writable(args.out or "out/viz-bert"), args.text, args.bert or None, only=only)
     else:
-        paths = _report_run(Path(args.dir or "out/names"), args.text, args.out, only)
+        paths = _report_run(Path(args.dir or "out/names"), args.text, args.out, only, args.compare_init)
     for p in paths:
         print(p)
     return 0
 
 
-def _report_run(run: Path, text: str | None, out: str | None, only) -> list[Path]:
+def _report_run(run: Path, text: str | None, out: str | None, only, compare_init: bool = False) -> list[Path]:
     from scratchformer.training.jobs import load_job
     from scratchformer.viz import report
 
     job = load_job(run)
+    init_model = _initial_model(run, job) if compare_init else None
     root = run.parent if (run / "model.safetensors").exists() else run  # a checkpoint's run directory
     log = root / "log.jsonl"
     inputs = job.viz_inputs(text)  # each kind checks and labels its own input
     return report(job.model, _writable(out or root / "viz"), log=log if log.is_file() else None, only=only,
-                  **inputs)
+                  init_model=init_model, **inputs)
+
+
+def _initial_model(run: Path, job):
+    """The run's model before training: its config, built with the run's seed (as training did)."""
+    from scratchformer.data import DEFAULT_SEED
+    from scratchformer.training.checkpoint import load_checkpoint
+    from scratchformer.training.jobs import checkpoint_dir
+
+    saved = load_checkpoint(checkpoint_dir(run)).extra.get("train_config") or {}
+    config = job.model.config
+    return type(job.model)(type(config).from_dict(config.to_dict()), seed=saved.get("seed", DEFAULT_SEED))
 
 
 def _writable(out) -> Path:

@@ -65,7 +65,7 @@ FIGURES = ("attention_seq2seq", "attention_grid", "classifier_attention", "causa
 
 def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, tgt_ids=None,
            tgt_tokens=None, class_names=None, vocab_labels=None, log=None, title=None,
-           only=None, true_class=None, accuracy=None, token_ids=None) -> list[Path]:
+           only=None, true_class=None, accuracy=None, token_ids=None, init_model=None) -> list[Path]:
     """Draw every figure that applies to `model` on one input; write them as PNGs and a
     self-contained report.html into out_dir. Returns the paths written (report.html last).
 
@@ -79,6 +79,9 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
     classifier: `true_class` (the input's class) and `accuracy` (held-out) go in its title.
     token_ids: the vocabulary ids the model's data use (the embedding PCA shows only these).
     The backward figure is drawn for models up to BACKWARD_MAX_PARAMETERS parameters.
+    init_model: an untrained model of the same configuration (e.g. the run's initial weights):
+    the attention grid, positions, embedding PCA and residual stream are drawn for it too, as
+    NAME_init.png beside each, so what training changed can be seen.
     """
     kind = T.kind(model)
     if only is not None and not set(only) <= set(FIGURES):
@@ -90,7 +93,7 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
     figures = []  # (file stem, title, caption, figure)
 
     def add(stem, title, caption, draw):  # draw: a function returning the Figure
-        if only is None or stem in only:
+        if only is None or stem.removesuffix("_init") in only:
             figures.append((stem, title, caption, draw()))
 
     # -- attention --------------------------------------------------------------------------
@@ -216,6 +219,11 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
             "Validation loss should follow training loss; a widening gap means overfitting.",
             lambda: B.training_curves(rows))
 
+    # -- the same views of the untrained model ------------------------------------------------
+    if init_model is not None:
+        _add_init_views(add, init_model, kind, ids, att_tokens, tokens, vocab_labels, token_ids,
+                        tgt_ids if kind == "seq2seq" else None)
+
     # -- write ------------------------------------------------------------------------------
     out_dir.mkdir(parents=True, exist_ok=True)
     paths, embedded = [], []
@@ -231,6 +239,31 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
     paths.append(write_report(out_dir / "report.html", title or f"scratchformer: {kind} on {''.join(tokens)[:60]!r}",
                               tabs, embedded, config, summary))
     return paths
+
+
+def _untrained(fig):
+    """Mark a figure of the untrained model in its suptitle."""
+    text = fig._suptitle.get_text() if fig._suptitle is not None else ""
+    fig.suptitle(f"UNTRAINED model{' -- ' + text if text else ''}", fontsize=10)
+    return fig
+
+
+def _add_init_views(add, model, kind, ids, att_tokens, tokens, vocab_labels, token_ids, tgt_ids) -> None:
+    """The figures where training shows most, drawn for an untrained model (see `report`)."""
+    maps = T.attention_maps(model, ids, tgt_ids) if kind == "seq2seq" else T.attention_maps(model, ids)
+    table, tok = T.position_table(model), T.token_table(model)
+    tr = T.trace(model, ids)
+    note = "The same figure for the untrained model (same configuration and seed): compare it with the trained one."
+    add("attention_grid_init", "Every layer and head, untrained", note,
+        lambda: _untrained(A.attention_grid(maps["encoder"], att_tokens, title=f"{kind}, untrained")))
+    if T.learned_positions(model):
+        add("positions_learned_init", "Learned positions, untrained", note,
+            lambda: _untrained(E.learned_positions(table)))
+    add("position_similarity_init", "Position similarity, untrained", note,
+        lambda: _untrained(E.position_similarity(table[:128])))
+    add("embedding_pca_init", "PCA of the embeddings, untrained", note,
+        lambda: _untrained(E.embedding_pca(tok, table, ids, tokens, vocab_labels, token_ids=token_ids)))
+    add("residual_norms_init", "Residual stream, untrained", note, lambda: _untrained(I.residual_norms(tr)))
 
 
 def _loss_inputs(model, kind, ids, tgt_ids, true_class):
