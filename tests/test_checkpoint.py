@@ -1,23 +1,37 @@
-"""Checkpoint round trip, crash safety of the atomic directory swap, corrupt files."""
+"""Checkpoint round trip, crash safety of the atomic directory swap, corrupt files; run files
+checked against the config declarations on save as on load; checkpoints of previous versions."""
 
+import argparse
+import dataclasses
 import errno
 import json
+import math
 import os
+import shutil
 import stat
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from scratchformer.errors import CheckpointError
+from scratchformer.checks import Int, Maybe, Num
+from scratchformer.errors import CheckpointError, ConfigError, RunFileError
+from scratchformer.models import GPTConfig
+from scratchformer.training.config import TrainConfig
 from scratchformer.training import checkpoint as ckpt_mod
 from scratchformer.runfiles import write_atomic
-from scratchformer.training.checkpoint import save_checkpoint
 from scratchformer.training.checkpoint import load_checkpoint as load_run_checkpoint
+from scratchformer.training.checkpoint import save_checkpoint as save_run_checkpoint
 
 
 def load_checkpoint(path):
     """These tests save free-form configs: read without the run-file schemas."""
     return load_run_checkpoint(path, run_files=False)
+
+
+def save_checkpoint(path, **kw):
+    """... and write them without the schemas too."""
+    return save_run_checkpoint(path, run_files=False, **kw)
 
 
 def make_state(seed):
@@ -197,3 +211,153 @@ def test_write_atomic(tmp_path):
     write_atomic(p, b'{"a": 2}')
     assert json.loads(p.read_bytes()) == {"a": 2}
     assert os.listdir(p.parent) == ["log.json"]
+
+
+# -- run files: one declaration, checked on save as on load, old versions upgraded ----------------
+OLD = Path(__file__).parent / "data" / "old_checkpoints"
+# Two previous versions: 6038e8c (the last before the declarations) and a46efc8 (task models
+# still wrote d_model / d_ff; train_config had no workers). Each ran `scratchformer train` for 2
+# steps on a tiny model; <run>.eval.json is what that version's `eval --workers 1` printed.
+OLD_RUNS = [(v, r) for v in ("6038e8c", "a46efc8") for r in ("names", "majority")]
+
+
+@pytest.mark.parametrize("version, run", OLD_RUNS)
+def test_checkpoints_of_previous_versions_load_and_give_the_same_losses(version, run):
+    from scratchformer.training.jobs import load_job
+
+    job = load_job(OLD / version / run)
+    expected = json.loads((OLD / version / f"{run}.eval.json").read_text())
+    got = job.evaluate(expected["split"])
+    for key, value in expected.items():
+        if key != "split":
+            assert got[key] == pytest.approx(value, rel=1e-6, abs=1e-9), key
+
+
+def test_oldest_checkpoint_resumes(tmp_path):
+    """a46efc8's train_config has no workers: the upgrade gives 1 (how it trained)."""
+    from scratchformer.training.jobs import job_class
+    from scratchformer.training.trainer import resume_config, train
+
+    shutil.copytree(OLD / "a46efc8" / "names", tmp_path / "last")
+    ck = load_run_checkpoint(tmp_path / "last")
+    assert ck.extra["train_config"]["workers"] == 1
+    cfg, _ = resume_config(ck.extra["train_config"], {"max_steps": 3})
+    job = job_class(ck).from_checkpoint(ck)
+    summary = train(job, cfg, tmp_path, resume=True, progress=False, verbose=False, checkpoint=ck)
+    assert summary["step"] == 3 and math.isfinite(summary["val_loss"])
+    assert load_run_checkpoint(tmp_path / "last").extra["train_config"]["workers"] == 1
+
+
+def test_the_upgrade_is_the_one_reader_of_old_names():
+    from scratchformer.training.schema import upgrade_run_files
+
+    config = json.loads((OLD / "a46efc8" / "majority" / "config.json").read_text())
+    assert {"d_model", "d_ff"} <= set(config["model"])
+    upgraded, _ = upgrade_run_files(config, {})
+    assert upgraded["model"]["n_embd"] == config["model"]["d_model"] and "d_model" not in upgraded["model"]
+    from scratchformer.models import ClassifierConfig
+    with pytest.raises(ConfigError, match="unknown ClassifierConfig fields"):  # from_dict itself is strict
+        ClassifierConfig.from_dict(config["model"])
+
+
+GPT_RUN = {"kind": "gpt", "model": GPTConfig(vocab_size=5, block_size=4, n_layer=1, n_head=1, n_embd=4).to_dict(),
+           "data": {"path": None, "format": "lines", "seed": 0, "block_size": 4}}
+
+
+def save_run(path, config=GPT_RUN, train_config=None):
+    extra = {} if train_config is None else {"train_config": train_config}
+    return save_run_checkpoint(path, model_state={}, config=config, extra=extra)
+
+
+def test_a_checkpoint_the_readers_would_refuse_is_never_written(tmp_path):
+    bad = {**GPT_RUN, "model": {**GPT_RUN["model"], "positional": "rope"}}
+    with pytest.raises(RunFileError, match="config.json: field model.positional must be one of"):
+        save_run(tmp_path / "c", bad)
+    assert not (tmp_path / "c").exists()
+    with pytest.raises(RunFileError, match="train_config.colour must be absent"):
+        save_run(tmp_path / "c", train_config={**vars(TrainConfig()), "colour": 1})
+    assert not (tmp_path / "c").exists()
+
+
+def test_a_choice_added_to_the_config_is_accepted_by_the_writer_and_the_readers(tmp_path, monkeypatch):
+    """The obvious place to add a choice (the field's declaration) is the only place."""
+    spec = GPTConfig.spec("positional")
+    monkeypatch.setattr(spec, "choices", (*spec.choices, "rope"))
+    assert GPTConfig(positional="rope").positional == "rope"
+    config = {**GPT_RUN, "model": {**GPT_RUN["model"], "positional": "rope"}}
+    save_run(tmp_path / "c", config)
+    assert load_run_checkpoint(tmp_path / "c").config["model"]["positional"] == "rope"
+
+
+def test_train_config_from_dict_is_strict():
+    with pytest.raises(ConfigError, match=r"unknown TrainConfig fields \['colour'\]"):
+        TrainConfig.from_dict({"colour": 1})
+    with pytest.raises(ConfigError, match="TrainConfig.max_steps must be an integer >= 1"):
+        TrainConfig(max_steps=0)
+
+
+def _boundaries(spec):
+    """(values the spec accepts at its edges, values just beyond them), as command-line text."""
+    inner = spec.spec if isinstance(spec, Maybe) else spec
+    if isinstance(inner, Int):
+        return [str(inner.min), str(inner.max)], [str(inner.min - 1), str(inner.max + 1), "1.5", "inf"]
+    assert isinstance(inner, Num) and inner.finite
+    ok, bad = ["1e308"], ["inf", "-inf", "nan"]
+    if inner.min is not None:
+        ok, bad = ok + [repr(float(inner.min))], bad + [repr(math.nextafter(inner.min, -math.inf))]
+    if inner.above is not None:
+        ok, bad = ok + [repr(math.nextafter(inner.above, math.inf))], bad + [repr(float(inner.above))]
+    if inner.below is not None:
+        ok = [repr(math.nextafter(inner.below, -math.inf))] + [v for v in ok if float(v) < inner.below]
+        bad += [repr(float(inner.below))]
+    return ok, bad
+
+
+def _train_option(dest):
+    from scratchformer.cli.main import build_parser
+
+    return next(a for a in build_parser().commands["train"]._actions if a.dest == dest)
+
+
+@pytest.mark.parametrize("name", [f.name for f in dataclasses.fields(TrainConfig)])
+def test_every_train_option_at_its_boundaries_is_stored_and_read_back(tmp_path, name, capsys):
+    """Issue: train accepted values its checkpoint then refused. Every value the option accepts
+    at the edges of its range is written and read back unchanged; one step beyond is refused
+    by the command line with one line."""
+    from scratchformer.cli.main import main
+
+    spec = TrainConfig.spec(name)
+    if _train_option(name).type is None:  # a bool: nothing between true and false
+        return
+    ok, bad = _boundaries(spec)
+    flag = "--" + name.replace("_", "-")
+    for text in ok:
+        value = _train_option(name).type(text)
+        cfg = TrainConfig.from_dict({name: value})
+        save_run(tmp_path / "c", train_config=vars(cfg))
+        saved = load_run_checkpoint(tmp_path / "c").extra["train_config"]
+        assert TrainConfig.from_dict(saved) == cfg and saved[name] == value, (name, text)
+    for text in bad:
+        with pytest.raises(SystemExit) as e:
+            main(["train", flag, text])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and flag in err, (name, text, err)
+
+
+@pytest.mark.parametrize("dest", ["n_layer", "n_head", "n_embd", "dropout", "block_size", "split_seed"])
+def test_model_and_data_options_at_their_boundaries_are_stored_and_read_back(tmp_path, dest):
+    from scratchformer.training.schema import LM_DATA
+
+    spec = LM_DATA.fields["seed"] if dest == "split_seed" else GPTConfig.spec(dest)
+    ok, bad = _boundaries(spec)
+    for text in ok:
+        value = _train_option(dest).type(text)
+        if dest == "split_seed":
+            config = {**GPT_RUN, "data": {**GPT_RUN["data"], "seed": value}}
+        else:
+            config = {**GPT_RUN, "model": {**GPT_RUN["model"], dest: value}}
+        save_run(tmp_path / "c", config)
+        assert load_run_checkpoint(tmp_path / "c").config == config
+    for text in bad:
+        with pytest.raises(argparse.ArgumentTypeError):
+            _train_option(dest).type(text)

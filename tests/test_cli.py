@@ -221,3 +221,24 @@ def test_text_defaults_are_nanogpts_and_decay_embeddings_is_recorded(tmp_path):
     assert config["model"]["bias"] is False and config["model"]["tie_weights"] is True
     state = json.loads((out / "last" / "trainer_state.json").read_text())
     assert state["extra"]["train_config"]["decay_embeddings"] is True
+
+
+def test_resume_refuses_a_new_seed(run_dir, capsys):
+    """--seed changes nothing in a resumed run (its generators continue): refused, not recorded."""
+    assert main(["train", "--resume", "--out", str(run_dir), "--max-steps", "9", "--seed", "5", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--seed cannot change a resumed run" in err and "1337" in err
+
+
+def test_options_come_from_the_declarations():
+    """Choices and ranges of train's options are the config fields' specs: one home."""
+    from scratchformer.cli.main import build_parser
+    from scratchformer.data.tasks import TASKS
+    from scratchformer.models import GPTConfig
+    from scratchformer.ops import ACTIVATIONS
+
+    actions = {a.dest: a for a in build_parser().commands["train"]._actions}
+    assert tuple(actions["activation"].choices) == tuple(ACTIVATIONS) == GPTConfig.spec("activation").choices
+    assert tuple(actions["positional"].choices) == GPTConfig.spec("positional").choices
+    assert tuple(actions["init"].choices) == GPTConfig.spec("init").choices
+    assert tuple(actions["task"].choices) == ("lm", *TASKS)

@@ -28,8 +28,8 @@ GPT_CONFIG = {
 }
 SEQ2SEQ_CONFIG = {
     "kind": "seq2seq", "task": "reverse",
-    "model": {"src_vocab_size": 13, "tgt_vocab_size": 13, "max_len": 13, "n_layer": 1, "n_head": 2, "d_model": 8,
-              "d_ff": 256, "dropout": 0.0, "norm_first": True, "activation": "gelu", "share_embeddings": True,
+    "model": {"src_vocab_size": 13, "tgt_vocab_size": 13, "max_len": 13, "n_layer": 1, "n_head": 2, "n_embd": 8,
+              "n_inner": None, "dropout": 0.0, "norm_first": True, "activation": "gelu", "share_embeddings": True,
               "label_smoothing": 0.0, "pad_id": 10, "bos_id": 11, "eos_id": 12, "n_encoder_layers": 1,
               "n_decoder_layers": 1},
     "data": {"n_train": 50000, "n_test": 1000, "max_len": 12, "seed": 1337},
@@ -91,7 +91,7 @@ BAD_FILES = [  # (schema, document, words the one-line message must contain)
     (CONFIG, edited(GPT_CONFIG, ("model", "n_embd"), "8"), "field model.n_embd must be an integer >= 1"),
     (CONFIG, edited(GPT_CONFIG, ("model", "n_embd"), True), "model.n_embd"),
     (CONFIG, edited(GPT_CONFIG, ("model", "n_embd"), 10**12), "model.n_embd must be an integer >= 1 and <= "),
-    (CONFIG, edited(GPT_CONFIG, ("model", "dropout"), 1.5), "model.dropout must be a finite number >= 0.0 and <= 1.0"),
+    (CONFIG, edited(GPT_CONFIG, ("model", "dropout"), 1.5), "model.dropout must be a finite number >= 0 and < 1"),
     (CONFIG, edited(GPT_CONFIG, ("model", "colour"), 1), "field model.colour must be absent"),
     (CONFIG, edited(SEQ2SEQ_CONFIG, ("task",), "fly"), "field task must be one of"),
     (TRAINER_STATE, edited(TRAINER_STATE_OK, ("step",), "2"), "field step must be an integer >= 0"),

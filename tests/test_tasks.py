@@ -109,3 +109,41 @@ def test_errors():
         make_task("nope", 3, 0)
     with pytest.raises(ConfigError):
         make_task("copy", 3, 0, max_len=0)
+
+
+# -- the task registry: one entry per task, everything else derives ----------------------------------
+def test_unknown_task_is_refused_by_name():
+    from scratchformer.data.tasks import get_task
+
+    for call in (lambda: make_task("shuffle", 3, 0), lambda: make_split("shuffle", 3, 3), lambda: get_task("shuffle")):
+        with pytest.raises(ConfigError, match=r"unknown task 'shuffle': choose one of \['majority', 'copy'"):
+            call()
+
+
+def test_the_registry_feeds_run_defaults_jobs_and_validation():
+    from scratchformer.training.jobs import JOBS, RUN_DEFAULTS, build_job
+    from scratchformer.training.schema import CONFIG
+
+    for name, task in TASKS.items():
+        assert task.kind in JOBS and RUN_DEFAULTS[name]["kind"] == task.kind
+        assert RUN_DEFAULTS[name]["data"]["max_len"] == task.max_len
+        if task.kind == "classifier":
+            assert task.n_classes is not None
+    job, _ = build_job("majority", data={"n_train": 20, "n_test": 5})
+    assert job.model.config.n_classes == TASKS["majority"].n_classes
+    # a classifier's config naming a seq2seq task is refused when read (the task decides the kind)
+    config = job.config_dict()
+    CONFIG.check(config, "")
+    with pytest.raises(Exception, match="task must be one of 'majority'"):
+        CONFIG.check({**config, "task": "copy"}, "")
+
+
+def test_a_registered_task_needs_no_other_edit(monkeypatch):
+    """A new task is one Task entry: make_task generates it by its rule."""
+    from scratchformer.data import tasks
+
+    monkeypatch.setitem(tasks.TASKS, "rotate", tasks.Task("rotate", "seq2seq", lambda x: x[1:] + x[:1], max_len=3))
+    data = make_task("rotate", 4, 0)
+    for src, tgt in zip(data.src, data.tgt_out):
+        x = [int(i) for i in src if i != PAD]
+        assert format_digits(tgt) == " ".join(map(str, x[1:] + x[:1]))

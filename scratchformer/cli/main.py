@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from scratchformer.checks import Bool, Int, Maybe, SchemaMismatch, Str
 from scratchformer.cli.exercise import add_parser as add_exercise_parser
 from scratchformer.cli.exercise import cmd_exercise
 from scratchformer.cli.viz import add_parser as add_viz_parser
@@ -24,45 +25,44 @@ from scratchformer.errors import CheckpointError, CLIError, ScratchformerError
 SEEN_MARK = " (in training data)"  # sample: appended to a sample that is an item of the training split
 
 # Help text of each setting the command line exposes, keyed by dataclass field (GPTConfig for the
-# model, TrainConfig for training). The option itself (--n-layer), its type and the defaults
-# shown in --help come from the dataclasses and scratchformer.training.jobs.RUN_DEFAULTS.
-# A value: help, or (help, what None means, choices).
+# model, TrainConfig for training). The option itself (--n-layer), its type, range and choices
+# come from the field's declared spec (`scratchformer.checks.setting`: the values a checkpoint
+# can hold), and the defaults shown in --help from scratchformer.training.jobs.RUN_DEFAULTS.
+# A value: help, or (help, what None means).
 MODEL_HELP = {
     "n_layer": "number of Transformer blocks",
     "n_head": "attention heads per block (must divide --n-embd)",
     "n_embd": "model width (channels per token)",
     "dropout": "dropout probability in [0, 1)",
-    "activation": ("feed-forward activation", None, ["gelu", "gelu_tanh", "relu"]),
-    "positional": ("position encoding", None, ["learned", "sinusoidal"]),
+    "activation": "feed-forward activation",
+    "positional": "position encoding",
     "norm_first": "pre: LayerNorm before each sublayer (GPT-2); post: after the residual (Vaswani)",
     "tie_weights": "reuse the token embedding as the LM head",
     "bias": "biases in Linear and LayerNorm layers (off: nanoGPT's bias=False)",
-    "init": ("gpt2: N(0, 0.02) weights; pytorch: each layer's PyTorch default (as makemore)", None,
-             ["gpt2", "pytorch"]),
+    "init": "gpt2: N(0, 0.02) weights; pytorch: each layer's PyTorch default (as makemore)",
 }
 TRAIN_HELP = {
     "max_steps": "optimiser steps",
-    "time_limit": ("stop cleanly after this many seconds", "none", None),
+    "time_limit": ("stop cleanly after this many seconds", "none"),
     "batch_size": "sequences per micro-batch",
     "grad_accum": "micro-batches per step",
     "lr": "peak learning rate",
-    "min_lr": ("learning rate at the end of the cosine", "lr / 10", None),
+    "min_lr": ("learning rate at the end of the cosine", "lr / 10"),
     "warmup_steps": "linear warmup before the cosine decay",
-    "decay_steps": ("length of the cosine", "max steps", None),
+    "decay_steps": ("length of the cosine", "max steps"),
     "weight_decay": "AdamW decoupled decay (matrices only)",
     "decay_embeddings": "weight-decay the embedding tables too, as nanoGPT does",
     "beta1": "AdamW beta1",
     "beta2": "AdamW beta2",
     "grad_clip": "global gradient-norm clip (0: off)",
     "eval_interval": "steps between evaluations and checkpoints",
-    "eval_batches": ("evaluate on this many batches", "the whole split", None),
+    "eval_batches": ("evaluate on this many batches", "the whole split"),
     "log_interval": "steps between log.jsonl rows",
     "num_samples": "samples printed at each evaluation",
     "seed": "seed of the initial weights, the batches and dropout",
     "workers": "processes training slices of each batch at once, this one included (Linux; 1: one "
                "process; results differ in the last bits and in the dropout draws)",
 }
-_NON_NEGATIVE_INTS = {"warmup_steps", "num_samples", "seed"}  # the other int settings are >= 1
 
 
 def _number(parse, minimum, what: str):
@@ -132,9 +132,23 @@ def _defaults_text(values: dict[str, object], none_means: str | None = None) -> 
     return "default: " + "; ".join(f"{v} for {', '.join(kinds)}" for v, kinds in by_value.items())
 
 
-def _add_setting(group, name: str, field_type: str, spec, values: dict[str, object]) -> None:
-    """One option for the dataclass field `name`, its type read from the field's annotation."""
-    help_text, none_means, choices = spec if isinstance(spec, tuple) else (spec, None, None)
+def _spec_type(spec):
+    """An argparse type from a declared spec (scratchformer.checks): the option's text parsed
+    and checked exactly as the config and the checkpoint check the value, so every value the
+    command line accepts is one the run's checkpoint can hold."""
+    def convert(text: str):
+        try:
+            value = spec.parse(text)
+            spec.check(value, "")
+        except (ValueError, OverflowError, SchemaMismatch):
+            raise argparse.ArgumentTypeError(f"expected {spec.describe()}, got {text!r}") from None
+        return value
+    return convert
+
+
+def _add_setting(group, name: str, spec, help_spec, values: dict[str, object]) -> None:
+    """One option for the dataclass field `name`, its type and choices read from the field's spec."""
+    help_text, none_means = help_spec if isinstance(help_spec, tuple) else (help_spec, None)
     if name == "norm_first":  # spelled --norm pre/post since the first release
         values = {kind: "pre" if v else "post" for kind, v in values.items()}
         group.add_argument("--norm", choices=["pre", "post"], dest="norm_first",
@@ -142,23 +156,22 @@ def _add_setting(group, name: str, field_type: str, spec, values: dict[str, obje
         return
     flag = "--" + name.replace("_", "-")
     help_text = f"{help_text} ({_defaults_text(values, none_means)})"
-    base = field_type.split("|")[0].strip()
-    if base == "bool":
+    inner = spec.spec if isinstance(spec, Maybe) else spec  # None is the default, never typed
+    if isinstance(inner, Bool):
         group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
-    elif choices is not None:
-        group.add_argument(flag, choices=choices, help=help_text)
-    elif base == "int":
-        group.add_argument(flag, type=_nonneg_int if name in _NON_NEGATIVE_INTS else _positive_int,
-                           metavar="N", help=help_text)
+    elif isinstance(inner, Str) and inner.choices is not None:
+        group.add_argument(flag, choices=inner.choices, help=help_text)
     else:
-        group.add_argument(flag, type=_nonneg_float, metavar="SECONDS" if name == "time_limit" else "X",
-                           help=help_text)
+        metavar = "N" if isinstance(inner, Int) else "SECONDS" if name == "time_limit" else "X"
+        group.add_argument(flag, type=_spec_type(inner), metavar=metavar, help=help_text)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from scratchformer.data.tasks import TASKS
     from scratchformer.models import GPTConfig
+    from scratchformer.training.config import TrainConfig
     from scratchformer.training.jobs import RUN_DEFAULTS, run_defaults
-    from scratchformer.training.trainer import TrainConfig
+    from scratchformer.training.schema import LM_DATA
 
     resolved = {kind: run_defaults(kind) for kind in RUN_DEFAULTS}
 
@@ -191,10 +204,10 @@ def build_parser() -> argparse.ArgumentParser:
                            "or shakespeare (tinyshakespeare, 1.1M characters)")
     data.add_argument("--format", choices=["lines", "text"],
                       help="lines: one item per line (like names); text: continuous text. Guessed when omitted")
-    data.add_argument("--task", choices=["lm", *(k for k in RUN_DEFAULTS if k not in ("lines", "text"))],
+    data.add_argument("--task", choices=["lm", *TASKS],
                       help="lm (default): language model on --data; the others are toy tasks for an "
                            "encoder classifier (majority) or an encoder-decoder (copy, reverse, sort)")
-    data.add_argument("--split-seed", type=_nonneg_int, metavar="N",
+    data.add_argument("--split-seed", type=_spec_type(LM_DATA.fields["seed"]), metavar="N",
                       help="seed of the train/val/test split of a lines file "
                            f"({_defaults_text(values('data', 'split_seed'))})")
     t.add_argument("--out", metavar="DIR", help="output directory (default: out/<data name or task>)")
@@ -209,14 +222,13 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     t.add_argument("--quiet", action="store_true", help="no evaluation lines or samples")
     m = t.add_argument_group("model")
-    model_fields = {f.name: f.type for f in fields(GPTConfig)}
-    for name, spec in MODEL_HELP.items():
-        _add_setting(m, name, model_fields[name], spec, values("model", name))
-    m.add_argument("--block-size", type=_positive_int, metavar="N",
+    for name, help_spec in MODEL_HELP.items():
+        _add_setting(m, name, GPTConfig.spec(name), help_spec, values("model", name))
+    m.add_argument("--block-size", type=_spec_type(GPTConfig.spec("block_size")), metavar="N",
                    help="context length (" + _defaults_text(values("data", "block_size"), "longest line + 1") + ")")
     o = t.add_argument_group("optimisation")
     for f in fields(TrainConfig):
-        _add_setting(o, f.name, f.type, TRAIN_HELP[f.name], values("train", f.name))
+        _add_setting(o, f.name, TrainConfig.spec(f.name), TRAIN_HELP[f.name], values("train", f.name))
 
     s = sub.add_parser("sample", help="generate text from a trained language model",
                        description="Sample from a trained language model (DIR: a run directory or a checkpoint).")

@@ -19,6 +19,9 @@ Classification task:
               numpy.argmax(numpy.bincount(x)) does (the smallest token).
 `make_task("majority", n, rng)` -> ClassificationData(x (n, 8), y (n,)).
 
+`TASKS` is the registry (name -> `Task`: the model kind that learns it, its rule, symbols,
+length and classes); `get_task(name)` refuses a name it does not hold.
+
 Held-out data (`make_split`) are disjoint from the training data by construction: the test
 set is drawn first from its own seed, without repeats and taking at most half of the possible
 sequences of any length (so short lengths, where only 10 or 100 sequences exist, still appear
@@ -31,7 +34,8 @@ The model and training settings that reach >= 99% held-out accuracy with
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -40,10 +44,51 @@ from scratchformer.errors import ConfigError, DataError
 
 PAD, BOS, EOS = 10, 11, 12
 VOCAB_SIZE = 13
-SEQ2SEQ_TASKS = ("copy", "reverse", "sort")
-CLASSIFICATION_TASKS = ("majority",)
-TASKS = CLASSIFICATION_TASKS + SEQ2SEQ_TASKS
-MAJORITY_LEN, MAJORITY_SYMBOLS = 8, 3
+
+
+@dataclass(frozen=True)
+class Task:
+    """One toy task: everything the data, the model and the run need to know about it.
+
+    kind: the model that learns it: "classifier" (an encoder and a class) or "seq2seq" (an
+        encoder-decoder and an output sequence); the job of that kind trains it.
+    rule: the answer for one input sequence (a list of ints): the class (classifier) or the
+        output sequence, as long as the input (seq2seq).
+    symbols: inputs are digits 0..symbols-1.
+    max_len: the longest input by default; `fixed_length`: every input has exactly max_len.
+    n_classes: the classifier's number of classes (None for seq2seq).
+    """
+
+    name: str
+    kind: str
+    rule: Callable[[list[int]], object]
+    symbols: int = 10
+    max_len: int = 12
+    fixed_length: bool = False
+    n_classes: int | None = None
+
+
+def majority_label(seq) -> int:
+    """The majority task's label of one sequence: its most frequent token, ties to the smallest."""
+    return int(np.argmax(np.bincount(np.asarray(seq))))
+
+
+# The task registry: name -> Task. A new task is one entry here; `scratchformer train --task`,
+# the run defaults (training/jobs.py RUN_DEFAULTS, by the task's kind) and checkpoint validation
+# follow from it.
+TASKS: dict[str, Task] = {t.name: t for t in (
+    Task("majority", "classifier", majority_label, symbols=3, max_len=8, fixed_length=True, n_classes=3),
+    Task("copy", "seq2seq", list),
+    Task("reverse", "seq2seq", lambda x: x[::-1]),
+    Task("sort", "seq2seq", sorted),  # minGPT's demo task, here on variable-length digits
+)}
+
+
+def get_task(name: str) -> Task:
+    """The registered task `name`; an unknown name is a ConfigError listing the known ones."""
+    if not isinstance(name, str) or name not in TASKS:
+        raise ConfigError(f"unknown task {name!r}: choose one of {list(TASKS)}")
+    return TASKS[name]
 
 
 class Seq2SeqData(NamedTuple):
@@ -69,31 +114,14 @@ class ClassificationData(NamedTuple):
         return ClassificationData(self.x[idx], self.y[idx])
 
 
-def _check_name(name: str) -> None:
-    if name not in TASKS:
-        raise ConfigError(f"unknown task {name!r}: choose one of {list(TASKS)}")
-
-
 # -- generators ----------------------------------------------------------------------------------
-def _target(name: str, x: list[int]) -> list[int]:
-    if name == "copy":
-        return list(x)
-    if name == "reverse":
-        return list(x[::-1])
-    return sorted(x)  # sort
-
-
 def _key(seq: np.ndarray) -> bytes:
     return np.asarray(seq, dtype=np.int8).tobytes()
 
 
-def _draw_sequences(name: str, n: int, rng: np.random.Generator, max_len: int, min_len: int,
+def _draw_sequences(task: Task, n: int, rng: np.random.Generator, max_len: int, min_len: int,
                     exclude: set[bytes] | None, unique: bool) -> list[np.ndarray]:
     """n raw sequences; vectorised draws, then a cheap Python filter for exclusion/uniqueness."""
-    if name == "majority":
-        cap = MAJORITY_SYMBOLS ** max_len
-    else:
-        cap = None
     seen: set[bytes] = set()
     per_len: dict[int, int] = {}
     out: list[np.ndarray] = []
@@ -101,14 +129,13 @@ def _draw_sequences(name: str, n: int, rng: np.random.Generator, max_len: int, m
     while len(out) < n:
         tries += 1
         if tries > 1000:
-            raise DataError(f"could not draw {n} distinct {name} sequences of length <= {max_len}")
+            raise DataError(f"could not draw {n} distinct {task.name} sequences of length <= {max_len}")
         m = max(2 * (n - len(out)), 64)
-        if name == "majority":
+        if task.fixed_length:
             lengths = np.full(m, max_len)
-            digits = rng.integers(0, MAJORITY_SYMBOLS, size=(m, max_len))
         else:
             lengths = rng.integers(min_len, max_len + 1, size=m)
-            digits = rng.integers(0, 10, size=(m, max_len))
+        digits = rng.integers(0, task.symbols, size=(m, max_len))
         for L, row in zip(lengths, digits):
             seq = row[:L]
             key = _key(seq)
@@ -117,7 +144,7 @@ def _draw_sequences(name: str, n: int, rng: np.random.Generator, max_len: int, m
             if unique:
                 if key in seen:
                     continue
-                space = cap if cap is not None else 10 ** int(L)
+                space = task.symbols ** int(L)
                 if per_len.get(int(L), 0) >= space // 2:  # leave half of each length to training
                     continue
                 seen.add(key)
@@ -128,38 +155,33 @@ def _draw_sequences(name: str, n: int, rng: np.random.Generator, max_len: int, m
     return out
 
 
-def majority_label(seq) -> int:
-    """The majority task's label of one sequence: its most frequent token, ties to the smallest."""
-    return int(np.argmax(np.bincount(np.asarray(seq))))
-
-
 def make_task(name: str, n: int, rng: np.random.Generator | int, max_len: int | None = None,
               min_len: int = 1, exclude: set[bytes] | None = None, unique: bool = False):
     """n examples of task `name`, deterministic given `rng` (a Generator or an int seed).
 
-    max_len: longest sequence (default 12; majority: the fixed length, default 8).
+    max_len: longest sequence (default: the task's; a fixed-length task's only length).
     exclude: keys (`sequence_keys`) of sequences never to produce. unique: no repeats, and at
     most half the sequences of any length (used for held-out sets).
     """
-    _check_name(name)
+    task = get_task(name)
     if isinstance(rng, (int, np.integer)):
         rng = np.random.default_rng(int(rng))
     if max_len is None:
-        max_len = MAJORITY_LEN if name == "majority" else 12
+        max_len = task.max_len
     if n < 0 or max_len < 1 or not 1 <= min_len <= max_len:
         raise ConfigError(f"make_task needs n >= 0 and 1 <= min_len <= max_len, got n={n}, "
                           f"min_len={min_len}, max_len={max_len}")
-    seqs = _draw_sequences(name, n, rng, max_len, min_len, exclude, unique)
-    if name == "majority":
+    seqs = _draw_sequences(task, n, rng, max_len, min_len, exclude, unique)
+    if task.kind == "classifier":
         x = np.array(seqs, dtype=np.int64).reshape(n, max_len)
-        y = np.array([majority_label(s) for s in seqs], dtype=np.int64)
+        y = np.array([task.rule(s.tolist()) for s in seqs], dtype=np.int64)
         return ClassificationData(x, y)
     src = np.full((n, max_len), PAD, dtype=np.int64)
     tgt_in = np.full((n, max_len + 1), PAD, dtype=np.int64)
     tgt_out = np.full((n, max_len + 1), PAD, dtype=np.int64)
     for i, s in enumerate(seqs):
         L = len(s)
-        y = _target(name, s.tolist())
+        y = list(task.rule(s.tolist()))
         src[i, :L] = s
         tgt_in[i, 0] = BOS
         tgt_in[i, 1 : L + 1] = y

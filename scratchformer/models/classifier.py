@@ -20,14 +20,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from scratchformer.checks import (
-    DictConfig,
-    check_choice,
+    NON_NEGATIVE,
+    POSITIVE,
+    PROBABILITY,
+    Bool,
+    Maybe,
+    Str,
+    TransformerConfig,
     check_config_type,
     check_heads,
     check_int_in_range,
-    check_positive_int,
-    check_probability,
     check_token_ids,
+    setting,
 )
 from scratchformer.errors import DataError, ShapeError
 from scratchformer.nn import (
@@ -44,36 +48,30 @@ from scratchformer.nn import (
     manual_seed,
 )
 from scratchformer.nn.module import eval_mode
-from scratchformer.ops import cross_entropy_forward
+from scratchformer.ops import ACTIVATIONS, cross_entropy_forward
 
 
 @dataclass
-class ClassifierConfig(DictConfig):
-    vocab_size: int
-    n_classes: int
-    max_len: int = 64          # longest input sequence (the CLS token is extra)
-    n_layer: int = 2
-    n_head: int = 4
-    n_embd: int = 64
-    n_inner: int | None = None  # feed-forward hidden size, default 4 * n_embd
-    dropout: float = 0.0
-    norm_first: bool = True
-    activation: str = "gelu"
-    positional: str = "sinusoidal"  # or "learned"
-    pooling: str = "mean"           # or "cls"
-    pad_id: int | None = None       # if set and no padding_mask is given, mask = (x != pad_id)
+class ClassifierConfig(TransformerConfig):
+    """Hyper-parameters of a `TransformerClassifier`; each field's `setting` declares its type,
+    range and choices (the one place to add one)."""
 
-    LEGACY_KEYS = {"d_model": "n_embd", "d_ff": "n_inner"}  # names in checkpoints before the rename
+    vocab_size: int = setting(POSITIVE)
+    n_classes: int = setting(POSITIVE)
+    max_len: int = setting(POSITIVE, 64)              # longest input sequence (the CLS token is extra)
+    n_layer: int = setting(POSITIVE, 2)
+    n_head: int = setting(POSITIVE, 4)
+    n_embd: int = setting(POSITIVE, 64)
+    n_inner: int | None = setting(Maybe(POSITIVE), None)  # feed-forward hidden size; None: 4 * n_embd
+    dropout: float = setting(PROBABILITY, 0.0)
+    norm_first: bool = setting(Bool(), True)
+    activation: str = setting(Str(tuple(ACTIVATIONS)), "gelu")
+    positional: str = setting(Str(("sinusoidal", "learned")), "sinusoidal")
+    pooling: str = setting(Str(("mean", "cls")), "mean")
+    pad_id: int | None = setting(Maybe(NON_NEGATIVE), None)  # if set and no padding_mask is given, mask = (x != pad_id)
 
-    def __post_init__(self):
-        if self.n_inner is None:
-            self.n_inner = 4 * self.n_embd
-        for name in ("vocab_size", "n_classes", "max_len", "n_layer", "n_inner"):
-            check_positive_int(name, getattr(self, name))
+    def check_together(self) -> None:
         check_heads(self.n_embd, self.n_head)
-        check_probability("dropout", self.dropout)
-        check_choice("positional", self.positional, ("sinusoidal", "learned"))
-        check_choice("pooling", self.pooling, ("mean", "cls"))
         if self.pad_id is not None:
             check_int_in_range("pad_id", self.pad_id, 0, self.vocab_size)
 
@@ -104,7 +102,7 @@ class TransformerClassifier(Module):
             self.cls_token = Parameter(init.normal((c.n_embd,), 1.0, self.tok_emb.weight.data.dtype))
         self.drop = Dropout(c.dropout)
         self.blocks = [
-            EncoderBlock(c.n_embd, c.n_head, c.n_inner, dropout=c.dropout, activation=c.activation,
+            EncoderBlock(c.n_embd, c.n_head, c.inner_size, dropout=c.dropout, activation=c.activation,
                          norm_first=c.norm_first)
             for _ in range(c.n_layer)
         ]

@@ -35,16 +35,19 @@ from dataclasses import dataclass
 import numpy as np
 
 from scratchformer.checks import (
-    DictConfig,
-    check_bool,
-    check_choice,
+    FLOAT_DTYPES,
+    POSITIVE,
+    PROBABILITY,
+    Bool,
+    Maybe,
+    Num,
+    Str,
+    TransformerConfig,
     check_config_type,
     check_heads,
     check_int_in_range,
-    check_positive_int,
-    check_positive_number,
-    check_probability,
     check_token_ids,
+    setting,
 )
 from scratchformer.errors import BackwardError, DataError, ShapeError
 from scratchformer.inference.sampling import as_rng, check_sampling_args, sample_next
@@ -67,7 +70,7 @@ __all__ = ["GPT", "GPTConfig"]
 
 
 @dataclass
-class GPTConfig(DictConfig):
+class GPTConfig(TransformerConfig):
     """Hyper-parameters of a `GPT`. Defaults are GPT-2 small (124M) with nanoGPT's choices:
     pre-norm, learned positions, exact GELU, tied LM head, biases, no dropout.
 
@@ -78,49 +81,34 @@ class GPTConfig(DictConfig):
         zero biases. "pytorch": each layer's PyTorch default (Linear U(+-1/sqrt(in)), Embedding
         and learned positions N(0, 1)), as makemore's transformer; with a tiny vocabulary and an
         untied head it trains faster (measured on names.txt, docs/results.md).
+
+    Each field's `setting` declares its type, range and choices: the one place to add a choice
+    (then the CLI offers it and checkpoints accept it; see docs/architecture.md).
     """
 
-    vocab_size: int = 50257
-    block_size: int = 1024
-    n_layer: int = 12
-    n_head: int = 12
-    n_embd: int = 768
-    dropout: float = 0.0
-    bias: bool = True
-    norm_first: bool = True
-    activation: str = "gelu"
-    positional: str = "learned"
-    tie_weights: bool = True
-    n_inner: int | None = None
-    layer_norm_eps: float = 1e-5
-    dtype: str = "float32"
-    init: str = "gpt2"  # "gpt2": N(0, 0.02), scaled residual projections; "pytorch": layer defaults
+    vocab_size: int = setting(POSITIVE, 50257)
+    block_size: int = setting(POSITIVE, 1024)
+    n_layer: int = setting(POSITIVE, 12)
+    n_head: int = setting(POSITIVE, 12)
+    n_embd: int = setting(POSITIVE, 768)
+    dropout: float = setting(PROBABILITY, 0.0)
+    bias: bool = setting(Bool(), True)
+    norm_first: bool = setting(Bool(), True)
+    activation: str = setting(Str(tuple(ACTIVATIONS)), "gelu")
+    positional: str = setting(Str(("learned", "sinusoidal")), "learned")
+    tie_weights: bool = setting(Bool(), True)
+    n_inner: int | None = setting(Maybe(POSITIVE), None)
+    layer_norm_eps: float = setting(Num(above=0.0), 1e-5)
+    dtype: str = setting(Str(FLOAT_DTYPES), "float32")
+    init: str = setting(Str(("gpt2", "pytorch")), "gpt2")
 
     def __post_init__(self) -> None:
+        if isinstance(self.dtype, (np.dtype, type)):  # GPTConfig(dtype=np.float64) is stored by name
+            self.dtype = np.dtype(self.dtype).name
         self.validate()
 
-    @property
-    def inner_size(self) -> int:
-        """The feed-forward's hidden size: n_inner, or 4 * n_embd when n_inner is None."""
-        return 4 * self.n_embd if self.n_inner is None else self.n_inner
-
-    def validate(self) -> None:
-        """Raise ConfigError naming the first invalid field."""
-        for name in ("vocab_size", "block_size", "n_layer"):
-            check_positive_int(name, getattr(self, name))
+    def check_together(self) -> None:
         check_heads(self.n_embd, self.n_head)
-        if self.n_inner is not None:
-            check_positive_int("n_inner", self.n_inner)
-        check_probability("dropout", self.dropout)
-        for name in ("bias", "norm_first", "tie_weights"):
-            check_bool(name, getattr(self, name))
-        check_choice("activation", self.activation, ACTIVATIONS)
-        check_choice("positional", self.positional, ("learned", "sinusoidal"))
-        check_positive_number("layer_norm_eps", self.layer_norm_eps)
-        if isinstance(self.dtype, (np.dtype, type)):
-            self.dtype = np.dtype(self.dtype).name
-        check_choice("dtype", self.dtype, ("float32", "float64"))
-        check_choice("init", self.init, ("gpt2", "pytorch"))
 
 
 class GPT(Module):

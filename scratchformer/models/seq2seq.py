@@ -30,13 +30,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from scratchformer.checks import (
-    DictConfig,
+    NON_NEGATIVE,
+    POSITIVE,
+    PROBABILITY,
+    Bool,
+    Maybe,
+    Str,
+    TransformerConfig,
     check_config_type,
     check_heads,
     check_int_in_range,
-    check_positive_int,
-    check_probability,
     check_token_ids,
+    setting,
 )
 from scratchformer.errors import ConfigError, ShapeError
 from scratchformer.nn import (
@@ -53,45 +58,43 @@ from scratchformer.nn import (
     manual_seed,
 )
 from scratchformer.nn.module import door
-from scratchformer.ops import cross_entropy_forward
+from scratchformer.ops import ACTIVATIONS, cross_entropy_forward
 
 
 @dataclass
-class Seq2SeqConfig(DictConfig):
-    src_vocab_size: int
-    tgt_vocab_size: int
-    max_len: int = 64                 # longest source and longest decoder input
-    n_layer: int = 2                  # encoder and decoder layers, unless given separately
-    n_head: int = 4
-    n_embd: int = 64
-    n_inner: int | None = None        # feed-forward hidden size, default 4 * n_embd
-    dropout: float = 0.0
-    norm_first: bool = True
-    activation: str = "gelu"
-    share_embeddings: bool = False    # one table for source and target (needs equal vocab sizes)
-    label_smoothing: float = 0.0
-    pad_id: int = 0
-    bos_id: int = 1
-    eos_id: int = 2
-    n_encoder_layers: int | None = None
-    n_decoder_layers: int | None = None
+class Seq2SeqConfig(TransformerConfig):
+    """Hyper-parameters of a `Seq2SeqTransformer`; each field's `setting` declares its type,
+    range and choices (the one place to add one)."""
 
-    LEGACY_KEYS = {"d_model": "n_embd", "d_ff": "n_inner"}  # names in checkpoints before the rename
+    src_vocab_size: int = setting(POSITIVE)
+    tgt_vocab_size: int = setting(POSITIVE)
+    max_len: int = setting(POSITIVE, 64)                  # longest source and longest decoder input
+    n_layer: int = setting(POSITIVE, 2)                   # encoder and decoder layers, unless given separately
+    n_head: int = setting(POSITIVE, 4)
+    n_embd: int = setting(POSITIVE, 64)
+    n_inner: int | None = setting(Maybe(POSITIVE), None)  # feed-forward hidden size; None: 4 * n_embd
+    dropout: float = setting(PROBABILITY, 0.0)
+    norm_first: bool = setting(Bool(), True)
+    activation: str = setting(Str(tuple(ACTIVATIONS)), "gelu")
+    share_embeddings: bool = setting(Bool(), False)      # one table for source and target (equal vocab sizes)
+    label_smoothing: float = setting(PROBABILITY, 0.0)
+    pad_id: int = setting(NON_NEGATIVE, 0)
+    bos_id: int = setting(NON_NEGATIVE, 1)
+    eos_id: int = setting(NON_NEGATIVE, 2)
+    n_encoder_layers: int | None = setting(Maybe(POSITIVE), None)  # None: n_layer (filled in when built)
+    n_decoder_layers: int | None = setting(Maybe(POSITIVE), None)  # None: n_layer (filled in when built)
 
-    def __post_init__(self):
-        if self.n_inner is None:
-            self.n_inner = 4 * self.n_embd
+    def __post_init__(self) -> None:
         for name in ("n_encoder_layers", "n_decoder_layers"):  # default: n_layer each
-            setattr(self, name, self.n_layer if getattr(self, name) is None else getattr(self, name))
-        for name in ("src_vocab_size", "tgt_vocab_size", "max_len", "n_inner", "n_encoder_layers",
-                     "n_decoder_layers"):
-            check_positive_int(name, getattr(self, name))
+            if getattr(self, name) is None:
+                setattr(self, name, self.n_layer)
+        self.validate()
+
+    def check_together(self) -> None:
         check_heads(self.n_embd, self.n_head)
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ConfigError("share_embeddings needs src_vocab_size == tgt_vocab_size, got "
                               f"{self.src_vocab_size} and {self.tgt_vocab_size}")
-        check_probability("label_smoothing", self.label_smoothing)
-        check_probability("dropout", self.dropout)
         for name in ("pad_id", "bos_id", "eos_id"):
             check_int_in_range(name, getattr(self, name), 0, self.tgt_vocab_size)
 
@@ -126,8 +129,8 @@ class Seq2SeqTransformer(Module):
         self.tgt_pos = SinusoidalPositionalEncoding(c.max_len, c.n_embd)
         self.src_drop, self.tgt_drop = Dropout(c.dropout), Dropout(c.dropout)
         kw = {"dropout": c.dropout, "activation": c.activation, "norm_first": c.norm_first}
-        self.encoder = [EncoderBlock(c.n_embd, c.n_head, c.n_inner, **kw) for _ in range(c.n_encoder_layers)]
-        self.decoder = [DecoderBlock(c.n_embd, c.n_head, c.n_inner, cross_attention=True, **kw)
+        self.encoder = [EncoderBlock(c.n_embd, c.n_head, c.inner_size, **kw) for _ in range(c.n_encoder_layers)]
+        self.decoder = [DecoderBlock(c.n_embd, c.n_head, c.inner_size, cross_attention=True, **kw)
                         for _ in range(c.n_decoder_layers)]
         if c.norm_first:
             self.enc_norm = LayerNorm(c.n_embd)

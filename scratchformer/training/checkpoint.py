@@ -38,7 +38,7 @@ import numpy as np
 
 from scratchformer.errors import CheckpointError
 from scratchformer.runfiles import fsync_dir, naming, new_temp_dir, read_json_file, read_regular_file, write_file
-from scratchformer.training.schema import CONFIG, TOKENIZER, TRAINER_STATE, check_json
+from scratchformer.training.schema import CONFIG, TOKENIZER, TRAINER_STATE, check_json, upgrade_run_files
 
 FORMAT_NAME = "scratchformer-checkpoint"
 FORMAT_VERSION = 1
@@ -172,6 +172,7 @@ def save_checkpoint(
     rng_state: dict | None = None,
     step: int | None = None,
     extra: dict | None = None,
+    run_files: bool = True,
 ) -> Path:
     """Write a checkpoint directory atomically; returns its absolute path.
 
@@ -185,6 +186,10 @@ def save_checkpoint(
             hold 128-bit ints; JSON keeps them exactly).
         step: the training step; defaults to optimizer_state["step"], else 0.
         extra: anything else JSON-able (best val loss, data seed, ...).
+        run_files: check config.json, trainer_state.json and tokenizer.json against the
+            schemas `load_checkpoint` reads them with (training/schema.py), before anything
+            is written: a checkpoint the readers would refuse is never saved. False saves a
+            free-form config (read back with `load_checkpoint(run_files=False)`).
     """
     files: dict[str, bytes] = {
         MODEL_FILE: _safetensors_bytes(model_state, "model_state"),
@@ -211,6 +216,11 @@ def save_checkpoint(
         "files": sorted([*files, TRAINER_STATE_FILE]),
     }
     files[TRAINER_STATE_FILE] = _json_bytes(trainer_state, "trainer state (rng_state / extra)")
+    if run_files:  # what is written, checked as load_checkpoint will read it
+        for name, schema in ((CONFIG_FILE, CONFIG), (TRAINER_STATE_FILE, TRAINER_STATE), (TOKENIZER_FILE, TOKENIZER)):
+            if name in files:
+                check_json(json.loads(files[name]), schema, Path(directory) / name,
+                           hint="not saved: this is a bug in the code that built the checkpoint")
     return write_directory_atomic(directory, files)
 
 
@@ -354,12 +364,12 @@ def _load(read: _Reader, run_files: bool) -> Checkpoint:
             f"{directory / TRAINER_STATE_FILE} has format version {version}, newer than "
             f"{FORMAT_VERSION}: upgrade scratchformer"
         )
-    if run_files:
-        check_json(state, TRAINER_STATE, directory / TRAINER_STATE_FILE)
-    listed = set(state.get("files") or CHECKPOINT_FILES)
     config = read.json(CONFIG_FILE)
     if run_files:
+        config, state = upgrade_run_files(config, state)  # what older versions wrote, in today's form
+        check_json(state, TRAINER_STATE, directory / TRAINER_STATE_FILE)
         check_json(config, CONFIG, directory / CONFIG_FILE)
+    listed = set(state.get("files") or CHECKPOINT_FILES)
     tokenizer = read.json(TOKENIZER_FILE) if TOKENIZER_FILE in listed else None
     if run_files and tokenizer is not None:
         check_json(tokenizer, TOKENIZER, directory / TOKENIZER_FILE)

@@ -4,7 +4,7 @@ A *job* is what `scratchformer.training.train` trains and what every command loa
 the model and its data. The loop owns the rest (optimiser, schedule, checkpoints, logs).
 
     JOBS            model kind ("kind" in a checkpoint's config.json) -> job class
-    RUN_DEFAULTS    run kind ("lines", "text", "majority", "copy", "reverse", "sort") -> the
+    RUN_DEFAULTS    run kind ("lines", "text", and each task of data.tasks.TASKS) -> the
                     settings a run starts from, keyed by dataclass field names
     build_job       a fresh job + TrainConfig for a run kind, defaults overridden by the caller
     load_job        a run (or checkpoint) directory -> its job, the checkpoint read once
@@ -25,12 +25,14 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 
 from scratchformer.data import DEFAULT_SEED
+from scratchformer.data.tasks import TASKS, Task
 from scratchformer.errors import CheckpointError, ConfigError
 from scratchformer.limits import param_count_bound
 from scratchformer.training.checkpoint import Checkpoint, checkpoint_exists, load_checkpoint
 from scratchformer.training.lm import LMJob
 from scratchformer.training.tasks import ClassifierJob, Seq2SeqJob
-from scratchformer.training.trainer import BEST, LAST, TrainConfig
+from scratchformer.training.config import TrainConfig
+from scratchformer.training.trainer import BEST, LAST
 
 __all__ = ["DEFAULT_SEED", "JOBS", "RUN_DEFAULTS", "Job", "build_job", "checkpoint_dir", "job_class", "load_job",
            "run_defaults"]
@@ -101,25 +103,52 @@ JOBS: dict[str, type[Job]] = {"gpt": LMJob, "classifier": ClassifierJob, "seq2se
 # Run kind -> where its settings go. "model": fields of the kind's config class; "train": fields
 # of TrainConfig; "data": how much data and how it is cut. Settings not named here take the
 # dataclass defaults (e.g. TrainConfig.seed = DEFAULT_SEED, GPTConfig.activation = "gelu").
-_SEQ2SEQ = {
-    "kind": "seq2seq",
-    "model": dict(
-        n_layer=2, n_head=4, n_embd=64,   # a small encoder-decoder learns copy/reverse to >= 99% exact match
-        n_inner=256,                      # 4 * n_embd, the paper's ratio
-        dropout=0.0,                      # 50,000 fresh examples do not overfit
-        norm_first=True,                  # pre-norm trains at lr 2e-3 without a long warmup
-        activation="gelu",
-        share_embeddings=True,            # source and target share the digit vocabulary
-        label_smoothing=0.0,              # exact match rewards confident answers
-    ),
-    "train": dict(
-        max_steps=1500, eval_interval=300,  # 99% exact match within 1500 steps; 5 evaluations
-        batch_size=64, lr=2e-3, min_lr=2e-4, warmup_steps=100,
-        weight_decay=0.01, beta2=0.98,      # light decay and the paper's beta2 for a short run
-        grad_clip=1.0,
-    ),
-    "data": dict(n_train=50000, n_test=1000, max_len=12),  # lengths 1..12; 1000 held out for val and for test
+# The toy tasks start from their model kind's row (TASK_DEFAULTS), with the task's own
+# max_len and the few settings one task needs on top (TASK_OVERRIDES).
+TASK_DEFAULTS: dict[str, dict] = {
+    # The smallest settings that reach >= 99% held-out accuracy (docs/results.md,
+    # scripts/quality_bars.sh). The data are generated from the training seed.
+    "classifier": {
+        "model": dict(n_layer=2, n_head=4, n_embd=64,
+                      n_inner=128,                   # 2 * n_embd is enough to count three symbols
+                      dropout=0.0, norm_first=True, activation="gelu",
+                      positional="sinusoidal",       # order does not matter; no table to learn
+                      pooling="mean"),               # counting is an average over positions
+        "train": dict(max_steps=600, eval_interval=120,  # >= 99% accuracy within 600 steps; 5 evaluations
+                      batch_size=64, lr=3e-3, min_lr=3e-4, warmup_steps=50,
+                      weight_decay=0.01, beta2=0.98, grad_clip=1.0),
+        "data": dict(n_train=6000, n_test=400),      # 3^8 = 6561 majority sequences exist: 400 held out twice
+    },
+    "seq2seq": {
+        "model": dict(
+            n_layer=2, n_head=4, n_embd=64,   # a small encoder-decoder learns copy/reverse to >= 99% exact match
+            dropout=0.0,                      # 50,000 fresh examples do not overfit
+            norm_first=True,                  # pre-norm trains at lr 2e-3 without a long warmup
+            activation="gelu",
+            share_embeddings=True,            # source and target share the digit vocabulary
+            label_smoothing=0.0,              # exact match rewards confident answers
+        ),
+        "train": dict(
+            max_steps=1500, eval_interval=300,  # 99% exact match within 1500 steps; 5 evaluations
+            batch_size=64, lr=2e-3, min_lr=2e-4, warmup_steps=100,
+            weight_decay=0.01, beta2=0.98,      # light decay and the paper's beta2 for a short run
+            grad_clip=1.0,
+        ),
+        "data": dict(n_train=50000, n_test=1000),  # 1000 held out for val and for test
+    },
 }
+TASK_OVERRIDES: dict[str, dict] = {
+    "sort": {"train": {"max_steps": 2500, "eval_interval": 500}},  # sorting needs more steps
+}
+
+
+def _task_row(task: Task) -> dict:
+    base, extra = TASK_DEFAULTS[task.kind], TASK_OVERRIDES.get(task.name, {})
+    return {"kind": task.kind,
+            **{section: {**base[section], **extra.get(section, {})} for section in ("model", "train")},
+            "data": {**base["data"], "max_len": task.max_len, **extra.get("data", {})}}
+
+
 RUN_DEFAULTS: dict[str, dict] = {
     # The bundled names (one item per line): makemore's transformer size with its PyTorch-default
     # init and untied head; dropout against the overfitting a 200K-parameter model shows on 29K
@@ -149,26 +178,9 @@ RUN_DEFAULTS: dict[str, dict] = {
         "data": dict(block_size=64,                                  # nanoGPT's CPU context
                      split_seed=DEFAULT_SEED),                       # recorded; text splits are not shuffled
     },
-    # The toy tasks: the smallest settings that reach >= 99% held-out accuracy (docs/results.md,
-    # scripts/quality_bars.sh). The data are generated from the training seed.
-    "majority": {
-        "kind": "classifier",
-        "model": dict(n_layer=2, n_head=4, n_embd=64,
-                      n_inner=128,                   # 2 * n_embd is enough to count three symbols
-                      dropout=0.0, norm_first=True, activation="gelu",
-                      positional="sinusoidal",       # order does not matter; no table to learn
-                      pooling="mean"),               # counting is an average over positions
-        "train": dict(max_steps=600, eval_interval=120,  # >= 99% accuracy within 600 steps; 5 evaluations
-                      batch_size=64, lr=3e-3, min_lr=3e-4, warmup_steps=50,
-                      weight_decay=0.01, beta2=0.98, grad_clip=1.0),
-        "data": dict(n_train=6000, n_test=400,       # 3^8 = 6561 sequences exist: 400 held out twice
-                     max_len=8),                     # 8 tokens over {0, 1, 2}
-    },
-    "copy": _SEQ2SEQ,
-    "reverse": _SEQ2SEQ,
-    "sort": {**_SEQ2SEQ, "train": {**_SEQ2SEQ["train"],
-                                   "max_steps": 2500, "eval_interval": 500}},  # sorting needs more steps
+    **{name: _task_row(task) for name, task in TASKS.items()},  # the toy tasks, from the task registry
 }
+LM_RUN_KINDS = ("lines", "text")  # the language-model rows; the others are the tasks
 
 
 def _row(run_kind: str) -> dict:

@@ -23,9 +23,8 @@ from scratchformer.data.tasks import (
     VOCAB_SIZE,
     encode_sources,
     exact_match,
-    MAJORITY_SYMBOLS,
     format_digits,
-    majority_label,
+    get_task,
     make_split,
     parse_digits,
 )
@@ -70,7 +69,7 @@ class TaskJob:
         data_spec = {"n_train": data["n_train"], "n_test": data["n_test"], "max_len": data["max_len"], "seed": seed}
         check_model_fits({**kwargs, "max_len": data_spec["max_len"], "vocab_size": VOCAB_SIZE}, training=True,
                          option="--n-embd or --n-layer")
-        return cls(run_kind, cls.build_model(kwargs, data_spec["max_len"], seed), data_spec)
+        return cls(run_kind, cls.build_model(run_kind, kwargs, data_spec["max_len"], seed), data_spec)
 
     @classmethod
     def from_checkpoint(cls, ck, data=None, allow_changed_data: bool = False) -> TaskJob:
@@ -154,9 +153,9 @@ class ClassifierJob(TaskJob):
     example_input = "2 0 2 1 2 0 2 1"  # `viz`'s input when none is given
 
     @staticmethod
-    def build_model(kwargs: dict, max_len: int, seed: int | None = None) -> TransformerClassifier:
-        return TransformerClassifier(ClassifierConfig(vocab_size=VOCAB_SIZE, n_classes=3, max_len=max_len, **kwargs),
-                                     seed=seed)
+    def build_model(task: str, kwargs: dict, max_len: int, seed: int | None = None) -> TransformerClassifier:
+        config = ClassifierConfig(vocab_size=VOCAB_SIZE, n_classes=get_task(task).n_classes, max_len=max_len, **kwargs)
+        return TransformerClassifier(config, seed=seed)
 
     def _loss_weight(self, batch) -> int:
         return len(batch)  # the loss is a mean over examples
@@ -173,8 +172,8 @@ class ClassifierJob(TaskJob):
         # the figure shows the true class and the test accuracy beside the prediction; the PCA
         # shows only the tokens the task uses (the shared 13-token vocabulary has 10 unused here)
         return {"class_names": [f"{self.task} {c}" for c in range(self.model.config.n_classes)],
-                "true_class": majority_label(ids), "accuracy": self.evaluate("test")["accuracy"],
-                "token_ids": list(range(MAJORITY_SYMBOLS))}
+                "true_class": int(get_task(self.task).rule(list(ids))), "accuracy": self.evaluate("test")["accuracy"],
+                "token_ids": list(range(get_task(self.task).symbols))}
 
     def _show(self, picked) -> list[str]:
         predicted = self.model.predict(picked.x)
@@ -188,8 +187,9 @@ class ClassifierJob(TaskJob):
         max_len = self.model.config.max_len
         if len(x) > max_len:
             raise DataError(f"input has {len(x)} tokens, the model takes at most {max_len}")
-        if x.max() >= self.model.config.n_classes and self.task == "majority":
-            raise DataError("the majority task uses only the digits 0, 1 and 2")
+        symbols = get_task(self.task).symbols
+        if x.max() >= symbols:
+            raise DataError(f"the {self.task} task uses only the digits 0 to {symbols - 1}")
         return str(int(self.model.predict(x[None, :])[0]))
 
 
@@ -201,7 +201,7 @@ class Seq2SeqJob(TaskJob):
     example_input = "3 1 4 1 5"  # `viz`'s input when none is given
 
     @staticmethod
-    def build_model(kwargs: dict, max_len: int, seed: int | None = None) -> Seq2SeqTransformer:
+    def build_model(task: str, kwargs: dict, max_len: int, seed: int | None = None) -> Seq2SeqTransformer:
         return Seq2SeqTransformer(Seq2SeqConfig(src_vocab_size=VOCAB_SIZE, tgt_vocab_size=VOCAB_SIZE,
                                                 max_len=max_len + 1, pad_id=PAD, bos_id=BOS, eos_id=EOS, **kwargs),
                                   seed=seed)

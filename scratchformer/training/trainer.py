@@ -27,76 +27,21 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
-from scratchformer.data import DEFAULT_SEED
 from scratchformer.errors import CheckpointError, ConfigError, TrainingDivergedError, TrainingInterrupted
 from scratchformer.limits import check_training_fits, gemm_peak_flops, model_flops_per_token
 from scratchformer.nn import DataParallel, set_dropout_rng
 from scratchformer.optim import AdamW, clip_grad_norm, cosine_lr, param_groups
 from scratchformer.training.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from scratchformer.training.config import TrainConfig
 from scratchformer.training.rundir import (LogWriter, RunLock, check_fresh, clear_run, recover_run, start_log,
                                           truncate_log)
 
 LAST, BEST, LOG = "last", "best", "log.jsonl"
-
-
-@dataclass
-class TrainConfig:
-    """Optimisation settings. Defaults follow nanoGPT's small CPU configuration."""
-
-    max_steps: int = 2000
-    batch_size: int = 32
-    grad_accum: int = 1  # micro-batches per optimiser step
-    lr: float = 1e-3
-    min_lr: float | None = None  # end of the cosine; default lr / 10
-    warmup_steps: int = 100
-    decay_steps: int | None = None  # cosine length; default max_steps
-    weight_decay: float = 0.1
-    decay_embeddings: bool = False  # True: decay embedding tables too, as nanoGPT does
-    beta1: float = 0.9
-    beta2: float = 0.99
-    grad_clip: float = 1.0  # global-norm clipping; 0 disables it
-    eval_interval: int = 250
-    eval_batches: int | None = None  # None: the whole split
-    log_interval: int = 10
-    num_samples: int = 5  # samples printed at each evaluation (when the job can sample)
-    seed: int = DEFAULT_SEED  # initial weights, batches (seed) and dropout (seed + 1)
-    time_limit: float | None = None  # seconds of training before stopping cleanly
-    workers: int = 2  # processes training slices of each batch at once (nn.DataParallel); 1: this one alone
-
-    def __post_init__(self):
-        positive = ["max_steps", "batch_size", "grad_accum", "eval_interval", "log_interval", "workers"]
-        for name in positive:
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
-        if not self.lr > 0:
-            raise ConfigError(f"lr must be positive, got {self.lr}")
-        if self.warmup_steps < 0 or self.weight_decay < 0 or self.grad_clip < 0:
-            raise ConfigError("warmup_steps, weight_decay and grad_clip must be >= 0")
-        if self.time_limit is not None and self.time_limit <= 0:
-            raise ConfigError(f"time_limit must be positive seconds, got {self.time_limit}")
-
-    @property
-    def final_lr(self) -> float:
-        return self.lr / 10 if self.min_lr is None else self.min_lr
-
-    @property
-    def schedule_steps(self) -> int:
-        return self.max_steps if self.decay_steps is None else self.decay_steps
-
-    @property
-    def warmup(self) -> int:
-        # a short run (--max-steps 10) keeps the default warmup from outlasting the schedule
-        return min(self.warmup_steps, self.schedule_steps)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> TrainConfig:
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
 
 
 class _Stdout:
@@ -154,9 +99,12 @@ def resume_config(saved: dict, given: dict) -> tuple[TrainConfig, str | None]:
     `--resume` alone continues the original schedule exactly. A larger max_steps extends the
     run: the cosine keeps the length it was planned with (its decay_steps), so the learning
     rate does not jump back up, and the extra steps run at min_lr; pass decay_steps as well
-    to stretch the cosine instead.
+    to stretch the cosine instead. The seed cannot change: a resumed run continues the saved
+    random generators, so a new seed would change nothing but what the checkpoint records.
     """
-    saved = {"workers": 1, **saved}  # a run saved before `workers` existed trained in one process
+    if "seed" in given:
+        raise ConfigError(f"--seed cannot change a resumed run: it continues the random generators of its seed "
+                          f"{saved.get('seed')}; drop --seed (or train a new run into another --out)")
     cfg = TrainConfig.from_dict({**saved, **given})
     planned = TrainConfig.from_dict(saved)
     if cfg.max_steps == planned.max_steps or "decay_steps" in given:
