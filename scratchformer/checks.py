@@ -85,6 +85,26 @@ def check_positive_number(name: str, value) -> None:
         raise ConfigError(f"{name} must be a finite number > 0, got {value!r}")
 
 
+def check_seed(name: str, value) -> None:
+    """A seed: None (fresh entropy) or an integer in SEED's range."""
+    if value is not None and not (_is_int(value) and 0 <= value <= 2**63 - 1):
+        raise ConfigError(f"{name} must be None or an integer in [0, 2**63 - 1], got {value!r}")
+
+
+def check_backward_args(dloss, grad=None, out_shape=None, grad_name: str = "grad") -> None:
+    """A model's backward: `dloss` a finite real scalar (it scales the loss gradient); `grad`,
+    when given, a float array of the forward output's shape `out_shape` (when known)."""
+    if not _is_number(dloss) and not (isinstance(dloss, np.ndarray) and dloss.ndim == 0 and _is_number(dloss.item())):
+        shape = f" of shape {dloss.shape}" if isinstance(dloss, np.ndarray) else ""
+        raise DTypeError(f"dloss must be a real number (a scalar), got {type(dloss).__name__}{shape}")
+    if not math.isfinite(float(dloss)):
+        raise ConfigError(f"dloss must be finite, got {float(dloss)}")
+    if grad is not None:
+        check_float_array(grad, grad_name)
+        if out_shape is not None and tuple(grad.shape) != tuple(out_shape):
+            raise ShapeError(f"{grad_name} must have the forward output's shape {tuple(out_shape)}, got {grad.shape}")
+
+
 def check_choice(name: str, value, choices) -> None:
     if value not in choices:
         raise ConfigError(f"{name} must be one of {sorted(choices)}, got {value!r}")

@@ -238,6 +238,13 @@ CASES = [
     ("train-weight-decay-inf", train("@tiny", "--weight-decay", "inf")),
     ("train-seed-negative", train("@tiny", "--seed", "-1")),
     ("train-split-seed-negative", train("@tiny", "--split-seed", "-1")),
+    # issue 18 item 1: values beyond what a checkpoint holds are refused before training
+    *[(f"train-{opt[2:]}-beyond-checkpoint", train("@tiny", opt, str(2**31)))
+      for opt in ("--max-steps", "--eval-interval", "--log-interval", "--warmup-steps", "--decay-steps",
+                  "--eval-batches", "--num-samples")],
+    *[(f"train-{opt[2:]}-2-to-63", train("@tiny", opt, str(2**63))) for opt in ("--seed", "--split-seed")],
+    *[(f"train-{opt[2:]}-inf", train("@tiny", opt, "inf")) for opt in ("--grad-clip", "--time-limit", "--min-lr")],
+    ("train-resume-new-seed", ["train", "--resume", "--out", "@lm", "--seed", "5", *QUIET]),  # issue 18 item 8
     ("train-num-samples-negative", train("@tiny", "--num-samples", "-1")),
     ("train-lr-1e4-nan", train("@tiny", "--max-steps", "20", "--lr", "1e4")),
     ("train-relu-lr-1e4-diverges", train("@tiny", "--max-steps", "20", "--activation", "relu", "--lr", "1e4")),
@@ -519,3 +526,60 @@ def test_catalogue_is_large_and_ids_are_unique():
     assert len(ids) >= 120 and len(set(ids)) == len(ids)
     for cmd in ("train", "sample", "eval", "predict", "embed"):
         assert sum(1 for case in CASES if case[1][:1] == [cmd] or case[0].startswith(cmd)) >= 8, cmd
+
+
+# -- API calls: a typed error from scratchformer.errors, never a silent cast (issue 18 items 13, 21) --
+def _api_cases():
+    from scratchformer.inference.beam import beam_search
+    from scratchformer.models import GPT, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer
+    from scratchformer.nn import MultiHeadAttention
+
+    cfg = GPTConfig(vocab_size=5, block_size=4, n_layer=1, n_head=1, n_embd=4)
+    gpt = GPT(cfg, seed=0)
+    idx = np.zeros((1, 3), dtype=np.int64)
+    s2s = Seq2SeqTransformer(Seq2SeqConfig(src_vocab_size=13, tgt_vocab_size=13, max_len=6, n_embd=8, n_head=2,
+                                           n_layer=1), seed=0)
+    src = np.ones((2, 3), dtype=np.int64)
+
+    def gpt_backward(dloss):
+        gpt.train()
+        gpt(idx, idx)
+        gpt.backward(dloss)
+
+    def s2s_backward(grad):
+        s2s.train()
+        s2s(src, src, src)
+        s2s.backward(grad)
+
+    return {
+        "attention-0-positions": lambda: MultiHeadAttention(4, 1)(np.zeros((1, 0, 4), np.float32)),
+        "backward-grad-wrong-shape": lambda: s2s_backward(np.zeros((2, 3, 5), np.float32)),
+        "backward-dloss-string": lambda: gpt_backward("1"),
+        "backward-dloss-array": lambda: gpt_backward(np.ones(3)),
+        "generate-rng-negative": lambda: gpt.generate(idx, 2, rng=-1),
+        "gpt-seed-string": lambda: GPT(cfg, seed="x"),
+        "to-float16": lambda: GPT(cfg, seed=0).to(np.float16),
+        "load-int-weights": lambda: gpt.load_state_dict({k: v.astype(np.int64) for k, v in gpt.state_dict().items()}),
+        "load-bool-weights": lambda: gpt.load_state_dict({k: v > 0 for k, v in gpt.state_dict().items()}),
+        "load-complex-weights": lambda: gpt.load_state_dict({k: v + 0j for k, v in gpt.state_dict().items()}),
+        "beam-width-float": lambda: beam_search(s2s, src, beam_width=2.0),
+    }
+
+
+@pytest.mark.parametrize("case", list(_api_cases()))
+def test_bad_api_call_is_a_typed_error(case):
+    from scratchformer.errors import ScratchformerError
+
+    with pytest.raises(ScratchformerError) as e:
+        _api_cases()[case]()
+    assert "\n" not in str(e.value) and str(e.value)
+
+
+def test_to_leaves_a_shared_config_alone():
+    from scratchformer.models import GPT, GPTConfig
+
+    cfg = GPTConfig(vocab_size=5, block_size=4, n_layer=1, n_head=1, n_embd=4)
+    a, b = GPT(cfg, seed=0), GPT(cfg, seed=0)
+    a.to(np.float64)
+    assert a.config.dtype == "float64" and cfg.dtype == "float32" and b.config is cfg
+    assert GPTConfig.from_dict(a.config.to_dict()).dtype == "float64"

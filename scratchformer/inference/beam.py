@@ -123,9 +123,8 @@ def beam_search(model, src, beam_width: int = 4, max_new_tokens: int | None = No
     (plain beam search can prune the greedy path early and, rarely, end up worse; costs one
     greedy decode, about 1/k of the search)."""
     src, n = _setup(model, src, max_new_tokens)
+    check_int_in_range("beam_width", beam_width, 1, 2**31)  # 2.0 is refused, not truncated
     k = int(beam_width)
-    if k < 1:
-        raise ConfigError(f"beam_width must be >= 1, got {beam_width}")
     if alpha < 0:
         raise ConfigError(f"alpha must be >= 0, got {alpha}")
     c = model.config

@@ -25,6 +25,8 @@ def as_rng(rng=None) -> np.random.Generator:
     if isinstance(rng, np.random.Generator):
         return rng
     if rng is None or (isinstance(rng, (int, np.integer)) and not isinstance(rng, bool)):
+        if rng is not None and rng < 0:
+            raise ConfigError(f"rng as an int seed must be >= 0, got {rng}")
         return np.random.default_rng(rng)
     raise DTypeError(f"rng must be a numpy Generator, an int seed or None, got {type(rng).__name__}")
 

@@ -27,6 +27,7 @@ from scratchformer.checks import (
     Maybe,
     Str,
     TransformerConfig,
+    check_backward_args,
     check_config_type,
     check_heads,
     check_int_in_range,
@@ -160,13 +161,14 @@ class TransformerClassifier(Module):
         loss, loss_cache = None, None
         if labels is not None:
             loss, loss_cache = cross_entropy_forward(logits, np.asarray(labels))
-        self._save(weights=weights, shape=h.shape, loss=loss_cache)
+        self._save(weights=weights, shape=h.shape, loss=loss_cache, out_shape=logits.shape)
         self._note_loss(loss_cache)
         return logits, loss
 
     def backward(self, grad_logits: np.ndarray | None = None, dloss: float = 1.0) -> None:
         """Backpropagate the loss of the last forward, its gradient scaled by `dloss` (or
         `grad_logits` (B, n_classes) instead)."""
+        check_backward_args(dloss, grad_logits, (self._cache or {}).get("out_shape"), "grad_logits")
         c = self._pop_cache()
         grad_logits = self._start_gradient(grad_logits, c["loss"], "labels", dloss)
         dpooled = self.head.backward(grad_logits)  # (B, C)

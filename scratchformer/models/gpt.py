@@ -29,6 +29,7 @@ Generation keeps one KV cache per block so each new token costs O(T) work; see `
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -43,6 +44,7 @@ from scratchformer.checks import (
     Num,
     Str,
     TransformerConfig,
+    check_backward_args,
     check_config_type,
     check_heads,
     check_int_in_range,
@@ -174,8 +176,10 @@ class GPT(Module):
             normal(self.lm_head.weight, std)
 
     def to(self, dtype) -> GPT:
+        """Convert the weights (Module.to) and record the dtype in a copy of the config: a config
+        object other models share is never changed."""
         super().to(dtype)
-        self.config.dtype = np.dtype(dtype).name
+        self.config = dataclasses.replace(self.config, dtype=np.dtype(dtype).name)
         return self
 
     # -- forward / backward -------------------------------------------------------------------
@@ -217,6 +221,7 @@ class GPT(Module):
         Gradients are *added* into each Parameter.grad (call zero_grad() first). `dloss`
         scales the loss gradient (e.g. 1 / accumulation_steps). Returns None.
         """
+        check_backward_args(dloss)
         if self._cache is None:
             raise BackwardError(
                 "GPT.backward() needs a forward with targets in training mode first, and each "

@@ -37,6 +37,7 @@ from scratchformer.checks import (
     Maybe,
     Str,
     TransformerConfig,
+    check_backward_args,
     check_config_type,
     check_heads,
     check_int_in_range,
@@ -210,13 +211,14 @@ class Seq2SeqTransformer(Module):
             targets = np.where(tgt_out < 0, pad, tgt_out)
             loss, loss_cache = cross_entropy_forward(logits, targets, ignore_index=pad,
                                                      label_smoothing=self.config.label_smoothing)
-        self._save(loss=loss_cache)
+        self._save(loss=loss_cache, out_shape=logits.shape)
         self._note_loss(loss_cache)
         return logits, loss
 
     def backward(self, grad_logits: np.ndarray | None = None, dloss: float = 1.0) -> None:
         """Backpropagate the loss of the last forward, its gradient scaled by `dloss` (or
         `grad_logits` (B, T, V) instead)."""
+        check_backward_args(dloss, grad_logits, (self._cache or {}).get("out_shape"), "grad_logits")
         c = self._pop_cache()
         grad_logits = self._start_gradient(grad_logits, c["loss"], "tgt_out", dloss)
         dh = self.lm_head.backward(grad_logits)

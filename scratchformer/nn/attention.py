@@ -115,8 +115,12 @@ class MultiHeadAttention(Module):
 
     def check_input(self, x, context=None, mask=None, causal=False, kv_cache=None) -> None:
         check_float_array(x, "attention input x", ndim=3, last_dim=self.n_embd)
+        if x.shape[1] == 0:
+            raise ShapeError(f"attention input x has 0 positions (shape {x.shape}): give at least one")
         if context is not None:
             check_float_array(context, "attention context", ndim=3, last_dim=self.n_embd)
+            if context.shape[1] == 0:
+                raise ShapeError(f"attention context has 0 positions (shape {context.shape}): give at least one")
             if context.shape[0] != x.shape[0]:
                 raise ShapeError(f"context must be (B={x.shape[0]}, Tk, {self.n_embd}), got {context.shape}")
 

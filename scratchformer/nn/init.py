@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from scratchformer.checks import check_seed
+
 _rng = np.random.default_rng(0)
 
 
 def manual_seed(seed: int) -> np.random.Generator:
     """Reseed the generator layers draw their initial weights from; returns it."""
     global _rng
+    check_seed("seed", seed)
     _rng = np.random.default_rng(seed)
     return _rng
 

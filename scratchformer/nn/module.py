@@ -29,6 +29,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from scratchformer.allocator import keep_freed_memory
+from scratchformer.checks import FLOAT_DTYPES
 from scratchformer.errors import BackwardError, DTypeError, StateDictError
 from scratchformer.ops.loss import cross_entropy_backward
 
@@ -187,10 +188,14 @@ class Module:
             p.zero_grad()
 
     def to(self, dtype) -> Module:
-        """Convert every parameter (and gradient) to `dtype` in place; returns self."""
-        dtype = np.dtype(dtype)
-        if not np.issubdtype(dtype, np.floating):
-            raise DTypeError(f"to() needs a floating dtype, got {dtype}")
+        """Convert every parameter (and gradient) to `dtype` ("float32" or "float64", the
+        dtypes the layers compute in) in place; returns self."""
+        try:
+            dtype = np.dtype(dtype)
+        except TypeError:
+            raise DTypeError(f"to() needs a floating dtype, one of {list(FLOAT_DTYPES)}, got {dtype!r}") from None
+        if dtype.name not in FLOAT_DTYPES:
+            raise DTypeError(f"to() needs a floating dtype, one of {list(FLOAT_DTYPES)}, got {dtype}")
         for m in self.modules():
             m._convert_buffers(dtype)
         for p in self.parameters():
@@ -217,7 +222,9 @@ class Module:
     def load_state_dict(self, state_dict: dict[str, np.ndarray], strict: bool = True) -> None:
         """Copy arrays into the parameters, keeping each parameter's dtype.
 
-        With strict=True, missing or unexpected keys are an error; a wrong shape always is.
+        With strict=True, missing or unexpected keys are an error; a wrong shape always is, and
+        so is an array that is not real floating point (int, bool, complex: a cast would
+        silently change the weights).
         """
         own = dict(self.named_parameters())
         missing = sorted(set(own) - set(state_dict))
@@ -236,6 +243,10 @@ class Module:
         ]
         if bad:
             raise StateDictError(f"load_state_dict: wrong shapes: {_first_few(bad, '; ')}")
+        not_float = [f"{k}: {np.asarray(v).dtype}" for k, v in state_dict.items()
+                     if k in own and np.asarray(v).dtype.kind != "f"]
+        if not_float:
+            raise DTypeError(f"load_state_dict needs floating-point arrays, got {_first_few(not_float, '; ')}")
         for k, v in state_dict.items():
             if k in own:
                 own[k].data[...] = np.asarray(v, dtype=own[k].data.dtype)

@@ -4,10 +4,8 @@ from scratchformer.optim.optimizers import (
     SGD,
     AdamW,
     clip_grad_norm,
-    merge_state,
     param_groups,
-    split_state,
 )
 from scratchformer.optim.schedule import cosine_lr
 
-__all__ = ["AdamW", "SGD", "clip_grad_norm", "cosine_lr", "merge_state", "param_groups", "split_state"]
+__all__ = ["AdamW", "SGD", "clip_grad_norm", "cosine_lr", "param_groups"]

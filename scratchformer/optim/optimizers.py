@@ -16,8 +16,7 @@ whose values are either numpy arrays or plain JSON scalars.
 Index `i` is the position of the parameter in the optimizer's flat parameter list (groups
 concatenated in order), so the same model built the same way maps back one-to-one. The
 training checkpoint (`scratchformer.training.checkpoint`) stores the arrays in
-`optimizer.safetensors` and the scalars under `"optimizer"` in `trainer_state.json`;
-`split_state` / `merge_state` are the same cut as two small functions, for a user's own files.
+`optimizer.safetensors` and the scalars under `"optimizer"` in `trainer_state.json`.
 
 Fast lane (`scratchformer/fast/optim.py`, docs/performance.md): an AdamW built while the fast
 lane is on (the default) keeps every parameter, gradient and moment in one flat buffer and
@@ -340,20 +339,6 @@ class SGD(_Optimizer):
     def _load_buffers(self, buffers):
         loaded = buffers.get("momentum_buffer")
         self.momentum_buffer = None if loaded is None else [_shared_copy(a) for a in loaded]
-
-
-# -- helpers ---------------------------------------------------------------------------------
-def split_state(state: dict) -> tuple[dict[str, np.ndarray], dict]:
-    """Cut an optimizer state dict into (arrays for safetensors, scalars for JSON)."""
-    arrays = {k: np.ascontiguousarray(v) for k, v in state.items() if isinstance(v, np.ndarray)}
-    scalars = {k: (v.item() if isinstance(v, np.generic) else v)
-               for k, v in state.items() if not isinstance(v, np.ndarray)}
-    return arrays, scalars
-
-
-def merge_state(arrays: dict[str, np.ndarray], scalars: dict) -> dict:
-    """Inverse of `split_state`."""
-    return {**scalars, **arrays}
 
 
 def clip_grad_norm(params: Iterable[Parameter], max_norm: float) -> float:

@@ -40,6 +40,7 @@ from scratchformer.training.checkpoint import Checkpoint, load_checkpoint, save_
 from scratchformer.training.config import TrainConfig
 from scratchformer.training.rundir import (LogWriter, RunLock, check_fresh, clear_run, recover_run, start_log,
                                           truncate_log)
+from scratchformer.training.schema import CONFIG, check_json
 
 LAST, BEST, LOG = "last", "best", "log.jsonl"
 
@@ -195,6 +196,11 @@ def train(job, cfg: TrainConfig, out_dir: str | Path, resume: bool = False, prog
 
 
 def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, overwrite) -> dict:
+    # Before any step: the settings and the model's config must be what a checkpoint can hold
+    # (a field changed after the config was built, or a value beyond its declaration, would
+    # otherwise surface only at the first save).
+    cfg.validate()
+    check_json(job.config_dict(), CONFIG, out_dir / LAST / "config.json", hint="change the setting it names")
     model = job.model
     params = model.parameters()
     runner = DataParallel(model, cfg.workers)  # runs each batch; with workers=1, the model alone
