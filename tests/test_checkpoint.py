@@ -344,20 +344,52 @@ def test_every_train_option_at_its_boundaries_is_stored_and_read_back(tmp_path, 
         assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and flag in err, (name, text, err)
 
 
-@pytest.mark.parametrize("dest", ["n_layer", "n_head", "n_embd", "dropout", "block_size", "split_seed"])
+def _model_and_data_options():
+    from scratchformer.cli.main import MODEL_HELP
+
+    return [*MODEL_HELP, "block_size", "split_seed"]
+
+
+@pytest.mark.parametrize("dest", _model_and_data_options())
 def test_model_and_data_options_at_their_boundaries_are_stored_and_read_back(tmp_path, dest):
+    """Every value a model or data option accepts at its edges (every choice, both bools) is
+    written into config.json and read back unchanged."""
+    from scratchformer.checks import Bool, Str
     from scratchformer.training.schema import LM_DATA
 
     spec = LM_DATA.fields["seed"] if dest == "split_seed" else GPTConfig.spec(dest)
-    ok, bad = _boundaries(spec)
-    for text in ok:
-        value = _train_option(dest).type(text)
+    action = _train_option(dest)
+    if isinstance(spec, Bool):
+        values = [True, False]
+    elif isinstance(spec, Str):
+        assert tuple(action.choices) == spec.choices  # the option offers exactly the declared choices
+        values = list(spec.choices)
+    else:
+        ok, bad = _boundaries(spec)
+        values = [action.type(text) for text in ok]
+        for text in bad:
+            with pytest.raises(argparse.ArgumentTypeError):
+                action.type(text)
+    for value in values:
         if dest == "split_seed":
             config = {**GPT_RUN, "data": {**GPT_RUN["data"], "seed": value}}
         else:
             config = {**GPT_RUN, "model": {**GPT_RUN["model"], dest: value}}
         save_run(tmp_path / "c", config)
         assert load_run_checkpoint(tmp_path / "c").config == config
-    for text in bad:
-        with pytest.raises(argparse.ArgumentTypeError):
-            _train_option(dest).type(text)
+
+
+def test_training_refuses_settings_a_checkpoint_cannot_hold_before_the_first_step(tmp_path):
+    from scratchformer.training.jobs import build_job
+    from scratchformer.training.trainer import train
+
+    job, cfg = build_job("majority", model={"n_layer": 1, "n_embd": 8, "n_head": 2},
+                         train={"max_steps": 2}, data={"n_train": 20, "n_test": 5})
+    cfg.max_steps = 2**40  # changed after the config was built
+    with pytest.raises(ConfigError, match="max_steps must be an integer >= 1 and <= 2147483647"):
+        train(job, cfg, tmp_path / "run", progress=False, verbose=False)
+    cfg.max_steps = 2
+    job.data_spec["seed"] = -1
+    with pytest.raises(RunFileError, match="field data.seed must be an integer >= 0"):
+        train(job, cfg, tmp_path / "run", progress=False, verbose=False)
+    assert not (tmp_path / "run" / "last").exists()
