@@ -123,7 +123,7 @@ def check_line_lengths(lines, path, limit: int = MAX_LINE_CHARS, option: str = "
 def _dims(config) -> tuple[int, int, int, int, int]:
     """(layers, width, heads, sequence length, vocabulary) of any model config: a GPT's
     block_size or a task model's max_len; an encoder-decoder counts both stacks."""
-    C, heads = int(_get(config, "n_embd") or _get(config, "d_model")), int(_get(config, "n_head"))
+    C, heads = int(_get(config, "n_embd")), int(_get(config, "n_head"))
     T = int(_get(config, "block_size") or _get(config, "max_len"))
     V = int(_get(config, "vocab_size") or 0) + int(_get(config, "tgt_vocab_size") or 0)
     L = int(_get(config, "n_layer"))
@@ -137,7 +137,7 @@ def param_count_bound(config) -> int:
     """Parameters of any model config (GPT exactly as gpt_param_count; the task models with
     the same per-block count, an upper bound)."""
     L, C, _, T, V = _dims(config)
-    H = int(_get(config, "n_inner") or _get(config, "d_ff") or 4 * C)
+    H = int(_get(config, "n_inner") or 4 * C)
     return gpt_param_count({"vocab_size": V, "block_size": T, "n_layer": L, "n_embd": C, "n_inner": H,
                             "tie_weights": _get(config, "tie_weights", False)})
 

@@ -184,7 +184,10 @@ def test_train_config_workers_default_and_runs_saved_before_workers_resume_in_on
     assert TrainConfig().workers == 2
     with pytest.raises(ConfigError, match="workers"):
         TrainConfig(workers=0)
-    cfg, _ = resume_config({"max_steps": 10}, {})
+    from scratchformer.training.schema import upgrade_run_files  # reads what older versions saved
+
+    _, state = upgrade_run_files({}, {"extra": {"train_config": {"max_steps": 10}}})
+    cfg, _ = resume_config(state["extra"]["train_config"], {})
     assert cfg.workers == 1
     cfg, _ = resume_config({"max_steps": 10, "workers": 2}, {})
     assert cfg.workers == 2

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from scratchformer.checks import check_positive_int
+from scratchformer.checks import check_backward_args, check_positive_int, check_seed
 from scratchformer.errors import BackwardError, DataError
 from scratchformer.interop.bert import BertEncoder
 from scratchformer.nn import Linear, Module
@@ -51,6 +51,7 @@ class BertClassifier(Module):
                  seed: int | None = None):
         super().__init__()
         check_positive_int("num_classes", num_classes)
+        check_seed("seed", seed)
         self.encoder = encoder
         self.num_classes = num_classes
         self.freeze_encoder = bool(freeze_encoder)
@@ -90,6 +91,7 @@ class BertClassifier(Module):
     def backward(self, dloss: float = 1.0) -> None:
         """After a training-mode forward with labels: the loss gradient (scaled by dloss) into
         the head's and, unless frozen, every encoder parameter's .grad."""
+        check_backward_args(dloss)
         cache = self._pop_cache()
         if cache["loss"] is None:
             raise BackwardError("backward needs a training-mode forward with labels first")
