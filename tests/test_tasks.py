@@ -124,6 +124,9 @@ def test_the_registry_feeds_run_defaults_jobs_and_validation():
     from scratchformer.training.jobs import JOBS, RUN_DEFAULTS, build_job
     from scratchformer.training.schema import CONFIG
 
+    from scratchformer.data.datasets import FORMATS
+
+    assert set(RUN_DEFAULTS) == {*FORMATS, *TASKS}  # a language model's run kind is its data format
     for name, task in TASKS.items():
         assert task.kind in JOBS and RUN_DEFAULTS[name]["kind"] == task.kind
         assert RUN_DEFAULTS[name]["data"]["max_len"] == task.max_len

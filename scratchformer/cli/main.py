@@ -167,6 +167,7 @@ def _add_setting(group, name: str, spec, help_spec, values: dict[str, object]) -
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from scratchformer.data.datasets import FORMATS
     from scratchformer.data.tasks import TASKS
     from scratchformer.models import GPTConfig
     from scratchformer.training.config import TrainConfig
@@ -202,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--data", metavar="PATH",
                       help="a UTF-8 text file, or a bundled data set: names (the default; makemore's 32K names) "
                            "or shakespeare (tinyshakespeare, 1.1M characters)")
-    data.add_argument("--format", choices=["lines", "text"],
+    data.add_argument("--format", choices=FORMATS,
                       help="lines: one item per line (like names); text: continuous text. Guessed when omitted")
     data.add_argument("--task", choices=["lm", *TASKS],
                       help="lm (default): language model on --data; the others are toy tasks for an "

@@ -22,6 +22,7 @@ DEFAULT_TEXT_BLOCK_SIZE = 128
 # The one default seed (nanoGPT's): initial weights, batches, dropout and the split of a lines
 # file all start from it unless told otherwise. `scratchformer.training.jobs` re-exports it.
 DEFAULT_SEED = 1337
+FORMATS = ("lines", "text")  # how a data file is read: one item per line, or continuous text
 
 
 class LineDataset:
@@ -213,8 +214,8 @@ def load_dataset(path: str | Path | None = None, format: str | None = None, bloc
     the val split. block_size defaults to 128.
     The tokenizer is built from the whole file, so every split encodes.
     """
-    if format not in (None, "lines", "text"):
-        raise ConfigError(f"format must be 'lines', 'text' or None (guess), got {format!r}")
+    if format is not None and format not in FORMATS:
+        raise ConfigError(f"format must be one of {list(FORMATS)} or None (guess), got {format!r}")
     if not 0.0 < val_fraction < 1.0:
         raise ConfigError(f"val_fraction must be in (0, 1), got {val_fraction}")
     text, source = read_text(None if path is None else Path(path))

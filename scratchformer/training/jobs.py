@@ -180,9 +180,6 @@ RUN_DEFAULTS: dict[str, dict] = {
     },
     **{name: _task_row(task) for name, task in TASKS.items()},  # the toy tasks, from the task registry
 }
-LM_RUN_KINDS = ("lines", "text")  # the language-model rows; the others are the tasks
-
-
 def _row(run_kind: str) -> dict:
     if run_kind not in RUN_DEFAULTS:
         raise ConfigError(f"unknown run kind {run_kind!r}: choose one of {list(RUN_DEFAULTS)}")

@@ -50,6 +50,7 @@ from scratchformer.checks import (
     Str,
     Tagged,
 )
+from scratchformer.data.datasets import FORMATS
 from scratchformer.data.tasks import TASKS
 from scratchformer.errors import RunFileError
 from scratchformer.models import ClassifierConfig, GPTConfig, Seq2SeqConfig
@@ -119,7 +120,7 @@ def strict_json(obj) -> str:
 POS = POSITIVE
 NONNEG = NON_NEGATIVE
 
-LM_DATA = Obj({"path": Maybe(Str()), "format": Str(("lines", "text")), "seed": SEED, "block_size": POS,
+LM_DATA = Obj({"path": Maybe(Str()), "format": Str(FORMATS), "seed": SEED, "block_size": POS,
                "sha256": Str(), "name": Str()}, optional=("sha256", "name"))
 TASK_DATA = Obj({"n_train": POS, "n_test": POS, "max_len": POS, "seed": SEED}, extra=Int())
 
