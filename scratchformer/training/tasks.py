@@ -189,7 +189,8 @@ class ClassifierJob(TaskJob):
             raise DataError(f"input has {len(x)} tokens, the model takes at most {max_len}")
         symbols = get_task(self.task).symbols
         if x.max() >= symbols:
-            raise DataError(f"the {self.task} task uses only the digits 0 to {symbols - 1}")
+            digits = ", ".join(map(str, range(symbols - 1))) + f" and {symbols - 1}"
+            raise DataError(f"the {self.task} task uses only the digits {digits}")
         return str(int(self.model.predict(x[None, :])[0]))
 
 
