@@ -1,4 +1,4 @@
-"""The `scratchformer` command: train, sample, eval, predict, embed, viz.
+"""The `scratchformer` command: train, sample, eval, predict, embed, viz, lens.
 
 Every error a user can cause (bad options, bad data, a broken checkpoint) ends as one line
 on stderr and exit code 2; no tracebacks.
@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from scratchformer.cli.lens import add_parser as add_lens_parser
+from scratchformer.cli.lens import cmd_lens
 from scratchformer.cli.viz import add_parser as add_viz_parser
 from scratchformer.cli.viz import cmd_viz, write_training_curves
 from scratchformer.errors import CheckpointError, CLIError, ScratchformerError
@@ -268,6 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     em.add_argument("--out", metavar="FILE.npy", help="save the (n, d) float32 array here")
 
     add_viz_parser(sub)
+    add_lens_parser(sub)
     return p
 
 
@@ -440,7 +443,7 @@ def cmd_embed(args) -> int:
 
 
 COMMANDS = {"train": cmd_train, "sample": cmd_sample, "eval": cmd_eval, "predict": cmd_predict, "embed": cmd_embed,
-            "viz": cmd_viz}
+            "viz": cmd_viz, "lens": cmd_lens}
 
 
 def main(argv: list[str] | None = None) -> int:

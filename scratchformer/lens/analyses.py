@@ -288,7 +288,8 @@ def similarity_objective(other: np.ndarray) -> Objective:
 
 
 def _embed_name(model) -> str:
-    return "decoder.embed" if family(model) == "seq2seq" else "embed"
+    """The input embeddings saliency differentiates by: seq2seq's source tokens."""
+    return "encoder.embed" if family(model) == "seq2seq" else "embed"
 
 
 @dataclass
@@ -327,8 +328,8 @@ def _value_and_gradient(model, inputs, objective, embed_name, replace=None):
 
 
 def saliency(model, inputs: tuple, objective: Objective) -> Saliency:
-    """Gradient of objective(model output) with respect to the input (token) embeddings,
-    through the hand-written backward (the parameters' .grad are left as they were)."""
+    """Gradient of objective(model output) with respect to the input (token) embeddings
+    (seq2seq: the source's), through the hand-written backward (the parameters' .grad are left as they were)."""
     saved = [p.grad.copy() for p in model.parameters()]
     try:
         value, g, x = _value_and_gradient(model, inputs, objective, _embed_name(model))
