@@ -23,9 +23,10 @@ from scratchformer.lens import head_scores, hooked, logit_lens
 from scratchformer.training.jobs import load_job
 
 
-def reverse(run: str) -> None:
+def reverse(run: str, n: int | None) -> None:
     job = load_job(run)
     model, val = job.model, job.splits["val"]
+    val = val.subset(slice(0, n))
     c = model.config
     length = (val.src != c.pad_id).sum(1)
     rows = np.flatnonzero(length == 8)
@@ -60,10 +61,10 @@ def reverse(run: str) -> None:
               f"{[round(exact(layer, h), 4) for h in range(anti.shape[1])]}")
 
 
-def names(run: str) -> None:
+def names(run: str, n: int | None) -> None:
     job = load_job(run)
     model, tok = job.model.to(np.float64), job.tokenizer
-    lines = job.dataset.val.lines
+    lines = job.dataset.val.lines[:n]
     n_layers = model.config.n_layer + 1
     first = np.zeros(n_layers, dtype=int)
     right = total = 0
@@ -87,5 +88,6 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("what", choices=("reverse", "names"))
     p.add_argument("run", metavar="RUN_DIR")
+    p.add_argument("--n", type=int, default=None, help="the first N validation examples (default: all)")
     args = p.parse_args()
-    {"reverse": reverse, "names": names}[args.what](args.run)
+    {"reverse": reverse, "names": names}[args.what](args.run, args.n)

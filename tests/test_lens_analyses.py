@@ -159,7 +159,7 @@ def test_loss_metric_needs_targets():
 
 
 def test_every_analysis_draws_a_figure(tmp_path):
-    from scratchformer.lens import figures
+    from scratchformer.viz import lens as figures
 
     model, tokens = _gpt(), [str(i) for i in IDS[0]]
     corrupt = IDS.copy()

@@ -62,3 +62,27 @@ def test_lens_bert_saliency_of_a_sentence_pair(capsys):
     assert 0 < r["similarity"] < 1 and all(c.endswith(" ok") for c in r["checks"])
     assert main(["lens", "--bert", "--text", "A man."]) == 2
     assert "--text2" in capsys.readouterr().err
+
+
+def test_viz_report_has_a_lens_part_with_its_checks(runs, tmp_path, capsys):
+    out = tmp_path / "viz"
+    assert main(["viz", str(runs / "rev"), "--text", "3 1 4", "--out", str(out), "--all"]) == 0
+    capsys.readouterr()
+    page = (out / "report.html").read_text()
+    checks = page.split('<pre id="sf-checks">')[1].split("</pre>")[0].splitlines()
+    assert len(checks) == 4 and all(line.startswith("check ") and line.endswith(" ok") for line in checks)
+    for stem in ("lens_logit_lens", "lens_ablation", "lens_saliency", "lens_head_scores"):
+        assert (out / f"{stem}.png").is_file()
+
+
+def test_lens_findings_script_runs(runs):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    for what, run in (("names", "names"), ("reverse", "rev")):
+        done = subprocess.run([sys.executable, "scripts/lens_findings.py", what, str(runs / run), "--n", "40"], cwd=root,
+                              capture_output=True, text=True, timeout=300, check=False)
+        assert done.returncode == 0, done.stderr
+        assert "check " in done.stdout or "first ranked first" in done.stdout

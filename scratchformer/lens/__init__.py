@@ -1,8 +1,9 @@
 """Experiments inside a model: named hooks and a cache (`hooks.py`), the logit lens, direct
 logit attribution, head ablation, activation patching, saliency and head scores
-(`analyses.py`, each checking its own arithmetic), their figures (`figures.py`). See docs/lens.md.
+(`analyses.py`, each checking its own arithmetic). Their figures are in `scratchformer.viz.lens`.
+See docs/lens.md.
 
-Layering: after `scratchformer.models` and `scratchformer.interop`; nothing below imports it."""
+Layering: after `scratchformer.models` and `scratchformer.interop`, before `scratchformer.viz`."""
 
 from scratchformer.lens.analyses import (
     Check,

@@ -1,5 +1,6 @@
-"""Figures of the lens analyses, one function each, returning a matplotlib Figure (the Agg
-canvas of scratchformer.viz; `path=` also saves a PNG). Tokens are passed as display strings."""
+"""Figures of the lens analyses (`scratchformer.lens`), one function each, taking the
+analysis's result and returning a matplotlib Figure; `path=` also saves a PNG. Tokens are
+passed as display strings."""
 
 from __future__ import annotations
 
@@ -43,10 +44,19 @@ def attribution_figure(dla, token_label: str, path=None):
     return finish(fig, path)
 
 
+def _hide_nan_labels(ax) -> None:
+    """Cells without a value (a head score that does not apply) stay blank, not "nan"."""
+    for text in ax.texts:
+        if text.get_text() == "nan":
+            text.set_visible(False)
+
+
 def _diverging(ax, values, xlabels, ylabels, fmt="{:.2f}"):
     lim = float(np.nanmax(np.abs(values))) if np.isfinite(values).any() else 1.0
-    return heatmap(ax, values, xlabels=xlabels, ylabels=ylabels, vmin=-lim or -1, vmax=lim or 1,
-                   cmap="RdBu_r", fmt=fmt)
+    im = heatmap(ax, values, xlabels=xlabels, ylabels=ylabels, vmin=-lim or -1, vmax=lim or 1,
+                 cmap="RdBu_r", fmt=fmt)
+    _hide_nan_labels(ax)
+    return im
 
 
 def ablation_figure(table, path=None):
@@ -93,6 +103,7 @@ def head_scores_figure(scores, path=None):
     fig = new_figure(max(4.0, len(shown) * (0.5 * H + 1.5)), max(2.0, 0.4 * len(scores.labels) + 1.2))
     for ax, (name, values) in zip(np.atleast_1d(fig.subplots(1, len(shown))), shown.items()):
         heatmap(ax, values, xlabels=[f"H{h}" for h in range(H)], ylabels=scores.labels)
+        _hide_nan_labels(ax)
         ax.set_title(name.replace("_", "-"), fontsize=9)
     fig.suptitle("head scores: mean attention weight", fontsize=9)
     return finish(fig, path)
