@@ -158,3 +158,14 @@ def test_gradient_hook_on_the_embeddings_sees_the_input_gradient():
         down = model(IDS)[0][0, -1, 3]
         emb[tok, c] += eps
         assert abs((up - down) / (2 * eps) - grads["embed"][0, 2, c]) < 1e-7
+
+
+def test_a_wrapped_model_keeps_the_wrappers_attribute_as_a_prefix():
+    from scratchformer.interop.bert_classifier import BertClassifier
+
+    model = BertClassifier(_bert(), 3)
+    names = hook_names(model)
+    assert names[:3] == ["encoder.embed", "encoder.pos_embed", "encoder.blocks.0.resid_pre"]
+    assert names[-1] == "encoder.blocks.1.resid_post"
+    out, cache = run_with_cache(model, IDS)
+    assert list(cache) == names and np.array_equal(out[0], model(IDS)[0])

@@ -60,18 +60,22 @@ _TOP = {
 # a model's list of blocks -> the stable prefix (GPT h, classifier blocks, BERT layers, seq2seq)
 _STACKS = {"h": "blocks", "blocks": "blocks", "layers": "blocks", "encoder": "encoder.blocks",
            "decoder": "decoder.blocks"}
-_BLOCK_PATH = re.compile(r"^(h|blocks|layers|encoder|decoder)\.(\d+)\.(.+)$")
+# a wrapper's prefix (BertClassifier's "encoder."), the stack, the block index, the rest
+_BLOCK_PATH = re.compile(r"^(.*?)(h|blocks|layers|encoder|decoder)\.(\d+)\.(.+)$")
 _INSIDE = {"self_attn": "attn", "ff": "mlp"}  # sub-layer attribute -> stable name
 
 
 def _stable_name(path: str) -> str:
-    if path in _TOP:
-        return _TOP[path]
+    """A module path -> its stable name; a model wrapped in another keeps the wrapper's
+    attribute as a prefix (BertClassifier: ``encoder.blocks.0.attn.q``)."""
+    for key, name in sorted(_TOP.items(), key=lambda kv: -len(kv[0])):  # the longest match first
+        if path == key or path.endswith("." + key):
+            return path[: len(path) - len(key)] + name
     m = _BLOCK_PATH.match(path)
     if m is None:
         return path.replace("hook_", "")
-    parts = [_INSIDE.get(p, p).removeprefix("hook_") for p in m.group(3).split(".")]
-    return f"{_STACKS[m.group(1)]}.{m.group(2)}." + ".".join(parts)
+    parts = [_INSIDE.get(p, p).removeprefix("hook_") for p in m.group(4).split(".")]
+    return f"{m.group(1)}{_STACKS[m.group(2)]}.{m.group(3)}." + ".".join(parts)
 
 
 # the order a forward meets the names in, within a stack and within a block
@@ -81,6 +85,13 @@ _SUB_ORDER = ("q", "k", "v", "pattern", "head_out", "pre", "post", "out")
 
 
 def _forward_order(name: str) -> tuple:
+    try:
+        return _known_order(name)
+    except (ValueError, IndexError):  # a name outside the table (a new hook point): at the end
+        return (9, 0, 0, 0, 0)
+
+
+def _known_order(name: str) -> tuple:
     parts = name.split(".")
     side = 0
     if parts[0] in ("encoder", "decoder"):
