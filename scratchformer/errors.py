@@ -75,3 +75,8 @@ class TrainingInterrupted(KeyboardInterrupt):
     def __init__(self, message: str = "", exit_code: int = 130):
         super().__init__(message)
         self.exit_code = exit_code
+
+
+class HookError(ScratchformerError, ValueError):
+    """A hook name no model activation has (the message lists the closest names), or a hook
+    that returned a replacement of the wrong shape."""

@@ -81,7 +81,7 @@ def check_self_contained(paths, n_figures=13):
 
 def test_gpt_report_is_self_contained_and_decodes(shakespeare):
     model, tok, paths = shakespeare
-    page = check_self_contained(paths, n_figures=19)
+    page = check_self_contained(paths, n_figures=23)  # 19 figures + the Lens part's 4
     assert "training_curves.png" in {p.name for p in paths} and "best val loss" in page
     (tab,) = page_data(page)["tabs"]
     assert tab["keys"][5] == "\u2423" and (tab["L"], tab["H"], tab["Tq"]) == (4, 4, 64)
@@ -179,7 +179,9 @@ def opened(report_path):
 
 def test_report_in_chromium(shakespeare_report, tmp_path):
     with opened(shakespeare_report) as page:
-        assert page.evaluate("document.querySelectorAll('img').length") == 19
+        assert page.evaluate("document.querySelectorAll('img').length") == 23  # 19 figures + the Lens part's 4
+        checks = page.evaluate("document.getElementById('sf-checks').textContent")
+        assert checks.count(" ok") == 4 and "FAILED" not in checks
         assert page.evaluate("Array.from(document.images).every(i => i.complete && i.naturalWidth > 0)")
         before = _canvas(page, "sf-matrix")
         assert before["h"] > 100 and before["colours"] > 20, "blank canvas"

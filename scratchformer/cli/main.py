@@ -1,4 +1,4 @@
-"""The `scratchformer` command: train, sample, eval, predict, embed, viz, exercise.
+"""The `scratchformer` command: train, sample, eval, predict, embed, viz, lens, exercise.
 
 Every error a user can cause (bad options, bad data, a broken checkpoint) ends as one line
 on stderr and exit code 2; no tracebacks.
@@ -18,6 +18,8 @@ import numpy as np
 from scratchformer.checks import Bool, Int, Maybe, SchemaMismatch, Str
 from scratchformer.cli.exercise import add_parser as add_exercise_parser
 from scratchformer.cli.exercise import cmd_exercise
+from scratchformer.cli.lens import add_parser as add_lens_parser
+from scratchformer.cli.lens import cmd_lens
 from scratchformer.cli.viz import add_parser as add_viz_parser
 from scratchformer.cli.viz import cmd_viz, write_training_curves
 from scratchformer.errors import CheckpointError, CLIError, ScratchformerError
@@ -284,6 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_viz_parser(sub)
     add_exercise_parser(sub)
+    add_lens_parser(sub)
     return p
 
 
@@ -456,7 +459,7 @@ def cmd_embed(args) -> int:
 
 
 COMMANDS = {"train": cmd_train, "sample": cmd_sample, "eval": cmd_eval, "predict": cmd_predict, "embed": cmd_embed,
-            "viz": cmd_viz, "exercise": cmd_exercise}
+            "viz": cmd_viz, "exercise": cmd_exercise, "lens": cmd_lens}
 
 
 def main(argv: list[str] | None = None) -> int:

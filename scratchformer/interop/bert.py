@@ -129,6 +129,7 @@ class BertEncoder(Module):
     def __init__(self, config: BertConfig, dtype=np.float32):
         super().__init__()
         from scratchformer.nn import Embedding, EncoderBlock, LayerNorm
+        from scratchformer.nn.hooks import HookPoint
 
         self.config = config
         c = config
@@ -139,6 +140,8 @@ class BertEncoder(Module):
         self.position_embeddings = Embedding(c.max_position_embeddings, c.hidden_size, dtype=dtype)
         self.token_type_embeddings = Embedding(c.type_vocab_size, c.hidden_size, dtype=dtype)
         self.embeddings_norm = LayerNorm(c.hidden_size, eps=c.layer_norm_eps, dtype=dtype)
+        # hook points (scratchformer.lens): word and position embeddings (B, T, d)
+        self.hook_embed, self.hook_pos_embed = HookPoint(), HookPoint()
         try:
             self.layers = [
                 EncoderBlock(
@@ -181,8 +184,8 @@ class BertEncoder(Module):
         token_type_ids = self._check_ids(token_type_ids, "token_type_ids", c.type_vocab_size, (B, T))
         position_ids = np.broadcast_to(np.arange(T, dtype=np.int64), (B, T))
         x = (
-            self.word_embeddings(input_ids)
-            + self.position_embeddings(np.ascontiguousarray(position_ids))
+            self.hook_embed(self.word_embeddings(input_ids))
+            + self.hook_pos_embed(self.position_embeddings(np.ascontiguousarray(position_ids)))
             + self.token_type_embeddings(token_type_ids)
         )
         return self.embeddings_norm(x)
@@ -216,6 +219,7 @@ class BertEncoder(Module):
         dy = self.embeddings_norm.backward(dy)
         self.token_type_embeddings.backward(dy)
         self.position_embeddings.backward(dy)
+        dy = self.hook_embed.backward(dy)  # the input embeddings' gradient, for the lens's saliency
         # Hugging Face builds word_embeddings with padding_idx=pad_token_id: that row is not trained
         self.word_embeddings.backward(np.where(pad[:, :, None], 0, dy) if pad.any() else dy)
         return None

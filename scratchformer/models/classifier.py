@@ -48,6 +48,7 @@ from scratchformer.nn import (
     init,
     manual_seed,
 )
+from scratchformer.nn.hooks import HookPoint
 from scratchformer.nn.module import eval_mode
 from scratchformer.ops import ACTIVATIONS, cross_entropy_forward
 
@@ -110,6 +111,9 @@ class TransformerClassifier(Module):
         if c.norm_first:
             self.ln_f = LayerNorm(c.n_embd)
         self.head = Linear(c.n_embd, c.n_classes)
+        # hook points (scratchformer.lens): token embeddings (B, T, C), the stack's output
+        # (after ln_f when pre-norm) (B, T', C)
+        self.hook_embed, self.hook_ln_final = HookPoint(), HookPoint()
 
     # -- forward / backward ------------------------------------------------------------------
     def _padding_mask(self, x: np.ndarray, padding_mask) -> np.ndarray | None:
@@ -136,7 +140,7 @@ class TransformerClassifier(Module):
         x = np.asarray(x)
         B, _T = x.shape
         keep = self._padding_mask(x, padding_mask)  # (B, T) or None
-        h = self.tok_emb(x)  # (B, T, C)
+        h = self.hook_embed(self.tok_emb(x))  # (B, T, C)
         if self.config.pooling == "cls":
             cls = np.broadcast_to(self.cls_token.data.astype(h.dtype, copy=False), (B, 1, h.shape[-1]))
             h = np.concatenate([cls, h], axis=1)
@@ -148,6 +152,7 @@ class TransformerClassifier(Module):
             h = blk(h, mask=attn_mask)
         if self.config.norm_first:
             h = self.ln_f(h)
+        h = self.hook_ln_final(h)
         if self.config.pooling == "cls":
             pooled = h[:, 0]
             weights = None
@@ -185,7 +190,7 @@ class TransformerClassifier(Module):
         if self.config.pooling == "cls":
             self.cls_token.grad += dh[:, 0].sum(axis=0)
             dh = dh[:, 1:]
-        self.tok_emb.backward(dh)
+        self.tok_emb.backward(self.hook_embed.backward(dh))
 
     def predict(self, x, padding_mask=None) -> np.ndarray:
         """(B,) predicted class ids; runs in eval mode and restores the previous mode."""

@@ -64,9 +64,10 @@ from scratchformer.nn import (
     SinusoidalPositionalEncoding,
     manual_seed,
 )
+from scratchformer.nn.hooks import HookPoint
 from scratchformer.nn import init as nn_init
 from scratchformer.nn.module import eval_mode, trusted_calls
-from scratchformer.ops import ACTIVATIONS, cross_entropy_backward, cross_entropy_forward
+from scratchformer.ops import ACTIVATIONS, cross_entropy_forward
 
 __all__ = ["GPT", "GPTConfig"]
 
@@ -144,6 +145,8 @@ class GPT(Module):
         ]
         self.ln_f = LayerNorm(c.n_embd, eps=c.layer_norm_eps, bias=c.bias, dtype=dtype)
         self.lm_head = Linear(c.n_embd, c.vocab_size, bias=False, dtype=dtype)
+        # hook points (scratchformer.lens): token embeddings (B, T, C), ln_f's output (B, T, C)
+        self.hook_embed, self.hook_ln_final = HookPoint(), HookPoint()
         if c.tie_weights:
             self.lm_head.weight = self.wte.weight  # one Parameter, reached first as wte.weight
         self._init_weights()
@@ -194,10 +197,10 @@ class GPT(Module):
 
     def _trunk(self, idx: np.ndarray, caches=None, offset: int = 0) -> np.ndarray:
         """idx (B, T) -> final hidden states after ln_f, (B, T, n_embd)."""
-        x = self.drop(self.wpe(self.wte(idx), offset=offset))
+        x = self.drop(self.wpe(self.hook_embed(self.wte(idx)), offset=offset))
         for i, block in enumerate(self.h):
             x = block(x, cache=None if caches is None else caches[i])
-        return self.ln_f(x)
+        return self.hook_ln_final(self.ln_f(x))
 
     def forward(self, idx, targets=None, ignore_index: int = -1):
         """idx (B, T) int -> (logits (B, T, vocab_size), loss or None).
@@ -211,29 +214,30 @@ class GPT(Module):
         loss, ce_cache = None, None
         if targets is not None:
             loss, ce_cache = cross_entropy_forward(logits, np.asarray(targets), ignore_index=ignore_index)
-            self._save(loss=ce_cache)
+        self._save(loss=ce_cache, out_shape=logits.shape)
         self._note_loss(ce_cache)
         return logits, loss
 
-    def backward(self, dloss: float = 1.0) -> None:
-        """Backpropagate the loss of the last forward (which needs targets, in training mode).
+    def backward(self, grad_logits: np.ndarray | None = None, dloss: float = 1.0) -> None:
+        """Backpropagate the loss of the last forward (which needs targets, in training mode),
+        its gradient scaled by `dloss` (e.g. 1 / accumulation_steps), or `grad_logits`
+        (B, T, vocab_size) instead.
 
-        Gradients are *added* into each Parameter.grad (call zero_grad() first). `dloss`
-        scales the loss gradient (e.g. 1 / accumulation_steps). Returns None.
+        Gradients are *added* into each Parameter.grad (call zero_grad() first). Returns None.
         """
-        check_backward_args(dloss)
-        if self._cache is None:
+        check_backward_args(dloss, grad_logits, (self._cache or {}).get("out_shape"), "grad_logits")
+        if self._cache is None or (grad_logits is None and self._cache["loss"] is None):
             raise BackwardError(
                 "GPT.backward() needs a forward with targets in training mode first, and each "
                 "backward consumes one forward: call model.train() and logits, loss = model(idx, targets)"
             )
-        ce_cache = self._pop_cache()["loss"]
-        dx = self.lm_head.backward(cross_entropy_backward(ce_cache, dloss))
+        grad_logits = self._start_gradient(grad_logits, self._pop_cache()["loss"], "targets", dloss)
+        dx = self.lm_head.backward(grad_logits)
         dx = self.ln_f.backward(dx)
         for block in reversed(self.h):
             dx, _ = block.backward(dx)
         dx = self.wpe.backward(self.drop.backward(dx))
-        self.wte.backward(dx)
+        self.wte.backward(self.hook_embed.backward(dx))
 
     # -- generation ---------------------------------------------------------------------------
     def new_caches(self, capacity: int = 0) -> list:

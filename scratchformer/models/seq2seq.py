@@ -58,6 +58,7 @@ from scratchformer.nn import (
     init,
     manual_seed,
 )
+from scratchformer.nn.hooks import HookPoint
 from scratchformer.nn.module import door
 from scratchformer.ops import ACTIVATIONS, cross_entropy_forward
 
@@ -137,6 +138,10 @@ class Seq2SeqTransformer(Module):
             self.enc_norm = LayerNorm(c.n_embd)
             self.dec_norm = LayerNorm(c.n_embd)
         self.lm_head = Linear(c.n_embd, c.tgt_vocab_size)
+        # hook points (scratchformer.lens): the scaled embeddings (B, T, C) and each stack's
+        # output (after enc_norm / dec_norm when pre-norm)
+        self.hook_src_embed, self.hook_tgt_embed = HookPoint(), HookPoint()
+        self.hook_enc_final, self.hook_dec_final = HookPoint(), HookPoint()
 
     # -- helpers -----------------------------------------------------------------------------
     def _check_ids(self, ids, name: str, vocab_size: int) -> np.ndarray:
@@ -153,24 +158,24 @@ class Seq2SeqTransformer(Module):
         src = np.asarray(src)
         if src_mask is None:
             src_mask = self.src_mask(src)
-        h = self.src_drop(self.src_pos(self.src_emb(src) * self.emb_scale))
+        h = self.src_drop(self.src_pos(self.hook_src_embed(self.src_emb(src) * self.emb_scale)))
         for blk in self.encoder:
             h = blk(h, mask=src_mask)
         if self.config.norm_first:
             h = self.enc_norm(h)
-        return h
+        return self.hook_enc_final(h)
 
     @door(lambda self, tgt_in, *_, **__: self._check_ids(tgt_in, "tgt_in", self.config.tgt_vocab_size))
     def decode(self, tgt_in, memory, src_mask=None, tgt_padding=True) -> np.ndarray:
         """tgt_in (B, T) ids (starting with BOS) -> logits (B, T, tgt_vocab), no cache."""
         tgt_in = np.asarray(tgt_in)
         self_mask = (tgt_in != self.config.pad_id)[:, None, None, :] if tgt_padding else None
-        h = self.tgt_drop(self.tgt_pos(self.tgt_emb(tgt_in) * self.emb_scale))
+        h = self.tgt_drop(self.tgt_pos(self.hook_tgt_embed(self.tgt_emb(tgt_in) * self.emb_scale)))
         for blk in self.decoder:
             h = blk(h, memory, self_mask=self_mask, memory_mask=src_mask)
         if self.config.norm_first:
             h = self.dec_norm(h)
-        return self.lm_head(h)
+        return self.lm_head(self.hook_dec_final(h))
 
     def new_caches(self) -> list[list[KVCache]]:
         return [blk.new_cache() for blk in self.decoder]
@@ -229,7 +234,7 @@ class Seq2SeqTransformer(Module):
             dh, dm = blk.backward(dh)
             dmemory = dm if dmemory is None else dmemory + dm
         dh = self.tgt_pos.backward(self.tgt_drop.backward(dh))
-        self.tgt_emb.backward(dh * self.emb_scale)
+        self.tgt_emb.backward(self.hook_tgt_embed.backward(dh) * self.emb_scale)
         # the encoder output feeds every cross-attention: its gradient is the sum
         dh = dmemory
         if self.config.norm_first:
@@ -237,4 +242,4 @@ class Seq2SeqTransformer(Module):
         for blk in reversed(self.encoder):
             dh = blk.backward(dh)
         dh = self.src_pos.backward(self.src_drop.backward(dh))
-        self.src_emb.backward(dh * self.emb_scale)
+        self.src_emb.backward(self.hook_src_embed.backward(dh) * self.emb_scale)

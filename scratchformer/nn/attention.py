@@ -12,8 +12,9 @@ import math
 import numpy as np
 
 from scratchformer.checks import check_float_array, check_heads, check_probability
-from scratchformer.errors import ShapeError
+from scratchformer.errors import HookError, ShapeError
 from scratchformer.nn import init
+from scratchformer.nn.hooks import HookPoint
 from scratchformer.nn.layers import Linear
 from scratchformer.nn.module import DEFAULT_DTYPE, Module, Parameter
 from scratchformer.ops import attention_backward, attention_forward, linear_backward, linear_forward
@@ -101,6 +102,10 @@ class MultiHeadAttention(Module):
         if bias:
             self.out_proj.bias.data[...] = 0
         self.attn_weights: np.ndarray | None = None
+        # hook points (scratchformer.lens): q, k, v and each head's output (B, H, T, head_size),
+        # the pattern (B, H, Tq, Tk), the output after the projection (B, Tq, n_embd)
+        self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
+        self.hook_pattern, self.hook_head_out, self.hook_out = HookPoint(), HookPoint(), HookPoint()
 
     def _split_heads(self, t: np.ndarray) -> np.ndarray:  # (B, T, n_embd) -> (B, H, T, head_size)
         B, T, _ = t.shape
@@ -130,24 +135,41 @@ class MultiHeadAttention(Module):
             qkv = linear_forward(x, W, self._bias(slice(None)))  # (B, T, 3d)
             B, T, _ = qkv.shape  # q, k, v: (B, H, T, head_size) views, split_heads of each third
             q, k, v = qkv.reshape(B, T, 3, self.n_head, self.head_size).transpose(2, 0, 3, 1, 4)
+            q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
             if kv_cache is not None:  # append this step's keys/values to the past
                 k, v = kv_cache.append(k, v)
         else:
-            q = self._split_heads(linear_forward(x, W[:d], self._bias(slice(0, d))))
+            q = self.hook_q(self._split_heads(linear_forward(x, W[:d], self._bias(slice(0, d)))))
             if kv_cache is not None and kv_cache.k is not None:
                 k, v = kv_cache.k, kv_cache.v
             else:
                 kv = linear_forward(context, W[d:], self._bias(slice(d, None)))  # (B, Tk, 2d)
                 k, v = (self._split_heads(t) for t in np.split(kv, 2, axis=-1))
+                k, v = self.hook_k(k), self.hook_v(v)
                 if kv_cache is not None:
                     kv_cache.store(k, v)
         # big weights are not kept for the backward in training mode: it recomputes them
         keep = not self.training or weights_nbytes(q, k) <= KEEP_WEIGHTS_BYTES
         out, att_cache = attention_forward(q, k, v, mask=mask, causal=causal, dropout_p=self.dropout_p, rng=self.rng,
                                            training=self.training, keep_weights=keep)
+        if self.hook_pattern.active:
+            out = self._hook_pattern(att_cache, v, out)
         self.attn_weights = att_cache["weights"]
         self._save(x=x, context=context, att=att_cache)
-        return self.out_proj(self._merge_heads(out))
+        return self.hook_out(self.out_proj(self._merge_heads(self.hook_head_out(out))))
+
+    def _hook_pattern(self, att_cache: dict, v: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """Show the weights (B, H, Tq, Tk) to the pattern's hook; a replacement gives
+        out = weights @ v (B, H, Tq, head_size), which the backward cannot follow: eval mode only."""
+        weights = att_cache["weights"]
+        new = self.hook_pattern(weights)
+        if new is weights:
+            return out
+        if self.training:
+            raise HookError("replacing attn.pattern needs eval mode (the backward would use the old "
+                            "pattern): call model.eval() or use scratchformer.lens.run_with_hooks")
+        att_cache["weights"] = new
+        return new @ v
 
     def backward(self, grad):
         """Returns (dx, dcontext); dcontext is None for self-attention (no context given)."""

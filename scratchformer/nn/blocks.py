@@ -14,6 +14,7 @@ from scratchformer.checks import check_float_array
 from scratchformer.errors import ShapeError
 from scratchformer.nn.attention import KVCache, MultiHeadAttention
 from scratchformer.nn.feedforward import FeedForward
+from scratchformer.nn.hooks import HookPoint
 from scratchformer.nn.layers import Dropout, LayerNorm
 from scratchformer.nn.module import DEFAULT_DTYPE, Module
 
@@ -62,13 +63,17 @@ class EncoderBlock(Module):
         self.ff_norm = LayerNorm(n_embd, eps=eps, bias=bias, dtype=dtype)
         self.attn_dropout = Dropout(dropout)
         self.ff_dropout = Dropout(dropout)
+        # hook points (scratchformer.lens): the residual stream before, between and after
+        self.hook_resid_pre, self.hook_resid_mid, self.hook_resid_post = HookPoint(), HookPoint(), HookPoint()
 
     def check_input(self, x, mask=None) -> None:
         check_float_array(x, "EncoderBlock input", ndim=3, last_dim=self.ff_norm.weight.shape[0])
 
     def forward(self, x: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
-        x = residual_forward(x, self.attn_norm, self.self_attn, self.attn_dropout, self.norm_first, mask=mask)
-        return residual_forward(x, self.ff_norm, self.ff, self.ff_dropout, self.norm_first)
+        x = self.hook_resid_pre(x)
+        x = self.hook_resid_mid(residual_forward(x, self.attn_norm, self.self_attn, self.attn_dropout,
+                                                 self.norm_first, mask=mask))
+        return self.hook_resid_post(residual_forward(x, self.ff_norm, self.ff, self.ff_dropout, self.norm_first))
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
         dy, _ = residual_backward(dy, self.ff_norm, self.ff, self.ff_dropout, self.norm_first)
@@ -100,6 +105,11 @@ class DecoderBlock(Module):
         self.ff = FeedForward(n_embd, n_inner, activation, dropout=dropout, bias=bias, dtype=dtype)
         self.ff_norm = LayerNorm(n_embd, eps=eps, bias=bias, dtype=dtype)
         self.ff_dropout = Dropout(dropout)
+        # hook points (scratchformer.lens): the residual stream before the block, after the
+        # self-attention, after the cross-attention (cross_attention=True only), after the block
+        self.hook_resid_pre, self.hook_resid_mid, self.hook_resid_post = HookPoint(), HookPoint(), HookPoint()
+        if cross_attention:
+            self.hook_resid_cross = HookPoint()
 
     def new_cache(self, capacity: int = 0) -> list[KVCache]:
         """capacity: how many positions the self-attention cache should hold (a hint)."""
@@ -117,12 +127,15 @@ class DecoderBlock(Module):
 
     def forward(self, x, memory=None, self_mask=None, memory_mask=None, cache: list[KVCache] | None = None):
         self_cache, cross_cache = (cache + [None])[:2] if cache is not None else (None, None)
-        x = residual_forward(x, self.attn_norm, self.self_attn, self.attn_dropout, self.norm_first,
-                             mask=self_mask, causal=True, kv_cache=self_cache)
+        x = self.hook_resid_pre(x)
+        x = self.hook_resid_mid(residual_forward(x, self.attn_norm, self.self_attn, self.attn_dropout,
+                                                 self.norm_first, mask=self_mask, causal=True,
+                                                 kv_cache=self_cache))
         if self.cross_attention:
-            x = residual_forward(x, self.cross_norm, self.cross_attn, self.cross_dropout, self.norm_first,
-                                 context=memory, mask=memory_mask, kv_cache=cross_cache)
-        return residual_forward(x, self.ff_norm, self.ff, self.ff_dropout, self.norm_first)
+            x = self.hook_resid_cross(residual_forward(x, self.cross_norm, self.cross_attn, self.cross_dropout,
+                                                       self.norm_first, context=memory, mask=memory_mask,
+                                                       kv_cache=cross_cache))
+        return self.hook_resid_post(residual_forward(x, self.ff_norm, self.ff, self.ff_dropout, self.norm_first))
 
     def backward(self, dy):
         """Returns (dx, dmemory); dmemory is None without cross-attention (a GPT block)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from scratchformer.checks import check_choice, check_float_array
+from scratchformer.nn.hooks import HookPoint
 from scratchformer.nn.layers import Dropout, Linear
 from scratchformer.nn.module import DEFAULT_DTYPE, Module
 from scratchformer.ops import ACTIVATIONS, activation_backward
@@ -22,18 +23,20 @@ class FeedForward(Module):
         self.fc1 = Linear(n_embd, n_inner, bias=bias, dtype=dtype, rng=rng)
         self.fc2 = Linear(n_inner, n_embd, bias=bias, dtype=dtype, rng=rng)
         self.dropout = Dropout(dropout)
+        # hook points (scratchformer.lens): fc1's output, the activation, fc2's output
+        self.hook_pre, self.hook_post, self.hook_out = HookPoint(), HookPoint(), HookPoint()
 
     def check_input(self, x) -> None:
         check_float_array(x, "FeedForward input", last_dim=self.fc1.in_features)
 
     def forward(self, x: np.ndarray) -> np.ndarray:
-        h = self.fc1(x)  # (..., n_inner)
+        h = self.hook_pre(self.fc1(x))  # (..., n_inner)
         if self.training:  # the activation's derivative, computed alongside, is all backward needs
             a, dadh = self._act_with_grad(h)
             self._save(dadh=dadh)
         else:
             a = self._act(h)
-        return self.fc2(self.dropout(a))
+        return self.hook_out(self.fc2(self.dropout(self.hook_post(a))))
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
         dadh = self._pop_cache()["dadh"]

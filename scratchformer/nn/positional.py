@@ -10,6 +10,7 @@ import numpy as np
 
 from scratchformer.errors import ShapeError
 from scratchformer.nn import init
+from scratchformer.nn.hooks import HookPoint
 from scratchformer.checks import check_float_array
 from scratchformer.nn.module import DEFAULT_DTYPE, Module, Parameter
 
@@ -26,6 +27,10 @@ def sinusoidal_table(max_len: int, n_embd: int) -> np.ndarray:
 
 class _Positional(Module):
     max_len: int
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hook_pos_embed = HookPoint()  # the positions added, (T, n_embd) (scratchformer.lens)
 
     def check_input(self, x, offset: int = 0) -> None:
         check_float_array(x, "positional input", ndim=3, last_dim=self.n_embd)
@@ -50,7 +55,7 @@ class SinusoidalPositionalEncoding(_Positional):
     def forward(self, x: np.ndarray, offset: int = 0) -> np.ndarray:
         T = x.shape[1]
         self._save()  # nothing to keep, but backward must follow a training-mode forward
-        return x + self.pe[offset : offset + T].astype(x.dtype, copy=False)
+        return x + self.hook_pos_embed(self.pe[offset : offset + T].astype(x.dtype, copy=False))
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
         self._pop_cache()
@@ -68,7 +73,7 @@ class LearnedPositionalEmbedding(_Positional):
     def forward(self, x: np.ndarray, offset: int = 0) -> np.ndarray:
         T = x.shape[1]
         self._save(offset=offset, T=T)
-        return x + self.weight.data[offset : offset + T]
+        return x + self.hook_pos_embed(self.weight.data[offset : offset + T])
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
         # y = x + W[offset:offset+T]  =>  dW[offset:offset+T] += sum over the batch of dy

@@ -20,6 +20,7 @@ from scratchformer.viz import basics as B
 from scratchformer.viz import closeups as C
 from scratchformer.viz import embeddings as E
 from scratchformer.viz import internals as I
+from scratchformer.viz import lens as LF
 from scratchformer.viz import trace as T
 from scratchformer.viz._plot import finish
 from scratchformer.viz.html import write_report
@@ -60,7 +61,8 @@ def _prepare(model, kind, ids, tokens, text, tokenizer):
 FIGURES = ("attention_seq2seq", "attention_grid", "classifier_attention", "causal_vs_bidirectional",
            "attention_steps", "positions_learned", "positions_sinusoidal", "position_similarity",
            "embedding_norms", "embedding_pca", "residual_norms", "residual_heatmap", "ff_activations",
-           "layernorm", "token_ids", "attention_bars", "residual_variance", "ff_scatter", "backward", "activations", "softmax_temperature", "training_curves")
+           "layernorm", "token_ids", "attention_bars", "residual_variance", "ff_scatter", "backward", "activations",
+           "softmax_temperature", "training_curves", "lens")
 
 
 def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, tgt_ids=None,
@@ -74,8 +76,8 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
     (default: BOS + the greedy decoding). classifier: `class_names` label the bars.
     vocab_labels: a label per vocabulary id (default: the tokenizer's characters).
     log: a run directory or log.jsonl for the training curves and summary (optional).
-    only: names from `FIGURES` to draw (None: every figure that applies); the attention
-    explorer is always written.
+    only: names from `FIGURES` to draw (None: every figure that applies; "lens": the Lens part,
+    the lens analyses' figures and check lines); the attention explorer is always written.
     classifier: `true_class` (the input's class) and `accuracy` (held-out) go in its title.
     token_ids: the vocabulary ids the model's data use (the embedding PCA shows only these).
     The backward figure is drawn for models up to BACKWARD_MAX_PARAMETERS parameters.
@@ -235,9 +237,18 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
     tabs = [("encoder" if kind == "seq2seq" else "self-attention", maps["encoder"], att_tokens, att_tokens)]
     if kind == "seq2seq":
         tabs += [("decoder", maps["decoder"], tgt_tokens, tgt_tokens), ("cross", maps["cross"], tokens, tgt_tokens)]
+    lens = None
+    if only is None or "lens" in only:
+        lens_figures, checks = _lens_part(model, kind, ids, tokens, tgt_ids, tgt_tokens, vocab_labels)
+        lens = ([], checks)
+        for stem, ftitle, caption, fig in lens_figures:
+            p = out_dir / f"{stem}.png"
+            finish(fig, p)
+            paths.append(p)
+            lens[0].append((ftitle, caption, p.read_bytes()))
     config = {"model": type(model).__name__, "parameters": model.num_parameters(), **T.config_dict(model)}
     paths.append(write_report(out_dir / "report.html", title or f"scratchformer: {kind} on {''.join(tokens)[:60]!r}",
-                              tabs, embedded, config, summary))
+                              tabs, embedded, config, summary, lens))
     return paths
 
 
@@ -294,6 +305,56 @@ def _more_inputs(model, kind, ids) -> list[np.ndarray]:
         start = np.full((MORE_INPUTS, 1), ids[0], dtype=np.int64)
         return list(model.generate(start, max(1, min(MORE_TOKENS, model.config.block_size - 1)), rng=rng))
     return [rng.permutation(ids) for _ in range(MORE_INPUTS)]
+def _lens_part(model, kind, ids, tokens, tgt_ids, tgt_tokens, vocab_labels) -> tuple[list, list[str]]:
+    """The lens analyses on the report's input: (stem, title, caption, figure) each, and the
+    check lines. The explained token is the model's prediction at the last position."""
+    from scratchformer import lens
+
+    label = (lambda i: vocab_labels[i]) if vocab_labels is not None else str
+    src = ids[None]
+    if kind == "seq2seq":
+        inputs, loss_inputs = (src, tgt_ids[None, :-1]), (src, tgt_ids[None, :-1], tgt_ids[None, 1:])
+        positions = tgt_tokens[:-1]
+    elif kind == "gpt":
+        inputs, loss_inputs, positions = (src,), ((src[:, :-1], src[:, 1:]) if src.shape[1] > 1 else None), tokens
+    else:
+        inputs, loss_inputs, positions = (src,), None, tokens
+    figures, checks = [], []
+    if kind == "bert":
+        scores = lens.head_scores(model, inputs)
+        return [("lens_head_scores", "Head scores", "Mean attention on the previous token, the first token "
+                 "(a sink) and earlier copies of the query's token.", LF.head_scores_figure(scores))], [str(scores.check)]
+    with T.eval_mode(model):
+        logits = model(*inputs)[0]
+    last = logits[0, -1] if logits.ndim == 3 else logits[0]
+    target = int(last.argmax())
+    if kind == "classifier":
+        loss_inputs = (src, np.array([target]))
+    if kind in ("gpt", "seq2seq"):
+        ll = lens.logit_lens(model, inputs)
+        checks.append(str(ll.check))
+        figures.append(("lens_logit_lens", "Logit lens", "Each layer's residual stream through the final norm and "
+                        "the unembedding: the token it would predict next, and how sure it is. The last row is the "
+                        "model's own prediction.", LF.logit_lens_figure(ll, list(positions), label)))
+    abl = lens.head_ablation(model, loss_inputs)
+    checks.append(str(abl.check))
+    figures.append(("lens_ablation", "Head ablation", "The loss on this input with one head's output set to 0: "
+                    "red heads help, blue heads hurt.", LF.ablation_figure(abl)))
+    objective = lens.logit_objective(-1, target)
+    sal = lens.saliency(model, inputs, objective)
+    ig = lens.integrated_gradients(model, inputs, objective, steps=32)
+    checks.append(str(ig.check))
+    figures.append(("lens_saliency", "Saliency", f"Which input tokens the logit of {label(target)!r} (the prediction "
+                    "at the last position) depends on: gradient x input and integrated gradients, through the "
+                    "hand-written backward.",
+                    LF.saliency_figure(list(tokens), {"gradient x input": sal.grad_x_input[0],
+                                                      "integrated gradients": ig.attributions[0]})))
+    scores = lens.head_scores(model, inputs)
+    checks.append(str(scores.check))
+    figures.append(("lens_head_scores", "Head scores", "Mean attention on the previous token, the first token (a "
+                    "sink), earlier copies of the query's token; cross attention: the diagonal (copy) and the "
+                    "anti-diagonal (reverse).", LF.head_scores_figure(scores)))
+    return figures, checks
 
 
 def report_bert(out_dir, text: str, path=None, only=None) -> list[Path]:

@@ -39,18 +39,25 @@ def _tab(name, weights, keys, queries) -> dict:
 
 
 def write_report(path, title: str, attention: list[tuple], figures: list[tuple], config: dict,
-                 summary: dict | None = None) -> Path:
+                 summary: dict | None = None, lens: tuple[list[tuple], list[str]] | None = None) -> Path:
     """Write report.html atomically and return its path.
 
     attention: (tab name, (L, H, Tq, Tk) weights, key tokens, query tokens) per tab.
     figures: (title, caption, png bytes) per static figure. config / summary: shown as tables.
+    lens: (figures as above, check lines) of the lens analyses, shown in a "Lens" part.
     """
     data = {"tabs": [_tab(*a) for a in attention]}
     payload = json.dumps(data).replace("</", "<\\/")  # safe inside <script>
-    figs = "\n".join(
-        f'<figure><figcaption><b>{html.escape(t)}</b> {html.escape(c)}</figcaption>'
-        f'<img alt="{html.escape(t)}" src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}">'
-        f"</figure>" for t, c, png in figures)
+
+    def figs_html(figures):
+        return "\n".join(
+            f'<figure><figcaption><b>{html.escape(t)}</b> {html.escape(c)}</figcaption>'
+            f'<img alt="{html.escape(t)}" src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}">'
+            f"</figure>" for t, c, png in figures)
+    figs = figs_html(figures)
+    lens_part = "" if lens is None else (
+        '<h2 id="sf-lens">Lens</h2>\n<p>Experiments on this input (docs/lens.md); each prints a check of its '
+        'own arithmetic:</p>\n<pre id="sf-checks">' + html.escape("\n".join(lens[1])) + "</pre>\n" + figs_html(lens[0]))
 
     def table(d):
         rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>"
@@ -59,7 +66,8 @@ def write_report(path, title: str, attention: list[tuple], figures: list[tuple],
 
     page = (_PAGE.replace("%TITLE%", html.escape(title)).replace("%CONFIG%", table(config))
             .replace("%SUMMARY%", table(summary) if summary else "<p>no training log</p>")
-            .replace("%FIGURES%", figs).replace("%DATA%", payload).replace("%SCRIPT%", _SCRIPT))
+            .replace("%FIGURES%", figs).replace("%LENS%", lens_part).replace("%DATA%", payload)
+            .replace("%SCRIPT%", _SCRIPT))
     return write_atomic(path, page.encode("utf-8"))
 
 
@@ -102,6 +110,7 @@ Hover the matrix for values. Colours are scaled to each map's largest weight.</p
 <div class="panel"><h3>all layers x heads <button data-export="sf-grid">PNG</button></h3><canvas id="sf-grid"></canvas></div>
 <h2>Figures</h2>
 %FIGURES%
+%LENS%
 <script type="application/json" id="sf-data">%DATA%</script>
 <script>%SCRIPT%</script>
 </body></html>

@@ -1,0 +1,240 @@
+"""`scratchformer lens`: experiments inside a trained run (or the installed MiniLM) on one input.
+
+    scratchformer lens RUN_DIR --text TEXT [--target TOKEN] [--corrupt TEXT] [--json]
+    scratchformer lens --bert [PATH] --text TEXT --text2 TEXT [--json]
+
+Prints the logit-lens table, the heads whose ablation changes the loss most, the saliency of
+the target per input token, the patching result when --corrupt is given, and every analysis's
+check line. The input is checked at the door by the run's job (`Job.viz_inputs`).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from scratchformer.errors import CLIError, DataError
+
+TOP_HEADS = 5  # heads listed by ablation
+
+
+def add_parser(sub) -> None:
+    """The `lens` subcommand, added to the main parser's subparsers."""
+    p = sub.add_parser(
+        "lens", help="logit lens, head ablation, saliency and patching of a trained model on one input",
+        description="Run the lens analyses (docs/lens.md) on one input and print their tables and "
+                    "check lines. With --bert: saliency of the similarity of two sentences' embeddings.")
+    p.add_argument("dir", nargs="?", metavar="RUN_DIR", help="run or checkpoint directory (default: out/names)")
+    p.add_argument("--text", help="the input, as `viz` takes it (a name or prompt for a GPT, digits for a "
+                                  "task model, a sentence for --bert) (default: the run's example input)")
+    p.add_argument("--target", help="the token whose logit is explained: a character for a GPT, a digit for "
+                                    "seq2seq, a class for a classifier (default: the model's prediction)")
+    p.add_argument("--corrupt", help="a second input of the same length: activation patching from --text into it "
+                                     "(default: no patching)")
+    p.add_argument("--bert", nargs="?", const="", metavar="PATH",
+                   help="a BERT directory instead of a run; no PATH: the installed all-MiniLM-L6-v2")
+    p.add_argument("--text2", help="with --bert: the second sentence (required)")
+    p.add_argument("--show", action="append", metavar="NAME",
+                   help="also print the activation NAME (docs/lens.md; '*' allowed, repeatable) on --text "
+                        "(default: none)")
+    p.add_argument("--steps", type=int, default=64, help="integrated-gradients steps (default: 64)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of tables (default: tables)")
+
+
+def cmd_lens(args) -> int:
+    if args.steps < 1:
+        raise CLIError(f"--steps must be at least 1, got {args.steps}")
+    if args.bert is not None:
+        if args.dir is not None:
+            raise CLIError(f"give a run directory ({args.dir}) or --bert, not both")
+        if not args.text or not args.text2:
+            raise CLIError('--bert needs --text and --text2, e.g. --text "A cat sits." --text2 "A dog sits."')
+        if args.show or args.target or args.corrupt:
+            raise CLIError("--show, --target and --corrupt apply to a run, not to --bert")
+        report = _bert_report(args)
+    else:
+        if args.text2 is not None:
+            raise CLIError("--text2 applies to --bert only")
+        from pathlib import Path
+
+        from scratchformer.training.jobs import load_job
+
+        job = load_job(Path(args.dir or "out/names"))
+        report = _run_report(job, args)
+    print(json.dumps(report, indent=1) if args.json else _text(report))
+    return 0
+
+
+# -- the experiments ------------------------------------------------------------------------------
+def _vocab_id(labels: list[str], target: str) -> int:
+    if target not in labels:
+        shown = " ".join(repr(x) for x in labels[:40]) + (" ..." if len(labels) > 40 else "")
+        raise DataError(f"--target {target!r} is not in the model's vocabulary ({len(labels)} tokens: {shown})")
+    return labels.index(target)
+
+
+def _run_report(job, args) -> dict:
+    from scratchformer import lens
+    from scratchformer.lens.parts import family
+
+    model = job.model.to(np.float64)  # the checks are exact in float64
+    v = job.viz_inputs(args.text)
+    ids, tokens, labels = np.asarray(v["ids"])[None], list(v["tokens"]), list(v["vocab_labels"])
+    kind = family(model)
+    report: dict = {"tokens": tokens, "checks": []}
+    if kind == "gpt":
+        inputs, loss_inputs = (ids,), ((ids[:, :-1], ids[:, 1:]) if ids.shape[1] > 1 else None)
+    elif kind == "seq2seq":
+        from scratchformer.inference.beam import greedy_decode
+
+        out = greedy_decode(model, ids)[0]  # the model's own answer, ending in EOS
+        c = model.config
+        tgt_out = np.concatenate([out[out != c.pad_id]])[None]
+        tgt_in = np.concatenate([[c.bos_id], tgt_out[0, :-1]])[None]
+        inputs, loss_inputs = (ids, tgt_in), (ids, tgt_in, tgt_out)
+        report["answer"] = [labels[i] for i in tgt_out[0]]
+    else:  # classifier
+        inputs = (ids,)
+    logits = _first(model.eval()(*inputs))
+    last = logits[0, -1] if logits.ndim == 3 else logits[0]
+    target = int(last.argmax()) if args.target is None else _vocab_id(
+        labels if kind != "classifier" else [str(i) for i in range(len(last))], args.target)
+    target_label = labels[target] if kind != "classifier" else str(target)
+    report["target"] = target_label
+    if kind == "classifier":
+        loss_inputs = (ids, np.array([target]))
+    if kind != "classifier":
+        ll = lens.logit_lens(model, inputs, k=1)
+        rows = ll.top_ids[:, :, 0]
+        report["logit_lens"] = {"layers": ll.layers, "top1": [[labels[i] for i in row] for row in rows],
+                                "prob": ll.top_probs[:, :, 0].round(4).tolist(),
+                                "positions": tokens if kind == "gpt" else ["<bos>"] + report["answer"][:-1]}
+        report["checks"].append(str(ll.check))
+        if model.config.norm_first:
+            dla = lens.direct_logit_attribution(model, inputs, target)
+            order = np.argsort(-np.abs(dla.contributions))[:TOP_HEADS]
+            report["attribution"] = [[dla.labels[i], round(float(dla.contributions[i]), 5)] for i in order]
+            report["checks"].append(str(dla.check))
+    if loss_inputs is not None:
+        abl = lens.head_ablation(model, loss_inputs)
+        flat = [(abl.labels[r], h, float(abl.change[r, h])) for r in range(len(abl.labels))
+                for h in range(abl.change.shape[1]) if np.isfinite(abl.change[r, h])]
+        flat.sort(key=lambda x: -abs(x[2]))
+        report["ablation"] = {"baseline_loss": round(abl.baseline, 6),
+                              "top": [[f"{a} H{h}", round(c, 6)] for a, h, c in flat[:TOP_HEADS]]}
+        report["checks"].append(str(abl.check))
+    objective = lens.logit_objective(-1, target)
+    sal = lens.saliency(model, inputs, objective)
+    ig = lens.integrated_gradients(model, inputs, objective, steps=args.steps)
+    report["saliency"] = {"of": f"logit of {target_label!r} at the last position",
+                          "grad_x_input": sal.grad_x_input[0].round(6).tolist(),
+                          "integrated_gradients": ig.attributions[0].round(6).tolist()}
+    report["checks"].append(str(ig.check))
+    hs = lens.head_scores(model, inputs)
+    report["checks"].append(str(hs.check))
+    if args.show:
+        _, cache = lens.run_with_cache(model, *inputs, names=args.show)
+        report["activations"] = {name: np.round(x[0] if x.ndim > 2 else x, 5).tolist() for name, x in cache.items()}
+    if args.corrupt is not None:
+        cv = job.viz_inputs(args.corrupt)
+        cids = np.asarray(cv["ids"])[None]
+        if cids.shape != ids.shape:
+            raise DataError(f"--corrupt gives {cids.shape[1]} tokens and --text {ids.shape[1]}: patching needs "
+                            "inputs of the same length")
+        corrupt_inputs = (cids,) + inputs[1:]
+        c_last = _first(model(*corrupt_inputs))
+        c_last = c_last[0, -1] if c_last.ndim == 3 else c_last[0]
+        other = int(c_last.argmax())
+        if other == target:
+            other = int(np.argsort(-c_last)[1])
+        other_label = labels[other] if kind != "classifier" else str(other)
+        patch = lens.activation_patching(model, inputs, corrupt_inputs, lens.logit_metric(-1, target, other))
+        report["patching"] = {"metric": f"logit {target_label!r} - logit {other_label!r}",
+                              "clean": round(patch.clean_diff, 6), "corrupt": round(patch.corrupt_diff, 6),
+                              "residual": patch.residual.round(4).tolist(),
+                              "heads": {f"{lab} H{h}": round(float(patch.heads[r, h]), 4)
+                                        for r, lab in enumerate(patch.head_labels) for h in range(patch.heads.shape[1])}}
+        report["checks"].append(str(patch.check))
+    return report
+
+
+def _bert_report(args) -> dict:
+    from scratchformer import lens
+    from scratchformer.interop.sentence import SentenceEncoder
+
+    enc = SentenceEncoder(args.bert or None, dtype=np.float64)
+    pieces = enc.tokenizer.tokenize(enc._prepare([args.text])[0])
+    if len(pieces) + 2 > enc.max_length:
+        raise DataError(f"--text gives {len(pieces) + 2} tokens, the model reads at most {enc.max_length}: "
+                        "give a shorter text")
+    batch = enc.tokenize([args.text])
+    ids = batch["input_ids"]
+    other = enc.encode([args.text2])[0].astype(np.float64)
+    objective = lens.similarity_objective(other)
+    model = enc.encoder
+    sal = lens.saliency(model, (ids,), objective)
+    ig = lens.integrated_gradients(model, (ids,), objective, steps=args.steps)
+    tokens = [enc.tokenizer.decode([int(i)], skip_special_tokens=False).replace(" ", "") for i in ids[0]]
+    abl = lens.head_ablation(model, (ids,), metric=lambda out: objective(out)[0])
+    flat = sorted(((abl.labels[r], h, float(abl.change[r, h])) for r in range(len(abl.labels))
+                   for h in range(abl.change.shape[1])), key=lambda x: -abs(x[2]))
+    hs = lens.head_scores(model, (ids,))
+    return {"tokens": tokens, "target": f"cosine similarity to {args.text2!r}",
+            "similarity": round(sal.value, 6),
+            "ablation": {"baseline_similarity": round(abl.baseline, 6),
+                         "top": [[f"{a} H{h}", round(c, 6)] for a, h, c in flat[:TOP_HEADS]]},
+            "saliency": {"of": f"cosine similarity to {args.text2!r}",
+                         "grad_x_input": sal.grad_x_input[0].round(6).tolist(),
+                         "integrated_gradients": ig.attributions[0].round(6).tolist()},
+            "checks": [str(ig.check), str(abl.check), str(hs.check)]}
+
+
+def _first(out):
+    return out[0] if isinstance(out, tuple) else out
+
+
+# -- printing ------------------------------------------------------------------------------------
+def _text(r: dict) -> str:
+    lines = [f"target: {r['target']}"]
+    if "answer" in r:
+        lines.append("answer: " + " ".join(r["answer"]))
+    if "logit_lens" in r:
+        ll = r["logit_lens"]
+        cols = [_show(t) for t in ll["positions"]]
+        w = max(3, *(len(c) for c in cols), *(len(_show(t)) for row in ll["top1"] for t in row))
+        lines.append("logit lens (top-1 next token after each layer; columns: input positions):")
+        lines.append(" " * 7 + " ".join(c.rjust(w) for c in cols))
+        for name, row in zip(ll["layers"], ll["top1"]):
+            lines.append(f"{name:>6} " + " ".join(_show(t).rjust(w) for t in row))
+    if "attribution" in r:
+        lines.append("largest direct contributions to the target's logit: "
+                     + ", ".join(f"{n} {c:+.4f}" for n, c in r["attribution"]))
+    if "ablation" in r:
+        a = r["ablation"]
+        base = next(k for k in a if k.startswith("baseline"))
+        lines.append(f"heads that matter most (zero-ablation, change of the {base[9:].replace('_', ' ')} "
+                     f"{a[base]:.4f}):")
+        lines += [f"  {name:<12} {change:+.5f}" for name, change in a["top"]]
+    s = r["saliency"]
+    lines.append(f"saliency of the {s['of']} per input token (gradient x input, integrated gradients):")
+    lines += [f"  {_show(t):>10} {g:+.5f} {i:+.5f}" for t, g, i in
+              zip(r["tokens"], s["grad_x_input"], s["integrated_gradients"])]
+    if "patching" in r:
+        p = r["patching"]
+        lines.append(f"patching --text into --corrupt ({p['metric']}: clean {p['clean']:.4f}, corrupted "
+                     f"{p['corrupt']:.4f}); fraction recovered by the residual entering each block:")
+        for i, row in enumerate(p["residual"]):
+            lines.append(f"  L{i}: " + " ".join(f"{x:+.2f}" for x in row))
+        best = sorted(p["heads"].items(), key=lambda kv: -abs(kv[1]))[:TOP_HEADS]
+        lines.append("  heads: " + ", ".join(f"{k} {v:+.2f}" for k, v in best))
+    for name, values in r.get("activations", {}).items():
+        arr = np.asarray(values)
+        lines.append(f"{name} {arr.shape} (first sequence):")
+        lines.append(np.array2string(arr, precision=4, suppress_small=True, max_line_width=120, threshold=400))
+    lines += r["checks"]
+    return "\n".join(lines)
+
+
+def _show(token: str) -> str:
+    return {" ": "\u2423", "\n": "\u21b5", "": "\u2205"}.get(token, token)

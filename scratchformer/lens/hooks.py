@@ -1,0 +1,192 @@
+"""Stable names for every HookPoint of a model, and running a model with hooks or a cache.
+
+    logits, cache = run_with_cache(model, ids)                  # cache: name -> array (a copy)
+    logits = run_with_hooks(model, ids, hooks={"blocks.0.attn.head_out": zero_head_2})
+
+A hook is ``fn(array, name)``; it returns None to leave the activation as it is (the output is
+then bit-identical to a run without hooks) or an array of the same shape to replace it
+(ablate, patch, steer). Names may hold ``*`` wildcards (``blocks.*.attn.pattern``). Hooks are
+removed when the call ends, also when it raises. The models run in eval mode.
+
+Names (L = layer index; seq2seq names start with ``encoder.`` or ``decoder.``), shapes with
+B = batch, T = positions, C = n_embd, H = heads, hs = head size, F = the feed-forward's width:
+
+    embed                   token embeddings entering the stack          (B, T, C)
+    pos_embed               the positions added to them                  (T, C); BERT (B, T, C)
+    blocks.L.resid_pre      the residual stream entering block L         (B, T, C)
+    blocks.L.attn.q/k/v     queries, keys, values                        (B, H, T, hs)
+    blocks.L.attn.pattern   attention weights                            (B, H, Tq, Tk)
+    blocks.L.attn.head_out  each head's output, before the out projection (B, H, T, hs)
+    blocks.L.attn.out       the attention sub-layer's output             (B, T, C)
+    blocks.L.resid_mid      the residual stream after the attention      (B, T, C)
+    blocks.L.cross_attn.*   (seq2seq decoder) cross attention, as attn.*
+    blocks.L.resid_cross    (seq2seq decoder) after the cross attention   (B, T, C)
+    blocks.L.mlp.pre/post   the feed-forward before / after the activation (B, T, F)
+    blocks.L.mlp.out        the feed-forward's output                    (B, T, C)
+    blocks.L.resid_post     the residual stream leaving block L          (B, T, C)
+    ln_final                the stack's output after the final norm      (B, T, C)
+
+The model attribute names behind them (``h.0.self_attn.hook_pattern`` -> ``blocks.0.attn.pattern``)
+are known only here.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import numpy as np
+
+from scratchformer.errors import HookError
+from scratchformer.nn.hooks import HookPoint
+from scratchformer.nn.module import Module, eval_mode
+
+__all__ = ["hook_points", "hook_names", "resolve_names", "hooked", "run_with_cache", "run_with_hooks"]
+
+Hook = Callable[[np.ndarray, str], "np.ndarray | None"]
+
+# module paths outside the blocks -> stable names
+_TOP = {
+    "hook_embed": "embed", "hook_pos_embed": "pos_embed", "wpe.hook_pos_embed": "pos_embed",
+    "pos.hook_pos_embed": "pos_embed", "hook_ln_final": "ln_final",
+    "hook_src_embed": "encoder.embed", "src_pos.hook_pos_embed": "encoder.pos_embed",
+    "hook_enc_final": "encoder.ln_final",
+    "hook_tgt_embed": "decoder.embed", "tgt_pos.hook_pos_embed": "decoder.pos_embed",
+    "hook_dec_final": "decoder.ln_final",
+}
+# a model's list of blocks -> the stable prefix (GPT h, classifier blocks, BERT layers, seq2seq)
+_STACKS = {"h": "blocks", "blocks": "blocks", "layers": "blocks", "encoder": "encoder.blocks",
+           "decoder": "decoder.blocks"}
+# a wrapper's prefix (BertClassifier's "encoder."), the stack, the block index, the rest
+_BLOCK_PATH = re.compile(r"^(.*?)(h|blocks|layers|encoder|decoder)\.(\d+)\.(.+)$")
+_INSIDE = {"self_attn": "attn", "ff": "mlp"}  # sub-layer attribute -> stable name
+
+
+def _stable_name(path: str) -> str:
+    """A module path -> its stable name; a model wrapped in another keeps the wrapper's
+    attribute as a prefix (BertClassifier: ``encoder.blocks.0.attn.q``)."""
+    for key, name in sorted(_TOP.items(), key=lambda kv: -len(kv[0])):  # the longest match first
+        if path == key or path.endswith("." + key):
+            return path[: len(path) - len(key)] + name
+    m = _BLOCK_PATH.match(path)
+    if m is None:
+        return path.replace("hook_", "")
+    parts = [_INSIDE.get(p, p).removeprefix("hook_") for p in m.group(4).split(".")]
+    return f"{m.group(1)}{_STACKS[m.group(2)]}.{m.group(3)}." + ".".join(parts)
+
+
+# the order a forward meets the names in, within a stack and within a block
+_STACK_ORDER = ("embed", "pos_embed", "blocks", "ln_final")
+_BLOCK_ORDER = ("resid_pre", "attn", "resid_mid", "cross_attn", "resid_cross", "mlp", "resid_post")
+_SUB_ORDER = ("q", "k", "v", "pattern", "head_out", "pre", "post", "out")
+
+
+def _forward_order(name: str) -> tuple:
+    try:
+        return _known_order(name)
+    except (ValueError, IndexError):  # a name outside the table (a new hook point): at the end
+        return (9, 0, 0, 0, 0)
+
+
+def _known_order(name: str) -> tuple:
+    parts = name.split(".")
+    side = 0
+    if parts[0] in ("encoder", "decoder"):
+        side, parts = (0 if parts[0] == "encoder" else 1), parts[1:]
+    if parts[0] != "blocks":
+        return (side, _STACK_ORDER.index(parts[0]), 0, 0, 0)
+    layer, rest = int(parts[1]), parts[2:]
+    sub = _SUB_ORDER.index(rest[1]) if len(rest) > 1 else 0
+    return (side, _STACK_ORDER.index("blocks"), layer, _BLOCK_ORDER.index(rest[0]), sub)
+
+
+def hook_points(model: Module) -> dict[str, HookPoint]:
+    """Stable name -> HookPoint, in the order a forward meets them."""
+    points = {_stable_name(path): hp for path, hp in model.named_modules() if isinstance(hp, HookPoint)}
+    return dict(sorted(points.items(), key=lambda kv: _forward_order(kv[0])))
+
+
+def hook_names(model: Module) -> list[str]:
+    """Every hook name of `model` (see the module docstring)."""
+    return list(hook_points(model))
+
+
+def resolve_names(model: Module, names) -> list[str]:
+    """Expand `*` patterns; HookError naming the closest names for a name nothing matches."""
+    known = hook_names(model)
+    out: list[str] = []
+    for name in [names] if isinstance(names, str) else names:
+        if not isinstance(name, str):
+            raise HookError(f"hook names are strings, got {type(name).__name__}")
+        matched = fnmatch.filter(known, name) if "*" in name else ([name] if name in known else [])
+        if not matched:
+            close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+            hint = f"did you mean {', '.join(close)}?" if close else f"names look like {known[1]}, {known[-1]}"
+            raise HookError(f"no activation is named {name!r} in this {type(model).__name__}: {hint} "
+                            "(docs/lens.md lists the names)")
+        out += [n for n in matched if n not in out]
+    return out
+
+
+@contextmanager
+def hooked(model: Module, hooks: dict[str, Hook] | None = None,
+           grad_hooks: dict[str, Callable[[np.ndarray, str], None]] | None = None) -> Iterator[Module]:
+    """Set forward hooks (and gradient hooks, called by the backward of the hook points a
+    model's backward passes through: the embeddings) for the block; every hook is removed on
+    the way out, also on an error."""
+    points = hook_points(model)
+    forward = {n: fn for pat, fn in (hooks or {}).items() for n in resolve_names(model, pat)}
+    backward = {n: fn for pat, fn in (grad_hooks or {}).items() for n in resolve_names(model, pat)}
+    for name, fn in {**forward, **backward}.items():
+        if not callable(fn):
+            raise HookError(f"the hook for {name} must be a function fn(array, name), got {type(fn).__name__}")
+    try:
+        for name in set(forward) | set(backward):
+            points[name].set_hooks(name, forward.get(name), backward.get(name))
+        yield model
+    finally:
+        for hp in points.values():
+            hp.remove_hooks()
+
+
+def run_with_hooks(model: Module, *inputs, hooks: dict[str, Hook], **kwargs):
+    """model(*inputs, **kwargs) in eval mode with `hooks` set; returns the model's output."""
+    with eval_mode(model), hooked(model, hooks):
+        return model(*inputs, **kwargs)
+
+
+def run_with_cache(model: Module, *inputs, names=None, hooks: dict[str, Hook] | None = None, **kwargs):
+    """(model's output, {name: a copy of the activation}) in eval mode. names: the names (or
+    `*` patterns) to keep, None = all. `hooks` run first, so the cache holds what they return."""
+    cache: dict[str, np.ndarray] = {}
+    wanted = hook_names(model) if names is None else resolve_names(model, names)
+
+    def keep(x, name):
+        cache[name] = np.array(x, copy=True)
+
+    hooks = dict(hooks or {})
+    resolved = {n: fn for pat, fn in hooks.items() for n in resolve_names(model, pat)}
+    combined = {}
+    for name in set(wanted) | set(resolved):
+        fn = resolved.get(name)
+        if name in wanted:
+            combined[name] = _then_keep(fn, keep)
+        else:
+            combined[name] = fn
+    with eval_mode(model), hooked(model, combined):
+        out = model(*inputs, **kwargs)
+    return out, dict(sorted(cache.items(), key=lambda kv: _forward_order(kv[0])))
+
+
+def _then_keep(fn, keep):
+    if fn is None:
+        return keep
+
+    def both(x, name):
+        out = fn(x, name)
+        keep(x if out is None else out, name)
+        return out
+    return both

@@ -1,0 +1,171 @@
+"""Hooks and the activation cache (scratchformer.lens.hooks) on every model family."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from scratchformer.errors import HookError
+from scratchformer.interop.bert import BertConfig, BertEncoder
+from scratchformer.lens import hook_names, hook_points, hooked, run_with_cache, run_with_hooks
+from scratchformer.models import GPT, GPTConfig
+from scratchformer.models.classifier import ClassifierConfig, TransformerClassifier
+from scratchformer.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
+
+IDS = np.array([[1, 4, 2, 7, 3, 5]])
+
+
+def _gpt(**kw):
+    return GPT(GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=8, dtype="float64", **kw), seed=0)
+
+
+def _seq2seq():
+    return Seq2SeqTransformer(Seq2SeqConfig(src_vocab_size=9, tgt_vocab_size=9, n_layer=2, n_embd=8, n_head=2),
+                              seed=0).to(np.float64)
+
+
+def _classifier(pooling="cls"):
+    return TransformerClassifier(ClassifierConfig(vocab_size=11, n_classes=3, n_embd=8, n_head=2,
+                                                  pooling=pooling), seed=0).to(np.float64)
+
+
+def _bert():
+    return BertEncoder(BertConfig(vocab_size=11, hidden_size=8, num_hidden_layers=2, num_attention_heads=2,
+                                  intermediate_size=16), dtype=np.float64)
+
+
+FAMILIES = {
+    "gpt": (_gpt, (IDS,), ["embed", "pos_embed", "ln_final", "blocks.1.attn.head_out", "blocks.0.resid_mid"]),
+    "classifier": (_classifier, (IDS,), ["embed", "pos_embed", "ln_final", "blocks.1.mlp.post"]),
+    "seq2seq": (_seq2seq, (IDS[:, :5], IDS[:, :4]),
+                ["encoder.embed", "decoder.pos_embed", "encoder.blocks.1.attn.pattern",
+                 "decoder.blocks.0.cross_attn.pattern", "decoder.blocks.1.resid_cross", "decoder.ln_final"]),
+    "bert": (_bert, (IDS,), ["embed", "pos_embed", "blocks.1.resid_post", "blocks.0.attn.q"]),
+}
+
+
+def _first(out):
+    return out[0] if isinstance(out, tuple) else out
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_family_names_its_activations_and_caches_them_all(family):
+    build, inputs, expected = FAMILIES[family]
+    model = build()
+    names = hook_names(model)
+    assert set(expected) <= set(names)
+    assert len(names) == len(set(names)) == len(hook_points(model))
+    out, cache = run_with_cache(model, *inputs)
+    assert list(cache) == names  # every hook point ran, in forward order
+    model.eval()
+    assert np.array_equal(_first(out), _first(model(*inputs)))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_hooks_that_return_none_leave_the_output_bit_identical(family):
+    build, inputs, _ = FAMILIES[family]
+    model = build().eval()
+    plain = _first(model(*inputs))
+    seen = []
+    out = run_with_hooks(model, *inputs, hooks={"*": lambda x, name: seen.append(name)})
+    assert np.array_equal(_first(out), plain)
+    assert seen == hook_names(model)
+
+
+def test_pre_norm_residual_stream_adds_up_and_heads_sum_to_the_attention_output():
+    model = _gpt()
+    _, c = run_with_cache(model, IDS)
+    for layer in range(2):
+        b = f"blocks.{layer}."
+        assert np.allclose(c[b + "resid_mid"], c[b + "resid_pre"] + c[b + "attn.out"], atol=1e-13)
+        assert np.allclose(c[b + "resid_post"], c[b + "resid_mid"] + c[b + "mlp.out"], atol=1e-13)
+        attn = model.h[layer].self_attn
+        W, hs = attn.out_proj.weight.data, attn.head_size
+        per_head = [c[b + "attn.head_out"][:, h] @ W[:, h * hs:(h + 1) * hs].T for h in range(2)]
+        assert np.allclose(sum(per_head) + attn.out_proj.bias.data, c[b + "attn.out"], atol=1e-13)
+    assert np.allclose(c["blocks.0.resid_pre"], c["embed"] + c["pos_embed"], atol=1e-15)
+
+
+def test_a_replacement_changes_the_output_and_the_hooks_are_gone_afterwards():
+    model = _gpt()
+    plain = model.eval()(IDS)[0]
+
+    def zero_head_1(x, name):
+        x = x.copy()
+        x[:, 1] = 0
+        return x
+
+    ablated = run_with_hooks(model, IDS, hooks={"blocks.0.attn.head_out": zero_head_1})[0]
+    assert not np.allclose(ablated, plain)
+    assert np.array_equal(model(IDS)[0], plain)  # removed
+    # the cache holds what a hook returned
+    _, c = run_with_cache(model, IDS, names=["blocks.0.attn.head_out"], hooks={"blocks.0.attn.head_out": zero_head_1})
+    assert list(c) == ["blocks.0.attn.head_out"] and not c["blocks.0.attn.head_out"][:, 1].any()
+    # a replaced pattern: uniform causal attention
+    T = IDS.shape[1]
+    uniform = np.tril(np.ones((T, T))) / np.arange(1, T + 1)[:, None]
+    out = run_with_hooks(model, IDS, hooks={"blocks.*.attn.pattern": lambda x, n: np.broadcast_to(uniform, x.shape)})[0]
+    assert not np.allclose(out, plain)
+
+
+def test_hooks_are_removed_even_when_the_forward_raises():
+    model = _gpt()
+
+    def boom(x, name):
+        raise RuntimeError("hook failed")
+
+    with pytest.raises(RuntimeError, match="hook failed"):
+        run_with_hooks(model, IDS, hooks={"blocks.1.mlp.post": boom})
+    assert not any(hp.active for hp in hook_points(model).values())
+    with pytest.raises(HookError, match="keep the activation's shape"):
+        run_with_hooks(model, IDS, hooks={"ln_final": lambda x, n: x[:, :2]})
+    assert not any(hp.active for hp in hook_points(model).values())
+
+
+def test_unknown_hook_names_are_a_typed_error_naming_close_matches():
+    model = _gpt()
+    with pytest.raises(HookError, match=r"'blocks\.0\.attn\.patern'.*did you mean blocks\.0\.attn\.pattern"):
+        run_with_hooks(model, IDS, hooks={"blocks.0.attn.patern": lambda x, n: None})
+    with pytest.raises(HookError, match="blocks.7"):
+        run_with_cache(model, IDS, names=["blocks.7.resid_post"])
+    with pytest.raises(HookError, match="must be a function"):
+        run_with_hooks(model, IDS, hooks={"embed": 3})
+    assert not any(hp.active for hp in hook_points(model).values())
+
+
+def test_pattern_replacement_in_training_mode_is_refused():
+    model = _gpt().train()
+    with hooked(model, {"blocks.0.attn.pattern": lambda x, n: x * 0.5}), pytest.raises(HookError, match="eval mode"):
+        model(IDS)
+
+
+def test_gradient_hook_on_the_embeddings_sees_the_input_gradient():
+    model = _gpt().train()
+    grads = {}
+    with hooked(model, grad_hooks={"embed": lambda g, n: grads.setdefault(n, g.copy())}):
+        logits, _ = model(IDS)
+        g = np.zeros_like(logits)
+        g[0, -1, 3] = 1
+        model.backward(g)
+    # finite differences on the token embeddings of position 2
+    emb = model.wte.weight.data
+    tok, eps = IDS[0, 2], 1e-6
+    model.eval()
+    for c in range(3):
+        emb[tok, c] += eps
+        up = model(IDS)[0][0, -1, 3]
+        emb[tok, c] -= 2 * eps
+        down = model(IDS)[0][0, -1, 3]
+        emb[tok, c] += eps
+        assert abs((up - down) / (2 * eps) - grads["embed"][0, 2, c]) < 1e-7
+
+
+def test_a_wrapped_model_keeps_the_wrappers_attribute_as_a_prefix():
+    from scratchformer.interop.bert_classifier import BertClassifier
+
+    model = BertClassifier(_bert(), 3)
+    names = hook_names(model)
+    assert names[:3] == ["encoder.embed", "encoder.pos_embed", "encoder.blocks.0.resid_pre"]
+    assert names[-1] == "encoder.blocks.1.resid_post"
+    out, cache = run_with_cache(model, IDS)
+    assert list(cache) == names and np.array_equal(out[0], model(IDS)[0])
