@@ -83,12 +83,13 @@ def _agrees(analytic: float, numeric: float, scale: float) -> bool:
 def _shown_layers(model) -> list[tuple[str, object]]:
     """The model's direct layers, and each block's: the level the walk-through shows."""
     from scratchformer.nn.blocks import DecoderBlock, EncoderBlock
+    from scratchformer.nn.hooks import HookPoint
     from scratchformer.nn.layers import Dropout
 
     modules = dict(model.named_modules())
     shown = []
     for name, m in modules.items():
-        if not name or isinstance(m, (DecoderBlock, EncoderBlock, Dropout)):
+        if not name or isinstance(m, (DecoderBlock, EncoderBlock, Dropout, HookPoint)):  # hook points: identities
             continue
         parent = modules.get(name.rpartition(".")[0], model)  # "h.0" -> "h", a list: the model's own
         if parent is model or isinstance(parent, (DecoderBlock, EncoderBlock)):
