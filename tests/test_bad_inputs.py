@@ -364,6 +364,7 @@ CASES += [
     ("eval-beam-on-classifier", ["eval", "@maj", "--beam", "2"]),
     ("eval-split-test-on-text", ["eval", "@txt", "--split", "test"]),
     ("eval-unknown-option", ["eval", "@lm", "--temperature", "1"]),
+    ("eval-beam-huge", ["eval", "@rev", "--beam", "1000000"]),  # issue 18 item 17
     # predict
     ("predict-missing-input", ["predict", "@rev"]),
     ("predict-no-run", ["predict", "@tmp/none", "1 2 3"]),
@@ -377,6 +378,7 @@ CASES += [
     ("predict-majority-too-long", ["predict", "@maj", " ".join("1" * 200)]),
     ("predict-beam-0", ["predict", "@rev", "1 2 3", "--beam", "0"]),
     ("predict-beam-on-classifier", ["predict", "@maj", "0 1 2", "--beam", "3"]),
+    ("predict-beam-huge", ["predict", "@rev", "1 2 3", "--beam", "1000000"]),
     # embed
     ("embed-no-texts", ["embed"]),
     ("embed-model-missing", ["embed", "hello", "--model", "@tmp/none"]),

@@ -280,3 +280,35 @@ def test_tiny_temperature_is_greedy_not_a_boundary_token():
     masked = np.where(np.arange(50) % 2 == 0, logits, -np.inf)
     ids = sample_next(masked, rng, temperature=1.0)
     assert np.all(ids % 2 == 0)
+
+
+# -- beam width bounds (issue 18 item 17) -----------------------------------------------------
+def _tiny_seq2seq():
+    from scratchformer.models import Seq2SeqConfig, Seq2SeqTransformer
+
+    return Seq2SeqTransformer(Seq2SeqConfig(src_vocab_size=13, tgt_vocab_size=13, max_len=8, n_layer=1,
+                                            n_head=2, n_embd=8, pad_id=10, bos_id=11, eos_id=12), seed=0)
+
+
+@pytest.mark.parametrize("width", [2.0, "2", True, 0, -1, 10**6])
+def test_beam_width_not_an_int_or_out_of_range_is_a_config_error(width):
+    from scratchformer.errors import ConfigError
+    from scratchformer.inference import beam_search
+
+    with pytest.raises(ConfigError, match="beam_width"):
+        beam_search(_tiny_seq2seq(), np.array([[1, 2, 3]]), beam_width=width)
+
+
+def test_beam_that_cannot_fit_in_memory_is_refused_before_decoding(monkeypatch):
+    from scratchformer import limits
+    from scratchformer.errors import ResourceError
+    from scratchformer.inference import beam_search
+    from scratchformer.inference.beam import beam_bytes
+
+    model = _tiny_seq2seq()
+    need = beam_bytes(model.config, 1, 64, 3, 8)
+    monkeypatch.setattr(limits, "available_memory", lambda: need)  # 90% of it is usable: too little
+    with pytest.raises(ResourceError, match="beam_width"):
+        beam_search(model, np.array([[1, 2, 3]]), beam_width=64)
+    monkeypatch.setattr(limits, "available_memory", lambda: 2 * need)
+    assert beam_search(model, np.array([[1, 2, 3]]), beam_width=64).shape[0] == 1

@@ -92,6 +92,15 @@ def _temperature(s: str) -> float:
     return v
 
 
+def _beam_width(s: str) -> int:
+    from scratchformer.inference.beam import MAX_BEAM_WIDTH
+
+    v = _positive_int(s)
+    if v > MAX_BEAM_WIDTH:  # memory and time grow with the width; wider finds nothing new
+        raise argparse.ArgumentTypeError(f"expected a beam width in [1, {MAX_BEAM_WIDTH}], got {s}")
+    return v
+
+
 def _probability(s: str) -> float:
     v = _nonneg_float(s)
     if not 0 < v <= 1:
@@ -261,7 +270,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--split", choices=["val", "test"],
                    help="default: test (val for text data, which have only train and val)")
     e.add_argument("--json", action="store_true", help="print the result as a JSON object on the last line")
-    e.add_argument("--beam", type=_positive_int, help="seq2seq: decode with beam search of this width (default: 1)")
+    e.add_argument("--beam", type=_beam_width, metavar="K",
+                   help="seq2seq: decode with beam search of this width, at most 1024 (default: 1)")
     e.add_argument("--data", metavar="PATH", help="the run's data file, where it has moved since training "
                                                   "(default: the path recorded in the run)")
     e.add_argument("--allow-changed-data", action="store_true",
@@ -275,7 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
                         description='Map one input such as "3 1 4 1 5" through a toy-task model.')
     pr.add_argument("dir", metavar="DIR")
     pr.add_argument("input", metavar="INPUT", help='space-separated digits, e.g. "3 1 4 1 5"')
-    pr.add_argument("--beam", type=_positive_int, help="seq2seq: beam width (default: 1, greedy)")
+    pr.add_argument("--beam", type=_beam_width, metavar="K", help="seq2seq: beam width, at most 1024 (default: 1, greedy)")
 
     em = sub.add_parser("embed", help="sentence embeddings with a pretrained BERT-family encoder",
                         description="Embed texts with a Hugging Face BERT-family sentence encoder "
@@ -421,6 +431,7 @@ def cmd_eval(args) -> int:
 
     job = load_job(args.dir, data=args.data, allow_changed_data=args.allow_changed_data)
     split = args.split or job.default_split
+    _check_beam(job, args.beam, getattr(job, "eval_batch_size", 1))
     runner = DataParallel(job.model, args.workers)  # with workers=1, the model alone
     try:
         metrics = job.evaluate(split, runner=runner, **_given(args, ["beam"]))
@@ -441,8 +452,20 @@ def cmd_eval(args) -> int:
 def cmd_predict(args) -> int:
     from scratchformer.training.jobs import load_job
 
-    print(load_job(args.dir).predict(args.input, **_given(args, ["beam"])))
+    job = load_job(args.dir)
+    _check_beam(job, args.beam, 1)
+    print(job.predict(args.input, **_given(args, ["beam"])))
     return 0
+
+
+def _check_beam(job, beam: int | None, batch: int) -> None:
+    """Refuse a --beam whose search would not fit in memory, before decoding anything."""
+    config = job.model.config
+    if beam is not None and hasattr(config, "tgt_vocab_size"):  # other models refuse --beam themselves
+        from scratchformer.inference.beam import check_beam_width
+
+        check_beam_width(beam, job.model, batch, config.max_len, config.max_len, name="--beam")
+
 def cmd_embed(args) -> int:
     from scratchformer.interop import SentenceEncoder
 

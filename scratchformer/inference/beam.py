@@ -23,7 +23,9 @@ finished too. The answer is the best finished hypothesis. With k = 1 this is exa
 decoding: when the top candidate is EOS it beats every live continuation.
 
 All batch elements and beams run together: the arrays are (B * k, ...) and the only Python
-loop is over time steps.
+loop is over time steps. The width is bounded: at most `MAX_BEAM_WIDTH`, and its memory
+(`beam_bytes`, an upper bound) is checked against what the machine has before anything is
+allocated, so an impossible width is a ConfigError or ResourceError, never a kernel kill.
 """
 
 from __future__ import annotations
@@ -32,8 +34,43 @@ import numpy as np
 
 from scratchformer.checks import check_int_in_range, check_token_ids
 from scratchformer.errors import ConfigError
+from scratchformer.limits import check_fits
 from scratchformer.nn.module import eval_mode
 from scratchformer.ops import log_softmax_forward
+
+
+MAX_BEAM_WIDTH = 1024  # beyond a few dozen beams the search finds nothing new; each costs memory and time
+
+
+def beam_bytes(config, batch: int, beam_width: int, src_len: int, steps: int) -> int:
+    """Upper bound of a beam search's memory: per beam, the repeated encoder memory and every
+    decoder layer's self- and cross-attention keys and values (float32), the live and finished
+    sequences (int64), the feed-forward activations, and the step's (k * V) candidate scores,
+    their log-softmax and argsort (float64 / int64)."""
+    C, V = config.n_embd, config.tgt_vocab_size
+    layers = getattr(config, "n_decoder_layers", None) or config.n_layer
+    hidden = getattr(config, "n_inner", None) or 4 * C
+    per_beam = (4 * src_len * C                      # encoder memory, repeated per beam
+                + 4 * 2 * layers * (steps + src_len) * C  # self- and cross-attention K, V
+                + 8 * 6 * steps                      # live, finished and candidate sequences
+                + 4 * 3 * hidden                     # one step's feed-forward
+                + 8 * 6 * V)                         # logits, log-softmax, candidates, argsort
+    return batch * beam_width * per_beam
+
+
+def check_beam_width(beam_width, model=None, batch: int = 1, src_len: int = 1, steps: int = 1,
+                     name: str = "beam_width") -> int:
+    """beam_width as an int, after refusing a non-integer, a width outside [1, MAX_BEAM_WIDTH]
+    and (given the model) one whose search would not fit in memory. `name`: how the caller
+    spells the option in the message (the CLI passes "--beam")."""
+    if isinstance(beam_width, bool) or not isinstance(beam_width, (int, np.integer)):
+        raise ConfigError(f"{name} must be an integer, got {beam_width!r}")
+    if not 1 <= beam_width <= MAX_BEAM_WIDTH:
+        raise ConfigError(f"{name} must be in [1, {MAX_BEAM_WIDTH}], got {beam_width}")
+    if model is not None:
+        check_fits(beam_bytes(model.config, batch, int(beam_width), src_len, steps),
+                   f"a beam search of width {beam_width} over {batch} inputs", name)
+    return int(beam_width)
 
 
 def _setup(model, src, max_new_tokens):
@@ -122,9 +159,9 @@ def beam_search(model, src, beam_width: int = 4, max_new_tokens: int | None = No
     strictly better than every finished beam, so the result never scores below greedy's
     (plain beam search can prune the greedy path early and, rarely, end up worse; costs one
     greedy decode, about 1/k of the search)."""
+    k = check_beam_width(beam_width)
     src, n = _setup(model, src, max_new_tokens)
-    check_int_in_range("beam_width", beam_width, 1, 2**31)  # 2.0 is refused, not truncated
-    k = int(beam_width)
+    check_beam_width(k, model, *src.shape, n)
     if alpha < 0:
         raise ConfigError(f"alpha must be >= 0, got {alpha}")
     c = model.config
