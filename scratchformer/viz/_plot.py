@@ -7,6 +7,7 @@ matplotlib is imported here, inside `new_figure`, so `import scratchformer` neve
 from __future__ import annotations
 
 import io
+import warnings
 
 import numpy as np
 
@@ -26,10 +27,14 @@ def new_figure(width: float, height: float):
 
 
 def finish(fig, path=None):
-    """Save `fig` as a PNG at `path` (atomically, scratchformer.runfiles.write_atomic); return fig."""
+    """Save `fig` as a PNG at `path` (atomically, scratchformer.runfiles.write_atomic); return fig.
+    A character the font lacks (a rune, an emoji in a token label) is drawn as an empty box,
+    without matplotlib's "Glyph ... missing from font" warning on stderr."""
     if path is not None:
         png = io.BytesIO()
-        fig.savefig(png, dpi=DPI, format="png")
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Glyph .* missing from font")
+            fig.savefig(png, dpi=DPI, format="png")
         write_atomic(path, png.getvalue())
     return fig
 
@@ -78,8 +83,10 @@ def show_token(tok) -> str:
 
 
 def pca_2d(x: np.ndarray) -> np.ndarray:
-    """(N, C) -> (N, 2): projection on the two principal components (SVD of the centred rows)."""
+    """(N, C) -> (N, 2): projection on the two principal components (SVD of the centred rows).
+    With fewer than two components (one row, or width 1) the missing coordinates are 0."""
     x = np.asarray(x, dtype=np.float64)
     x = x - x.mean(axis=0)
     _, _, vt = np.linalg.svd(x, full_matrices=False)
-    return x @ vt[:2].T
+    xy = x @ vt[:2].T
+    return np.pad(xy, ((0, 0), (0, 2 - xy.shape[1])))
