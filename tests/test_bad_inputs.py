@@ -167,6 +167,10 @@ FORGERIES = {
     "weights_huge": _huge_weights,
     "log_bad_middle": _log(b'{"step": 1}\n{"step": 2, garbage\n{"step": 2}\n'),
     "log_step_str": _log(b'{"step": "1"}\n'),
+    "log_not_utf8": _log(b'{"step": 1, "note": "\xff\xfe"}\n{"step": 2}\n'),
+    "log_400_digits": _log(b'{"step": 1, "train_loss": ' + b"9" * 400 + b'}\n{"step": 2}\n'),
+    "log_5000_digits": _log(b'{"step": 1, "train_loss": ' + b"9" * 5000 + b'}\n{"step": 2}\n'),
+    "log_deep": _log(b'{"step": 1, "x": ' + b"[" * 100_000 + b"]" * 100_000 + b'}\n{"step": 2}\n'),
     "run_best_only": _keep_only(best="best"),
     "run_backups_only": _keep_only(last=".last.old", best=".best.old"),
     "run_log_only": _keep_only(**{"log.jsonl": "log.jsonl"}),
@@ -323,6 +327,10 @@ FORGED = {  # forgery -> the commands it is tried under
     "weights_huge": ("sample"),
     "log_bad_middle": ("resume viz"),
     "log_step_str": ("resume viz"),
+    "log_not_utf8": ("viz"),  # issue 18 item 19
+    "log_400_digits": ("viz"),
+    "log_5000_digits": ("viz"),
+    "log_deep": ("viz"),
     "data_changed": ("eval resume"),
     "data_missing": ("eval"),
 }
@@ -389,6 +397,11 @@ CASES += [
     ("embed-invalid-utf8", ["embed", "caf\udce9", "--model", "@tmp/none"]),
     ("embed-model-empty-path", ["embed", "hello", "--model", ""]),
     ("embed-unknown-option", ["embed", "hello", "--pooling", "max"]),
+    # viz (issue 18 items 19 and cosmetic)
+    ("viz-out-empty", ["viz", "@lm", "--out", ""]),
+    ("viz-bert-empty", ["viz", "--bert", "", "--text", "A sentence."]),
+    ("viz-text-empty-on-text-model", ["viz", "@txt", "--text", ""]),
+    ("viz-bert-missing-dir", ["viz", "--bert", "@tmp/none", "--text", "A sentence."]),
     # the command itself
     ("no-command", []),
     ("unknown-command", ["finetune"]),

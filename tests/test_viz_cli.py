@@ -156,3 +156,47 @@ def test_text_run_needs_text_and_reads_its_prompt(tmp_path, capsys):
     assert "needs an input: --text" in capsys.readouterr().err
     assert main(["viz", str(run), "--text", "to be or not"]) == 0
     assert printed_paths(capsys)[-1] == run / "viz" / "report.html"
+
+
+# -- one-token inputs and tiny models (issue 18 item 19) ---------------------------------------
+@pytest.mark.parametrize("which, text", [("gpt", ""), ("gpt", "a"), ("majority", "1"), ("reverse", "1")])
+def test_one_token_input_draws_every_figure(which, text, gpt_run, task_runs, tmp_path, capsys):
+    run = gpt_run if which == "gpt" else task_runs[which]
+    assert main(["viz", str(run), "--text", text, "--all", "--out", str(tmp_path / "v")]) == 0
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err and "Glyph" not in captured.err, captured.err
+    check_pngs(printed_paths_from(captured.out))
+
+
+def printed_paths_from(out: str) -> list[Path]:
+    return [Path(line) for line in out.split("\n") if line]
+
+
+@pytest.mark.parametrize("sizes", [["--n-embd", "1", "--n-head", "1"],
+                                   ["--block-size", "1", "--format", "text", "--n-embd", "8", "--n-head", "2"]])
+def test_width_1_and_block_size_1_models_draw(sizes, tmp_path, capsys):
+    data = tmp_path / "text.txt"
+    data.write_text("to be or not to be, that is the question. " * 40)
+    run = tmp_path / "run"
+    tiny = ["--n-layer", "1", "--batch-size", "8", "--eval-batches", "2", "--no-progress", "--quiet"]
+    assert main(["train", "--data", str(data), "--max-steps", "2", "--eval-interval", "2", "--out", str(run),
+                 *tiny, *sizes]) == 0
+    capsys.readouterr()
+    assert main(["viz", str(run), "--text", "t", "--all", "--out", str(tmp_path / "v")]) == 0
+    check_pngs(printed_paths(capsys))
+
+
+def test_failed_viz_leaves_no_empty_output_directory(gpt_run, tmp_path, capsys):
+    out = tmp_path / "new" / "figures"
+    assert main(["viz", str(gpt_run), "--text", "Emma!", "--out", str(out)]) == 2  # '!' not in the names
+    assert not (tmp_path / "new").exists()
+
+
+def test_missing_glyphs_draw_without_warnings(tmp_path, recwarn):
+    from scratchformer.viz._plot import finish, new_figure
+
+    fig = new_figure(2, 2)
+    fig.subplots().set_title("\u16a0\u16c7 \U0001f642")  # runes and an emoji: not in DejaVu Sans
+    finish(fig, tmp_path / "x.png")
+    assert not [w for w in recwarn if "Glyph" in str(w.message)]
+    assert (tmp_path / "x.png").read_bytes().startswith(PNG)

@@ -40,7 +40,7 @@ def add_parser(sub) -> None:
                                   f"(default: {Seq2SeqJob.example_input!r}, majority: "
                                   f"{ClassifierJob.example_input!r}); a sentence for --bert (required)")
     v.add_argument("--out", metavar="FIGDIR", help="where to write (default: RUN_DIR/viz; out/viz-bert with --bert)")
-    v.add_argument("--bert", nargs="?", const="", metavar="PATH",
+    v.add_argument("--bert", nargs="?", const=True, metavar="PATH",
                    help="a BERT directory (config.json, model.safetensors, vocab.txt) instead of a run; "
                         "no PATH: the installed all-MiniLM-L6-v2")
     v.add_argument("--compare-init", action="store_true",
@@ -53,21 +53,46 @@ def add_parser(sub) -> None:
 
 def cmd_viz(args) -> int:
     only = None if args.all else DEFAULT_FIGURES
+    if args.out == "":
+        raise CLIError("--out is empty: give a directory, or omit --out (default: RUN_DIR/viz; out/viz-bert "
+                       "with --bert)")
+    if args.bert == "":
+        raise CLIError("--bert is empty: give a BERT directory, or --bert alone for the installed all-MiniLM-L6-v2")
     if args.bert is not None:
         if args.dir is not None:
             raise CLIError(f"give a run directory ({args.dir}) or --bert, not both")
-        if not args.text:
+        if args.text is None:
             raise CLIError('--bert needs --text, e.g. --text "A sentence."')
         if args.compare_init:
             raise CLIError("--compare-init needs a run directory (a pretrained BERT has no untrained weights to show)")
         from scratchformer.viz import report_bert
 
-        paths = report_bert(_writable(args.out or "out/viz-bert"), args.text, args.bert or None, only=only)
+        def draw(out):
+            return report_bert(out, args.text, None if args.bert is True else args.bert, only=only)
+
+        paths = _into(args.out or "out/viz-bert", draw)
     else:
         paths = _report_run(Path(args.dir or "out/names"), args.text, args.out, only, args.compare_init)
     for p in paths:
         print(p)
     return 0
+
+
+def _into(out, draw) -> list[Path]:
+    """draw(out) into --out, created if needed; the directories this call created are removed
+    again when drawing fails before writing anything into them."""
+    out = Path(out)
+    created = [d for d in (out, *out.parents) if not d.exists()]  # deepest first
+    out = _writable(out)
+    try:
+        return draw(out)
+    except BaseException:
+        for d in created:
+            try:
+                d.rmdir()  # only when empty: never removes a figure
+            except OSError:
+                break
+        raise
 
 
 def _report_run(run: Path, text: str | None, out: str | None, only, compare_init: bool = False) -> list[Path]:
@@ -79,8 +104,8 @@ def _report_run(run: Path, text: str | None, out: str | None, only, compare_init
     root = run.parent if (run / "model.safetensors").exists() else run  # a checkpoint's run directory
     log = root / "log.jsonl"
     inputs = job.viz_inputs(text)  # each kind checks and labels its own input
-    return report(job.model, _writable(out or root / "viz"), log=log if log.is_file() else None, only=only,
-                  init_model=init_model, **inputs)
+    return _into(out or root / "viz", lambda out_dir: report(job.model, out_dir, log=log if log.is_file() else None,
+                                                              only=only, init_model=init_model, **inputs))
 
 
 def _initial_model(run: Path, job):

@@ -258,7 +258,7 @@ class _WorkerPool:
     def _stopped(self, i: int):
         self.procs[i].join(1)
         raise ParallelWorkerError(f"DataParallel worker {i} stopped (exit code {self.procs[i].exitcode}); "
-                                  "train with --workers 1 to run in one process") from None
+                                  "run again with --workers 1 (train or eval) to use one process") from None
 
     def receive(self, i: int) -> dict:
         try:

@@ -210,7 +210,9 @@ class LMJob:
         ids, tokens = tok.encode(text, what="--text"), list(text)
         if lines:
             ids, tokens = np.concatenate([[tok.bos_id], ids]), [tok.special] + tokens
-        if not 0 < len(ids) <= block:
+        if len(ids) == 0:
+            raise DataError("--text is empty: give some text in the model's alphabet")
+        if len(ids) > block:
             raise DataError(f"--text gives {len(ids)} tokens{' (with the start token)' if lines else ''}; "
                             f"this model reads 1 to {block}: give a shorter text")
         labels = [tok.decode([i]) or tok.special for i in range(tok.vocab_size)]

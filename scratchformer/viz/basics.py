@@ -73,8 +73,20 @@ def softmax_temperatures(logits=None, temperatures=(0.5, 1.0, 2.0, 5.0), path=No
 
 
 def _series(rows, key):
-    """(steps, values) of the rows that have a finite number under `key`."""
-    pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+    """(steps, values) of the rows that have a finite number under `key`. A number too large
+    for a float (a 400-digit integer: not something training writes) is a DataError."""
+    pts = []
+    for r in rows:
+        value = r.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        try:
+            value = float(value)
+        except OverflowError:
+            raise DataError(f"log.jsonl: {key} at step {r['step']} is a number too large to plot "
+                            f"({value.bit_length()} bits); restore the log or delete it") from None
+        if math.isfinite(value):
+            pts.append((r["step"], value))
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
