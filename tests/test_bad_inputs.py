@@ -396,6 +396,11 @@ CASES += [
     # a lone surrogate (what Python makes of invalid UTF-8 in argv)
     ("embed-invalid-utf8", ["embed", "caf\udce9", "--model", "@tmp/none"]),
     ("embed-model-empty-path", ["embed", "hello", "--model", ""]),
+    # issue 18 items 7 and 20
+    ("embed-out-directory", ["embed", "hello", "--out", "@tmp"]),
+    ("embed-out-empty", ["embed", "hello", "--out", ""]),
+    ("embed-lone-surrogate", ["embed", "caf\udce9"]),  # the installed model (or one line: not installed)
+    ("embed-model-huge-config", ["embed", "hello", "--model", "@hugebert"]),
     ("embed-unknown-option", ["embed", "hello", "--pooling", "max"]),
     # viz (issue 18 items 19 and cosmetic)
     ("viz-out-empty", ["viz", "@lm", "--out", ""]),
@@ -441,6 +446,11 @@ def expand(argv, tmp_path: Path, runs: Path) -> list[str]:
         elif word == "@dangling":  # a link to a directory that does not exist
             (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
             out.append(str(tmp_path / "dangling"))
+        elif word == "@hugebert":  # a BERT config.json whose sizes ask for terabytes
+            dest = tmp_path / "hugebert"
+            dest.mkdir()
+            (dest / "config.json").write_text(json.dumps({"hidden_size": 2**20, "num_attention_heads": 1}))
+            out.append(str(dest))
         elif word.startswith("@file:"):
             name = word.split(":", 1)[1]
             path = tmp_path / f"{name}.txt"

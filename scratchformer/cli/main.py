@@ -25,6 +25,8 @@ from scratchformer.cli.viz import cmd_viz, write_training_curves
 from scratchformer.errors import CheckpointError, CLIError, ScratchformerError
 
 SEEN_MARK = " (in training data)"  # sample: appended to a sample that is an item of the training split
+# sample: the line before each sample of a text run or --hf model, whose samples hold newlines
+SAMPLE_HEADER = "=== sample {i} of {n} ==="
 
 # Help text of each setting the command line exposes, keyed by dataclass field (GPTConfig for the
 # model, TrainConfig for training). The option itself (--n-layer), its type, range and choices
@@ -253,7 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
     prompt.add_argument("--prompt", default="",
                         help="text every sample starts with (default: none: whole names, or text after a newline)")
     prompt.add_argument("--prompt-file", metavar="FILE",
-                        help="read the prompt from a UTF-8 file; one trailing newline is dropped (default: none)")
+                        help="read the prompt from a UTF-8 file; a byte-order mark is dropped, CRLF read as LF, and one trailing newline dropped (default: none)")
     s.add_argument("--max-new-tokens", type=_positive_int,
                    help="default: up to the end of a name, 200 characters of text, or 50 tokens with --hf")
     s.add_argument("--temperature", type=_temperature, default=1.0,
@@ -292,7 +294,8 @@ def build_parser() -> argparse.ArgumentParser:
                                     "(default: the installed all-MiniLM-L6-v2 package).")
     em.add_argument("texts", nargs="+", metavar="TEXT")
     em.add_argument("--model", metavar="DIR", help="model directory (config.json, model.safetensors, vocab.txt)")
-    em.add_argument("--out", metavar="FILE.npy", help="save the (n, d) float32 array here")
+    em.add_argument("--out", metavar="FILE.npy", help="save the (n, d) float32 array in this file, named exactly as "
+                                                   "given (np.load reads it; default: print the first values)")
 
     add_viz_parser(sub)
     add_exercise_parser(sub)
@@ -396,7 +399,9 @@ def cmd_sample(args) -> int:
     prompt = args.prompt
     if args.prompt_file is not None:
         try:
-            prompt = Path(args.prompt_file).read_bytes().decode("utf-8").removesuffix("\n")
+            prompt = Path(args.prompt_file).read_bytes().decode("utf-8")
+            # as an editor shows it: no byte-order mark, Windows line ends as \n, one trailing newline dropped
+            prompt = prompt.removeprefix("\ufeff").replace("\r\n", "\n").removesuffix("\n")
         except OSError as e:
             raise CLIError(f"cannot read the prompt file {args.prompt_file}: {e.strerror}") from None
         except UnicodeDecodeError as e:
@@ -419,7 +424,10 @@ def cmd_sample(args) -> int:
         seen = job.in_training_data(texts)  # makemore's check: did the model just recall a training item?
     if args.seed is None:
         print(f"seed {seed} (--seed {seed} draws these samples again)", file=sys.stderr)
+    multiline = args.hf is not None or job.data_spec["format"] == "text"
     for i, text in enumerate(texts):
+        if multiline:  # samples of continuous text hold newlines: a header line starts each one
+            print(SAMPLE_HEADER.format(i=i + 1, n=len(texts)))
         print(text + (SEEN_MARK if seen and seen[i] else ""))
     return 0
 
@@ -469,11 +477,21 @@ def _check_beam(job, beam: int | None, batch: int) -> None:
 def cmd_embed(args) -> int:
     from scratchformer.interop import SentenceEncoder
 
+    if args.out is not None:  # checked before the model is loaded: a bad path fails at once
+        if args.out == "" or Path(args.out).is_dir():
+            raise CLIError(f"--out {args.out!r} is {'empty' if args.out == '' else 'a directory'}: give a file "
+                           "name such as embeddings.npy (written exactly as given)")
     enc = SentenceEncoder(args.model)
     emb = enc.encode(list(args.texts))
-    if args.out:
-        np.save(args.out, emb, allow_pickle=False)
-        print(f"saved {emb.shape[0]} embeddings of dimension {emb.shape[1]} to {args.out}")
+    if args.out is not None:
+        import io
+
+        from scratchformer.runfiles import write_atomic
+
+        npy = io.BytesIO()
+        np.save(npy, emb, allow_pickle=False)  # to a file object: no ".npy" appended to the name
+        path = write_atomic(args.out, npy.getvalue())
+        print(f"saved {emb.shape[0]} embeddings of dimension {emb.shape[1]} to {path}")
     else:
         np.set_printoptions(precision=4, suppress=True, linewidth=120)
         for text, vec in zip(args.texts, emb):
@@ -485,19 +503,52 @@ COMMANDS = {"train": cmd_train, "sample": cmd_sample, "eval": cmd_eval, "predict
             "viz": cmd_viz, "exercise": cmd_exercise, "lens": cmd_lens}
 
 
+def _tolerant_output() -> None:
+    """Characters the terminal's encoding cannot show (an "é" on an ASCII or latin-1 stdout)
+    are written as backslash escapes (\\xe9) instead of failing the command."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError, OSError):  # not a text file of ours (a test's capture, a closed file)
+            pass
+
+
+def _pipe_closed() -> int:
+    """The reader of stdout went away (`scratchformer sample | head -1`): end quietly, with the
+    exit code of a process a SIGPIPE ends (128 + 13), and keep Python's exit-time flush from
+    reporting the pipe again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+    return 141
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:  # NaN and overflow are handled where they matter (the trainer stops on them): no numpy warnings
+    _tolerant_output()
+    command = "scratchformer"
+    try:  # the parser too: a failure while building it (a missing module on some platform) is one line
+        args = build_parser().parse_args(argv)
+        command = f"scratchformer {args.command}"
+        # NaN and overflow are handled where they matter (the trainer stops on them): no numpy warnings
         with np.errstate(all="ignore"):
             return COMMANDS[args.command](args)
+    except BrokenPipeError:
+        return _pipe_closed()
     except (ScratchformerError, OSError, FloatingPointError) as e:
         if isinstance(e, OSError) and e.filename is not None:  # name the path, without errno noise
             e = f"{e.filename}: {e.strerror}"
-        print(f"scratchformer {args.command}: error: {e}", file=sys.stderr)
+        print(f"{command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:  # TrainingInterrupted says where its checkpoint went, and its exit code
-        print(f"scratchformer {args.command}: {e}" if str(e) else "interrupted", file=sys.stderr)
+        print(f"{command}: {e}" if str(e) else "interrupted", file=sys.stderr)
         return getattr(e, "exit_code", 130)
+    except Exception as e:  # noqa: BLE001 -- building the parser failed (an import this platform lacks)
+        if command != "scratchformer":
+            raise  # a command's own failure is a bug to report with its traceback
+        print(f"scratchformer: error: cannot start ({type(e).__name__}: {e})", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -68,7 +68,8 @@ def cmd_viz(args) -> int:
         from scratchformer.viz import report_bert
 
         def draw(out):
-            return report_bert(out, args.text, None if args.bert is True else args.bert, only=only)
+            return report_bert(out, args.text, None if args.bert is True else args.bert, only=only,
+                               on_note=lambda note: print(f"note: --text is {note}", file=sys.stderr))
 
         paths = _into(args.out or "out/viz-bert", draw)
     else:

@@ -34,6 +34,7 @@ import numpy as np
 from scratchformer.checks import check_positive_int, check_positive_number, check_token_ids
 from scratchformer.errors import CheckpointError, ConfigError, DataError
 from scratchformer.interop.hf_files import read_json, read_safetensors
+from scratchformer.limits import check_fits
 from scratchformer.nn.module import Module
 
 __all__ = ["BertConfig", "BertEncoder", "load_hf_bert", "hf_to_scratch_state_dict"]
@@ -322,6 +323,15 @@ def load_hf_state_dict(path: str | Path) -> dict[str, np.ndarray]:
     raise CheckpointError(f"model weights not found: {single}{hint}")
 
 
+def bert_param_count(config: BertConfig) -> int:
+    """Parameters of a `BertEncoder` of this config: the three embedding tables and their
+    LayerNorm, then per layer q, k, v and output projections, the feed-forward and two LayerNorms."""
+    d, ff = config.hidden_size, config.intermediate_size
+    embeddings = (config.vocab_size + config.max_position_embeddings + config.type_vocab_size) * d + 2 * d
+    per_layer = 4 * d * d + 4 * d + 2 * d * ff + ff + d + 4 * d
+    return embeddings + config.num_hidden_layers * per_layer
+
+
 def load_hf_bert(path: str | Path, dtype=np.float32) -> BertEncoder:
     """Load a Hugging Face BERT-family checkpoint directory into a `BertEncoder` (eval mode).
 
@@ -338,6 +348,8 @@ def load_hf_bert(path: str | Path, dtype=np.float32) -> BertEncoder:
     if not np.issubdtype(dtype, np.floating):
         raise ConfigError(f"dtype must be a floating type, got {dtype}")
     config = BertConfig.from_json(path / "config.json")
+    check_fits(bert_param_count(config) * dtype.itemsize, f"the BERT model of {path / 'config.json'} "
+               f"(about {bert_param_count(config):,} parameters)", "its sizes (is it the right config.json?)")
     hf = load_hf_state_dict(path)
     sd = hf_to_scratch_state_dict(hf, config.num_hidden_layers)
     model = BertEncoder(config, dtype=dtype)

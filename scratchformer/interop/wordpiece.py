@@ -135,10 +135,23 @@ class WordPieceTokenizer:
         enc = self.tokenizer.encode(self._check_text(text, "text"))
         return enc.tokens
 
+    def count_tokens(self, text: str) -> int:
+        """How many tokens (with [CLS]/[SEP]) the text has before truncation to max_length."""
+        self.tokenizer.no_truncation()
+        try:
+            return len(self.tokenizer.encode(self._check_text(text, "text")).ids)
+        finally:
+            self.tokenizer.enable_truncation(max_length=self.max_length, strategy="longest_first")
+
     @staticmethod
     def _check_text(t, what: str) -> str:
         if not isinstance(t, str):
             raise DataError(f"{what} must be a string, got {type(t).__name__}")
+        try:
+            t.encode("utf-8")
+        except UnicodeEncodeError as e:  # a lone surrogate: what Python makes of invalid UTF-8 bytes in argv
+            raise DataError(f"{what} is not valid Unicode text (a lone surrogate {t[e.start]!r} at character "
+                            f"{e.start}: was it invalid UTF-8?)") from None
         return t
 
     def encode(

@@ -175,7 +175,9 @@ class LMJob:
             eos = None
         check_fits(generation_bytes(n, len(ids), max_new, self.model.config.n_layer, self.model.config.n_embd,
                                     tok.vocab_size) + 8 * n * (len(ids) + max_new),
-                   f"{n:,} samples of up to {len(ids) + max_new:,} tokens", "-n or --max-new-tokens")
+                   f"{n:,} samples of up to {len(ids) + max_new:,} tokens",
+                   "-n or --max-new-tokens" if len(ids) <= max_new else f"the prompt ({len(ids):,} tokens), -n "
+                                                                        "or --max-new-tokens")
         idx = np.tile(ids, (n, 1))
         out = self.model.generate(idx, max_new, temperature=temperature, top_k=top_k, top_p=top_p,
                                   rng=rng, eos_id=eos)

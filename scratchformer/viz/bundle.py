@@ -357,9 +357,12 @@ def _lens_part(model, kind, ids, tokens, tgt_ids, tgt_tokens, vocab_labels) -> t
     return figures, checks
 
 
-def report_bert(out_dir, text: str, path=None, only=None) -> list[Path]:
+def report_bert(out_dir, text: str, path=None, only=None, on_note=None) -> list[Path]:
     """`report` for a BERT checkpoint directory (default: the installed all-MiniLM-L6-v2),
-    with its WordPiece tokens as labels. only: as in `report`."""
+    with its WordPiece tokens as labels. only: as in `report`. A text longer than the
+    tokenizer's max_length is cut to its first max_length tokens, as the encoder reads it; the
+    report's title says so, and on_note (if given) is called with that note
+    ("602 tokens, first 256 shown")."""
     from scratchformer.interop.bert import load_hf_bert
     from scratchformer.interop.sentence import default_model_dir
     from scratchformer.interop.wordpiece import WordPieceTokenizer
@@ -369,10 +372,15 @@ def report_bert(out_dir, text: str, path=None, only=None) -> list[Path]:
     tok = WordPieceTokenizer.from_dir(path)
     ids = tok.encode([text])["input_ids"][0]
     tokens = tok.tokenize(text)
+    total = tok.count_tokens(text)
+    note = f"{total} tokens, first {len(ids)} shown" if total > len(ids) else None
+    if note and on_note is not None:
+        on_note(note)
     vocab = tok.tokenizer.get_vocab()
     labels = [""] * len(vocab)
     for word, i in vocab.items():
         if i < len(labels):
             labels[i] = word
+    name = path.parent.name if path.name == "model" else path.name
     return report(model, out_dir, ids, tokens, vocab_labels=labels, only=only,
-                  title=f"{path.parent.name if path.name == 'model' else path.name}: {text[:60]!r}")
+                  title=f"{name}: {text[:60]!r}" + (f" ({note})" if note else ""))
