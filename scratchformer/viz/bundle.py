@@ -303,7 +303,9 @@ def _more_inputs(model, kind, ids) -> list[np.ndarray]:
     rng = np.random.default_rng(0)
     if kind == "gpt":
         start = np.full((MORE_INPUTS, 1), ids[0], dtype=np.int64)
-        return list(model.generate(start, max(1, min(MORE_TOKENS, model.config.block_size - 1)), rng=rng))
+        if model.config.block_size == 1:  # no room to generate: the start tokens alone
+            return list(start)
+        return list(model.generate(start, min(MORE_TOKENS, model.config.block_size - 1), rng=rng))
     return [rng.permutation(ids) for _ in range(MORE_INPUTS)]
 def _lens_part(model, kind, ids, tokens, tgt_ids, tgt_tokens, vocab_labels) -> tuple[list, list[str]]:
     """The lens analyses on the report's input: (stem, title, caption, figure) each, and the
