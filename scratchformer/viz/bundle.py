@@ -307,6 +307,8 @@ def _more_inputs(model, kind, ids) -> list[np.ndarray]:
             return list(start)
         return list(model.generate(start, min(MORE_TOKENS, model.config.block_size - 1), rng=rng))
     return [rng.permutation(ids) for _ in range(MORE_INPUTS)]
+
+
 def _lens_part(model, kind, ids, tokens, tgt_ids, tgt_tokens, vocab_labels) -> tuple[list, list[str]]:
     """The lens analyses on the report's input: (stem, title, caption, figure) each, and the
     check lines. The explained token is the model's prediction at the last position."""
@@ -338,10 +340,11 @@ def _lens_part(model, kind, ids, tokens, tgt_ids, tgt_tokens, vocab_labels) -> t
         figures.append(("lens_logit_lens", "Logit lens", "Each layer's residual stream through the final norm and "
                         "the unembedding: the token it would predict next, and how sure it is. The last row is the "
                         "model's own prediction.", LF.logit_lens_figure(ll, list(positions), label)))
-    abl = lens.head_ablation(model, loss_inputs)
-    checks.append(str(abl.check))
-    figures.append(("lens_ablation", "Head ablation", "The loss on this input with one head's output set to 0: "
-                    "red heads help, blue heads hurt.", LF.ablation_figure(abl)))
+    if loss_inputs is not None:  # a one-token GPT input predicts nothing: no loss to ablate
+        abl = lens.head_ablation(model, loss_inputs)
+        checks.append(str(abl.check))
+        figures.append(("lens_ablation", "Head ablation", "The loss on this input with one head's output set to 0: "
+                        "red heads help, blue heads hurt.", LF.ablation_figure(abl)))
     objective = lens.logit_objective(-1, target)
     sal = lens.saliency(model, inputs, objective)
     ig = lens.integrated_gradients(model, inputs, objective, steps=32)
