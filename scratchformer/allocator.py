@@ -6,8 +6,14 @@ step pays a page fault for every 4 KiB page it touches again: measured, a fifth 
 training step (docs/performance.md). `keep_freed_memory()` raises glibc's mmap and trim
 thresholds so those blocks are reused instead. It is a no-op off glibc (macOS, Windows,
 musl), and calling it twice is harmless (the first call does the work, later ones return
-at once). `AdamW` and `SGD` call it when they are built, so any training loop gets it, a
-hand-written one included.
+at once).
+
+It changes the whole process's malloc, so nothing calls it behind a user's back: `train()`
+and every `scratchformer` command call it; a script of your own (a hand-written training
+loop, `SentenceEncoder.encode` over many texts) calls it once at its start:
+
+    from scratchformer.allocator import keep_freed_memory
+    keep_freed_memory()
 """
 
 from __future__ import annotations

@@ -492,11 +492,3 @@ def test_keep_freed_memory_is_idempotent():
     first = keep_freed_memory()
     assert keep_freed_memory() == first
     assert isinstance(first, bool)
-
-
-def test_optimizers_apply_the_allocator_tuning(monkeypatch):
-    calls = []
-    monkeypatch.setattr(optimizers, "keep_freed_memory", lambda: calls.append(1) or True)
-    AdamW([Parameter(np.ones(3))])
-    SGD([Parameter(np.ones(3))], lr=0.1)
-    assert len(calls) == 2

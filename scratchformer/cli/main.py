@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from scratchformer.allocator import keep_freed_memory
 from scratchformer.checks import Bool, Int, Maybe, SchemaMismatch, Str
 from scratchformer.cli.exercise import add_parser as add_exercise_parser
 from scratchformer.cli.exercise import cmd_exercise
@@ -461,6 +462,7 @@ COMMANDS = {"train": cmd_train, "sample": cmd_sample, "eval": cmd_eval, "predict
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    keep_freed_memory()  # the allocator tuning every command runs with (scratchformer/allocator.py)
     try:  # NaN and overflow are handled where they matter (the trainer stops on them): no numpy warnings
         with np.errstate(all="ignore"):
             return COMMANDS[args.command](args)

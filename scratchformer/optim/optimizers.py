@@ -22,9 +22,6 @@ Fast lane (`scratchformer/fast/optim.py`, docs/performance.md): an AdamW built w
 lane is on (the default) keeps every parameter, gradient and moment in one flat buffer and
 updates it in cache-sized in-place pieces, bit-identical to the per-parameter update below;
 `clip_grad_norm` then takes the norm of that buffer in one pass.
-
-Building an optimizer also calls `scratchformer.allocator.keep_freed_memory()`, so a
-hand-written training loop gets the same allocator tuning as `train()`.
 """
 
 from __future__ import annotations
@@ -35,7 +32,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from scratchformer import fast
-from scratchformer.allocator import keep_freed_memory, shared_empty
+from scratchformer.allocator import shared_empty
 from scratchformer.errors import CheckpointError, ConfigError
 from scratchformer.fast import optim as fast_optim
 from scratchformer.nn import Embedding, LearnedPositionalEmbedding
@@ -135,7 +132,6 @@ class _Optimizer:
         self.params: list[Parameter] = [p for g in self.param_groups for p in g["params"]]
         self.lr = float(lr)
         self.step_count = 0  # number of step() calls so far (torch's per-param "step")
-        keep_freed_memory()  # idempotent; see scratchformer/allocator.py
 
     def zero_grad(self) -> None:
         for p in self.params:

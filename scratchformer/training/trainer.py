@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from scratchformer.allocator import keep_freed_memory
 from scratchformer.errors import CheckpointError, ConfigError, TrainingDivergedError, TrainingInterrupted
 from scratchformer.limits import check_training_fits, gemm_peak_flops, model_flops_per_token
 from scratchformer.nn import DataParallel, set_dropout_rng
@@ -196,6 +197,7 @@ def train(job, cfg: TrainConfig, out_dir: str | Path, resume: bool = False, prog
 
 
 def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, overwrite) -> dict:
+    keep_freed_memory()  # freed temporaries stay in the process (scratchformer/allocator.py)
     # Before any step: the settings and the model's config must be what a checkpoint can hold
     # (a field changed after the config was built, or a value beyond its declaration, would
     # otherwise surface only at the first save).
