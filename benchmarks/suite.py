@@ -146,7 +146,7 @@ def worker_train(lib: str, config: str, steps: int, warmup: int, workers: int = 
     rss_before = _peak_rss_mib()
     if lib == "scratchformer":
         from scratchformer.models import GPT, GPTConfig
-        from scratchformer.nn import DataParallel
+        from scratchformer.training.parallel import DataParallel
         from scratchformer.optim import AdamW, clip_grad_norm, param_groups
 
         gpt = GPT(GPTConfig(vocab_size=V, block_size=T, n_layer=L, n_head=H, n_embd=C), seed=0)

@@ -413,12 +413,13 @@ def cmd_sample(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from scratchformer.nn import DataParallel
+    from scratchformer.training.parallel import DataParallel, check_workers
     from scratchformer.training.jobs import load_job
     from scratchformer.training.schema import strict_json
 
     job = load_job(args.dir, data=args.data, allow_changed_data=args.allow_changed_data)
     split = args.split or job.default_split
+    check_workers(args.workers)
     runner = DataParallel(job.model, args.workers)  # with workers=1, the model alone
     try:
         metrics = job.evaluate(split, runner=runner, **_given(args, ["beam"]))
