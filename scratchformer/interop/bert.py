@@ -126,6 +126,8 @@ class BertConfig:
 class BertEncoder(Model):
     """BERT's embeddings + post-norm encoder stack, returning the last hidden state."""
 
+    _targets_name = None  # no loss: backward takes grad_output
+
     def __init__(self, config: BertConfig, dtype=np.float32):
         super().__init__()
         from scratchformer.nn import Embedding, EncoderBlock, LayerNorm
@@ -264,8 +266,6 @@ def hf_to_scratch_state_dict(hf: dict[str, np.ndarray], num_layers: int) -> dict
     Keys outside the encoder (pooler, MLM/NSP heads, ``position_ids``) are dropped. A missing
     encoder key is a CheckpointError naming it.
     """
-
-    _targets_name = None  # no loss: backward takes grad_output
     hf = {_normalise_key(k): v for k, v in hf.items()}
     out: dict[str, np.ndarray] = {}
     qkv: dict[tuple[int, str, str], np.ndarray] = {}
