@@ -485,3 +485,20 @@ def test_ctrl_c_ends_at_once_even_while_a_worker_is_stopped(tmp_path):
     assert err.count("\n") == 1 and err.startswith("scratchformer train: interrupted at step "), err
     assert "Exception ignored" not in err and "Traceback" not in err
     assert load_checkpoint(tmp_path / "run" / "last").step >= 0
+
+
+def test_a_step_that_cannot_end_in_time_is_refused_at_the_start(tmp_path):
+    from scratchformer.cli.main import main
+    from scratchformer.training.lm import LMJob
+    from scratchformer.training.trainer import train
+
+    base = ["train", "--max-steps", "5", "--n-layer", "1", "--n-embd", "16", "--n-head", "2", "--workers", "1",
+            "--no-progress", "--quiet"]
+    assert main(base + ["--grad-accum", "3000000000", "--time-limit", "1", "--out", str(tmp_path / "a")]) == 2
+    assert not (tmp_path / "a" / "last").exists()
+    job = LMJob.create("lines", dict(n_layer=1, n_head=2, n_embd=16), {"split_seed": 1337}, 0)
+    with pytest.raises(ConfigError, match=r"--grad-accum 1,000 makes one step take about .* longer than "
+                                          r"--time-limit 0.001"):
+        train(job, TrainConfig(max_steps=5, grad_accum=1000, time_limit=0.001, workers=1, batch_size=8),
+              tmp_path / "b", progress=False, verbose=False)
+    assert not (tmp_path / "b" / "last").exists()

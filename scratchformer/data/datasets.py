@@ -16,7 +16,7 @@ import numpy as np
 
 from scratchformer.data.tokenizer import IGNORE_INDEX, CharTokenizer
 from scratchformer.errors import ConfigError, DataError
-from scratchformer.limits import check_fits, check_line_lengths
+from scratchformer.limits import check_fits, check_line_lengths, check_text_fits
 
 DEFAULT_TEXT_BLOCK_SIZE = 128
 # The one default seed (nanoGPT's): initial weights, batches, dropout and the split of a lines
@@ -167,6 +167,7 @@ def read_text(path: Path | None) -> tuple[str, str]:
         if path.is_dir():
             raise DataError(f"dataset path is a directory: {path}: pass a text file")
         try:
+            check_text_fits(path.stat().st_size, source)  # ~10 bytes of memory per byte of text
             data = path.read_bytes()
         except OSError as e:
             raise DataError(f"cannot read dataset file {path}: {e.strerror}") from None

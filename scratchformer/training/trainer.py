@@ -198,6 +198,23 @@ def train(job, cfg: TrainConfig, out_dir: str | Path, resume: bool = False, prog
         return _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, overwrite)
 
 
+MAX_GRAD_ACCUM = 1 << 16  # micro-batches a step: more is a step nobody waits for (a larger batch does it)
+
+
+def _check_step_can_end(cfg: TrainConfig, micro_batch_s: float | None = None) -> None:
+    """Refuse, at the start, a gradient accumulation no run can finish a step of, or one whose
+    step outlasts --time-limit (checked between steps only): `micro_batch_s` is the first
+    micro-batch's time, once measured."""
+    if cfg.grad_accum > MAX_GRAD_ACCUM:
+        raise ConfigError(f"--grad-accum {cfg.grad_accum:,} micro-batches a step cannot be honoured: give at most "
+                          f"{MAX_GRAD_ACCUM:,} (a larger --batch-size does the same work in fewer micro-batches)")
+    if micro_batch_s is not None and cfg.time_limit is not None and micro_batch_s * cfg.grad_accum > cfg.time_limit:
+        raise ConfigError(f"--grad-accum {cfg.grad_accum:,} makes one step take about "
+                          f"{micro_batch_s * cfg.grad_accum:.3g} s ({micro_batch_s:.2g} s a micro-batch), longer than "
+                          f"--time-limit {cfg.time_limit:g}, which is checked between steps: lower --grad-accum or "
+                          "raise --time-limit")
+
+
 def processes_that_run(cfg: TrainConfig) -> tuple[TrainConfig, str | None]:
     """cfg with `workers` as many processes as can run (what the run records, so that a resume
     elsewhere repeats it), and a note when that is fewer than asked: one where processes cannot
@@ -219,6 +236,7 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, over
     # otherwise surface only at the first save).
     cfg.validate()
     check_json(job.config_dict(), CONFIG, out_dir / LAST / "config.json", hint="change the setting it names")
+    _check_step_can_end(cfg)
     cfg, note = processes_that_run(cfg)
     if note:
         _say(note)
@@ -255,7 +273,7 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, over
             clear_run(out_dir)
         check_fresh(out_dir)
         start_log(out_dir / LOG)
-    check_training_fits(model, cfg.batch_size)
+    check_training_fits(model, cfg.batch_size, cfg.workers)
 
     def save(which: str) -> None:
         # losses are checked before any save; NaN here only means "not evaluated yet" (Ctrl-C)
@@ -287,7 +305,7 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, over
     start = time.perf_counter()
     stopped_by, train_loss = "max_steps", float("nan")
     tokens_since, steps_since, t_since = 0, 0, time.perf_counter()
-    step_start = None
+    step_start, first_step = None, cfg.time_limit is not None and cfg.grad_accum > 1
     with LogWriter(out_dir / LOG) as log, _StopRequests() as stop:
         try:
             while step < cfg.max_steps:
@@ -304,10 +322,14 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, over
                 loss_sum = 0.0
                 # where a step abandoned half-way (a worker fails, Ctrl-C during a wait) restarts
                 step_start = (data_rng.bit_generator.state, dropout_rng.bit_generator.state)
-                for _ in range(cfg.grad_accum):
+                for micro in range(cfg.grad_accum):
+                    t_micro = time.perf_counter()
                     loss, n_tokens = job.forward_backward(job.train_batch(data_rng, cfg.batch_size), runner)
                     loss_sum += loss
                     tokens_since += n_tokens
+                    if micro == 0 and first_step:  # nothing saved yet: a step that outlasts the limit is refused
+                        first_step = False
+                        _check_step_can_end(cfg, time.perf_counter() - t_micro)
                 if cfg.grad_accum > 1:  # each backward gave d(mean loss); average the micro-batches
                     for p in params:
                         p.grad *= 1.0 / cfg.grad_accum
