@@ -348,6 +348,15 @@ def test_workers_beyond_reason_are_refused_naming_the_option():
             check_workers(bad)
 
 
+def test_the_cli_refuses_unreasonable_workers_in_one_line(tmp_path, capsys):
+    from scratchformer.cli.main import main
+
+    assert main(["train", "--workers", "1500", "--max-steps", "1", "--out", str(tmp_path / "run"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("scratchformer train: error: --workers must be an integer from 1 to") and err.count("\n") == 1
+    assert not (tmp_path / "run" / "last").exists()
+
+
 def test_a_refused_fork_is_one_line(monkeypatch):
     import multiprocessing.process
 
