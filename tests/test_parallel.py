@@ -253,8 +253,10 @@ def test_weights_are_copied_or_read_in_place_and_a_rebuilt_buffer_forks_fresh_wo
         # copied weights may move (the copy follows them); weights read in place may not
         assert (parallel._pool is pool) == (not optimiser_first)
         assert (parallel.worker_pids() == pids) == (not optimiser_first)
+        # AdamW divides by sqrt(v): an entry whose gradient is near 0 turns the split batch's float32
+        # rounding into a step of up to ~lr * 1e-3 (2.6e-5 seen on a bias)
         for (n, p), q in zip(alone.named_parameters(), parallel.module.parameters()):
-            np.testing.assert_allclose(q.data, p.data, rtol=1e-4, atol=2e-5, err_msg=n)
+            np.testing.assert_allclose(q.data, p.data, rtol=1e-4, atol=5e-5, err_msg=n)
         parallel.close()
 
 
@@ -496,14 +498,18 @@ def test_ctrl_c_ends_at_once_even_while_a_worker_is_stopped(tmp_path):
     assert load_checkpoint(tmp_path / "run" / "last").step >= 0
 
 
-def test_a_step_that_cannot_end_in_time_is_refused_at_the_start(tmp_path):
+def test_a_step_that_cannot_end_in_time_is_refused_at_the_start(tmp_path, capsys):
     from scratchformer.cli.main import main
     from scratchformer.training.lm import LMJob
     from scratchformer.training.trainer import train
 
     base = ["train", "--max-steps", "5", "--n-layer", "1", "--n-embd", "16", "--n-head", "2", "--workers", "1",
             "--no-progress", "--quiet"]
-    assert main(base + ["--grad-accum", "3000000000", "--time-limit", "1", "--out", str(tmp_path / "a")]) == 2
+    with pytest.raises(SystemExit) as refused:  # beyond what a checkpoint holds: the option refuses it
+        main(base + ["--grad-accum", "3000000000", "--time-limit", "1", "--out", str(tmp_path / "a")])
+    assert refused.value.code == 2
+    assert main(base + ["--grad-accum", "100000", "--time-limit", "1", "--out", str(tmp_path / "a")]) == 2
+    assert "--grad-accum 100,000 micro-batches a step cannot be honoured" in capsys.readouterr().err
     assert not (tmp_path / "a" / "last").exists()
     job = LMJob.create("lines", dict(n_layer=1, n_head=2, n_embd=16), {"split_seed": 1337}, 0)
     with pytest.raises(ConfigError, match=r"--grad-accum 1,000 makes one step take about .* longer than "
