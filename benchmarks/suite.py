@@ -146,12 +146,16 @@ def worker_train(lib: str, config: str, steps: int, warmup: int, workers: int = 
     rss_before = _peak_rss_mib()
     if lib == "scratchformer":
         from scratchformer.models import GPT, GPTConfig
-        from scratchformer.nn import DataParallel
+        from scratchformer.training.parallel import DataParallel
         from scratchformer.optim import AdamW, clip_grad_norm, param_groups
 
+        from scratchformer.allocator import keep_freed_memory
+
+        keep_freed_memory()  # as train() does
         gpt = GPT(GPTConfig(vocab_size=V, block_size=T, n_layer=L, n_head=H, n_embd=C), seed=0)
-        model = DataParallel(gpt, workers) if workers > 1 else gpt
         opt = AdamW(param_groups(gpt, 0.1), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)
+        # as the trainer: the optimiser's state moves into shared memory when the workers fork
+        model = DataParallel(gpt, workers, optimizer=opt) if workers > 1 else gpt
         params = gpt.parameters()
         n_params = sum(p.data.size for p in params)
 

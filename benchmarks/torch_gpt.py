@@ -53,13 +53,13 @@ class TorchGPT(tnn.Module):
                 tnn.init.zeros_(p)
 
     def forward(self, idx, targets):
-        """Mean cross-entropy of the next-token targets (-1 ignored)."""
+        """Mean cross-entropy of the next-token targets (-100, scratchformer.ops.IGNORE_INDEX, ignored)."""
         x = self.drop(self.wte(idx) + self.wpe(torch.arange(idx.shape[1])))
         for block in self.h:
             x = block(x)
         x = self.ln_f(x)
         logits = x @ self.wte.weight.T if self.lm_head is None else self.lm_head(x)
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-1)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100)
 
 
 def scratchformer_state(model: TorchGPT) -> dict:

@@ -6,20 +6,21 @@ step pays a page fault for every 4 KiB page it touches again: measured, a fifth 
 training step (docs/performance.md). `keep_freed_memory()` raises glibc's mmap and trim
 thresholds so those blocks are reused instead. It is a no-op off glibc (macOS, Windows,
 musl), and calling it twice is harmless (the first call does the work, later ones return
-at once). `AdamW` and `SGD` call it when they are built, so any training loop gets it, a
-hand-written one included.
+at once).
+
+It changes the whole process's malloc, so nothing calls it behind a user's back: `train()`
+and every `scratchformer` command call it; a script of your own (a hand-written training
+loop, `SentenceEncoder.encode` over many texts) calls it once at its start:
+
+    from scratchformer.allocator import keep_freed_memory
+    keep_freed_memory()
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import math
-import mmap
 import sys
-import weakref
-
-import numpy as np
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # from glibc's malloc.h
 _done = False
@@ -40,38 +41,3 @@ def keep_freed_memory(mmap_threshold: int = 32 << 20, trim_threshold: int = 512 
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     _done = bool(mallopt(_M_MMAP_THRESHOLD, mmap_threshold)) and bool(mallopt(_M_TRIM_THRESHOLD, trim_threshold))
     return _done
-
-
-_SHARED: weakref.WeakSet = weakref.WeakSet()  # the mmaps shared_empty made
-
-
-def shared_empty(shape, dtype) -> np.ndarray:
-    """An uninitialised array in anonymous shared memory (mmap MAP_SHARED | MAP_ANONYMOUS).
-
-    In one process it is ordinary memory. A process forked later (DataParallel's workers)
-    shares its pages instead of copying them when this process writes: an optimiser's state,
-    written every step, would otherwise leave each worker holding the stale copies it inherited
-    (measured at medium size: 172 MB a worker, its flat weights, gradients and both moments).
-    """
-    dtype, shape = np.dtype(dtype), tuple(shape) if isinstance(shape, (tuple, list)) else (int(shape),)
-    count = math.prod(shape)
-    buffer = mmap.mmap(-1, max(count * dtype.itemsize, 1))  # zero-filled pages, shared across fork
-    _SHARED.add(buffer)
-    flat = np.frombuffer(buffer, dtype=dtype, count=count)  # owns its memory: views' .base is flat
-    return flat if len(shape) == 1 else flat.reshape(shape)
-
-
-def shared_zeros_like(a: np.ndarray) -> np.ndarray:
-    """Zeros of a's shape and dtype in shared memory (see shared_empty; fresh pages are zero)."""
-    return shared_empty(a.shape, a.dtype)
-
-
-def is_shared(a: np.ndarray) -> bool:
-    """Whether a's memory comes from shared_empty: a process forked later sees this one's writes
-    to it (DataParallel's workers read such weights in place instead of a copy)."""
-    base = a
-    while isinstance(base, np.ndarray):
-        base = base.base
-    if isinstance(base, memoryview):
-        base = base.obj
-    return base is not None and base in _SHARED

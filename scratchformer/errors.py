@@ -58,7 +58,7 @@ class BackwardError(ScratchformerError, RuntimeError):
 
 
 class ParallelWorkerError(ScratchformerError, RuntimeError):
-    """A worker process of nn.DataParallel failed or stopped."""
+    """A worker process of training.parallel.DataParallel failed or stopped."""
 
 
 class TrainingDivergedError(ScratchformerError, ArithmeticError):

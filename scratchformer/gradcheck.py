@@ -65,7 +65,7 @@ def gradcheck(module: Module, *inputs, kwargs: dict | None = None, eps: float = 
 
     The module is deep-copied and converted to float64 (the original is untouched). The
     forward must return one array; the loss is sum(out * R) for a fixed random R, so the
-    backward is called with R. Float inputs are named input0, input1, ...; integer inputs
+    backward is called with R (a model's `grad_output`). Float inputs are named input0, input1, ...; integer inputs
     (token ids) are passed through untouched.
     """
     kwargs = kwargs or {}
@@ -82,7 +82,8 @@ def gradcheck(module: Module, *inputs, kwargs: dict | None = None, eps: float = 
     out = forward()
     R = np.random.default_rng(seed).standard_normal(out.shape)
     m.zero_grad()
-    grads = m.backward(R)
+    # a model (models/base.py: it has loss_count) takes the output's gradient by name; a layer positionally
+    grads = m.backward(grad_output=R) if hasattr(m, "loss_count") else m.backward(R)
     grads = grads if isinstance(grads, tuple) else (grads,)
     float_idx = [i for i, x in enumerate(xs) if _is_float(x)]
 

@@ -2,10 +2,13 @@
 naming the option to lower instead of a MemoryError traceback or a machine that swaps.
 
 The estimates are deliberately rough upper bounds (what matters is the order of magnitude:
-a --block-size of 10^6 asks for terabytes); `check_fits` compares them with the memory the
-machine has available now.
+a --block-size of 10^6 asks for terabytes); `check_fits` compares them with the memory this
+process can really have now: the smallest of the machine's MemAvailable, its cgroup's limit
+(memory.max, or memory.limit_in_bytes under cgroup v1) less what the cgroup uses, and its
+address-space limit (`ulimit -v`, RLIMIT_AS) less what it has mapped.
 
-    available_memory()                  bytes free now (MemAvailable), or None if unknown
+    memory_limits()                     {name of the limit: bytes left under it}
+    available_memory()                  the smallest of them, or None if none is known
     gpt_param_count(config)             parameters of a GPT config (dict or GPTConfig)
     training_state_bytes(n_params)      weights + grads + AdamW's two moments
     activation_bytes(...)               one training micro-batch's forward cache
@@ -13,7 +16,8 @@ machine has available now.
     check_fits(nbytes, what, option)    ResourceError naming `option` if it does not fit
     check_line_lengths(lines, path)     DataError naming the first line that is too long
     check_model_fits(config, ...)       before building a model (any kind) from its config
-    check_training_fits(model, B)       before the first training step: state + one batch
+    check_training_fits(model, B, W)    before the first training step: state + one batch + W processes
+    check_text_fits(nbytes, source)     before reading a data file: TEXT_BYTES_PER_BYTE of memory each
     model_flops_per_token(model)        6N + 12 L C T (nanoGPT's estimate), for MFU
     gemm_peak_flops()                   float32 GEMM FLOP/s, measured once (well under a second)
 """
@@ -32,22 +36,86 @@ FLOAT_BYTES = 4  # float32, the library's default dtype
 USABLE_FRACTION = 0.9  # leave the rest to the OS and the Python interpreter
 LAYER_OVERHEAD_BYTES = 32 * 1024  # Python objects of one block (~15 KB measured for a tiny GPT block), doubled
 MAX_LINE_CHARS = 1000  # a "lines" data set is names and short items; 1,000 chars is generous
+# memory a data file costs while it is read and encoded, per byte of the file (measured on
+# tinyshakespeare: the bytes, the decoded str, the int64 ids and the split copies, ~9.6)
+TEXT_BYTES_PER_BYTE = 10
+PROCESS_BYTES = 64 << 20  # a forked training process beyond its share of the batch: Python, NumPy, buffers
 
 
-def available_memory() -> int | None:
-    """Bytes of memory available to a new allocation: MemAvailable from /proc/meminfo
-    (Linux), else free pages times the page size, else None (unknown)."""
+def _read_first(path: str) -> str | None:
     try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024  # the value is in kB
-    except (OSError, ValueError, IndexError):
-        pass
+        with open(path, encoding="ascii") as f:
+            return f.read(4096).strip()
+    except (OSError, ValueError):
+        return None
+
+
+def _machine_available() -> int | None:
+    """MemAvailable from /proc/meminfo (Linux), else free pages times the page size."""
+    text = _read_first("/proc/meminfo")
+    for line in (text or "").splitlines():
+        if line.startswith("MemAvailable:"):
+            try:
+                return int(line.split()[1]) * 1024  # the value is in kB
+            except (ValueError, IndexError):
+                break
     try:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
         return None
+
+
+def _cgroup_left(root: str = "/sys/fs/cgroup") -> int | None:
+    """Bytes this process's cgroup may still use: memory.max - memory.current (v2), or
+    memory.limit_in_bytes - memory.usage_in_bytes (v1); None without a limit."""
+    paths = []
+    for line in (_read_first("/proc/self/cgroup") or "").splitlines():
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if controllers == "":  # v2: one unified hierarchy
+            paths.append((f"{root}{path.rstrip('/')}/memory.max", f"{root}{path.rstrip('/')}/memory.current"))
+        elif "memory" in controllers.split(","):
+            paths.append((f"{root}/memory{path.rstrip('/')}/memory.limit_in_bytes",
+                          f"{root}/memory{path.rstrip('/')}/memory.usage_in_bytes"))
+    # inside a container the process's own cgroup is usually mounted at the root
+    paths += [(f"{root}/memory.max", f"{root}/memory.current"),
+              (f"{root}/memory/memory.limit_in_bytes", f"{root}/memory/memory.usage_in_bytes")]
+    for limit_path, usage_path in paths:
+        limit = _read_first(limit_path)
+        if limit is None:
+            continue
+        if not limit.isdigit() or int(limit) >= 1 << 60:  # "max", or v1's "no limit" (~2^63)
+            return None
+        usage = _read_first(usage_path)
+        return max(int(limit) - (int(usage) if usage and usage.isdigit() else 0), 0)
+    return None
+
+
+def _address_space_left() -> int | None:
+    """Bytes this process may still map under RLIMIT_AS (`ulimit -v`); None without a limit."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    mapped = 0
+    for line in (_read_first("/proc/self/status") or "").splitlines():
+        if line.startswith("VmSize:"):
+            mapped = int(line.split()[1]) * 1024
+    return max(soft - mapped, 0)
+
+
+def memory_limits() -> dict[str, int]:
+    """{what limits it: bytes this process can still allocate under it}, for each limit known."""
+    limits = {"the machine's available memory": _machine_available(), "the cgroup's memory limit": _cgroup_left(),
+              "the address-space limit (ulimit -v)": _address_space_left()}
+    return {name: left for name, left in limits.items() if left is not None}
+
+
+def available_memory() -> int | None:
+    """Bytes a new allocation can have: the smallest of memory_limits(), or None (unknown)."""
+    return min(memory_limits().values(), default=None)
 
 
 def _get(config, name: str, default=None):
@@ -102,13 +170,22 @@ def check_fits(nbytes: int, what: str, option: str, available: int | None = None
     ("--batch-size or --block-size"). `available` defaults to available_memory(); when that
     is unknown, nothing is checked.
     """
+    _refuse_if(nbytes, what, f"lower {option}", available)
+
+
+def _refuse_if(nbytes: int, what: str, fix: str, available: int | None = None) -> None:
+    which = None
     if available is None:
-        available = available_memory()
+        limits = memory_limits()
+        if limits:
+            which = min(limits, key=limits.get)
+            available = limits[which]
     if available is None:
         return
     if nbytes > USABLE_FRACTION * available:
-        raise ResourceError(f"{what} needs about {_gb(nbytes)} of memory but {_gb(available)} is available: "
-                            f"lower {option}")
+        under = "" if which is None or which.startswith("the machine") else f" under {which}"
+        raise ResourceError(f"{what} needs about {_gb(nbytes)} of memory but {_gb(available)} is available{under}: "
+                            f"{fix}")
 
 
 def check_line_lengths(lines, path, limit: int = MAX_LINE_CHARS, option: str = "--format text") -> None:
@@ -150,12 +227,21 @@ def check_model_fits(config, training: bool, option: str = "--n-embd, --n-layer 
                option)
 
 
-def check_training_fits(model, batch_size: int) -> None:
-    """Before the first step: the training state of `model` plus one micro-batch's activations."""
+def check_training_fits(model, batch_size: int, workers: int = 1) -> None:
+    """Before the first step: the training state of `model` plus one micro-batch's activations
+    (split over the processes, the same in all) plus each further process's own overhead."""
     L, C, heads, T, V = _dims(model.config)
     state = 3 * model.num_parameters() * FLOAT_BYTES  # gradients and AdamW's m, v (the weights exist)
-    check_fits(state + activation_bytes(batch_size, T, L, C, heads, V),
-               f"training with --batch-size {batch_size} and a context of {T}", "--batch-size or --block-size")
+    processes = "" if workers == 1 else f" in {workers} processes"
+    check_fits(state + activation_bytes(batch_size, T, L, C, heads, V) + (workers - 1) * PROCESS_BYTES,
+               f"training with --batch-size {batch_size} and a context of {T}{processes}",
+               "--batch-size or --block-size" + (", or --workers" if workers > 1 else ""))
+
+
+def check_text_fits(nbytes: int, source: str, option: str = "--data") -> None:
+    """Before reading a data file of `nbytes` bytes: what reading and encoding it costs."""
+    _refuse_if(TEXT_BYTES_PER_BYTE * nbytes, f"reading the data file {source} ({nbytes:,} bytes)",
+               f"give {option} a smaller file")
 
 
 def model_flops_per_token(model) -> float:

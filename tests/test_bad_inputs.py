@@ -574,7 +574,7 @@ def _api_cases():
     def s2s_backward(grad):
         s2s.train()
         s2s(src, src, src)
-        s2s.backward(grad)
+        s2s.backward(grad_output=grad)
 
     return {
         "attention-0-positions": lambda: MultiHeadAttention(4, 1)(np.zeros((1, 0, 4), np.float32)),

@@ -17,6 +17,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 from scratchformer.data.bpe import END_OF_TEXT, BPETokenizer  # noqa: E402
 from scratchformer.data.bundled import resolve_data  # noqa: E402
 from scratchformer.errors import CheckpointError, ConfigError, DataError  # noqa: E402
+from scratchformer.ops import IGNORE_INDEX  # noqa: E402
 from scratchformer.interop.hf_lm import hf_samples, load_hf_causal_lm  # noqa: E402
 
 SHAKESPEARE = resolve_data("shakespeare").read_text(encoding="utf-8")
@@ -82,7 +83,7 @@ def test_boundary_ids_for_line_runs():
 
 
 def test_decode_skips_padding_and_special_tokens(tok):
-    ids = np.concatenate([tok.encode("abc"), [tok.end_id, -1]])
+    ids = np.concatenate([tok.encode("abc"), [tok.end_id, IGNORE_INDEX]])
     assert tok.decode(ids) == "abc"
 
 

@@ -29,7 +29,7 @@ def test_eval_json_last_line(run_dir, capsys):
 def test_eval_splits_over_workers_as_training_does(run_dir, capsys, monkeypatch):
     import multiprocessing
 
-    from scratchformer.nn import DataParallel
+    from scratchformer.training.parallel import DataParallel
 
     splits = []
     split_forward = DataParallel._split_forward

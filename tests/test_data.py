@@ -52,7 +52,7 @@ def test_line_dataset_framing_and_padding():
     assert ds.x[0].tolist() == [0, e, m, m, a]
     assert ds.y[0].tolist() == [e, m, m, a, 0]
     assert ds.x[1].tolist() == [0, b, o, 0, 0]
-    assert ds.y[1].tolist() == [b, o, 0, -1, -1]
+    assert ds.y[1].tolist() == [b, o, 0, IGNORE_INDEX, IGNORE_INDEX]
     batches = list(ds.all_batches(1))
     # batches are trimmed to their longest item: 'bo' needs 3 positions
     assert len(batches) == 2 and batches[0][0].shape == (1, 5) and batches[1][0].shape == (1, 3)
@@ -72,7 +72,7 @@ def test_bundled_names_split_is_makemore_like_and_deterministic():
     xa, ya = d1.train.batch(np.random.default_rng(0), 8)
     xb, yb = d2.train.batch(np.random.default_rng(0), 8)
     assert xa.shape == ya.shape and xa.shape[0] == 8 and xa.shape[1] <= d1.block_size and xa.dtype == np.int64
-    assert (ya[:, -1] != -1).any()  # trimmed to the longest item of the batch
+    assert (ya[:, -1] != IGNORE_INDEX).any()  # trimmed to the longest item of the batch
     np.testing.assert_array_equal(xa, xb)
     np.testing.assert_array_equal(ya, yb)
 

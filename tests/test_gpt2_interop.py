@@ -99,7 +99,7 @@ def test_float64_gradients_match(hf_dir):
     assert model.dtype == np.float64
     idx = _idx(B=2, T=10, seed=2)
     # HF shifts labels inside: position t predicts idx[t + 1]; the last position is ignored
-    targets = np.concatenate([idx[:, 1:], np.full((2, 1), -1)], axis=1)
+    targets = np.concatenate([idx[:, 1:], np.full((2, 1), -100)], axis=1)
     model.zero_grad()
     _, loss = model(idx, targets)
     model.backward()
@@ -136,7 +136,7 @@ def test_training_in_lockstep_with_torch(hf_dir):
     for step in range(25):
         lr = cosine_lr(step, 1e-2, 1e-3, 5, 25)
         idx = rng.integers(0, SMALL["vocab_size"], (4, 12))
-        targets = np.concatenate([idx[:, 1:], np.full((4, 1), -1)], axis=1)
+        targets = np.concatenate([idx[:, 1:], np.full((4, 1), -100)], axis=1)
         t_idx = torch.tensor(idx)
         logits = hf(input_ids=t_idx).logits
         ref = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), t_idx[:, 1:].reshape(-1))

@@ -42,7 +42,7 @@ def test_model_check_names_the_options_and_flops_follow_nanogpt(monkeypatch):
     import scratchformer.limits as limits
 
     cfg = GPTConfig(vocab_size=27, block_size=16, n_layer=2, n_head=2, n_embd=8)
-    monkeypatch.setattr(limits, "available_memory", lambda: 10**9)
+    monkeypatch.setattr(limits, "memory_limits", lambda: {"the machine's available memory": 10**9})
     check_model_fits(cfg, training=True)
     with pytest.raises(ResourceError, match=r"model of about .* parameters with its training state .*lower --n-embd"):
         check_model_fits({**cfg.to_dict(), "n_embd": 2**16}, training=True)
@@ -73,7 +73,7 @@ def test_check_fits_names_the_option_and_the_numbers():
 def test_check_fits_skips_when_memory_is_unknown(monkeypatch):
     import scratchformer.limits as limits
 
-    monkeypatch.setattr(limits, "available_memory", lambda: None)
+    monkeypatch.setattr(limits, "memory_limits", lambda: {})
     check_fits(10**30, "anything", "--x")
 
 
@@ -103,3 +103,73 @@ def test_paths_resolve_or_fail_in_one_line(tmp_path):
         with pytest.raises(DataError, match=words) as e:
             resolve_data(bad)
         assert "\n" not in str(e.value)
+
+
+# -- the limits the process really has: the smallest of the machine, the cgroup and ulimit -v ------
+def test_the_cgroup_limit_is_read_in_either_version(tmp_path, monkeypatch):
+    import scratchformer.limits as limits
+
+    v2 = tmp_path / "v2"
+    (v2 / "job").mkdir(parents=True)
+    (v2 / "job" / "memory.max").write_text("3000000000\n")
+    (v2 / "job" / "memory.current").write_text("1000000000\n")
+    v1 = tmp_path / "v1"
+    (v1 / "memory" / "job").mkdir(parents=True)
+    (v1 / "memory" / "job" / "memory.limit_in_bytes").write_text("2000000000\n")
+    (v1 / "memory" / "job" / "memory.usage_in_bytes").write_text("500000000\n")
+    unlimited = tmp_path / "none"
+    unlimited.mkdir()
+    (unlimited / "memory.max").write_text("max\n")
+    real = limits._read_first
+
+    def fake(cgroup):
+        return lambda path: cgroup if path == "/proc/self/cgroup" else real(path)
+
+    monkeypatch.setattr(limits, "_read_first", fake("0::/job"))
+    assert limits._cgroup_left(str(v2)) == 2_000_000_000
+    monkeypatch.setattr(limits, "_read_first", fake("4:memory:/job\n0::/"))
+    assert limits._cgroup_left(str(v1)) == 1_500_000_000
+    monkeypatch.setattr(limits, "_read_first", fake("0::/"))
+    assert limits._cgroup_left(str(unlimited)) is None
+
+
+def test_the_smallest_limit_wins_and_is_named(monkeypatch):
+    import resource
+
+    import scratchformer.limits as limits
+
+    soft = 3 << 30
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (soft, resource.RLIM_INFINITY)
+                        if which == resource.RLIMIT_AS else (resource.RLIM_INFINITY,) * 2)
+    monkeypatch.setattr(limits, "_machine_available", lambda: 64 << 30)
+    monkeypatch.setattr(limits, "_cgroup_left", lambda: None)
+    left = limits.memory_limits()["the address-space limit (ulimit -v)"]
+    assert 0 <= left < soft  # what this process has mapped already counts
+    assert limits.available_memory() == left
+    with pytest.raises(ResourceError) as e:
+        check_fits(4 << 30, "a training batch", "--batch-size")
+    assert "is available under the address-space limit (ulimit -v): lower --batch-size" in str(e.value)
+    monkeypatch.setattr(limits, "_cgroup_left", lambda: 1 << 20)
+    assert limits.available_memory() == 1 << 20
+
+
+def test_text_data_and_workers_are_estimated_naming_their_option(tmp_path, monkeypatch):
+    import scratchformer.limits as limits
+    from scratchformer.data import read_text
+    from scratchformer.limits import check_training_fits
+
+    data = tmp_path / "big.txt"
+    data.write_text("hello world\n" * 1000)  # 12,000 bytes: about 120 kB to read and encode
+    monkeypatch.setattr(limits, "memory_limits", lambda: {"the cgroup's memory limit": 100_000})
+    with pytest.raises(ResourceError) as e:
+        read_text(data)
+    assert str(e.value).startswith(f"reading the data file {data} (12,000 bytes) needs about")
+    assert str(e.value).endswith("under the cgroup's memory limit: give --data a smaller file")
+    monkeypatch.setattr(limits, "memory_limits", lambda: {"the cgroup's memory limit": 200_000})
+    assert read_text(data)[0].startswith("hello")
+    model = GPT(GPTConfig(vocab_size=27, block_size=16, n_layer=1, n_head=2, n_embd=8))
+    one = 3 * model.num_parameters() * 4 + activation_bytes(8, 16, 1, 8, 2, 27)
+    monkeypatch.setattr(limits, "memory_limits", lambda: {"the machine's available memory": 2 * one + (64 << 20)})
+    check_training_fits(model, 8, workers=1)
+    with pytest.raises(ResourceError, match="in 8 processes .* lower --batch-size or --block-size, or --workers"):
+        check_training_fits(model, 8, workers=8)

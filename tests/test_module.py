@@ -370,3 +370,54 @@ def test_attention_over_the_size_limit_recomputes_its_weights_with_the_same_grad
         assert m.attn_weights.shape == (B, H, T, T)  # eval mode keeps them, for plots
     for a, b in zip(*results):
         np.testing.assert_array_equal(a, b)
+
+
+# -- the base stays small: no processes, no allocator ---------------------------------------------
+def _fresh_python(code: str) -> str:
+    """Run `code` in a fresh interpreter (this worktree's scratchformer) and return its stdout."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_layers_models_and_optimisers_import_no_process_code():
+    # multi-core training lives in training/parallel.py, which only the trainer and the CLI import
+    out = _fresh_python(
+        "import sys\n"
+        "from scratchformer.nn import Linear\n"
+        "import scratchformer.models, scratchformer.optim, scratchformer.interop\n"
+        "print(sorted(m for m in ('multiprocessing', 'mmap', 'signal', 'scratchformer.training.parallel')"
+        " if m in sys.modules))\n")
+    assert out.strip() == "[]"
+
+
+def test_building_layers_and_optimisers_leaves_malloc_alone():
+    # keep_freed_memory() changes the whole process's malloc: only train() and the CLI call it
+    out = _fresh_python(
+        "import numpy as np\n"
+        "import scratchformer.allocator as allocator\n"
+        "from scratchformer.models import GPT, GPTConfig\n"
+        "from scratchformer.optim import AdamW, SGD\n"
+        "m = GPT(GPTConfig(vocab_size=5, block_size=4, n_layer=1, n_head=1, n_embd=4), seed=0)\n"
+        "AdamW(m.parameters()); SGD(m.parameters(), lr=0.1)\n"
+        "print(allocator._done)\n")
+    assert out.strip() == "False"
+
+
+def test_train_and_the_cli_tune_the_allocator(monkeypatch, tmp_path):
+    from scratchformer.cli import main as cli
+    from scratchformer.training import trainer
+
+    calls = []
+    monkeypatch.setattr(trainer, "keep_freed_memory", lambda: calls.append("train") or True)
+    monkeypatch.setattr(cli, "keep_freed_memory", lambda: calls.append("cli") or True)
+    assert cli.main(["train", "--task", "sort", "--max-steps", "1", "--eval-batches", "1", "--workers", "1",
+                     "--out", str(tmp_path / "run"), "--no-progress", "--quiet"]) == 0
+    assert calls == ["cli", "train"]

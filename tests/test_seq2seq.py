@@ -14,6 +14,7 @@ from scratchformer.gradcheck import numerical_gradient, relative_error
 from scratchformer.inference import beam_search, greedy_decode, sequence_scores
 from scratchformer.models import Seq2SeqConfig, Seq2SeqTransformer
 from scratchformer.nn import manual_seed
+from scratchformer.ops import IGNORE_INDEX
 from model_state import assert_same_init, assert_seed_equals_manual_seed, seeded_state
 
 
@@ -162,8 +163,8 @@ def test_padding_in_target_and_source_is_inert():
     assert abs(loss - loss2) < 1e-12
     real = tgt_in != PAD
     np.testing.assert_allclose(logits2[:, : tgt_in.shape[1]][real], logits[real], atol=1e-12)
-    # -1 in tgt_out is ignored like PAD
-    _, loss3 = model(src, tgt_in, np.where(tgt_out == PAD, -1, tgt_out))
+    # IGNORE_INDEX in tgt_out is ignored like PAD (the one ignore index of every model)
+    _, loss3 = model(src, tgt_in, np.where(tgt_out == PAD, IGNORE_INDEX, tgt_out))
     assert abs(loss - loss3) < 1e-12
 
 

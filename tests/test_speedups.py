@@ -435,39 +435,6 @@ def test_clip_grad_norm_flat_and_per_parameter_equal_the_reference(monkeypatch):
     assert clip_grad_norm(params[:2], 1.0) == pytest.approx(subset, rel=1e-12)  # not the whole buffer
 
 
-def _fill_with_ones(arrays):
-    for a in arrays:
-        a[...] = 1
-
-
-@pytest.mark.parametrize("kind", ["AdamW", "SGD", "SGD-resumed"])
-def test_optimiser_state_is_memory_a_forked_worker_shares_rather_than_copies(kind):
-    import multiprocessing
-
-    if not (sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()):
-        pytest.skip("fork is Linux-only here")
-    p = Parameter(np.zeros((3, 4), dtype=np.float32))
-    if kind == "AdamW":
-        opt = AdamW([p], lr=0.1)
-        arrays = [opt._flat.data, opt._flat.grad, opt._flat.m, opt._flat.v]
-    else:
-        opt = SGD([p], lr=0.1, momentum=0.9)
-        opt.step()  # the momentum buffers exist from the first step on
-        if kind == "SGD-resumed":
-            opt.load_state_dict(opt.state_dict())
-        arrays = opt.momentum_buffer + [p.data]
-        p.data[...] = 0  # the parameter itself is the model's: the child's write is not ours
-    child = multiprocessing.get_context("fork").Process(target=_fill_with_ones, args=(arrays,))
-    child.start()
-    child.join(10)
-    assert child.exitcode == 0
-    # the child's writes are ours: shared pages, not copy-on-write copies (which a worker would
-    # otherwise keep, stale, once this process writes the state at each step)
-    state = arrays if kind == "AdamW" else arrays[:-1]
-    assert all((a == 1).all() for a in state)
-    assert (p.data == 1).all() == (kind == "AdamW")  # AdamW's flat buffer holds the weights too
-
-
 # -- not fast-lane pieces, but speed measures of their own -----------------------------------
 def test_embedding_backward_sums_repeated_ids_like_add_at():
     from scratchformer.nn import Embedding
@@ -492,11 +459,3 @@ def test_keep_freed_memory_is_idempotent():
     first = keep_freed_memory()
     assert keep_freed_memory() == first
     assert isinstance(first, bool)
-
-
-def test_optimizers_apply_the_allocator_tuning(monkeypatch):
-    calls = []
-    monkeypatch.setattr(optimizers, "keep_freed_memory", lambda: calls.append(1) or True)
-    AdamW([Parameter(np.ones(3))])
-    SGD([Parameter(np.ones(3))], lr=0.1)
-    assert len(calls) == 2

@@ -60,8 +60,8 @@ def test_the_progress_bar_starts_no_thread_before_the_workers_fork(tmp_path, mon
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_resume_equals_uninterrupted_run(tmp_path, monkeypatch, workers):
-    # batches of 64 names (>= 512 tokens): workers=2 splits them over two processes (nn.DataParallel)
-    from scratchformer.nn import DataParallel
+    # batches of 64 names (>= 512 tokens): workers=2 splits them over two processes (training.parallel.DataParallel)
+    from scratchformer.training.parallel import DataParallel
     split_steps = []
     split_forward = DataParallel._split_forward
     monkeypatch.setattr(DataParallel, "_split_forward", lambda self, *a: split_steps.append(self.module.training)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from scratchformer.allocator import keep_freed_memory
 from scratchformer.checks import Bool, Int, Maybe, SchemaMismatch, Str
 from scratchformer.cli.exercise import add_parser as add_exercise_parser
 from scratchformer.cli.exercise import cmd_exercise
@@ -433,13 +434,14 @@ def cmd_sample(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from scratchformer.nn import DataParallel
+    from scratchformer.training.parallel import DataParallel, check_workers
     from scratchformer.training.jobs import load_job
     from scratchformer.training.schema import strict_json
 
     job = load_job(args.dir, data=args.data, allow_changed_data=args.allow_changed_data)
     split = args.split or job.default_split
     _check_beam(job, args.beam, getattr(job, "eval_batch_size", 1))
+    check_workers(args.workers)
     runner = DataParallel(job.model, args.workers)  # with workers=1, the model alone
     try:
         metrics = job.evaluate(split, runner=runner, **_given(args, ["beam"]))
@@ -531,6 +533,7 @@ def main(argv: list[str] | None = None) -> int:
     try:  # the parser too: a failure while building it (a missing module on some platform) is one line
         args = build_parser().parse_args(argv)
         command = f"scratchformer {args.command}"
+        keep_freed_memory()  # the allocator tuning every command runs with (scratchformer/allocator.py)
         # NaN and overflow are handled where they matter (the trainer stops on them): no numpy warnings
         with np.errstate(all="ignore"):
             return COMMANDS[args.command](args)

@@ -127,7 +127,7 @@ class BPETokenizer:
         return np.asarray(ids, dtype=np.int64)
 
     def decode(self, ids) -> str:
-        """ids (any int sequence/array) -> str; skips special tokens and IGNORE_INDEX (-1)."""
+        """ids (any int sequence/array) -> str; skips special tokens and IGNORE_INDEX (-100)."""
         ids = np.asarray(ids, dtype=np.int64).ravel()
         ids = ids[ids != IGNORE_INDEX]
         bad = ids[(ids < 0) | (ids >= self.vocab_size)]

@@ -1,7 +1,7 @@
 """Datasets: one item per line (makemore) or one long text (nanoGPT), and `load_dataset`.
 
 Both datasets give int64 batches `(x, y)` of shape (B, T): `y[b, t]` is the token that follows
-`x[b, :t+1]`. Padded target positions hold IGNORE_INDEX (-1) and must be skipped by the loss.
+`x[b, :t+1]`. Padded target positions hold IGNORE_INDEX (-100) and must be skipped by the loss.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 
 from scratchformer.data.tokenizer import IGNORE_INDEX, CharTokenizer
 from scratchformer.errors import ConfigError, DataError
-from scratchformer.limits import check_fits, check_line_lengths
+from scratchformer.limits import check_fits, check_line_lengths, check_text_fits
 
 DEFAULT_TEXT_BLOCK_SIZE = 128
 # The one default seed (nanoGPT's): initial weights, batches, dropout and the split of a lines
@@ -29,10 +29,10 @@ class LineDataset:
     """Each line is one item, framed makemore style (B = boundary token, id 0):
 
         line "emma", block_size 6:   x = [B, e, m, m, a, 0]
-                                     y = [e, m, m, a, B, -1]
+                                     y = [e, m, m, a, B, -100]
 
     x is padded with 0 (the boundary id; causal attention never lets real positions see it)
-    and y with -1 (ignored by the loss). Rows are precomputed: x, y are (N, block_size) int64.
+    and y with IGNORE_INDEX (ignored by the loss). Rows are precomputed: x, y are (N, block_size) int64.
     """
 
     def __init__(self, lines: list[str], tokenizer: CharTokenizer, block_size: int | None = None,
@@ -101,7 +101,7 @@ class TextDataset:
     `batch` draws random windows: x = ids[i : i+T], y = ids[i+1 : i+1+T].
     `all_batches` walks non-overlapping windows from the start so every target position
     1..N-1 is scored exactly once; the last, partial window is kept and padded (x with 0,
-    y with -1), so nothing is dropped.
+    y with IGNORE_INDEX), so nothing is dropped.
     """
 
     def __init__(self, ids: np.ndarray, tokenizer: CharTokenizer, block_size: int, source: str = "text"):
@@ -167,6 +167,7 @@ def read_text(path: Path | None) -> tuple[str, str]:
         if path.is_dir():
             raise DataError(f"dataset path is a directory: {path}: pass a text file")
         try:
+            check_text_fits(path.stat().st_size, source)  # ~10 bytes of memory per byte of text
             data = path.read_bytes()
         except OSError as e:
             raise DataError(f"cannot read dataset file {path}: {e.strerror}") from None

@@ -5,7 +5,7 @@ Two flavours, chosen by `special`:
   and the end of an item, like makemore's '.'; characters get ids 1..n in sorted order.
 - text format (nanoGPT): no special tokens; characters get ids 0..n-1 in sorted order.
 
-Padded target positions use `IGNORE_INDEX` (-1), which the loss skips, not a pad token.
+Padded target positions use `IGNORE_INDEX` (-100, from ops/loss.py), which the loss skips, not a pad token.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 
 from scratchformer.errors import DataError, RunFileError
+from scratchformer.ops.loss import IGNORE_INDEX
 from scratchformer.runfiles import read_json_file, write_atomic
 
-IGNORE_INDEX = -1  # target id the cross-entropy skips (padding)
 DEFAULT_BOUNDARY = "<eot>"
 _AUTO = "auto"
 
@@ -84,7 +84,7 @@ class CharTokenizer:
             ) from None
 
     def decode(self, ids) -> str:
-        """ids (any int sequence/array) -> str; skips special tokens and IGNORE_INDEX (-1)."""
+        """ids (any int sequence/array) -> str; skips special tokens and IGNORE_INDEX."""
         ids = np.asarray(ids, dtype=np.int64).ravel()
         ids = ids[ids != IGNORE_INDEX]
         bad = ids[(ids < 0) | (ids >= self.vocab_size)]

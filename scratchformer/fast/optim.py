@@ -12,8 +12,8 @@ element, so the weights are bit-identical to the per-parameter update. If someth
 replaces a parameter's arrays (`model.to(dtype)`, or a second optimizer over the same
 parameters), the next step notices and rebuilds the flat buffer from the new arrays.
 
-The flat arrays live in anonymous shared memory (`allocator.shared_empty`), so a forked
-DataParallel worker shares their pages instead of keeping stale copies.
+The flat arrays are ordinary memory; training/parallel.py moves them into shared memory when it
+forks its workers (`share_arrays`).
 """
 
 from __future__ import annotations
@@ -22,17 +22,9 @@ import math
 
 import numpy as np
 
-from scratchformer.allocator import shared_empty, shared_zeros_like
 from scratchformer.errors import ConfigError
 
 UPDATE_CHUNK = 1 << 16  # entries per piece of the AdamW update (256 KiB of float32 per array)
-
-
-def _shared_copy(a: np.ndarray, dtype) -> np.ndarray:
-    """a converted to dtype, in shared memory like the rest of the flat state."""
-    out = shared_empty(a.shape, dtype)
-    out[...] = a
-    return out
 
 
 class FlatAdamW:
@@ -42,7 +34,7 @@ class FlatAdamW:
     def __init__(self, params: list, kind: str = "AdamW"):
         self.params, self.kind = params, kind
         self._flatten()
-        self.m, self.v = shared_zeros_like(self.data), shared_zeros_like(self.data)
+        self.m, self.v = np.zeros_like(self.data), np.zeros_like(self.data)
         self.tmp = np.empty(min(UPDATE_CHUNK, self.data.size), dtype=self.data.dtype)
 
     def _flatten(self) -> None:
@@ -53,9 +45,8 @@ class FlatAdamW:
             raise ConfigError(f"{self.kind} needs parameters of one dtype, got {sorted(map(str, dtypes))}: "
                               "convert the model first, e.g. model.to(np.float32)")
         self.offsets = np.concatenate([[0], np.cumsum([p.data.size for p in self.params])]).tolist()
-        # shared memory: a forked DataParallel worker then shares these pages (scratchformer/allocator.py)
-        self.data = shared_empty(self.offsets[-1], dtypes.pop())
-        self.grad = shared_empty(self.data.shape, self.data.dtype)
+        self.data = np.empty(self.offsets[-1], dtype=dtypes.pop())
+        self.grad = np.empty_like(self.data)
         for p, lo, hi in zip(self.params, self.offsets, self.offsets[1:]):
             self.data[lo:hi] = p.data.ravel()
             self.grad[lo:hi] = p.grad.ravel()
@@ -76,7 +67,7 @@ class FlatAdamW:
         if any(p.data is not d or p.grad is not g for p, (d, g) in zip(self.params, self._views)):
             self._flatten()  # a parameter's arrays were replaced since (model.to())
         if self.m.dtype != self.data.dtype:  # the model was converted: so are the moments
-            self.m, self.v = (_shared_copy(a, self.data.dtype) for a in (self.m, self.v))
+            self.m, self.v = (a.astype(self.data.dtype) for a in (self.m, self.v))
             self.tmp = self.tmp.astype(self.data.dtype)
         i = 0
         for n, wd in group_sizes:  # groups are contiguous in the flat buffer

@@ -36,6 +36,7 @@ from scratchformer.errors import CheckpointError, ConfigError, DataError
 from scratchformer.interop.hf_files import read_json, read_safetensors
 from scratchformer.limits import check_fits
 from scratchformer.nn.module import Module
+from scratchformer.models.base import Model
 
 __all__ = ["BertConfig", "BertEncoder", "load_hf_bert", "hf_to_scratch_state_dict"]
 
@@ -124,8 +125,10 @@ class BertConfig:
         return cls.from_dict(d)
 
 
-class BertEncoder(Module):
+class BertEncoder(Model):
     """BERT's embeddings + post-norm encoder stack, returning the last hidden state."""
+
+    _targets_name = None  # no loss: backward takes grad_output
 
     def __init__(self, config: BertConfig, dtype=np.float32):
         super().__init__()
@@ -196,7 +199,7 @@ class BertEncoder(Module):
         (B, T) (None = zeros) -> last hidden state (B, T, hidden_size)."""
         x = self.embed(input_ids, token_type_ids)
         # the [PAD] row is PyTorch's padding_idx: it never receives a gradient (see backward)
-        self._save(pad=np.asarray(input_ids).reshape(x.shape[:2]) == self.config.pad_token_id)
+        pad = np.asarray(input_ids).reshape(x.shape[:2]) == self.config.pad_token_id
         mask = None
         if attention_mask is not None:
             am = np.asarray(attention_mask)
@@ -207,16 +210,18 @@ class BertEncoder(Module):
             mask = am[:, None, None, :].astype(bool)
         for layer in self.layers:
             x = layer(x, mask=mask)
+        self._save(loss=None, out_shape=x.shape, pad=pad)
         return x
 
-    def backward(self, grad_out: np.ndarray) -> None:
-        """Gradient of the last hidden state -> parameter gradients (after a training-mode
-        forward). The inputs are integer ids, so nothing is returned. As in Hugging Face's
+    def backward(self, dloss: float = 1.0, grad_output: np.ndarray | None = None) -> None:
+        """dloss * grad_output, a gradient of the last hidden state (B, T, hidden_size), ->
+        parameter gradients (after a training-mode forward): models/base.py's contract. The
+        encoder has no loss of its own, so grad_output is needed. As in Hugging Face's
         BertEmbeddings (padding_idx), the pad_token_id row of word_embeddings gets no gradient."""
-        dy = grad_out
+        cache, dy = self._start_backward(dloss, grad_output)
         for layer in reversed(self.layers):
             dy = layer.backward(dy)
-        pad = self._pop_cache()["pad"]  # (B, T) positions holding pad_token_id
+        pad = cache["pad"]  # (B, T) positions holding pad_token_id
         dy = self.embeddings_norm.backward(dy)
         self.token_type_embeddings.backward(dy)
         self.position_embeddings.backward(dy)

@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from scratchformer.checks import check_backward_args, check_positive_int, check_seed
-from scratchformer.errors import BackwardError, DataError
+from scratchformer.checks import check_positive_int, check_seed
+from scratchformer.errors import DataError
 from scratchformer.interop.bert import BertEncoder
-from scratchformer.nn import Linear, Module
-from scratchformer.ops import cross_entropy_backward, cross_entropy_forward
+from scratchformer.models.base import Model
+from scratchformer.nn import Linear
+from scratchformer.ops import cross_entropy_forward
 
 __all__ = ["BertClassifier", "mean_pool_forward", "mean_pool_backward"]
 
@@ -44,8 +45,10 @@ def mean_pool_backward(dpooled: np.ndarray, weights: np.ndarray) -> np.ndarray:
     return dpooled[:, None, :] * weights
 
 
-class BertClassifier(Module):
-    """encoder -> mean pooling -> Linear(hidden_size, num_classes)."""
+class BertClassifier(Model):
+    """encoder -> mean pooling -> Linear(hidden_size, num_classes). backward: models/base.py's contract."""
+
+    _targets_name = "labels"
 
     def __init__(self, encoder: BertEncoder, num_classes: int, freeze_encoder: bool = False,
                  seed: int | None = None):
@@ -85,17 +88,16 @@ class BertClassifier(Module):
         loss, ce = None, None
         if labels is not None:
             loss, ce = cross_entropy_forward(logits, np.asarray(labels, dtype=np.int64))
-        self._save(loss=ce, weights=weights)
+        self._save(loss=ce, weights=weights, out_shape=logits.shape)
+        self._note_loss(ce)
         return logits, loss
 
-    def backward(self, dloss: float = 1.0) -> None:
-        """After a training-mode forward with labels: the loss gradient (scaled by dloss) into
-        the head's and, unless frozen, every encoder parameter's .grad."""
-        check_backward_args(dloss)
-        cache = self._pop_cache()
-        if cache["loss"] is None:
-            raise BackwardError("backward needs a training-mode forward with labels first")
-        dpooled = self.head.backward(cross_entropy_backward(cache["loss"], dloss))
+    def backward(self, dloss: float = 1.0, grad_output: np.ndarray | None = None) -> None:
+        """After a training-mode forward with labels: the gradient of dloss * loss (or dloss *
+        grad_output, a gradient of the logits (B, num_classes)) into the head's and, unless
+        frozen, every encoder parameter's .grad."""
+        cache, dlogits = self._start_backward(dloss, grad_output)
+        dpooled = self.head.backward(dlogits)
         if not self.freeze_encoder:
-            self.encoder.backward(mean_pool_backward(dpooled, cache["weights"]))
+            self.encoder.backward(grad_output=mean_pool_backward(dpooled, cache["weights"]))
         return None

@@ -320,7 +320,7 @@ def _value_and_gradient(model, inputs, objective, embed_name, replace=None):
             if grad_out is None:
                 model.backward()
             else:
-                model.backward(grad_out)
+                model.backward(grad_output=grad_out)
     finally:
         restore()
         model.train(was_training)

@@ -27,7 +27,6 @@ from scratchformer.checks import (
     Maybe,
     Str,
     TransformerConfig,
-    check_backward_args,
     check_config_type,
     check_heads,
     check_int_in_range,
@@ -42,13 +41,13 @@ from scratchformer.nn import (
     LayerNorm,
     LearnedPositionalEmbedding,
     Linear,
-    Module,
     Parameter,
     SinusoidalPositionalEncoding,
     init,
     manual_seed,
 )
 from scratchformer.nn.hooks import HookPoint
+from scratchformer.models.base import Model
 from scratchformer.nn.module import eval_mode
 from scratchformer.ops import ACTIVATIONS, cross_entropy_forward
 
@@ -78,7 +77,7 @@ class ClassifierConfig(TransformerConfig):
             check_int_in_range("pad_id", self.pad_id, 0, self.vocab_size)
 
 
-class TransformerClassifier(Module):
+class TransformerClassifier(Model):
     """See the module docstring. Parameters: `tok_emb`, `pos` (learned only), `cls_token`
     (cls pooling only), `blocks.i` (EncoderBlock), `ln_f` (pre-norm only), `head`.
 
@@ -87,6 +86,8 @@ class TransformerClassifier(Module):
         seed: if given, `scratchformer.nn.manual_seed(seed)` is called first, so the initial
             weights (and dropout generators) are a deterministic function of the seed.
     """
+
+    _targets_name = "labels"
 
     def __init__(self, config: ClassifierConfig, seed: int | None = None):
         super().__init__()
@@ -170,12 +171,10 @@ class TransformerClassifier(Module):
         self._note_loss(loss_cache)
         return logits, loss
 
-    def backward(self, grad_logits: np.ndarray | None = None, dloss: float = 1.0) -> None:
-        """Backpropagate the loss of the last forward, its gradient scaled by `dloss` (or
-        `grad_logits` (B, n_classes) instead)."""
-        check_backward_args(dloss, grad_logits, (self._cache or {}).get("out_shape"), "grad_logits")
-        c = self._pop_cache()
-        grad_logits = self._start_gradient(grad_logits, c["loss"], "labels", dloss)
+    def backward(self, dloss: float = 1.0, grad_output: np.ndarray | None = None) -> None:
+        """Backpropagate dloss * the loss of the last training-mode forward (or dloss *
+        grad_output, a gradient of the logits (B, n_classes)): models/base.py's contract."""
+        c, grad_logits = self._start_backward(dloss, grad_output)
         dpooled = self.head.backward(grad_logits)  # (B, C)
         if self.config.pooling == "cls":
             dh = np.zeros(c["shape"], dtype=dpooled.dtype)

@@ -44,14 +44,13 @@ from scratchformer.checks import (
     Num,
     Str,
     TransformerConfig,
-    check_backward_args,
     check_config_type,
     check_heads,
     check_int_in_range,
     check_token_ids,
     setting,
 )
-from scratchformer.errors import BackwardError, DataError, ShapeError
+from scratchformer.errors import DataError, ShapeError
 from scratchformer.inference.sampling import as_rng, check_sampling_args, sample_next
 from scratchformer.nn import (
     DecoderBlock,
@@ -60,13 +59,13 @@ from scratchformer.nn import (
     LayerNorm,
     LearnedPositionalEmbedding,
     Linear,
-    Module,
     SinusoidalPositionalEncoding,
     manual_seed,
 )
 from scratchformer.nn.hooks import HookPoint
 from scratchformer.nn import init as nn_init
 from scratchformer.nn.module import eval_mode, trusted_calls
+from scratchformer.models.base import Model
 from scratchformer.ops import ACTIVATIONS, cross_entropy_forward
 
 __all__ = ["GPT", "GPTConfig"]
@@ -114,7 +113,7 @@ class GPTConfig(TransformerConfig):
         check_heads(self.n_embd, self.n_head)
 
 
-class GPT(Module):
+class GPT(Model):
     """Decoder-only Transformer language model. See the module docstring.
 
     Args:
@@ -186,7 +185,7 @@ class GPT(Module):
         return self
 
     # -- forward / backward -------------------------------------------------------------------
-    def check_input(self, idx, targets=None, ignore_index: int = -1) -> None:
+    def check_input(self, idx, targets=None) -> None:
         check_token_ids(idx, "idx", self.config.vocab_size, max_len=self.config.block_size)
         if targets is not None:
             targets = np.asarray(targets)
@@ -202,37 +201,27 @@ class GPT(Module):
             x = block(x, cache=None if caches is None else caches[i])
         return self.hook_ln_final(self.ln_f(x))
 
-    def forward(self, idx, targets=None, ignore_index: int = -1):
+    def forward(self, idx, targets=None):
         """idx (B, T) int -> (logits (B, T, vocab_size), loss or None).
 
-        targets: (B, T) int next-token ids; entries equal to `ignore_index` (default -1, the
-        data pipeline's padding) do not count. The loss is their mean cross-entropy. In
-        training mode with targets, what `backward()` needs is kept (logits are computed once).
+        targets: (B, T) int next-token ids; entries equal to IGNORE_INDEX (-100, the data
+        pipeline's padding) do not count. The loss is their mean cross-entropy. In training
+        mode, what `backward()` needs is kept (logits are computed once).
         """
-        self._cache = None
         logits = self.lm_head(self._trunk(np.asarray(idx)))  # (B, T, V)
         loss, ce_cache = None, None
         if targets is not None:
-            loss, ce_cache = cross_entropy_forward(logits, np.asarray(targets), ignore_index=ignore_index)
+            loss, ce_cache = cross_entropy_forward(logits, np.asarray(targets))
         self._save(loss=ce_cache, out_shape=logits.shape)
         self._note_loss(ce_cache)
         return logits, loss
 
-    def backward(self, grad_logits: np.ndarray | None = None, dloss: float = 1.0) -> None:
-        """Backpropagate the loss of the last forward (which needs targets, in training mode),
-        its gradient scaled by `dloss` (e.g. 1 / accumulation_steps), or `grad_logits`
-        (B, T, vocab_size) instead.
-
-        Gradients are *added* into each Parameter.grad (call zero_grad() first). Returns None.
-        """
-        check_backward_args(dloss, grad_logits, (self._cache or {}).get("out_shape"), "grad_logits")
-        if self._cache is None or (grad_logits is None and self._cache["loss"] is None):
-            raise BackwardError(
-                "GPT.backward() needs a forward with targets in training mode first, and each "
-                "backward consumes one forward: call model.train() and logits, loss = model(idx, targets)"
-            )
-        grad_logits = self._start_gradient(grad_logits, self._pop_cache()["loss"], "targets", dloss)
-        dx = self.lm_head.backward(grad_logits)
+    def backward(self, dloss: float = 1.0, grad_output: np.ndarray | None = None) -> None:
+        """Backpropagate dloss * the loss of the last training-mode forward (or dloss *
+        grad_output, a gradient of the logits (B, T, V)): models/base.py's contract.
+        Gradients are *added* into each Parameter.grad (call zero_grad() first)."""
+        _, dlogits = self._start_backward(dloss, grad_output)
+        dx = self.lm_head.backward(dlogits)
         dx = self.ln_f.backward(dx)
         for block in reversed(self.h):
             dx, _ = block.backward(dx)

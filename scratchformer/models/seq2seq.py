@@ -10,7 +10,7 @@
   and by every decoder cross-attention. Target self mask: key padding (B, 1, 1, T) from
   tgt_in != pad_id, combined with the causal mask inside DecoderBlock.
 - Teacher forcing: tgt_in = [BOS, y1, ..., yn] and tgt_out = [y1, ..., yn, EOS] (shifted by
-  one); positions where tgt_out == pad_id (or < 0) are ignored by the loss. Optional label
+  one); positions where tgt_out is pad_id or IGNORE_INDEX (-100) are ignored by the loss. Optional label
   smoothing (torch's definition).
 - Backward: the decoder runs first; every cross-attention returns a gradient for the memory
   and their sum is the gradient of the encoder output, which then flows through the encoder.
@@ -37,7 +37,6 @@ from scratchformer.checks import (
     Maybe,
     Str,
     TransformerConfig,
-    check_backward_args,
     check_config_type,
     check_heads,
     check_int_in_range,
@@ -53,13 +52,13 @@ from scratchformer.nn import (
     KVCache,
     LayerNorm,
     Linear,
-    Module,
     SinusoidalPositionalEncoding,
     init,
     manual_seed,
 )
 from scratchformer.nn.hooks import HookPoint
 from scratchformer.nn.module import door
+from scratchformer.models.base import IGNORE_INDEX, Model
 from scratchformer.ops import ACTIVATIONS, cross_entropy_forward
 
 
@@ -101,7 +100,7 @@ class Seq2SeqConfig(TransformerConfig):
             check_int_in_range(name, getattr(self, name), 0, self.tgt_vocab_size)
 
 
-class Seq2SeqTransformer(Module):
+class Seq2SeqTransformer(Model):
     """Parameters: `src_emb`, `tgt_emb` (the same weight when shared), `encoder.i`, `enc_norm`,
     `decoder.i`, `dec_norm` (the norms only with pre-norm), `lm_head` (n_embd -> tgt vocab).
 
@@ -110,6 +109,8 @@ class Seq2SeqTransformer(Module):
         seed: if given, `scratchformer.nn.manual_seed(seed)` is called first, so the initial
             weights (and dropout generators) are a deterministic function of the seed.
     """
+
+    _targets_name = "tgt_out"
 
     def __init__(self, config: Seq2SeqConfig, seed: int | None = None):
         super().__init__()
@@ -204,7 +205,7 @@ class Seq2SeqTransformer(Module):
     def forward(self, src, tgt_in, tgt_out=None):
         """Returns (logits (B, T, tgt_vocab), loss float or None).
 
-        tgt_out positions equal to pad_id (or negative, e.g. -1) are ignored by the loss."""
+        tgt_out positions equal to pad_id or IGNORE_INDEX (-100) are ignored by the loss."""
         src, tgt_in = np.asarray(src), np.asarray(tgt_in)
         src_mask = self.src_mask(src)
         memory = self.encode(src, src_mask)
@@ -212,20 +213,18 @@ class Seq2SeqTransformer(Module):
         loss, loss_cache = None, None
         if tgt_out is not None:
             tgt_out = np.asarray(tgt_out)
-            pad = self.config.pad_id
-            targets = np.where(tgt_out < 0, pad, tgt_out)
-            loss, loss_cache = cross_entropy_forward(logits, targets, ignore_index=pad,
+            # pad_id is padding, not a class to learn: ignored as IGNORE_INDEX is
+            targets = np.where(tgt_out == self.config.pad_id, IGNORE_INDEX, tgt_out)
+            loss, loss_cache = cross_entropy_forward(logits, targets,
                                                      label_smoothing=self.config.label_smoothing)
         self._save(loss=loss_cache, out_shape=logits.shape)
         self._note_loss(loss_cache)
         return logits, loss
 
-    def backward(self, grad_logits: np.ndarray | None = None, dloss: float = 1.0) -> None:
-        """Backpropagate the loss of the last forward, its gradient scaled by `dloss` (or
-        `grad_logits` (B, T, V) instead)."""
-        check_backward_args(dloss, grad_logits, (self._cache or {}).get("out_shape"), "grad_logits")
-        c = self._pop_cache()
-        grad_logits = self._start_gradient(grad_logits, c["loss"], "tgt_out", dloss)
+    def backward(self, dloss: float = 1.0, grad_output: np.ndarray | None = None) -> None:
+        """Backpropagate dloss * the loss of the last training-mode forward (or dloss *
+        grad_output, a gradient of the logits (B, T, tgt_vocab)): models/base.py's contract."""
+        c, grad_logits = self._start_backward(dloss, grad_output)
         dh = self.lm_head.backward(grad_logits)
         if self.config.norm_first:
             dh = self.dec_norm.backward(dh)

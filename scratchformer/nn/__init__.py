@@ -7,12 +7,11 @@ from scratchformer.nn.init import manual_seed
 from scratchformer.nn.layers import Dropout, Embedding, LayerNorm, Linear, set_dropout_rng
 from scratchformer.errors import BackwardError, StateDictError
 from scratchformer.nn.module import Module, Parameter, eval_mode, trusted_calls
-from scratchformer.nn.parallel import DataParallel
 from scratchformer.nn.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, sinusoidal_table
 
 __all__ = [
     "Module", "Parameter", "Linear", "Embedding", "LayerNorm", "Dropout", "MultiHeadAttention",
     "KVCache", "FeedForward", "SinusoidalPositionalEncoding", "LearnedPositionalEmbedding",
     "sinusoidal_table", "EncoderBlock", "DecoderBlock", "manual_seed", "set_dropout_rng",
-    "BackwardError", "StateDictError", "eval_mode", "trusted_calls", "DataParallel",
+    "BackwardError", "StateDictError", "eval_mode", "trusted_calls",
 ]

@@ -28,10 +28,8 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from scratchformer.allocator import keep_freed_memory
 from scratchformer.checks import FLOAT_DTYPES
 from scratchformer.errors import BackwardError, DTypeError, StateDictError
-from scratchformer.ops.loss import cross_entropy_backward
 
 __all__ = ["DEFAULT_DTYPE", "Module", "Parameter", "door", "eval_mode", "trusted_calls",
            "BackwardError", "StateDictError"]
@@ -75,7 +73,6 @@ class Module:
     def __init__(self) -> None:
         self.training = True
         self._cache = None
-        keep_freed_memory()  # once per process: reuse freed temporaries (scratchformer/allocator.py)
 
     # -- running ---------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
@@ -106,28 +103,6 @@ class Module:
             )
         self._cache = None
         return cache
-
-    @staticmethod
-    def _start_gradient(grad, loss_cache, needs: str, dloss: float = 1.0):
-        """Where a model's backward starts: the caller's `grad` of the output, or else the
-        gradient of the loss its forward computed (which needed `needs`), times `dloss`."""
-        if grad is not None:
-            return grad
-        if loss_cache is None:
-            raise BackwardError(f"backward() without a gradient needs a training-mode forward with {needs}")
-        return cross_entropy_backward(loss_cache, dloss)
-
-    def _note_loss(self, loss_cache: dict | None) -> None:
-        """Models call this in every forward: how many terms its loss averaged (None: no loss)."""
-        self._loss_terms = None if loss_cache is None else loss_cache["n_valid"]
-
-    def loss_count(self) -> int:
-        """How many terms the loss of the last forward averaged (its valid targets), in training
-        or eval mode. DataParallel weighs the slices of a batch by it."""
-        terms = getattr(self, "_loss_terms", None)
-        if terms is None:
-            raise BackwardError(f"{type(self).__name__}: no loss in the last forward (pass targets)")
-        return terms
 
     # -- discovery -------------------------------------------------------------------------
     def _children(self) -> Iterator[tuple[str, object]]:

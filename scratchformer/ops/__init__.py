@@ -18,7 +18,7 @@ from scratchformer.ops.attention import attention_backward, attention_forward, a
 from scratchformer.ops.dropout import dropout_backward, dropout_forward
 from scratchformer.ops.layernorm import layernorm_backward, layernorm_forward
 from scratchformer.ops.linear import linear_backward, linear_forward
-from scratchformer.ops.loss import cross_entropy_backward, cross_entropy_forward
+from scratchformer.ops.loss import IGNORE_INDEX, cross_entropy_backward, cross_entropy_forward
 from scratchformer.ops.softmax import (
     log_softmax_backward,
     log_softmax_forward,
@@ -28,6 +28,7 @@ from scratchformer.ops.softmax import (
 
 __all__ = [
     "ACTIVATIONS",
+    "IGNORE_INDEX",
     "activation_backward",
     "erf",
     "gelu_backward",

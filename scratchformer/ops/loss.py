@@ -7,11 +7,13 @@ import numpy as np
 from scratchformer.errors import DataError, ShapeError
 from scratchformer.ops.softmax import log_softmax_forward
 
+IGNORE_INDEX = -100  # the target id every loss skips (padding), as PyTorch's default
+
 
 def cross_entropy_forward(
     logits: np.ndarray,
     targets: np.ndarray,
-    ignore_index: int = -100,
+    ignore_index: int = IGNORE_INDEX,
     label_smoothing: float = 0.0,
 ) -> tuple[float, dict]:
     """Mean cross-entropy over the targets that are not `ignore_index`.

@@ -22,9 +22,6 @@ Fast lane (`scratchformer/fast/optim.py`, docs/performance.md): an AdamW built w
 lane is on (the default) keeps every parameter, gradient and moment in one flat buffer and
 updates it in cache-sized in-place pieces, bit-identical to the per-parameter update below;
 `clip_grad_norm` then takes the norm of that buffer in one pass.
-
-Building an optimizer also calls `scratchformer.allocator.keep_freed_memory()`, so a
-hand-written training loop gets the same allocator tuning as `train()`.
 """
 
 from __future__ import annotations
@@ -35,7 +32,6 @@ from collections.abc import Iterable
 import numpy as np
 
 from scratchformer import fast
-from scratchformer.allocator import keep_freed_memory, shared_empty
 from scratchformer.errors import CheckpointError, ConfigError
 from scratchformer.fast import optim as fast_optim
 from scratchformer.nn import Embedding, LearnedPositionalEmbedding
@@ -135,7 +131,6 @@ class _Optimizer:
         self.params: list[Parameter] = [p for g in self.param_groups for p in g["params"]]
         self.lr = float(lr)
         self.step_count = 0  # number of step() calls so far (torch's per-param "step")
-        keep_freed_memory()  # idempotent; see scratchformer/allocator.py
 
     def zero_grad(self) -> None:
         for p in self.params:
@@ -282,13 +277,6 @@ class AdamW(_Optimizer):
 
 
 # -- SGD -------------------------------------------------------------------------------------
-def _shared_copy(a: np.ndarray) -> np.ndarray:
-    """A copy of a in shared memory (scratchformer/allocator.py)."""
-    out = shared_empty(a.shape, a.dtype)
-    out[...] = a
-    return out
-
-
 class SGD(_Optimizer):
     """SGD with optional momentum and (coupled, L2) weight decay, as `torch.optim.SGD`
     (dampening=0, nesterov=False):
@@ -312,8 +300,7 @@ class SGD(_Optimizer):
         lr, mu = self.lr, self.momentum
         first = self.momentum_buffer is None
         if mu != 0.0 and first:
-            # shared memory, as AdamW's state: a forked DataParallel worker shares it, not copies it
-            self.momentum_buffer = [shared_empty(p.data.shape, p.data.dtype) for p in self.params]
+            self.momentum_buffer = [np.empty_like(p.data) for p in self.params]
         i = 0
         for group in self.param_groups:
             wd = group["weight_decay"]
@@ -338,7 +325,7 @@ class SGD(_Optimizer):
 
     def _load_buffers(self, buffers):
         loaded = buffers.get("momentum_buffer")
-        self.momentum_buffer = None if loaded is None else [_shared_copy(a) for a in loaded]
+        self.momentum_buffer = None if loaded is None else [a.copy() for a in loaded]
 
 
 def clip_grad_norm(params: Iterable[Parameter], max_norm: float) -> float:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from scratchformer.data import CharTokenizer, load_dataset
+from scratchformer.data import IGNORE_INDEX, CharTokenizer, load_dataset
 from scratchformer.data.bundled import BUNDLED, DEFAULT, resolve_data
 from scratchformer.errors import CheckpointError, ConfigError, DataError
 from scratchformer.limits import check_fits, check_model_fits, generation_bytes
@@ -144,7 +144,7 @@ class LMJob:
                 if batches is not None and i >= batches:
                     break
                 _, loss = runner(x, y)
-                n = int((y != -1).sum())
+                n = int((y != IGNORE_INDEX).sum())
                 total, count = total + loss * n, count + n
         loss = total / max(count, 1)
         return {"loss": loss, "perplexity": float(np.exp(loss))}

@@ -27,17 +27,20 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
 
-from scratchformer.errors import CheckpointError, ConfigError, TrainingDivergedError, TrainingInterrupted
+from scratchformer.allocator import keep_freed_memory
+from scratchformer.errors import (CheckpointError, ConfigError, ParallelWorkerError, TrainingDivergedError,
+                                  TrainingInterrupted)
 from scratchformer.limits import check_training_fits, gemm_peak_flops, model_flops_per_token
-from scratchformer.nn import DataParallel, set_dropout_rng
+from scratchformer.nn import set_dropout_rng
 from scratchformer.optim import AdamW, clip_grad_norm, cosine_lr, param_groups
 from scratchformer.training.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from scratchformer.training.config import TrainConfig
+from scratchformer.training.parallel import DataParallel, WaitInterrupted, can_fork_workers, check_workers
 from scratchformer.training.rundir import (LogWriter, RunLock, check_fresh, clear_run, recover_run, start_log,
                                           truncate_log)
 from scratchformer.training.schema import CONFIG, check_json
@@ -195,17 +198,54 @@ def train(job, cfg: TrainConfig, out_dir: str | Path, resume: bool = False, prog
         return _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, overwrite)
 
 
+MAX_GRAD_ACCUM = 1 << 16  # micro-batches a step: more is a step nobody waits for (a larger batch does it)
+
+
+def _check_step_can_end(cfg: TrainConfig, micro_batch_s: float | None = None) -> None:
+    """Refuse, at the start, a gradient accumulation no run can finish a step of, or one whose
+    step outlasts --time-limit (checked between steps only): `micro_batch_s` is the first
+    micro-batch's time, once measured."""
+    if cfg.grad_accum > MAX_GRAD_ACCUM:
+        raise ConfigError(f"--grad-accum {cfg.grad_accum:,} micro-batches a step cannot be honoured: give at most "
+                          f"{MAX_GRAD_ACCUM:,} (a larger --batch-size does the same work in fewer micro-batches)")
+    if micro_batch_s is not None and cfg.time_limit is not None and micro_batch_s * cfg.grad_accum > cfg.time_limit:
+        raise ConfigError(f"--grad-accum {cfg.grad_accum:,} makes one step take about "
+                          f"{micro_batch_s * cfg.grad_accum:.3g} s ({micro_batch_s:.2g} s a micro-batch), longer than "
+                          f"--time-limit {cfg.time_limit:g}, which is checked between steps: lower --grad-accum or "
+                          "raise --time-limit")
+
+
+def processes_that_run(cfg: TrainConfig) -> tuple[TrainConfig, str | None]:
+    """cfg with `workers` as many processes as can run (what the run records, so that a resume
+    elsewhere repeats it), and a note when that is fewer than asked: one where processes cannot
+    be forked (no os.fork: macOS, Windows), at most one per row of a batch."""
+    check_workers(cfg.workers)
+    if cfg.workers > 1 and not can_fork_workers():
+        return replace(cfg, workers=1), (f"this platform cannot fork worker processes: training in one process "
+                                         f"(--workers 1 instead of {cfg.workers})")
+    if cfg.workers > cfg.batch_size:
+        return replace(cfg, workers=cfg.batch_size), (f"--workers {cfg.workers} is more than the {cfg.batch_size} "
+                                                      f"rows of a batch: training in {cfg.batch_size} processes")
+    return cfg, None
+
+
 def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, overwrite) -> dict:
+    keep_freed_memory()  # freed temporaries stay in the process (scratchformer/allocator.py)
     # Before any step: the settings and the model's config must be what a checkpoint can hold
     # (a field changed after the config was built, or a value beyond its declaration, would
     # otherwise surface only at the first save).
     cfg.validate()
     check_json(job.config_dict(), CONFIG, out_dir / LAST / "config.json", hint="change the setting it names")
+    _check_step_can_end(cfg)
+    cfg, note = processes_that_run(cfg)
+    if note:
+        _say(note)
     model = job.model
     params = model.parameters()
-    runner = DataParallel(model, cfg.workers)  # runs each batch; with workers=1, the model alone
     opt = AdamW(param_groups(model, cfg.weight_decay, cfg.decay_embeddings), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
                 eps=1e-8, weight_decay=cfg.weight_decay)
+    # runs each batch (with workers=1, the model alone); a pending Ctrl-C or SIGTERM ends a wait for a worker
+    runner = DataParallel(model, cfg.workers, optimizer=opt, interrupted=lambda: stop.reason is not None)
     data_rng = np.random.default_rng(cfg.seed)
     dropout_rng = set_dropout_rng(model, np.random.default_rng(cfg.seed + 1))
     step, best_val, val_loss = 0, math.inf, float("nan")
@@ -233,7 +273,7 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, over
             clear_run(out_dir)
         check_fresh(out_dir)
         start_log(out_dir / LOG)
-    check_training_fits(model, cfg.batch_size)
+    check_training_fits(model, cfg.batch_size, cfg.workers)
 
     def save(which: str) -> None:
         # losses are checked before any save; NaN here only means "not evaluated yet" (Ctrl-C)
@@ -265,6 +305,7 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, over
     start = time.perf_counter()
     stopped_by, train_loss = "max_steps", float("nan")
     tokens_since, steps_since, t_since = 0, 0, time.perf_counter()
+    step_start, first_step = None, cfg.time_limit is not None and cfg.grad_accum > 1
     with LogWriter(out_dir / LOG) as log, _StopRequests() as stop:
         try:
             while step < cfg.max_steps:
@@ -279,10 +320,16 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, over
                 opt.lr = lr
                 opt.zero_grad()
                 loss_sum = 0.0
-                for _ in range(cfg.grad_accum):
+                # where a step abandoned half-way (a worker fails, Ctrl-C during a wait) restarts
+                step_start = (data_rng.bit_generator.state, dropout_rng.bit_generator.state)
+                for micro in range(cfg.grad_accum):
+                    t_micro = time.perf_counter()
                     loss, n_tokens = job.forward_backward(job.train_batch(data_rng, cfg.batch_size), runner)
                     loss_sum += loss
                     tokens_since += n_tokens
+                    if micro == 0 and first_step:  # nothing saved yet: a step that outlasts the limit is refused
+                        first_step = False
+                        _check_step_can_end(cfg, time.perf_counter() - t_micro)
                 if cfg.grad_accum > 1:  # each backward gave d(mean loss); average the micro-batches
                     for p in params:
                         p.grad *= 1.0 / cfg.grad_accum
@@ -291,6 +338,7 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, over
                 _finite_or_stop(step + 1, cfg, loss=train_loss, gradient_norm=float(grad_norm))
                 opt.step()
                 step += 1
+                step_start = None  # applied: the state now is the step's end
                 steps_since += 1
                 time_up = cfg.time_limit is not None and time.perf_counter() - start >= cfg.time_limit
 
@@ -326,6 +374,17 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, over
                 if time_up:
                     stopped_by = "time_limit"
                     break
+        except (ParallelWorkerError, WaitInterrupted) as e:
+            # the last good state: a step abandoned half-way restarts from its beginning (weights
+            # and optimiser change only in opt.step), so --resume repeats it exactly
+            if step_start is not None:
+                data_rng.bit_generator.state, dropout_rng.bit_generator.state = step_start
+            save(LAST)
+            where = (f"checkpoint of step {step} written to {out_dir / LAST}; continue with "
+                     f"'scratchformer train --resume --out {out_dir}'")
+            if isinstance(e, WaitInterrupted):
+                raise TrainingInterrupted(f"{stop.reason} at step {step}: {where}", exit_code=stop.exit_code) from None
+            raise ParallelWorkerError(f"{e}; {where}") from None
         finally:
             if bar is not None:
                 bar.close()

@@ -35,14 +35,18 @@ KINDS = ("gpt", "classifier", "seq2seq", "bert")
 
 # -- accessors: the model attribute names, in one place -------------------------------------
 def kind(model) -> str:
-    """Which of the four model families `model` is (ConfigError for anything else)."""
-    name = type(model).__name__
-    kinds = {"GPT": "gpt", "TransformerClassifier": "classifier", "Seq2SeqTransformer": "seq2seq",
-             "BertEncoder": "bert"}
-    if name not in kinds:
-        raise ConfigError(f"viz draws GPT, TransformerClassifier, Seq2SeqTransformer or BertEncoder "
-                          f"models, got {name}")
-    return kinds[name]
+    """Which of the four model families `model` is, by type (a subclass is its family; ConfigError
+    for anything else)."""
+    from scratchformer.interop.bert import BertEncoder
+    from scratchformer.models import GPT, Seq2SeqTransformer, TransformerClassifier
+
+    families = ((GPT, "gpt"), (TransformerClassifier, "classifier"), (Seq2SeqTransformer, "seq2seq"),
+                (BertEncoder, "bert"))
+    for family, name in families:
+        if isinstance(model, family):
+            return name
+    raise ConfigError(f"viz draws GPT, TransformerClassifier, Seq2SeqTransformer or BertEncoder "
+                      f"models (or subclasses), got {type(model).__name__}")
 
 
 def blocks(model) -> list:

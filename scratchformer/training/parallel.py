@@ -15,17 +15,25 @@ each batch into slices, one per process (this one runs the first):
 which is the gradient of the whole batch's mean loss, as the model alone would compute it, up
 to float rounding (sums over the batch are taken in pieces). Every process uses one BLAS thread
 while the slices run. Weights and gradients travel through shared memory (anonymous mmap, made
-before the fork): weights already there (AdamW keeps its flat buffer in shared memory,
-`allocator.shared_empty`) are read by the workers in place, the others are copied there before
-each forward; after each backward this process adds each worker's gradient buffer into the
-model's. Batches, losses and
-outputs go through pipes as raw bytes with a JSON header: nothing is pickled.
+before the fork): weights already there are read by the workers in place, the others are copied
+there before each forward; after each backward this process adds each worker's gradient buffer
+into the model's. Batches, losses and outputs go through pipes as raw bytes with a JSON header:
+nothing is pickled.
 
-    model = DataParallel(GPT(config), workers=2)   # model.module is the GPT
+    opt = AdamW(param_groups(gpt, 0.1))                   # the optimiser sees the GPT's parameters
+    model = DataParallel(gpt, workers=2, optimizer=opt)   # model.module is the GPT
     logits, loss = model(x, y)                     # x, y: (B, T); logits (B, T, V) as the GPT's
     model.backward()                               # gradients land in the GPT's parameters
-    opt = AdamW(param_groups(model.module, 0.1))   # the optimiser sees the GPT's parameters
     model.close()                                  # or let it be garbage-collected
+
+The optimiser is optional. Given, its state (every array it holds: AdamW's flat weights,
+gradients and moments) is moved into shared memory before the first fork (`share_arrays`), with
+the parameters' views following: the workers then read the weights in place, and the
+optimiser's writes each step do not leave each worker a stale copy of every page it inherited
+(measured at medium size: 172 MB a worker). Nothing outside this module knows about it: layers,
+models and optimisers import no process code.
+
+This is the only module of scratchformer that forks; the trainer and `scratchformer eval` opt in.
 
 Dropout: slice 0 draws from the model's own generators; worker i draws, at each forward, from
 a copy of each generator jumped ahead i * 2^127 draws (`bit_generator.jumped(i)`), a function of
@@ -36,56 +44,96 @@ dropout drops) from a run with `workers=1`, which is the model alone.
 Eval mode splits too (the workers follow the model's mode), so a whole-split evaluation runs
 on every core; there is nothing to backward then. The model alone runs for a batch under
 `min_tokens` (256) tokens a slice, where starting the slices costs more than it saves; and
-where processes cannot be forked safely
-(Linux only: macOS's and Windows's BLAS and process start-up do not allow it). A training-mode
-forward without targets returns the slices' outputs and no loss. Workers start at the first
-forward that splits, and are restarted if the model's parameters change shape or dtype, or
-if weights they read in place are replaced (a new optimiser builds a new flat buffer). A
-worker that fails or dies raises `ParallelWorkerError`; the workers are then stopped, and the
-next forward forks fresh ones.
+where processes cannot be forked safely (`can_fork_workers()`: Linux only, macOS's and
+Windows's BLAS and process start-up do not allow it; the trainer then says so and records
+workers=1). A training-mode forward without targets returns the slices' outputs and no loss.
+
+Workers start at the first forward that splits, as many as that batch has slices (a batch with
+more slices later forks the rest), and are restarted if the model's parameters change shape or
+dtype, or if weights they read in place are replaced (a new optimiser builds a new flat buffer).
+
+Failures end in one `ParallelWorkerError`, never a hang: a worker that fails or dies; a worker
+that has not answered `timeout` seconds (default 60) after this process finished its own slice
+(stopped with SIGSTOP, or stuck); a fork the system refuses (the process limit). The workers are
+then stopped (SIGKILL for one that does not exit at once: a stopped process ignores SIGTERM),
+and the next forward forks fresh ones. While waiting for a worker, `interrupted()` (the
+trainer's pending Ctrl-C) is checked every 0.1 s and raises `WaitInterrupted`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import mmap
 import multiprocessing
+import os
 import signal
 import sys
+import time
 import weakref
+from collections.abc import Callable
 
 import numpy as np
 
-from scratchformer.allocator import is_shared
 from scratchformer.errors import BackwardError, ConfigError, ParallelWorkerError
 from scratchformer.nn.module import Module, trusted_calls
 
-__all__ = ["DataParallel", "can_fork_workers"]
+__all__ = ["DataParallel", "WaitInterrupted", "can_fork_workers", "check_workers", "max_workers", "share_arrays"]
+
+WORKER_TIMEOUT_S = 60.0  # a worker silent this long after this process's own slice is stopped or stuck
+_POLL_S = 0.1  # how often a wait for a worker checks the time and a pending Ctrl-C
+
+
+class WaitInterrupted(KeyboardInterrupt):
+    """Ctrl-C (the `interrupted` callback) while waiting for a worker: the step was abandoned."""
 
 
 def can_fork_workers() -> bool:
-    """True where DataParallel's worker processes can run (Linux)."""
-    return sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
+    """True where DataParallel's worker processes can run (Linux, with os.fork)."""
+    return (sys.platform.startswith("linux") and hasattr(os, "fork")
+            and "fork" in multiprocessing.get_all_start_methods())
+
+
+def max_workers() -> int:
+    """The most processes a run may ask for: 4 per core (more only share the cores), at least 8."""
+    return max(8, 4 * (os.cpu_count() or 1))
+
+
+def check_workers(workers, option: str = "--workers") -> None:
+    """ConfigError naming `option` unless 1 <= workers <= max_workers()."""
+    if not isinstance(workers, int) or isinstance(workers, bool) or not 1 <= workers <= max_workers():
+        raise ConfigError(f"{option} must be an integer from 1 to {max_workers()} (4 per core of this machine, "
+                          f"at least 8), got {workers!r}")
 
 
 class DataParallel(Module):
     """Train `module` on `workers` slices of each batch at once (see the module docstring).
 
-    module: a model whose forward takes batch-first arrays and returns (output, loss), whose
-    loss is a mean of `loss_count()` terms, and whose backward takes `dloss` (GPT,
+    module: a model (models/base.py's contract) whose forward takes batch-first arrays and
+    returns (output, loss), whose loss is a mean of `loss_count()` terms (GPT,
     TransformerClassifier, Seq2SeqTransformer). Positional array arguments whose first axis is
     the batch are split; keyword arguments (numbers, strings) go to every slice. Outputs are
     concatenated along the batch axis, so `(output, loss)` is what the module alone returns.
+    optimizer: its arrays move into shared memory before the first fork (see the module docstring).
+    timeout: seconds a worker may stay silent after this process finished its own slice
+        (None: WORKER_TIMEOUT_S, 60). interrupted: checked while waiting; True raises WaitInterrupted.
     """
 
-    def __init__(self, module: Module, workers: int = 2, min_tokens: int = 256):
+    def __init__(self, module: Module, workers: int = 2, min_tokens: int = 256, optimizer=None,
+                 timeout: float | None = None, interrupted: Callable[[], bool] | None = None):
         super().__init__()
         if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
             raise ConfigError(f"workers must be a positive integer, got {workers!r}")
+        timeout = WORKER_TIMEOUT_S if timeout is None else timeout
+        if not (isinstance(timeout, (int, float)) and timeout > 0 and math.isfinite(timeout)):
+            raise ConfigError(f"timeout must be a positive number of seconds, got {timeout!r}")
         self.module = module  # its `training` flag is the mode that runs (eval_mode(module) works too)
         self.workers = workers
         self.min_tokens = min_tokens  # per slice: elements of the first argument (token ids)
+        self.optimizer = optimizer  # its arrays move into shared memory before the first fork
+        self.timeout = float(timeout)
+        self.interrupted = interrupted
         self.training = module.training
         self._pool = None  # _WorkerPool, started at the first forward that splits
         self._weights = None  # n_i / N of the last split forward; None: the module ran alone
@@ -119,9 +167,9 @@ class DataParallel(Module):
             return self._split_forward(n, slices, kwargs)
 
     def _split_forward(self, n, slices, kwargs):
-        pool = self._start_pool()
-        pool.sync_weights()
-        with self._one_blas_thread():
+        with self._one_blas_thread():  # also while forking: a child then starts no BLAS threads
+            pool = self._start_pool(n)
+            pool.sync_weights()
             for i in range(1, n):
                 pool.send_forward(i, slices[i], kwargs, self.module.training)
             try:
@@ -173,11 +221,14 @@ class DataParallel(Module):
             self.close()
             raise
 
-    def _start_pool(self) -> _WorkerPool:
-        if self._pool is not None and self._pool.stale():
-            self.close()  # the parameters changed (model.to(float64), ...): fork fresh replicas
+    def _start_pool(self, n: int) -> _WorkerPool:
+        """Workers 1..n-1, forked now if they are not running (n: this batch's slices)."""
+        if self._pool is not None and (self._pool.stale() or len(self._pool.procs) < n - 1):
+            self.close()  # the parameters changed (model.to(float64), ...) or more slices: fork fresh replicas
         if self._pool is None:
-            self._pool = _WorkerPool(self.module, self.workers)
+            if self.optimizer is not None:
+                share_arrays(self.optimizer, self.module.parameters())
+            self._pool = _WorkerPool(self.module, n, self.timeout, self.interrupted)
             weakref.finalize(self, self._pool.close)
         return self._pool
 
@@ -195,12 +246,14 @@ class _WorkerPool:
     hold a dropout generator are taken once, here (walking the module tree every step cost
     about a tenth of a small model's step)."""
 
-    def __init__(self, module: Module, workers: int):
+    def __init__(self, module: Module, workers: int, timeout: float = WORKER_TIMEOUT_S,
+                 interrupted: Callable[[], bool] | None = None):
+        self.timeout, self.interrupted = timeout, interrupted
         self.params = params = module.parameters()
         self.layout = _layout(params)
         self.rng_modules = _rng_modules(module)
-        # weights already in shared memory (AdamW's flat buffer, allocator.shared_empty) are read
-        # by the workers in place; the others are copied into a shared buffer before each forward
+        # weights already in shared memory (an optimiser's, moved by share_arrays) are read by the
+        # workers in place; the others are copied into a shared buffer before each forward
         self.direct = [p.data if is_shared(p.data) else None for p in params]
         self.copied = [p for p, direct in zip(params, self.direct) if direct is None]
         self.seen = [p.data for p in params]  # the arrays stale() last saw
@@ -216,7 +269,14 @@ class _WorkerPool:
             proc = ctx.Process(target=_worker_main, args=(module, there, list(self.conns.values()), self.weights,
                                                           self.grads[i], [d is not None for d in self.direct]),
                                name=f"scratchformer-replica-{i}", daemon=True)
-            proc.start()
+            try:
+                proc.start()
+            except OSError as e:  # EAGAIN: the process limit (ulimit -u, a cgroup's pids.max)
+                there.close()
+                self.close()
+                raise ParallelWorkerError(
+                    f"could not start worker process {i} of {workers - 1} ({e.strerror or e}): the system limits "
+                    "the number of processes; lower --workers (1 trains in this process alone)") from None
             there.close()
             self.procs[i] = proc
 
@@ -260,8 +320,23 @@ class _WorkerPool:
         raise ParallelWorkerError(f"DataParallel worker {i} stopped (exit code {self.procs[i].exitcode}); "
                                   "run again with --workers 1 (train or eval) to use one process") from None
 
+    def _wait(self, i: int) -> None:
+        """Until worker i's answer is ready: at most `timeout` seconds from now (this process has
+        done its own part by then), checking `interrupted` every _POLL_S."""
+        deadline = time.monotonic() + self.timeout
+        conn = self.conns[i]
+        while not conn.poll(_POLL_S):
+            if self.interrupted is not None and self.interrupted():
+                raise WaitInterrupted(f"interrupted while waiting for DataParallel worker {i}")
+            if time.monotonic() >= deadline:
+                proc = self.procs[i]
+                how = "has stopped or is stuck" if proc.is_alive() else f"exited with code {proc.exitcode}"
+                raise ParallelWorkerError(f"DataParallel worker {i} (pid {proc.pid}) {how}: no answer in "
+                                          f"{self.timeout:g} s; train with --workers 1 to run in one process")
+
     def receive(self, i: int) -> dict:
         try:
+            self._wait(i)
             header, arrays = _receive(self.conns[i])
         except (EOFError, OSError):
             self._stopped(i)
@@ -275,10 +350,15 @@ class _WorkerPool:
             p.grad += g
 
     def close(self) -> None:
+        """Stop the workers within about half a second: a worker reading its pipe sees it close
+        and exits; one that does not (stopped, stuck, busy) is killed (SIGKILL: a stopped process
+        would hold SIGTERM until continued, and multiprocessing's exit-time join would hang)."""
         for conn in self.conns.values():
-            conn.close()  # a worker reading its pipe sees the end and exits
+            conn.close()
+        deadline = time.monotonic() + 0.5
         for proc in self.procs.values():
-            proc.join(2)
+            proc.join(max(deadline - time.monotonic(), 0.0))
+        for proc in self.procs.values():
             if proc.is_alive():
                 proc.kill()  # a worker ignores SIGTERM (below)
                 proc.join(1)
@@ -396,3 +476,95 @@ def _receive(conn) -> tuple[dict, list[np.ndarray]]:
         arrays.append(a.reshape(shape))
         offset += a.nbytes
     return header, arrays
+
+
+# -- shared memory: what a forked worker shares instead of copying ------------------------------------
+_SHARED: weakref.WeakSet = weakref.WeakSet()  # the mmaps made here
+
+
+def _shared_empty(shape, dtype) -> np.ndarray:
+    """An uninitialised array in anonymous shared memory (mmap MAP_SHARED | MAP_ANONYMOUS): a
+    process forked later sees this one's writes to it, and writing it copies no page."""
+    dtype, shape = np.dtype(dtype), tuple(shape)
+    count = math.prod(shape)
+    buffer = mmap.mmap(-1, max(count * dtype.itemsize, 1))
+    _SHARED.add(buffer)
+    flat = np.frombuffer(buffer, dtype=dtype, count=count)  # views' .base is flat (numpy collapses the chain)
+    return flat if len(shape) == 1 else flat.reshape(shape)
+
+
+def _owner(a: np.ndarray) -> np.ndarray:
+    """The array that owns a's memory (the end of its chain of .base arrays)."""
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
+
+
+def is_shared(a: np.ndarray) -> bool:
+    """Whether a's memory was made by this module's shared memory (share_arrays)."""
+    base = _owner(a).base
+    if isinstance(base, memoryview):
+        base = base.obj
+    return base is not None and base in _SHARED
+
+
+def _holds_state(value) -> bool:
+    """An object of scratchformer's own (not a layer or a parameter) whose attributes may hold
+    an optimiser's arrays."""
+    return (hasattr(value, "__dict__") and type(value).__module__.startswith("scratchformer.")
+            and not isinstance(value, (Module, type)) and type(value).__name__ != "Parameter")
+
+
+def share_arrays(holder, params) -> int:
+    """Move every array `holder` (an optimiser) holds into shared memory, keeping views views:
+    each array that owns its memory gets a shared copy (bit for bit), and each array found in
+    holder's attributes (directly, in lists, tuples and dicts, or in scratchformer objects it holds) or in the params' `.data` and
+    `.grad` that lives in such an owner is replaced by the same view of the copy. So an AdamW's
+    flat buffers and the parameters viewing them stay one memory, now shared. Returns the bytes
+    moved. Arrays already shared are left alone."""
+    moved: dict[int, tuple] = {}  # id(owner) -> (owner, its shared copy)
+    done: dict[int, tuple] = {}  # id(array) -> (array, its replacement): one replacement per array object
+
+    def rehome(a):
+        if not isinstance(a, np.ndarray) or is_shared(a):
+            return a
+        if id(a) in done:
+            return done[id(a)][1]
+        done[id(a)] = (a, _rehomed(a))
+        return done[id(a)][1]
+
+    def _rehomed(a):
+        owner = _owner(a)
+        if not owner.flags.c_contiguous or owner.size == 0:
+            return a
+        if id(owner) not in moved:
+            copy = _shared_empty(owner.shape, owner.dtype)
+            np.copyto(copy, owner)
+            moved[id(owner)] = (owner, copy)  # owner kept alive: ids stay unique
+        copy = moved[id(owner)][1]
+        offset = a.__array_interface__["data"][0] - owner.__array_interface__["data"][0]
+        if a is owner:
+            return copy
+        return np.ndarray(a.shape, a.dtype, buffer=copy, offset=offset, strides=a.strides)
+
+    seen: set[int] = set()
+
+    def walk(value):
+        if isinstance(value, np.ndarray):
+            return rehome(value)
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        if isinstance(value, tuple):
+            return tuple(walk(v) for v in value)
+        if isinstance(value, dict):
+            return {k: walk(v) for k, v in value.items()}
+        if _holds_state(value) and id(value) not in seen:  # e.g. the fast lane's FlatAdamW
+            seen.add(id(value))
+            for name, inner in list(vars(value).items()):
+                setattr(value, name, walk(inner))
+        return value
+
+    walk(holder)
+    for p in params:
+        p.data, p.grad = rehome(p.data), rehome(p.grad)
+    return sum(owner.nbytes for owner, _ in moved.values())
