@@ -146,7 +146,7 @@ def test_gradient_hook_on_the_embeddings_sees_the_input_gradient():
         logits, _ = model(IDS)
         g = np.zeros_like(logits)
         g[0, -1, 3] = 1
-        model.backward(g)
+        model.backward(grad_output=g)
     # finite differences on the token embeddings of position 2
     emb = model.wte.weight.data
     tok, eps = IDS[0, 2], 1e-6
