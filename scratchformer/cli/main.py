@@ -180,7 +180,7 @@ def _add_setting(group, name: str, spec, help_spec, values: dict[str, object]) -
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from scratchformer.data.datasets import FORMATS
+    from scratchformer.data.datasets import DEFAULT_BPE_VOCAB, FORMATS, TOKENIZERS
     from scratchformer.data.tasks import TASKS
     from scratchformer.models import GPTConfig
     from scratchformer.training.config import TrainConfig
@@ -224,6 +224,13 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--split-seed", type=_spec_type(LM_DATA.fields["seed"]), metavar="N",
                       help="seed of the train/val/test split of a lines file "
                            f"({_defaults_text(values('data', 'split_seed'))})")
+    data.add_argument("--tokenizer", choices=TOKENIZERS,
+                      help="char: one token per character; bpe: a byte-level BPE trained on the training split "
+                           f"({_defaults_text(values('data', 'tokenizer'))})")
+    data.add_argument("--vocab-size", type=_spec_type(LM_DATA.fields["vocab_size"].spec), metavar="N",
+                      help="ids of the BPE with --tokenizer bpe, the end-of-text token included ("
+                           + _defaults_text(values("data", "vocab_size"), f"{DEFAULT_BPE_VOCAB} with --tokenizer bpe")
+                           + ")")
     t.add_argument("--out", metavar="DIR", help="output directory (default: out/<data name or task>)")
     t.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its last checkpoint, on its original schedule; a larger "
@@ -335,7 +342,7 @@ def cmd_train(args) -> int:
     model_settings = _given(args, MODEL_HELP)
     if "norm_first" in model_settings:
         model_settings["norm_first"] = model_settings["norm_first"] == "pre"
-    data_settings = _given(args, ["block_size", "split_seed"])
+    data_settings = _given(args, ["block_size", "split_seed", "tokenizer", "vocab_size"])
 
     checkpoint = None
     if args.resume:

@@ -164,7 +164,8 @@ RUN_DEFAULTS: dict[str, dict] = {
                       weight_decay=0.1, beta2=0.99, grad_clip=1.0,  # nanoGPT's small-model AdamW
                       eval_interval=1000),             # 16 evaluations over the run
         "data": dict(block_size=None,                  # the longest name + 1
-                     split_seed=DEFAULT_SEED),         # the same held-out names for every --seed
+                     split_seed=DEFAULT_SEED,          # the same held-out names for every --seed
+                     tokenizer="char", vocab_size=None),  # makemore's characters
     },
     # Continuous text (tinyshakespeare): nanoGPT's CPU configuration, its GPT-2 init, tied head and
     # bias-free layers included.
@@ -176,7 +177,8 @@ RUN_DEFAULTS: dict[str, dict] = {
                       weight_decay=0.1, beta2=0.99, grad_clip=1.0,
                       eval_interval=250),                            # 8 evaluations over the run
         "data": dict(block_size=64,                                  # nanoGPT's CPU context
-                     split_seed=DEFAULT_SEED),                       # recorded; text splits are not shuffled
+                     split_seed=DEFAULT_SEED,                        # recorded; text splits are not shuffled
+                     tokenizer="char", vocab_size=None),             # shakespeare_char's characters
     },
     **{name: _task_row(task) for name, task in TASKS.items()},  # the toy tasks, from the task registry
 }
