@@ -238,7 +238,7 @@ def guess_format(text: str) -> str:
 
 def load_dataset(path: str | Path | None = None, format: str | None = None, block_size: int | None = None,
                  seed: int = DEFAULT_SEED, test_size: int = 1000, val_fraction: float = 0.1,
-                 tokenizer: str = "char", vocab_size: int | None = None) -> Dataset:
+                 tokenizer: str | CharTokenizer | BPETokenizer = "char", vocab_size: int | None = None) -> Dataset:
     """Read a file (default: the bundled names.txt) and split it.
 
     Lines: items shuffled with `np.random.default_rng(seed)`, then test = min(test_size,
@@ -250,10 +250,14 @@ def load_dataset(path: str | Path | None = None, format: str | None = None, bloc
     of `vocab_size` ids (default DEFAULT_BPE_VOCAB) trained on the training split only (every
     text has a byte encoding, so nothing of val or test leaks into it); lines are framed by its
     end-of-text token and block_size counts tokens; text splits are cut at the same character
-    as for "char" and each encoded once.
+    as for "char" and each encoded once. A BPETokenizer object is used as it is (a run's own,
+    or a pretrained checkpoint's): nothing is trained.
     """
     if format is not None and format not in FORMATS:
         raise ConfigError(f"format must be one of {list(FORMATS)} or None (guess), got {format!r}")
+    given = tokenizer if isinstance(tokenizer, BPETokenizer) else None
+    if given is not None:
+        tokenizer = "bpe"
     if tokenizer not in TOKENIZERS:
         raise ConfigError(f"tokenizer must be one of {list(TOKENIZERS)}, got {tokenizer!r}")
     if tokenizer != "bpe" and vocab_size is not None:
@@ -281,7 +285,12 @@ def load_dataset(path: str | Path | None = None, format: str | None = None, bloc
         lines = [lines[i] for i in order]
         n_test = max(1, min(test_size, int(len(lines) * val_fraction)))
         n_test = min(n_test, (len(lines) - 1) // 2)  # keep at least one training line
-        if tokenizer == "bpe":
+        if given is not None:  # items framed by its end-of-text token
+            if given.end_id is None:
+                raise DataError("this tokenizer has no end-of-text token to frame items with: read the file "
+                                "as --format text")
+            tok = given if given.boundary else BPETokenizer(given._tok, given.special, boundary=True)
+        elif tokenizer == "bpe":
             tok = BPETokenizer.train(lines[2 * n_test :], bpe_size, boundary=True)
         else:
             tok = CharTokenizer.from_text(lines)
@@ -296,7 +305,7 @@ def load_dataset(path: str | Path | None = None, format: str | None = None, bloc
         block_size = DEFAULT_TEXT_BLOCK_SIZE
     n_train = int(len(text) * (1.0 - val_fraction))  # nanoGPT's cut, in characters
     if tokenizer == "bpe":
-        tok = BPETokenizer.train([text[:n_train]], bpe_size)
+        tok = given or BPETokenizer.train([text[:n_train]], bpe_size)
         parts = [text[:n_train], text[n_train:]]
         ids = [tok.encode(part, what=source) for part in parts]
         # the first token of each split is never a target

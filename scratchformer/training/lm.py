@@ -33,6 +33,31 @@ def _data_file(spec: dict) -> Path:
     return Path(spec["path"]) if spec["path"] is not None else resolve_data(spec.get("name", DEFAULT))
 
 
+def _read_data(run_kind: str, data: dict, tokenizer) -> tuple:
+    """(Dataset, data spec) of `data` (a RUN_DEFAULTS "data" section with the user's settings)
+    read as `run_kind`, by `tokenizer`: "char", "bpe" (trained on the training split) or a
+    BPETokenizer used as it is."""
+    path = data.get("path")
+    bundled = path is None or (isinstance(path, str) and path in BUNDLED)
+    file = resolve_data(path)
+    given = isinstance(tokenizer, BPETokenizer)
+    data_spec = {"path": None if bundled else str(file.resolve()), "format": run_kind, "seed": data["split_seed"],
+                 "block_size": data.get("block_size"), "sha256": fingerprint_file(file),
+                 "tokenizer": "bpe" if given else tokenizer, "vocab_size": data.get("vocab_size")}
+    if given and data_spec["vocab_size"] is not None:
+        raise ConfigError("--vocab-size applies to a BPE trained here: a pretrained checkpoint brings its own tokenizer")
+    if bundled:
+        data_spec["name"] = path or DEFAULT
+    # the bundled names are read through importlib.resources (path None), as always
+    ds = load_dataset(None if data_spec.get("name") == DEFAULT else file, run_kind,
+                      block_size=data_spec["block_size"], seed=data_spec["seed"],
+                      tokenizer=tokenizer, vocab_size=data_spec["vocab_size"])
+    data_spec.update(format=ds.format, block_size=ds.block_size)
+    if data_spec["tokenizer"] == "bpe":  # recorded: the size asked for, the default resolved
+        data_spec["vocab_size"] = data_spec["vocab_size"] or ds.tokenizer.vocab_size
+    return ds, data_spec
+
+
 EXAMPLE_NAME = "emma"  # `viz`'s input for a names-like run when none is given: names.txt's first line
 
 
@@ -56,24 +81,30 @@ class LMJob:
         """A fresh GPT on `data["path"]` read as `run_kind` ("lines" or "text"). `seed` fixes the
         initial weights; `data["split_seed"]` the train/val/test split, kept apart so that runs
         with different seeds are measured on the same held-out items."""
-        path = data.get("path")
-        bundled = path is None or (isinstance(path, str) and path in BUNDLED)
-        file = resolve_data(path)
-        data_spec = {"path": None if bundled else str(file.resolve()), "format": run_kind, "seed": data["split_seed"],
-                     "block_size": data.get("block_size"), "sha256": fingerprint_file(file),
-                     "tokenizer": data["tokenizer"], "vocab_size": data.get("vocab_size")}
-        if bundled:
-            data_spec["name"] = path or DEFAULT
-        # the bundled names are read through importlib.resources (path None), as always
-        ds = load_dataset(None if data_spec.get("name") == DEFAULT else file, run_kind,
-                          block_size=data_spec["block_size"], seed=data_spec["seed"],
-                          tokenizer=data_spec["tokenizer"], vocab_size=data_spec["vocab_size"])
-        data_spec.update(format=ds.format, block_size=ds.block_size)
-        if data_spec["tokenizer"] == "bpe":  # the size asked for (the default resolved), to train it again
-            data_spec["vocab_size"] = data_spec["vocab_size"] or ds.tokenizer.vocab_size
+        ds, data_spec = _read_data(run_kind, data, data["tokenizer"])
         config = GPTConfig(vocab_size=ds.tokenizer.vocab_size, block_size=ds.block_size, **model)
         check_model_fits(config, training=True)
         return cls(GPT(config, seed=seed), ds, data_spec)
+
+    @classmethod
+    def from_hf(cls, hf_dir: str | Path, run_kind: str, data: dict) -> LMJob:
+        """A pretrained causal LM (a Hugging Face GPT-2 directory, or Llama where
+        scratchformer.interop reads it) on `data["path"]` read as `run_kind`, with the
+        checkpoint's own config and tokenizer: nanoGPT's init_from. data["block_size"] is the
+        training context, at most the checkpoint's positions."""
+        from scratchformer.interop.hf_lm import load_hf_causal_lm
+
+        model, tokenizer = load_hf_causal_lm(hf_dir)
+        check_model_fits(model.config, training=True)
+        if data.get("block_size") is not None and data["block_size"] > model.config.block_size:
+            raise ConfigError(f"--block-size {data['block_size']} is longer than {hf_dir} reads "
+                              f"({model.config.block_size} positions): give at most {model.config.block_size}")
+        ds, data_spec = _read_data(run_kind, data, tokenizer)
+        if ds.block_size > model.config.block_size:  # a lines file with an item longer than the positions
+            raise DataError(f"the longest item of {ds.source} needs {ds.block_size} positions but {hf_dir} has "
+                            f"{model.config.block_size}: shorten it or read the file as --format text")
+        data_spec["init_from"] = str(Path(hf_dir).resolve())
+        return cls(model, ds, data_spec)
 
     @classmethod
     def from_checkpoint(cls, ck, data: str | Path | None = None, allow_changed_data: bool = False) -> LMJob:
@@ -105,10 +136,13 @@ class LMJob:
             if not self.allow_changed_data:
                 check_data_unchanged(file, spec.get("sha256"))
             spec["sha256"] = fingerprint_file(file)  # what later checkpoints of this run record
+            # a character vocabulary is built again (a new character is a changed file); a BPE
+            # encodes any text, so the run's own is used
+            bpe = isinstance(self.tokenizer, BPETokenizer)
             ds = load_dataset(None if spec["path"] is None and spec.get("name", DEFAULT) == DEFAULT else file,
                               spec["format"], block_size=spec["block_size"], seed=spec["seed"],
-                              tokenizer=spec.get("tokenizer", "char"), vocab_size=spec.get("vocab_size"))
-            if ds.tokenizer != self.tokenizer:  # a BPE is trained again, deterministically
+                              tokenizer=self.tokenizer if bpe else "char")
+            if ds.tokenizer != self.tokenizer:
                 raise DataError(f"the data file {spec['path'] or 'names.txt'} changed since training: "
                                 "its vocabulary no longer matches the checkpoint's tokenizer")
             self._dataset = ds

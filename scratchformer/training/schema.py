@@ -122,11 +122,12 @@ POS = POSITIVE
 NONNEG = NON_NEGATIVE
 
 # tokenizer and vocab_size (the BPE size asked for; null for characters) are absent in runs
-# written before BPE existed: those are character runs.
+# written before BPE existed: those are character runs. init_from: the Hugging Face directory a
+# run started from (`train --init-from`), whose tokenizer the run keeps.
 LM_DATA = Obj({"path": Maybe(Str()), "format": Str(FORMATS), "seed": SEED, "block_size": POS,
                "sha256": Str(), "name": Str(), "tokenizer": Str(TOKENIZERS),
-               "vocab_size": Maybe(Int(min=MIN_VOCAB, max=MAX_VOCAB))},
-              optional=("sha256", "name", "tokenizer", "vocab_size"))
+               "vocab_size": Maybe(Int(min=MIN_VOCAB, max=MAX_VOCAB)), "init_from": Str()},
+              optional=("sha256", "name", "tokenizer", "vocab_size", "init_from"))
 TASK_DATA = Obj({"n_train": POS, "n_test": POS, "max_len": POS, "seed": SEED}, extra=Int())
 
 
