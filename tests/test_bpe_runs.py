@@ -189,3 +189,100 @@ class _no_exit:
 
     def __exit__(self, *exc):
         return False
+
+
+# -- --init-from a Hugging Face GPT-2, and export back ------------------------------------------
+@pytest.fixture(scope="module")
+def gpt2_dir(text_file, tmp_path_factory):
+    """A tiny random GPT2LMHeadModel saved by transformers, with a small BPE of matching vocabulary
+    (GPT-2's vocab.json + merges.txt)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    path = tmp_path_factory.mktemp("gpt2")
+    tok = BPETokenizer.train([text_file.read_text()], 280)
+    tok._tok.model.save(str(path))
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=16, vocab_size=tok.vocab_size, n_positions=32)
+    transformers.GPT2LMHeadModel(cfg).eval().save_pretrained(path, safe_serialization=True)
+    return path
+
+
+def _hf_logits(path, ids):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    hf = transformers.GPT2LMHeadModel.from_pretrained(path).eval()
+    with torch.no_grad():
+        return hf(torch.tensor(ids)).logits.numpy()
+
+
+@pytest.fixture(scope="module")
+def init_run(gpt2_dir, text_file, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("runs") / "init"
+    assert _run("train", "--init-from", gpt2_dir, "--data", text_file, "--format", "text", "--block-size", "16",
+                "--max-steps", "2", "--eval-interval", "2", "--batch-size", "4", "--no-progress", "--quiet",
+                "--workers", "1", "--num-samples", "0", "--out", out) == 0
+    return out
+
+
+def test_init_from_starts_from_the_checkpoint_weights(gpt2_dir, text_file):
+    from scratchformer.nn import eval_mode
+    from scratchformer.training.jobs import build_job_from_hf
+
+    job, cfg = build_job_from_hf(gpt2_dir, "text", {"max_steps": 2}, {"path": str(text_file), "block_size": 16})
+    x, _ = job.train_batch(np.random.default_rng(0), 2)
+    with eval_mode(job.model):
+        ours, _ = job.model(x)
+    np.testing.assert_allclose(ours, _hf_logits(gpt2_dir, x), rtol=1e-4, atol=1e-5)
+    ids = BPETokenizer.from_hf_dir(gpt2_dir).encode(TRAIN_TEXT[:200])
+    assert (job.tokenizer.encode(TRAIN_TEXT[:200]) == ids).all()  # the checkpoint's own tokenizer
+
+
+def test_init_from_run_is_an_ordinary_run(init_run, gpt2_dir, capsys):
+    from scratchformer.interop.gpt2 import load_hf_gpt2
+
+    ck = load_checkpoint(init_run / "last")
+    assert ck.config["model"] == load_hf_gpt2(gpt2_dir).config.to_dict()  # its own config, block size included
+    assert ck.config["data"]["init_from"] == str(gpt2_dir.resolve()) and ck.config["data"]["block_size"] == 16
+    start = load_hf_gpt2(gpt2_dir).state_dict()
+    assert any(not np.array_equal(v, start[k]) for k, v in ck.model_state.items())  # it trained
+    assert np.isfinite(_eval_json(init_run, capsys)["bits_per_char"])
+    assert _run("train", "--resume", "--out", init_run, "--max-steps", "3", "--no-progress", "--quiet",
+                "--workers", "1") == 0
+    assert load_checkpoint(init_run / "last").step == 3
+    capsys.readouterr()
+    assert _run("sample", init_run, "-n", "1", "--seed", "0", "--prompt", "the cat", "--max-new-tokens", "5") == 0
+    assert capsys.readouterr().out.startswith("the cat")
+    tokens = load_job(init_run).viz_inputs("the cat")["tokens"]
+    assert "".join(tokens) == "the cat" and tokens[-1] == " cat"  # labelled by BPE tokens
+
+
+def test_export_is_read_by_transformers(init_run, tmp_path, capsys):
+    transformers = pytest.importorskip("transformers")
+    out = tmp_path / "hf"
+    assert _run("export", init_run, "--hf", out) == 0
+    job = load_job(init_run)
+    ids = job.tokenizer.encode(TRAIN_TEXT[:60])[None, :]
+    from scratchformer.nn import eval_mode
+
+    with eval_mode(job.model):
+        ours, _ = job.model(ids)
+    np.testing.assert_allclose(_hf_logits(out, ids), ours, rtol=1e-4, atol=1e-5)
+    hf_tok = transformers.AutoTokenizer.from_pretrained(out)
+    assert hf_tok.encode(VAL_TEXT) == job.tokenizer.encode(VAL_TEXT).tolist()
+    assert hf_tok.eos_token == "<|endoftext|>"
+    assert _run("export", init_run, "--hf", out) == 2  # never over an earlier export
+    assert "is not empty" in capsys.readouterr().err
+
+
+def test_export_of_a_bpe_run_trained_here(text_file, tmp_path):
+    out = tmp_path / "run"
+    assert _run("train", "--data", text_file, "--format", "text", "--tokenizer", "bpe", "--vocab-size", "300",
+                "--block-size", "16", "--bias", "--tie-weights", *TINY, "--out", out) == 0
+    assert _run("export", out, "--hf", tmp_path / "hf") == 0
+    job = load_job(out)
+    ids = job.tokenizer.encode(TRAIN_TEXT[:60])[None, :16]
+    from scratchformer.nn import eval_mode
+
+    with eval_mode(job.model):
+        ours, _ = job.model(ids)
+    np.testing.assert_allclose(_hf_logits(tmp_path / "hf", ids), ours, rtol=1e-4, atol=1e-5)
