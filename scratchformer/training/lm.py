@@ -144,7 +144,7 @@ class LMJob:
                               tokenizer=self.tokenizer if bpe else "char")
             if ds.tokenizer != self.tokenizer:
                 raise DataError(f"the data file {spec['path'] or 'names.txt'} changed since training: "
-                                "its vocabulary no longer matches the checkpoint's tokenizer")
+                                "its characters no longer match the checkpoint's tokenizer")
             self._dataset = ds
         return self._dataset
 
