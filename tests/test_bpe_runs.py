@@ -115,6 +115,9 @@ def test_bits_per_char_of_a_character_run_is_loss_over_ln2(text_file, tmp_path, 
     assert _run("train", *TINY, "--eval-batches", "1", "--out", names) == 0
     result = _eval_json(names, capsys, "--split", "val")
     assert result["bits_per_char"] == pytest.approx(result["loss"] / math.log(2), rel=1e-12)
+    ck = load_checkpoint(names / "last")  # a character run records its tokenizer as before
+    assert ck.config["data"]["tokenizer"] == "char" and ck.config["data"]["vocab_size"] is None
+    assert ck.tokenizer["type"] == "char"
 
 
 def test_lines_are_framed_by_end_of_text_and_block_size_counts_tokens(bpe_names_run):
@@ -147,14 +150,6 @@ def test_sample_viz_and_resume_use_the_run_tokenizer(bpe_names_run, capsys):
                 "--workers", "1") == 0
     assert load_checkpoint(bpe_names_run / "last").step == 3
     assert _run("sample", bpe_names_run, "-n", "2", "--seed", "1") == 0
-
-
-def test_char_runs_keep_their_tokenizer(tmp_path):
-    out = tmp_path / "names"
-    assert _run("train", *TINY, "--eval-batches", "1", "--out", out) == 0
-    ck = load_checkpoint(out / "last")
-    assert ck.config["data"]["tokenizer"] == "char" and ck.config["data"]["vocab_size"] is None
-    assert ck.tokenizer["type"] == "char"
 
 
 def test_damaged_bpe_tokenizer_json_is_one_line(bpe_text_run, tmp_path):
