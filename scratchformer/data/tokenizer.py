@@ -96,7 +96,8 @@ class CharTokenizer:
 
     def token_texts(self, ids) -> list[str]:
         """Each id's own text, for labels: its character, or the boundary token's name."""
-        return [self.special if i < self._num_special else self._itos[i] for i in np.asarray(ids, dtype=np.int64).ravel()]
+        ids = np.asarray(ids, dtype=np.int64).ravel()
+        return [self.special if i < self._num_special else self._itos[i] for i in ids]
 
     # -- serialisation (plain JSON, no pickle) -----------------------------------------------
     def to_json(self) -> dict:

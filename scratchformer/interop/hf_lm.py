@@ -106,7 +106,8 @@ def save_hf_causal_lm(model: GPT, tokenizer, path: str | Path) -> Path:
         raise ConfigError("a character tokenizer has no Hugging Face form: export a run trained with "
                           "--tokenizer bpe or --init-from")
     if tokenizer.vocab_size > model.config.vocab_size:
-        raise DataError(f"the tokenizer has {tokenizer.vocab_size:,} ids but the model only {model.config.vocab_size:,}")
+        raise DataError(f"the tokenizer has {tokenizer.vocab_size:,} ids but the model only "
+                        f"{model.config.vocab_size:,}")
     gpt2_config_to_hf(model.config)  # refused before anything is written
     path = Path(path)
     save_hf_gpt2(model, path)

@@ -45,7 +45,8 @@ def _read_data(run_kind: str, data: dict, tokenizer) -> tuple:
                  "block_size": data.get("block_size"), "sha256": fingerprint_file(file),
                  "tokenizer": "bpe" if given else tokenizer, "vocab_size": data.get("vocab_size")}
     if given and data_spec["vocab_size"] is not None:
-        raise ConfigError("--vocab-size applies to a BPE trained here: a pretrained checkpoint brings its own tokenizer")
+        raise ConfigError("--vocab-size applies to a BPE trained here: a pretrained checkpoint brings its own "
+                          "tokenizer")
     if bundled:
         data_spec["name"] = path or DEFAULT
     # the bundled names are read through importlib.resources (path None), as always
@@ -205,7 +206,8 @@ class LMJob:
     def samples(self, n: int, rng: np.random.Generator, prompt: str = "", max_new_tokens: int | None = None,
                 temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None) -> list[str]:
         """n samples. Line datasets: one item each, from the start token until the end token.
-        Text datasets: `max_new_tokens` tokens (characters or BPE tokens; default 200) after the prompt (default a newline)."""
+        Text datasets: `max_new_tokens` tokens (characters or BPE tokens; default 200) after the
+        prompt (default a newline)."""
         if n <= 0:
             return []
         tok, block = self.tokenizer, self.model.config.block_size
