@@ -9,6 +9,7 @@ per test (see `expand`):
                      majority classifier, a text LM on a small file), made once per session
     @forge:NAME      a copy of @lm (or @txt for data forgeries) edited by FORGERIES[NAME]
     @file:NAME       a data file with the bytes DATA_FILES[NAME]
+    @hf:NAME         a Hugging Face directory with the files HF_DIRS[NAME]
     @tmp             this test's temporary directory (also the working directory)
 
 The cases that would exhaust memory (huge sizes) are refused by estimates made before
@@ -40,6 +41,13 @@ DATA_FILES = {
     # issue 9: block 200,001 -> a 37 GB batch; 200 names around it, so the format is guessed as lines
     "long_line": b"".join(f"name{i}\n".encode() for i in range(200)) + b"x" * 200_000 + b"\n",
     "names": b"".join(f"name{i}\n".encode() for i in range(200)),
+}
+
+
+# Hugging Face directories that are not a causal LM scratchformer reads: {name: {file: text}}
+HF_DIRS = {
+    "bert": {"config.json": '{"model_type": "bert"}'},  # another architecture
+    "no_tokenizer": {"config.json": '{"model_type": "gpt2"}'},  # neither tokenizer.json nor vocab.json + merges.txt
 }
 
 
@@ -407,6 +415,27 @@ CASES += [
     ("viz-bert-empty", ["viz", "--bert", "", "--text", "A sentence."]),
     ("viz-text-empty-on-text-model", ["viz", "@txt", "--text", ""]),
     ("viz-bert-missing-dir", ["viz", "--bert", "@tmp/none", "--text", "A sentence."]),
+    # BPE runs, --init-from a Hugging Face directory, export
+    ("train-vocab-size-without-bpe", train("@tiny", "--vocab-size", "300")),
+    ("train-vocab-size-below-bytes", train("@tiny", "--tokenizer", "bpe", "--vocab-size", "100")),
+    ("train-tokenizer-unknown", train("@tiny", "--tokenizer", "word")),
+    ("train-tokenizer-on-task", train("@tiny", "--task", "majority", "--tokenizer", "bpe")),
+    ("train-resume-with-tokenizer", ["train", "--resume", "--out", "@lm", "--tokenizer", "bpe", *QUIET]),
+    ("train-init-from-other-architecture", ["train", "--init-from", "@hf:bert", "--data", "@file:names", *QUIET]),
+    ("train-init-from-no-tokenizer-files", ["train", "--init-from", "@hf:no_tokenizer", "--data", "@file:names",
+                                            *QUIET]),
+    ("train-init-from-missing-dir", ["train", "--init-from", "@tmp/none", "--data", "@file:names", *QUIET]),
+    ("train-init-from-with-tokenizer-bpe", ["train", "--init-from", "@hf:bert", "--tokenizer", "bpe", *QUIET]),
+    ("train-init-from-with-vocab-size", ["train", "--init-from", "@hf:bert", "--vocab-size", "300", *QUIET]),
+    ("train-init-from-with-model-option", ["train", "--init-from", "@hf:bert", "--n-layer", "2", *QUIET]),
+    ("train-init-from-with-resume", ["train", "--init-from", "@hf:bert", "--resume", "--out", "@lm", *QUIET]),
+    ("train-init-from-on-task", ["train", "--init-from", "@hf:bert", "--task", "reverse", *QUIET]),
+    ("sample-hf-other-architecture", ["sample", "--hf", "@hf:bert"]),
+    ("sample-hf-no-tokenizer-files", ["sample", "--hf", "@hf:no_tokenizer"]),
+    ("export-character-run", ["export", "@lm", "--hf", "@tmp/hf"]),
+    ("export-task-run", ["export", "@rev", "--hf", "@tmp/hf"]),
+    ("export-no-out", ["export", "@lm"]),
+    ("export-no-run", ["export", "@tmp/none", "--hf", "@tmp/hf"]),
     # the command itself
     ("no-command", []),
     ("unknown-command", ["finetune"]),
@@ -451,6 +480,13 @@ def expand(argv, tmp_path: Path, runs: Path) -> list[str]:
             dest.mkdir()
             (dest / "config.json").write_text(json.dumps({"hidden_size": 2**20, "num_attention_heads": 1}))
             out.append(str(dest))
+        elif word.startswith("@hf:"):
+            name = word.split(":", 1)[1]
+            path = tmp_path / f"hf-{name}"
+            path.mkdir()
+            for file, text in HF_DIRS[name].items():
+                (path / file).write_text(text)
+            out.append(str(path))
         elif word.startswith("@file:"):
             name = word.split(":", 1)[1]
             path = tmp_path / f"{name}.txt"

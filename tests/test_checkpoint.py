@@ -347,7 +347,10 @@ def test_every_train_option_at_its_boundaries_is_stored_and_read_back(tmp_path, 
 def _model_and_data_options():
     from scratchformer.cli.main import MODEL_HELP
 
-    return [*MODEL_HELP, "block_size", "split_seed"]
+    return [*MODEL_HELP, "block_size", *DATA_OPTIONS]
+
+
+DATA_OPTIONS = {"split_seed": "seed", "tokenizer": "tokenizer", "vocab_size": "vocab_size"}  # option -> data field
 
 
 @pytest.mark.parametrize("dest", _model_and_data_options())
@@ -357,7 +360,7 @@ def test_model_and_data_options_at_their_boundaries_are_stored_and_read_back(tmp
     from scratchformer.checks import Bool, Str
     from scratchformer.training.schema import LM_DATA
 
-    spec = LM_DATA.fields["seed"] if dest == "split_seed" else GPTConfig.spec(dest)
+    spec = LM_DATA.fields[DATA_OPTIONS[dest]] if dest in DATA_OPTIONS else GPTConfig.spec(dest)
     action = _train_option(dest)
     if isinstance(spec, Bool):
         values = [True, False]
@@ -371,8 +374,8 @@ def test_model_and_data_options_at_their_boundaries_are_stored_and_read_back(tmp
             with pytest.raises(argparse.ArgumentTypeError):
                 action.type(text)
     for value in values:
-        if dest == "split_seed":
-            config = {**GPT_RUN, "data": {**GPT_RUN["data"], "seed": value}}
+        if dest in DATA_OPTIONS:
+            config = {**GPT_RUN, "data": {**GPT_RUN["data"], DATA_OPTIONS[dest]: value}}
         else:
             config = {**GPT_RUN, "model": {**GPT_RUN["model"], dest: value}}
         save_run(tmp_path / "c", config)

@@ -1,4 +1,4 @@
-"""The `scratchformer` command: train, sample, eval, predict, embed, viz, lens, exercise.
+"""The `scratchformer` command: train, sample, eval, predict, embed, viz, lens, exercise, export.
 
 Every error a user can cause (bad options, bad data, a broken checkpoint) ends as one line
 on stderr and exit code 2; no tracebacks.
@@ -181,7 +181,7 @@ def _add_setting(group, name: str, spec, help_spec, values: dict[str, object]) -
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from scratchformer.data.datasets import FORMATS
+    from scratchformer.data.datasets import DEFAULT_BPE_VOCAB, FORMATS, TOKENIZERS
     from scratchformer.data.tasks import TASKS
     from scratchformer.models import GPTConfig
     from scratchformer.training.config import TrainConfig
@@ -225,6 +225,16 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--split-seed", type=_spec_type(LM_DATA.fields["seed"]), metavar="N",
                       help="seed of the train/val/test split of a lines file "
                            f"({_defaults_text(values('data', 'split_seed'))})")
+    data.add_argument("--tokenizer", choices=TOKENIZERS,
+                      help="char: one token per character; bpe: a byte-level BPE trained on the training split "
+                           f"({_defaults_text(values('data', 'tokenizer'))})")
+    data.add_argument("--vocab-size", type=_spec_type(LM_DATA.fields["vocab_size"].spec), metavar="N",
+                      help="ids of the BPE with --tokenizer bpe, the end-of-text token included ("
+                           + _defaults_text(values("data", "vocab_size"), f"{DEFAULT_BPE_VOCAB} with --tokenizer bpe")
+                           + ")")
+    t.add_argument("--init-from", metavar="HF_DIR",
+                   help="continue training a Hugging Face GPT-2 directory (config.json, model.safetensors, its "
+                        "tokenizer) on --data, with its own config and tokenizer (default: none: a fresh model)")
     t.add_argument("--out", metavar="DIR", help="output directory (default: out/<data name or task>)")
     t.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its last checkpoint, on its original schedule; a larger "
@@ -298,6 +308,14 @@ def build_parser() -> argparse.ArgumentParser:
     em.add_argument("--out", metavar="FILE.npy", help="save the (n, d) float32 array in this file, named exactly as "
                                                    "given (np.load reads it; default: print the first values)")
 
+    x = sub.add_parser("export", help="write a language-model run as a Hugging Face GPT-2 directory",
+                       description="Write a run's best checkpoint (or a checkpoint directory) as a Hugging Face "
+                                   "GPT-2 directory that transformers' GPT2LMHeadModel.from_pretrained reads. The run "
+                                   "needs a BPE tokenizer (--tokenizer bpe or --init-from) and GPT-2's layout "
+                                   "(learned positions, pre-norm, biases, a tied head).")
+    x.add_argument("dir", metavar="RUN")
+    x.add_argument("--hf", metavar="OUT", required=True, help="the directory to write")
+
     add_viz_parser(sub)
     add_exercise_parser(sub)
     add_lens_parser(sub)
@@ -315,7 +333,7 @@ def cmd_train(args) -> int:
     from scratchformer.data.bundled import resolve_data
     from scratchformer.data.datasets import guess_format
     from scratchformer.training.checkpoint import checkpoint_exists, load_checkpoint
-    from scratchformer.training.jobs import build_job, job_class
+    from scratchformer.training.jobs import build_job, build_job_from_hf, job_class
     from scratchformer.training.rundir import check_fresh, run_files
     from scratchformer.training.trainer import LAST, resume_config, stdout, train
 
@@ -336,7 +354,18 @@ def cmd_train(args) -> int:
     model_settings = _given(args, MODEL_HELP)
     if "norm_first" in model_settings:
         model_settings["norm_first"] = model_settings["norm_first"] == "pre"
-    data_settings = _given(args, ["block_size", "split_seed"])
+    data_settings = _given(args, ["block_size", "split_seed", "tokenizer", "vocab_size"])
+
+    if args.init_from is not None:
+        if args.resume:
+            raise CLIError("--init-from starts a run; --resume continues one: drop --init-from")
+        if args.task not in (None, "lm"):
+            raise CLIError(f"--init-from continues a language model: drop --task {args.task}")
+        if model_settings:
+            flag = "--" + next(iter(model_settings)).replace("_", "-").replace("norm-first", "norm")
+            raise CLIError(f"--init-from keeps the checkpoint's model: drop {flag}")
+        if "tokenizer" in data_settings or "vocab_size" in data_settings:
+            raise CLIError("--init-from uses the checkpoint's own tokenizer: drop --tokenizer and --vocab-size")
 
     checkpoint = None
     if args.resume:
@@ -374,7 +403,10 @@ def cmd_train(args) -> int:
         if not args.overwrite:
             check_fresh(out)  # before the data is read; train() checks again, under the run's lock
         data_settings.update({"path": args.data} if args.data is not None else {})
-        job, cfg = build_job(run_kind, model_settings, train_settings, data_settings)
+        if args.init_from is not None:
+            job, cfg = build_job_from_hf(args.init_from, run_kind, train_settings, data_settings)
+        else:
+            job, cfg = build_job(run_kind, model_settings, train_settings, data_settings)
     model = job.model
     say = stdout.say  # a closed or narrow stdout never stops training (the trainer saves, then stops)
     say(f"training {type(model).__name__} ({model.num_parameters():,} parameters) for {cfg.max_steps} steps"
@@ -501,8 +533,24 @@ def cmd_embed(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    from scratchformer.interop.hf_lm import save_hf_causal_lm
+    from scratchformer.training.jobs import load_job
+
+    job = load_job(args.dir)
+    tokenizer = getattr(job, "tokenizer", None)
+    if job.kind != "gpt" or tokenizer is None:
+        raise CLIError(f"{args.dir} holds a {job.kind} run: export writes language models (GPT-2) only")
+    out = Path(args.hf)
+    if out.exists() and any(out.iterdir()):
+        raise CLIError(f"{out} is not empty: export into a new directory")
+    save_hf_causal_lm(job.model, tokenizer, out)
+    print(f"wrote {out} (GPT2LMHeadModel.from_pretrained and AutoTokenizer read it)")
+    return 0
+
+
 COMMANDS = {"train": cmd_train, "sample": cmd_sample, "eval": cmd_eval, "predict": cmd_predict, "embed": cmd_embed,
-            "viz": cmd_viz, "exercise": cmd_exercise, "lens": cmd_lens}
+            "viz": cmd_viz, "exercise": cmd_exercise, "lens": cmd_lens, "export": cmd_export}
 
 
 def _tolerant_output() -> None:

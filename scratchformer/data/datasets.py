@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from scratchformer.data.bpe import BPETokenizer
 from scratchformer.data.tokenizer import IGNORE_INDEX, CharTokenizer
 from scratchformer.errors import ConfigError, DataError
 from scratchformer.limits import check_fits, check_line_lengths, check_text_fits
@@ -23,6 +24,21 @@ DEFAULT_TEXT_BLOCK_SIZE = 128
 # file all start from it unless told otherwise. `scratchformer.training.jobs` re-exports it.
 DEFAULT_SEED = 1337
 FORMATS = ("lines", "text")  # how a data file is read: one item per line, or continuous text
+# How text becomes ids: one id per character (the vocabulary is the file's characters), or a
+# byte-level BPE trained on the training split. Name -> class: the CLI's --tokenizer choices,
+# config.json's data.tokenizer and tokenizer.json's "type" all read this table.
+TOKENIZER_CLASSES = {"char": CharTokenizer, "bpe": BPETokenizer}
+TOKENIZERS = tuple(TOKENIZER_CLASSES)
+DEFAULT_BPE_VOCAB = 512  # --vocab-size when --tokenizer bpe is given without it
+
+
+def tokenizer_from_json(d: dict) -> CharTokenizer | BPETokenizer:
+    """A tokenizer.json's content -> its tokenizer, by its "type"."""
+    cls = TOKENIZER_CLASSES.get(d.get("type") if isinstance(d, dict) else None)
+    if cls is None:
+        raise DataError(f"unknown tokenizer type {d.get('type') if isinstance(d, dict) else d!r}: "
+                        f"this version reads {list(TOKENIZERS)}")
+    return cls.from_json(d)
 
 
 class LineDataset:
@@ -41,18 +57,22 @@ class LineDataset:
             raise DataError("LineDataset needs a tokenizer with a boundary token (special='<eot>')")
         self.lines = list(lines)
         self.tokenizer = tokenizer
-        max_len = max((len(s) for s in self.lines), default=0)
+        encoded = [tokenizer.encode(line, what=f"item {i} of {source}") for i, line in enumerate(self.lines)]
+        max_len = max((len(ids) for ids in encoded), default=0)
         self.block_size = max_len + 1 if block_size is None else int(block_size)
         if self.block_size < max_len + 1:
             raise DataError(
                 f"block_size={self.block_size} is too small for the longest line in {source} "
-                f"({max_len} characters): use block_size >= {max_len + 1}"
+                f"({max_len} {'characters' if isinstance(tokenizer, CharTokenizer) else 'tokens'}): "
+                f"use block_size >= {max_len + 1}"
             )
+        # characters the targets cover: each line and the end that follows it (the newline of
+        # the file), so a character run scores exactly one target per character
+        self.chars = sum(len(line) + 1 for line in self.lines)
         n, T = len(self.lines), self.block_size
         self.x = np.zeros((n, T), dtype=np.int64)
         self.y = np.full((n, T), IGNORE_INDEX, dtype=np.int64)
-        for i, line in enumerate(self.lines):
-            ids = tokenizer.encode(line, what=f"item {i} of {source}")
+        for i, ids in enumerate(encoded):
             L = len(ids)
             self.x[i, 0] = tokenizer.bos_id
             self.x[i, 1 : L + 1] = ids
@@ -71,6 +91,11 @@ class LineDataset:
 
     def __len__(self) -> int:
         return len(self.lines)
+
+    @property
+    def n_targets(self) -> int:
+        """Target tokens of the whole split: each line's tokens and its end token."""
+        return int((self.y != IGNORE_INDEX).sum())
 
     def batch(self, rng: np.random.Generator, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
         """Random items (with replacement): x, y of shape (batch_size, T), int64, where
@@ -104,9 +129,13 @@ class TextDataset:
     y with IGNORE_INDEX), so nothing is dropped.
     """
 
-    def __init__(self, ids: np.ndarray, tokenizer: CharTokenizer, block_size: int, source: str = "text"):
+    def __init__(self, ids: np.ndarray, tokenizer: CharTokenizer | BPETokenizer, block_size: int,
+                 source: str = "text", chars: int | None = None):
+        """chars: the characters the targets cover (the text less its first token's), for bits
+        per character; default one per target (a character tokenizer's stream)."""
         self.ids = np.asarray(ids, dtype=np.int64)
         self.tokenizer = tokenizer
+        self.chars = len(self.ids) - 1 if chars is None else int(chars)
         self.block_size = int(block_size)
         if self.block_size < 1:
             raise ConfigError(f"block_size must be >= 1, got {block_size}")
@@ -118,6 +147,10 @@ class TextDataset:
 
     def __len__(self) -> int:
         """Number of target positions (tokens that have a predecessor)."""
+        return len(self.ids) - 1
+
+    @property
+    def n_targets(self) -> int:
         return len(self.ids) - 1
 
     def batch(self, rng: np.random.Generator, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -145,7 +178,7 @@ class TextDataset:
 class Dataset:
     """What `load_dataset` returns: a tokenizer and three splits of the same kind."""
 
-    tokenizer: CharTokenizer
+    tokenizer: CharTokenizer | BPETokenizer
     train: LineDataset | TextDataset
     val: LineDataset | TextDataset
     test: LineDataset | TextDataset  # the val split again for text
@@ -205,7 +238,8 @@ def guess_format(text: str) -> str:
 
 
 def load_dataset(path: str | Path | None = None, format: str | None = None, block_size: int | None = None,
-                 seed: int = DEFAULT_SEED, test_size: int = 1000, val_fraction: float = 0.1) -> Dataset:
+                 seed: int = DEFAULT_SEED, test_size: int = 1000, val_fraction: float = 0.1,
+                 tokenizer: str | CharTokenizer | BPETokenizer = "char", vocab_size: int | None = None) -> Dataset:
     """Read a file (default: the bundled names.txt) and split it.
 
     Lines: items shuffled with `np.random.default_rng(seed)`, then test = min(test_size,
@@ -213,10 +247,24 @@ def load_dataset(path: str | Path | None = None, format: str | None = None, bloc
     train = the rest. block_size defaults to the longest line + 1.
     Text: first (1 - val_fraction) of the characters train, the rest val (nanoGPT); test is
     the val split. block_size defaults to 128.
-    The tokenizer is built from the whole file, so every split encodes.
+    tokenizer "char": built from the whole file, so every split encodes. "bpe": a byte-level BPE
+    of `vocab_size` ids (default DEFAULT_BPE_VOCAB) trained on the training split only (every
+    text has a byte encoding, so nothing of val or test leaks into it); lines are framed by its
+    end-of-text token and block_size counts tokens; text splits are cut at the same character
+    as for "char" and each encoded once. A BPETokenizer object is used as it is (a run's own,
+    or a pretrained checkpoint's): nothing is trained.
     """
     if format is not None and format not in FORMATS:
         raise ConfigError(f"format must be one of {list(FORMATS)} or None (guess), got {format!r}")
+    given = tokenizer if isinstance(tokenizer, BPETokenizer) else None
+    if given is not None:
+        tokenizer = "bpe"
+    if tokenizer not in TOKENIZERS:
+        raise ConfigError(f"tokenizer must be one of {list(TOKENIZERS)}, got {tokenizer!r}")
+    if tokenizer != "bpe" and vocab_size is not None:
+        raise ConfigError("--vocab-size applies to --tokenizer bpe only (a character vocabulary is the file's "
+                          "characters): add --tokenizer bpe or drop --vocab-size")
+    bpe_size = DEFAULT_BPE_VOCAB if vocab_size is None else vocab_size
     if not 0.0 < val_fraction < 1.0:
         raise ConfigError(f"val_fraction must be in (0, 1), got {val_fraction}")
     text, source = read_text(None if path is None else Path(path))
@@ -234,29 +282,46 @@ def load_dataset(path: str | Path | None = None, format: str | None = None, bloc
         if block_size is not None:  # the rows are precomputed: x and y, (n, block_size) int64 each
             check_fits(2 * len(lines) * block_size * 8, f"{len(lines):,} lines at --block-size {block_size}",
                        "--block-size")
-        tok = CharTokenizer.from_text(lines)
         order = np.random.default_rng(seed).permutation(len(lines))
         lines = [lines[i] for i in order]
         n_test = max(1, min(test_size, int(len(lines) * val_fraction)))
         n_test = min(n_test, (len(lines) - 1) // 2)  # keep at least one training line
-        if block_size is None:
-            block_size = max(len(s) for s in lines) + 1
+        if given is not None:  # items framed by its end-of-text token
+            if given.end_id is None:
+                raise DataError("this tokenizer has no end-of-text token to frame items with: read the file "
+                                "as --format text")
+            tok = given if given.boundary else BPETokenizer(given._tok, given.special, boundary=True)
+        elif tokenizer == "bpe":
+            tok = BPETokenizer.train(lines[2 * n_test :], bpe_size, boundary=True)
+        else:
+            tok = CharTokenizer.from_text(lines)
+        if block_size is None:  # the longest item in tokens, and its start token
+            block_size = max(len(tok.encode(s, what=source)) for s in lines) + 1
         test = LineDataset(lines[:n_test], tok, block_size, f"{source} (test)")
         val = LineDataset(lines[n_test : 2 * n_test], tok, block_size, f"{source} (val)")
         train = LineDataset(lines[2 * n_test :], tok, block_size, f"{source} (train)")
         return Dataset(tok, train, val, test, "lines", block_size, source)
 
-    tok = CharTokenizer.from_text(text)
-    ids = tok.encode(text, what=source)
     if block_size is None:
         block_size = DEFAULT_TEXT_BLOCK_SIZE
-    n_train = int(len(ids) * (1.0 - val_fraction))
-    if min(n_train, len(ids) - n_train) < block_size + 1:
+    n_train = int(len(text) * (1.0 - val_fraction))  # nanoGPT's cut, in characters
+    if tokenizer == "bpe":
+        tok = given or BPETokenizer.train([text[:n_train]], bpe_size)
+        parts = [text[:n_train], text[n_train:]]
+        ids = [tok.encode(part, what=source) for part in parts]
+        # the first token of each split is never a target
+        chars = [len(part) - len(tok.decode(i[:1])) for part, i in zip(parts, ids)]
+    else:
+        tok = CharTokenizer.from_text(text)
+        whole = tok.encode(text, what=source)
+        ids, chars = [whole[:n_train], whole[n_train:]], [None, None]
+    if min(len(ids[0]), len(ids[1])) < block_size + 1:
+        unit = "tokens" if tokenizer == "bpe" else "characters"
         raise DataError(
-            f"{source} has {len(ids)} characters, too short for block_size={block_size}: each "
+            f"{source} has {sum(map(len, ids))} {unit}, too short for block_size={block_size}: each "
             f"split (train {1 - val_fraction:.0%}, val {val_fraction:.0%}) needs at least "
             f"{block_size + 1}; use a smaller block_size or a longer file"
         )
-    train = TextDataset(ids[:n_train], tok, block_size, f"{source} (train)")
-    val = TextDataset(ids[n_train:], tok, block_size, f"{source} (val)")
+    train = TextDataset(ids[0], tok, block_size, f"{source} (train)", chars[0])
+    val = TextDataset(ids[1], tok, block_size, f"{source} (val)", chars[1])
     return Dataset(tok, train, val, val, "text", block_size, source)

@@ -94,6 +94,11 @@ class CharTokenizer:
             )
         return "".join(self._itos[ids[ids >= self._num_special]])
 
+    def token_texts(self, ids) -> list[str]:
+        """Each id's own text, for labels: its character, or the boundary token's name."""
+        ids = np.asarray(ids, dtype=np.int64).ravel()
+        return [self.special if i < self._num_special else self._itos[i] for i in ids]
+
     # -- serialisation (plain JSON, no pickle) -----------------------------------------------
     def to_json(self) -> dict:
         return {"type": "char", "version": 1, "special": self.special, "chars": self.chars}

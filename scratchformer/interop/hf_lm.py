@@ -2,10 +2,12 @@
 
     model, tokenizer = load_hf_causal_lm("gpt2-dir")        # config.json's model_type picks the loader
     texts = hf_samples(model, tokenizer, "Hello", n=3, max_new_tokens=40, rng=0)
+    save_hf_causal_lm(model, tokenizer, "out-dir")          # what transformers' from_pretrained reads
 
 The directory is what `save_pretrained` writes: config.json, model.safetensors and the
 tokenizer (tokenizer.json, or GPT-2's vocab.json + merges.txt). `scratchformer sample --hf DIR`
-runs `hf_samples`.
+runs `hf_samples`; `scratchformer train --init-from DIR` continues training such a model, and
+`scratchformer export RUN --hf OUT` writes a run back with `save_hf_causal_lm`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from scratchformer.interop.hf_files import read_json
 from scratchformer.limits import check_fits, generation_bytes
 from scratchformer.models import GPT
 
-__all__ = ["load_hf_causal_lm", "hf_samples", "HF_LOADERS"]
+__all__ = ["load_hf_causal_lm", "hf_samples", "save_hf_causal_lm", "HF_LOADERS"]
 
 
 def _load_gpt2(path: Path, dtype: str) -> GPT:
@@ -89,3 +91,32 @@ def hf_samples(model: GPT, tokenizer: BPETokenizer, prompt: str = "", n: int = 1
             new = new[: int(np.argmax(new == tokenizer.end_id))]
         texts.append(prompt + tokenizer.decode(new))
     return texts
+
+
+def save_hf_causal_lm(model: GPT, tokenizer, path: str | Path) -> Path:
+    """Write `model` and its BPE `tokenizer` as a Hugging Face GPT-2 directory: config.json and
+    model.safetensors (`save_hf_gpt2`), tokenizer.json, GPT-2's vocab.json + merges.txt and
+    tokenizer_config.json, so `GPT2LMHeadModel.from_pretrained` and `AutoTokenizer` read it.
+    ConfigError when GPT-2 cannot hold the model (e.g. bias=False) or the tokenizer is not a BPE."""
+    import json
+
+    from scratchformer.interop.gpt2 import gpt2_config_to_hf, save_hf_gpt2
+
+    if not isinstance(tokenizer, BPETokenizer):
+        raise ConfigError("a character tokenizer has no Hugging Face form: export a run trained with "
+                          "--tokenizer bpe or --init-from")
+    if tokenizer.vocab_size > model.config.vocab_size:
+        raise DataError(f"the tokenizer has {tokenizer.vocab_size:,} ids but the model only "
+                        f"{model.config.vocab_size:,}")
+    gpt2_config_to_hf(model.config)  # refused before anything is written
+    path = Path(path)
+    save_hf_gpt2(model, path)
+    tokenizer.save_hf(path / "tokenizer.json")
+    tokenizer._tok.model.save(str(path))  # vocab.json + merges.txt
+    special = tokenizer.special
+    config = {"tokenizer_class": "GPT2Tokenizer", "model_max_length": model.config.block_size,
+              "add_prefix_space": False}
+    if special is not None:
+        config.update(bos_token=special, eos_token=special, unk_token=special)
+    (path / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    return path

@@ -7,6 +7,7 @@ the model and its data. The loop owns the rest (optimiser, schedule, checkpoints
     RUN_DEFAULTS    run kind ("lines", "text", and each task of data.tasks.TASKS) -> the
                     settings a run starts from, keyed by dataclass field names
     build_job       a fresh job + TrainConfig for a run kind, defaults overridden by the caller
+    build_job_from_hf   the same, starting from a pretrained Hugging Face causal LM (--init-from)
     load_job        a run (or checkpoint) directory -> its job, the checkpoint read once
     job_class       an already-read checkpoint -> its job class (`--resume` reads the checkpoint
                     once and hands it to both the job and the training loop)
@@ -34,7 +35,8 @@ from scratchformer.training.tasks import ClassifierJob, Seq2SeqJob
 from scratchformer.training.config import TrainConfig
 from scratchformer.training.trainer import BEST, LAST
 
-__all__ = ["DEFAULT_SEED", "JOBS", "RUN_DEFAULTS", "Job", "build_job", "checkpoint_dir", "job_class", "load_job",
+__all__ = ["DEFAULT_SEED", "JOBS", "RUN_DEFAULTS", "Job", "build_job", "build_job_from_hf", "checkpoint_dir",
+           "job_class", "load_job",
            "run_defaults"]
 
 
@@ -164,7 +166,8 @@ RUN_DEFAULTS: dict[str, dict] = {
                       weight_decay=0.1, beta2=0.99, grad_clip=1.0,  # nanoGPT's small-model AdamW
                       eval_interval=1000),             # 16 evaluations over the run
         "data": dict(block_size=None,                  # the longest name + 1
-                     split_seed=DEFAULT_SEED),         # the same held-out names for every --seed
+                     split_seed=DEFAULT_SEED,          # the same held-out names for every --seed
+                     tokenizer="char", vocab_size=None),  # makemore's characters
     },
     # Continuous text (tinyshakespeare): nanoGPT's CPU configuration, its GPT-2 init, tied head and
     # bias-free layers included.
@@ -176,7 +179,8 @@ RUN_DEFAULTS: dict[str, dict] = {
                       weight_decay=0.1, beta2=0.99, grad_clip=1.0,
                       eval_interval=250),                            # 8 evaluations over the run
         "data": dict(block_size=64,                                  # nanoGPT's CPU context
-                     split_seed=DEFAULT_SEED),                       # recorded; text splits are not shuffled
+                     split_seed=DEFAULT_SEED,                        # recorded; text splits are not shuffled
+                     tokenizer="char", vocab_size=None),             # shakespeare_char's characters
     },
     **{name: _task_row(task) for name, task in TASKS.items()},  # the toy tasks, from the task registry
 }
@@ -208,6 +212,17 @@ def build_job(run_kind: str, model: dict | None = None, train: dict | None = Non
     job = JOBS[row["kind"]].create(run_kind, {**row["model"], **(model or {})}, {**row["data"], **(data or {})},
                                    seed=cfg.seed)
     return job, cfg
+
+
+def build_job_from_hf(hf_dir: str | Path, run_kind: str, train: dict | None = None,
+                      data: dict | None = None) -> tuple[Job, TrainConfig]:
+    """A job that continues training a pretrained Hugging Face causal LM (its config and
+    tokenizer) on a data file read as `run_kind` ("lines" or "text"), and its TrainConfig."""
+    row = _row(run_kind)
+    if row["kind"] != "gpt":
+        raise ConfigError(f"--init-from continues a language model: the {run_kind} task has no pretrained form")
+    cfg = TrainConfig.from_dict({**row["train"], **(train or {})})
+    return LMJob.from_hf(hf_dir, run_kind, {**row["data"], **(data or {})}), cfg
 
 
 def checkpoint_dir(path: str | Path) -> Path:

@@ -1,4 +1,5 @@
-"""The language-model job: a GPT on a character dataset (names, or any text file).
+"""The language-model job: a GPT on a dataset of names or any text file, read as characters
+or as byte-level BPE tokens (data.tokenizer; the tokenizer is kept in the run's tokenizer.json).
 
 It implements the `scratchformer.training.jobs.Job` protocol; its defaults are the "lines"
 and "text" rows of `scratchformer.training.jobs.RUN_DEFAULTS`. The data file is read only
@@ -11,12 +12,14 @@ allows it (`allow_changed_data`, the CLI's --allow-changed-data).
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
 
-from scratchformer.data import IGNORE_INDEX, CharTokenizer, load_dataset
+from scratchformer.data import IGNORE_INDEX, BPETokenizer, CharTokenizer, load_dataset
 from scratchformer.data.bundled import BUNDLED, DEFAULT, resolve_data
+from scratchformer.data.datasets import tokenizer_from_json
 from scratchformer.errors import CheckpointError, ConfigError, DataError
 from scratchformer.limits import check_fits, check_model_fits, generation_bytes
 from scratchformer.models import GPT, GPTConfig
@@ -30,6 +33,32 @@ def _data_file(spec: dict) -> Path:
     return Path(spec["path"]) if spec["path"] is not None else resolve_data(spec.get("name", DEFAULT))
 
 
+def _read_data(run_kind: str, data: dict, tokenizer) -> tuple:
+    """(Dataset, data spec) of `data` (a RUN_DEFAULTS "data" section with the user's settings)
+    read as `run_kind`, by `tokenizer`: "char", "bpe" (trained on the training split) or a
+    BPETokenizer used as it is."""
+    path = data.get("path")
+    bundled = path is None or (isinstance(path, str) and path in BUNDLED)
+    file = resolve_data(path)
+    given = isinstance(tokenizer, BPETokenizer)
+    data_spec = {"path": None if bundled else str(file.resolve()), "format": run_kind, "seed": data["split_seed"],
+                 "block_size": data.get("block_size"), "sha256": fingerprint_file(file),
+                 "tokenizer": "bpe" if given else tokenizer, "vocab_size": data.get("vocab_size")}
+    if given and data_spec["vocab_size"] is not None:
+        raise ConfigError("--vocab-size applies to a BPE trained here: a pretrained checkpoint brings its own "
+                          "tokenizer")
+    if bundled:
+        data_spec["name"] = path or DEFAULT
+    # the bundled names are read through importlib.resources (path None), as always
+    ds = load_dataset(None if data_spec.get("name") == DEFAULT else file, run_kind,
+                      block_size=data_spec["block_size"], seed=data_spec["seed"],
+                      tokenizer=tokenizer, vocab_size=data_spec["vocab_size"])
+    data_spec.update(format=ds.format, block_size=ds.block_size)
+    if data_spec["tokenizer"] == "bpe":  # recorded: the size asked for, the default resolved
+        data_spec["vocab_size"] = data_spec["vocab_size"] or ds.tokenizer.vocab_size
+    return ds, data_spec
+
+
 EXAMPLE_NAME = "emma"  # `viz`'s input for a names-like run when none is given: names.txt's first line
 
 
@@ -37,13 +66,14 @@ class LMJob:
     kind, config_class = "gpt", GPTConfig
     eval_batch_size = 64  # sequences per forward when evaluating a whole split
 
-    def __init__(self, model: GPT, dataset, data_spec: dict, tokenizer: CharTokenizer | None = None,
+    def __init__(self, model: GPT, dataset, data_spec: dict, tokenizer: CharTokenizer | BPETokenizer | None = None,
                  allow_changed_data: bool = False):
         """dataset: a `scratchformer.data.Dataset`, or None to read it from `data_spec` when
-        first needed. data_spec: {"path", "format", "seed", "block_size", "sha256", "name"} as
-        recorded in config.json (path None: the bundled data set "name", default names)."""
+        first needed. data_spec: {"path", "format", "seed", "block_size", "sha256", "name",
+        "tokenizer", "vocab_size"} as recorded in config.json (path None: the bundled data set
+        "name", default names; tokenizer absent: "char")."""
         self.model, self._dataset, self.data_spec = model, dataset, data_spec
-        self.tokenizer: CharTokenizer = tokenizer if tokenizer is not None else dataset.tokenizer
+        self.tokenizer: CharTokenizer | BPETokenizer = tokenizer if tokenizer is not None else dataset.tokenizer
         self.allow_changed_data = allow_changed_data
 
     # -- building ------------------------------------------------------------------------------
@@ -52,20 +82,30 @@ class LMJob:
         """A fresh GPT on `data["path"]` read as `run_kind` ("lines" or "text"). `seed` fixes the
         initial weights; `data["split_seed"]` the train/val/test split, kept apart so that runs
         with different seeds are measured on the same held-out items."""
-        path = data.get("path")
-        bundled = path is None or (isinstance(path, str) and path in BUNDLED)
-        file = resolve_data(path)
-        data_spec = {"path": None if bundled else str(file.resolve()), "format": run_kind, "seed": data["split_seed"],
-                     "block_size": data.get("block_size"), "sha256": fingerprint_file(file)}
-        if bundled:
-            data_spec["name"] = path or DEFAULT
-        # the bundled names are read through importlib.resources (path None), as always
-        ds = load_dataset(None if data_spec.get("name") == DEFAULT else file, run_kind,
-                          block_size=data_spec["block_size"], seed=data_spec["seed"])
-        data_spec.update(format=ds.format, block_size=ds.block_size)
+        ds, data_spec = _read_data(run_kind, data, data["tokenizer"])
         config = GPTConfig(vocab_size=ds.tokenizer.vocab_size, block_size=ds.block_size, **model)
         check_model_fits(config, training=True)
         return cls(GPT(config, seed=seed), ds, data_spec)
+
+    @classmethod
+    def from_hf(cls, hf_dir: str | Path, run_kind: str, data: dict) -> LMJob:
+        """A pretrained causal LM (a Hugging Face GPT-2 directory, or Llama where
+        scratchformer.interop reads it) on `data["path"]` read as `run_kind`, with the
+        checkpoint's own config and tokenizer: nanoGPT's init_from. data["block_size"] is the
+        training context, at most the checkpoint's positions."""
+        from scratchformer.interop.hf_lm import load_hf_causal_lm
+
+        model, tokenizer = load_hf_causal_lm(hf_dir)
+        check_model_fits(model.config, training=True)
+        if data.get("block_size") is not None and data["block_size"] > model.config.block_size:
+            raise ConfigError(f"--block-size {data['block_size']} is longer than {hf_dir} reads "
+                              f"({model.config.block_size} positions): give at most {model.config.block_size}")
+        ds, data_spec = _read_data(run_kind, data, tokenizer)
+        if ds.block_size > model.config.block_size:  # a lines file with an item longer than the positions
+            raise DataError(f"the longest item of {ds.source} needs {ds.block_size} positions but {hf_dir} has "
+                            f"{model.config.block_size}: shorten it or read the file as --format text")
+        data_spec["init_from"] = str(Path(hf_dir).resolve())
+        return cls(model, ds, data_spec)
 
     @classmethod
     def from_checkpoint(cls, ck, data: str | Path | None = None, allow_changed_data: bool = False) -> LMJob:
@@ -83,7 +123,7 @@ class LMJob:
                 check_data_unchanged(spec["path"], spec.get("sha256"))
         if ck.tokenizer is None:
             raise CheckpointError(f"{ck.path} has no tokenizer.json: a language-model checkpoint needs one")
-        return cls(model, None, spec, CharTokenizer.from_json(ck.tokenizer), allow_changed_data)
+        return cls(model, None, spec, tokenizer_from_json(ck.tokenizer), allow_changed_data)
 
     @property
     def dataset(self):
@@ -97,8 +137,12 @@ class LMJob:
             if not self.allow_changed_data:
                 check_data_unchanged(file, spec.get("sha256"))
             spec["sha256"] = fingerprint_file(file)  # what later checkpoints of this run record
+            # a character vocabulary is built again (a new character is a changed file); a BPE
+            # encodes any text, so the run's own is used
+            bpe = isinstance(self.tokenizer, BPETokenizer)
             ds = load_dataset(None if spec["path"] is None and spec.get("name", DEFAULT) == DEFAULT else file,
-                              spec["format"], block_size=spec["block_size"], seed=spec["seed"])
+                              spec["format"], block_size=spec["block_size"], seed=spec["seed"],
+                              tokenizer=self.tokenizer if bpe else "char")
             if ds.tokenizer != self.tokenizer:
                 raise DataError(f"the data file {spec['path'] or 'names.txt'} changed since training: "
                                 "its characters no longer match the checkpoint's tokenizer")
@@ -128,7 +172,10 @@ class LMJob:
         return loss, int(x.size)
 
     def evaluate(self, split: str = "val", batches: int | None = None, runner=None, **options) -> dict:
-        """Token-weighted mean loss over the split (padding excluded); perplexity = exp(loss)."""
+        """Token-weighted mean loss over the split (padding excluded, nats per token);
+        perplexity = exp(loss); bits_per_char = loss * tokens / (chars * ln 2), with the split's
+        target tokens and the characters they cover, so character and BPE runs compare (for a
+        character run tokens = chars: loss / ln 2). With `batches`, the split's ratio is used."""
         if options:
             raise ConfigError(f"--{next(iter(options)).replace('_', '-')} applies to seq2seq models only")
         if split == "test" and self.data_spec["format"] == "text":
@@ -147,7 +194,8 @@ class LMJob:
                 n = int((y != IGNORE_INDEX).sum())
                 total, count = total + loss * n, count + n
         loss = total / max(count, 1)
-        return {"loss": loss, "perplexity": float(np.exp(loss))}
+        bits_per_char = loss * data.n_targets / (max(data.chars, 1) * math.log(2))
+        return {"loss": loss, "perplexity": float(np.exp(loss)), "bits_per_char": float(bits_per_char)}
 
     @property
     def default_split(self) -> str:
@@ -158,7 +206,8 @@ class LMJob:
     def samples(self, n: int, rng: np.random.Generator, prompt: str = "", max_new_tokens: int | None = None,
                 temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None) -> list[str]:
         """n samples. Line datasets: one item each, from the start token until the end token.
-        Text datasets: `max_new_tokens` characters (default 200) after the prompt (default a newline)."""
+        Text datasets: `max_new_tokens` tokens (characters or BPE tokens; default 200) after the
+        prompt (default a newline)."""
         if n <= 0:
             return []
         tok, block = self.tokenizer, self.model.config.block_size
@@ -169,7 +218,7 @@ class LMJob:
             max_new = max_new_tokens or max(block - len(ids) + 1, 1)
             eos = tok.eos_id
         else:
-            text = prompt or ("\n" if "\n" in tok.chars else tok.chars[0])
+            text = prompt or ("\n" if isinstance(tok, BPETokenizer) or "\n" in tok.chars else tok.chars[0])
             ids = tok.encode(text)
             max_new = max_new_tokens or 200
             eos = None
@@ -209,15 +258,16 @@ class LMJob:
             if not lines:
                 raise DataError("this text model needs an input: --text 'some text in its alphabet'")
             text = EXAMPLE_NAME
-        ids, tokens = tok.encode(text, what="--text"), list(text)
+        ids = tok.encode(text, what="--text")
         if lines:
-            ids, tokens = np.concatenate([[tok.bos_id], ids]), [tok.special] + tokens
+            ids = np.concatenate([[tok.bos_id], ids])
+        tokens = tok.token_texts(ids)
         if len(ids) == 0:
             raise DataError("--text is empty: give some text in the model's alphabet")
         if len(ids) > block:
             raise DataError(f"--text gives {len(ids)} tokens{' (with the start token)' if lines else ''}; "
                             f"this model reads 1 to {block}: give a shorter text")
-        labels = [tok.decode([i]) or tok.special for i in range(tok.vocab_size)]
+        labels = tok.token_texts(np.arange(tok.vocab_size))
         return {"ids": ids, "tokens": tokens, "vocab_labels": labels}
 
     def predict(self, text: str, **options) -> str:

@@ -50,7 +50,8 @@ from scratchformer.checks import (
     Str,
     Tagged,
 )
-from scratchformer.data.datasets import FORMATS
+from scratchformer.data.bpe import MAX_VOCAB, MIN_VOCAB
+from scratchformer.data.datasets import FORMATS, TOKENIZERS
 from scratchformer.data.tasks import TASKS
 from scratchformer.errors import RunFileError
 from scratchformer.models import ClassifierConfig, GPTConfig, Seq2SeqConfig
@@ -120,8 +121,13 @@ def strict_json(obj) -> str:
 POS = POSITIVE
 NONNEG = NON_NEGATIVE
 
+# tokenizer and vocab_size (the BPE size asked for; null for characters) are absent in runs
+# written before BPE existed: those are character runs. init_from: the Hugging Face directory a
+# run started from (`train --init-from`), whose tokenizer the run keeps.
 LM_DATA = Obj({"path": Maybe(Str()), "format": Str(FORMATS), "seed": SEED, "block_size": POS,
-               "sha256": Str(), "name": Str()}, optional=("sha256", "name"))
+               "sha256": Str(), "name": Str(), "tokenizer": Str(TOKENIZERS),
+               "vocab_size": Maybe(Int(min=MIN_VOCAB, max=MAX_VOCAB)), "init_from": Str()},
+              optional=("sha256", "name", "tokenizer", "vocab_size", "init_from"))
 TASK_DATA = Obj({"n_train": POS, "n_test": POS, "max_len": POS, "seed": SEED}, extra=Int())
 
 
@@ -158,8 +164,23 @@ TRAINER_STATE = Obj({
                        "trainer_state.json")), max_len=5, unique=True),
 }, optional=("rng_state", "extra", "optimizer", "files"))
 
-TOKENIZER = Obj({"type": Str(("char",)), "version": Int(min=1, max=1), "special": Maybe(Str(max_len=64)),
-                 "chars": List(Str(max_len=1), unique=True)}, optional=("version", "special"))
+class AnyJSON:
+    """Any JSON value: the Hugging Face tokenizer JSON inside a BPE tokenizer.json, which
+    `tokenizers` itself checks when it reads it (a damaged one is one line from from_json)."""
+
+    def describe(self) -> str:
+        return "any JSON value"
+
+    def check(self, value, where: str) -> None:
+        pass
+
+
+TOKENIZER = Tagged("type", {
+    "char": Obj({"type": Str(), "version": Int(min=1, max=1), "special": Maybe(Str(max_len=64)),
+                 "chars": List(Str(max_len=1), unique=True)}, optional=("version", "special")),
+    "bpe": Obj({"type": Str(), "version": Int(min=1, max=1), "special": Maybe(Str(max_len=64)), "boundary": Bool(),
+                "hf": Obj({"model": Obj({"type": Str(("BPE",))}, extra=AnyJSON())}, extra=AnyJSON())}),
+})
 
 # One log.jsonl row: a step and numbers (train rows: lr, train_loss, grad_norm, tokens_per_s;
 # eval rows: val_loss and val_<metric>). Non-finite numbers are allowed here: the log records
