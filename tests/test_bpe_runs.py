@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from scratchformer.cli.main import main
-from scratchformer.data import BPETokenizer, load_dataset
+from scratchformer.data import IGNORE_INDEX, BPETokenizer, load_dataset
 from scratchformer.data.datasets import tokenizer_from_json
 from scratchformer.errors import RunFileError
 from scratchformer.training.checkpoint import load_checkpoint
@@ -131,7 +131,7 @@ def test_lines_are_framed_by_end_of_text_and_block_size_counts_tokens(bpe_names_
     line, x, y = ds.train.lines[0], ds.train.x[0], ds.train.y[0]
     ids = tok.encode(line)
     assert x[0] == tok.end_id and (x[1:len(ids) + 1] == ids).all()
-    assert (y[:len(ids)] == ids).all() and y[len(ids)] == tok.end_id and (y[len(ids) + 1:] == -1).all()
+    assert (y[:len(ids)] == ids).all() and y[len(ids)] == tok.end_id and (y[len(ids) + 1:] == IGNORE_INDEX).all()
     # bits per char: each name and its end count as len(name) + 1 characters
     assert ds.test.chars == sum(len(s) + 1 for s in ds.test.lines)
 

@@ -307,8 +307,8 @@ def test_beam_that_cannot_fit_in_memory_is_refused_before_decoding(monkeypatch):
 
     model = _tiny_seq2seq()
     need = beam_bytes(model.config, 1, 64, 3, 8)
-    monkeypatch.setattr(limits, "available_memory", lambda: need)  # 90% of it is usable: too little
+    monkeypatch.setattr(limits, "memory_limits", lambda: {"the machine's available memory": need})  # 90% of it is usable: too little
     with pytest.raises(ResourceError, match="beam_width"):
         beam_search(model, np.array([[1, 2, 3]]), beam_width=64)
-    monkeypatch.setattr(limits, "available_memory", lambda: 2 * need)
+    monkeypatch.setattr(limits, "memory_limits", lambda: {"the machine's available memory": 2 * need})
     assert beam_search(model, np.array([[1, 2, 3]]), beam_width=64).shape[0] == 1

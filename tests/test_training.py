@@ -176,7 +176,7 @@ def test_defaults_table_covers_every_run_kind_with_dataclass_field_names():
         assert job_cls.kind == row["kind"]
         assert set(row["model"]) <= {f.name for f in fields(job_cls.config_class)}, kind
         assert set(row["train"]) <= train_fields and "seed" not in row["train"], kind
-        assert set(row["data"]) == ({"block_size", "split_seed"} if row["kind"] == "gpt"
+        assert set(row["data"]) == ({"block_size", "split_seed", "tokenizer", "vocab_size"} if row["kind"] == "gpt"
                                     else {"n_train", "n_test", "max_len"}), kind
         resolved = run_defaults(kind)
         assert resolved["train"]["seed"] == DEFAULT_SEED == 1337

@@ -82,7 +82,7 @@ class LMJob:
         """A fresh GPT on `data["path"]` read as `run_kind` ("lines" or "text"). `seed` fixes the
         initial weights; `data["split_seed"]` the train/val/test split, kept apart so that runs
         with different seeds are measured on the same held-out items."""
-        ds, data_spec = _read_data(run_kind, data, data["tokenizer"])
+        ds, data_spec = _read_data(run_kind, data, data.get("tokenizer", "char"))
         config = GPTConfig(vocab_size=ds.tokenizer.vocab_size, block_size=ds.block_size, **model)
         check_model_fits(config, training=True)
         return cls(GPT(config, seed=seed), ds, data_spec)
