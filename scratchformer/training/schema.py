@@ -55,6 +55,7 @@ from scratchformer.data.tasks import TASKS
 from scratchformer.errors import RunFileError
 from scratchformer.models import ClassifierConfig, GPTConfig, Seq2SeqConfig
 from scratchformer.training.config import TrainConfig
+from scratchformer.interop.bert_classifier import SentenceClassifierConfig
 
 __all__ = ["BIG", "CONFIG", "LOG_ROW", "TOKENIZER", "TRAINER_STATE", "check_json", "strict_json",
            "upgrade_run_files"]
@@ -122,6 +123,8 @@ NONNEG = NON_NEGATIVE
 
 LM_DATA = Obj({"path": Maybe(Str()), "format": Str(FORMATS), "seed": SEED, "block_size": POS,
                "sha256": Str(), "name": Str()}, optional=("sha256", "name"))
+CSV_DATA = Obj({"path": Str(), "sha256": Str(), "base": Str(), "val_fraction": Num(above=0.0, below=1.0),
+                "seed": SEED})  # a fine-tuned classifier's training CSV and pretrained encoder
 TASK_DATA = Obj({"n_train": POS, "n_test": POS, "max_len": POS, "seed": SEED}, extra=Int())
 
 
@@ -134,6 +137,7 @@ CONFIG = Tagged("kind", {
     "classifier": Obj({"kind": Str(), "task": _tasks_of("classifier"), "model": ClassifierConfig.schema(),
                        "data": TASK_DATA}),
     "seq2seq": Obj({"kind": Str(), "task": _tasks_of("seq2seq"), "model": Seq2SeqConfig.schema(), "data": TASK_DATA}),
+    "sentence_classifier": Obj({"kind": Str(), "model": SentenceClassifierConfig.schema(), "data": CSV_DATA}),
 })
 
 # numpy's PCG64 state, exactly as `Generator.bit_generator.state` gives it; a state of another
@@ -158,8 +162,26 @@ TRAINER_STATE = Obj({
                        "trainer_state.json")), max_len=5, unique=True),
 }, optional=("rng_state", "extra", "optimizer", "files"))
 
-TOKENIZER = Obj({"type": Str(("char",)), "version": Int(min=1, max=1), "special": Maybe(Str(max_len=64)),
-                 "chars": List(Str(max_len=1), unique=True)}, optional=("version", "special"))
+
+
+class AnyJSON:
+    """Any JSON value: the parts of a Hugging Face tokenizer.json that the tokenizers library checks."""
+
+    def describe(self) -> str:
+        return "any JSON value"
+
+    def check(self, value, where: str) -> None:
+        return None
+
+
+# tokenizer.json: scratchformer's character vocabulary, or a Hugging Face WordPiece tokenizer
+# (a fine-tuned BERT classifier's) kept whole under "hf".
+TOKENIZER = Tagged("type", {
+    "char": Obj({"type": Str(("char",)), "version": Int(min=1, max=1), "special": Maybe(Str(max_len=64)),
+                 "chars": List(Str(max_len=1), unique=True)}, optional=("version", "special")),
+    "wordpiece": Obj({"type": Str(), "hf": Obj({"model": Obj({"type": Str(("WordPiece",))}, extra=AnyJSON())},
+                                                extra=AnyJSON())}),
+})
 
 # One log.jsonl row: a step and numbers (train rows: lr, train_loss, grad_norm, tokens_per_s;
 # eval rows: val_loss and val_<metric>). Non-finite numbers are allowed here: the log records
