@@ -175,11 +175,13 @@ class SentenceClassifierJob:
                     raise DataError("a fine-tuned classifier's test split is a CSV: eval RUN --data test.csv "
                                     "(or --split val for the held-out part of the training CSV)")
                 self._splits["test"] = self._examples(*read_labelled_csv(self.test_path), str(self.test_path))
-            else:
-                self._read_training_csv()
+            else:  # each split is tokenised when first used (eval reads val alone)
+                texts, labels = self._read_training_csv()[name]
+                self._splits[name] = self._examples(texts, labels, f"{self.data_spec['path']} ({name})")
         return self._splits[name]
 
-    def _read_training_csv(self) -> None:
+    def _read_training_csv(self) -> dict[str, tuple[list[str], list[str]]]:
+        """{"train", "val": (texts, labels)}: the training CSV cut by the recorded seed."""
         spec = self.data_spec
         if not Path(spec["path"]).exists():
             raise DataError(f"this run was trained on {spec['path']}, which is not there any more: "
@@ -192,9 +194,8 @@ class SentenceClassifierJob:
         if n_val >= len(texts):
             raise DataError(f"{spec['path']} has {len(texts)} examples: too few to hold {n_val} out for "
                             "validation; add examples")
-        for name, index in (("val", order[:n_val]), ("train", order[n_val:])):
-            self._splits[name] = self._examples([texts[i] for i in index], [labels[i] for i in index],
-                                                f"{spec['path']} ({name})")
+        return {name: ([texts[i] for i in index], [labels[i] for i in index])
+                for name, index in (("val", order[:n_val]), ("train", order[n_val:]))}
 
     def _examples(self, texts: list[str], labels: list[str], what: str) -> Examples:
         names = self.config.labels
