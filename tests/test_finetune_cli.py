@@ -81,7 +81,7 @@ def test_freeze_encoder_trains_the_head_alone(files, tmp_path):
     assert finetune(files, tmp_path / "probe", "--max-steps", "3", "--freeze-encoder") == 0
     start = load_checkpoint(tmp_path / "probe" / "last")
     assert start.config["model"]["freeze_encoder"] is True
-    assert start.extra["train_config"]["lr"] == 1e-3  # the probe's row of RUN_DEFAULTS
+    assert start.extra["train_config"]["lr"] == 1e-2  # the probe's row of RUN_DEFAULTS
     probe, full = weights(tmp_path / "probe"), weights(tmp_path / "full")
     from scratchformer.interop.bert import load_hf_bert
 
