@@ -4,6 +4,7 @@ table, one JSON file.
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/suite.py          # headline
     python benchmarks/suite.py --quick                         # smoke run: seconds, not minutes
     python benchmarks/suite.py --only train --configs names --pairs 5
+    python benchmarks/suite.py --only finetune --pairs 1        # fine-tuning MiniLM, batch 32 x 64 tokens
     python benchmarks/suite.py --e2e                           # adds the whole training runs (long)
     python benchmarks/suite.py --markdown suite_results.json   # the tables of docs/performance.md
 
@@ -33,6 +34,11 @@ Sections:
   Model sizes of names and shakespeare-cpu, with 256 positions so 200 tokens fit the cache.
 - embed: SentenceEncoder.encode (all-MiniLM-L6-v2) against transformers' BertModel + mean
   pooling + L2 normalisation, the first 1,000 non-empty lines of tinyshakespeare, batch 32.
+- finetune: one step of fine-tuning all-MiniLM-L6-v2 as a sentence classifier (batch 32, 64
+  tokens, every position real; mean pooling + an 8-class linear head; forward + backward +
+  AdamW over every parameter): scratchformer's BertClassifier against transformers' BertModel
+  with the same head and torch.optim.AdamW, the loop of tests/test_finetune.py. Reports
+  tokens/s, forward+backward / optimiser ms and peak RSS.
 - e2e (--e2e only): wall time of the default `scratchformer train` on names and on
   tinyshakespeare against benchmarks/torch_names_reference.py and
   benchmarks/torch_shakespeare_reference.py (one run each; minutes).
@@ -291,6 +297,66 @@ def worker_embed(lib: str, data: str, n_lines: int, emb_out: str) -> dict:
             "blas": _blas()}
 
 
+FINETUNE_BATCH, FINETUNE_TOKENS, FINETUNE_CLASSES, FINETUNE_STEPS = 32, 64, 8, 10
+
+
+def worker_finetune(lib: str, steps: int, warmup: int) -> dict:
+    import numpy as np
+    from scratchformer.interop.sentence import default_model_dir
+
+    path = default_model_dir()
+    rng = np.random.default_rng(0)
+    ids = rng.integers(1000, 30000, (FINETUNE_BATCH, FINETUNE_TOKENS))
+    mask = np.ones_like(ids)
+    labels = rng.integers(0, FINETUNE_CLASSES, FINETUNE_BATCH)
+    if lib == "scratchformer":
+        from scratchformer.interop.bert import load_hf_bert
+        from scratchformer.interop.bert_classifier import BertClassifier
+        from scratchformer.optim import AdamW
+
+        model = BertClassifier(load_hf_bert(path), FINETUNE_CLASSES, seed=0)
+        model.train()
+        opt = AdamW(model.trainable_parameters(), lr=5e-5)
+
+        def forward_backward():
+            model.zero_grad()
+            model(ids, mask, labels=labels)
+            model.backward()
+        step = opt.step
+    else:
+        import torch
+        import transformers
+        torch.set_num_threads(2)
+        bert = transformers.BertModel.from_pretrained(path, add_pooling_layer=False).train()
+        head = torch.nn.Linear(bert.config.hidden_size, FINETUNE_CLASSES)
+        params = list(bert.parameters()) + list(head.parameters())
+        opt = torch.optim.AdamW(params, lr=5e-5)
+        t_ids, t_mask, t_labels = torch.tensor(ids), torch.tensor(mask), torch.tensor(labels)
+
+        def forward_backward():
+            opt.zero_grad()
+            hidden = bert(input_ids=t_ids, attention_mask=t_mask).last_hidden_state
+            m = t_mask.to(hidden.dtype).unsqueeze(-1)
+            loss = torch.nn.functional.cross_entropy(head((hidden * m).sum(1) / m.sum(1)), t_labels)
+            loss.backward()
+        step = opt.step
+    times = _time_phases([("forward_backward", forward_backward), ("optimiser", step)], steps, warmup)
+    return {**times, "tokens_per_s": FINETUNE_BATCH * FINETUNE_TOKENS / (times["step_ms"] / 1e3),
+            "peak_rss_mib": _peak_rss_mib(), "blas": _blas()}
+
+
+def bench_finetune(pairs: int, quick: bool) -> dict:
+    steps, warm = (2, 1) if quick else (FINETUNE_STEPS, 2)
+    res = paired(lambda lib: ["finetune", lib, str(steps), str(warm)], pairs, "tokens_per_s")
+    s, r = res["scratchformer"], res["reference"]
+    print(f"finetune MiniLM batch {FINETUNE_BATCH} x {FINETUNE_TOKENS} ratio {res['ratio']:5.2f}  tok/s "
+          f"{_med(s, 'tokens_per_s'):7,.0f} vs {_med(r, 'tokens_per_s'):7,.0f}  fwd+bwd/opt ms "
+          f"{_med(s, 'forward_backward_ms'):.0f}/{_med(s, 'optimiser_ms'):.0f} vs "
+          f"{_med(r, 'forward_backward_ms'):.0f}/{_med(r, 'optimiser_ms'):.0f}  RSS MiB "
+          f"{_med(s, 'peak_rss_mib'):.0f} vs {_med(r, 'peak_rss_mib'):.0f}", flush=True)
+    return res
+
+
 # -- driver -----------------------------------------------------------------------------------
 def run_worker(args: list[str], threads: int = 2) -> dict:
     env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
@@ -468,7 +534,7 @@ def markdown(results: dict) -> str:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="train,sample,embed",
-                    help="comma-separated sections of train, sample, embed (default: all three)")
+                    help="comma-separated sections of train, sample, embed, finetune (default: train,sample,embed)")
     ap.add_argument("--configs", default=",".join(TRAIN_CONFIGS),
                     help=f"training configs (default: {','.join(TRAIN_CONFIGS)})")
     ap.add_argument("--pairs", type=int, default=3, help="alternating process pairs per measurement (default 3)")
@@ -492,6 +558,8 @@ def main(argv=None) -> None:
             res = worker_train(rest[0], rest[1], int(rest[2]), int(rest[3]), int(rest[4]))
         elif kind == "sample":
             res = worker_sample(rest[0], rest[1], int(rest[2]), int(rest[3]), rest[4])
+        elif kind == "finetune":
+            res = worker_finetune(rest[0], int(rest[1]), int(rest[2]))
         else:
             res = worker_embed(rest[0], rest[1], int(rest[2]), rest[3])
         print(json.dumps(res))
@@ -499,10 +567,10 @@ def main(argv=None) -> None:
 
     sections = {s.strip() for s in args.only.split(",") if s.strip()}
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
-    bad = sorted((sections - {"train", "sample", "embed"}) | (set(configs) - set(TRAIN_CONFIGS)))
+    bad = sorted((sections - {"train", "sample", "embed", "finetune"}) | (set(configs) - set(TRAIN_CONFIGS)))
     if bad or args.pairs < 1 or args.workers < 1:
         sys.exit(f"suite.py: unknown section/config {bad}, --pairs < 1 or --workers < 1: sections are train, sample, "
-                 f"embed; configs are {', '.join(TRAIN_CONFIGS)}")
+                 f"embed, finetune; configs are {', '.join(TRAIN_CONFIGS)}")
     if args.quick:
         args.pairs, configs = 1, [c for c in configs if c in ("tiny", "names")] or ["tiny"]
     if ("embed" in sections or args.e2e) and not Path(args.data).is_file():
@@ -522,6 +590,8 @@ def main(argv=None) -> None:
             results["sample"] = bench_sample(tmp, args.pairs, args.quick)
         if "embed" in sections:
             results["embed"] = bench_embed(tmp, args.data, args.pairs, args.quick)
+        if "finetune" in sections:
+            results["finetune"] = bench_finetune(args.pairs, args.quick)
         if args.e2e:
             results["e2e"] = bench_e2e(tmp, args.data)
     results["seconds"] = time.perf_counter() - start

@@ -199,7 +199,12 @@ def check_line_lengths(lines, path, limit: int = MAX_LINE_CHARS, option: str = "
 
 def _dims(config) -> tuple[int, int, int, int, int]:
     """(layers, width, heads, sequence length, vocabulary) of any model config: a GPT's
-    block_size or a task model's max_len; an encoder-decoder counts both stacks."""
+    block_size or a task model's max_len; an encoder-decoder counts both stacks; a BERT
+    classifier (Hugging Face names) its max_length."""
+    if _get(config, "hidden_size") is not None:
+        return (int(_get(config, "num_hidden_layers")), int(_get(config, "hidden_size")),
+                int(_get(config, "num_attention_heads")), int(_get(config, "max_length")),
+                int(_get(config, "vocab_size")))
     C, heads = int(_get(config, "n_embd")), int(_get(config, "n_head"))
     T = int(_get(config, "block_size") or _get(config, "max_len"))
     V = int(_get(config, "vocab_size") or 0) + int(_get(config, "tgt_vocab_size") or 0)
@@ -214,7 +219,7 @@ def param_count_bound(config) -> int:
     """Parameters of any model config (GPT exactly as gpt_param_count; the task models with
     the same per-block count, an upper bound)."""
     L, C, _, T, V = _dims(config)
-    H = int(_get(config, "n_inner") or 4 * C)
+    H = int(_get(config, "n_inner") or _get(config, "intermediate_size") or 4 * C)
     return gpt_param_count({"vocab_size": V, "block_size": T, "n_layer": L, "n_embd": C, "n_inner": H,
                             "tie_weights": _get(config, "tie_weights", False)})
 

@@ -644,3 +644,74 @@ def test_to_leaves_a_shared_config_alone():
     a.to(np.float64)
     assert a.config.dtype == "float64" and cfg.dtype == "float32" and b.config is cfg
     assert GPTConfig.from_dict(a.config.to_dict()).dtype == "float64"
+
+
+# -- finetune (issue 21 item 7): bad CSVs, an unseen label at eval time, a model that is not BERT --
+FINETUNE_CSVS = {
+    "no_columns": b"sentence,category\nhello there,a\n",
+    "empty": b"",
+    "header_only": b"text,label\n",
+    "not_utf8": b"text,label\n\xff\xfe,a\n",
+    "unseen": b"text,label\nthe king,love\nthe sword,night\n",
+}
+FINETUNE_CASES = [
+    ("finetune-csv-without-columns", ["finetune", "--model", "@bert", "--data", "@csv:no_columns"]),
+    ("finetune-empty-csv", ["finetune", "--model", "@bert", "--data", "@csv:empty"]),
+    ("finetune-csv-header-only", ["finetune", "--model", "@bert", "--data", "@csv:header_only"]),
+    ("finetune-csv-not-utf8", ["finetune", "--model", "@bert", "--data", "@csv:not_utf8"]),
+    ("finetune-csv-missing", ["finetune", "--model", "@bert", "--data", "@tmp/nothing.csv"]),
+    ("finetune-no-data", ["finetune", "--model", "@bert"]),
+    ("finetune-model-not-bert", ["finetune", "--model", "@gpt2", "--data", "@train"]),
+    ("finetune-model-missing", ["finetune", "--model", "@tmp/nowhere", "--data", "@train"]),
+    ("finetune-max-length-beyond-positions", ["finetune", "--model", "@bert", "--data", "@train",
+                                             "--max-length", "100"]),
+    ("finetune-resume-nothing", ["finetune", "--resume", "--out", "@tmp/none"]),
+    ("finetune-resume-train-run", ["finetune", "--resume", "--out", "@lm"]),
+    ("eval-finetune-unseen-label", ["eval", "@ft", "--data", "@csv:unseen"]),
+    ("eval-finetune-test-without-csv", ["eval", "@ft", "--split", "test"]),
+    ("predict-finetune-empty-text", ["predict", "@ft", "  "]),
+    ("viz-finetune-without-text", ["viz", "@ft"]),
+]
+
+
+@pytest.fixture(scope="module")
+def finetune_files(tmp_path_factory):
+    from tiny_bert import make_bert_dir, make_csv
+
+    d = tmp_path_factory.mktemp("finetune_bad")
+    files = {"bert": make_bert_dir(d / "bert"), "train": make_csv(d / "train.csv", n=20)}
+    (d / "gpt2").mkdir()
+    (d / "gpt2" / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_embd": 8}), encoding="utf-8")
+    files["gpt2"] = d / "gpt2"
+    assert main(["finetune", "--model", str(files["bert"]), "--data", str(files["train"]), "--out", str(d / "ft"),
+                 "--max-steps", "1", "--max-length", "8", "--no-progress", "--quiet"]) == 0
+    files["ft"] = d / "ft"
+    return files
+
+
+@pytest.mark.parametrize("argv", [pytest.param(argv, id=case_id) for case_id, argv in FINETUNE_CASES])
+def test_bad_finetune_input_is_one_line_and_exit_2(argv, tmp_path, finetune_files, trained_runs, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    words = []
+    for word in argv:
+        if word.startswith("@csv:"):
+            path = tmp_path / f"{word[5:]}.csv"
+            path.write_bytes(FINETUNE_CSVS[word[5:]])
+            words.append(str(path))
+        elif word[1:] in finetune_files:
+            words.append(str(finetune_files[word[1:]]))
+        else:
+            words += expand([word], tmp_path, trained_runs)
+    capsys.readouterr()
+    try:
+        code = main(words)
+    except SystemExit as e:
+        code = e.code
+    except BaseException:
+        traceback.print_exc()
+        code = "traceback"
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith("note:")]
+    assert "Traceback" not in err, err[-2000:]
+    assert code == 2, f"exit code {code}; stderr: {err[-500:]}"
+    assert len(lines) == 1 and lines[0].startswith("scratchformer"), err[-500:]

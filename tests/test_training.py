@@ -167,9 +167,9 @@ def test_defaults_table_covers_every_run_kind_with_dataclass_field_names():
 
     from scratchformer.data import DEFAULT_SEED
     from scratchformer.data.tasks import TASKS
-    from scratchformer.training.jobs import JOBS, RUN_DEFAULTS, run_defaults
+    from scratchformer.training.jobs import FINETUNE_RUN_KINDS, JOBS, RUN_DEFAULTS, run_defaults
 
-    assert set(RUN_DEFAULTS) == {"lines", "text", *TASKS}
+    assert set(RUN_DEFAULTS) == {"lines", "text", *TASKS, *FINETUNE_RUN_KINDS}
     train_fields = {f.name for f in fields(TrainConfig)}
     for kind, row in RUN_DEFAULTS.items():
         job_cls = JOBS[row["kind"]]
@@ -177,6 +177,7 @@ def test_defaults_table_covers_every_run_kind_with_dataclass_field_names():
         assert set(row["model"]) <= {f.name for f in fields(job_cls.config_class)}, kind
         assert set(row["train"]) <= train_fields and "seed" not in row["train"], kind
         assert set(row["data"]) == ({"block_size", "split_seed", "tokenizer", "vocab_size"} if row["kind"] == "gpt"
+                                    else {"base", "val_fraction", "split_seed"} if kind in FINETUNE_RUN_KINDS
                                     else {"n_train", "n_test", "max_len"}), kind
         resolved = run_defaults(kind)
         assert resolved["train"]["seed"] == DEFAULT_SEED == 1337

@@ -1,4 +1,4 @@
-"""The `scratchformer` command: train, sample, eval, predict, embed, viz, lens, exercise, export.
+"""The `scratchformer` command: train, finetune, sample, eval, predict, embed, viz, lens, exercise, export.
 
 Every error a user can cause (bad options, bad data, a broken checkpoint) ends as one line
 on stderr and exit code 2; no tracebacks.
@@ -45,6 +45,10 @@ MODEL_HELP = {
     "tie_weights": "reuse the token embedding as the LM head",
     "bias": "biases in Linear and LayerNorm layers (off: nanoGPT's bias=False)",
     "init": "gpt2: N(0, 0.02) weights; pytorch: each layer's PyTorch default (as makemore)",
+}
+FINETUNE_HELP = {  # `finetune`'s model settings (SentenceClassifierConfig fields)
+    "max_length": "tokens per text, [CLS] and [SEP] included; longer texts are truncated",
+    "freeze_encoder": "train the linear head alone on the frozen encoder (a linear probe)",
 }
 TRAIN_HELP = {
     "max_steps": "optimiser steps",
@@ -185,15 +189,19 @@ def build_parser() -> argparse.ArgumentParser:
     from scratchformer.data.tasks import TASKS
     from scratchformer.models import GPTConfig
     from scratchformer.training.config import TrainConfig
-    from scratchformer.training.jobs import RUN_DEFAULTS, run_defaults
-    from scratchformer.training.schema import LM_DATA
+    from scratchformer.interop.bert_classifier import SentenceClassifierConfig
+    from scratchformer.training.jobs import FINETUNE_RUN_KINDS, RUN_DEFAULTS, run_defaults
+    from scratchformer.training.schema import CSV_DATA, LM_DATA
+    from scratchformer.training.sentence import BASE_MODELS
 
     resolved = {kind: run_defaults(kind) for kind in RUN_DEFAULTS}
 
-    def values(section: str, name: str) -> dict[str, object]:
-        """The default of one setting for every run kind it applies to."""
+    def values(section: str, name: str, kinds=None) -> dict[str, object]:
+        """The default of one setting for every run kind it applies to (train's kinds, or `kinds`)."""
         out = {}
         for kind, d in resolved.items():
+            if (kind in FINETUNE_RUN_KINDS) != (kinds is not None) or (kinds is not None and kind not in kinds):
+                continue
             if name in d[section]:
                 out[kind] = d[section][name]
         return out
@@ -255,6 +263,42 @@ def build_parser() -> argparse.ArgumentParser:
     for f in fields(TrainConfig):
         _add_setting(o, f.name, TrainConfig.spec(f.name), TRAIN_HELP[f.name], values("train", f.name))
 
+    f = sub.add_parser(
+        "finetune", help="fine-tune a pretrained BERT encoder (all-MiniLM-L6-v2) as a sentence classifier",
+        description="Fine-tune a pretrained BERT-family encoder with mean pooling and a linear head on a "
+                    "labelled CSV (columns text,label), through the hand-written backward of every layer; "
+                    "--freeze-encoder trains the head alone (a linear probe). The run directory works with "
+                    "eval (--data test.csv), predict, viz and --resume like any other run.")
+    f.add_argument("--data", metavar="FILE.csv", help="the training CSV (UTF-8, header row with text and label); "
+                                                       "a fraction is held out to pick the best checkpoint")
+    base = f.add_mutually_exclusive_group()
+    base.add_argument("--from", dest="base", choices=BASE_MODELS,
+                      help="the pretrained encoder: minilm = the installed all-MiniLM-L6-v2 (default: minilm)")
+    base.add_argument("--model", metavar="DIR", help="any Hugging Face BERT directory instead of --from "
+                                                     "(config.json, model.safetensors, vocab.txt or tokenizer.json)")
+    f.add_argument("--out", metavar="DIR", help="output directory (default: out/finetune-<CSV name>)")
+    f.add_argument("--val-fraction", type=_spec_type(CSV_DATA.fields["val_fraction"]), metavar="X",
+                   help="part of the training CSV held out for validation "
+                        f"({_defaults_text(values('data', 'val_fraction', FINETUNE_RUN_KINDS))})")
+    f.add_argument("--split-seed", type=_spec_type(CSV_DATA.fields["seed"]), metavar="N",
+                   help=f"seed of the held-out part ({_defaults_text(values('data', 'split_seed', FINETUNE_RUN_KINDS))})")
+    f.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    f.add_argument("--overwrite", action="store_true",
+                   help="start a new run in an --out that holds one: its last/, best/ and log.jsonl are deleted "
+                        "first (without it, such an --out is refused)")
+    f.add_argument("--allow-changed-data", action="store_true",
+                   help="resume even though the training CSV changed since (its sha256 differs)")
+    f.add_argument("--no-progress", action="store_true", help="no progress bar")
+    f.add_argument("--quiet", action="store_true", help="no evaluation lines")
+    fm = f.add_argument_group("model")
+    for name, help_spec in FINETUNE_HELP.items():
+        _add_setting(fm, name, SentenceClassifierConfig.spec(name), help_spec,
+                     values("model", name, FINETUNE_RUN_KINDS))
+    fo = f.add_argument_group("optimisation (defaults: fine-tuning; probe = with --freeze-encoder)")
+    for field in fields(TrainConfig):
+        _add_setting(fo, field.name, TrainConfig.spec(field.name), TRAIN_HELP[field.name],
+                     values("train", field.name, FINETUNE_RUN_KINDS))
+
     s = sub.add_parser("sample", help="generate text from a trained language model",
                        description="Sample from a trained language model (DIR: a run directory or a checkpoint).")
     s.add_argument("dir", nargs="?", metavar="DIR", help="default: out/names")
@@ -286,7 +330,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--beam", type=_beam_width, metavar="K",
                    help="seq2seq: decode with beam search of this width, at most 1024 (default: 1)")
     e.add_argument("--data", metavar="PATH", help="the run's data file, where it has moved since training "
-                                                  "(default: the path recorded in the run)")
+                                                  "(default: the path recorded in the run); for a finetune run: "
+                                                  "the labelled CSV to evaluate (the test split)")
     e.add_argument("--allow-changed-data", action="store_true",
                    help="evaluate even though the data file changed since training (its sha256 differs)")
     e.add_argument("--workers", type=_positive_int, default=TrainConfig.workers, metavar="N",
@@ -295,9 +340,11 @@ def build_parser() -> argparse.ArgumentParser:
                         f"{TrainConfig.workers})")
 
     pr = sub.add_parser("predict", help="run a classifier or seq2seq checkpoint on one input",
-                        description='Map one input such as "3 1 4 1 5" through a toy-task model.')
+                        description='Map one input such as "3 1 4 1 5" through a toy-task model, or label '
+                                    'a sentence with a fine-tuned classifier.')
     pr.add_argument("dir", metavar="DIR")
-    pr.add_argument("input", metavar="INPUT", help='space-separated digits, e.g. "3 1 4 1 5"')
+    pr.add_argument("input", metavar="INPUT", help='space-separated digits, e.g. "3 1 4 1 5"; a sentence for a '
+                                                   'finetune run')
     pr.add_argument("--beam", type=_beam_width, metavar="K", help="seq2seq: beam width, at most 1024 (default: 1, greedy)")
 
     em = sub.add_parser("embed", help="sentence embeddings with a pretrained BERT-family encoder",
@@ -335,7 +382,7 @@ def cmd_train(args) -> int:
     from scratchformer.training.checkpoint import checkpoint_exists, load_checkpoint
     from scratchformer.training.jobs import build_job, build_job_from_hf, job_class
     from scratchformer.training.rundir import check_fresh, run_files
-    from scratchformer.training.trainer import LAST, resume_config, stdout, train
+    from scratchformer.training.trainer import LAST, resume_config
 
     if args.out == "":
         raise CLIError("--out is empty: give a directory, or omit --out (default: out/<data name or task>)")
@@ -407,6 +454,63 @@ def cmd_train(args) -> int:
             job, cfg = build_job_from_hf(args.init_from, run_kind, train_settings, data_settings)
         else:
             job, cfg = build_job(run_kind, model_settings, train_settings, data_settings)
+    return _run_training(job, cfg, out, args, checkpoint)
+
+
+def cmd_finetune(args) -> int:
+    from scratchformer.training.checkpoint import checkpoint_exists, load_checkpoint
+    from scratchformer.training.jobs import build_job
+    from scratchformer.training.rundir import check_fresh
+    from scratchformer.training.sentence import SentenceClassifierJob
+    from scratchformer.training.trainer import LAST, resume_config
+
+    if args.out == "" or args.data == "":
+        raise CLIError(f"--{'out' if args.out == '' else 'data'} is empty: give a path")
+    if args.data is None and not args.resume:
+        raise CLIError("finetune needs --data FILE.csv (a UTF-8 CSV with the columns text,label)")
+    out = Path(args.out or f"out/finetune-{Path(args.data).stem if args.data else 'run'}")
+    train_settings = _given(args, TRAIN_HELP)
+    model_settings = _given(args, FINETUNE_HELP)
+    data_settings = _given(args, ["val_fraction", "split_seed"])
+    if args.model is not None or args.base is not None:
+        data_settings["base"] = args.model if args.model is not None else args.base
+    checkpoint = None
+    if args.resume:
+        if model_settings or data_settings:
+            raise CLIError("--resume continues the saved run: model and data options cannot change "
+                           "(training options such as --max-steps can; --data only says where its CSV moved)")
+        if args.overwrite:
+            raise CLIError("--resume continues the run in --out and --overwrite deletes it: pass one of them")
+        if not checkpoint_exists(out / LAST):
+            raise CLIError(f"nothing to resume: {out} holds no checkpoint ({LAST}/); fine-tune without --resume")
+        checkpoint = load_checkpoint(out / LAST)
+        if checkpoint.config.get("kind") != SentenceClassifierJob.kind:
+            raise CLIError(f"{out} holds a {checkpoint.config.get('kind')!r} run: resume it with 'scratchformer train'")
+        saved = checkpoint.extra.get("train_config")
+        if saved is None:
+            raise CheckpointError(f"{checkpoint.path / 'trainer_state.json'} has no extra.train_config: cannot "
+                                  "resume from it; restore the file or fine-tune again")
+        job = SentenceClassifierJob.from_checkpoint(checkpoint, train_data=args.data,
+                                                    allow_changed_data=args.allow_changed_data)
+        cfg, note = resume_config(saved, train_settings)
+        if checkpoint.step >= cfg.max_steps:
+            print(f"nothing to do: the run in {out} is at step {checkpoint.step} of {cfg.max_steps}; "
+                  "pass a larger --max-steps to extend it")
+            return 0
+        if note:
+            print(note)
+    else:
+        if not args.overwrite:
+            check_fresh(out)  # before the CSV and the encoder are read; train() checks again, under the lock
+        run_kind = "probe" if model_settings.get("freeze_encoder") else "finetune"
+        job, cfg = build_job(run_kind, model_settings, train_settings, {"path": args.data, **data_settings})
+    return _run_training(job, cfg, out, args, checkpoint)
+
+
+def _run_training(job, cfg, out: Path, args, checkpoint) -> int:
+    """What `train` and `finetune` share: the settings printed, the loop, the summary, the curves."""
+    from scratchformer.training.trainer import stdout, train
+
     model = job.model
     say = stdout.say  # a closed or narrow stdout never stops training (the trainer saves, then stops)
     say(f"training {type(model).__name__} ({model.num_parameters():,} parameters) for {cfg.max_steps} steps"
@@ -549,7 +653,7 @@ def cmd_export(args) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "sample": cmd_sample, "eval": cmd_eval, "predict": cmd_predict, "embed": cmd_embed,
+COMMANDS = {"train": cmd_train, "finetune": cmd_finetune, "sample": cmd_sample, "eval": cmd_eval, "predict": cmd_predict, "embed": cmd_embed,
             "viz": cmd_viz, "exercise": cmd_exercise, "lens": cmd_lens, "export": cmd_export}
 
 

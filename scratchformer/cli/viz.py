@@ -101,11 +101,15 @@ def _report_run(run: Path, text: str | None, out: str | None, only, compare_init
     from scratchformer.viz import report
 
     job = load_job(run)
-    init_model = _initial_model(run, job) if compare_init else None
     root = run.parent if (run / "model.safetensors").exists() else run  # a checkpoint's run directory
     log = root / "log.jsonl"
     inputs = job.viz_inputs(text)  # each kind checks and labels its own input
-    return _into(out or root / "viz", lambda out_dir: report(job.model, out_dir, log=log if log.is_file() else None,
+    model = inputs.pop("model", job.model)  # a sentence classifier shows its encoder
+    if compare_init and model is not job.model:
+        raise CLIError("--compare-init needs a model trained from scratch; a fine-tuned classifier starts from "
+                       "pretrained weights")
+    init_model = _initial_model(run, job) if compare_init else None
+    return _into(out or root / "viz", lambda out_dir: report(model, out_dir, log=log if log.is_file() else None,
                                                               only=only, init_model=init_model, **inputs))
 
 

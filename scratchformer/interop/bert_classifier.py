@@ -20,16 +20,68 @@ Usage::
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
+
 import numpy as np
 
-from scratchformer.checks import check_positive_int, check_seed
-from scratchformer.errors import DataError
-from scratchformer.interop.bert import BertEncoder
+from scratchformer.checks import (
+    NON_NEGATIVE,
+    POSITIVE,
+    Bool,
+    DictConfig,
+    Int,
+    List,
+    Num,
+    Str,
+    check_positive_int,
+    check_seed,
+    setting,
+)
+from scratchformer.errors import ConfigError, DataError
+from scratchformer.interop.bert import _ACTIVATIONS, BertConfig, BertEncoder
 from scratchformer.models.base import Model
 from scratchformer.nn import Linear
 from scratchformer.ops import cross_entropy_forward
 
-__all__ = ["BertClassifier", "mean_pool_forward", "mean_pool_backward"]
+__all__ = ["BertClassifier", "SentenceClassifierConfig", "mean_pool_forward", "mean_pool_backward"]
+
+ENCODER_FIELDS = tuple(f.name for f in fields(BertConfig) if f.name not in ("position_embedding_type", "model_type"))
+
+
+@dataclass
+class SentenceClassifierConfig(DictConfig):
+    """A BERT encoder's shape (Hugging Face BertConfig names), the classes and the input length."""
+
+    vocab_size: int = setting(POSITIVE)
+    hidden_size: int = setting(POSITIVE)
+    num_hidden_layers: int = setting(POSITIVE)
+    num_attention_heads: int = setting(POSITIVE)
+    intermediate_size: int = setting(POSITIVE)
+    labels: list = setting(List(Str(max_len=256), max_len=10_000, unique=True))  # class id -> name (sorted)
+    hidden_act: str = setting(Str(tuple(_ACTIVATIONS)), "gelu")
+    max_position_embeddings: int = setting(POSITIVE, 512)
+    type_vocab_size: int = setting(POSITIVE, 2)
+    layer_norm_eps: float = setting(Num(above=0.0), 1e-12)
+    pad_token_id: int = setting(NON_NEGATIVE, 0)
+    max_length: int = setting(Int(min=3, max=4096), 64)  # tokens per text, [CLS] and [SEP] included
+    freeze_encoder: bool = setting(Bool(), False)  # True: train the head alone (a linear probe)
+
+    def check_together(self) -> None:
+        if self.hidden_size % self.num_attention_heads:
+            raise ConfigError(f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
+                              f"({self.num_attention_heads})")
+        if len(self.labels) < 2:
+            raise ConfigError(f"a classifier needs at least 2 labels, got {self.labels}")
+        if self.max_length > self.max_position_embeddings:
+            raise ConfigError(f"max_length {self.max_length} exceeds the encoder's max_position_embeddings "
+                              f"{self.max_position_embeddings}: use --max-length {self.max_position_embeddings}")
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.labels)
+
+    def bert_config(self) -> BertConfig:
+        return BertConfig(**{name: getattr(self, name) for name in ENCODER_FIELDS})
 
 
 def mean_pool_forward(hidden: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -31,6 +31,7 @@ from scratchformer.errors import CheckpointError, ConfigError
 from scratchformer.limits import param_count_bound
 from scratchformer.training.checkpoint import Checkpoint, checkpoint_exists, load_checkpoint
 from scratchformer.training.lm import LMJob
+from scratchformer.training.sentence import SentenceClassifierJob
 from scratchformer.training.tasks import ClassifierJob, Seq2SeqJob
 from scratchformer.training.config import TrainConfig
 from scratchformer.training.trainer import BEST, LAST
@@ -100,7 +101,8 @@ class Job(Protocol):
 
 
 # Model kind -> job class: the one place a kind string meets its code.
-JOBS: dict[str, type[Job]] = {"gpt": LMJob, "classifier": ClassifierJob, "seq2seq": Seq2SeqJob}
+JOBS: dict[str, type[Job]] = {"gpt": LMJob, "classifier": ClassifierJob, "seq2seq": Seq2SeqJob,
+                              "sentence_classifier": SentenceClassifierJob}
 
 # Run kind -> where its settings go. "model": fields of the kind's config class; "train": fields
 # of TrainConfig; "data": how much data and how it is cut. Settings not named here take the
@@ -183,7 +185,30 @@ RUN_DEFAULTS: dict[str, dict] = {
                      tokenizer="char", vocab_size=None),             # shakespeare_char's characters
     },
     **{name: _task_row(task) for name, task in TASKS.items()},  # the toy tasks, from the task registry
+    # `scratchformer finetune`: a pretrained BERT encoder as a sentence classifier. A short CPU run
+    # needs more than BERT's usual 2e-5..5e-5, since the fresh head learns at the same rate (on the
+    # plays set, 100 steps of 16: val accuracy 31% at 5e-5, 46% at 2e-4); the probe
+    # (--freeze-encoder) trains the head alone on frozen mean embeddings and takes a larger one
+    # still (25% at 1e-3, 39% at 1e-2; docs/results.md). 190 steps of 32 are 2 epochs of 3,000 texts.
+    "finetune": {
+        "kind": "sentence_classifier",
+        "model": dict(max_length=64, freeze_encoder=False),
+        "train": dict(max_steps=190, batch_size=32, lr=2e-4, min_lr=2e-5, warmup_steps=20,
+                      weight_decay=0.01, beta2=0.999, grad_clip=1.0,   # BERT's fine-tuning AdamW
+                      eval_interval=50, num_samples=0,
+                      workers=1),                                      # padded batches run on one model
+        "data": dict(base="minilm", val_fraction=0.1, split_seed=DEFAULT_SEED),
+    },
+    "probe": {
+        "kind": "sentence_classifier",
+        "model": dict(max_length=64, freeze_encoder=True),
+        "train": dict(max_steps=190, batch_size=32, lr=1e-2, min_lr=1e-3, warmup_steps=20,
+                      weight_decay=0.01, beta2=0.999, grad_clip=1.0,
+                      eval_interval=50, num_samples=0, workers=1),
+        "data": dict(base="minilm", val_fraction=0.1, split_seed=DEFAULT_SEED),
+    },
 }
+FINETUNE_RUN_KINDS = ("finetune", "probe")  # the rows `scratchformer finetune` starts from (probe: --freeze-encoder)
 def _row(run_kind: str) -> dict:
     if run_kind not in RUN_DEFAULTS:
         raise ConfigError(f"unknown run kind {run_kind!r}: choose one of {list(RUN_DEFAULTS)}")

@@ -56,6 +56,7 @@ from scratchformer.data.tasks import TASKS
 from scratchformer.errors import RunFileError
 from scratchformer.models import ClassifierConfig, GPTConfig, Seq2SeqConfig
 from scratchformer.training.config import TrainConfig
+from scratchformer.interop.bert_classifier import SentenceClassifierConfig
 
 __all__ = ["BIG", "CONFIG", "LOG_ROW", "TOKENIZER", "TRAINER_STATE", "check_json", "strict_json",
            "upgrade_run_files"]
@@ -128,6 +129,8 @@ LM_DATA = Obj({"path": Maybe(Str()), "format": Str(FORMATS), "seed": SEED, "bloc
                "sha256": Str(), "name": Str(), "tokenizer": Str(TOKENIZERS),
                "vocab_size": Maybe(Int(min=MIN_VOCAB, max=MAX_VOCAB)), "init_from": Str()},
               optional=("sha256", "name", "tokenizer", "vocab_size", "init_from"))
+CSV_DATA = Obj({"path": Str(), "sha256": Str(), "base": Str(), "val_fraction": Num(above=0.0, below=1.0),
+                "seed": SEED})  # a fine-tuned classifier's training CSV and pretrained encoder
 TASK_DATA = Obj({"n_train": POS, "n_test": POS, "max_len": POS, "seed": SEED}, extra=Int())
 
 
@@ -140,6 +143,7 @@ CONFIG = Tagged("kind", {
     "classifier": Obj({"kind": Str(), "task": _tasks_of("classifier"), "model": ClassifierConfig.schema(),
                        "data": TASK_DATA}),
     "seq2seq": Obj({"kind": Str(), "task": _tasks_of("seq2seq"), "model": Seq2SeqConfig.schema(), "data": TASK_DATA}),
+    "sentence_classifier": Obj({"kind": Str(), "model": SentenceClassifierConfig.schema(), "data": CSV_DATA}),
 })
 
 # numpy's PCG64 state, exactly as `Generator.bit_generator.state` gives it; a state of another
@@ -164,9 +168,10 @@ TRAINER_STATE = Obj({
                        "trainer_state.json")), max_len=5, unique=True),
 }, optional=("rng_state", "extra", "optimizer", "files"))
 
+
 class AnyJSON:
-    """Any JSON value: the Hugging Face tokenizer JSON inside a BPE tokenizer.json, which
-    `tokenizers` itself checks when it reads it (a damaged one is one line from from_json)."""
+    """Any JSON value: the Hugging Face tokenizer JSON inside a BPE or WordPiece tokenizer.json,
+    which `tokenizers` itself checks when it reads it (a damaged one is one line from from_json)."""
 
     def describe(self) -> str:
         return "any JSON value"
@@ -180,6 +185,8 @@ TOKENIZER = Tagged("type", {
                  "chars": List(Str(max_len=1), unique=True)}, optional=("version", "special")),
     "bpe": Obj({"type": Str(), "version": Int(min=1, max=1), "special": Maybe(Str(max_len=64)), "boundary": Bool(),
                 "hf": Obj({"model": Obj({"type": Str(("BPE",))}, extra=AnyJSON())}, extra=AnyJSON())}),
+    "wordpiece": Obj({"type": Str(), "hf": Obj({"model": Obj({"type": Str(("WordPiece",))}, extra=AnyJSON())},
+                                                extra=AnyJSON())}),
 })
 
 # One log.jsonl row: a step and numbers (train rows: lr, train_loss, grad_norm, tokens_per_s;

