@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The long quality runs behind docs/results.md: each trains with the CLI's defaults, then
-# evaluates on the held-out split. Run from the repository root; about 25 minutes on 2 cores.
+# evaluates on the held-out split. Run from the repository root; about 30 minutes on 2 cores.
 #   bash scripts/quality_bars.sh            # all of them
-#   bash scripts/quality_bars.sh names      # one: names | shakespeare | majority | copy | reverse | sort | minilm
+#   bash scripts/quality_bars.sh names      # one: names | llama-names | shakespeare | majority | copy | reverse | sort | minilm
 set -euo pipefail
 OUT=${OUT:-out/bars}
 SHAKESPEARE=${SHAKESPEARE:-shakespeare}  # the bundled tinyshakespeare, or a path
@@ -22,6 +22,8 @@ if [[ $which == all || $which == names ]]; then
     scratchformer eval "$OUT/names" --split test --json
     python scripts/names_novelty.py "$OUT/names" --show 20 -n 1000 --seed 0
 fi
+run llama-names --positional rope --normalization rmsnorm --activation swiglu --no-bias  # names, Llama's blocks
+[[ $which == all || $which == llama-names ]] && scratchformer eval "$OUT/llama-names" --split test --json
 run shakespeare --data "$SHAKESPEARE"
 if [[ $which == all || $which == shakespeare ]]; then
     scratchformer eval "$OUT/shakespeare" --split val --json

@@ -37,10 +37,13 @@ SAMPLE_HEADER = "=== sample {i} of {n} ==="
 MODEL_HELP = {
     "n_layer": "number of Transformer blocks",
     "n_head": "attention heads per block (must divide --n-embd)",
+    "n_kv_head": ("key/value heads per block: fewer than --n-head is grouped-query attention (must divide "
+                  "--n-head; GPT only)", "n-head"),
     "n_embd": "model width (channels per token)",
     "dropout": "dropout probability in [0, 1)",
-    "activation": "feed-forward activation",
-    "positional": "position encoding",
+    "activation": "feed-forward activation (swiglu: gated, as Llama)",
+    "positional": "position encoding (rope: rotary, inside attention; GPT only)",
+    "normalization": "normalisation layer (rmsnorm: as Llama; GPT only)",
     "norm_first": "pre: LayerNorm before each sublayer (GPT-2); post: after the residual (Vaswani)",
     "tie_weights": "reuse the token embedding as the LM head",
     "bias": "biases in Linear and LayerNorm layers (off: nanoGPT's bias=False)",

@@ -32,10 +32,8 @@ def _load_gpt2(path: Path, dtype: str) -> GPT:
 
 
 def _load_llama(path: Path, dtype: str) -> GPT:
-    try:
-        from scratchformer.interop.llama import load_hf_llama
-    except ImportError:
-        raise ConfigError(f"{path} is a Llama checkpoint, which this version cannot load") from None
+    from scratchformer.interop.llama import load_hf_llama
+
     return load_hf_llama(path, dtype=dtype)
 
 

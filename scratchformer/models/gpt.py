@@ -3,6 +3,11 @@
     idx (B, T) int -> wte(idx) + wpe[0:T] -> drop -> h[0] ... h[n_layer-1] -> ln_f -> lm_head
     logits (B, T, vocab_size)
 
+With ``positional="rope"`` there is no `wpe` (it is None): each block's self-attention rotates
+its queries and keys instead (rotary embeddings). ``normalization="rmsnorm"`` makes every norm an
+RMSNorm and ``activation="swiglu"`` the feed-forward gated; with ``bias=False`` the three
+together are the Llama architecture (scratchformer/interop/llama.py loads its checkpoints).
+
 Each block of `h` is a `DecoderBlock(cross_attention=False)`: causal self-attention then a
 feed-forward, pre-norm by default (GPT-2), post-norm with ``norm_first=False``. `ln_f` is
 applied in both cases (it is an extra, harmless normalisation after post-norm blocks).
@@ -50,23 +55,26 @@ from scratchformer.checks import (
     check_token_ids,
     setting,
 )
-from scratchformer.errors import DataError, ShapeError
+from scratchformer.errors import ConfigError, DataError, ShapeError
 from scratchformer.inference.sampling import as_rng, check_sampling_args, sample_next
 from scratchformer.nn import (
+    FEEDFORWARD_ACTIVATIONS,
+    NORMALIZATIONS,
     DecoderBlock,
     Dropout,
     Embedding,
-    LayerNorm,
     LearnedPositionalEmbedding,
     Linear,
     SinusoidalPositionalEncoding,
+    make_norm,
     manual_seed,
 )
 from scratchformer.nn.hooks import HookPoint
 from scratchformer.nn import init as nn_init
+from scratchformer.nn.feedforward import GATED_ACTIVATIONS
 from scratchformer.nn.module import eval_mode, trusted_calls
 from scratchformer.models.base import Model
-from scratchformer.ops import ACTIVATIONS, cross_entropy_forward
+from scratchformer.ops import cross_entropy_forward
 
 __all__ = ["GPT", "GPTConfig"]
 
@@ -77,7 +85,16 @@ class GPTConfig(TransformerConfig):
     pre-norm, learned positions, exact GELU, tied LM head, biases, no dropout.
 
     bias: biases in every Linear and LayerNorm; False drops them all, as nanoGPT's bias=False.
-    n_inner: hidden size of the feed-forward; None means 4 * n_embd (see `inner_size`).
+    activation: the feed-forward's: "gelu", "gelu_tanh", "relu", or "swiglu" (gated, Llama's).
+    positional: "learned" (GPT-2's table), "sinusoidal" (fixed, added to the input) or "rope"
+        (rotary, inside each self-attention; rope_theta is its base).
+    normalization: "layernorm" or "rmsnorm" (Llama's: no centring, no bias); layer_norm_eps is
+        the eps of either.
+    n_kv_head: key/value heads of each self-attention; None means n_head, fewer is grouped-query
+        attention (each key/value head serves n_head / n_kv_head query heads).
+    n_inner: hidden size of the feed-forward; None means 4 * n_embd, or 8 * n_embd // 3 with a
+        gated activation, whose three matrices then hold as many weights as two (LLaMA, section 2)
+        (see `inner_size`).
     dtype: "float32" (default) or "float64" (gradient checks).
     init: "gpt2" (default): weights N(0, 0.02), residual projections N(0, 0.02 / sqrt(2 n_layer)),
         zero biases. "pytorch": each layer's PyTorch default (Linear U(+-1/sqrt(in)), Embedding
@@ -96,21 +113,37 @@ class GPTConfig(TransformerConfig):
     dropout: float = setting(PROBABILITY, 0.0)
     bias: bool = setting(Bool(), True)
     norm_first: bool = setting(Bool(), True)
-    activation: str = setting(Str(tuple(ACTIVATIONS)), "gelu")
-    positional: str = setting(Str(("learned", "sinusoidal")), "learned")
+    activation: str = setting(Str(FEEDFORWARD_ACTIVATIONS), "gelu")
+    positional: str = setting(Str(("learned", "sinusoidal", "rope")), "learned")
     tie_weights: bool = setting(Bool(), True)
     n_inner: int | None = setting(Maybe(POSITIVE), None)
     layer_norm_eps: float = setting(Num(above=0.0), 1e-5)
     dtype: str = setting(Str(FLOAT_DTYPES), "float32")
     init: str = setting(Str(("gpt2", "pytorch")), "gpt2")
+    normalization: str = setting(Str(tuple(NORMALIZATIONS)), "layernorm")
+    rope_theta: float = setting(Num(above=0.0), 10000.0)  # base of the rotary frequencies (positional="rope")
+    n_kv_head: int | None = setting(Maybe(POSITIVE), None)
 
     def __post_init__(self) -> None:
         if isinstance(self.dtype, (np.dtype, type)):  # GPTConfig(dtype=np.float64) is stored by name
             self.dtype = np.dtype(self.dtype).name
         self.validate()
 
+    @property
+    def inner_size(self) -> int:
+        """The feed-forward's hidden size: n_inner; when None, 4 * n_embd, or 8 * n_embd // 3
+        for a gated activation (the same number of weights in its three matrices)."""
+        if self.n_inner is not None:
+            return self.n_inner
+        return 8 * self.n_embd // 3 if self.activation in GATED_ACTIVATIONS else 4 * self.n_embd
+
     def check_together(self) -> None:
         check_heads(self.n_embd, self.n_head)
+        if self.positional == "rope" and (self.n_embd // self.n_head) % 2:
+            raise ConfigError(f"positional='rope' rotates pairs of channels: the head size n_embd / n_head = "
+                              f"{self.n_embd // self.n_head} must be even")
+        if self.n_kv_head is not None and self.n_head % self.n_kv_head:
+            raise ConfigError(f"n_kv_head must divide n_head={self.n_head}, got {self.n_kv_head}")
 
 
 class GPT(Model):
@@ -133,16 +166,19 @@ class GPT(Model):
         self.wte = Embedding(c.vocab_size, c.n_embd, dtype=dtype)
         if c.positional == "learned":
             self.wpe = LearnedPositionalEmbedding(c.block_size, c.n_embd, dtype=dtype)
-        else:
+        elif c.positional == "sinusoidal":
             self.wpe = SinusoidalPositionalEncoding(c.block_size, c.n_embd, dtype=dtype)
+        else:  # rope: the positions enter inside each self-attention
+            self.wpe = None
         self.drop = Dropout(c.dropout)
         self.h = [
             DecoderBlock(c.n_embd, c.n_head, c.inner_size, dropout=c.dropout, activation=c.activation,
                          norm_first=c.norm_first, cross_attention=False, eps=c.layer_norm_eps,
-                         bias=c.bias, dtype=dtype)
+                         bias=c.bias, dtype=dtype, normalization=c.normalization,
+                         rope_theta=c.rope_theta if c.positional == "rope" else None, n_kv_head=c.n_kv_head)
             for _ in range(c.n_layer)
         ]
-        self.ln_f = LayerNorm(c.n_embd, eps=c.layer_norm_eps, bias=c.bias, dtype=dtype)
+        self.ln_f = make_norm(c.normalization, c.n_embd, c.layer_norm_eps, c.bias, dtype)
         self.lm_head = Linear(c.n_embd, c.vocab_size, bias=False, dtype=dtype)
         # hook points (scratchformer.lens): token embeddings (B, T, C), ln_f's output (B, T, C)
         self.hook_embed, self.hook_ln_final = HookPoint(), HookPoint()
@@ -196,7 +232,10 @@ class GPT(Model):
 
     def _trunk(self, idx: np.ndarray, caches=None, offset: int = 0) -> np.ndarray:
         """idx (B, T) -> final hidden states after ln_f, (B, T, n_embd)."""
-        x = self.drop(self.wpe(self.hook_embed(self.wte(idx)), offset=offset))
+        x = self.hook_embed(self.wte(idx))
+        if self.wpe is not None:  # learned or sinusoidal positions (rotary ones act inside attention)
+            x = self.wpe(x, offset=offset)
+        x = self.drop(x)
         for i, block in enumerate(self.h):
             x = block(x, cache=None if caches is None else caches[i])
         return self.hook_ln_final(self.ln_f(x))
@@ -225,7 +264,9 @@ class GPT(Model):
         dx = self.ln_f.backward(dx)
         for block in reversed(self.h):
             dx, _ = block.backward(dx)
-        dx = self.wpe.backward(self.drop.backward(dx))
+        dx = self.drop.backward(dx)
+        if self.wpe is not None:
+            dx = self.wpe.backward(dx)
         self.wte.backward(self.hook_embed.backward(dx))
 
     # -- generation ---------------------------------------------------------------------------

@@ -3,6 +3,14 @@
 Projections are fused: one (3 n_embd, n_embd) matrix holds [W_q; W_k; W_v], the layout of
 `torch.nn.MultiheadAttention.in_proj_weight`, so self-attention is one GEMM for q, k and v.
 Cross-attention uses the first third on `x` and the last two thirds on `context`.
+
+With `n_kv_head` < `n_head` (grouped-query attention, as Llama 2 70B and Mistral), self-attention
+projects fewer key/value heads and each serves n_head / n_kv_head query heads (the KV cache holds
+only those); in_proj_weight is then ((n_head + 2 n_kv_head) head_size, n_embd) = [W_q; W_k; W_v].
+
+With `rope_theta` set, self-attention rotates each head's queries and keys by their positions
+(rotary embeddings, scratchformer/ops/rope.py) before the scores; with a KV cache the new
+tokens' positions start at the cache's length, and the cache holds rotated keys.
 """
 
 from __future__ import annotations
@@ -12,12 +20,20 @@ import math
 import numpy as np
 
 from scratchformer.checks import check_float_array, check_heads, check_probability
-from scratchformer.errors import HookError, ShapeError
+from scratchformer.errors import ConfigError, HookError, ShapeError
 from scratchformer.nn import init
 from scratchformer.nn.hooks import HookPoint
 from scratchformer.nn.layers import Linear
 from scratchformer.nn.module import DEFAULT_DTYPE, Module, Parameter
-from scratchformer.ops import attention_backward, attention_forward, linear_backward, linear_forward
+from scratchformer.ops import (
+    attention_backward,
+    attention_forward,
+    linear_backward,
+    linear_forward,
+    rope_backward,
+    rope_forward,
+    rope_tables,
+)
 from scratchformer.ops.attention import weights_nbytes
 
 # a training-mode forward keeps its attention weights for the backward up to this size; above
@@ -85,19 +101,31 @@ class MultiHeadAttention(Module):
     except after a training-mode forward whose weights take more than KEEP_WEIGHTS_BYTES (4 MB):
     those are not kept, the backward recomputes them, and `attn_weights` is None (run the
     model in eval mode to look at them).
+
+    rope_theta: None (default) for no positions inside attention; a base such as 10000.0 for
+    rotary position embeddings on self-attention (head_size must then be even).
+    n_kv_head: key/value heads of self-attention (None: n_head); must divide n_head.
     """
 
     def __init__(self, n_embd: int, n_head: int, bias: bool = True, dropout: float = 0.0,
-                 dtype=DEFAULT_DTYPE, rng=None):
+                 dtype=DEFAULT_DTYPE, rng=None, rope_theta: float | None = None, n_kv_head: int | None = None):
         super().__init__()
         check_heads(n_embd, n_head)
         check_probability("dropout", dropout)
         self.n_embd, self.n_head, self.head_size = n_embd, n_head, n_embd // n_head
+        if rope_theta is not None and (self.head_size % 2 or not rope_theta > 0):
+            raise ConfigError(f"rotary positions need an even head size and rope_theta > 0, got head size "
+                              f"{self.head_size} (n_embd {n_embd} / n_head {n_head}) and rope_theta {rope_theta}")
+        self.rope_theta = rope_theta
+        self.n_kv_head = n_head if n_kv_head is None else n_kv_head
+        if not (isinstance(self.n_kv_head, int) and 0 < self.n_kv_head <= n_head and n_head % self.n_kv_head == 0):
+            raise ConfigError(f"n_kv_head must divide n_head={n_head}, got {n_kv_head!r}")
         self.dropout_p = dropout  # on the attention weights, as torch.nn.MultiheadAttention
         self.rng = np.random.default_rng(init.get_rng(rng).integers(2**63))  # attention dropout
         bound = math.sqrt(6 / (n_embd + n_embd))  # xavier_uniform on each third, as PyTorch
-        self.in_proj_weight = Parameter(init.uniform((3 * n_embd, n_embd), bound, dtype, rng))
-        self.in_proj_bias = Parameter(np.zeros(3 * n_embd, dtype=dtype)) if bias else None
+        rows = (n_head + 2 * self.n_kv_head) * self.head_size  # [W_q; W_k; W_v]: 3 n_embd without GQA
+        self.in_proj_weight = Parameter(init.uniform((rows, n_embd), bound, dtype, rng))
+        self.in_proj_bias = Parameter(np.zeros(rows, dtype=dtype)) if bias else None
         self.out_proj = Linear(n_embd, n_embd, bias=bias, dtype=dtype, rng=rng)
         if bias:
             self.out_proj.bias.data[...] = 0
@@ -122,6 +150,9 @@ class MultiHeadAttention(Module):
         check_float_array(x, "attention input x", ndim=3, last_dim=self.n_embd)
         if x.shape[1] == 0:
             raise ShapeError(f"attention input x has 0 positions (shape {x.shape}): give at least one")
+        if context is not None and (self.rope_theta is not None or self.n_kv_head != self.n_head):
+            raise ShapeError("rotary positions and grouped-query attention apply to self-attention only: "
+                             "build the cross-attention with rope_theta=None and n_kv_head=None")
         if context is not None:
             check_float_array(context, "attention context", ndim=3, last_dim=self.n_embd)
             if context.shape[1] == 0:
@@ -129,15 +160,46 @@ class MultiHeadAttention(Module):
             if context.shape[0] != x.shape[0]:
                 raise ShapeError(f"context must be (B={x.shape[0]}, Tk, {self.n_embd}), got {context.shape}")
 
+    def self_qkv(self, x: np.ndarray, offset: int = 0):
+        """Self-attention's q (B, H, T, head_size) and k, v (B, n_kv_head, T, head_size) for
+        x (B, T, n_embd): what the scores are made of (query head h reads key/value head
+        h // (H / n_kv_head), see `expand_kv`). With rotary positions, q and k are rotated for
+        the positions offset .. offset + T - 1."""
+        qkv = linear_forward(x, self.in_proj_weight.data, self._bias(slice(None)))  # (B, T, (H + 2 Hkv) hs)
+        B, T, _ = qkv.shape  # q, k, v: (B, heads, T, head_size) views, split_heads of each part
+        heads = qkv.reshape(B, T, -1, self.head_size).transpose(0, 2, 1, 3)  # (B, H + 2 Hkv, T, hs)
+        H, Hkv = self.n_head, self.n_kv_head
+        q, k, v = heads[:, :H], heads[:, H:H + Hkv], heads[:, H + Hkv:]
+        if self.rope_theta is not None:
+            cos, sin = rope_tables(offset, T, self.head_size, self.rope_theta, q.dtype)  # (T, head_size)
+            q, k = rope_forward(q, cos, sin), rope_forward(k, cos, sin)
+        return q, k, v
+
+    def expand_kv(self, t: np.ndarray) -> np.ndarray:
+        """(B, n_kv_head, T, hs) -> (B, n_head, T, hs): each key/value head repeated for its group
+        of query heads (Hugging Face's repeat_kv); the identity without grouped-query attention."""
+        group = self.n_head // self.n_kv_head
+        return t if group == 1 else np.repeat(t, group, axis=1)
+
+    def _sum_groups(self, g: np.ndarray) -> np.ndarray:
+        """expand_kv's backward: (B, n_head, T, hs) -> (B, n_kv_head, T, hs), each group's
+        gradients added into the key/value head they share."""
+        group = self.n_head // self.n_kv_head
+        if group == 1:
+            return g
+        B, _, T, hs = g.shape
+        return g.reshape(B, self.n_kv_head, group, T, hs).sum(axis=2)
+
     def forward(self, x, context=None, mask=None, causal=False, kv_cache: KVCache | None = None):
         d, W = self.n_embd, self.in_proj_weight.data
+        offset = 0  # position of x's first token: the tokens already in the cache
         if context is None:
-            qkv = linear_forward(x, W, self._bias(slice(None)))  # (B, T, 3d)
-            B, T, _ = qkv.shape  # q, k, v: (B, H, T, head_size) views, split_heads of each third
-            q, k, v = qkv.reshape(B, T, 3, self.n_head, self.head_size).transpose(2, 0, 3, 1, 4)
+            offset = 0 if kv_cache is None else kv_cache.length
+            q, k, v = self.self_qkv(x, offset)  # q, k rotated when the positions are rotary
             q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
             if kv_cache is not None:  # append this step's keys/values to the past
                 k, v = kv_cache.append(k, v)
+            k, v = self.expand_kv(k), self.expand_kv(v)
         else:
             q = self.hook_q(self._split_heads(linear_forward(x, W[:d], self._bias(slice(0, d)))))
             if kv_cache is not None and kv_cache.k is not None:
@@ -155,7 +217,7 @@ class MultiHeadAttention(Module):
         if self.hook_pattern.active:
             out = self._hook_pattern(att_cache, v, out)
         self.attn_weights = att_cache["weights"]
-        self._save(x=x, context=context, att=att_cache)
+        self._save(x=x, context=context, att=att_cache, offset=offset)
         return self.hook_out(self.out_proj(self._merge_heads(self.hook_head_out(out))))
 
     def _hook_pattern(self, att_cache: dict, v: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -179,12 +241,17 @@ class MultiHeadAttention(Module):
         dout = self._split_heads(self.out_proj.backward(grad))
         dq, dk, dv = attention_backward(dout, c["att"])  # (B, H, T, head_size) each
         if context is None:
+            dk, dv = self._sum_groups(dk), self._sum_groups(dv)  # k, v = expand_kv(k0), expand_kv(v0)
+            if self.rope_theta is not None:  # q, k = rope(q0), rope(k0)  =>  dq0, dk0 = rope^T(dq), rope^T(dk)
+                cos, sin = rope_tables(c["offset"], dq.shape[2], self.head_size, self.rope_theta, dq.dtype)
+                dq, dk = rope_backward(dq, cos, sin), rope_backward(dk, cos, sin)
             # qkv = x W^T + b with W = [W_q; W_k; W_v]; dqkv = concat of merge_heads(dq, dk, dv)
             B, H, T, hs = dq.shape
-            dqkv = np.empty((B, T, 3, H, hs), dtype=dq.dtype)
-            for i, grad in enumerate((dq, dk, dv)):
-                dqkv[:, :, i] = grad.transpose(0, 2, 1, 3)
-            dx, dW, db = linear_backward(dqkv.reshape(B, T, 3 * H * hs), x, W, has_bias)
+            Hkv = self.n_kv_head
+            dqkv = np.empty((B, T, H + 2 * Hkv, hs), dtype=dq.dtype)
+            for heads, grad in ((slice(0, H), dq), (slice(H, H + Hkv), dk), (slice(H + Hkv, None), dv)):
+                dqkv[:, :, heads] = grad.transpose(0, 2, 1, 3)
+            dx, dW, db = linear_backward(dqkv.reshape(B, T, -1), x, W, has_bias)
             self.in_proj_weight.grad += dW
             if has_bias:
                 self.in_proj_bias.grad += db

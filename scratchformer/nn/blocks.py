@@ -15,7 +15,7 @@ from scratchformer.errors import ShapeError
 from scratchformer.nn.attention import KVCache, MultiHeadAttention
 from scratchformer.nn.feedforward import FeedForward
 from scratchformer.nn.hooks import HookPoint
-from scratchformer.nn.layers import Dropout, LayerNorm
+from scratchformer.nn.layers import Dropout, LayerNorm, make_norm
 from scratchformer.nn.module import DEFAULT_DTYPE, Module
 
 
@@ -49,18 +49,18 @@ class EncoderBlock(Module):
     """Bidirectional self-attention + feed-forward. x: (B, T, n_embd) -> (B, T, n_embd).
 
     mask: bool broadcastable to (B, n_head, T, T), True = may attend (e.g. a key padding
-    mask of shape (B, 1, 1, T)).
+    mask of shape (B, 1, 1, T)). normalization: "layernorm" or "rmsnorm" (`nn.layers.NORMALIZATIONS`).
     """
 
     def __init__(self, n_embd: int, n_head: int, n_inner: int, dropout: float = 0.0,
                  activation: str = "gelu", norm_first: bool = True, eps: float = 1e-5,
-                 bias: bool = True, dtype=DEFAULT_DTYPE):
+                 bias: bool = True, dtype=DEFAULT_DTYPE, normalization: str = "layernorm"):
         super().__init__()
         self.norm_first = norm_first
         self.self_attn = MultiHeadAttention(n_embd, n_head, bias=bias, dropout=dropout, dtype=dtype)
-        self.attn_norm = LayerNorm(n_embd, eps=eps, bias=bias, dtype=dtype)
+        self.attn_norm = make_norm(normalization, n_embd, eps, bias, dtype)
         self.ff = FeedForward(n_embd, n_inner, activation, dropout=dropout, bias=bias, dtype=dtype)
-        self.ff_norm = LayerNorm(n_embd, eps=eps, bias=bias, dtype=dtype)
+        self.ff_norm = make_norm(normalization, n_embd, eps, bias, dtype)
         self.attn_dropout = Dropout(dropout)
         self.ff_dropout = Dropout(dropout)
         # hook points (scratchformer.lens): the residual stream before, between and after
@@ -88,22 +88,27 @@ class DecoderBlock(Module):
     this is a GPT block. self_mask: bool broadcastable to (B, H, T, T), combined with the causal
     mask; memory_mask: broadcastable to (B, H, T, S), e.g. the source padding mask (B, 1, 1, S).
     `cache`: a list of KVCache (one per attention) for incremental decoding in eval mode.
+    normalization: "layernorm" or "rmsnorm"; rope_theta: rotary positions in the self-attention
+    (None: none, the positions come from the input); n_kv_head: the self-attention's key/value
+    heads (None: n_head; fewer: grouped-query attention); see `MultiHeadAttention`.
     """
 
     def __init__(self, n_embd: int, n_head: int, n_inner: int, dropout: float = 0.0,
                  activation: str = "gelu", norm_first: bool = True, cross_attention: bool = True,
-                 eps: float = 1e-5, bias: bool = True, dtype=DEFAULT_DTYPE):
+                 eps: float = 1e-5, bias: bool = True, dtype=DEFAULT_DTYPE, normalization: str = "layernorm",
+                 rope_theta: float | None = None, n_kv_head: int | None = None):
         super().__init__()
         self.norm_first, self.cross_attention = norm_first, cross_attention
-        self.self_attn = MultiHeadAttention(n_embd, n_head, bias=bias, dropout=dropout, dtype=dtype)
-        self.attn_norm = LayerNorm(n_embd, eps=eps, bias=bias, dtype=dtype)
+        self.self_attn = MultiHeadAttention(n_embd, n_head, bias=bias, dropout=dropout, dtype=dtype,
+                                            rope_theta=rope_theta, n_kv_head=n_kv_head)
+        self.attn_norm = make_norm(normalization, n_embd, eps, bias, dtype)
         self.attn_dropout = Dropout(dropout)
         if cross_attention:
             self.cross_attn = MultiHeadAttention(n_embd, n_head, bias=bias, dropout=dropout, dtype=dtype)
-            self.cross_norm = LayerNorm(n_embd, eps=eps, bias=bias, dtype=dtype)
+            self.cross_norm = make_norm(normalization, n_embd, eps, bias, dtype)
             self.cross_dropout = Dropout(dropout)
         self.ff = FeedForward(n_embd, n_inner, activation, dropout=dropout, bias=bias, dtype=dtype)
-        self.ff_norm = LayerNorm(n_embd, eps=eps, bias=bias, dtype=dtype)
+        self.ff_norm = make_norm(normalization, n_embd, eps, bias, dtype)
         self.ff_dropout = Dropout(dropout)
         # hook points (scratchformer.lens): the residual stream before the block, after the
         # self-attention, after the cross-attention (cross_attention=True only), after the block

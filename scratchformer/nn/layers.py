@@ -1,4 +1,4 @@
-"""The basic layers: Linear, Embedding, LayerNorm, Dropout -- each a forward/backward pair."""
+"""The basic layers: Linear, Embedding, LayerNorm, RMSNorm, Dropout -- each a forward/backward pair."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from scratchformer.checks import (
+    check_choice,
     check_float_array,
     check_positive_int,
     check_positive_number,
@@ -22,6 +23,8 @@ from scratchformer.ops import (
     layernorm_forward,
     linear_backward,
     linear_forward,
+    rmsnorm_backward,
+    rmsnorm_forward,
 )
 
 
@@ -120,6 +123,49 @@ class LayerNorm(Module):
         if self.bias is not None:
             self.bias.grad += db
         return dx
+
+
+class RMSNorm(Module):
+    """Rescale by the root mean square over the last axis, then scale: (..., C) -> (..., C).
+
+    y = x / sqrt(mean(x^2) + eps) * weight; no centring and no bias (as Llama's RMSNorm and
+    `torch.nn.RMSNorm`). weight starts at 1.
+    """
+
+    def __init__(self, normalized_shape: int, eps: float = 1e-6, dtype=DEFAULT_DTYPE):
+        super().__init__()
+        check_positive_int("normalized_shape", normalized_shape)
+        check_positive_number("eps", eps)
+        self.eps = eps
+        self.weight = Parameter(np.ones(normalized_shape, dtype=dtype))
+
+    def check_input(self, x) -> None:
+        check_float_array(x, "RMSNorm input", last_dim=self.weight.shape[0])
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        y, xhat, rstd = rmsnorm_forward(x, self.weight.data, self.eps)
+        self._save(xhat=xhat, rstd=rstd)
+        return y
+
+    def backward(self, dy: np.ndarray) -> np.ndarray:
+        c = self._pop_cache()
+        dx, dw = rmsnorm_backward(dy, c["xhat"], c["rstd"], self.weight.data)
+        self.weight.grad += dw
+        return dx
+
+
+# The normalisation layers a block can use: name -> how to build one over `n_embd` channels.
+# RMSNorm has no bias whatever `bias` says (it has no shift to learn).
+NORMALIZATIONS = {
+    "layernorm": lambda n_embd, eps, bias, dtype: LayerNorm(n_embd, eps=eps, bias=bias, dtype=dtype),
+    "rmsnorm": lambda n_embd, eps, bias, dtype: RMSNorm(n_embd, eps=eps, dtype=dtype),
+}
+
+
+def make_norm(normalization: str, n_embd: int, eps: float = 1e-5, bias: bool = True, dtype=DEFAULT_DTYPE):
+    """A LayerNorm or RMSNorm over n_embd channels, by name (see NORMALIZATIONS)."""
+    check_choice("normalization", normalization, NORMALIZATIONS)
+    return NORMALIZATIONS[normalization](n_embd, eps, bias, dtype)
 
 
 class Dropout(Module):

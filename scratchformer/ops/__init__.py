@@ -19,12 +19,15 @@ from scratchformer.ops.dropout import dropout_backward, dropout_forward
 from scratchformer.ops.layernorm import layernorm_backward, layernorm_forward
 from scratchformer.ops.linear import linear_backward, linear_forward
 from scratchformer.ops.loss import IGNORE_INDEX, cross_entropy_backward, cross_entropy_forward
+from scratchformer.ops.rmsnorm import rmsnorm_backward, rmsnorm_forward
+from scratchformer.ops.rope import rope_backward, rope_forward, rope_tables, rotate_half
 from scratchformer.ops.softmax import (
     log_softmax_backward,
     log_softmax_forward,
     softmax_backward,
     softmax_forward,
 )
+from scratchformer.ops.swiglu import silu_forward, swiglu_backward, swiglu_forward
 
 __all__ = [
     "ACTIVATIONS",
@@ -53,4 +56,13 @@ __all__ = [
     "log_softmax_forward",
     "softmax_backward",
     "softmax_forward",
+    "rmsnorm_backward",
+    "rmsnorm_forward",
+    "rope_backward",
+    "rope_forward",
+    "rope_tables",
+    "rotate_half",
+    "silu_forward",
+    "swiglu_backward",
+    "swiglu_forward",
 ]

@@ -145,26 +145,28 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
 
     # -- positions and embeddings -----------------------------------------------------------
     table, tok = T.position_table(model), T.token_table(model)
-    if T.learned_positions(model):
+    # rotary positions (table None) add nothing to the tokens: no table to draw
+    if table is not None and T.learned_positions(model):
         add("positions_learned", "Learned positions",
             "A learned table, position by dimension. The title compares neighbouring rows with distant "
             "ones: training often makes nearby positions alike, and an untrained table is noise.",
             lambda: E.learned_positions(table))
-    else:
+    elif table is not None:
         add("positions_sinusoidal", "Sinusoidal positions",
             "Each pair of columns is a sine/cosine wave; frequency falls from left to right.",
             lambda: E.sinusoidal_encoding(min(len(table), 128), table.shape[1]))
-    add("position_similarity", "Position similarity",
-        "Cosine similarity of position vectors; the title says, from the numbers, whether it falls "
-        "with distance (sinusoids are not monotone: they rise again at some distances).",
-        lambda: E.position_similarity(table[:128]))
-    add("embedding_norms", "Token against position norms",
-        "If positions are much smaller than tokens, the model barely sees order (and vice versa).",
-        lambda: E.embedding_norms(tok, table, ids, tokens))
-    add("embedding_pca", "PCA of the embeddings",
-        "Vowels, digits or punctuation may cluster; the title says whether consecutive positions lie "
-        "close together (a curve) or not.",
-        lambda: E.embedding_pca(tok, table, ids, tokens, vocab_labels, token_ids=token_ids))
+    if table is not None:
+        add("position_similarity", "Position similarity",
+            "Cosine similarity of position vectors; the title says, from the numbers, whether it falls "
+            "with distance (sinusoids are not monotone: they rise again at some distances).",
+            lambda: E.position_similarity(table[:128]))
+        add("embedding_norms", "Token against position norms",
+            "If positions are much smaller than tokens, the model barely sees order (and vice versa).",
+            lambda: E.embedding_norms(tok, table, ids, tokens))
+        add("embedding_pca", "PCA of the embeddings",
+            "Vowels, digits or punctuation may cluster; the title says whether consecutive positions lie "
+            "close together (a curve) or not.",
+            lambda: E.embedding_pca(tok, table, ids, tokens, vocab_labels, token_ids=token_ids))
 
     # -- inside the stack -------------------------------------------------------------------
     tr = T.trace(model, ids)
@@ -178,10 +180,11 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
         "The activation zeroes (ReLU) or shrinks (GELU) negative inputs. Firing rates are counted over "
         "this input and a few more of the model's inputs; a neuron is called dead only on enough tokens.",
         lambda: I.ff_activations(tr, layer=0, more=[T.trace(model, x) for x in _more_inputs(model, kind, ids)]))
-    add("layernorm", "LayerNorm in and out",
-        "The LayerNorm whose input is farthest from normalised: whatever its scale, each token comes out "
-        "with mean 0 and std 1 before the gain and bias.",
-        lambda: I.layernorm_histograms(tr))
+    if getattr(model.config, "normalization", "layernorm") == "layernorm":  # the figure normalises as LayerNorm
+        add("layernorm", "LayerNorm in and out",
+            "The LayerNorm whose input is farthest from normalised: whatever its scale, each token comes out "
+            "with mean 0 and std 1 before the gain and bias.",
+            lambda: I.layernorm_histograms(tr))
 
     # -- close-ups (the decoder-only names tutorial's) ----------------------------------------
     add("token_ids", "Token ids", "The id of each token of the input: what the embedding table is indexed by.",

@@ -64,9 +64,9 @@ def ff_activations(tr, layer: int = 0, path=None, more=()):
     fraction of tokens on which each neuron fires (output > 0), sorted. more: traces of further
     inputs, whose tokens count too (a neuron's firing rate from 5 tokens says little)."""
     traces = [tr, *more]
-    width = tr.ff_pre[layer].shape[-1]
+    width, out_width = tr.ff_pre[layer].shape[-1], tr.ff_post[layer].shape[-1]  # SwiGLU: out_width = width / 2
     pre = np.concatenate([np.asarray(t.ff_pre[layer], np.float64).reshape(-1, width) for t in traces])
-    post = np.concatenate([np.asarray(t.ff_post[layer], np.float64).reshape(-1, width) for t in traces])
+    post = np.concatenate([np.asarray(t.ff_post[layer], np.float64).reshape(-1, out_width) for t in traces])
     fires = np.sort((post > 0).mean(axis=0))[::-1]
     n_tokens = len(pre)
     never = int(np.sum(fires == 0))

@@ -7,7 +7,8 @@ norms). After a model refactor, adapt them here and nothing else in `scratchform
     kind(model)               -> "gpt" | "classifier" | "seq2seq" | "bert"
     blocks(model)             -> the main stack's blocks (seq2seq: the encoder)
     token_table(model)        -> (V, C) token-embedding matrix
-    position_table(model)     -> (P, C) positions added to the tokens (learned or sinusoidal)
+    position_table(model)     -> (P, C) positions added to the tokens (learned or sinusoidal;
+                                 None with rotary positions, which enter inside attention)
     embed(model, ids)         -> (1, T, C) input of the first block
     config_dict(model)        -> the model's config as a plain dict
     attention_maps(model, ...) -> {"encoder"|"decoder"|"cross": (L, H, Tq, Tk)}
@@ -16,8 +17,8 @@ norms). After a model refactor, adapt them here and nothing else in `scratchform
     trace(model, ids)         -> a `Trace` of the residual stream, run block by block
 
 Inside a block, `trace` and `head_qkv` use the names of nn/blocks.py and nn/attention.py:
-norm_first, attn_norm, self_attn (in_proj_weight, in_proj_bias; `head_count`), cross_attn,
-ff_norm, ff (fc1, fc2, activation), and each attention's `attn_weights` after a forward.
+norm_first, attn_norm, self_attn (`self_qkv`, `head_count`), cross_attn, ff_norm,
+ff (fc1, fc2, `activate`), and each attention's `attn_weights` after a forward.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import numpy as np
 
 from scratchformer.errors import ConfigError
 from scratchformer.nn import eval_mode
-from scratchformer.ops import ACTIVATIONS, softmax_forward
+from scratchformer.ops import softmax_forward
 
 KINDS = ("gpt", "classifier", "seq2seq", "bert")
 
@@ -81,14 +82,18 @@ def token_table(model) -> np.ndarray:
 
 
 def _positions(model):
-    """The module that adds positions to the token embeddings (learned or sinusoidal)."""
+    """The module that adds positions to the token embeddings (learned or sinusoidal), or None
+    (a GPT with rotary positions: they enter inside each self-attention)."""
     return {"gpt": lambda m: m.wpe, "classifier": lambda m: m.pos, "seq2seq": lambda m: m.src_pos,
             "bert": lambda m: m.position_embeddings}[kind(model)](model)
 
 
-def position_table(model) -> np.ndarray:
-    """(P, C) what is added to the token embedding at each position (learned or sinusoidal)."""
+def position_table(model) -> np.ndarray | None:
+    """(P, C) what is added to the token embedding at each position (learned or sinusoidal);
+    None when nothing is (rotary positions)."""
     pos = _positions(model)
+    if pos is None:
+        return None
     return pos.weight.data if learned_positions(model) else pos.pe
 
 
@@ -100,7 +105,8 @@ def embed(model, ids: np.ndarray) -> np.ndarray:
     """ids (1, T) -> (1, T', C), the first block's input (T' = T + 1 with a classifier CLS)."""
     k = kind(model)
     if k == "gpt":
-        return model.wpe(model.wte(ids))
+        x = model.wte(ids)
+        return x if model.wpe is None else model.wpe(x)
     if k == "bert":
         return model.embed(ids)
     if k == "seq2seq":
@@ -146,20 +152,18 @@ def class_probabilities(model, ids) -> np.ndarray:
 
 
 def head_qkv(model, ids, layer: int = 0, head: int = 0):
-    """q, k, v (T, d_head) of one head of the main stack's `layer`, on that block's own input."""
+    """q, k, v (T, d_head) of one head of the main stack's `layer`, on that block's own input:
+    the attention's own projection, so q and k are rotated when the model has rotary positions
+    (the scores q k^T / sqrt(d_head) are then the ones the model softmaxes)."""
     t = trace(model, ids)
     block = blocks(model)[layer]
-    attn = block.self_attn
     x = t.residual[layer]
     h = block.attn_norm(x) if block.norm_first else x  # what the attention sees
-    qkv = h @ attn.in_proj_weight.data.T
-    if attn.in_proj_bias is not None:
-        qkv = qkv + attn.in_proj_bias.data
-    T, C = qkv.shape[1], qkv.shape[2] // 3
-    H = head_count(attn)
-    # (1, T, C) -> (T, H, d_head) -> this head's (T, d_head)
-    q, k, v = (part[0].reshape(T, H, C // H)[:, head] for part in np.split(qkv, 3, axis=-1))
-    return q, k, v
+    attn = block.self_attn
+    with eval_mode(model):
+        q, k, v = attn.self_qkv(h)  # q (1, H, T, d_head); k, v (1, n_kv_head, T, d_head)
+    kv_head = head // (head_count(attn) // attn.n_kv_head)  # grouped-query: the group's shared head
+    return q[0, head], k[0, kv_head], v[0, kv_head]
 
 
 @dataclass
@@ -169,7 +173,8 @@ class Trace:
     residual: n_layer + 1 arrays (1, T, C): the stream before block 0 and after each block.
     attn_update / ff_update: n_layer arrays (1, T, C): what each sub-layer adds to the stream.
     ff_pre / ff_post: n_layer arrays (1, T, n_inner): feed-forward hidden before / after the
-        activation. ln_in / ln_out: (name, input, output) for every LayerNorm that ran."""
+        activation (with SwiGLU, ff_pre is (1, T, 2 n_inner): [gate | up]).
+        layernorms: (name, input, output) for every LayerNorm or RMSNorm that ran."""
 
     residual: list = field(default_factory=list)
     attn_update: list = field(default_factory=list)
@@ -203,7 +208,7 @@ def trace(model, ids) -> Trace:
             x = x + a if b.norm_first else norm(b.attn_norm, x + a, f"{i}.attn_norm")
             h = norm(b.ff_norm, x, f"{i}.ff_norm") if b.norm_first else x
             pre = b.ff.fc1(h)                 # (1, T, n_inner)
-            post = ACTIVATIONS[b.ff.activation][0](pre)  # GELU, ReLU...
+            post = b.ff.activate(pre)         # GELU, ReLU, SwiGLU...
             f = b.ff.fc2(post)
             x = x + f if b.norm_first else norm(b.ff_norm, x + f, f"{i}.ff_norm")
             t.attn_update.append(a)

@@ -1,0 +1,198 @@
+"""Hugging Face Llama checkpoints (``LlamaForCausalLM`` layout) <-> scratchformer `GPT`.
+
+A Llama is a GPT with rotary positions, RMSNorm, the SwiGLU feed-forward and no biases:
+``GPTConfig(positional="rope", normalization="rmsnorm", activation="swiglu", bias=False)``.
+`load_hf_llama(path)` reads a directory holding ``config.json`` + ``model.safetensors`` (as
+``save_pretrained`` writes it) and returns such a GPT, whose logits match
+``transformers.LlamaForCausalLM``; `save_hf_llama(model, path)` writes one that
+``LlamaForCausalLM.from_pretrained`` loads.
+
+Name mapping (Hugging Face -> scratchformer). Both store Linear weights as (out, in); q/k/v are
+stacked into the fused attention projection and gate/up into the feed-forward's first layer::
+
+    model.embed_tokens.weight                    -> wte.weight
+    model.layers.i.input_layernorm.weight        -> h.i.attn_norm.weight
+    model.layers.i.self_attn.{q,k,v}_proj.weight -> h.i.self_attn.in_proj_weight  (rows [q; k; v])
+    model.layers.i.self_attn.o_proj.weight       -> h.i.self_attn.out_proj.weight
+    model.layers.i.post_attention_layernorm      -> h.i.ff_norm
+    model.layers.i.mlp.{gate,up}_proj.weight     -> h.i.ff.fc1.weight             (rows [gate; up])
+    model.layers.i.mlp.down_proj.weight          -> h.i.ff.fc2.weight
+    model.norm.weight                            -> ln_f.weight
+    lm_head.weight                               -> lm_head.weight (absent when tied to the embedding)
+
+Config mapping: hidden_size -> n_embd, num_hidden_layers -> n_layer, num_attention_heads ->
+n_head, num_key_value_heads -> n_kv_head (grouped-query attention), intermediate_size ->
+n_inner, max_position_embeddings -> block_size, rms_norm_eps -> layer_norm_eps, rope_theta
+(or rope_parameters["rope_theta"]) -> rope_theta, tie_word_embeddings -> tie_weights.
+What scratchformer does not implement is a ConfigError naming the field: rope scaling of any
+kind, an activation other than silu, attention or MLP biases, a head_dim other than
+hidden_size / num_attention_heads, attention dropout.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from scratchformer.errors import CheckpointError, ConfigError, DTypeError
+from scratchformer.interop.hf_files import read_json, read_safetensors
+from scratchformer.models.gpt import GPT, GPTConfig
+
+__all__ = ["load_hf_llama", "save_hf_llama", "llama_config_from_hf", "llama_config_to_hf"]
+
+LLAMA_BLOCKS = dict(positional="rope", normalization="rmsnorm", activation="swiglu", bias=False, norm_first=True)
+
+
+def _rope_theta(hf: dict) -> float:
+    """The rotary base; refuses any rope scaling (linear, dynamic, yarn, llama3, ...)."""
+    params = hf.get("rope_parameters") or {}  # transformers >= 5
+    scaling = hf.get("rope_scaling")  # transformers < 5
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    if scaling not in (None, {}) or rope_type != "default":
+        kind = rope_type if rope_type != "default" else scaling
+        raise ConfigError(f"Llama config asks for rope scaling {kind!r}: scratchformer implements plain RoPE only")
+    return float(params.get("rope_theta", hf.get("rope_theta", 10000.0)))
+
+
+def llama_config_from_hf(hf: dict, dtype: str = "float32") -> GPTConfig:
+    """A GPTConfig from the dict of a Hugging Face Llama ``config.json``."""
+    model_type = hf.get("model_type", "llama")
+    if model_type != "llama":
+        raise ConfigError(f"model_type must be 'llama', got {model_type!r}")
+    missing = [k for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                           "num_attention_heads") if k not in hf]
+    if missing:
+        raise ConfigError(f"Llama config.json lacks {missing}")
+    n_embd, n_head = hf["hidden_size"], hf["num_attention_heads"]
+    act = hf.get("hidden_act", "silu")
+    if act != "silu":
+        raise ConfigError(f"Llama config hidden_act={act!r} is not supported (scratchformer's SwiGLU uses silu)")
+    for flag in ("attention_bias", "mlp_bias"):
+        if hf.get(flag):
+            raise ConfigError(f"Llama config {flag}=true is not supported (scratchformer's Llama has no biases)")
+    head_dim = hf.get("head_dim")
+    if head_dim is not None and isinstance(n_head, int) and n_head > 0 and head_dim * n_head != n_embd:
+        raise ConfigError(f"Llama config head_dim={head_dim} is not hidden_size / num_attention_heads "
+                          f"= {n_embd} / {n_head}: not supported")
+    if float(hf.get("attention_dropout") or 0.0) != 0.0:
+        raise ConfigError(f"Llama config attention_dropout={hf['attention_dropout']} is not supported (use 0)")
+    n_kv_head = hf.get("num_key_value_heads")
+    return GPTConfig.from_dict(dict(
+        vocab_size=hf["vocab_size"], block_size=hf.get("max_position_embeddings", 2048), n_layer=hf["num_hidden_layers"],
+        n_head=n_head, n_embd=n_embd, n_inner=hf["intermediate_size"],
+        n_kv_head=None if n_kv_head in (None, n_head) else n_kv_head, dropout=0.0,
+        tie_weights=bool(hf.get("tie_word_embeddings", False)), layer_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
+        rope_theta=_rope_theta(hf), dtype=dtype, **LLAMA_BLOCKS,
+    ))
+
+
+def llama_config_to_hf(config: GPTConfig) -> dict:
+    """The ``config.json`` dict of a LlamaForCausalLM equivalent to `config` (ConfigError if
+    Llama cannot represent it: it needs rotary positions, RMSNorm, SwiGLU, pre-norm, no biases)."""
+    problems = [f"{name}={getattr(config, name)!r} (Llama has {name}={want!r})"
+                for name, want in LLAMA_BLOCKS.items() if getattr(config, name) != want]
+    if problems:
+        raise ConfigError("Llama cannot represent this model: " + "; ".join(problems))
+    return {
+        "model_type": "llama",
+        "architectures": ["LlamaForCausalLM"],
+        "vocab_size": config.vocab_size,
+        "hidden_size": config.n_embd,
+        "intermediate_size": config.inner_size,
+        "num_hidden_layers": config.n_layer,
+        "num_attention_heads": config.n_head,
+        "num_key_value_heads": config.n_kv_head or config.n_head,
+        "head_dim": config.n_embd // config.n_head,
+        "hidden_act": "silu",
+        "max_position_embeddings": config.block_size,
+        "rms_norm_eps": config.layer_norm_eps,
+        "rope_theta": config.rope_theta,  # read by transformers < 5
+        "rope_parameters": {"rope_type": "default", "rope_theta": config.rope_theta},  # transformers >= 5
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "mlp_bias": False,
+        "tie_word_embeddings": config.tie_weights,
+        "initializer_range": 0.02,
+        "use_cache": True,
+        "torch_dtype": config.dtype,
+    }
+
+
+def _block_names(i: int) -> dict[str, list[str]]:
+    """Our parameter -> the Hugging Face tensors stacked (by rows) into it, for block i."""
+    hf = f"model.layers.{i}."
+    return {
+        f"h.{i}.attn_norm.weight": [hf + "input_layernorm.weight"],
+        f"h.{i}.self_attn.in_proj_weight": [hf + f"self_attn.{p}_proj.weight" for p in "qkv"],
+        f"h.{i}.self_attn.out_proj.weight": [hf + "self_attn.o_proj.weight"],
+        f"h.{i}.ff_norm.weight": [hf + "post_attention_layernorm.weight"],
+        f"h.{i}.ff.fc1.weight": [hf + "mlp.gate_proj.weight", hf + "mlp.up_proj.weight"],
+        f"h.{i}.ff.fc2.weight": [hf + "mlp.down_proj.weight"],
+    }
+
+
+def _names(config: GPTConfig) -> dict[str, list[str]]:
+    names = {"wte.weight": ["model.embed_tokens.weight"], "ln_f.weight": ["model.norm.weight"]}
+    for i in range(config.n_layer):
+        names.update(_block_names(i))
+    if not config.tie_weights:
+        names["lm_head.weight"] = ["lm_head.weight"]
+    return names
+
+
+def load_hf_llama(path, dtype: str = "float32") -> GPT:
+    """Load a Hugging Face Llama directory (``config.json`` + ``model.safetensors``) as a GPT.
+
+    dtype: the model's float dtype ("float32" default, or "float64").
+    Raises CheckpointError for missing files / tensors, ConfigError for unsupported configs.
+    """
+    path = Path(path)
+    cfg_file, weights_file = path / "config.json", path / "model.safetensors"
+    for f in (cfg_file, weights_file):
+        if not f.is_file():
+            raise CheckpointError(f"Llama checkpoint: {f} not found (need config.json and model.safetensors)")
+    config = llama_config_from_hf(read_json(cfg_file, error=CheckpointError), dtype=dtype)
+    tensors = read_safetensors(weights_file)
+
+    def get(name: str) -> np.ndarray:
+        if name not in tensors:
+            raise CheckpointError(f"Llama checkpoint {weights_file}: tensor {name!r} not found")
+        return tensors[name]
+
+    state = {ours: np.concatenate([get(t) for t in theirs], axis=0) for ours, theirs in _names(config).items()}
+    model = GPT(config)
+    try:
+        model.load_state_dict(state, strict=True)
+    except ValueError as e:
+        raise CheckpointError(f"Llama checkpoint {weights_file} does not fit its config.json: {e}") from e
+    return model
+
+
+def save_hf_llama(model: GPT, path) -> Path:
+    """Write `model` as a Hugging Face LlamaForCausalLM directory (config.json + model.safetensors).
+
+    Weights keep the model's dtype; a tied head is written once, as the embedding (as
+    transformers does). Returns the directory.
+    """
+    from safetensors.numpy import save_file
+
+    if not isinstance(model, GPT):
+        raise DTypeError(f"save_hf_llama needs a GPT, got {type(model).__name__}")
+    config = model.config
+    hf_cfg = llama_config_to_hf(config)
+    q_rows = config.n_embd  # n_head * head_size; then k and v rows each, then gate rows
+    kv_rows = (config.n_kv_head or config.n_head) * (config.n_embd // config.n_head)
+    cuts = {"self_attn.in_proj_weight": [q_rows, q_rows + kv_rows], "ff.fc1.weight": [config.inner_size]}
+    sd = model.state_dict()
+    tensors = {}
+    for ours, theirs in _names(config).items():  # unstack [q; k; v] and [gate; up] by rows
+        parts = np.split(sd[ours], cuts[ours.split(".", 2)[2]], axis=0) if len(theirs) > 1 else [sd[ours]]
+        tensors.update(zip(theirs, parts))
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, str(path / "model.safetensors"),
+              metadata={"format": "pt"})
+    (path / "config.json").write_text(json.dumps(hf_cfg, indent=2) + "\n")
+    return path

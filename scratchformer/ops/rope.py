@@ -1,0 +1,48 @@
+"""Rotary position embeddings (RoPE; Su et al. 2021, "RoFormer", section 3.4.2).
+
+Each head's query and key vectors are rotated by an angle proportional to their position, so
+the score q_m . k_n depends on the positions only through m - n. The head's `hs` channels form
+`hs / 2` planes, and plane i turns at frequency theta^(-2i / hs):
+
+    angle[p, i] = p * theta^(-2i / hs)                       p: position, i < hs / 2
+    x = [x1 | x2]   (the two halves of the head's channels: plane i is (x1[i], x2[i]))
+    y = [x1 * cos - x2 * sin  |  x2 * cos + x1 * sin]  =  x * cos + rotate_half(x) * sin
+
+Pairing the halves (not neighbouring channels) is GPT-NeoX's and Hugging Face Llama's
+convention; a checkpoint trained with one pairing gives wrong scores under the other.
+`cos` and `sin` are stored at full width (hs,), each plane's value repeated in both halves.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["rope_tables", "rotate_half", "rope_forward", "rope_backward"]
+
+
+def rope_tables(start: int, length: int, head_size: int, theta: float = 10000.0, dtype=np.float64):
+    """cos, sin (length, head_size) for the positions start .. start + length - 1.
+
+    Computed in float64 and then cast, so a float32 model rotates by the correctly rounded angle.
+    """
+    inv_freq = theta ** (-np.arange(0, head_size, 2, dtype=np.float64) / head_size)  # (hs/2,)
+    angles = np.arange(start, start + length, dtype=np.float64)[:, None] * inv_freq  # (T, hs/2)
+    angles = np.concatenate([angles, angles], axis=-1)  # (T, hs): plane i in channels i and i + hs/2
+    return np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
+
+
+def rotate_half(x: np.ndarray) -> np.ndarray:
+    """[x1 | x2] -> [-x2 | x1] over the last axis: each plane turned by 90 degrees."""
+    x1, x2 = np.split(x, 2, axis=-1)
+    return np.concatenate([-x2, x1], axis=-1)
+
+
+def rope_forward(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    """x (..., T, hs), cos / sin (T, hs) -> x rotated plane by plane, (..., T, hs)."""
+    return x * cos + rotate_half(x) * sin
+
+
+def rope_backward(dy: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    """dx for dy (..., T, hs). A rotation's inverse is its transpose, the rotation by -angle:
+    y1 = x1 c - x2 s, y2 = x2 c + x1 s  =>  dx1 = dy1 c + dy2 s, dx2 = dy2 c - dy1 s."""
+    return dy * cos - rotate_half(dy) * sin
