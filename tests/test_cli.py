@@ -235,11 +235,12 @@ def test_options_come_from_the_declarations():
     from scratchformer.cli.main import build_parser
     from scratchformer.data.tasks import TASKS
     from scratchformer.models import GPTConfig
-    from scratchformer.ops import ACTIVATIONS
+    from scratchformer.nn import FEEDFORWARD_ACTIVATIONS
 
     actions = {a.dest: a for a in build_parser().commands["train"]._actions}
-    assert tuple(actions["activation"].choices) == tuple(ACTIVATIONS) == GPTConfig.spec("activation").choices
+    assert tuple(actions["activation"].choices) == FEEDFORWARD_ACTIVATIONS == GPTConfig.spec("activation").choices
     assert tuple(actions["positional"].choices) == GPTConfig.spec("positional").choices
+    assert tuple(actions["normalization"].choices) == GPTConfig.spec("normalization").choices
     assert tuple(actions["init"].choices) == GPTConfig.spec("init").choices
     assert tuple(actions["task"].choices) == ("lm", *TASKS)
 
