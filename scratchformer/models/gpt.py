@@ -168,8 +168,10 @@ class GPT(Model):
             self.wpe = LearnedPositionalEmbedding(c.block_size, c.n_embd, dtype=dtype)
         elif c.positional == "sinusoidal":
             self.wpe = SinusoidalPositionalEncoding(c.block_size, c.n_embd, dtype=dtype)
-        else:  # rope: the positions enter inside each self-attention
+        elif c.positional == "rope":  # the positions enter inside each self-attention
             self.wpe = None
+        else:
+            raise ConfigError(f"GPT does not build positional={c.positional!r}")
         self.drop = Dropout(c.dropout)
         self.h = [
             DecoderBlock(c.n_embd, c.n_head, c.inner_size, dropout=c.dropout, activation=c.activation,

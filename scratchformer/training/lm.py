@@ -156,7 +156,8 @@ class LMJob:
         return self.tokenizer.to_json()
 
     def check_compatible(self, ck) -> None:
-        if ck.config.get("model") != self.model.config.to_dict():
+        saved = ck.config.get("model")  # fields added since it was written take their defaults
+        if saved is None or type(self.model.config).from_dict(saved) != self.model.config:
             raise CheckpointError(f"{ck.path}: the model config differs from the one requested; "
                               "resume with the same options (or none)")
 
