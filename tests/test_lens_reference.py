@@ -3,7 +3,7 @@
 lm_head; saliency equals torch autograd's gradient with respect to `inputs_embeds`; head
 ablation equals zeroing that head's slice of the input of `attn.c_proj` with a torch forward
 pre-hook (transformers 5 dropped `head_mask`, which did the same to the attention weights).
-Llama checkpoints are not covered here (no Llama loader yet)."""
+Llama checkpoints: tests/test_lens_llama.py."""
 
 from __future__ import annotations
 
