@@ -74,6 +74,8 @@ TRAIN_HELP = {
     "seed": "seed of the initial weights, the batches and dropout",
     "workers": "processes training slices of each batch at once, this one included (Linux; 1: one "
                "process; results differ in the last bits and in the dropout draws)",
+    "diag_interval": ("steps between records of activation, gradient and update statistics and the probe's "
+                      "attention in diagnostics.jsonl (0: off)", "the eval interval"),
 }
 
 

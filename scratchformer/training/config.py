@@ -41,6 +41,8 @@ class TrainConfig(DictConfig):
     seed: int = setting(SEED, DEFAULT_SEED)  # initial weights, batches (seed) and dropout (seed + 1)
     time_limit: float | None = setting(Maybe(Num(above=0.0)), None)  # seconds of training before stopping cleanly
     workers: int = setting(POSITIVE, 2)  # processes training slices of each batch at once; 1: this one alone
+    # steps between diagnostics records (training/diagnostics.py); None: eval_interval; 0: off
+    diag_interval: int | None = setting(Maybe(NON_NEGATIVE), None)
 
     @property
     def final_lr(self) -> float:
@@ -49,6 +51,11 @@ class TrainConfig(DictConfig):
     @property
     def schedule_steps(self) -> int:
         return self.max_steps if self.decay_steps is None else self.decay_steps
+
+    @property
+    def diagnostics_every(self) -> int:
+        """Steps between diagnostics records; 0: none."""
+        return self.eval_interval if self.diag_interval is None else self.diag_interval
 
     @property
     def warmup(self) -> int:

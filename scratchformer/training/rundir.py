@@ -4,6 +4,7 @@ data the run was trained on.
 
     out/.lock        locked while a training writes here (holds the pid)
     out/log.jsonl    one JSON object per line; only complete lines are ever left behind
+    out/diagnostics.jsonl  training diagnostics over time (training/diagnostics.py), bounded
     out/last, best   checkpoints (training/checkpoint.py), and `.last.old` / `.best.old`, the
                      backups an interrupted save leaves (restored by the next writer)
 
@@ -32,6 +33,7 @@ import numpy as np
 from scratchformer.errors import ConfigError, DataChangedError, DataError, RunFileError, RunLockedError
 from scratchformer.runfiles import parse_json, read_regular_file, write_atomic
 from scratchformer.training.checkpoint import backup_path, recover
+from scratchformer.training.diagnostics import DIAG_FILE
 from scratchformer.training.schema import LOG_ROW, check_json
 
 LOCK_FILE = ".lock"
@@ -135,7 +137,7 @@ def run_files(directory: str | os.PathLike) -> list[str]:
         return []
     found = [f"{name}/" for name in CHECKPOINTS if (directory / name).exists()]
     found += sorted(p.name for p in directory.glob(".*.old"))
-    return found + ([LOG_FILE] if (directory / LOG_FILE).exists() else [])
+    return found + [name for name in (LOG_FILE, DIAG_FILE) if (directory / name).exists()]
 
 
 def check_fresh(directory: str | os.PathLike) -> None:
@@ -158,6 +160,7 @@ def clear_run(directory: str | os.PathLike) -> None:
         elif path.is_symlink() or path.exists():
             path.unlink()
     (directory / LOG_FILE).unlink(missing_ok=True)
+    (directory / DIAG_FILE).unlink(missing_ok=True)
 
 
 def recover_run(directory: str | os.PathLike) -> None:

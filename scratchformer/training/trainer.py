@@ -43,6 +43,7 @@ from scratchformer.training.config import TrainConfig
 from scratchformer.training.parallel import DataParallel, WaitInterrupted, can_fork_workers, check_workers
 from scratchformer.training.rundir import (LogWriter, RunLock, check_fresh, clear_run, recover_run, start_log,
                                           truncate_log)
+from scratchformer.training.diagnostics import DIAG_FILE, Diagnostics
 from scratchformer.training.schema import CONFIG, check_json
 
 LAST, BEST, LOG = "last", "best", "log.jsonl"
@@ -278,6 +279,10 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, over
         check_fresh(out_dir)
         start_log(out_dir / LOG)
     check_training_fits(model, cfg.batch_size, cfg.workers)
+    diag = None  # the diagnostics recorder; it runs only on its own steps
+    if cfg.diagnostics_every > 0:
+        diag = Diagnostics(job, cfg.diagnostics_every, cfg.max_steps, cfg.seed, out_dir / DIAG_FILE,
+                           resume_step=step if resume else None)
 
     def save(which: str) -> None:
         # losses are checked before any save; NaN here only means "not evaluated yet" (Ctrl-C)
@@ -340,7 +345,10 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, over
                 grad_norm = clip_grad_norm(params, cfg.grad_clip if cfg.grad_clip > 0 else math.inf)
                 train_loss = loss_sum / cfg.grad_accum
                 _finite_or_stop(step + 1, cfg, loss=train_loss, gradient_norm=float(grad_norm))
+                before = diag.snapshot() if diag is not None and diag.due(step + 1) else None
                 opt.step()
+                if before is not None:
+                    diag.record(step + 1, lr, before)
                 step += 1
                 step_start = None  # applied: the state now is the step's end
                 steps_since += 1

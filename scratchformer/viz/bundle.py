@@ -18,6 +18,7 @@ from scratchformer.viz import attention as A
 from scratchformer.viz import backward as BW
 from scratchformer.viz import basics as B
 from scratchformer.viz import closeups as C
+from scratchformer.viz import diagnostics as D
 from scratchformer.viz import embeddings as E
 from scratchformer.viz import internals as I
 from scratchformer.viz import lens as LF
@@ -58,11 +59,13 @@ def _prepare(model, kind, ids, tokens, text, tokenizer):
     return ids, tokens
 
 
+DIAGNOSTICS_FIGURES = ("diag_activations", "diag_gradients", "diag_update_ratio", "diag_saturation")  # diagnostics.jsonl
 FIGURES = ("attention_seq2seq", "attention_grid", "classifier_attention", "causal_vs_bidirectional",
            "attention_steps", "positions_learned", "positions_sinusoidal", "position_similarity",
            "embedding_norms", "embedding_pca", "residual_norms", "residual_heatmap", "ff_activations",
            "layernorm", "token_ids", "attention_bars", "residual_variance", "ff_scatter", "backward", "activations",
-           "softmax_temperature", "training_curves", "lens")
+           "softmax_temperature", "training_curves", "lens",
+           *DIAGNOSTICS_FIGURES)
 
 
 def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, tgt_ids=None,
@@ -223,6 +226,7 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
         add("training_curves", "Training curves",
             "Validation loss should follow training loss; a widening gap means overfitting.",
             lambda: B.training_curves(rows))
+        _add_diagnostics(add, D.diag_records(log))
 
     # -- the same views of the untrained model ------------------------------------------------
     if init_model is not None:
@@ -253,6 +257,25 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
     paths.append(write_report(out_dir / "report.html", title or f"scratchformer: {kind} on {''.join(tokens)[:60]!r}",
                               tabs, embedded, config, summary, lens))
     return paths
+
+
+def _add_diagnostics(add, records) -> None:
+    """The training diagnostics of the run (its diagnostics.jsonl), when it has them."""
+    if not records:
+        return
+    add("diag_activations", "Activations per layer (training diagnostics)",
+        "The feed-forward activations on the probe batch at the last record: a layer piled up at the "
+        "flat ends of its activation, or with many dead units, passes little gradient back.",
+        lambda: D.activation_histograms(records))
+    add("diag_gradients", "Gradients per weight matrix (training diagnostics)",
+        "The gradient the optimiser stepped with at the last record; very different widths mean "
+        "layers learning at very different speeds.", lambda: D.gradient_histograms(records))
+    add("diag_update_ratio", "Update:data ratio over training",
+        "log10 of std(update) / std(weights) at each record; makemore's guide: about -3. Far below, a "
+        "parameter barely moves; far above, it is rewritten at each step.", lambda: D.update_ratios(records))
+    add("diag_saturation", "Saturated and dead units over training",
+        "Saturated: the activation's slope is below 0.05 there, so little gradient passes. Dead: a unit "
+        "never positive on any probe token.", lambda: D.saturation_dead(records))
 
 
 def _untrained(fig):

@@ -1,0 +1,183 @@
+"""Training diagnostics (training/diagnostics.py, viz/diagnostics.py): the recorded values equal
+a direct computation on the model, a resumed run continues the file exactly, the file stays
+bounded, --diag-interval 0 writes nothing, training is unchanged by them, and viz draws them."""
+
+import json
+
+import numpy as np
+import pytest
+
+from scratchformer.errors import ConfigError
+from scratchformer.ops import ACTIVATIONS
+from scratchformer.training import diagnostics as diagnostics_module
+from scratchformer.training.checkpoint import load_checkpoint
+from scratchformer.training.diagnostics import DIAG_FILE, SATURATED_SLOPE, Diagnostics, read_records
+from scratchformer.training.lm import LMJob
+from scratchformer.training.trainer import TrainConfig, train
+from scratchformer.viz import trace as T
+
+TINY = dict(n_layer=2, n_head=2, n_embd=16)
+
+
+def tiny_job(**model):
+    return LMJob.create("lines", {**TINY, **model}, {"split_seed": 1337}, 0)
+
+
+def tiny_cfg(**kw):
+    base = dict(max_steps=8, batch_size=8, eval_interval=2, eval_batches=1, lr=5e-3, warmup_steps=0,
+                log_interval=1, num_samples=0, seed=3, decay_steps=8, workers=1)
+    return TrainConfig(**{**base, **kw})
+
+
+def run(job, cfg, out, **kw):
+    return train(job, cfg, out, progress=False, verbose=False, **kw)
+
+
+def without_timing(records):
+    return [{k: v for k, v in r.items() if k != "ms"} for r in records]
+
+
+@pytest.mark.parametrize("activation", ["gelu", "relu"])
+def test_recorded_values_equal_a_direct_computation(tmp_path, activation):
+    job = tiny_job(activation=activation)
+    model = job.model
+    diag = Diagnostics(job, interval=1, max_steps=10, seed=3, path=tmp_path / DIAG_FILE)
+    job.forward_backward(job.train_batch(np.random.default_rng(0), 8))
+    before = diag.snapshot()
+    rng = np.random.default_rng(1)
+    deltas = {}
+    for name, p in model.named_parameters():  # a known update: the ratio is computable by hand
+        deltas[name] = 1e-3 * rng.standard_normal(p.data.shape)
+        p.data += deltas[name]
+    rec = diag.record(1, 0.01, before)
+
+    # activations: capture each fc1 output of one batched eval-mode forward of the whole probe
+    captured = []
+    for block in T.blocks(model):
+        fc1 = block.ff.fc1
+        fc1.forward = (lambda f: lambda x: captured.append(f(x)) or captured[-1])(fc1.forward)
+    model.eval()
+    model(diag.probe_rows)
+    model.train()
+    assert len(captured) == len(rec["layers"]) == 2
+    f = ACTIVATIONS[activation][0]
+    for pre, stats in zip(captured, rec["layers"]):
+        pre = pre.reshape(-1, pre.shape[-1]).astype(np.float64)
+        post = f(pre)
+        slope = (f(pre + 1e-6) - f(pre - 1e-6)) / 2e-6  # the activation's slope, by central differences
+        np.testing.assert_allclose([stats["mean"], stats["std"]], [post.mean(), post.std()], rtol=1e-5, atol=1e-7)
+        # values at the threshold, or at ReLU's kink (where the batched and the row-by-row forward may
+        # differ in the last bits), may land either side
+        near = (np.abs(np.abs(slope) - SATURATED_SLOPE) < 1e-3) | (np.abs(pre) < 1e-5)
+        assert abs(stats["saturation"] - (np.abs(slope) < SATURATED_SLOPE).mean()) <= near.mean() + 1e-12
+        dead = np.mean([not (pre[:, j] > 0).any() for j in range(pre.shape[1])])
+        assert stats["dead"] == pytest.approx(dead)
+        assert sum(stats["hist"]) == pre.size
+    if activation == "relu":
+        assert rec["layers"][0]["saturation"] == pytest.approx((captured[0] <= 0).mean())
+
+    for name, p in model.named_parameters():
+        r = rec["params"][name]
+        assert r["grad_mean"] == pytest.approx(float(p.grad.mean()), abs=1e-12)
+        assert r["grad_std"] == pytest.approx(float(p.grad.std()))
+        if np.std(before[name]) == 0:  # a LayerNorm gain or a zero bias at init: no ratio
+            assert r["update_ratio"] is None
+        else:
+            expect = np.log10(np.std(deltas[name]) / np.std(before[name]))
+            assert r["update_ratio"] == pytest.approx(expect, abs=1e-3)
+
+    maps = T.attention_maps(model, diag.probe_ids)["encoder"]  # the model's own forward
+    assert rec["probe"]["tokens"] == ["<eot>", "e", "m", "m", "a"]
+    np.testing.assert_allclose(np.array(rec["probe"]["attention"]), maps, rtol=1e-6, atol=1e-7)
+    header, records = read_records(tmp_path / DIAG_FILE)
+    assert header["every"] == 1 and records == [json.loads(json.dumps(rec))]
+
+
+def test_a_resumed_run_continues_the_file_exactly(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    run(tiny_job(dropout=0.1), tiny_cfg(), a)
+    run(tiny_job(dropout=0.1), tiny_cfg(max_steps=4), b)
+    assert [r["step"] for r in read_records(b / DIAG_FILE)[1]] == [2, 4]
+    ck = load_checkpoint(b / "last")
+    run(LMJob.from_checkpoint(ck), tiny_cfg(), b, resume=True, checkpoint=ck)
+    ra, rb = read_records(a / DIAG_FILE)[1], read_records(b / DIAG_FILE)[1]
+    assert [r["step"] for r in ra] == [2, 4, 6, 8]
+    assert without_timing(ra) == without_timing(rb)
+
+
+def test_a_resume_drops_records_past_its_checkpoint(tmp_path):
+    out = tmp_path / "r"
+    run(tiny_job(), tiny_cfg(max_steps=4), out)
+    path = out / DIAG_FILE
+    lines = path.read_text().splitlines()
+    stray = json.loads(lines[-1])
+    stray["step"] = 5  # a record written after the checkpoint, before a kill
+    path.write_text("\n".join(lines + [json.dumps(stray)]) + "\n")
+    ck = load_checkpoint(out / "last")
+    run(LMJob.from_checkpoint(ck), tiny_cfg(max_steps=6), out, resume=True, checkpoint=ck)
+    assert [r["step"] for r in read_records(path)[1]] == [2, 4, 6]
+
+
+def test_the_file_is_bounded_and_thinned_evenly(tmp_path, monkeypatch):
+    monkeypatch.setattr(diagnostics_module, "MAX_RECORDS", 4)
+    out = tmp_path / "t"
+    run(tiny_job(), tiny_cfg(max_steps=13, decay_steps=13, diag_interval=1, eval_interval=13), out)
+    header, records = read_records(out / DIAG_FILE)
+    steps = [r["step"] for r in records]
+    assert len(records) <= 4
+    assert steps == [4, 8, 12, 13] and header["every"] == 4  # 1,2,..: halved twice, the last step kept
+
+
+def test_interval_zero_writes_nothing_and_diagnostics_do_not_change_training(tmp_path):
+    off, on = tmp_path / "off", tmp_path / "on"
+    job_off, job_on = tiny_job(dropout=0.1), tiny_job(dropout=0.1)
+    run(job_off, tiny_cfg(max_steps=4, diag_interval=0), off)
+    run(job_on, tiny_cfg(max_steps=4, diag_interval=1), on)
+    assert not (off / DIAG_FILE).exists()
+    assert [r["step"] for r in read_records(on / DIAG_FILE)[1]] == [1, 2, 3, 4]
+    for k, v in job_off.model.state_dict().items():
+        np.testing.assert_array_equal(v, job_on.model.state_dict()[k], err_msg=k)
+
+
+def test_default_interval_is_the_eval_interval_and_negative_is_refused(tmp_path):
+    assert tiny_cfg(eval_interval=3).diagnostics_every == 3
+    with pytest.raises(ConfigError, match="diag_interval"):
+        tiny_cfg(diag_interval=-1)
+
+
+def test_the_cli_option_is_declared_with_its_default(capsys):
+    from scratchformer.cli.main import main
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--diag-interval N" in text and "default: the eval interval" in text
+
+
+def test_a_negative_interval_on_the_command_line_is_one_line(capsys):
+    from scratchformer.cli.main import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["train", "--diag-interval", "-1"])
+    assert e.value.code == 2
+    assert "expected an integer >= 0" in capsys.readouterr().err
+
+
+def test_viz_draws_the_diagnostics_figures(tmp_path):
+    from scratchformer.viz import diagnostics as D
+    from scratchformer.viz import report
+
+    out = tmp_path / "v"
+    job = tiny_job()
+    run(job, tiny_cfg(max_steps=4), out)
+    records = D.diag_records(out)
+    for draw in (D.activation_histograms, D.gradient_histograms, D.update_ratios, D.saturation_dead):
+        fig = draw(records)
+        assert fig.axes and any(ax.lines for ax in fig.axes)
+    titles = D.update_ratios(records).axes[0].get_lines()
+    assert any(np.allclose(line.get_ydata(), -3) for line in titles)  # the 1e-3 guide line
+    paths = report(job.model, tmp_path / "fig", text="emma", tokenizer=job.tokenizer, log=out / "log.jsonl",
+                   only=["diag_activations", "diag_gradients", "diag_update_ratio", "diag_saturation"])
+    assert sorted(p.name for p in paths) == ["diag_activations.png", "diag_gradients.png", "diag_saturation.png",
+                                             "diag_update_ratio.png", "report.html"]
+    assert D.diag_records(tmp_path / "nothing") is None
