@@ -181,3 +181,31 @@ def test_viz_draws_the_diagnostics_figures(tmp_path):
     assert sorted(p.name for p in paths) == ["diag_activations.png", "diag_gradients.png", "diag_saturation.png",
                                              "diag_update_ratio.png", "report.html"]
     assert D.diag_records(tmp_path / "nothing") is None
+
+
+def test_report_replays_the_probe_attention_over_training(tmp_path):
+    from test_viz_report import _canvas, opened
+
+    from scratchformer.viz import decode_attention, report
+
+    out = tmp_path / "run"
+    job = tiny_job()
+    run(job, tiny_cfg(max_steps=6, lr=3e-2), out)
+    records = read_records(out / DIAG_FILE)[1]
+    path = report(job.model, tmp_path / "fig", text="emma", tokenizer=job.tokenizer, log=out, only=[])[-1]
+    page_text = path.read_text()
+    data = json.loads(page_text.split('id="sf-data">')[1].split("</script>")[0])
+    tab = data["tabs"][-1]
+    assert tab["name"].startswith("probe over training") and tab["steps"] == [2, 4, 6]
+    for frame, rec in zip(tab["frames"], records):
+        np.testing.assert_allclose(decode_attention(frame, (2, 2, 5, 5)), rec["probe"]["attention"], atol=0.5 / 255)
+    with opened(path) as page:
+        assert page.locator("#sf-steps").is_hidden()  # the model's own tab has no slider
+        page.click("#sf-tabs button >> text=probe over training")
+        assert page.locator("#sf-steps").is_visible()
+        assert page.inner_text("#sf-step-label").startswith("6 ")
+        last = _canvas(page, "sf-matrix")["png"]
+        page.fill("#sf-step", "0")
+        page.dispatch_event("#sf-step", "input")
+        assert page.inner_text("#sf-step-label").startswith("2 ")
+        assert _canvas(page, "sf-matrix")["png"] != last, "another step, same pixels"

@@ -219,14 +219,15 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
     add("softmax_temperature", "Softmax and temperature",
         "Sampling temperature divides the logits: T < 1 sharpens, T > 1 flattens.",
         B.softmax_temperatures)
-    summary = None
+    summary, diag_records = None, None
     if log is not None:
         rows = B.log_rows(log)
         summary = _summary(rows)
         add("training_curves", "Training curves",
             "Validation loss should follow training loss; a widening gap means overfitting.",
             lambda: B.training_curves(rows))
-        _add_diagnostics(add, D.diag_records(log))
+        diag_records = D.diag_records(log)
+        _add_diagnostics(add, diag_records)
 
     # -- the same views of the untrained model ------------------------------------------------
     if init_model is not None:
@@ -244,6 +245,11 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
     tabs = [("encoder" if kind == "seq2seq" else "self-attention", maps["encoder"], att_tokens, att_tokens)]
     if kind == "seq2seq":
         tabs += [("decoder", maps["decoder"], tgt_tokens, tgt_tokens), ("cross", maps["cross"], tokens, tgt_tokens)]
+    if diag_records:  # the probe's attention at every diagnostics record, behind a step slider
+        probe = [r for r in diag_records if r["probe"]["tokens"] == diag_records[-1]["probe"]["tokens"]]
+        tokens_p = diag_records[-1]["probe"]["tokens"]
+        tabs.append((f"probe over training: {''.join(tokens_p)[:30]}", np.array([r["probe"]["attention"] for r in probe]),
+                     tokens_p, tokens_p, [r["step"] for r in probe]))
     lens = None
     if only is None or "lens" in only:
         lens_figures, checks = _lens_part(model, kind, ids, tokens, tgt_ids, tgt_tokens, vocab_labels)

@@ -32,9 +32,17 @@ def decode_attention(text: str, shape) -> np.ndarray:
     return (np.frombuffer(base64.b64decode(text), dtype=np.uint8).reshape(shape) / 255.0).astype(np.float32)
 
 
-def _tab(name, weights, keys, queries) -> dict:
-    L, H, Tq, Tk = np.shape(weights)
-    return {"name": name, "L": L, "H": H, "Tq": Tq, "Tk": Tk, "data": encode_attention(weights),
+def _tab(name, weights, keys, queries, steps=None) -> dict:
+    """One explorer tab. With `steps` (a training step per frame), weights is (S, L, H, Tq, Tk):
+    the page shows a step slider that replays the frames; the last frame is shown first."""
+    if steps is None:
+        L, H, Tq, Tk = np.shape(weights)
+        frames = {"data": encode_attention(weights)}
+    else:
+        _, L, H, Tq, Tk = np.shape(weights)
+        frames = {"data": encode_attention(weights[-1]), "steps": [int(s) for s in steps],
+                  "frames": [encode_attention(w) for w in weights]}
+    return {"name": name, "L": L, "H": H, "Tq": Tq, "Tk": Tk, **frames,
             "keys": [show_token(t) for t in keys], "queries": [show_token(t) for t in queries]}
 
 
@@ -42,7 +50,8 @@ def write_report(path, title: str, attention: list[tuple], figures: list[tuple],
                  summary: dict | None = None, lens: tuple[list[tuple], list[str]] | None = None) -> Path:
     """Write report.html atomically and return its path.
 
-    attention: (tab name, (L, H, Tq, Tk) weights, key tokens, query tokens) per tab.
+    attention: (tab name, (L, H, Tq, Tk) weights, key tokens, query tokens) per tab, or
+    (name, (S, L, H, Tq, Tk) weights, keys, queries, S training steps): a tab with a step slider.
     figures: (title, caption, png bytes) per static figure. config / summary: shown as tables.
     lens: (figures as above, check lines) of the lens analyses, shown in a "Lens" part.
     """
@@ -105,6 +114,8 @@ Hover the matrix for values. Colours are scaled to each map's largest weight.</p
 <div class="bar" id="sf-tabs"></div>
 <div class="bar">layer <select id="sf-layer"></select> head <select id="sf-head"></select>
 <span id="sf-hover"></span></div>
+<div class="bar" id="sf-steps" style="display:none">training step <input type="range" id="sf-step" min="0" step="1">
+<span id="sf-step-label"></span></div>
 <div class="panel"><h3>matrix <button data-export="sf-matrix">PNG</button></h3><canvas id="sf-matrix"></canvas></div>
 <div class="panel"><h3>lines <button data-export="sf-lines">PNG</button></h3><canvas id="sf-lines"></canvas></div>
 <div class="panel"><h3>all layers x heads <button data-export="sf-grid">PNG</button></h3><canvas id="sf-grid"></canvas></div>
@@ -122,11 +133,22 @@ _SCRIPT = r"""
   var data = JSON.parse(document.getElementById("sf-data").textContent);
   var $ = function (id) { return document.getElementById(id); };
   var state = {tab: 0, layer: 0, head: 0};  // head == H means the average over heads
-  data.tabs.forEach(function (t) {  // base64 -> Uint8Array, w = q / 255
-    var s = atob(t.data), a = new Uint8Array(s.length);
+  function bytes(text) {  // base64 -> Uint8Array, w = q / 255
+    var s = atob(text), a = new Uint8Array(s.length);
     for (var i = 0; i < s.length; i++) a[i] = s.charCodeAt(i);
-    t.q = a;
+    return a;
+  }
+  data.tabs.forEach(function (t) {
+    t.q = bytes(t.data);
+    if (t.frames) { t.qs = t.frames.map(bytes); t.frame = t.qs.length - 1; }  // a step slider replays them
   });
+  function showStep(t) {
+    $("sf-steps").style.display = t.frames ? "" : "none";
+    if (!t.frames) return;
+    $("sf-step").max = String(t.qs.length - 1); $("sf-step").value = String(t.frame);
+    t.q = t.qs[t.frame];
+    $("sf-step-label").textContent = t.steps[t.frame] + " (" + (t.frame + 1) + " of " + t.qs.length + ")";
+  }
   function weight(t, l, h, i, j) {
     if (h === t.H) { var s = 0; for (var k = 0; k < t.H; k++) s += weight(t, l, k, i, j); return s / t.H; }
     return t.q[((l * t.H + h) * t.Tq + i) * t.Tk + j] / 255;
@@ -214,7 +236,7 @@ _SCRIPT = r"""
     state.layer = Math.min(state.layer, t.L - 1); state.head = Math.min(state.head, t.H);
     options($("sf-layer"), t.L); options($("sf-head"), t.H, "average");
     Array.prototype.forEach.call($("sf-tabs").children, function (b, i) { b.className = i === k ? "tab on" : "tab"; });
-    sync(); draw();
+    showStep(t); sync(); draw();
   }
   function draw() { drawMatrix(); drawLines(); drawGrid(); }
   data.tabs.forEach(function (t, k) {
@@ -223,6 +245,7 @@ _SCRIPT = r"""
   });
   $("sf-layer").onchange = function () { state.layer = +this.value; draw(); };
   $("sf-head").onchange = function () { state.head = +this.value; draw(); };
+  $("sf-step").oninput = function () { var t = data.tabs[state.tab]; t.frame = +this.value; showStep(t); draw(); };
   $("sf-matrix").onmousemove = function (e) {
     var t = data.tabs[state.tab], s = cellSize(t), r = this.getBoundingClientRect();
     var j = Math.floor((e.clientX - r.left - MARGIN) / s), i = Math.floor((e.clientY - r.top - MARGIN) / s);
