@@ -40,10 +40,10 @@ from scratchformer.nn import set_dropout_rng
 from scratchformer.optim import AdamW, clip_grad_norm, cosine_lr, param_groups
 from scratchformer.training.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from scratchformer.training.config import TrainConfig
+from scratchformer.training.diagnostics import DIAG_FILE, Diagnostics
 from scratchformer.training.parallel import DataParallel, WaitInterrupted, can_fork_workers, check_workers
 from scratchformer.training.rundir import (LogWriter, RunLock, check_fresh, clear_run, recover_run, start_log,
                                           truncate_log)
-from scratchformer.training.diagnostics import DIAG_FILE, Diagnostics
 from scratchformer.training.schema import CONFIG, check_json
 
 LAST, BEST, LOG = "last", "best", "log.jsonl"
