@@ -44,7 +44,7 @@ from scratchformer.runfiles import parse_json, read_regular_file, write_atomic
 
 DIAG_FILE = "diagnostics.jsonl"
 FORMAT = "scratchformer-diagnostics"
-MAX_RECORDS = 128  # a names record is ~10 KB: the file stays under a few MB
+MAX_RECORDS = 128  # a record of the names model is ~17 KB: its file stays under ~2.2 MB
 MAX_BYTES = 256 * 2**20  # a bigger file is not ours
 PROBE_ROWS = 32  # training sequences in the probe batch
 PROBE_SEED_TAG = 20  # the probe batch is drawn from default_rng([seed, PROBE_SEED_TAG]), apart from the batches
