@@ -209,3 +209,19 @@ def test_report_replays_the_probe_attention_over_training(tmp_path):
         page.dispatch_event("#sf-step", "input")
         assert page.inner_text("#sf-step-label").startswith("2 ")
         assert _canvas(page, "sf-matrix")["png"] != last, "another step, same pixels"
+
+
+@pytest.mark.parametrize("run_kind, model", [("majority", {"pooling": "cls"}), ("reverse", {})])
+def test_every_model_family_records_its_probe(tmp_path, run_kind, model):
+    from scratchformer.training.jobs import build_job
+
+    job, cfg = build_job(run_kind, {"n_layer": 1, "n_embd": 16, **model},
+                         {"max_steps": 4, "eval_batches": 1, "eval_interval": 2, "workers": 1, "num_samples": 0})
+    run(job, cfg, tmp_path / run_kind)
+    records = read_records(tmp_path / run_kind / DIAG_FILE)[1]
+    assert [r["step"] for r in records] == [2, 4]
+    for r in records:  # one label per attended position ([CLS] first for a cls-pooling classifier)
+        tokens, att = r["probe"]["tokens"], np.array(r["probe"]["attention"])
+        assert att.shape[-1] == att.shape[-2] == len(tokens)
+        np.testing.assert_allclose(att.sum(-1), 1, rtol=1e-5)
+    assert (records[0]["probe"]["tokens"][0] == "[CLS]") == (run_kind == "majority")

@@ -166,6 +166,8 @@ class Diagnostics:
 
         self._run(self.model, self.probe_ids)  # leaves each attention's weights on the probe
         attention = [b.self_attn.attn_weights[0].astype(np.float64).tolist() for b in blocks]
+        if attention and len(attention[0][0]) == len(self.probe_tokens) + 1:  # a classifier's [CLS] comes first
+            self.probe_tokens = ["[CLS]"] + self.probe_tokens
         rec = {"step": step, "lr": lr, "layers": layers, "act_range": [lo, hi], "params": params,
                "grad_range": [-g_max, g_max], "probe": {"tokens": self.probe_tokens, "attention": attention},
                "ms": round(1000 * (time.perf_counter() - t0), 1)}
