@@ -1,19 +1,20 @@
 """Training diagnostics over time, as in makemore part 3: what the activations, the gradients
 and the updates of each layer do while a model trains.
 
-At every `diag_interval` steps (TrainConfig; default: the eval interval; 0: off) and at the
-last step, the trainer hands this module the parameters just before and just after the
-optimiser step, and it appends one record to `diagnostics.jsonl` beside log.jsonl:
+At every `diag_interval` steps (TrainConfig; default: the eval interval; 0: off) and at
+max_steps (a run stopped by its time limit ends without a record of its last step), the trainer
+hands this module the parameters just before and just after the optimiser step, and it appends
+one record to `diagnostics.jsonl` beside log.jsonl:
 
     step, lr
     layers     per block, the feed-forward hidden units on a fixed probe batch (PROBE_ROWS
                training sequences drawn with the run's seed, run in eval mode through
                `viz.trace`): mean and std of the activation f(h), `saturation` (the fraction of
                units where |f'(h)| < SATURATED_SLOPE: little gradient passes back; makemore's
-               |tanh| > 0.97 is |tanh'| < 0.06; for GELU the flat tail h < -2.4 and the band
-               around its minimum at h = -0.75; for ReLU h <= 0) and `dead` (the fraction of units
-               whose h is never > 0 on any probe token), and a histogram of f(h) (HIST_BINS bins
-               over `act_range`, the same for every layer)
+               |tanh| > 0.97 is |tanh'| < 0.06; for GELU the flat tail h < -2.35 and the
+               band -0.88 < h < -0.65 around its minimum at h = -0.75; for ReLU h <= 0) and
+               `dead` (the fraction of units whose h is never > 0 on any probe token), and a
+               histogram of f(h) (HIST_BINS bins over `act_range`, the same for every layer)
     params     per parameter (model.named_parameters()): mean and std of the gradient the
                optimiser stepped with (after averaging micro-batches and clipping), the
                update:data ratio log10(std(after - before) / std(before)) of this step (the
