@@ -78,7 +78,8 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
     with optional `tokens` labels. seq2seq: `ids` is the source; `tgt_ids` the decoder input
     (default: BOS + the greedy decoding). classifier: `class_names` label the bars.
     vocab_labels: a label per vocabulary id (default: the tokenizer's characters).
-    log: a run directory or log.jsonl for the training curves and summary (optional).
+    log: a run directory or log.jsonl for the training curves and summary (optional); when the run
+    has a diagnostics.jsonl beside it, its figures and a "probe over training" tab with a step slider.
     only: names from `FIGURES` to draw (None: every figure that applies; "lens": the Lens part,
     the lens analyses' figures and check lines); the attention explorer is always written.
     classifier: `true_class` (the input's class) and `accuracy` (held-out) go in its title.
