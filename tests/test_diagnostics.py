@@ -20,7 +20,7 @@ TINY = dict(n_layer=2, n_head=2, n_embd=16)
 
 
 def tiny_job(**model):
-    return LMJob.create("lines", {**TINY, **model}, {"split_seed": 1337}, 0)
+    return LMJob.create("lines", {**TINY, **model}, {"split_seed": 1337, "tokenizer": "char"}, 0)
 
 
 def tiny_cfg(**kw):
