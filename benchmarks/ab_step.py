@@ -6,10 +6,12 @@ param_groups, clip_grad_norm), so the same file times any two checkouts against 
       (cd NEW && env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE PYTHONPATH=$PWD python benchmarks/ab_step.py names)
     done
 
-Random tokens, no dropout, 60 steps of which the first 10 are warm-up; prints {"ms": ...}.
+Random tokens, no dropout, 60 steps of which the first 10 are warm-up (medium: 16 and 4);
+prints {"ms": ..., "peak_rss_mib": ...} (the process's peak resident memory).
 """
 
 import json
+import resource
 import sys
 import time
 
@@ -18,7 +20,9 @@ import numpy as np
 from scratchformer.models import GPT, GPTConfig
 from scratchformer.optim import AdamW, clip_grad_norm, param_groups
 
-CONFIGS = {"names": (27, 4, 4, 64, 16, 32), "shakespeare-cpu": (65, 4, 4, 128, 64, 12)}  # V, L, H, C, T, B
+CONFIGS = {"names": (27, 4, 4, 64, 16, 32), "shakespeare-cpu": (65, 4, 4, 128, 64, 12),  # V, L, H, C, T, B
+           "medium": (65, 6, 6, 384, 256, 16)}
+STEPS = {"names": (60, 10), "shakespeare-cpu": (60, 10), "medium": (16, 4)}  # (steps, of which warm-up)
 
 
 def main(name: str) -> None:
@@ -27,7 +31,8 @@ def main(name: str) -> None:
     opt = AdamW(param_groups(model, 0.1), lr=1e-3)
     rng = np.random.default_rng(0)
     times = []
-    for _ in range(60):
+    steps, warmup = STEPS[name]
+    for _ in range(steps):
         idx = rng.integers(0, V, size=(B, T + 1))
         t0 = time.perf_counter()
         model(idx[:, :-1], idx[:, 1:])
@@ -36,7 +41,8 @@ def main(name: str) -> None:
         opt.step()
         opt.zero_grad()
         times.append(time.perf_counter() - t0)
-    print(json.dumps({"config": name, "ms": 1000 * float(np.median(times[10:]))}))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    print(json.dumps({"config": name, "ms": 1000 * float(np.median(times[warmup:])), "peak_rss_mib": round(peak, 1)}))
 
 
 if __name__ == "__main__":
