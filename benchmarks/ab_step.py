@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 
+from scratchformer.allocator import keep_freed_memory
 from scratchformer.models import GPT, GPTConfig
 from scratchformer.optim import AdamW, clip_grad_norm, param_groups
 
@@ -27,6 +28,7 @@ STEPS = {"names": (60, 10), "shakespeare-cpu": (60, 10), "medium": (16, 4)}  # (
 
 def main(name: str) -> None:
     V, L, H, C, T, B = CONFIGS[name]
+    keep_freed_memory()  # as train() and the CLI do (older checkouts made this call when a layer was built)
     model = GPT(GPTConfig(vocab_size=V, block_size=T, n_layer=L, n_head=H, n_embd=C), seed=0)
     opt = AdamW(param_groups(model, 0.1), lr=1e-3)
     rng = np.random.default_rng(0)
