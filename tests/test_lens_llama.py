@@ -12,6 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
+from torch_ablation import ablated_loss  # noqa: E402
 
 from test_llama_interop import _hf_model, _save, float64_llama  # noqa: E402, F401 (a fixture)
 
@@ -56,20 +57,7 @@ def test_head_ablation_equals_a_torch_ablation_of_the_same_head(pair):
     table = head_ablation(ours, (x, y))
 
     def torch_loss(layer=None, head=None):
-        handle = None
-        if layer is not None:
-            def zero_head(module, args):
-                z = args[0].clone()
-                z[..., head * HEAD_SIZE:(head + 1) * HEAD_SIZE] = 0
-                return (z,)
-            handle = hf.model.layers[layer].self_attn.o_proj.register_forward_pre_hook(zero_head)
-        try:
-            with torch.no_grad():
-                logits = hf(torch.tensor(x)).logits[0]
-                return float(torch.nn.functional.cross_entropy(logits, torch.tensor(y[0])))
-        finally:
-            if handle is not None:
-                handle.remove()
+        return ablated_loss(hf, lambda m, i: m.model.layers[i].self_attn.o_proj, x, y, HEAD_SIZE, layer, head)
 
     base = torch_loss()
     assert table.baseline == pytest.approx(base, abs=1e-9)

@@ -20,6 +20,7 @@ from scratchformer.lens import head_ablation, logit_lens, logit_objective, loss_
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
+from torch_ablation import ablated_loss  # noqa: E402
 
 CFG = dict(n_layer=3, n_head=2, n_embd=16, vocab_size=40, n_positions=16, resid_pdrop=0.0, embd_pdrop=0.0,
            attn_pdrop=0.0)
@@ -90,20 +91,7 @@ def test_head_ablation_equals_a_torch_ablation_of_the_same_head(pair):
     hs = CFG["n_embd"] // CFG["n_head"]
 
     def torch_loss(layer=None, head=None):
-        handle = None
-        if layer is not None:
-            def zero_head(module, args):
-                z = args[0].clone()
-                z[..., head * hs:(head + 1) * hs] = 0
-                return (z,)
-            handle = hf.transformer.h[layer].attn.c_proj.register_forward_pre_hook(zero_head)
-        try:
-            with torch.no_grad():
-                logits = hf(torch.tensor(x)).logits[0]
-                return float(torch.nn.functional.cross_entropy(logits, torch.tensor(y[0])))
-        finally:
-            if handle is not None:
-                handle.remove()
+        return ablated_loss(hf, lambda m, i: m.transformer.h[i].attn.c_proj, x, y, hs, layer, head)
 
     base = torch_loss()
     assert table.baseline == pytest.approx(base, abs=1e-10)
