@@ -387,7 +387,7 @@ def cmd_train(args) -> int:
     from scratchformer.training.checkpoint import checkpoint_exists, load_checkpoint
     from scratchformer.training.jobs import build_job, build_job_from_hf, job_class
     from scratchformer.training.rundir import check_fresh, run_files
-    from scratchformer.training.trainer import LAST, resume_config
+    from scratchformer.training.trainer import LAST
 
     if args.out == "":
         raise CLIError("--out is empty: give a directory, or omit --out (default: out/<data name or task>)")
@@ -438,19 +438,11 @@ def cmd_train(args) -> int:
         if args.task is not None and args.task != saved_task:
             raise CLIError(f"--resume continues the saved {saved_task!r} run in {out}: drop --task {args.task}, "
                            "or train it into another --out")
-        saved = checkpoint.extra.get("train_config")
-        if saved is None:
-            raise CheckpointError(f"{checkpoint.path / 'trainer_state.json'} has no extra.train_config: cannot "
-                                  "resume from it; restore the file or train again")
         job = job_class(checkpoint).from_checkpoint(checkpoint, data=args.data,
                                                     allow_changed_data=args.allow_changed_data)
-        cfg, note = resume_config(saved, train_settings)
-        if checkpoint.step >= cfg.max_steps:
-            print(f"nothing to do: the run in {out} is at step {checkpoint.step} of {cfg.max_steps}; "
-                  "pass a larger --max-steps to extend it")
+        cfg = _resumed_schedule(checkpoint, out, train_settings, "train again")
+        if cfg is None:
             return 0
-        if note:
-            print(note)
     else:
         if not args.overwrite:
             check_fresh(out)  # before the data is read; train() checks again, under the run's lock
@@ -467,7 +459,7 @@ def cmd_finetune(args) -> int:
     from scratchformer.training.jobs import build_job
     from scratchformer.training.rundir import check_fresh
     from scratchformer.training.sentence import SentenceClassifierJob
-    from scratchformer.training.trainer import LAST, resume_config
+    from scratchformer.training.trainer import LAST
 
     if args.out == "" or args.data == "":
         raise CLIError(f"--{'out' if args.out == '' else 'data'} is empty: give a path")
@@ -491,25 +483,36 @@ def cmd_finetune(args) -> int:
         checkpoint = load_checkpoint(out / LAST)
         if checkpoint.config.get("kind") != SentenceClassifierJob.kind:
             raise CLIError(f"{out} holds a {checkpoint.config.get('kind')!r} run: resume it with 'scratchformer train'")
-        saved = checkpoint.extra.get("train_config")
-        if saved is None:
-            raise CheckpointError(f"{checkpoint.path / 'trainer_state.json'} has no extra.train_config: cannot "
-                                  "resume from it; restore the file or fine-tune again")
         job = SentenceClassifierJob.from_checkpoint(checkpoint, train_data=args.data,
                                                     allow_changed_data=args.allow_changed_data)
-        cfg, note = resume_config(saved, train_settings)
-        if checkpoint.step >= cfg.max_steps:
-            print(f"nothing to do: the run in {out} is at step {checkpoint.step} of {cfg.max_steps}; "
-                  "pass a larger --max-steps to extend it")
+        cfg = _resumed_schedule(checkpoint, out, train_settings, "fine-tune again")
+        if cfg is None:
             return 0
-        if note:
-            print(note)
     else:
         if not args.overwrite:
             check_fresh(out)  # before the CSV and the encoder are read; train() checks again, under the lock
         run_kind = "probe" if model_settings.get("freeze_encoder") else "finetune"
         job, cfg = build_job(run_kind, model_settings, train_settings, {"path": args.data, **data_settings})
     return _run_training(job, cfg, out, args, checkpoint)
+
+
+def _resumed_schedule(checkpoint, out: Path, train_settings: dict, again: str):
+    """The TrainConfig a --resume continues with (the saved one, with the training options given),
+    its effect printed; None, said in one line, when the run has already reached it."""
+    from scratchformer.training.trainer import resume_config
+
+    saved = checkpoint.extra.get("train_config")
+    if saved is None:
+        raise CheckpointError(f"{checkpoint.path / 'trainer_state.json'} has no extra.train_config: cannot "
+                              f"resume from it; restore the file or {again}")
+    cfg, note = resume_config(saved, train_settings)
+    if checkpoint.step >= cfg.max_steps:
+        print(f"nothing to do: the run in {out} is at step {checkpoint.step} of {cfg.max_steps}; "
+              "pass a larger --max-steps to extend it")
+        return None
+    if note:
+        print(note)
+    return cfg
 
 
 def _run_training(job, cfg, out: Path, args, checkpoint) -> int:

@@ -126,6 +126,7 @@ class Diagnostics:
         except DataError:  # a text run has no example input: the start of the first probe row
             inputs = job.viz_inputs(job.tokenizer.decode(self.probe_rows[0][:PROBE_TOKENS]))
         self.probe_ids, self.probe_tokens = np.asarray(inputs["ids"]), list(inputs["tokens"])
+        self.traced = inputs.get("model", self.model)  # what viz draws: a fine-tuned classifier's encoder
 
     def due(self, step: int) -> bool:
         """Is a record taken after the optimiser step that makes the count `step`?"""
@@ -149,12 +150,12 @@ class Diagnostics:
         for name, g in grads_2d:
             params[name]["grad_hist"] = _histogram(g, -g_max, g_max)
 
-        pres = [[] for _ in self._blocks(self.model)]
+        pres = [[] for _ in self._blocks(self.traced)]
         for row in self.probe_rows:  # one sequence at a time: viz.trace runs batch row 0
-            t = self._run(self.model, row)
+            t = self._run(self.traced, row)
             for i, pre in enumerate(t.ff_pre):
                 pres[i].append(pre.reshape(-1, pre.shape[-1]))
-        blocks = self._blocks(self.model)
+        blocks = self._blocks(self.traced)
         layers, posts = [], []
         for block, rows in zip(blocks, pres):
             pre = np.concatenate(rows).astype(np.float64)
@@ -165,7 +166,7 @@ class Diagnostics:
         for stats, post in zip(layers, posts):
             stats["hist"] = _histogram(post, lo, hi)
 
-        self._run(self.model, self.probe_ids)  # leaves each attention's weights on the probe
+        self._run(self.traced, self.probe_ids)  # leaves each attention's weights on the probe
         attention = [b.self_attn.attn_weights[0].astype(np.float64).tolist() for b in blocks]
         if attention and len(attention[0][0]) == len(self.probe_tokens) + 1:  # a classifier's [CLS] comes first
             self.probe_tokens = ["[CLS]"] + self.probe_tokens
