@@ -39,6 +39,11 @@ Sections:
   AdamW over every parameter): scratchformer's BertClassifier against transformers' BertModel
   with the same head and torch.optim.AdamW, the loop of tests/test_finetune.py. Reports
   tokens/s, forward+backward / optimiser ms and peak RSS.
+- initfrom: one training step of a pretrained GPT-2 (`train --init-from`'s model: a random
+  distilgpt2-shaped checkpoint, 6 layers, 768 wide, GPT-2's 50,257-token vocabulary, written by
+  transformers and read by load_hf_gpt2; batch 4 x 128 tokens, AdamW over every parameter, one
+  process) against transformers' GPT2LMHeadModel + torch.optim.AdamW on the same weights.
+  Reports tokens/s, forward+backward / optimiser ms and peak RSS.
 - e2e (--e2e only): wall time of the default `scratchformer train` on names and on
   tinyshakespeare against benchmarks/torch_names_reference.py and
   benchmarks/torch_shakespeare_reference.py (one run each; minutes).
@@ -357,6 +362,72 @@ def bench_finetune(pairs: int, quick: bool) -> dict:
     return res
 
 
+INITFROM_BATCH, INITFROM_TOKENS, INITFROM_STEPS = 4, 128, 4
+INITFROM_GPT2 = dict(n_layer=6, n_head=12, n_embd=768, vocab_size=50257, n_positions=1024,
+                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+
+
+def _gpt2_dir(path: Path) -> Path:
+    """A random distilgpt2-shaped GPT-2 written by transformers (made once, seeded)."""
+    if not (path / "model.safetensors").exists():
+        import torch
+        import transformers
+        torch.manual_seed(0)
+        transformers.GPT2LMHeadModel(transformers.GPT2Config(**INITFROM_GPT2)).save_pretrained(path)
+    return path
+
+
+def worker_initfrom(lib: str, path: str, steps: int, warmup: int) -> dict:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, INITFROM_GPT2["vocab_size"], (INITFROM_BATCH, INITFROM_TOKENS + 1))
+    x, y = tokens[:, :-1], tokens[:, 1:]
+    if lib == "scratchformer":
+        from scratchformer.allocator import keep_freed_memory
+        from scratchformer.interop import load_hf_gpt2
+        from scratchformer.optim import AdamW
+
+        keep_freed_memory()  # as train() does
+        model = load_hf_gpt2(path).train()
+        opt = AdamW(model.parameters(), lr=3e-5)
+
+        def forward_backward():
+            model.zero_grad()
+            model(x, y)
+            model.backward()
+        step = opt.step
+    else:
+        import torch
+        import transformers
+        torch.set_num_threads(2)
+        model = transformers.GPT2LMHeadModel.from_pretrained(path).train()
+        opt = torch.optim.AdamW(model.parameters(), lr=3e-5)
+        tx, ty = torch.tensor(x), torch.tensor(y)
+
+        def forward_backward():
+            opt.zero_grad()
+            logits = model(tx).logits
+            torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ty.reshape(-1)).backward()
+        step = opt.step
+    times = _time_phases([("forward_backward", forward_backward), ("optimiser", step)], steps, warmup)
+    return {**times, "tokens_per_s": INITFROM_BATCH * INITFROM_TOKENS / (times["step_ms"] / 1e3),
+            "peak_rss_mib": _peak_rss_mib(), "blas": _blas()}
+
+
+def bench_initfrom(tmp: Path, pairs: int, quick: bool) -> dict:
+    steps, warm = (2, 1) if quick else (INITFROM_STEPS, 1)
+    path = str(_gpt2_dir(tmp / "gpt2-initfrom"))
+    res = paired(lambda lib: ["initfrom", lib, path, str(steps), str(warm)], pairs, "tokens_per_s")
+    s, r = res["scratchformer"], res["reference"]
+    print(f"init-from GPT-2 (6 x 768, vocab 50,257) batch {INITFROM_BATCH} x {INITFROM_TOKENS} ratio "
+          f"{res['ratio']:5.2f}  tok/s {_med(s, 'tokens_per_s'):7,.0f} vs {_med(r, 'tokens_per_s'):7,.0f}  fwd+bwd/opt ms "
+          f"{_med(s, 'forward_backward_ms'):.0f}/{_med(s, 'optimiser_ms'):.0f} vs "
+          f"{_med(r, 'forward_backward_ms'):.0f}/{_med(r, 'optimiser_ms'):.0f}  RSS MiB "
+          f"{_med(s, 'peak_rss_mib'):.0f} vs {_med(r, 'peak_rss_mib'):.0f}", flush=True)
+    return res
+
+
 # -- driver -----------------------------------------------------------------------------------
 def run_worker(args: list[str], threads: int = 2) -> dict:
     env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
@@ -534,7 +605,8 @@ def markdown(results: dict) -> str:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="train,sample,embed",
-                    help="comma-separated sections of train, sample, embed, finetune (default: train,sample,embed)")
+                    help="comma-separated sections of train, sample, embed, finetune, initfrom "
+                         "(default: train,sample,embed)")
     ap.add_argument("--configs", default=",".join(TRAIN_CONFIGS),
                     help=f"training configs (default: {','.join(TRAIN_CONFIGS)})")
     ap.add_argument("--pairs", type=int, default=3, help="alternating process pairs per measurement (default 3)")
@@ -560,6 +632,8 @@ def main(argv=None) -> None:
             res = worker_sample(rest[0], rest[1], int(rest[2]), int(rest[3]), rest[4])
         elif kind == "finetune":
             res = worker_finetune(rest[0], int(rest[1]), int(rest[2]))
+        elif kind == "initfrom":
+            res = worker_initfrom(rest[0], rest[1], int(rest[2]), int(rest[3]))
         else:
             res = worker_embed(rest[0], rest[1], int(rest[2]), rest[3])
         print(json.dumps(res))
@@ -567,10 +641,10 @@ def main(argv=None) -> None:
 
     sections = {s.strip() for s in args.only.split(",") if s.strip()}
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
-    bad = sorted((sections - {"train", "sample", "embed", "finetune"}) | (set(configs) - set(TRAIN_CONFIGS)))
+    bad = sorted((sections - {"train", "sample", "embed", "finetune", "initfrom"}) | (set(configs) - set(TRAIN_CONFIGS)))
     if bad or args.pairs < 1 or args.workers < 1:
         sys.exit(f"suite.py: unknown section/config {bad}, --pairs < 1 or --workers < 1: sections are train, sample, "
-                 f"embed, finetune; configs are {', '.join(TRAIN_CONFIGS)}")
+                 f"embed, finetune, initfrom; configs are {', '.join(TRAIN_CONFIGS)}")
     if args.quick:
         args.pairs, configs = 1, [c for c in configs if c in ("tiny", "names")] or ["tiny"]
     if ("embed" in sections or args.e2e) and not Path(args.data).is_file():
@@ -592,6 +666,8 @@ def main(argv=None) -> None:
             results["embed"] = bench_embed(tmp, args.data, args.pairs, args.quick)
         if "finetune" in sections:
             results["finetune"] = bench_finetune(args.pairs, args.quick)
+        if "initfrom" in sections:
+            results["initfrom"] = bench_initfrom(tmp, args.pairs, args.quick)
         if args.e2e:
             results["e2e"] = bench_e2e(tmp, args.data)
     results["seconds"] = time.perf_counter() - start

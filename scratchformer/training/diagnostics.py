@@ -59,7 +59,22 @@ def _float(x) -> float | None:
     return x if math.isfinite(x) else None
 
 
+def _finite_or_null(value):
+    """A record with NaN and +-inf (a diverging run's) as null, so the file stays strict JSON."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite_or_null(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite_or_null(v) for v in value]
+    return value
+
+
 def _histogram(values: np.ndarray, lo: float, hi: float) -> list[int]:
+    """HIST_BINS counts over [lo, hi]; non-finite values (a diverging run) are not counted."""
+    values = values[np.isfinite(values)]
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        lo, hi = (float(values.min()), float(values.max())) if values.size else (0.0, 0.0)
     if not hi > lo:
         lo, hi = lo - 0.5, hi + 0.5
     return np.histogram(values, bins=HIST_BINS, range=(lo, hi))[0].tolist()
@@ -69,10 +84,16 @@ def layer_stats(pre: np.ndarray, activation: str) -> dict:
     """Statistics of one feed-forward layer's hidden units. pre: (N, n_inner) pre-activations h
     of N probe tokens. Returns mean, std of f(h), saturation, dead (see the module docstring)."""
     from scratchformer.ops import ACTIVATIONS
+    from scratchformer.ops.swiglu import sigmoid, swiglu_forward
 
-    post, slope = ACTIVATIONS[activation][1](pre)
+    if activation == "swiglu":  # gated: pre is [gate | up]; a unit saturates and dies by its gate
+        gate = np.split(pre, 2, axis=-1)[0]
+        s = sigmoid(gate)
+        post, slope, pre = swiglu_forward(pre), s + gate * s * (1 - s), gate  # silu'(gate)
+    else:
+        post, slope = ACTIVATIONS[activation][1](pre)
     slope = np.abs(np.asarray(slope, dtype=np.float64))
-    return {"mean": float(post.mean()), "std": float(post.std()),
+    return {"mean": _float(post.mean()), "std": _float(post.std()),
             "saturation": float((slope < SATURATED_SLOPE).mean()),
             "dead": float((~(pre > 0).any(axis=0)).mean())}
 
@@ -146,7 +167,7 @@ class Diagnostics:
                             "update_ratio": update_ratio(before[name], p.data)}
             if p.data.ndim == 2:
                 grads_2d.append((name, g))
-        g_max = max((float(np.abs(g).max()) for _, g in grads_2d), default=0.0)
+        g_max = max((float(np.abs(g[np.isfinite(g)]).max()) for _, g in grads_2d if np.isfinite(g).any()), default=0.0)
         for name, g in grads_2d:
             params[name]["grad_hist"] = _histogram(g, -g_max, g_max)
 
@@ -161,8 +182,9 @@ class Diagnostics:
             pre = np.concatenate(rows).astype(np.float64)
             layers.append(layer_stats(pre, block.ff.activation))
             posts.append(self._activation(block, pre))
-        lo = min(float(a.min()) for a in posts) if posts else 0.0
-        hi = max(float(a.max()) for a in posts) if posts else 0.0
+        finite = [a[np.isfinite(a)] for a in posts]  # a diverging run's NaN are not counted
+        lo = min((float(a.min()) for a in finite if a.size), default=0.0)
+        hi = max((float(a.max()) for a in finite if a.size), default=0.0)
         for stats, post in zip(layers, posts):
             stats["hist"] = _histogram(post, lo, hi)
 
@@ -182,8 +204,9 @@ class Diagnostics:
     @staticmethod
     def _activation(block, pre: np.ndarray) -> np.ndarray:
         from scratchformer.ops import ACTIVATIONS
+        from scratchformer.ops.swiglu import swiglu_forward
 
-        return ACTIVATIONS[block.ff.activation][0](pre)
+        return swiglu_forward(pre) if block.ff.activation == "swiglu" else ACTIVATIONS[block.ff.activation][0](pre)
 
     def _thin(self) -> None:
         """Keep the records at multiples of twice the spacing, and the last; the spacing doubles."""
@@ -193,5 +216,5 @@ class Diagnostics:
         self.header = {**self.header, "every": every}
 
     def _write(self) -> None:
-        lines = [json.dumps(self.header)] + [json.dumps(r, allow_nan=False) for r in self.records]
+        lines = [json.dumps(self.header)] + [json.dumps(_finite_or_null(r), allow_nan=False) for r in self.records]
         write_atomic(self.path, ("\n".join(lines) + "\n").encode())
