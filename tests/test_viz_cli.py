@@ -110,6 +110,29 @@ def test_viz_bert(tmp_path, capsys):
     assert "attention_grid" in {p.stem for p in paths} and "[CLS]" in html.split("sf-data")[1]
 
 
+def test_viz_bert_says_when_it_cuts_a_long_text(tmp_path):
+    from scratchformer.errors import CheckpointError
+    from scratchformer.interop.sentence import default_model_dir
+    from scratchformer.interop.wordpiece import WordPieceTokenizer
+    from scratchformer.viz.bundle import report_bert
+
+    try:
+        path = default_model_dir()
+    except CheckpointError as e:
+        if os.environ.get("CI") == "true":
+            raise
+        pytest.skip(f"all-MiniLM-L6-v2 package not installed: {e}")
+    text = "the cat sat on the mat. " * 100
+    total = WordPieceTokenizer.from_dir(path).count_tokens(text)
+    notes = []
+    paths = report_bert(tmp_path, text, only=["attention_grid"], on_note=notes.append)
+    assert total > 256 and notes == [f"{total} tokens, first 256 shown"]
+    assert f"({notes[0]})" in (tmp_path / "report.html").read_text() and paths
+    notes.clear()
+    report_bert(tmp_path / "short", "The cat sat on the mat.", only=["attention_grid"], on_note=notes.append)
+    assert notes == []  # a text that fits: nothing cut, nothing said
+
+
 @pytest.mark.parametrize("argv, message", [
     (["viz", "{missing}"], "checkpoint not found"),
     (["viz", "{gpt}", "--text", "Emma!"], "not in the vocabulary"),
