@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from scratchformer.errors import CheckpointError, ConfigError, DTypeError
-from scratchformer.interop.hf_files import read_json, read_safetensors
+from scratchformer.interop.hf_files import read_checkpoint
 from scratchformer.models.gpt import GPT, GPTConfig
 
 __all__ = ["load_hf_gpt2", "save_hf_gpt2", "gpt2_config_from_hf", "gpt2_config_to_hf"]
@@ -143,14 +143,8 @@ def load_hf_gpt2(path, dtype: str = "float32") -> GPT:
     dtype: the model's float dtype ("float32" default, or "float64").
     Raises CheckpointError for missing files / tensors, ConfigError for unsupported configs.
     """
-    path = Path(path)
-    cfg_file, weights_file = path / "config.json", path / "model.safetensors"
-    for f in (cfg_file, weights_file):
-        if not f.is_file():
-            raise CheckpointError(f"GPT-2 checkpoint: {f} not found (need config.json and model.safetensors)")
-    hf_cfg = read_json(cfg_file, error=CheckpointError)
+    hf_cfg, tensors, weights_file = read_checkpoint(path, "GPT-2")
     config = gpt2_config_from_hf(hf_cfg, dtype=dtype)
-    tensors = read_safetensors(weights_file)
     # accept both "transformer.h.0..." (GPT2LMHeadModel) and "h.0..." (GPT2Model / openai)
     strip = {k[len("transformer."):] if k.startswith("transformer.") else k: v for k, v in tensors.items()}
 

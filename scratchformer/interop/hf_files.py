@@ -37,3 +37,15 @@ def read_safetensors(path: Path) -> dict[str, np.ndarray]:
         return load_file(str(path))
     except Exception as e:  # truncated file, unknown dtype (e.g. bf16), not safetensors
         raise CheckpointError(f"cannot read {path}: {e}") from None
+
+
+def read_checkpoint(path: str | Path, family: str) -> tuple[dict, dict[str, np.ndarray], Path]:
+    """(config.json's object, every tensor of model.safetensors, that file's path) of a Hugging
+    Face model directory; a missing file is a CheckpointError naming it and the `family`
+    ("GPT-2", "Llama")."""
+    path = Path(path)
+    cfg_file, weights_file = path / "config.json", path / "model.safetensors"
+    for f in (cfg_file, weights_file):
+        if not f.is_file():
+            raise CheckpointError(f"{family} checkpoint: {f} not found (need config.json and model.safetensors)")
+    return read_json(cfg_file, error=CheckpointError), read_safetensors(weights_file), weights_file

@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from scratchformer.errors import CheckpointError, ConfigError, DTypeError
-from scratchformer.interop.hf_files import read_json, read_safetensors
+from scratchformer.interop.hf_files import read_checkpoint
 from scratchformer.models.gpt import GPT, GPTConfig
 
 __all__ = ["load_hf_llama", "save_hf_llama", "llama_config_from_hf", "llama_config_to_hf"]
@@ -148,13 +148,8 @@ def load_hf_llama(path, dtype: str = "float32") -> GPT:
     dtype: the model's float dtype ("float32" default, or "float64").
     Raises CheckpointError for missing files / tensors, ConfigError for unsupported configs.
     """
-    path = Path(path)
-    cfg_file, weights_file = path / "config.json", path / "model.safetensors"
-    for f in (cfg_file, weights_file):
-        if not f.is_file():
-            raise CheckpointError(f"Llama checkpoint: {f} not found (need config.json and model.safetensors)")
-    config = llama_config_from_hf(read_json(cfg_file, error=CheckpointError), dtype=dtype)
-    tensors = read_safetensors(weights_file)
+    hf_cfg, tensors, weights_file = read_checkpoint(path, "Llama")
+    config = llama_config_from_hf(hf_cfg, dtype=dtype)
 
     def get(name: str) -> np.ndarray:
         if name not in tensors:
