@@ -45,6 +45,21 @@ def cases():
     yield ("seq2seq", lambda: seeded(Seq2SeqTransformer, Seq2SeqConfig(src_vocab_size=9, tgt_vocab_size=9, n_layer=1,
                                                                        n_embd=16, n_head=2)),
            (src, tgt, tgt_out))
+    ids, mask = RNG.integers(1, 20, (6, 7)), np.ones((6, 7), dtype=np.int64)
+    mask[2, 4:] = mask[5, 2:] = 0  # padded texts, as a fine-tuning batch trimmed to its longest
+    ids[mask == 0] = 0
+    yield "bert-classifier", bert_classifier, (ids, mask, RNG.integers(0, 3, 6))
+
+
+def bert_classifier():
+    """`scratchformer finetune`'s model: a (random, small) BERT encoder, mean pooling, a linear head."""
+    from scratchformer.interop.bert import BertConfig, BertEncoder
+    from scratchformer.interop.bert_classifier import BertClassifier
+
+    manual_seed(1)
+    encoder = BertEncoder(BertConfig(vocab_size=20, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=32, max_position_embeddings=16))
+    return BertClassifier(encoder, 3, seed=0).train()
 
 
 @pytest.mark.parametrize("name,make,batch", list(cases()), ids=[c[0] for c in cases()])
@@ -60,6 +75,30 @@ def test_loss_and_gradients_equal_the_whole_batch(name, make, batch, workers):
     for (n, p), q in zip(alone.named_parameters(), parallel.module.parameters()):
         np.testing.assert_allclose(q.grad, p.grad, rtol=1e-4, atol=1e-6, err_msg=n)
     parallel.close()
+
+
+def test_train_outputs_false_gives_the_loss_alone_in_training_mode_and_outputs_in_eval_mode():
+    """The trainer's runner: no logits come back from a training step (None, however the batch
+    runs), the same loss and gradients; evaluation still returns the outputs."""
+    x, y = gpt_batch(8)
+    full = DataParallel(GPT(GPT_CFG, seed=2), min_tokens=1)
+    lean = DataParallel(GPT(GPT_CFG, seed=2), min_tokens=1, train_outputs=False)
+    alone = DataParallel(GPT(GPT_CFG, seed=2), train_outputs=False)  # 64 tokens < min_tokens: the GPT alone
+    out_full, loss_full = full(x, y)
+    full.backward()
+    for runner in (lean, alone):
+        out, loss = runner(x, y)
+        runner.backward()
+        assert out is None and loss == pytest.approx(loss_full, rel=1e-6)
+        for (n, p), q in zip(full.module.named_parameters(), runner.module.parameters()):
+            np.testing.assert_allclose(q.grad, p.grad, rtol=1e-4, atol=1e-6, err_msg=n)
+    assert lean.worker_pids() and not alone.worker_pids()
+    with eval_mode(lean.module):
+        out, loss = lean(x, y)
+    np.testing.assert_allclose(out, out_full, rtol=1e-5, atol=1e-6)
+    assert out.shape == (8, 8, 11) and loss == pytest.approx(loss_full, rel=1e-6)
+    full.close()
+    lean.close()
 
 
 def test_replicas_follow_the_optimiser_and_dloss_scales():

@@ -116,12 +116,16 @@ class DataParallel(Module):
     the batch are split; keyword arguments (numbers, strings) go to every slice. Outputs are
     concatenated along the batch axis, so `(output, loss)` is what the module alone returns.
     optimizer: its arrays move into shared memory before the first fork (see the module docstring).
+    train_outputs: False makes a training-mode forward return (None, loss): the workers send
+        back their losses alone (eval mode still returns outputs). The trainer's steps use the
+        loss only, and a GPT-2's logits (B, T, 50257) are 100 MB a step to send and join.
     timeout: seconds a worker may stay silent after this process finished its own slice
         (None: WORKER_TIMEOUT_S, 60). interrupted: checked while waiting; True raises WaitInterrupted.
     """
 
     def __init__(self, module: Module, workers: int = 2, min_tokens: int = 256, optimizer=None,
-                 timeout: float | None = None, interrupted: Callable[[], bool] | None = None):
+                 train_outputs: bool = True, timeout: float | None = None,
+                 interrupted: Callable[[], bool] | None = None):
         super().__init__()
         if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
             raise ConfigError(f"workers must be a positive integer, got {workers!r}")
@@ -132,6 +136,7 @@ class DataParallel(Module):
         self.workers = workers
         self.min_tokens = min_tokens  # per slice: elements of the first argument (token ids)
         self.optimizer = optimizer  # its arrays move into shared memory before the first fork
+        self.train_outputs = bool(train_outputs)
         self.timeout = float(timeout)
         self.interrupted = interrupted
         self.training = module.training
@@ -159,33 +164,35 @@ class DataParallel(Module):
         batch = 0 if first is None else len(first)
         n = min(self.workers, batch, 0 if first is None else first.size // self.min_tokens)
         self._weights = None
+        outputs = self.train_outputs or not self.module.training  # see train_outputs
         if n < 2 or not can_fork_workers():
-            return self.module(*args, **kwargs)
+            out, loss = self.module(*args, **kwargs)
+            return out if outputs else None, loss
         bounds = np.linspace(0, batch, n + 1).round().astype(int)  # row ranges of the slices
         slices = [[a[bounds[i]:bounds[i + 1]] if _batch_first(a, batch) else a for a in args] for i in range(n)]
         with self._closed_on_failure():
-            return self._split_forward(n, slices, kwargs)
+            return self._split_forward(n, slices, kwargs, outputs)
 
-    def _split_forward(self, n, slices, kwargs):
+    def _split_forward(self, n, slices, kwargs, outputs):
         with self._one_blas_thread():  # also while forking: a child then starts no BLAS threads
             pool = self._start_pool(n)
             pool.sync_weights()
             for i in range(1, n):
-                pool.send_forward(i, slices[i], kwargs, self.module.training)
+                pool.send_forward(i, slices[i], kwargs, self.module.training, outputs)
             try:
                 out, loss = self.module(*slices[0], **kwargs)
             finally:
                 replies = [pool.receive(i) for i in range(1, n)]  # every worker answers, even after an error
         if loss is None or any(r["loss"] is None for r in replies):  # no targets: outputs only
             self.module._cache = None
-            return np.concatenate([out] + [r["output"] for r in replies]), None
+            return np.concatenate([out] + [r["output"] for r in replies]) if outputs else None, None
         counts = [self.module.loss_count()] + [r["count"] for r in replies]
         total = sum(counts)
         weights = [c / max(total, 1) for c in counts]
         if self.module.training:  # what backward needs
             self._weights = weights
         losses = [loss] + [r["loss"] for r in replies]
-        return (np.concatenate([out] + [r["output"] for r in replies]),
+        return (np.concatenate([out] + [r["output"] for r in replies]) if outputs else None,
                 float(sum(w * x for w, x in zip(weights, losses))))
 
     def backward(self, dloss: float = 1.0) -> None:
@@ -302,9 +309,10 @@ class _WorkerPool:
         generators = _distinct([m.rng for m in self.rng_modules])
         return [[pos, _jumped_state(rng, i)] for pos, rng in enumerate(generators) if id(rng) in drawing]
 
-    def send_forward(self, i: int, args, kwargs, training: bool) -> None:
+    def send_forward(self, i: int, args, kwargs, training: bool, outputs: bool = True) -> None:
         rng_states = self.jumped_states(i, training)
-        self._send(i, {"op": "forward", "kwargs": kwargs, "rng": rng_states, "training": training}, args)
+        self._send(i, {"op": "forward", "kwargs": kwargs, "rng": rng_states, "training": training,
+                       "outputs": outputs}, args)
 
     def send_backward(self, i: int, dloss: float) -> None:
         self._send(i, {"op": "backward", "dloss": dloss})
@@ -410,7 +418,8 @@ def _worker_main(module: Module, conn, inherited, weights: _SharedParams, grads:
                         module.train(header["training"])
                     out, loss = module(*arrays, **header["kwargs"])
                     count = module.loss_count() if loss is not None else 0
-                    _send(conn, {"loss": loss, "count": count}, [out])
+                    _send(conn, {"loss": loss, "count": count}, [out] if header["outputs"] else [])
+                    del out  # not kept while the backward runs: a GPT-2's logits are 100 MB
                 else:
                     for g in grads.arrays:
                         g[...] = 0

@@ -250,7 +250,8 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, over
     opt = AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
                 eps=1e-8, weight_decay=cfg.weight_decay)
     # runs each batch (with workers=1, the model alone); a pending Ctrl-C or SIGTERM ends a wait for a worker
-    runner = DataParallel(model, cfg.workers, optimizer=opt, interrupted=lambda: stop.reason is not None)
+    runner = DataParallel(model, cfg.workers, optimizer=opt, train_outputs=False,  # the steps use the loss alone
+                          interrupted=lambda: stop.reason is not None)
     data_rng = np.random.default_rng(cfg.seed)
     dropout_rng = set_dropout_rng(model, np.random.default_rng(cfg.seed + 1))
     step, best_val, val_loss = 0, math.inf, float("nan")
