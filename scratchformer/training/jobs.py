@@ -195,8 +195,7 @@ RUN_DEFAULTS: dict[str, dict] = {
         "model": dict(max_length=64, freeze_encoder=False),
         "train": dict(max_steps=190, batch_size=32, lr=2e-4, min_lr=2e-5, warmup_steps=20,
                       weight_decay=0.01, beta2=0.999, grad_clip=1.0,   # BERT's fine-tuning AdamW
-                      eval_interval=50, num_samples=0,
-                      workers=1),                                      # padded batches run on one model
+                      eval_interval=50, num_samples=0),
         "data": dict(base="minilm", val_fraction=0.1, split_seed=DEFAULT_SEED),
     },
     "probe": {
@@ -204,7 +203,7 @@ RUN_DEFAULTS: dict[str, dict] = {
         "model": dict(max_length=64, freeze_encoder=True),
         "train": dict(max_steps=190, batch_size=32, lr=1e-2, min_lr=1e-3, warmup_steps=20,
                       weight_decay=0.01, beta2=0.999, grad_clip=1.0,
-                      eval_interval=50, num_samples=0, workers=1),
+                      eval_interval=50, num_samples=0),
         "data": dict(base="minilm", val_fraction=0.1, split_seed=DEFAULT_SEED),
     },
 }

@@ -214,24 +214,27 @@ class SentenceClassifierJob:
         return train.batch(rng.integers(0, len(train), size=batch_size))
 
     def forward_backward(self, batch, runner=None) -> tuple[float, int]:
-        """One batch, forward and backward, in this process (`runner` is not used: the
-        encoder's padded batches run on one model)."""
+        """One batch, forward and backward, through `runner` (the trainer's DataParallel: each
+        process takes a slice of the rows, all trimmed to the batch's longest text) or the model."""
         ids, mask, y = batch
-        _, loss = self.model(ids, mask, labels=y)
-        self.model.backward()
+        runner = self.model if runner is None else runner
+        _, loss = runner(ids, mask, y)
+        runner.backward()
         return loss, int(mask.sum())
 
     def evaluate(self, split: str = "val", batches: int | None = None, runner=None, **options) -> dict:
-        """Mean loss and accuracy over a split (or its first `batches` batches), in this process."""
+        """Mean loss and accuracy over a split (or its first `batches` batches), through `runner`
+        (DataParallel splits an eval batch too) or the model."""
         if options:
             raise ConfigError(f"--{next(iter(options))} applies to seq2seq models only")
         data = self.split(split)
         n = len(data) if batches is None else min(len(data), batches * self.eval_batch_size)
+        runner = self.model if runner is None else runner
         total, hits = 0.0, 0
         with eval_mode(self.model):
             for start in range(0, n, self.eval_batch_size):
                 ids, mask, y = data.batch(slice(start, min(start + self.eval_batch_size, n)))
-                logits, loss = self.model(ids, mask, labels=y)
+                logits, loss = runner(ids, mask, y)
                 total += loss * len(y)
                 hits += int((logits.argmax(axis=1) == y).sum())
         return {"loss": total / max(n, 1), "accuracy": hits / max(n, 1)}
