@@ -8,6 +8,7 @@ relative, float32 within 1e-5 relative (a few units of float32's 6e-8 resolution
 terms of a sum). float32 GELU's Phi comes from a table exact to 2e-7.
 """
 
+import contextlib
 import math
 import os
 import subprocess
@@ -132,7 +133,7 @@ def test_the_switch_runs_the_reference_everywhere_and_the_fast_lane_by_default(a
     assert calls == []  # a GPT's forward, backward, clip and AdamW step: no fast-lane code ran
     fast_losses = _train_two_steps(activation)
     entry_points = {"attention.attention_forward", "attention.attention_backward", "layernorm.layernorm_forward",
-                    "layernorm.layernorm_backward", "linear.linear_backward", "softmax.log_softmax_forward",
+                    "layernorm.layernorm_backward", "linear.linear_backward_into", "softmax.log_softmax_forward",
                     "optim.FlatAdamW", "optim.clip_grad_norm"}
     assert entry_points <= set(calls)  # each op the GPT's step uses handed over to its fast form
     assert ("activations.gelu_with_grad" in calls) == (activation == "gelu")
@@ -204,6 +205,43 @@ def test_layernorm_and_linear_equal_the_reference(dtype, bias):
     assert_close(db, ref_db, dtype) if bias else (db, ref_db) == (None, None)
 
 
+@pytest.mark.parametrize("shape", [(7, 40), (3, 5, 40), (40,)], ids=["rows", "3d", "one-row"])
+def test_log_softmax_in_blocks_of_rows_equals_the_reference(shape, monkeypatch):
+    from scratchformer.fast import softmax as fast_softmax
+
+    # blocks of 2 rows: 7 rows are 3 blocks and a partial last one of a single row
+    monkeypatch.setattr(fast_softmax, "EXP_BLOCK_BYTES", 2 * 40 * 8)
+    x = (np.random.default_rng(7).standard_normal(shape) * 4).astype(np.float64)
+    got, want = both_lanes(ops.log_softmax_forward, x)
+    assert_close(got, want, np.float64)
+    np.testing.assert_allclose(np.exp(got).sum(axis=-1), 1.0, rtol=1e-12)  # every row normalised
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_backward_into_adds_what_linear_backward_returns_block_by_block(dtype, bias, monkeypatch):
+    from scratchformer.fast import linear as fast_linear
+
+    rng = np.random.default_rng(3)
+    x, dy = rng.standard_normal((4, 6, 24)).astype(dtype), rng.standard_normal((4, 6, 37)).astype(dtype)
+    W = rng.standard_normal((37, 24)).astype(dtype)
+    start_W, start_b = rng.standard_normal(W.shape).astype(dtype), rng.standard_normal(37).astype(dtype)
+    dx_ref, dW_ref, db_ref = ops.linear_backward(dy, x, W, bias)
+    # blocks of 5 rows: 37 = 7 blocks of 5 and a last, partial block of 2 rows
+    monkeypatch.setattr(fast_linear, "BLOCK_BYTES", 5 * W[:1].nbytes)
+    for lane in (fast.reference, contextlib.nullcontext):  # the reference, then the fast lane in blocks
+        gW, gb = start_W.copy(), start_b.copy() if bias else None
+        with lane():
+            dx = ops.linear_backward_into(dy, x, W, gW, gb)
+        assert_close(dx, dx_ref, dtype, exact=True)
+        assert_close(gW, start_W + dW_ref, dtype)  # every row, the partial block's included, added once
+        if bias:
+            assert_close(gb, start_b + db_ref, dtype)
+    views = np.zeros((2, 37, 24), dtype=dtype)  # a view of a bigger gradient (cross-attention's halves)
+    ops.linear_backward_into(dy, x, W, views[1])
+    assert not views[0].any() and np.allclose(views[1], dW_ref, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_layernorm_in_place_is_bit_identical_to_the_plain_formula_with_the_same_sums(dtype):
     from scratchformer.fast.layernorm import layernorm_backward, layernorm_forward
@@ -249,11 +287,17 @@ def test_float32_gelu_equals_the_reference_within_the_tables_error():
     assert_close(*both_lanes(ops.activations.gelu_with_grad, x64), np.float64, exact=True)
 
 
-def test_gelu_derivative_in_place_is_bit_identical_to_the_reference_formula_with_the_same_phi():
+@pytest.mark.parametrize("block", [fast_activations.BLOCK, 1000], ids=["one-block", "blocks"])
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+def test_gelu_derivative_in_place_is_bit_identical_to_the_reference_formula_with_the_same_phi(
+        block, layout, monkeypatch):
+    monkeypatch.setattr(fast_activations, "BLOCK", block)  # 1000: 6 blocks and a partial 7th of 144
     rng = np.random.default_rng(1)
     x = (rng.standard_normal((64, 96)) * 3).astype(np.float32)
+    x = x if layout == "contiguous" else x.T
     cdf = fast_activations.normal_cdf(x)
     y, dydx = fast_activations.gelu_with_grad(x)
+    assert y.shape == dydx.shape == x.shape
     np.testing.assert_array_equal(y, x * cdf)
     np.testing.assert_array_equal(dydx, cdf + x * (np.exp(-0.5 * x * x) * (1 / math.sqrt(2 * math.pi))))
 

@@ -8,10 +8,11 @@ update per parameter. Each op that has a faster form asks `fast.enabled` before 
 hands over to the function of the same name in this package:
 
     reductions.py   sums as BLAS matrix-vector products, a short row's max through a transposed copy
-    softmax.py      softmax and log-softmax with those reductions
+    softmax.py      softmax and log-softmax with those reductions; log-softmax in one array
     layernorm.py    layer norm and its backward in two (..., C) arrays instead of seven
-    linear.py       the bias gradient as one BLAS sum
-    activations.py  float32 GELU: Phi interpolated in a table, its derivative computed in place
+    linear.py       the bias gradient as one BLAS sum; a big weight's gradient added in blocks
+    activations.py  float32 GELU: Phi interpolated in a table, its derivative computed in place,
+                    a cache-sized block at a time
     attention.py    attention over the batch in cache-sized pieces; big weights recomputed in the backward
     optim.py        AdamW on one flat buffer, in cache-sized in-place pieces; clip_grad_norm on it
 

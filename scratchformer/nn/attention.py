@@ -28,7 +28,7 @@ from scratchformer.nn.module import DEFAULT_DTYPE, Module, Parameter
 from scratchformer.ops import (
     attention_backward,
     attention_forward,
-    linear_backward,
+    linear_backward_into,
     linear_forward,
     rope_backward,
     rope_forward,
@@ -146,6 +146,9 @@ class MultiHeadAttention(Module):
     def _bias(self, part: slice):
         return None if self.in_proj_bias is None else self.in_proj_bias.data[part]
 
+    def _bias_grad(self, part: slice):
+        return None if self.in_proj_bias is None else self.in_proj_bias.grad[part]
+
     def check_input(self, x, context=None, mask=None, causal=False, kv_cache=None) -> None:
         check_float_array(x, "attention input x", ndim=3, last_dim=self.n_embd)
         if x.shape[1] == 0:
@@ -237,7 +240,7 @@ class MultiHeadAttention(Module):
         """Returns (dx, dcontext); dcontext is None for self-attention (no context given)."""
         c = self._pop_cache()
         x, context = c["x"], c["context"]
-        d, W, has_bias = self.n_embd, self.in_proj_weight.data, self.in_proj_bias is not None
+        d, W = self.n_embd, self.in_proj_weight.data
         dout = self._split_heads(self.out_proj.backward(grad))
         dq, dk, dv = attention_backward(dout, c["att"])  # (B, H, T, head_size) each
         if context is None:
@@ -251,18 +254,13 @@ class MultiHeadAttention(Module):
             dqkv = np.empty((B, T, H + 2 * Hkv, hs), dtype=dq.dtype)
             for heads, grad in ((slice(0, H), dq), (slice(H, H + Hkv), dk), (slice(H + Hkv, None), dv)):
                 dqkv[:, :, heads] = grad.transpose(0, 2, 1, 3)
-            dx, dW, db = linear_backward(dqkv.reshape(B, T, -1), x, W, has_bias)
-            self.in_proj_weight.grad += dW
-            if has_bias:
-                self.in_proj_bias.grad += db
+            dx = linear_backward_into(dqkv.reshape(B, T, -1), x, W, self.in_proj_weight.grad,
+                                      self._bias_grad(slice(None)))
             return dx, None
         # q = x W_q^T + b_q ;  [k, v] = context [W_k; W_v]^T + [b_k, b_v]
         dq, dk, dv = self._merge_heads(dq), self._merge_heads(dk), self._merge_heads(dv)
-        dx, dWq, dbq = linear_backward(dq, x, W[:d], has_bias)
-        dctx, dWkv, dbkv = linear_backward(np.concatenate([dk, dv], axis=-1), context, W[d:], has_bias)
-        self.in_proj_weight.grad[:d] += dWq
-        self.in_proj_weight.grad[d:] += dWkv
-        if has_bias:
-            self.in_proj_bias.grad[:d] += dbq
-            self.in_proj_bias.grad[d:] += dbkv
+        dWq, dWkv = self.in_proj_weight.grad[:d], self.in_proj_weight.grad[d:]  # views: added into in place
+        dx = linear_backward_into(dq, x, W[:d], dWq, self._bias_grad(slice(0, d)))
+        dctx = linear_backward_into(np.concatenate([dk, dv], axis=-1), context, W[d:], dWkv,
+                                    self._bias_grad(slice(d, None)))
         return dx, dctx

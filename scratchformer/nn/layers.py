@@ -21,7 +21,7 @@ from scratchformer.ops import (
     dropout_forward,
     layernorm_backward,
     layernorm_forward,
-    linear_backward,
+    linear_backward_into,
     linear_forward,
     rmsnorm_backward,
     rmsnorm_forward,
@@ -53,11 +53,8 @@ class Linear(Module):
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
         x = self._pop_cache()["x"]
-        dx, dw, db = linear_backward(dy, x, self.weight.data, self.bias is not None)
-        self.weight.grad += dw
-        if self.bias is not None:
-            self.bias.grad += db
-        return dx
+        return linear_backward_into(dy, x, self.weight.data, self.weight.grad,
+                                    None if self.bias is None else self.bias.grad)
 
 
 class Embedding(Module):

@@ -17,7 +17,7 @@ from scratchformer.ops.activations import (
 from scratchformer.ops.attention import attention_backward, attention_forward, attention_mask, causal_mask
 from scratchformer.ops.dropout import dropout_backward, dropout_forward
 from scratchformer.ops.layernorm import layernorm_backward, layernorm_forward
-from scratchformer.ops.linear import linear_backward, linear_forward
+from scratchformer.ops.linear import linear_backward, linear_backward_into, linear_forward
 from scratchformer.ops.loss import IGNORE_INDEX, cross_entropy_backward, cross_entropy_forward
 from scratchformer.ops.rmsnorm import rmsnorm_backward, rmsnorm_forward
 from scratchformer.ops.rope import rope_backward, rope_forward, rope_tables, rotate_half
@@ -49,6 +49,7 @@ __all__ = [
     "layernorm_backward",
     "layernorm_forward",
     "linear_backward",
+    "linear_backward_into",
     "linear_forward",
     "cross_entropy_backward",
     "cross_entropy_forward",

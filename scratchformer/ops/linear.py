@@ -1,6 +1,7 @@
 """Affine map y = x W^T + b with PyTorch's weight layout (out_features, in_features).
 
-Fast lane: `scratchformer/fast/linear.py` (the bias gradient as a BLAS sum)."""
+Fast lane: `scratchformer/fast/linear.py` (the bias gradient as a BLAS sum; a big weight's
+gradient added in blocks of rows)."""
 
 from __future__ import annotations
 
@@ -30,3 +31,16 @@ def linear_backward(dy: np.ndarray, x: np.ndarray, weight: np.ndarray, need_bias
     dweight = dy2.T @ x2
     dbias = dy2.sum(axis=0) if need_bias else None
     return dx, dweight, dbias
+
+
+def linear_backward_into(dy: np.ndarray, x: np.ndarray, weight: np.ndarray, weight_grad: np.ndarray,
+                         bias_grad: np.ndarray | None = None) -> np.ndarray:
+    """`linear_backward`, with dW added into weight_grad (out, in) and db into bias_grad (out,)
+    (None: no bias), as a layer accumulates them. Returns dx (..., in)."""
+    if fast.enabled:
+        return fast_linear.linear_backward_into(dy, x, weight, weight_grad, bias_grad)
+    dx, dweight, dbias = linear_backward(dy, x, weight, bias_grad is not None)
+    weight_grad += dweight
+    if bias_grad is not None:
+        bias_grad += dbias
+    return dx
