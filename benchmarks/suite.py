@@ -129,6 +129,33 @@ def _gemm_gflops(shapes: list[tuple[int, int, int]], seconds: float = 0.3) -> fl
     return best
 
 
+def _memory(result: dict, pids: list, phases=None, steps: int = 2) -> None:
+    """Into result: peak RSS (VmHWM) summed over the processes (pages they share count in each),
+    and PSS after the steps, summed (shared pages counted once; glibc keeps freed temporaries
+    resident here, scratchformer.allocator, so it is close to the peak). With `phases` (the
+    step's (name, fn) list), also `peak_pss_mib`: the largest sum of the processes' PSS seen by
+    a thread reading it every 10 ms while `steps` more steps run, after the timed ones, so the
+    reading costs the timings nothing."""
+    result["peak_rss_mib"] = sum(_peak_rss_mib(pid) for pid in pids)
+    result["pss_mib"] = sum(_pss_mib(pid) for pid in pids)
+    if phases is None:
+        return
+    import threading
+    peak, done = [result["pss_mib"]], threading.Event()
+
+    def sample():
+        while not done.wait(0.01):
+            peak[0] = max(peak[0], sum(_pss_mib(pid) for pid in pids))
+    thread = threading.Thread(target=sample)
+    thread.start()
+    for _ in range(steps):
+        for _, fn in phases:
+            fn()
+    done.set()
+    thread.join()
+    result["peak_pss_mib"] = max(peak[0], sum(_pss_mib(pid) for pid in pids))
+
+
 def _time_phases(phases, steps: int, warmup: int) -> dict:
     """Run the step (a list of (name, fn)) warmup + steps times; median ms of each phase."""
     for _ in range(warmup):
@@ -166,7 +193,7 @@ def worker_train(lib: str, config: str, steps: int, warmup: int, workers: int = 
         gpt = GPT(GPTConfig(vocab_size=V, block_size=T, n_layer=L, n_head=H, n_embd=C), seed=0)
         opt = AdamW(param_groups(gpt, 0.1), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)
         # as the trainer: the optimiser's state moves into shared memory when the workers fork
-        model = DataParallel(gpt, workers, optimizer=opt) if workers > 1 else gpt
+        model = DataParallel(gpt, workers, optimizer=opt, train_outputs=False) if workers > 1 else gpt
         params = gpt.parameters()
         n_params = sum(p.data.size for p in params)
 
@@ -206,13 +233,7 @@ def worker_train(lib: str, config: str, steps: int, warmup: int, workers: int = 
         phases = [("forward", forward), ("backward", backward), ("optimiser", optimiser)]
     result = _time_phases(phases, steps, warmup)
     result["tokens_per_s"] = B * T / (result["step_ms"] / 1e3)
-    result["peak_rss_mib"] = _peak_rss_mib()
-    # PSS after the steps, summed over the processes: glibc keeps freed temporaries resident here
-    # (scratchformer.allocator), so it is close to the peak, with shared pages counted once
-    pids = ["self"] + (model.worker_pids() if lib == "scratchformer" and workers > 1 else [])
-    result["pss_mib"] = sum(_pss_mib(pid) for pid in pids)
-    if len(pids) > 1:  # and DataParallel's worker processes' peaks (the pages they share count twice)
-        result["peak_rss_mib"] += sum(_peak_rss_mib(pid) for pid in pids[1:])
+    _memory(result, ["self"] + (model.worker_pids() if lib == "scratchformer" and workers > 1 else []))
     result["rss_before_model_mib"] = rss_before
     # nanoGPT's estimate_mfu: 6 N + 12 L T C FLOPs per token (position table not counted)
     n_flop_params = n_params - T * C
@@ -305,7 +326,7 @@ def worker_embed(lib: str, data: str, n_lines: int, emb_out: str) -> dict:
 FINETUNE_BATCH, FINETUNE_TOKENS, FINETUNE_CLASSES, FINETUNE_STEPS = 32, 64, 8, 10
 
 
-def worker_finetune(lib: str, steps: int, warmup: int) -> dict:
+def worker_finetune(lib: str, steps: int, warmup: int, workers: int = 2) -> dict:
     import numpy as np
     from scratchformer.interop.sentence import default_model_dir
 
@@ -315,18 +336,23 @@ def worker_finetune(lib: str, steps: int, warmup: int) -> dict:
     mask = np.ones_like(ids)
     labels = rng.integers(0, FINETUNE_CLASSES, FINETUNE_BATCH)
     if lib == "scratchformer":
+        from scratchformer.allocator import keep_freed_memory
         from scratchformer.interop.bert import load_hf_bert
         from scratchformer.interop.bert_classifier import BertClassifier
         from scratchformer.optim import AdamW
+        from scratchformer.training.parallel import DataParallel
 
+        keep_freed_memory()  # as `scratchformer finetune` does
         model = BertClassifier(load_hf_bert(path), FINETUNE_CLASSES, seed=0)
         model.train()
         opt = AdamW(model.trainable_parameters(), lr=5e-5)
+        # as the trainer: DataParallel over `workers` processes, the optimiser's state shared
+        runner = DataParallel(model, workers, optimizer=opt, train_outputs=False)
 
         def forward_backward():
             model.zero_grad()
-            model(ids, mask, labels=labels)
-            model.backward()
+            runner(ids, mask, labels)
+            runner.backward()
         step = opt.step
     else:
         import torch
@@ -345,20 +371,25 @@ def worker_finetune(lib: str, steps: int, warmup: int) -> dict:
             loss = torch.nn.functional.cross_entropy(head((hidden * m).sum(1) / m.sum(1)), t_labels)
             loss.backward()
         step = opt.step
-    times = _time_phases([("forward_backward", forward_backward), ("optimiser", step)], steps, warmup)
-    return {**times, "tokens_per_s": FINETUNE_BATCH * FINETUNE_TOKENS / (times["step_ms"] / 1e3),
-            "peak_rss_mib": _peak_rss_mib(), "blas": _blas()}
+    phases = [("forward_backward", forward_backward), ("optimiser", step)]
+    times = _time_phases(phases, steps, warmup)
+    result = {**times, "tokens_per_s": FINETUNE_BATCH * FINETUNE_TOKENS / (times["step_ms"] / 1e3),
+              "blas": _blas()}
+    _memory(result, ["self"] + (runner.worker_pids() if lib == "scratchformer" else []), phases)
+    return result
 
 
-def bench_finetune(pairs: int, quick: bool) -> dict:
+def bench_finetune(pairs: int, quick: bool, workers: int = 2) -> dict:
     steps, warm = (2, 1) if quick else (FINETUNE_STEPS, 2)
-    res = paired(lambda lib: ["finetune", lib, str(steps), str(warm)], pairs, "tokens_per_s")
+    res = paired(lambda lib: ["finetune", lib, str(steps), str(warm), str(workers)], pairs, "tokens_per_s")
+    res["workers"] = workers
     s, r = res["scratchformer"], res["reference"]
     print(f"finetune MiniLM batch {FINETUNE_BATCH} x {FINETUNE_TOKENS} ratio {res['ratio']:5.2f}  tok/s "
           f"{_med(s, 'tokens_per_s'):7,.0f} vs {_med(r, 'tokens_per_s'):7,.0f}  fwd+bwd/opt ms "
           f"{_med(s, 'forward_backward_ms'):.0f}/{_med(s, 'optimiser_ms'):.0f} vs "
           f"{_med(r, 'forward_backward_ms'):.0f}/{_med(r, 'optimiser_ms'):.0f}  RSS MiB "
-          f"{_med(s, 'peak_rss_mib'):.0f} vs {_med(r, 'peak_rss_mib'):.0f}", flush=True)
+          f"{_med(s, 'peak_rss_mib'):.0f} vs {_med(r, 'peak_rss_mib'):.0f}, peak PSS {_med(s, 'peak_pss_mib'):.0f} vs "
+          f"{_med(r, 'peak_pss_mib'):.0f}", flush=True)
     return res
 
 
@@ -377,7 +408,7 @@ def _gpt2_dir(path: Path) -> Path:
     return path
 
 
-def worker_initfrom(lib: str, path: str, steps: int, warmup: int) -> dict:
+def worker_initfrom(lib: str, path: str, steps: int, warmup: int, workers: int = 2) -> dict:
     import numpy as np
 
     rng = np.random.default_rng(0)
@@ -387,15 +418,17 @@ def worker_initfrom(lib: str, path: str, steps: int, warmup: int) -> dict:
         from scratchformer.allocator import keep_freed_memory
         from scratchformer.interop import load_hf_gpt2
         from scratchformer.optim import AdamW
+        from scratchformer.training.parallel import DataParallel
 
         keep_freed_memory()  # as train() does
         model = load_hf_gpt2(path).train()
         opt = AdamW(model.parameters(), lr=3e-5)
+        runner = DataParallel(model, workers, optimizer=opt, train_outputs=False)  # as train() runs it
 
         def forward_backward():
             model.zero_grad()
-            model(x, y)
-            model.backward()
+            runner(x, y)
+            runner.backward()
         step = opt.step
     else:
         import torch
@@ -410,21 +443,26 @@ def worker_initfrom(lib: str, path: str, steps: int, warmup: int) -> dict:
             logits = model(tx).logits
             torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ty.reshape(-1)).backward()
         step = opt.step
-    times = _time_phases([("forward_backward", forward_backward), ("optimiser", step)], steps, warmup)
-    return {**times, "tokens_per_s": INITFROM_BATCH * INITFROM_TOKENS / (times["step_ms"] / 1e3),
-            "peak_rss_mib": _peak_rss_mib(), "blas": _blas()}
+    phases = [("forward_backward", forward_backward), ("optimiser", step)]
+    times = _time_phases(phases, steps, warmup)
+    result = {**times, "tokens_per_s": INITFROM_BATCH * INITFROM_TOKENS / (times["step_ms"] / 1e3),
+              "blas": _blas()}
+    _memory(result, ["self"] + (runner.worker_pids() if lib == "scratchformer" else []), phases)
+    return result
 
 
-def bench_initfrom(tmp: Path, pairs: int, quick: bool) -> dict:
+def bench_initfrom(tmp: Path, pairs: int, quick: bool, workers: int = 2) -> dict:
     steps, warm = (2, 1) if quick else (INITFROM_STEPS, 1)
     path = str(_gpt2_dir(tmp / "gpt2-initfrom"))
-    res = paired(lambda lib: ["initfrom", lib, path, str(steps), str(warm)], pairs, "tokens_per_s")
+    res = paired(lambda lib: ["initfrom", lib, path, str(steps), str(warm), str(workers)], pairs, "tokens_per_s")
+    res["workers"] = workers
     s, r = res["scratchformer"], res["reference"]
     print(f"init-from GPT-2 (6 x 768, vocab 50,257) batch {INITFROM_BATCH} x {INITFROM_TOKENS} ratio "
           f"{res['ratio']:5.2f}  tok/s {_med(s, 'tokens_per_s'):7,.0f} vs {_med(r, 'tokens_per_s'):7,.0f}  fwd+bwd/opt ms "
           f"{_med(s, 'forward_backward_ms'):.0f}/{_med(s, 'optimiser_ms'):.0f} vs "
           f"{_med(r, 'forward_backward_ms'):.0f}/{_med(r, 'optimiser_ms'):.0f}  RSS MiB "
-          f"{_med(s, 'peak_rss_mib'):.0f} vs {_med(r, 'peak_rss_mib'):.0f}", flush=True)
+          f"{_med(s, 'peak_rss_mib'):.0f} vs {_med(r, 'peak_rss_mib'):.0f}, peak PSS {_med(s, 'peak_pss_mib'):.0f} vs "
+          f"{_med(r, 'peak_pss_mib'):.0f}", flush=True)
     return res
 
 
@@ -611,7 +649,8 @@ def main(argv=None) -> None:
                     help=f"training configs (default: {','.join(TRAIN_CONFIGS)})")
     ap.add_argument("--pairs", type=int, default=3, help="alternating process pairs per measurement (default 3)")
     ap.add_argument("--workers", type=int, default=2,
-                    help="scratchformer's training processes (DataParallel; 1: the GPT alone) (default 2)")
+                    help="scratchformer's training processes in train, finetune and initfrom (DataParallel, as "
+                         "the commands run; 1: the model alone) (default 2)")
     ap.add_argument("--quick", action="store_true", help="smoke run: 1 pair, 3 steps, tiny inputs")
     ap.add_argument("--e2e", action="store_true", help="also the whole default training runs (minutes)")
     ap.add_argument("--data", default=str(REPO.parent / "shared" / "data" / "tinyshakespeare.txt"),
@@ -631,9 +670,9 @@ def main(argv=None) -> None:
         elif kind == "sample":
             res = worker_sample(rest[0], rest[1], int(rest[2]), int(rest[3]), rest[4])
         elif kind == "finetune":
-            res = worker_finetune(rest[0], int(rest[1]), int(rest[2]))
+            res = worker_finetune(rest[0], int(rest[1]), int(rest[2]), int(rest[3]))
         elif kind == "initfrom":
-            res = worker_initfrom(rest[0], rest[1], int(rest[2]), int(rest[3]))
+            res = worker_initfrom(rest[0], rest[1], int(rest[2]), int(rest[3]), int(rest[4]))
         else:
             res = worker_embed(rest[0], rest[1], int(rest[2]), rest[3])
         print(json.dumps(res))
@@ -665,9 +704,9 @@ def main(argv=None) -> None:
         if "embed" in sections:
             results["embed"] = bench_embed(tmp, args.data, args.pairs, args.quick)
         if "finetune" in sections:
-            results["finetune"] = bench_finetune(args.pairs, args.quick)
+            results["finetune"] = bench_finetune(args.pairs, args.quick, args.workers)
         if "initfrom" in sections:
-            results["initfrom"] = bench_initfrom(tmp, args.pairs, args.quick)
+            results["initfrom"] = bench_initfrom(tmp, args.pairs, args.quick, args.workers)
         if args.e2e:
             results["e2e"] = bench_e2e(tmp, args.data)
     results["seconds"] = time.perf_counter() - start
