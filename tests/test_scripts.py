@@ -67,3 +67,27 @@ def test_scripts_reject_a_missing_run_in_one_line(script, tmp_path):
                           text=True, timeout=120, check=False)
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0 and "not found" in done.stderr
+
+
+def test_random_bert_with_a_character_vocabulary_spells_words_out_and_trains(tmp_path):
+    """docs/results.md's character-level baseline: one token per character of the CSV (lower
+    case, accents stripped), and `finetune --model` trains it like any BERT directory."""
+    from scratchformer.interop.wordpiece import WordPieceTokenizer
+    from scratchformer.training.checkpoint import load_checkpoint
+
+    csv = tmp_path / "train.csv"
+    rows = [("Romeo, wherefore art thou?", "love"), ("Cry havoc! and let slip the dogs of war", "war")] * 10
+    csv.write_text("text,label\n" + "".join(f'"{t}",{label}\n' for t, label in rows) + '"Café",love\n',
+                   encoding="utf-8")
+    printed = run_script("scripts/random_bert.py", str(tmp_path / "chars"), "--chars-of", str(csv),
+                         "--hidden-size", "16", "--heads", "2", "--layers", "1")
+    assert "character-level" in printed
+    vocab = (tmp_path / "chars" / "vocab.txt").read_text(encoding="utf-8").split("\n")[:-1]
+    letters = {c for text, _ in rows for c in text.lower() if c.isalpha()}
+    assert vocab[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] and "é" not in vocab and "C" not in vocab
+    assert set(letters) | {",", "?", "!"} <= set(vocab) and {"##" + c for c in letters} <= set(vocab)
+    tokens = WordPieceTokenizer.from_dir(tmp_path / "chars", max_length=64).tokenizer.encode("Romeo, café!").tokens
+    assert tokens == ["[CLS]", "r", "##o", "##m", "##e", "##o", ",", "c", "##a", "##f", "##e", "!", "[SEP]"]
+    assert main(["finetune", "--model", str(tmp_path / "chars"), "--data", str(csv), "--out", str(tmp_path / "run"),
+                 "--max-steps", "2", "--batch-size", "4", "--eval-interval", "2", "--no-progress", "--quiet"]) == 0
+    assert load_checkpoint(tmp_path / "run" / "last").config["model"]["vocab_size"] == len(vocab)
