@@ -217,11 +217,17 @@ def _dims(config) -> tuple[int, int, int, int, int]:
 
 def param_count_bound(config) -> int:
     """Parameters of any model config (GPT exactly as gpt_param_count; the task models with
-    the same per-block count, an upper bound)."""
+    the same per-block count, an upper bound; a BERT classifier with its whole position table,
+    its token types and its head)."""
     L, C, _, T, V = _dims(config)
     H = int(_get(config, "n_inner") or _get(config, "intermediate_size") or 4 * C)
-    return gpt_param_count({"vocab_size": V, "block_size": T, "n_layer": L, "n_embd": C, "n_inner": H,
-                            "tie_weights": _get(config, "tie_weights", False)})
+    tied, bert_extra = _get(config, "tie_weights", False), 0
+    if _get(config, "hidden_size") is not None:  # a BERT classifier: no vocabulary head, a longer position table
+        T = int(_get(config, "max_position_embeddings") or T)  # (T was the texts' max_length)
+        tied = True
+        bert_extra = int(_get(config, "type_vocab_size") or 2) * C + (C + 1) * len(_get(config, "labels") or ())
+    return bert_extra + gpt_param_count({"vocab_size": V, "block_size": T, "n_layer": L, "n_embd": C, "n_inner": H,
+                                         "tie_weights": tied})
 
 
 def check_model_fits(config, training: bool, option: str = "--n-embd, --n-layer or --block-size") -> None:

@@ -38,6 +38,20 @@ def test_task_model_bound_is_an_upper_bound_within_a_small_factor():
         assert param_count_bound(model.config.to_dict()) == bound  # config.json's "model" dict too
 
 
+@pytest.mark.parametrize("vocab_size,max_length", [(79, 192), (30522, 64), (79, 512)])
+def test_bert_classifier_bound_counts_the_whole_position_table_types_and_head(vocab_size, max_length):
+    """A character-level BERT (79 tokens) reads 192-token texts but holds 512 positions: the
+    bound must not stop at max_length, or its own checkpoint is refused as not matching."""
+    from scratchformer.interop.bert import BertEncoder
+    from scratchformer.interop.bert_classifier import BertClassifier, SentenceClassifierConfig
+
+    cfg = SentenceClassifierConfig(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                   intermediate_size=128, labels=list("abcdefgh"), max_length=max_length)
+    real = BertClassifier(BertEncoder(cfg.bert_config()), cfg.num_classes).num_parameters()
+    bound = param_count_bound(cfg.to_dict())
+    assert real <= bound <= 1.01 * real + 100, (real, bound)
+
+
 def test_model_check_names_the_options_and_flops_follow_nanogpt(monkeypatch):
     import scratchformer.limits as limits
 

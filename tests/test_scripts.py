@@ -91,3 +91,5 @@ def test_random_bert_with_a_character_vocabulary_spells_words_out_and_trains(tmp
     assert main(["finetune", "--model", str(tmp_path / "chars"), "--data", str(csv), "--out", str(tmp_path / "run"),
                  "--max-steps", "2", "--batch-size", "4", "--eval-interval", "2", "--no-progress", "--quiet"]) == 0
     assert load_checkpoint(tmp_path / "run" / "last").config["model"]["vocab_size"] == len(vocab)
+    # its 512-position table is most of a small model: eval reads the run (config and weights agree)
+    assert main(["eval", str(tmp_path / "run"), "--data", str(csv), "--json"]) == 0
