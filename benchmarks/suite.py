@@ -36,14 +36,16 @@ Sections:
   pooling + L2 normalisation, the first 1,000 non-empty lines of tinyshakespeare, batch 32.
 - finetune: one step of fine-tuning all-MiniLM-L6-v2 as a sentence classifier (batch 32, 64
   tokens, every position real; mean pooling + an 8-class linear head; forward + backward +
-  AdamW over every parameter): scratchformer's BertClassifier against transformers' BertModel
-  with the same head and torch.optim.AdamW, the loop of tests/test_finetune.py. Reports
-  tokens/s, forward+backward / optimiser ms and peak RSS.
+  AdamW over every parameter): scratchformer's BertClassifier as `scratchformer finetune` runs
+  it (DataParallel over `--workers` processes with train_outputs=False, the allocator tuned)
+  against transformers' BertModel with the same head and torch.optim.AdamW, the loop of
+  tests/test_finetune.py. Reports tokens/s, forward+backward / optimiser ms, peak RSS summed
+  over the processes and peak PSS (shared pages once, read every 10 ms over two extra steps).
 - initfrom: one training step of a pretrained GPT-2 (`train --init-from`'s model: a random
   distilgpt2-shaped checkpoint, 6 layers, 768 wide, GPT-2's 50,257-token vocabulary, written by
-  transformers and read by load_hf_gpt2; batch 4 x 128 tokens, AdamW over every parameter, one
-  process) against transformers' GPT2LMHeadModel + torch.optim.AdamW on the same weights.
-  Reports tokens/s, forward+backward / optimiser ms and peak RSS.
+  transformers and read by load_hf_gpt2; batch 4 x 128 tokens, AdamW over every parameter, run
+  as the trainer runs it, like finetune) against transformers' GPT2LMHeadModel +
+  torch.optim.AdamW on the same weights. Reports what finetune reports.
 - e2e (--e2e only): wall time of the default `scratchformer train` on names and on
   tinyshakespeare against benchmarks/torch_names_reference.py and
   benchmarks/torch_shakespeare_reference.py (one run each; minutes).

@@ -88,3 +88,35 @@ def test_gemm_floor_runs_every_product_of_a_slice_and_prints_json():
     assert len(row["products_ms_together"]) == len(row["step_ms_together"]) == 2
     bad = subprocess.run([sys.executable, script, "huge"], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert bad.returncode == 2 and "configs are tiny" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_memory_sees_the_peak_of_the_processes_while_extra_steps_run():
+    import time
+
+    import numpy as np
+
+    held = []
+
+    def step():  # 64 MiB touched and held for 60 ms, then freed
+        held.append(np.ones(8 << 20))
+        time.sleep(0.06)
+        held.clear()
+
+    result = {}
+    suite._memory(result, ["self"], [("step", step)], steps=2)
+    assert result["peak_rss_mib"] >= result["pss_mib"] > 0
+    assert result["peak_pss_mib"] >= result["pss_mib"] + 48  # the 64 MiB a step holds were seen
+
+
+def test_fast_pieces_save_the_big_temporaries(monkeypatch):
+    import fast_pieces
+
+    from scratchformer.fast import linear as fast_linear
+
+    monkeypatch.setattr(fast_linear, "BLOCK_BYTES", 64 * 32 * 4)  # a (1000, 32) weight in blocks of 64 rows
+    rows = {row["piece"].split()[0]: row for row in fast_pieces.pieces(tokens=16, vocab=1000, width=32,
+                                                                         gelu_shape=(300, 500), repeats=1)}
+    assert set(rows) == {"log_softmax_forward", "linear_backward_into", "gelu_with_grad"}
+    for row in rows.values():
+        (_, before), (_, after) = row["before"], row["after"]
+        assert after < before, row  # each fast form holds less at its peak than the form it replaces
