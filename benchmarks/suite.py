@@ -328,6 +328,16 @@ def worker_embed(lib: str, data: str, n_lines: int, emb_out: str) -> dict:
 FINETUNE_BATCH, FINETUNE_TOKENS, FINETUNE_CLASSES, FINETUNE_STEPS = 32, 64, 8, 10
 
 
+def _timed_steps(forward_backward, optimiser, steps: int, warmup: int, tokens: int, workers_of) -> dict:
+    """A fine-tuning-style step (forward + backward, then the optimiser) timed, then its memory
+    (`_memory`) over this process and the pids `workers_of()` gives once the steps have run."""
+    phases = [("forward_backward", forward_backward), ("optimiser", optimiser)]
+    times = _time_phases(phases, steps, warmup)
+    result = {**times, "tokens_per_s": tokens / (times["step_ms"] / 1e3), "blas": _blas()}
+    _memory(result, ["self"] + list(workers_of()), phases)
+    return result
+
+
 def worker_finetune(lib: str, steps: int, warmup: int, workers: int = 2) -> dict:
     import numpy as np
     from scratchformer.interop.sentence import default_model_dir
@@ -373,12 +383,8 @@ def worker_finetune(lib: str, steps: int, warmup: int, workers: int = 2) -> dict
             loss = torch.nn.functional.cross_entropy(head((hidden * m).sum(1) / m.sum(1)), t_labels)
             loss.backward()
         step = opt.step
-    phases = [("forward_backward", forward_backward), ("optimiser", step)]
-    times = _time_phases(phases, steps, warmup)
-    result = {**times, "tokens_per_s": FINETUNE_BATCH * FINETUNE_TOKENS / (times["step_ms"] / 1e3),
-              "blas": _blas()}
-    _memory(result, ["self"] + (runner.worker_pids() if lib == "scratchformer" else []), phases)
-    return result
+    workers_of = runner.worker_pids if lib == "scratchformer" else list
+    return _timed_steps(forward_backward, step, steps, warmup, FINETUNE_BATCH * FINETUNE_TOKENS, workers_of)
 
 
 def bench_finetune(pairs: int, quick: bool, workers: int = 2) -> dict:
@@ -445,12 +451,8 @@ def worker_initfrom(lib: str, path: str, steps: int, warmup: int, workers: int =
             logits = model(tx).logits
             torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ty.reshape(-1)).backward()
         step = opt.step
-    phases = [("forward_backward", forward_backward), ("optimiser", step)]
-    times = _time_phases(phases, steps, warmup)
-    result = {**times, "tokens_per_s": INITFROM_BATCH * INITFROM_TOKENS / (times["step_ms"] / 1e3),
-              "blas": _blas()}
-    _memory(result, ["self"] + (runner.worker_pids() if lib == "scratchformer" else []), phases)
-    return result
+    workers_of = runner.worker_pids if lib == "scratchformer" else list
+    return _timed_steps(forward_backward, step, steps, warmup, INITFROM_BATCH * INITFROM_TOKENS, workers_of)
 
 
 def bench_initfrom(tmp: Path, pairs: int, quick: bool, workers: int = 2) -> dict:
