@@ -1,12 +1,15 @@
 """What every example shares: its command line (--out, --quick) and a plain training loop.
 
 Each example is a script (python examples/NAME.py [--quick] [--out DIR]) whose cells are
-marked `# %%`, so editors that know the marker (VS Code, Jupytext, Spyder) open it as a notebook.
+marked `# %%`, so editors that know the marker (VS Code, Jupytext, Spyder) open it as a notebook;
+scripts/make_notebooks.py writes each one as examples/notebooks/NAME.ipynb, this file pasted in.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,18 +17,22 @@ import numpy as np
 from scratchformer.nn import eval_mode
 from scratchformer.optim import AdamW, clip_grad_norm, cosine_lr, param_groups
 
-EXAMPLES = Path(__file__).resolve().parent
+EXAMPLES = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
 
 
 def setup(name: str, doc: str) -> tuple[Path, bool]:
     """Parse --out and --quick; return (figure folder, quick). The folder defaults to
     examples/out/NAME (git ignores it)."""
-    p = argparse.ArgumentParser(prog=f"{name}.py", description=doc.strip().splitlines()[0])
+    p = argparse.ArgumentParser(prog=f"{name}.py", description=(doc or name).strip().splitlines()[0])
     p.add_argument("--out", type=Path, default=EXAMPLES / "out" / name, help="figure folder (default: examples/out/NAME)")
     p.add_argument("--quick", action="store_true", help="tiny sizes and steps: a smoke run of a few seconds")
-    args = p.parse_args()
+    # A notebook's kernel has no command line of ours: the defaults, or the quick run where
+    # SCRATCHFORMER_QUICK=1 (the notebook tests set it).
+    in_notebook = "ipykernel" in sys.modules
+    args = p.parse_args([] if in_notebook else None)
+    quick = args.quick or (in_notebook and os.environ.get("SCRATCHFORMER_QUICK") == "1")
     args.out.mkdir(parents=True, exist_ok=True)
-    return args.out, args.quick
+    return args.out, quick
 
 
 def train(model, next_batch, steps: int, lr: float, weight_decay: float = 0.01, warmup: int = 50,
