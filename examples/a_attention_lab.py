@@ -85,15 +85,16 @@ print(f"the lab's x @ W_Q, W_K, W_V as in_proj_weight {lab.in_proj_weight.shape}
       bool(np.allclose(lab(x[None]), out_bi[0, 0])))
 
 # %% 4. Sinusoidal positional encoding: similarity depends only on the distance
-pe = sinusoidal_table(64, 32)                                 # (positions, n_embd)
+pe = sinusoidal_table(50, 64)                                 # (positions, n_embd): the lab's 50 x 64 table
 dots = pe @ pe.T
 spread = max(np.ptp(np.diag(dots, d)) for d in range(1, 10))  # same distance, different positions
 print(f"PE[p] . PE[p + d] varies with p by at most {spread:.1e} for d < 10 (depends on d only)")
 cos = (pe @ pe[0]) / (np.linalg.norm(pe, axis=1) * np.linalg.norm(pe[0]))  # cos(PE[0], PE[k])
-rises = (np.flatnonzero(np.diff(cos[:32]) > 0) + 1).tolist()  # k where cos(PE[0], PE[k]) > cos(PE[0], PE[k-1])
-print("cos(PE[0], PE[k]) for k = 1, 5, 10, 25:", [round(float(cos[k]), 3) for k in (1, 5, 10, 25)],
+rises = (np.flatnonzero(np.diff(cos) > 0) + 1).tolist()      # k where cos(PE[0], PE[k]) > cos(PE[0], PE[k-1])
+print("cos(PE[0], PE[k]) for k = 1, 5, 10, 25 (the lab's table and its k):",
+      [round(float(cos[k]), 4) for k in (1, 5, 10, 25)],
       f"-- not monotone, it rises again at k = {rises}" if rises else "-- falls with k")
-viz.sinusoidal_encoding(64, 32, path=out / "sinusoidal.png")
+viz.sinusoidal_encoding(50, 64, path=out / "sinusoidal.png")
 viz.position_similarity(pe, path=out / "position_similarity.png")
 
 # %% 5. A pre-norm block: the residual stream passes x through
@@ -135,4 +136,12 @@ for name, runs in pre_post.items():
     print(f"{name}-norm, 4 layers, lr 1e-2 without warmup, 3 seeds: val loss {np.round(val, 3).tolist()} "
           f"(mean {val.mean():.3f}, spread {np.ptp(val):.3f}); worst train loss after step 0: "
           f"{max(p for _, p in runs):.3f}")
+pre, post = (np.array([v for v, _ in pre_post[k]]) for k in ("pre", "post"))
+if pre.max() < post.min():
+    verdict = "pre-norm reached a lower val loss than post-norm in every seed"
+elif pre.mean() < post.mean():
+    verdict = "pre-norm is lower on average, but the seeds overlap: no clear difference at this size"
+else:
+    verdict = "pre-norm is not better here: the lab's claim does not show at this size and learning rate"
+print(f"verdict: {verdict}")
 print(f"figures in {out}")

@@ -25,7 +25,8 @@ What it shows:
 What to notice:
   - counting needs no order: the heads of the last layer spread their weight over the tokens
     that are the majority symbol, and the prediction is confident (one bar near 1);
-  - the loss falls in two phases: first the easy, lopsided sequences, then the near ties.
+  - which sequences are hard: held-out accuracy by margin (how many more times the majority token
+    occurs than the runner-up) is printed, with a verdict on whether near ties are the hardest.
 Run: python examples/b_majority_classifier.py [--quick] [--out DIR]   (full: about a minute)
 """
 
@@ -74,6 +75,16 @@ rows = train(model, batch, steps, lr=3e-3, held_out=(held_out.x, held_out.y))
 accuracy = float((model.predict(held_out.x) == held_out.y).mean())
 print(f"held-out accuracy: {accuracy:.4f} after {steps} steps (final train loss {rows[-1]['train_loss']:.4f}; "
       f"baseline {baseline:.4f})")
+counts = np.stack([(held_out.x == t).sum(axis=1) for t in range(3)], axis=1)  # (N, 3) occurrences
+top2 = np.sort(counts, axis=1)[:, -2:]
+margin = top2[:, 1] - top2[:, 0]                                                # 0 for a tie
+correct = model.predict(held_out.x) == held_out.y
+by_margin = {int(m): float(correct[margin == m].mean()) for m in np.unique(margin)}
+print("held-out accuracy by margin (majority count minus runner-up's): "
+      + ", ".join(f"{m}: {a:.3f} ({int((margin == m).sum())})" for m, a in by_margin.items()))
+hardest = min(by_margin, key=by_margin.get)
+print(f"verdict: the hardest sequences are those with margin {hardest}"
+      + (" (ties and near ties)" if hardest <= 1 else ""))
 if not quick:
     assert accuracy >= 0.99, f"expected >= 99% held-out accuracy, got {accuracy:.2%}"
 

@@ -22,13 +22,15 @@ EXPECTED = {
          r"varies with p by at most \d\.\de-1[0-9]", r"is the identity: True",
          r"lm_head.weight is wte.weight: True; 26,336 parameters against 27,200 untied",
          r"as in_proj_weight \(24, 8\): same output as cell 1: True",
-         r"cos\(PE\[0\], PE\[k\]\) for k = 1, 5, 10, 25: \[0\.957, 0\.736, 0\.629, 0\.605\] -- not monotone, it rises "
-         r"again at k = \[\d",
+         r"cos\(PE\[0\], PE\[k\]\) for k = 1, 5, 10, 25 \(the lab's table and its k\): \[0\.9662, 0\.7345, 0\.6579, "
+         r"0\.6292\] -- not monotone, it rises again at k = \[6, 11, 12, 17",
          r"pre-norm, 4 layers, lr 1e-2 without warmup, 3 seeds: val loss \[\d\.\d+, \d\.\d+, \d\.\d+\]",
-         r"post-norm, 4 layers, lr 1e-2 without warmup, 3 seeds: val loss"]),
+         r"post-norm, 4 layers, lr 1e-2 without warmup, 3 seeds: val loss", r"verdict: pre-norm"]),
     "b_majority_classifier": (
         ["classifier_attention", "attention_grid", "training_curves"],
         [r"held-out accuracy: [01]\.\d{4} after 30 steps", r"predicted [012]",
+         r"held-out accuracy by margin \(majority count minus runner-up's\): 0: [01]\.\d{3}",
+         r"verdict: the hardest sequences are those with margin \d",
          r"majority-class baseline \(always answer [012], the most frequent training label\): 0\.\d{4}",
          r"the tutorial's split: 86 of its 400 test sequences are training sequences; always answering 0 scores "
          r"0\.4325 on its test labels, the 43\.2% its own code reached"]),
@@ -36,12 +38,15 @@ EXPECTED = {
         ["seq2seq_attention", "training_curves"],
         [r"encoder gradient after one backward: sum \|grad\| = \d+\.\d+", r"held-out exact match: [01]\.\d{4}",
          r"output changed: (True|False)",
-         r"held-out exact match with the tutorial's bug \(no source reaches the decoder\): [01]\.\d{4}, "
-         r"final train loss \d+\.\d{3}; fixed: [01]\.\d{4}", r"largest weight per target row \[[0-9., ]+\] \(uniform would be 0\.17\)"]),
+         r"held-out exact match with the tutorial's bug \(cross_attn\(x, src_mask\)\): [01]\.\d{4}, "
+         r"final train loss \d+\.\d{3}; fixed: [01]\.\d{4}", r"verdict: ", r"largest weight per target row \[[0-9., ]+\] \(uniform would be 0\.17\)"]),
     "d_names_gpt": (
         ["embedding_pca", "residual_norms", "residual_heatmap", "attention_grid", "training_curves",
          "residual_init_vs_trained"],
         [r"30033 training names, vocabulary 27", r"val loss \d\.\d{3}", r"\d+/10 are not in the training set",
+         r"vowel-vowel -?\d\.\d{3}, consonant-consonant -?\d\.\d{3}, vowel-consonant -?\d\.\d{3}",
+         r"verdict: the vowels (sit|are not)", r"mean \d\.\d\d against 0\.\d\d for uniform heads",
+         r"verdict: most heads (rest|do not rest)",
          r"residual-stream norm after the embedding and each block: \[([0-9.]+, ){4}[0-9.]+\]",
          r"residual-stream norm with the tutorial's init, untrained: \[([0-9.]+, ){4}[0-9.]+\]; with this model's "
          r"init, untrained: \[([0-9.]+, ){4}[0-9.]+\]; trained here"]),
@@ -50,7 +55,8 @@ EXPECTED = {
         [r"source mask of row 2: \[1, 1, 0, 0, 0, 0\]",
          r"weight on the keys the series' mask hides: 2\.00 if passed as a bool mask as it is, 0\.00 with "
          r'mask_means="masked"',
-         r"held-out exact match after 40 steps: greedy [01]\.\d{4}, beam search \(4\) [01]\.\d{4}"]),
+         r"held-out exact match after 40 steps: greedy [01]\.\d{4}, beam search \(4\) [01]\.\d{4}",
+         r"greedy and beam search decode \d+ of 40 held-out sequences differently", r"verdict: "]),
 }
 
 
