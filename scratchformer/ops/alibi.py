@@ -18,7 +18,10 @@ and fairseq). It is a constant: its backward is the identity on the scores' grad
 
 Query i's position is aligned at the end of the keys, as `causal_mask`: with Tk = past + Tq keys
 (a KV cache holding `past` tokens), query i sits at position past + i. Keys after the query
-(j > past + i) get a positive bias here; the causal mask hides them.
+(j > past + i) get a positive bias here; the causal mask hides them. The part -m_h * i is the
+same for every key of a query's row and cancels in the softmax (BLOOM adds only m_h * j): the
+weights depend on the key positions and the slopes, so a test of the query positions must look
+at the bias itself, not at the attention's output.
 """
 
 from __future__ import annotations
