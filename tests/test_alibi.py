@@ -216,6 +216,12 @@ def test_attention_with_kv_cache_equals_the_full_forward(n_kv_head):
     m = randomize(MultiHeadAttention(D, H, alibi=True, n_kv_head=n_kv_head)).to(np.float64).eval()
     x = x_of((B, 6, D))
     full = m(x, causal=True)
+    # a tool recomputing the weights from self_qkv and score_bias gets the model's own
+    q, k, _ = m.self_qkv(x)
+    bias = m.score_bias(6, 6, q.dtype)
+    weights = attention_forward(q, m.expand_kv(k), m.expand_kv(k), causal=True, bias=bias)[1]["weights"]
+    np.testing.assert_allclose(weights, m.attn_weights, rtol=0, atol=1e-14)
+    assert MultiHeadAttention(D, H).score_bias(6, 6) is None
     cache = KVCache()
     steps = [m(x[:, :2], causal=True, kv_cache=cache)] + [m(x[:, i:i + 1], causal=True, kv_cache=cache)
                                                           for i in range(2, 6)]

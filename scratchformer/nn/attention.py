@@ -194,6 +194,12 @@ class MultiHeadAttention(Module):
             q, k = rope_forward(q, cos, sin), rope_forward(k, cos, sin)
         return q, k, v
 
+    def score_bias(self, Tq: int, Tk: int, dtype=DEFAULT_DTYPE) -> np.ndarray | None:
+        """What self-attention adds to its scaled scores q k^T / sqrt(d) for Tq queries at the
+        last Tq of Tk positions: ALiBi's (n_head, Tq, Tk) read-only bias, or None (no bias). A
+        tool that recomputes a head's weights from `self_qkv` adds this to get the model's own."""
+        return alibi_bias(self.n_head, Tq, Tk, dtype) if self.alibi else None
+
     def expand_kv(self, t: np.ndarray) -> np.ndarray:
         """(B, n_kv_head, T, hs) -> (B, n_head, T, hs): each key/value head repeated for its group
         of query heads (Hugging Face's repeat_kv); the identity without grouped-query attention."""
@@ -232,7 +238,7 @@ class MultiHeadAttention(Module):
         # big weights are not kept for the backward in training mode: it recomputes them
         keep = not self.training or weights_nbytes(q, k) <= KEEP_WEIGHTS_BYTES
         # ALiBi (self-attention only): queries at positions offset .. offset + Tq - 1 of the Tk keys
-        bias = alibi_bias(self.n_head, q.shape[2], k.shape[2], q.dtype) if self.alibi and context is None else None
+        bias = self.score_bias(q.shape[2], k.shape[2], q.dtype) if context is None else None
         out, att_cache = attention_forward(q, k, v, mask=mask, causal=causal, dropout_p=self.dropout_p, rng=self.rng,
                                            training=self.training, keep_weights=keep, bias=bias)
         if self.hook_pattern.active:
