@@ -303,22 +303,82 @@ def test_cached_generation_equals_uncached_greedy_decoding():
 
 
 # -- the command line --------------------------------------------------------------------------
-def test_cli_trains_resumes_samples_and_evaluates_an_alibi_run(tmp_path, capsys):
+CLI_TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--batch-size", "8", "--eval-batches", "2",
+            "--no-progress", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def alibi_run(tmp_path_factory):
+    from scratchformer.cli.main import main
+
+    out = tmp_path_factory.mktemp("alibi") / "names"
+    assert main(["train", "--positional", "alibi", "--max-steps", "30", "--eval-interval", "15", *CLI_TINY,
+                 "--out", str(out)]) == 0
+    return out
+
+
+def test_cli_samples_and_evaluates_an_alibi_run(alibi_run, capsys):
     from scratchformer.cli.main import main
     from scratchformer.training.jobs import load_job
 
-    out = tmp_path / "alibi"
-    tiny = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--batch-size", "8", "--eval-batches", "2",
-            "--no-progress", "--quiet"]
-    assert main(["train", "--positional", "alibi", "--max-steps", "30", "--eval-interval", "15", *tiny,
-                 "--out", str(out)]) == 0
-    job = load_job(out)  # the checkpoint's schema accepts the choice and the model is rebuilt from it
+    job = load_job(alibi_run)  # the checkpoint's schema accepts the choice and the model is rebuilt from it
     assert job.model.config.positional == "alibi" and job.model.wpe is None
     assert job.model.h[0].self_attn.alibi
     capsys.readouterr()
-    assert main(["sample", str(out), "-n", "2", "--seed", "0"]) == 0
+    assert main(["sample", str(alibi_run), "-n", "2", "--seed", "0"]) == 0
     assert capsys.readouterr().out.strip()
-    assert main(["eval", str(out), "--split", "test", "--json"]) == 0
+    assert main(["eval", str(alibi_run), "--split", "test", "--json"]) == 0
     assert "loss" in capsys.readouterr().out.strip().splitlines()[-1]
-    assert main(["train", "--resume", "--out", str(out), "--max-steps", "34", "--no-progress", "--quiet"]) == 0
-    assert load_job(out).model.config.positional == "alibi"
+
+
+def test_cli_resumes_an_alibi_run(alibi_run, tmp_path):
+    import shutil
+
+    from scratchformer.cli.main import main
+    from scratchformer.training.jobs import load_job
+
+    run = tmp_path / "copy"
+    shutil.copytree(alibi_run, run)
+    assert main(["train", "--resume", "--out", str(run), "--max-steps", "34", "--no-progress", "--quiet"]) == 0
+    assert load_job(run).model.config.positional == "alibi"
+
+
+def test_cli_viz_draws_an_alibi_run(alibi_run, tmp_path):
+    from scratchformer.cli.main import main
+
+    out = tmp_path / "figs"
+    assert main(["viz", str(alibi_run), "--out", str(out)]) == 0
+    assert (out / "report.html").exists() and (out / "attention_grid.png").exists()
+
+
+# The tools below read the model outside ops/, nn/ and models/; they fail on an ALiBi run until they
+# ask the model through models/base.py's contract. strict: when a fix lands, these fail as XPASS,
+# and the marker goes.
+@pytest.mark.xfail(strict=True, raises=KeyError, reason="lens/analyses.py direct_logit_attribution reads cache['pos_embed'], "
+                                       "which a model without a position table has not")
+@pytest.mark.parametrize("json_out", [False, True], ids=["text", "json"])
+def test_cli_lens_on_an_alibi_run(alibi_run, json_out):
+    from scratchformer.cli.main import main
+
+    assert main(["lens", str(alibi_run), "--text", "emma", *(["--json"] if json_out else [])]) == 0
+
+
+@pytest.mark.xfail(strict=True, raises=TypeError, reason="viz/bundle.py _add_init_views draws a position table the model has not "
+                                       "(viz/embeddings.py embedding_pca: len(None))")
+def test_cli_viz_compare_init_on_an_alibi_run(alibi_run, tmp_path):
+    from scratchformer.cli.main import main
+
+    assert main(["viz", str(alibi_run), "--compare-init", "--out", str(tmp_path / "figs")]) == 0
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="viz/trace.py head_qkv and viz/attention.py attention_steps recompute the "
+                                       "weights from q and k without the attention's score_bias")
+def test_the_one_head_figure_shows_the_weights_the_model_softmaxes():
+    from scratchformer.viz import trace as T
+
+    m = randomize(GPT(GPTConfig(vocab_size=9, block_size=12, n_layer=1, n_head=2, n_embd=16, positional="alibi"),
+                      seed=0), seed=1, scale=0.8)
+    ids = np.arange(9)
+    q, k, v = T.head_qkv(m, ids, layer=0, head=0)
+    drawn = attention_forward(q[None, None], k[None, None], v[None, None], causal=True)[1]["weights"][0, 0]
+    np.testing.assert_allclose(drawn, T.attention_maps(m, ids)["encoder"][0, 0], atol=1e-6)
