@@ -5,9 +5,10 @@
 
 With ``positional="rope"`` there is no `wpe` (it is None): each block's self-attention rotates
 its queries and keys instead (rotary embeddings). ``positional="alibi"`` has no `wpe` either:
-each self-attention adds ALiBi's linear distance penalties to its scores (Press et al. 2022). ``normalization="rmsnorm"`` makes every norm an
-RMSNorm and ``activation="swiglu"`` the feed-forward gated; with ``bias=False`` the three
-together are the Llama architecture (scratchformer/interop/llama.py loads its checkpoints).
+each self-attention adds ALiBi's linear distance penalties to its scores (Press et al. 2022).
+``normalization="rmsnorm"`` makes every norm an RMSNorm and ``activation="swiglu"`` the
+feed-forward gated; with ``bias=False`` the three together are the Llama architecture
+(scratchformer/interop/llama.py loads its checkpoints).
 
 Each block of `h` is a `DecoderBlock(cross_attention=False)`: causal self-attention then a
 feed-forward, pre-norm by default (GPT-2), post-norm with ``norm_first=False``. `ln_f` is

@@ -8,9 +8,9 @@ The slopes m_h are a geometric sequence. For H heads, H a power of 2 (section 3)
 
     m_h = 2^(-8 (h + 1) / H),  h = 0 .. H-1          H = 8: 1/2, 1/4, ..., 1/256
 
-For other H, the paper's code and BLOOM interpolate: the H' = 2^floor(log2 H) slopes of H', then
-the first H - H' of the odd-numbered slopes of 2 H' (every other one, starting with the first):
-H = 6 gives 1/4, 1/16, 1/64, 1/256 (H' = 4) followed by 1/2, 1/8 (from H = 8's 1/2, 1/8, 1/32, ...).
+For other H, the paper's code and BLOOM interpolate: the slopes of H' = 2^floor(log2 H) heads,
+then the first H - H' of every other slope of 2 H' heads, from its first (2^(-8k / 2H'), k odd):
+H = 6 gives 1/4, 1/16, 1/64, 1/256 (H' = 4) followed by 1/2, 1/8 (of H = 8's 1/2, 1/8, 1/32, 1/128).
 
 The bias is added after the 1/sqrt(d) scale (as BLOOM's `baddbmm(alibi, q, k^T, alpha=1/sqrt(d))`
 and fairseq). It is a constant: its backward is the identity on the scores' gradient, so
