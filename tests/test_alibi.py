@@ -351,6 +351,20 @@ def test_cli_viz_draws_an_alibi_run(alibi_run, tmp_path):
     assert (out / "report.html").exists() and (out / "attention_grid.png").exists()
 
 
+def test_export_refuses_an_alibi_run_in_one_line(tmp_path, capsys):
+    """GPT-2's layout has a learned position table and no ALiBi: refused by design, exit 2."""
+    from scratchformer.cli.main import main
+
+    out = tmp_path / "bpe"
+    assert main(["train", "--tokenizer", "bpe", "--vocab-size", "300", "--positional", "alibi", "--tie-weights",
+                 "--max-steps", "2", *CLI_TINY, "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["export", str(out), "--hf", str(tmp_path / "hf")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "positional='alibi'" in err and "Traceback" not in err
+    assert not (tmp_path / "hf").exists()
+
+
 # The tools below read the model outside ops/, nn/ and models/; they fail on an ALiBi run until they
 # ask the model through models/base.py's contract. strict: when a fix lands, these fail as XPASS,
 # and the marker goes.
