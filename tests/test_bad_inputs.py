@@ -206,7 +206,7 @@ CASES = [
     ("train-dropout-negative", train("@tiny", "--dropout", "-0.1")),
     ("train-dropout-word", train("@tiny", "--dropout", "some")),
     ("train-activation-unknown", train("@tiny", "--activation", "swish")),
-    ("train-positional-unknown", train("@tiny", "--positional", "alibi")),
+    ("train-positional-unknown", train("@tiny", "--positional", "xpos")),
     ("train-norm-unknown", train("@tiny", "--norm", "middle")),
     ("train-init-unknown", train("@tiny", "--init", "xavier")),
     ("train-max-steps-0", train("@tiny", "--max-steps", "0")),

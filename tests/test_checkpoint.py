@@ -270,7 +270,7 @@ def save_run(path, config=GPT_RUN, train_config=None):
 
 
 def test_a_checkpoint_the_readers_would_refuse_is_never_written(tmp_path):
-    bad = {**GPT_RUN, "model": {**GPT_RUN["model"], "positional": "alibi"}}
+    bad = {**GPT_RUN, "model": {**GPT_RUN["model"], "positional": "xpos"}}
     with pytest.raises(RunFileError, match="config.json: field model.positional must be one of"):
         save_run(tmp_path / "c", bad)
     assert not (tmp_path / "c").exists()
@@ -282,11 +282,11 @@ def test_a_checkpoint_the_readers_would_refuse_is_never_written(tmp_path):
 def test_a_choice_added_to_the_config_is_accepted_by_the_writer_and_the_readers(tmp_path, monkeypatch):
     """The obvious place to add a choice (the field's declaration) is the only place."""
     spec = GPTConfig.spec("positional")
-    monkeypatch.setattr(spec, "choices", (*spec.choices, "alibi"))
-    assert GPTConfig(positional="alibi").positional == "alibi"
-    config = {**GPT_RUN, "model": {**GPT_RUN["model"], "positional": "alibi"}}
+    monkeypatch.setattr(spec, "choices", (*spec.choices, "xpos"))
+    assert GPTConfig(positional="xpos").positional == "xpos"
+    config = {**GPT_RUN, "model": {**GPT_RUN["model"], "positional": "xpos"}}
     save_run(tmp_path / "c", config)
-    assert load_run_checkpoint(tmp_path / "c").config["model"]["positional"] == "alibi"
+    assert load_run_checkpoint(tmp_path / "c").config["model"]["positional"] == "xpos"
 
 
 def test_train_config_from_dict_is_strict():

@@ -304,7 +304,7 @@ def test_gpt_config_of_the_modern_blocks():
     swiglu = GPT(GPTConfig(**{**TINY, "n_embd": 48, "n_head": 4}, activation="swiglu"), seed=0)
     assert gelu.h[0].ff.fc1.weight.data.size + gelu.h[0].ff.fc2.weight.data.size == \
         swiglu.h[0].ff.fc1.weight.data.size + swiglu.h[0].ff.fc2.weight.data.size  # 2 * 48 * 192 == 3 * 48 * 128
-    for field, value in (("normalization", "batchnorm"), ("positional", "alibi"), ("activation", "geglu"),
+    for field, value in (("normalization", "batchnorm"), ("positional", "xpos"), ("activation", "geglu"),
                          ("rope_theta", 0.0)):
         with pytest.raises(ConfigError, match=field):
             GPTConfig(**{**TINY, field: value})

@@ -4,9 +4,11 @@
     logits (B, T, vocab_size)
 
 With ``positional="rope"`` there is no `wpe` (it is None): each block's self-attention rotates
-its queries and keys instead (rotary embeddings). ``normalization="rmsnorm"`` makes every norm an
-RMSNorm and ``activation="swiglu"`` the feed-forward gated; with ``bias=False`` the three
-together are the Llama architecture (scratchformer/interop/llama.py loads its checkpoints).
+its queries and keys instead (rotary embeddings). ``positional="alibi"`` has no `wpe` either:
+each self-attention adds ALiBi's linear distance penalties to its scores (Press et al. 2022).
+``normalization="rmsnorm"`` makes every norm an RMSNorm and ``activation="swiglu"`` the
+feed-forward gated; with ``bias=False`` the three together are the Llama architecture
+(scratchformer/interop/llama.py loads its checkpoints).
 
 Each block of `h` is a `DecoderBlock(cross_attention=False)`: causal self-attention then a
 feed-forward, pre-norm by default (GPT-2), post-norm with ``norm_first=False``. `ln_f` is
@@ -86,8 +88,9 @@ class GPTConfig(TransformerConfig):
 
     bias: biases in every Linear and LayerNorm; False drops them all, as nanoGPT's bias=False.
     activation: the feed-forward's: "gelu", "gelu_tanh", "relu", or "swiglu" (gated, Llama's).
-    positional: "learned" (GPT-2's table), "sinusoidal" (fixed, added to the input) or "rope"
-        (rotary, inside each self-attention; rope_theta is its base).
+    positional: "learned" (GPT-2's table), "sinusoidal" (fixed, added to the input), "rope"
+        (rotary, inside each self-attention; rope_theta is its base) or "alibi" (linear biases on
+        each self-attention's scores, no parameters; block_size stays the longest context).
     normalization: "layernorm" or "rmsnorm" (Llama's: no centring, no bias); layer_norm_eps is
         the eps of either.
     n_kv_head: key/value heads of each self-attention; None means n_head, fewer is grouped-query
@@ -114,7 +117,7 @@ class GPTConfig(TransformerConfig):
     bias: bool = setting(Bool(), True)
     norm_first: bool = setting(Bool(), True)
     activation: str = setting(Str(FEEDFORWARD_ACTIVATIONS), "gelu")
-    positional: str = setting(Str(("learned", "sinusoidal", "rope")), "learned")
+    positional: str = setting(Str(("learned", "sinusoidal", "rope", "alibi")), "learned")
     tie_weights: bool = setting(Bool(), True)
     n_inner: int | None = setting(Maybe(POSITIVE), None)
     layer_norm_eps: float = setting(Num(above=0.0), 1e-5)
@@ -168,7 +171,7 @@ class GPT(Model):
             self.wpe = LearnedPositionalEmbedding(c.block_size, c.n_embd, dtype=dtype)
         elif c.positional == "sinusoidal":
             self.wpe = SinusoidalPositionalEncoding(c.block_size, c.n_embd, dtype=dtype)
-        elif c.positional == "rope":  # the positions enter inside each self-attention
+        elif c.positional in ("rope", "alibi"):  # the positions enter inside each self-attention
             self.wpe = None
         else:
             raise ConfigError(f"GPT does not build positional={c.positional!r}")
@@ -177,7 +180,8 @@ class GPT(Model):
             DecoderBlock(c.n_embd, c.n_head, c.inner_size, dropout=c.dropout, activation=c.activation,
                          norm_first=c.norm_first, cross_attention=False, eps=c.layer_norm_eps,
                          bias=c.bias, dtype=dtype, normalization=c.normalization,
-                         rope_theta=c.rope_theta if c.positional == "rope" else None, n_kv_head=c.n_kv_head)
+                         rope_theta=c.rope_theta if c.positional == "rope" else None, n_kv_head=c.n_kv_head,
+                         alibi=c.positional == "alibi")
             for _ in range(c.n_layer)
         ]
         self.ln_f = make_norm(c.normalization, c.n_embd, c.layer_norm_eps, c.bias, dtype)
@@ -235,7 +239,7 @@ class GPT(Model):
     def _trunk(self, idx: np.ndarray, caches=None, offset: int = 0) -> np.ndarray:
         """idx (B, T) -> final hidden states after ln_f, (B, T, n_embd)."""
         x = self.hook_embed(self.wte(idx))
-        if self.wpe is not None:  # learned or sinusoidal positions (rotary ones act inside attention)
+        if self.wpe is not None:  # learned or sinusoidal positions (rotary and ALiBi act inside attention)
             x = self.wpe(x, offset=offset)
         x = self.drop(x)
         for i, block in enumerate(self.h):

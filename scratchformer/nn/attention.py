@@ -11,6 +11,12 @@ only those); in_proj_weight is then ((n_head + 2 n_kv_head) head_size, n_embd) =
 With `rope_theta` set, self-attention rotates each head's queries and keys by their positions
 (rotary embeddings, scratchformer/ops/rope.py) before the scores; with a KV cache the new
 tokens' positions start at the cache's length, and the cache holds rotated keys.
+
+With `alibi=True`, causal self-attention adds ALiBi's linear biases to its scores (Press et al.
+2022, scratchformer/ops/alibi.py): head h's score for key j from the query at position i gets
+-m_h (i - j). With a KV cache the new queries sit at positions cache length .. cache length + T - 1
+(the bias is aligned at the end of the keys, as the causal mask). One slope per query head, so
+grouped-query attention needs nothing more: the scores are (B, n_head, Tq, Tk) either way.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from scratchformer.nn.hooks import HookPoint
 from scratchformer.nn.layers import Linear
 from scratchformer.nn.module import DEFAULT_DTYPE, Module, Parameter
 from scratchformer.ops import (
+    alibi_bias,
     attention_backward,
     attention_forward,
     linear_backward_into,
@@ -105,12 +112,18 @@ class MultiHeadAttention(Module):
     rope_theta: None (default) for no positions inside attention; a base such as 10000.0 for
     rotary position embeddings on self-attention (head_size must then be even).
     n_kv_head: key/value heads of self-attention (None: n_head); must divide n_head.
+    alibi: ALiBi's linear biases on causal self-attention's scores (the forward must then be
+    called with causal=True; no parameters, nothing to load).
     """
 
     def __init__(self, n_embd: int, n_head: int, bias: bool = True, dropout: float = 0.0,
-                 dtype=DEFAULT_DTYPE, rng=None, rope_theta: float | None = None, n_kv_head: int | None = None):
+                 dtype=DEFAULT_DTYPE, rng=None, rope_theta: float | None = None, n_kv_head: int | None = None,
+                 alibi: bool = False):
         super().__init__()
         check_heads(n_embd, n_head)
+        if not isinstance(alibi, bool):
+            raise ConfigError(f"alibi must be True or False, got {alibi!r}")
+        self.alibi = alibi
         check_probability("dropout", dropout)
         self.n_embd, self.n_head, self.head_size = n_embd, n_head, n_embd // n_head
         if rope_theta is not None and (self.head_size % 2 or not rope_theta > 0):
@@ -153,9 +166,12 @@ class MultiHeadAttention(Module):
         check_float_array(x, "attention input x", ndim=3, last_dim=self.n_embd)
         if x.shape[1] == 0:
             raise ShapeError(f"attention input x has 0 positions (shape {x.shape}): give at least one")
-        if context is not None and (self.rope_theta is not None or self.n_kv_head != self.n_head):
-            raise ShapeError("rotary positions and grouped-query attention apply to self-attention only: "
-                             "build the cross-attention with rope_theta=None and n_kv_head=None")
+        if context is not None and (self.rope_theta is not None or self.n_kv_head != self.n_head or self.alibi):
+            raise ShapeError("rotary positions, ALiBi and grouped-query attention apply to self-attention only: "
+                             "build the cross-attention with rope_theta=None, n_kv_head=None and alibi=False")
+        if self.alibi and not causal:
+            raise ShapeError("ALiBi's biases -m (i - j) are defined for causal self-attention (keys j <= i): "
+                             "call it with causal=True, or build it with alibi=False")
         if context is not None:
             check_float_array(context, "attention context", ndim=3, last_dim=self.n_embd)
             if context.shape[1] == 0:
@@ -177,6 +193,12 @@ class MultiHeadAttention(Module):
             cos, sin = rope_tables(offset, T, self.head_size, self.rope_theta, q.dtype)  # (T, head_size)
             q, k = rope_forward(q, cos, sin), rope_forward(k, cos, sin)
         return q, k, v
+
+    def score_bias(self, Tq: int, Tk: int, dtype=DEFAULT_DTYPE) -> np.ndarray | None:
+        """What self-attention adds to its scaled scores q k^T / sqrt(d) for Tq queries at the
+        last Tq of Tk positions: ALiBi's (n_head, Tq, Tk) read-only bias, or None (no bias). A
+        tool that recomputes a head's weights from `self_qkv` adds this to get the model's own."""
+        return alibi_bias(self.n_head, Tq, Tk, dtype) if self.alibi else None
 
     def expand_kv(self, t: np.ndarray) -> np.ndarray:
         """(B, n_kv_head, T, hs) -> (B, n_head, T, hs): each key/value head repeated for its group
@@ -215,8 +237,10 @@ class MultiHeadAttention(Module):
                     kv_cache.store(k, v)
         # big weights are not kept for the backward in training mode: it recomputes them
         keep = not self.training or weights_nbytes(q, k) <= KEEP_WEIGHTS_BYTES
+        # ALiBi (self-attention only): queries at positions offset .. offset + Tq - 1 of the Tk keys
+        bias = self.score_bias(q.shape[2], k.shape[2], q.dtype) if context is None else None
         out, att_cache = attention_forward(q, k, v, mask=mask, causal=causal, dropout_p=self.dropout_p, rng=self.rng,
-                                           training=self.training, keep_weights=keep)
+                                           training=self.training, keep_weights=keep, bias=bias)
         if self.hook_pattern.active:
             out = self._hook_pattern(att_cache, v, out)
         self.attn_weights = att_cache["weights"]

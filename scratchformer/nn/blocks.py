@@ -90,17 +90,18 @@ class DecoderBlock(Module):
     `cache`: a list of KVCache (one per attention) for incremental decoding in eval mode.
     normalization: "layernorm" or "rmsnorm"; rope_theta: rotary positions in the self-attention
     (None: none, the positions come from the input); n_kv_head: the self-attention's key/value
-    heads (None: n_head; fewer: grouped-query attention); see `MultiHeadAttention`.
+    heads (None: n_head; fewer: grouped-query attention); alibi: ALiBi's linear biases on the
+    self-attention's scores (positions without a table); see `MultiHeadAttention`.
     """
 
     def __init__(self, n_embd: int, n_head: int, n_inner: int, dropout: float = 0.0,
                  activation: str = "gelu", norm_first: bool = True, cross_attention: bool = True,
                  eps: float = 1e-5, bias: bool = True, dtype=DEFAULT_DTYPE, normalization: str = "layernorm",
-                 rope_theta: float | None = None, n_kv_head: int | None = None):
+                 rope_theta: float | None = None, n_kv_head: int | None = None, alibi: bool = False):
         super().__init__()
         self.norm_first, self.cross_attention = norm_first, cross_attention
         self.self_attn = MultiHeadAttention(n_embd, n_head, bias=bias, dropout=dropout, dtype=dtype,
-                                            rope_theta=rope_theta, n_kv_head=n_kv_head)
+                                            rope_theta=rope_theta, n_kv_head=n_kv_head, alibi=alibi)
         self.attn_norm = make_norm(normalization, n_embd, eps, bias, dtype)
         self.attn_dropout = Dropout(dropout)
         if cross_attention:

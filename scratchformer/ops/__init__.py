@@ -14,6 +14,7 @@ from scratchformer.ops.activations import (
     relu_backward,
     relu_forward,
 )
+from scratchformer.ops.alibi import alibi_bias, alibi_slopes
 from scratchformer.ops.attention import attention_backward, attention_forward, attention_mask, causal_mask
 from scratchformer.ops.dropout import dropout_backward, dropout_forward
 from scratchformer.ops.layernorm import layernorm_backward, layernorm_forward
@@ -40,6 +41,8 @@ __all__ = [
     "gelu_tanh_forward",
     "relu_backward",
     "relu_forward",
+    "alibi_bias",
+    "alibi_slopes",
     "attention_backward",
     "attention_forward",
     "attention_mask",

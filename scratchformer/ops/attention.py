@@ -10,8 +10,15 @@ texts, the ten-part NumPy series among them, write the opposite, 1 = masked (hid
 mask passed as it is would attend only to the keys it meant to hide. `attention_forward` takes
 that convention when asked by name: `mask_means="masked"`.
 
+An additive bias on the scores (`bias=`, broadcastable to (B, H, Tq, Tk); ALiBi's, see
+ops/alibi.py) enters after the scale: scores = q k^T / sqrt(d) + bias. It is a constant, so the
+backward is unchanged: dscores passes through it to q and k as it is.
+
 Fast lane: `scratchformer/fast/attention.py` (the batch in cache-sized pieces, big weights
-recomputed in the backward instead of kept).
+recomputed in the backward instead of kept). A call with a bias takes the reference formula in
+both lanes: the fast form has no input for a bias, and one is not added to it here because a
+block option must not need a change in fast/ (the reference keeps the weights for the backward,
+as the fast lane does for any model below KEEP_WEIGHTS_BYTES a layer).
 """
 
 from __future__ import annotations
@@ -60,8 +67,10 @@ def attention_mask(mask: np.ndarray | None, causal: bool, Tq: int, Tk: int) -> n
 
 
 def attention_forward(q, k, v, mask=None, causal=False, dropout_p=0.0, rng=None, training=False,
-                      keep_weights=True, mask_means="attend"):
+                      keep_weights=True, mask_means="attend", bias=None):
     """q: (B, H, Tq, d); k, v: (B, H, Tk, d); mask: bool broadcastable to (B, H, Tq, Tk).
+    bias: None, or floats broadcastable to (B, H, Tq, Tk) added to the scaled scores (ALiBi's
+    (H, Tq, Tk), ops/alibi.py); a call with a bias runs the reference formula in either lane.
 
     mask_means: "attend" (the default): True = may attend. "masked": the ten-part NumPy
     series' convention, True or 1 = hidden, 0 = may attend (bool, or integers 0/1).
@@ -79,11 +88,15 @@ def attention_forward(q, k, v, mask=None, causal=False, dropout_p=0.0, rng=None,
     if k.shape[-1] != d or k.shape[:-2] != v.shape[:-2] or k.shape[-2] != v.shape[-2]:
         raise ShapeError(f"attention: incompatible q {q.shape}, k {k.shape}, v {v.shape}")
     allowed = attention_mask(mask, causal, Tq, Tk)  # None: every key visible
-    if fast.enabled:
+    if bias is not None:
+        bias = _check_bias(bias, Tq, Tk)
+    if fast.enabled and bias is None:  # the fast form takes no bias (see the module docstring)
         hidden = None if allowed is None else ~allowed
         drop = functools.partial(dropout_forward, p=dropout_p, rng=rng, training=training)
         return fast_attention.attention_forward(q, k, v, hidden, drop, keep_weights)
     scores = q @ k.swapaxes(-1, -2) / math.sqrt(d)  # (B, H, Tq, Tk)
+    if bias is not None:
+        scores = scores + bias  # a constant: d(scores + bias) / d(scores) = 1, nothing in the backward
     if allowed is not None:
         scores = np.where(allowed, scores, -np.inf)  # a hidden key gets exp(-inf) = 0
     # softmax over the keys
@@ -95,6 +108,20 @@ def attention_forward(q, k, v, mask=None, causal=False, dropout_p=0.0, rng=None,
     dropped, drop_mask = dropout_forward(weights, dropout_p, rng, training)
     out = dropped @ v  # (B, H, Tq, d)
     return out, dict(q=q, k=k, v=v, weights=weights, drop_mask=drop_mask)
+
+
+def _check_bias(bias, Tq: int, Tk: int) -> np.ndarray:
+    """An additive score bias: floats broadcastable to (B, H, Tq, Tk), or a clear error."""
+    bias = np.asarray(bias)
+    if not np.issubdtype(bias.dtype, np.floating):
+        raise DTypeError(f"attention bias must hold floats (added to the scores), got dtype {bias.dtype}")
+    try:
+        fits = bias.ndim <= 4 and np.broadcast_shapes(bias.shape[-2:], (Tq, Tk)) == (Tq, Tk)
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ShapeError(f"attention bias of shape {bias.shape} does not broadcast to (B, H, {Tq}, {Tk})")
+    return bias
 
 
 def _from_masked_convention(mask, mask_means: str):
