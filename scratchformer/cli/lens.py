@@ -76,7 +76,7 @@ def _vocab_id(labels: list[str], target: str) -> int:
 
 def _run_report(job, args) -> dict:
     from scratchformer import lens
-    from scratchformer.lens.parts import family
+    from scratchformer.lens.parts import family, unembedding
 
     model = job.model.to(np.float64)  # the checks are exact in float64
     v = job.viz_inputs(args.text)
@@ -89,9 +89,9 @@ def _run_report(job, args) -> dict:
         from scratchformer.inference.beam import greedy_decode
 
         out = greedy_decode(model, ids)[0]  # the model's own answer, ending in EOS
-        c = model.config
-        tgt_out = np.concatenate([out[out != c.pad_id]])[None]
-        tgt_in = np.concatenate([[c.bos_id], tgt_out[0, :-1]])[None]
+        ids_of = model.decoding_sizes()  # pad_id, bos_id
+        tgt_out = np.concatenate([out[out != ids_of["pad_id"]]])[None]
+        tgt_in = np.concatenate([[ids_of["bos_id"]], tgt_out[0, :-1]])[None]
         inputs, loss_inputs = (ids, tgt_in), (ids, tgt_in, tgt_out)
         report["answer"] = [labels[i] for i in tgt_out[0]]
     else:  # classifier
@@ -111,7 +111,7 @@ def _run_report(job, args) -> dict:
                                 "prob": ll.top_probs[:, :, 0].round(4).tolist(),
                                 "positions": tokens if kind == "gpt" else ["<bos>"] + report["answer"][:-1]}
         report["checks"].append(str(ll.check))
-        if model.config.norm_first:
+        if unembedding(model).pre_norm:  # attribution needs the stream to be a sum of its parts
             dla = lens.direct_logit_attribution(model, inputs, target)
             order = np.argsort(-np.abs(dla.contributions))[:TOP_HEADS]
             report["attribution"] = [[dla.labels[i], round(float(dla.contributions[i]), 5)] for i in order]
