@@ -307,6 +307,20 @@ def test_compare_init_says_in_one_line_when_the_initial_weights_are_gone(llama_d
     assert len(err.splitlines()) == 1 and "no initial weights" in err and "Traceback" not in err
 
 
+def test_lens_reads_a_hugging_face_directory(llama_dir, capsys):
+    """case 5: `lens --hf DIR` explains a Llama directory (rotary, RMSNorm) with every check ok;
+    the directory given as a run is refused in one line that names --hf."""
+    from scratchformer.cli.main import main
+
+    path, _ = llama_dir
+    assert main(["lens", "--hf", str(path), "--text", "the cat sat", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert '"attribution"' in out and "FAILED" not in out and out.count(" ok") >= 4
+    assert main(["lens", str(path), "--text", "the cat"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"lens --hf {path}" in err
+
+
 def test_no_tool_maps_a_family_to_attribute_names():
     """Family knowledge lives on the model classes: outside models/, interop/ and nn/ no file
     names a model's attributes (lm_head, ln_f, a GPT's h, ...) or compares class names."""

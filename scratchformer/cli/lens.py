@@ -1,6 +1,7 @@
 """`scratchformer lens`: experiments inside a trained run (or the installed MiniLM) on one input.
 
     scratchformer lens RUN_DIR --text TEXT [--target TOKEN] [--corrupt TEXT] [--json]
+    scratchformer lens --hf HF_DIR --text TEXT [...]       (a Hugging Face GPT-2 or Llama directory)
     scratchformer lens --bert [PATH] --text TEXT --text2 TEXT [--json]
 
 Prints the logit-lens table, the heads whose ablation changes the loss most, the saliency of
@@ -34,6 +35,9 @@ def add_parser(sub) -> None:
                                      "(default: no patching)")
     p.add_argument("--bert", nargs="?", const="", metavar="PATH",
                    help="a BERT directory instead of a run; no PATH: the installed all-MiniLM-L6-v2")
+    p.add_argument("--hf", metavar="HF_DIR",
+                   help="a Hugging Face GPT-2 or Llama directory (config.json, model.safetensors, tokenizer.json "
+                        "or vocab.json + merges.txt) instead of a run (default: none)")
     p.add_argument("--text2", help="with --bert: the second sentence (required)")
     p.add_argument("--show", action="append", metavar="NAME",
                    help="also print the activation NAME (docs/lens.md; '*' allowed, repeatable) on --text "
@@ -46,8 +50,8 @@ def cmd_lens(args) -> int:
     if args.steps < 1:
         raise CLIError(f"--steps must be at least 1, got {args.steps}")
     if args.bert is not None:
-        if args.dir is not None:
-            raise CLIError(f"give a run directory ({args.dir}) or --bert, not both")
+        if args.dir is not None or args.hf is not None:
+            raise CLIError("give a run directory, --hf or --bert, not two of them")
         if not args.text or not args.text2:
             raise CLIError('--bert needs --text and --text2, e.g. --text "A cat sits." --text2 "A dog sits."')
         if args.show or args.target or args.corrupt:
@@ -56,14 +60,40 @@ def cmd_lens(args) -> int:
     else:
         if args.text2 is not None:
             raise CLIError("--text2 applies to --bert only")
-        from pathlib import Path
-
-        from scratchformer.training.jobs import load_job
-
-        job = load_job(Path(args.dir or "out/names"))
-        report = _run_report(job, args)
+        report = _run_report(_job(args), args)
     print(json.dumps(report, indent=1) if args.json else _text(report))
     return 0
+
+
+def _job(args):
+    """The run directory's job, or (--hf) a language-model job around a Hugging Face directory."""
+    from pathlib import Path
+
+    from scratchformer.training.jobs import load_job
+
+    if args.hf is not None:
+        from scratchformer.interop.hf_lm import load_hf_causal_lm
+        from scratchformer.training.lm import LMJob
+
+        if args.dir is not None:
+            raise CLIError(f"give either a run directory ({args.dir}) or --hf {args.hf}, not both")
+        model, tokenizer = load_hf_causal_lm(args.hf)
+        return LMJob(model, None, {"path": None, "format": "text"}, tokenizer)
+    run = Path(args.dir or "out/names")
+    if (run / "config.json").is_file() and not (run / "trainer_state.json").exists() and _is_hf_dir(run):
+        raise CLIError(f"{run} is a Hugging Face model directory, not a run: use 'scratchformer lens --hf {run}'")
+    return load_job(run)
+
+
+def _is_hf_dir(path) -> bool:
+    from scratchformer.errors import CheckpointError
+    from scratchformer.interop.hf_files import read_json
+
+    try:
+        cfg = read_json(path / "config.json", error=CheckpointError)
+    except CheckpointError:
+        return False
+    return isinstance(cfg, dict) and "model_type" in cfg and "kind" not in cfg
 
 
 # -- the experiments ------------------------------------------------------------------------------
