@@ -158,6 +158,20 @@ def test_every_family_answers_the_contract():
     assert models[1].unembedding() is None and models[2].unembedding().prefix == "decoder."
 
 
+def test_beam_search_asks_the_model_for_its_decoding_sizes():
+    """The beam's memory comes from the model's decoding_sizes(); a model without the
+    encoder-decoder decoding API is refused in one line, not an AttributeError."""
+    from scratchformer.inference.beam import beam_bytes, check_beam_width, greedy_decode
+
+    _, gpt, _, _ = next(families())
+    s2s = [m for name, m, _, _ in families() if name == "seq2seq"][0]
+    small, wide = beam_bytes(s2s, 1, 2, 5, 5), beam_bytes(s2s, 1, 4, 5, 5)
+    assert wide == 2 * small > 0
+    for call in (lambda: check_beam_width(2, gpt), lambda: greedy_decode(gpt, np.array([[1, 2]]))):
+        with pytest.raises(ConfigError, match="encoder-decoder"):
+            call()
+
+
 def test_the_lens_studies_a_subclass_of_gpt_as_a_gpt():
     """No class-name strings: `class MyGPT(GPT)` has the GPT's hook names and analyses."""
     from scratchformer import lens

@@ -133,6 +133,7 @@ class Model(Module):
 
     _targets_name: str | None = "targets"  # how forward calls its targets (None: it has no loss)
     family: ClassVar[str] = ""  # "gpt" | "classifier" | "seq2seq" | "bert" | "sentence_classifier"
+    config_class: ClassVar[type]  # the config a constructor takes (GPTConfig, ...): its from_dict reads config.json
     decodes: ClassVar[bool] = False  # the encoder-decoder decoding API (inference/beam.py)
 
     # -- the parts every tool asks for (see the module docstring) ------------------------------
