@@ -141,8 +141,10 @@ def _pretrained_start(path: Path, trained):
         raise CLIError(f"{none}, which is not there any more: there are no initial weights to draw (restore the "
                        "directory, or leave out --compare-init)")
     model, _ = load_hf_causal_lm(path)
-    shapes = {n: v.shape for n, v in model.state_dict().items()}
-    if model.config.to_dict() != trained.config.to_dict() or shapes != {n: v.shape for n, v in trained.state_dict().items()}:
+    def shapes(m):
+        return {n: v.shape for n, v in m.state_dict().items()}
+
+    if model.config.to_dict() != trained.config.to_dict() or shapes(model) != shapes(trained):
         raise CLIError(f"{none}, which now holds a different model: there are no initial weights to draw (restore "
                        "the directory, or leave out --compare-init)")
     return model

@@ -202,8 +202,9 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
     add("residual_variance", "Residual against attention output",
         "Per position, the variance of the stream entering block 0 and of what its attention adds to it.",
         lambda: C.residual_variance(tr.residual[0], tr.attn_update[0], att_tokens))
-    first = model.block_parts(T.blocks(model)[0])  # the feed-forward's input: ff_norm's output (pre-norm),
-    ff_in = dict((name, y) for name, _, y in tr.layernorms)["0.ff_norm" if first.norm_first else "0.attn_norm"]  # attn_norm's (post-norm)
+    # the feed-forward's input: ff_norm's output (pre-norm), attn_norm's (post-norm)
+    first = model.block_parts(T.blocks(model)[0])
+    ff_in = dict((name, y) for name, _, y in tr.layernorms)["0.ff_norm" if first.norm_first else "0.attn_norm"]
     add("ff_scatter", "Feed-forward input against output",
         "Block 0's feed-forward, channel by channel: each point a token. A straight line would be a linear map.",
         lambda: C.ff_scatter(ff_in, tr.ff_update[0]))
