@@ -9,13 +9,14 @@ address-space limit (`ulimit -v`, RLIMIT_AS) less what it has mapped.
 
     memory_limits()                     {name of the limit: bytes left under it}
     available_memory()                  the smallest of them, or None if none is known
-    gpt_param_count(config)             parameters of a GPT config (dict or GPTConfig)
+    Sizes, model_sizes(config, cls)     what a model class says of a config: parameters, layers, width...
+    param_count_bound(config, cls)      its parameters, counted by the model class
     training_state_bytes(n_params)      weights + grads + AdamW's two moments
     activation_bytes(...)               one training micro-batch's forward cache
     generation_bytes(...)               a batch of generations: KV cache + logits
     check_fits(nbytes, what, option)    ResourceError naming `option` if it does not fit
     check_line_lengths(lines, path)     DataError naming the first line that is too long
-    check_model_fits(config, ...)       before building a model (any kind) from its config
+    check_model_fits(config, cls, ...)  before building a model (any kind) from its config
     check_training_fits(model, B, W)    before the first training step: state + one batch + W processes
     check_text_fits(nbytes, source)     before reading a data file: TEXT_BYTES_PER_BYTE of memory each
     model_flops_per_token(model)        6N + 12 L C T (nanoGPT's estimate), for MFU
@@ -27,6 +28,7 @@ from __future__ import annotations
 import os
 import time
 from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 
@@ -118,21 +120,34 @@ def available_memory() -> int | None:
     return min(memory_limits().values(), default=None)
 
 
-def _get(config, name: str, default=None):
-    """A field of a config given as a dataclass or as a plain dict (config.json's "model")."""
-    return config.get(name, default) if isinstance(config, dict) else getattr(config, name, default)
+class Sizes(NamedTuple):
+    """What the estimates need of a model, from its config alone: each model class answers
+    `ModelClass.sizes(config)` (models/base.py), so nothing here knows a family's fields.
+
+    params: the parameters its constructor builds; n_layer: attention layers (an
+    encoder-decoder's cross-attentions counted as layers too); n_embd: width; n_head: heads;
+    context: the longest sequence; vocab: the output (and input) vocabulary rows."""
+
+    params: int
+    n_layer: int
+    n_embd: int
+    n_head: int
+    context: int
+    vocab: int
 
 
-def gpt_param_count(config) -> int:
-    """Parameters of a GPT (upper bound: counts biases and an untied head when unsure)."""
-    V, T, L, C = (int(_get(config, k)) for k in ("vocab_size", "block_size", "n_layer", "n_embd"))
-    H = int(_get(config, "n_inner") or 4 * C)
-    per_block = 4 * C * C + 4 * C      # attention: q, k, v, output projections (+ biases)
-    per_block += 2 * C * H + H + C     # feed-forward: C -> H -> C (+ biases)
-    per_block += 4 * C                 # two LayerNorms: weight and bias
-    embeddings = V * C + T * C         # token table + learned positions
-    head = 0 if _get(config, "tie_weights", False) else C * V
-    return embeddings + L * per_block + 2 * C + head
+def model_sizes(config, model_class) -> Sizes:
+    """`model_class.sizes(config)`; config: the class's config object, or its dict
+    (config.json's "model", read with the config class's `from_dict`)."""
+    if isinstance(config, dict):
+        config = model_class.config_class.from_dict(config)
+    return model_class.sizes(config)
+
+
+def param_count_bound(config, model_class) -> int:
+    """Parameters of a model of `model_class` built from `config` (a config or its dict),
+    counted by the class from the shapes its constructor builds."""
+    return model_sizes(config, model_class).params
 
 
 def training_state_bytes(n_params: int, itemsize: int = FLOAT_BYTES) -> int:
@@ -197,43 +212,12 @@ def check_line_lengths(lines, path, limit: int = MAX_LINE_CHARS, option: str = "
                             f"{limit:,}): shorten it, or train on the file with {option}")
 
 
-def _dims(config) -> tuple[int, int, int, int, int]:
-    """(layers, width, heads, sequence length, vocabulary) of any model config: a GPT's
-    block_size or a task model's max_len; an encoder-decoder counts both stacks; a BERT
-    classifier (Hugging Face names) its max_length."""
-    if _get(config, "hidden_size") is not None:
-        return (int(_get(config, "num_hidden_layers")), int(_get(config, "hidden_size")),
-                int(_get(config, "num_attention_heads")), int(_get(config, "max_length")),
-                int(_get(config, "vocab_size")))
-    C, heads = int(_get(config, "n_embd")), int(_get(config, "n_head"))
-    T = int(_get(config, "block_size") or _get(config, "max_len"))
-    V = int(_get(config, "vocab_size") or 0) + int(_get(config, "tgt_vocab_size") or 0)
-    L = int(_get(config, "n_layer"))
-    if _get(config, "tgt_vocab_size") is not None:  # encoder + decoder (cross-attention: count it twice)
-        L = int(_get(config, "n_encoder_layers") or L) + 2 * int(_get(config, "n_decoder_layers") or L)
-        V += int(_get(config, "src_vocab_size") or 0)
-    return L, C, heads, T, max(V, 1)
-
-
-def param_count_bound(config) -> int:
-    """Parameters of any model config (GPT exactly as gpt_param_count; the task models with
-    the same per-block count, an upper bound; a BERT classifier with its whole position table,
-    its token types and its head)."""
-    L, C, _, T, V = _dims(config)
-    H = int(_get(config, "n_inner") or _get(config, "intermediate_size") or 4 * C)
-    tied, bert_extra = _get(config, "tie_weights", False), 0
-    if _get(config, "hidden_size") is not None:  # a BERT classifier: no vocabulary head, a longer position table
-        T = int(_get(config, "max_position_embeddings") or T)  # (T was the texts' max_length)
-        tied = True
-        bert_extra = int(_get(config, "type_vocab_size") or 2) * C + (C + 1) * len(_get(config, "labels") or ())
-    return bert_extra + gpt_param_count({"vocab_size": V, "block_size": T, "n_layer": L, "n_embd": C, "n_inner": H,
-                                         "tie_weights": tied})
-
-
-def check_model_fits(config, training: bool, option: str = "--n-embd, --n-layer or --block-size") -> None:
-    """Before building a model: its weights (and, when training, gradients and AdamW moments)."""
-    n = param_count_bound(config)
-    nbytes = (training_state_bytes(n) if training else n * FLOAT_BYTES) + _dims(config)[0] * LAYER_OVERHEAD_BYTES
+def check_model_fits(config, model_class, training: bool, option: str = "--n-embd, --n-layer or --block-size") -> None:
+    """Before building a model of `model_class` from `config`: its weights (and, when training,
+    gradients and AdamW moments)."""
+    sizes = model_sizes(config, model_class)
+    n = sizes.params
+    nbytes = (training_state_bytes(n) if training else n * FLOAT_BYTES) + sizes.n_layer * LAYER_OVERHEAD_BYTES
     check_fits(nbytes, f"a model of about {n:,} parameters" + (" with its training state" if training else ""),
                option)
 
@@ -241,7 +225,7 @@ def check_model_fits(config, training: bool, option: str = "--n-embd, --n-layer 
 def check_training_fits(model, batch_size: int, workers: int = 1) -> None:
     """Before the first step: the training state of `model` plus one micro-batch's activations
     (split over the processes, the same in all) plus each further process's own overhead."""
-    L, C, heads, T, V = _dims(model.config)
+    _, L, C, heads, T, V = type(model).sizes(model.config)
     state = 3 * model.num_parameters() * FLOAT_BYTES  # gradients and AdamW's m, v (the weights exist)
     processes = "" if workers == 1 else f" in {workers} processes"
     check_fits(state + activation_bytes(batch_size, T, L, C, heads, V) + (workers - 1) * PROCESS_BYTES,
@@ -259,7 +243,7 @@ def model_flops_per_token(model) -> float:
     """FLOPs of one training token, forward and backward: 6 per parameter plus attention's
     12 * layers * width * context (nanoGPT's estimate_mfu; the context is the model's
     maximum, so short names over-count the attention term)."""
-    L, C, _, T, _ = _dims(model.config)
+    _, L, C, _, T, _ = type(model).sizes(model.config)
     return 6.0 * model.num_parameters() + 12.0 * L * C * T
 
 

@@ -7,7 +7,7 @@ import pytest
 from scratchformer.data.bundled import resolve_data
 from scratchformer.errors import DataError, ResourceError
 from scratchformer.limits import (activation_bytes, available_memory, check_fits, check_line_lengths,
-                                  check_model_fits, generation_bytes, gpt_param_count, model_flops_per_token,
+                                  check_model_fits, generation_bytes, model_flops_per_token,
                                   param_count_bound, training_state_bytes)
 from scratchformer.models.gpt import GPT, GPTConfig
 
@@ -17,39 +17,53 @@ def test_available_memory_is_a_plausible_number():
     assert avail is None or 2**20 < avail < 2**50
 
 
-@pytest.mark.parametrize("kw", [dict(), dict(tie_weights=True), dict(n_inner=40, bias=False)])
-def test_param_count_bounds_the_real_model_closely(kw):
-    cfg = GPTConfig(vocab_size=27, block_size=16, n_layer=2, n_head=2, n_embd=8, **kw)
+GPT_CONFIGS = [dict(), dict(tie_weights=True), dict(n_inner=40, bias=False),
+               # Llama blocks: SwiGLU's third matrix, grouped-query key/value heads, RMSNorm, no biases
+               dict(positional="rope", normalization="rmsnorm", activation="swiglu", bias=False, n_head=4,
+                    n_kv_head=2, tie_weights=False),
+               dict(positional="sinusoidal", activation="swiglu", n_kv_head=1, norm_first=False)]
+
+
+@pytest.mark.parametrize("kw", GPT_CONFIGS)
+def test_param_count_is_the_real_models_count(kw):
+    """The class counts the parameters its constructor builds, exactly, from the config alone
+    (the old count knew neither SwiGLU's third matrix nor grouped-query attention)."""
+    cfg = GPTConfig(**{**dict(vocab_size=27, block_size=16, n_layer=2, n_head=2, n_embd=8), **kw})
     real = GPT(cfg).num_parameters()
-    est = gpt_param_count(cfg)
-    assert real <= est <= 1.1 * real + 100
-    assert gpt_param_count({**vars(cfg)}) == est  # a config.json "model" dict works too
+    assert GPT.param_count(cfg) == real
+    assert param_count_bound(cfg, GPT) == real
+    assert param_count_bound(cfg.to_dict(), GPT) == real  # a config.json "model" dict works too
 
 
-def test_task_model_bound_is_an_upper_bound_within_a_small_factor():
+def test_task_model_counts_are_exact():
     from scratchformer.models import ClassifierConfig, Seq2SeqConfig, Seq2SeqTransformer, TransformerClassifier
 
     for model in (TransformerClassifier(ClassifierConfig(vocab_size=3, n_classes=3, max_len=8, n_layer=2, n_head=2,
                                                          n_embd=16)),
+                  TransformerClassifier(ClassifierConfig(vocab_size=3, n_classes=3, max_len=8, n_layer=1, n_head=2,
+                                                         n_embd=16, pooling="cls", positional="learned",
+                                                         norm_first=False)),
                   Seq2SeqTransformer(Seq2SeqConfig(src_vocab_size=13, tgt_vocab_size=13, max_len=13, n_layer=2,
-                                                   n_head=2, n_embd=16, share_embeddings=True))):
-        real, bound = model.num_parameters(), param_count_bound(model.config)
-        assert real <= bound <= 3 * real, (type(model).__name__, real, bound)
-        assert param_count_bound(model.config.to_dict()) == bound  # config.json's "model" dict too
+                                                   n_head=2, n_embd=16, share_embeddings=True)),
+                  Seq2SeqTransformer(Seq2SeqConfig(src_vocab_size=13, tgt_vocab_size=11, max_len=13, n_layer=1,
+                                                   n_decoder_layers=2, n_head=2, n_embd=16, norm_first=False))):
+        real = model.num_parameters()
+        assert param_count_bound(model.config, type(model)) == real, type(model).__name__
+        assert param_count_bound(model.config.to_dict(), type(model)) == real  # config.json's "model" dict too
 
 
 @pytest.mark.parametrize("vocab_size,max_length", [(79, 192), (30522, 64), (79, 512)])
-def test_bert_classifier_bound_counts_the_whole_position_table_types_and_head(vocab_size, max_length):
+def test_bert_classifier_count_has_the_whole_position_table_types_and_head(vocab_size, max_length):
     """A character-level BERT (79 tokens) reads 192-token texts but holds 512 positions: the
-    bound must not stop at max_length, or its own checkpoint is refused as not matching."""
+    count must not stop at max_length, or its own checkpoint is refused as not matching."""
     from scratchformer.interop.bert import BertEncoder
     from scratchformer.interop.bert_classifier import BertClassifier, SentenceClassifierConfig
 
     cfg = SentenceClassifierConfig(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                                    intermediate_size=128, labels=list("abcdefgh"), max_length=max_length)
     real = BertClassifier(BertEncoder(cfg.bert_config()), cfg.num_classes).num_parameters()
-    bound = param_count_bound(cfg.to_dict())
-    assert real <= bound <= 1.01 * real + 100, (real, bound)
+    assert param_count_bound(cfg.to_dict(), BertClassifier) == real
+    assert BertEncoder.param_count(cfg.bert_config()) == BertEncoder(cfg.bert_config()).num_parameters()
 
 
 def test_model_check_names_the_options_and_flops_follow_nanogpt(monkeypatch):
@@ -57,9 +71,9 @@ def test_model_check_names_the_options_and_flops_follow_nanogpt(monkeypatch):
 
     cfg = GPTConfig(vocab_size=27, block_size=16, n_layer=2, n_head=2, n_embd=8)
     monkeypatch.setattr(limits, "memory_limits", lambda: {"the machine's available memory": 10**9})
-    check_model_fits(cfg, training=True)
+    check_model_fits(cfg, GPT, training=True)
     with pytest.raises(ResourceError, match=r"model of about .* parameters with its training state .*lower --n-embd"):
-        check_model_fits({**cfg.to_dict(), "n_embd": 2**16}, training=True)
+        check_model_fits({**cfg.to_dict(), "n_embd": 2**16}, GPT, training=True)
     model = GPT(cfg)
     assert model_flops_per_token(model) == 6 * model.num_parameters() + 12 * 2 * 8 * 16
 

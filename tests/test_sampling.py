@@ -306,7 +306,7 @@ def test_beam_that_cannot_fit_in_memory_is_refused_before_decoding(monkeypatch):
     from scratchformer.inference.beam import beam_bytes
 
     model = _tiny_seq2seq()
-    need = beam_bytes(model.config, 1, 64, 3, 8)
+    need = beam_bytes(model, 1, 64, 3, 8)
     monkeypatch.setattr(limits, "memory_limits", lambda: {"the machine's available memory": need})  # 90% of it is usable: too little
     with pytest.raises(ResourceError, match="beam_width"):
         beam_search(model, np.array([[1, 2, 3]]), beam_width=64)

@@ -176,7 +176,9 @@ def test_compare_init_draws_the_runs_initial_weights(tmp_path, capsys):
     assert main(["train", *settings, "--out", str(run)]) == 0
     fresh, _ = build_job("lines", {"n_layer": 1, "n_head": 2, "n_embd": 16}, {"seed": 7})  # what training started from
     job = load_job(run)
-    initial = _initial_model(run, job).state_dict()
+    initial_model, source = _initial_model(run, job)
+    assert source is None  # trained from scratch: the untrained model of its config and seed
+    initial = initial_model.state_dict()
     for name, value in fresh.model.state_dict().items():
         np.testing.assert_array_equal(initial[name], value, err_msg=name)
     assert any(not np.array_equal(initial[n], v) for n, v in job.model.state_dict().items())  # training moved them

@@ -1,6 +1,7 @@
 """`scratchformer lens`: experiments inside a trained run (or the installed MiniLM) on one input.
 
     scratchformer lens RUN_DIR --text TEXT [--target TOKEN] [--corrupt TEXT] [--json]
+    scratchformer lens --hf HF_DIR --text TEXT [...]       (a Hugging Face GPT-2 or Llama directory)
     scratchformer lens --bert [PATH] --text TEXT --text2 TEXT [--json]
 
 Prints the logit-lens table, the heads whose ablation changes the loss most, the saliency of
@@ -34,6 +35,9 @@ def add_parser(sub) -> None:
                                      "(default: no patching)")
     p.add_argument("--bert", nargs="?", const="", metavar="PATH",
                    help="a BERT directory instead of a run; no PATH: the installed all-MiniLM-L6-v2")
+    p.add_argument("--hf", metavar="HF_DIR",
+                   help="a Hugging Face GPT-2 or Llama directory (config.json, model.safetensors, tokenizer.json "
+                        "or vocab.json + merges.txt) instead of a run (default: none)")
     p.add_argument("--text2", help="with --bert: the second sentence (required)")
     p.add_argument("--show", action="append", metavar="NAME",
                    help="also print the activation NAME (docs/lens.md; '*' allowed, repeatable) on --text "
@@ -46,8 +50,8 @@ def cmd_lens(args) -> int:
     if args.steps < 1:
         raise CLIError(f"--steps must be at least 1, got {args.steps}")
     if args.bert is not None:
-        if args.dir is not None:
-            raise CLIError(f"give a run directory ({args.dir}) or --bert, not both")
+        if args.dir is not None or args.hf is not None:
+            raise CLIError("give a run directory, --hf or --bert, not two of them")
         if not args.text or not args.text2:
             raise CLIError('--bert needs --text and --text2, e.g. --text "A cat sits." --text2 "A dog sits."')
         if args.show or args.target or args.corrupt:
@@ -56,14 +60,40 @@ def cmd_lens(args) -> int:
     else:
         if args.text2 is not None:
             raise CLIError("--text2 applies to --bert only")
-        from pathlib import Path
-
-        from scratchformer.training.jobs import load_job
-
-        job = load_job(Path(args.dir or "out/names"))
-        report = _run_report(job, args)
+        report = _run_report(_job(args), args)
     print(json.dumps(report, indent=1) if args.json else _text(report))
     return 0
+
+
+def _job(args):
+    """The run directory's job, or (--hf) a language-model job around a Hugging Face directory."""
+    from pathlib import Path
+
+    from scratchformer.training.jobs import load_job
+
+    if args.hf is not None:
+        from scratchformer.interop.hf_lm import load_hf_causal_lm
+        from scratchformer.training.lm import LMJob
+
+        if args.dir is not None:
+            raise CLIError(f"give either a run directory ({args.dir}) or --hf {args.hf}, not both")
+        model, tokenizer = load_hf_causal_lm(args.hf)
+        return LMJob(model, None, {"path": None, "format": "text"}, tokenizer)
+    run = Path(args.dir or "out/names")
+    if (run / "config.json").is_file() and not (run / "trainer_state.json").exists() and _is_hf_dir(run):
+        raise CLIError(f"{run} is a Hugging Face model directory, not a run: use 'scratchformer lens --hf {run}'")
+    return load_job(run)
+
+
+def _is_hf_dir(path) -> bool:
+    from scratchformer.errors import CheckpointError
+    from scratchformer.interop.hf_files import read_json
+
+    try:
+        cfg = read_json(path / "config.json", error=CheckpointError)
+    except CheckpointError:
+        return False
+    return isinstance(cfg, dict) and "model_type" in cfg and "kind" not in cfg
 
 
 # -- the experiments ------------------------------------------------------------------------------
@@ -76,7 +106,7 @@ def _vocab_id(labels: list[str], target: str) -> int:
 
 def _run_report(job, args) -> dict:
     from scratchformer import lens
-    from scratchformer.lens.parts import family
+    from scratchformer.lens.parts import family, unembedding
 
     model = job.model.to(np.float64)  # the checks are exact in float64
     v = job.viz_inputs(args.text)
@@ -89,9 +119,9 @@ def _run_report(job, args) -> dict:
         from scratchformer.inference.beam import greedy_decode
 
         out = greedy_decode(model, ids)[0]  # the model's own answer, ending in EOS
-        c = model.config
-        tgt_out = np.concatenate([out[out != c.pad_id]])[None]
-        tgt_in = np.concatenate([[c.bos_id], tgt_out[0, :-1]])[None]
+        ids_of = model.decoding_sizes()  # pad_id, bos_id
+        tgt_out = np.concatenate([out[out != ids_of["pad_id"]]])[None]
+        tgt_in = np.concatenate([[ids_of["bos_id"]], tgt_out[0, :-1]])[None]
         inputs, loss_inputs = (ids, tgt_in), (ids, tgt_in, tgt_out)
         report["answer"] = [labels[i] for i in tgt_out[0]]
     else:  # classifier
@@ -111,7 +141,7 @@ def _run_report(job, args) -> dict:
                                 "prob": ll.top_probs[:, :, 0].round(4).tolist(),
                                 "positions": tokens if kind == "gpt" else ["<bos>"] + report["answer"][:-1]}
         report["checks"].append(str(ll.check))
-        if model.config.norm_first:
+        if unembedding(model).pre_norm:  # attribution needs the stream to be a sum of its parts
             dla = lens.direct_logit_attribution(model, inputs, target)
             order = np.argsort(-np.abs(dla.contributions))[:TOP_HEADS]
             report["attribution"] = [[dla.labels[i], round(float(dla.contributions[i]), 5)] for i in order]

@@ -614,11 +614,11 @@ def cmd_predict(args) -> int:
 
 def _check_beam(job, beam: int | None, batch: int) -> None:
     """Refuse a --beam whose search would not fit in memory, before decoding anything."""
-    config = job.model.config
-    if beam is not None and hasattr(config, "tgt_vocab_size"):  # other models refuse --beam themselves
+    if beam is not None and job.model.decodes:  # other models refuse --beam themselves
         from scratchformer.inference.beam import check_beam_width
 
-        check_beam_width(beam, job.model, batch, config.max_len, config.max_len, name="--beam")
+        max_len = job.model.decoding_sizes()["max_len"]
+        check_beam_width(beam, job.model, batch, max_len, max_len, name="--beam")
 
 def cmd_embed(args) -> int:
     from scratchformer.interop import SentenceEncoder

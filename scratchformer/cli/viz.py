@@ -45,7 +45,8 @@ def add_parser(sub) -> None:
                         "no PATH: the installed all-MiniLM-L6-v2")
     v.add_argument("--compare-init", action="store_true",
                    help="also draw the attention grid, positions, embedding PCA and residual stream of the run's "
-                        "untrained model (its config and seed: the initial weights) as NAME_init.png (default: off)")
+                        "initial weights as NAME_init.png: its untrained model (its config and seed), or the "
+                        "pretrained directory an --init-from run started from (default: off)")
     v.add_argument("--all", action="store_true",
                    help="draw every figure that applies (default: those among " + ", ".join(DEFAULT_FIGURES)
                         + " that apply to the model)")
@@ -108,20 +109,45 @@ def _report_run(run: Path, text: str | None, out: str | None, only, compare_init
     if compare_init and model is not job.model:
         raise CLIError("--compare-init needs a model trained from scratch; a fine-tuned classifier starts from "
                        "pretrained weights")
-    init_model = _initial_model(run, job) if compare_init else None
+    init_model, init_source = _initial_model(run, job) if compare_init else (None, None)
     return _into(out or root / "viz", lambda out_dir: report(model, out_dir, log=log if log.is_file() else None,
-                                                              only=only, init_model=init_model, **inputs))
+                                                              only=only, init_model=init_model,
+                                                              init_source=init_source, **inputs))
 
 
 def _initial_model(run: Path, job):
-    """The run's model before training: its config, built with the run's seed (as training did)."""
+    """(the run's model before training, what it is): for a run trained from scratch its config
+    built with the run's seed, as training did (what: None); for a run that started from a
+    pretrained directory (`train --init-from`), that directory's model, if it still holds the
+    run's configuration; CLIError in one line when the initial weights are not there."""
     from scratchformer.data import DEFAULT_SEED
     from scratchformer.training.checkpoint import load_checkpoint
     from scratchformer.training.jobs import checkpoint_dir
 
+    init_from = (job.config_dict().get("data") or {}).get("init_from")
+    if init_from is not None:
+        return _pretrained_start(Path(init_from), job.model), f"pretrained, {init_from}"
     saved = load_checkpoint(checkpoint_dir(run)).extra.get("train_config") or {}
     config = job.model.config
-    return type(job.model)(type(config).from_dict(config.to_dict()), seed=saved.get("seed", DEFAULT_SEED))
+    return type(job.model)(type(config).from_dict(config.to_dict()), seed=saved.get("seed", DEFAULT_SEED)), None
+
+
+def _pretrained_start(path: Path, trained):
+    """The pretrained model a --init-from run started from, read again from its directory."""
+    from scratchformer.interop.hf_lm import load_hf_causal_lm
+
+    none = f"--compare-init: this run started from the pretrained weights in {path}"
+    if not path.is_dir():
+        raise CLIError(f"{none}, which is not there any more: there are no initial weights to draw (restore the "
+                       "directory, or leave out --compare-init)")
+    model, _ = load_hf_causal_lm(path)
+    def shapes(m):
+        return {n: v.shape for n, v in m.state_dict().items()}
+
+    if model.config.to_dict() != trained.config.to_dict() or shapes(model) != shapes(trained):
+        raise CLIError(f"{none}, which now holds a different model: there are no initial weights to draw (restore "
+                       "the directory, or leave out --compare-init)")
+    return model
 
 
 def _writable(out) -> Path:

@@ -30,6 +30,8 @@ allocated, so an impossible width is a ConfigError or ResourceError, never a ker
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 
 from scratchformer.checks import check_int_in_range, check_token_ids
@@ -42,14 +44,23 @@ from scratchformer.ops import log_softmax_forward
 MAX_BEAM_WIDTH = 1024  # beyond a few dozen beams the search finds nothing new; each costs memory and time
 
 
-def beam_bytes(config, batch: int, beam_width: int, src_len: int, steps: int) -> int:
+def _decoding(model) -> SimpleNamespace:
+    """The model's decoding sizes and ids (`decoding_sizes()` of the models/base.py contract):
+    n_layer, n_embd, n_inner, vocab_size (the decoder's), src_vocab_size, max_len, bos_id,
+    eos_id, pad_id. ConfigError for a model without the encoder-decoder decoding API."""
+    if not getattr(model, "decodes", False):
+        raise ConfigError(f"greedy decoding and beam search drive encoder-decoder models (encode, decode_step); "
+                          f"a {type(model).__name__} has none")
+    return SimpleNamespace(**model.decoding_sizes())
+
+
+def beam_bytes(model, batch: int, beam_width: int, src_len: int, steps: int) -> int:
     """Upper bound of a beam search's memory: per beam, the repeated encoder memory and every
     decoder layer's self- and cross-attention keys and values (float32), the live and finished
     sequences (int64), the feed-forward activations, and the step's (k * V) candidate scores,
-    their log-softmax and argsort (float64 / int64)."""
-    C, V = config.n_embd, config.tgt_vocab_size
-    layers = getattr(config, "n_decoder_layers", None) or config.n_layer
-    hidden = getattr(config, "n_inner", None) or 4 * C
+    their log-softmax and argsort (float64 / int64). The sizes are the model's own answer."""
+    d = _decoding(model)
+    C, V, layers, hidden = d.n_embd, d.vocab_size, d.n_layer, d.n_inner
     per_beam = (4 * src_len * C                      # encoder memory, repeated per beam
                 + 4 * 2 * layers * (steps + src_len) * C  # self- and cross-attention K, V
                 + 8 * 6 * steps                      # live, finished and candidate sequences
@@ -68,14 +79,15 @@ def check_beam_width(beam_width, model=None, batch: int = 1, src_len: int = 1, s
     if not 1 <= beam_width <= MAX_BEAM_WIDTH:
         raise ConfigError(f"{name} must be in [1, {MAX_BEAM_WIDTH}], got {beam_width}")
     if model is not None:
-        check_fits(beam_bytes(model.config, batch, int(beam_width), src_len, steps),
+        check_fits(beam_bytes(model, batch, int(beam_width), src_len, steps),
                    f"a beam search of width {beam_width} over {batch} inputs", name)
     return int(beam_width)
 
 
 def _setup(model, src, max_new_tokens):
-    max_len = model.config.max_len
-    src = check_token_ids(src, "src", model.config.src_vocab_size, max_len=max_len)
+    d = _decoding(model)
+    max_len = d.max_len
+    src = check_token_ids(src, "src", d.src_vocab_size, max_len=max_len)
     n = max_len if max_new_tokens is None else max_new_tokens
     check_int_in_range("max_new_tokens", n, 1, max_len + 1)
     return src, n
@@ -96,13 +108,13 @@ def greedy_decode(model, src, max_new_tokens: int | None = None, return_scores: 
     src, n = _setup(model, src, max_new_tokens)
     with eval_mode(model):
         out, logp_sum, lengths = _greedy(model, src, n)
-    out = _trim(out, model.config.eos_id)
+    out = _trim(out, _decoding(model).eos_id)
     return (out, logp_sum / lengths.astype(np.float64) ** alpha) if return_scores else out
 
 
 def _greedy(model, src, n):
     """(ids (B, n), sum of log-probs (B,), lengths incl. EOS (B,)); the model is in eval mode."""
-    c = model.config
+    c = _decoding(model)
     B = src.shape[0]
     src_mask = model.src_mask(src)
     memory = model.encode(src, src_mask)
@@ -133,7 +145,7 @@ def sequence_scores(model, src, hyps, alpha: float = 0.6) -> np.ndarray:
     hyps: (B, L) as returned by the decoders; a row is scored up to and including its first
     EOS (or over all L tokens when it has none)."""
     src, hyps = np.asarray(src), np.asarray(hyps)
-    c = model.config
+    c = _decoding(model)
     B, _L = hyps.shape
     tgt_in = np.concatenate([np.full((B, 1), c.bos_id, dtype=hyps.dtype), hyps[:, :-1]], axis=1)
     with eval_mode(model):
@@ -164,7 +176,7 @@ def beam_search(model, src, beam_width: int = 4, max_new_tokens: int | None = No
     check_beam_width(k, model, *src.shape, n)
     if alpha < 0:
         raise ConfigError(f"alpha must be >= 0, got {alpha}")
-    c = model.config
+    c = _decoding(model)
     pad, eos = c.pad_id, c.eos_id
     B = src.shape[0]
     bk = np.arange(B)[:, None]

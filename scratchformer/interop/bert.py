@@ -36,7 +36,7 @@ from scratchformer.errors import CheckpointError, ConfigError, DataError
 from scratchformer.interop.hf_files import read_json, read_safetensors
 from scratchformer.limits import check_fits
 from scratchformer.nn.module import Module
-from scratchformer.models.base import Model
+from scratchformer.models.base import Model, Sizes
 
 __all__ = ["BertConfig", "BertEncoder", "load_hf_bert", "hf_to_scratch_state_dict"]
 
@@ -129,6 +129,8 @@ class BertEncoder(Model):
     """BERT's embeddings + post-norm encoder stack, returning the last hidden state."""
 
     _targets_name = None  # no loss: backward takes grad_output
+    family = "bert"
+    config_class = BertConfig
 
     def __init__(self, config: BertConfig, dtype=np.float32):
         super().__init__()
@@ -163,6 +165,32 @@ class BertEncoder(Model):
         except (ValueError, KeyError) as e:  # the core does not know this activation
             raise ConfigError(f"hidden_act={c.hidden_act!r}: {e}") from None
         self.eval()  # an inference model by default; .train() enables backward
+
+    # -- the model contract (models/base.py) ----------------------------------------------------
+    def stacks(self) -> dict[str, list]:
+        return {"": self.layers}
+
+    def token_embedding(self, prefix: str = ""):
+        return self.word_embeddings
+
+    def positions(self, prefix: str = ""):
+        return self.position_embeddings
+
+    def stack_input(self, ids: np.ndarray) -> np.ndarray:
+        return self.embed(ids)
+
+    def named_hook_points(self) -> dict:
+        return {"embed": self.hook_embed, "pos_embed": self.hook_pos_embed}
+
+    @classmethod
+    def param_count(cls, config: BertConfig) -> int:
+        return bert_param_count(config)
+
+    @classmethod
+    def sizes(cls, config: BertConfig) -> Sizes:
+        c = config
+        return Sizes(bert_param_count(c), c.num_hidden_layers, c.hidden_size, c.num_attention_heads,
+                     c.max_position_embeddings, c.vocab_size)
 
     def _check_ids(self, ids, name: str, limit: int, shape=None) -> np.ndarray:
         """(B, T) int64 ids in [0, limit); one sequence (T,) and bool masks are accepted too."""

@@ -38,8 +38,8 @@ from scratchformer.checks import (
     setting,
 )
 from scratchformer.errors import ConfigError, DataError
-from scratchformer.interop.bert import _ACTIVATIONS, BertConfig, BertEncoder
-from scratchformer.models.base import Model
+from scratchformer.interop.bert import _ACTIVATIONS, BertConfig, BertEncoder, bert_param_count
+from scratchformer.models.base import Model, Sizes, linear_params
 from scratchformer.nn import Linear
 from scratchformer.ops import cross_entropy_forward
 
@@ -101,6 +101,8 @@ class BertClassifier(Model):
     """encoder -> mean pooling -> Linear(hidden_size, num_classes). backward: models/base.py's contract."""
 
     _targets_name = "labels"
+    family = "sentence_classifier"
+    config_class = SentenceClassifierConfig
 
     def __init__(self, encoder: BertEncoder, num_classes: int, freeze_encoder: bool = False,
                  seed: int | None = None):
@@ -114,6 +116,33 @@ class BertClassifier(Model):
         dtype = encoder.word_embeddings.weight.data.dtype
         rng = np.random.default_rng(seed)
         self.head = Linear(d, num_classes, dtype=dtype, rng=rng)
+
+    # -- the model contract (models/base.py): the encoder's parts under "encoder." ---------------
+    def stacks(self) -> dict[str, list]:
+        return {"encoder.": self.encoder.layers}
+
+    def token_embedding(self, prefix: str = ""):
+        return self.encoder.word_embeddings
+
+    def positions(self, prefix: str = ""):
+        return self.encoder.position_embeddings
+
+    def stack_input(self, ids: np.ndarray) -> np.ndarray:
+        return self.encoder.embed(ids)
+
+    def named_hook_points(self) -> dict:
+        return {"encoder." + name: hp for name, hp in self.encoder.named_hook_points().items()}
+
+    @classmethod
+    def param_count(cls, config: SentenceClassifierConfig) -> int:
+        """The encoder's parameters (its whole position table and token types) and the head."""
+        return bert_param_count(config.bert_config()) + linear_params(config.hidden_size, config.num_classes, True)
+
+    @classmethod
+    def sizes(cls, config: SentenceClassifierConfig) -> Sizes:
+        c = config  # the texts are cut to max_length tokens: the longest sequence it runs
+        return Sizes(cls.param_count(c), c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.max_length,
+                     c.vocab_size)
 
     def trainable_parameters(self) -> list:
         """What the optimiser updates: every parameter, or the head's alone when frozen."""

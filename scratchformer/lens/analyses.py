@@ -112,10 +112,13 @@ class LogitAttribution:
 
 def direct_logit_attribution(model, inputs: tuple, token: int, position: int = -1) -> LogitAttribution:
     """Split the logit of `token` at `position` (first sequence) into the parts of the final
-    residual stream. The final LayerNorm is linear once its scale is fixed: for the position,
-    ln(x) = (x - mean(x)) / std(x) * gamma + beta with std(x) = sqrt(var(x) + eps) taken from
-    the whole residual, so part c contributes ((c - mean(c)) / std(x) * gamma) @ W_U[token]
-    and beta @ W_U[token] (+ the unembedding's bias) is left over."""
+    residual stream. The model's own final norm is linear once its scale is frozen at the
+    final residual x of the position (`Unembedding.frozen_norm`): LayerNorm's
+    (x - mean(x)) / sqrt(var(x) + eps) * gamma + beta gives part c
+    ((c - mean(c)) / sqrt(var(x) + eps) * gamma) @ W_U[token], with beta @ W_U[token] (+ the
+    unembedding's bias) left over; RMSNorm's x / sqrt(mean(x^2) + eps) * gamma gives
+    (c / sqrt(mean(x^2) + eps) * gamma) @ W_U[token], nothing left over but the bias.
+    Rotary positions are no part (they act inside attention)."""
     un = unembedding(model)
     if not un.pre_norm:
         raise ConfigError("direct logit attribution needs a pre-norm model (its residual stream is a sum "
@@ -123,8 +126,9 @@ def direct_logit_attribution(model, inputs: tuple, token: int, position: int = -
     p = un.prefix
     out, cache = run_with_cache(model, *inputs)
     embed = cache[p + "embed"][0]  # (T, C)
-    parts: list[tuple[str, np.ndarray]] = [("embed", embed),
-                                           ("pos_embed", np.broadcast_to(cache[p + "pos_embed"], cache[p + "embed"].shape)[0])]
+    parts: list[tuple[str, np.ndarray]] = [("embed", embed)]
+    if p + "pos_embed" in cache:  # rotary positions add nothing to the stream: no such part
+        parts.append(("pos_embed", np.broadcast_to(cache[p + "pos_embed"], cache[p + "embed"].shape)[0]))
     by_layer = {}
     for prefix, label, attn in attentions(model):
         if prefix.startswith(p):
@@ -139,12 +143,10 @@ def direct_logit_attribution(model, inputs: tuple, token: int, position: int = -
                 parts.append((f"{label} bias", np.broadcast_to(attn.out_proj.bias.data, embed.shape)))
         parts.append((f"L{i} mlp", cache[f"{p}blocks.{i}.mlp.out"][0]))
     x = cache[f"{p}blocks.{un.n_layer - 1}.resid_post"][0][position]  # (C,)
-    norm = un.norm
-    std = np.sqrt(x.var() + norm.eps)
-    gamma = norm.weight.data
+    apply, shift = un.frozen_norm(x)  # the model's own final norm, its scale frozen at x
     w_u = un.W[token]
-    contributions = np.array([float(((c[position] - c[position].mean()) / std * gamma) @ w_u) for _, c in parts])
-    bias = 0.0 if norm.bias is None else float(norm.bias.data @ w_u)
+    contributions = np.array([float(apply(c[position]) @ w_u) for _, c in parts])
+    bias = float(shift @ w_u)
     if un.b is not None:
         bias += float(un.b[token])
     logit = float(_logits(out)[0, position, token])

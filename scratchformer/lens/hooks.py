@@ -26,15 +26,15 @@ B = batch, T = positions, C = n_embd, H = heads, hs = head size, F = the feed-fo
     blocks.L.resid_post     the residual stream leaving block L          (B, T, C)
     ln_final                the stack's output after the final norm      (B, T, C)
 
-The model attribute names behind them (``h.0.self_attn.hook_pattern`` -> ``blocks.0.attn.pattern``)
-are known only here.
+The names come from the model's contract (models/base.py: `stacks`, `block_parts`,
+`named_hook_points`), never from its attribute names; a hook point the contract does not name
+keeps its module path without the ``hook_`` prefixes.
 """
 
 from __future__ import annotations
 
 import difflib
 import fnmatch
-import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -48,34 +48,33 @@ __all__ = ["hook_points", "hook_names", "resolve_names", "hooked", "run_with_cac
 
 Hook = Callable[[np.ndarray, str], "np.ndarray | None"]
 
-# module paths outside the blocks -> stable names
-_TOP = {
-    "hook_embed": "embed", "hook_pos_embed": "pos_embed", "wpe.hook_pos_embed": "pos_embed",
-    "pos.hook_pos_embed": "pos_embed", "hook_ln_final": "ln_final",
-    "hook_src_embed": "encoder.embed", "src_pos.hook_pos_embed": "encoder.pos_embed",
-    "hook_enc_final": "encoder.ln_final",
-    "hook_tgt_embed": "decoder.embed", "tgt_pos.hook_pos_embed": "decoder.pos_embed",
-    "hook_dec_final": "decoder.ln_final",
-}
-# a model's list of blocks -> the stable prefix (GPT h, classifier blocks, BERT layers, seq2seq)
-_STACKS = {"h": "blocks", "blocks": "blocks", "layers": "blocks", "encoder": "encoder.blocks",
-           "decoder": "decoder.blocks"}
-# a wrapper's prefix (BertClassifier's "encoder."), the stack, the block index, the rest
-_BLOCK_PATH = re.compile(r"^(.*?)(h|blocks|layers|encoder|decoder)\.(\d+)\.(.+)$")
-_INSIDE = {"self_attn": "attn", "ff": "mlp"}  # sub-layer attribute -> stable name
+def _plain(path: str) -> str:
+    """A module path inside a block or sub-layer -> its stable tail (``hook_q`` -> ``q``)."""
+    return ".".join(p.removeprefix("hook_") for p in path.split("."))
 
 
-def _stable_name(path: str) -> str:
-    """A module path -> its stable name; a model wrapped in another keeps the wrapper's
-    attribute as a prefix (BertClassifier: ``encoder.blocks.0.attn.q``)."""
-    for key, name in sorted(_TOP.items(), key=lambda kv: -len(kv[0])):  # the longest match first
-        if path == key or path.endswith("." + key):
-            return path[: len(path) - len(key)] + name
-    m = _BLOCK_PATH.match(path)
-    if m is None:
-        return path.replace("hook_", "")
-    parts = [_INSIDE.get(p, p).removeprefix("hook_") for p in m.group(4).split(".")]
-    return f"{m.group(1)}{_STACKS[m.group(2)]}.{m.group(3)}." + ".".join(parts)
+def _contract_names(model: Module) -> dict[int, str]:
+    """id(HookPoint) -> stable name, from the model's contract (models/base.py): its hook
+    points outside the blocks by name, and inside each block of each stack
+    ``{prefix}blocks.{i}.`` + the sub-layer's name (``attn``, ``cross_attn``, ``mlp``) + the
+    hook point's own name."""
+    from scratchformer.models.base import Model
+
+    if not isinstance(model, Model):
+        return {}
+    names = {id(hp): name for name, hp in model.named_hook_points().items()}
+    for prefix, blocks in model.stacks().items():
+        for i, block in enumerate(blocks):
+            base = f"{prefix}blocks.{i}."
+            parts = model.block_parts(block)
+            for sub, module in [*parts.attentions.items(), ("mlp", parts.feedforward)]:
+                for path, hp in module.named_modules():
+                    if isinstance(hp, HookPoint):
+                        names.setdefault(id(hp), base + sub + "." + _plain(path))
+            for path, hp in block.named_modules():
+                if isinstance(hp, HookPoint):
+                    names.setdefault(id(hp), base + _plain(path))
+    return names
 
 
 # the order a forward meets the names in, within a stack and within a block
@@ -105,7 +104,8 @@ def _known_order(name: str) -> tuple:
 
 def hook_points(model: Module) -> dict[str, HookPoint]:
     """Stable name -> HookPoint, in the order a forward meets them."""
-    points = {_stable_name(path): hp for path, hp in model.named_modules() if isinstance(hp, HookPoint)}
+    known = _contract_names(model)
+    points = {known.get(id(hp)) or _plain(path): hp for path, hp in model.named_modules() if isinstance(hp, HookPoint)}
     return dict(sorted(points.items(), key=lambda kv: _forward_order(kv[0])))
 
 

@@ -1,5 +1,6 @@
 """The model parts the analyses read: the stacks, each block's attentions, the final norm and
-the unembedding. With `hooks.py`, the only lens file that knows the models' attribute names."""
+the unembedding, each asked of the model's own contract (models/base.py), so a subclass of a
+family (`class MyGPT(GPT)`) is studied as its family and no lens file knows attribute names."""
 
 from __future__ import annotations
 
@@ -8,25 +9,26 @@ from dataclasses import dataclass
 import numpy as np
 
 from scratchformer.errors import ConfigError
+from scratchformer.models.base import Model
+
+LENS_FAMILIES = ("gpt", "classifier", "seq2seq", "bert")
+_SIDES = {"": "", "encoder.": "enc ", "decoder.": "dec "}
 
 
 def family(model) -> str:
-    """"gpt" | "classifier" | "seq2seq" | "bert" (ConfigError for anything else)."""
-    kinds = {"GPT": "gpt", "TransformerClassifier": "classifier", "Seq2SeqTransformer": "seq2seq",
-             "BertEncoder": "bert"}
-    name = type(model).__name__
-    if name not in kinds:
+    """"gpt" | "classifier" | "seq2seq" | "bert": the model's own `family` (ConfigError for
+    anything else)."""
+    name = getattr(model, "family", None) if isinstance(model, Model) else None
+    if name not in LENS_FAMILIES:
         raise ConfigError(f"the lens studies GPT, TransformerClassifier, Seq2SeqTransformer or BertEncoder "
-                          f"models, got {name}")
-    return kinds[name]
+                          f"models (or subclasses), got {type(model).__name__}")
+    return name
 
 
 def stacks(model) -> dict[str, list]:
     """Hook-name prefix -> that stack's blocks ("" for single-stack models)."""
-    f = family(model)
-    if f == "seq2seq":
-        return {"encoder.": model.encoder, "decoder.": model.decoder}
-    return {"": getattr(model, {"gpt": "h", "classifier": "blocks", "bert": "layers"}[f])}
+    family(model)
+    return model.stacks()
 
 
 def attentions(model) -> list[tuple[str, str, object]]:
@@ -34,11 +36,11 @@ def attentions(model) -> list[tuple[str, str, object]]:
     attention of the model, in forward order; label: "L0" ("enc L0", "dec L0", "cross L0")."""
     out = []
     for prefix, blocks in stacks(model).items():
-        side = {"": "", "encoder.": "enc ", "decoder.": "dec "}[prefix]
+        side = _SIDES.get(prefix, prefix)
         for i, block in enumerate(blocks):
-            out.append((f"{prefix}blocks.{i}.attn", f"{side}L{i}", block.self_attn))
-            if getattr(block, "cross_attention", False):
-                out.append((f"{prefix}blocks.{i}.cross_attn", f"cross L{i}", block.cross_attn))
+            for name, attn in model.block_parts(block).attentions.items():
+                label = f"{side}L{i}" if name == "attn" else f"{name.removesuffix('_attn')} L{i}"
+                out.append((f"{prefix}blocks.{i}.{name}", label, attn))
     return out
 
 
@@ -47,7 +49,8 @@ class Unembedding:
     """How the last residual becomes logits: logits = norm(x) @ W.T + b (norm may be None).
 
     prefix: the hook-name prefix of the stack ("" or "decoder."); n_layer: its blocks;
-    pre_norm: the residual stream is a sum of its parts (pre-norm blocks)."""
+    pre_norm: the residual stream is a sum of its parts (pre-norm blocks); norm_kind:
+    "layernorm", "rmsnorm" or None."""
 
     prefix: str
     n_layer: int
@@ -55,15 +58,32 @@ class Unembedding:
     W: np.ndarray
     b: np.ndarray | None
     pre_norm: bool
+    norm_kind: str | None = None
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         """(..., C) residual -> (..., V) logits."""
-        h = x if self.norm is None else _layernorm(x, self.norm)
+        h = x if self.norm is None else _apply_norm(x, self.norm)
         out = h @ self.W.T
         return out if self.b is None else out + self.b
 
+    def frozen_norm(self, x: np.ndarray):
+        """The final norm as a linear map, its scale frozen at the residual x (C,): returns
+        (apply, shift) with norm(x) = sum of apply(c) over the parts c of x, plus shift.
+        LayerNorm: apply(c) = (c - mean(c)) / sqrt(var(x) + eps) * weight, shift = its bias;
+        RMSNorm: apply(c) = c / sqrt(mean(x^2) + eps) * weight, shift = 0; no norm: c, 0."""
+        zero = np.zeros_like(x)
+        if self.norm_kind is None:
+            return (lambda c: c), zero
+        weight = self.norm.weight.data
+        if self.norm_kind == "rmsnorm":
+            rms = np.sqrt((x * x).mean() + self.norm.eps)
+            return (lambda c: c / rms * weight), zero
+        std = np.sqrt(x.var() + self.norm.eps)
+        shift = zero if getattr(self.norm, "bias", None) is None else self.norm.bias.data
+        return (lambda c: (c - c.mean()) / std * weight), shift
 
-def _layernorm(x: np.ndarray, norm) -> np.ndarray:
+
+def _apply_norm(x: np.ndarray, norm) -> np.ndarray:
     """The final norm applied by its own layer (the same float operations as the model's)."""
     shape = x.shape
     return norm(x.reshape(-1, 1, shape[-1])).reshape(shape)
@@ -71,26 +91,26 @@ def _layernorm(x: np.ndarray, norm) -> np.ndarray:
 
 def unembedding(model) -> Unembedding:
     """The final norm and unembedding of a language model (GPT, or seq2seq's decoder)."""
-    f = family(model)
-    if f == "gpt":
-        head = model.lm_head
-        return Unembedding("", len(model.h), model.ln_f, head.weight.data, None, model.config.norm_first)
-    if f == "seq2seq":
-        c = model.config
-        norm = model.dec_norm if c.norm_first else None
-        return Unembedding("decoder.", len(model.decoder), norm, model.lm_head.weight.data,
-                           model.lm_head.bias.data, c.norm_first)
-    raise ConfigError(f"the logit lens and logit attribution need a language model (GPT or seq2seq), "
-                      f"got a {type(model).__name__}")
+    family(model)
+    head = model.unembedding()
+    if head is None:
+        raise ConfigError(f"the logit lens and logit attribution need a language model (GPT or seq2seq), "
+                          f"got a {type(model).__name__}")
+    blocks = model.stacks()[head.prefix]
+    pre_norm = all(model.block_parts(b).norm_first for b in blocks)
+    return Unembedding(head.prefix, len(blocks), model.final_norm(head.prefix), head.weight, head.bias, pre_norm,
+                       model.final_norm_kind(head.prefix))
 
 
 def dropouts_off(model):
     """Set every dropout probability to 0; returns a function that restores them (saliency runs
     a training-mode forward for the backward, which must be the eval-mode function)."""
+    from scratchformer.nn import Dropout, MultiHeadAttention
+
     saved = []
     for m in model.modules():
         for attr in ("p", "dropout_p"):
-            if isinstance(getattr(m, attr, None), float) and type(m).__name__ in ("Dropout", "MultiHeadAttention"):
+            if isinstance(getattr(m, attr, None), float) and isinstance(m, (Dropout, MultiHeadAttention)):
                 saved.append((m, attr, getattr(m, attr)))
                 setattr(m, attr, 0.0)
 

@@ -14,24 +14,201 @@ The BERT encoder has no loss (its output is the hidden states), so it always tak
 Every backward consumes the cache of one training-mode forward and returns None: the inputs are
 integer ids. `loss_count()` says how many terms the last loss averaged (its valid targets); a
 caller splitting a batch (training/parallel.py) weighs the slices' losses by it.
+
+The same class is the one place the tools (lens, viz, limits, beam search, diagnostics, the
+CLI) learn a model's parts. Every family answers on its own class, so a subclass
+(`class MyGPT(GPT)`) is its family for every tool:
+
+    family                      "gpt" | "classifier" | "seq2seq" | "bert" | "sentence_classifier"
+    stacks()                    hook-name prefix -> that stack's blocks, in forward order ("" for
+                                one stack; "encoder." and "decoder." for seq2seq)
+    block_parts(block)          a `BlockParts`: the block's attentions, feed-forward and norms
+    final_norm(prefix)          the norm after a stack (None: post-norm stacks end in their own)
+    final_norm_kind(prefix)     "layernorm" | "rmsnorm" | None
+    unembedding()               a `Head` (the stack it reads, weight (V, C), bias (V,) or None),
+                                or None for a model without a vocabulary head
+    token_embedding(prefix)     the token table's Embedding (`token_table`: its (V, C) weights)
+    positions(prefix)           the module adding positions to the tokens, or None where
+                                positions live inside attention (rotary); `position_table`:
+                                its (P, C) table or None; `learned_positions`
+    stack_input(ids)            ids (1, T) -> the first block's input (1, T', C), eval mode
+    causal(prefix)              whether the stack's self-attention is causal
+    named_hook_points()         stable name -> HookPoint outside the blocks ("embed", "pos_embed",
+                                "ln_final"); inside the blocks the names come from block_parts
+    param_count(config)         (classmethod) the parameters the constructor builds for `config`
+    sizes(config)               (classmethod) a `limits.Sizes`: what memory estimates need
+    decodes                     True for encoder-decoder models: src_mask, encode, decode,
+                                decode_step, new_caches (scratchformer.inference.beam)
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 import numpy as np
 
 from scratchformer.checks import check_backward_args
-from scratchformer.errors import BackwardError
+from scratchformer.errors import BackwardError, ConfigError
+from scratchformer.limits import Sizes
+from scratchformer.nn import Embedding, LayerNorm, LearnedPositionalEmbedding, RMSNorm, SinusoidalPositionalEncoding
 from scratchformer.nn.module import Module
 from scratchformer.ops.loss import IGNORE_INDEX, cross_entropy_backward
 
-__all__ = ["IGNORE_INDEX", "Model"]
+__all__ = ["IGNORE_INDEX", "BlockParts", "Head", "Model", "Sizes", "attention_params", "block_params",
+           "feedforward_params", "linear_params", "norm_params"]
+
+
+@dataclass(frozen=True)
+class BlockParts:
+    """One block's parts. attentions: hook-name part ("attn", "cross_attn") -> MultiHeadAttention,
+    in forward order; feedforward: the FeedForward ("mlp" in hook names); norms: "attn_norm",
+    ("cross_norm",) "ff_norm" -> the norm before each sub-layer (pre-norm) or after its residual
+    sum (post-norm); norm_first: which of the two."""
+
+    attentions: dict
+    feedforward: Module
+    norms: dict
+    norm_first: bool
+
+
+@dataclass(frozen=True)
+class Head:
+    """How a stack's last residual becomes vocabulary logits: logits = final_norm(x) @ weight.T
+    (+ bias). prefix: the stack's hook-name prefix; weight (V, C); bias (V,) or None."""
+
+    prefix: str
+    weight: np.ndarray
+    bias: np.ndarray | None
+
+
+def nn_block_parts(block) -> BlockParts:
+    """The parts of scratchformer.nn's EncoderBlock and DecoderBlock (the blocks every family
+    here builds)."""
+    attentions = {"attn": block.self_attn}
+    norms = {"attn_norm": block.attn_norm}
+    if getattr(block, "cross_attention", False):
+        attentions["cross_attn"] = block.cross_attn
+        norms["cross_norm"] = block.cross_norm
+    norms["ff_norm"] = block.ff_norm
+    return BlockParts(attentions, block.ff, norms, bool(block.norm_first))
+
+
+# -- parameter counts of the layers, from the shapes their constructors build (nn/) -----------
+def linear_params(n_in: int, n_out: int, bias: bool) -> int:
+    """`Linear(n_in, n_out, bias)`: weight (n_out, n_in), bias (n_out,)."""
+    return n_out * n_in + (n_out if bias else 0)
+
+
+def norm_params(normalization: str, n_embd: int, bias: bool) -> int:
+    """`make_norm`: LayerNorm weight (+ bias), RMSNorm weight only."""
+    return n_embd + (n_embd if bias and normalization == "layernorm" else 0)
+
+
+def attention_params(n_embd: int, n_head: int, bias: bool, n_kv_head: int | None = None) -> int:
+    """`MultiHeadAttention`: [W_q; W_k; W_v] ((n_head + 2 n_kv_head) head_size, n_embd) (+ bias),
+    out_proj (n_embd, n_embd) (+ bias)."""
+    rows = (n_head + 2 * (n_head if n_kv_head is None else n_kv_head)) * (n_embd // n_head)
+    return rows * n_embd + (rows if bias else 0) + linear_params(n_embd, n_embd, bias)
+
+
+def feedforward_params(n_embd: int, n_inner: int, gated: bool, bias: bool) -> int:
+    """`FeedForward`: fc1 n_embd -> n_inner (2 n_inner when gated: [gate; up]), fc2 n_inner -> n_embd."""
+    return linear_params(n_embd, (2 if gated else 1) * n_inner, bias) + linear_params(n_inner, n_embd, bias)
+
+
+def block_params(n_embd: int, n_head: int, n_inner: int, gated: bool = False, bias: bool = True,
+                 normalization: str = "layernorm", n_kv_head: int | None = None,
+                 cross_attention: bool = False) -> int:
+    """`EncoderBlock` / `DecoderBlock`: self-attention, (cross-attention,) feed-forward and a
+    norm before (or after) each."""
+    n = attention_params(n_embd, n_head, bias, n_kv_head) + feedforward_params(n_embd, n_inner, gated, bias)
+    if cross_attention:
+        n += attention_params(n_embd, n_head, bias)
+    return n + (3 if cross_attention else 2) * norm_params(normalization, n_embd, bias)
 
 
 class Model(Module):
     """Base class of the model families: `backward(dloss=1.0, grad_output=None)` (see above)."""
 
     _targets_name: str | None = "targets"  # how forward calls its targets (None: it has no loss)
+    family: ClassVar[str] = ""  # "gpt" | "classifier" | "seq2seq" | "bert" | "sentence_classifier"
+    config_class: ClassVar[type]  # the config a constructor takes (GPTConfig, ...): its from_dict reads config.json
+    decodes: ClassVar[bool] = False  # the encoder-decoder decoding API (inference/beam.py)
+
+    # -- the parts every tool asks for (see the module docstring) ------------------------------
+    def stacks(self) -> dict[str, list]:
+        """Hook-name prefix -> that stack's blocks, in forward order."""
+        raise NotImplementedError(f"{type(self).__name__} does not say its stacks of blocks")
+
+    def main_prefix(self) -> str:
+        """The prefix of the stack the figures draw first (seq2seq: the encoder)."""
+        return next(iter(self.stacks()))
+
+    def block_parts(self, block) -> BlockParts:
+        """One block's attentions, feed-forward and norms (the nn blocks' by default)."""
+        return nn_block_parts(block)
+
+    def final_norm(self, prefix: str = ""):
+        """The norm applied after the stack `prefix`, or None."""
+        return None
+
+    def final_norm_kind(self, prefix: str = "") -> str | None:
+        """"layernorm", "rmsnorm" or None (no final norm)."""
+        return norm_kind(self.final_norm(prefix))
+
+    def unembedding(self) -> Head | None:
+        """The vocabulary head, or None (a classifier's head reads a pooled vector)."""
+        return None
+
+    def token_embedding(self, prefix: str = ""):
+        """The token-embedding table (an Embedding) of stack `prefix`."""
+        raise NotImplementedError(f"{type(self).__name__} does not say its token embedding")
+
+    def token_table(self, prefix: str = "") -> np.ndarray:
+        """(V, C) token embeddings."""
+        return self.token_embedding(prefix or self.main_prefix()).weight.data
+
+    def positions(self, prefix: str = ""):
+        """The module adding positions to the token embeddings, or None when positions live
+        inside attention (rotary)."""
+        return None
+
+    def position_table(self, prefix: str = "") -> np.ndarray | None:
+        """(P, C): what is added to the token embedding at each position; None when nothing is."""
+        pos = self.positions(prefix or self.main_prefix())
+        if pos is None:
+            return None
+        if isinstance(pos, (LearnedPositionalEmbedding, Embedding)):
+            return pos.weight.data
+        if isinstance(pos, SinusoidalPositionalEncoding):
+            return pos.pe
+        raise ConfigError(f"{type(self).__name__}: positions of type {type(pos).__name__} have no table")
+
+    def learned_positions(self, prefix: str = "") -> bool:
+        return isinstance(self.positions(prefix or self.main_prefix()), (LearnedPositionalEmbedding, Embedding))
+
+    def stack_input(self, ids: np.ndarray) -> np.ndarray:
+        """ids (1, T) -> (1, T', C): the main stack's first block's input."""
+        raise NotImplementedError(f"{type(self).__name__} does not say its stack input")
+
+    def causal(self, prefix: str = "") -> bool:
+        """Whether the self-attention of stack `prefix` is causal."""
+        return False
+
+    def named_hook_points(self) -> dict:
+        """Stable name -> HookPoint for the hook points outside the blocks."""
+        return {}
+
+    @classmethod
+    def param_count(cls, config) -> int:
+        """Parameters a model of `config` holds, from the shapes its constructor builds."""
+        raise NotImplementedError(f"{cls.__name__} does not count its parameters")
+
+    @classmethod
+    def sizes(cls, config) -> Sizes:
+        """What the memory estimates of scratchformer.limits need, before building anything."""
+        raise NotImplementedError(f"{cls.__name__} does not give its sizes")
 
     def backward(self, dloss: float = 1.0, grad_output: np.ndarray | None = None) -> None:  # pragma: no cover
         raise NotImplementedError(f"{type(self).__name__} does not implement backward")
@@ -65,3 +242,14 @@ class Model(Module):
             raise BackwardError(f"{type(self).__name__}.backward() needs a forward with {self._targets_name} (or "
                                 "pass grad_output, the gradient of the output)")
         return cache, cross_entropy_backward(cache["loss"], dloss)
+
+
+def norm_kind(norm) -> str | None:
+    """"layernorm", "rmsnorm" or None (no norm)."""
+    if norm is None:
+        return None
+    if isinstance(norm, RMSNorm):
+        return "rmsnorm"
+    if isinstance(norm, LayerNorm):
+        return "layernorm"
+    raise ConfigError(f"unknown final norm {type(norm).__name__}")

@@ -47,7 +47,7 @@ from scratchformer.nn import (
     manual_seed,
 )
 from scratchformer.nn.hooks import HookPoint
-from scratchformer.models.base import Model
+from scratchformer.models.base import Model, Sizes, block_params, linear_params, norm_params
 from scratchformer.nn.module import eval_mode
 from scratchformer.ops import ACTIVATIONS, cross_entropy_forward
 
@@ -88,6 +88,8 @@ class TransformerClassifier(Model):
     """
 
     _targets_name = "labels"
+    family = "classifier"
+    config_class = ClassifierConfig
 
     def __init__(self, config: ClassifierConfig, seed: int | None = None):
         super().__init__()
@@ -115,6 +117,44 @@ class TransformerClassifier(Model):
         # hook points (scratchformer.lens): token embeddings (B, T, C), the stack's output
         # (after ln_f when pre-norm) (B, T', C)
         self.hook_embed, self.hook_ln_final = HookPoint(), HookPoint()
+
+    # -- the model contract (models/base.py) ----------------------------------------------------
+    def stacks(self) -> dict[str, list]:
+        return {"": self.blocks}
+
+    def final_norm(self, prefix: str = ""):
+        return self.ln_f if self.config.norm_first else None
+
+    def token_embedding(self, prefix: str = ""):
+        return self.tok_emb
+
+    def positions(self, prefix: str = ""):
+        return self.pos
+
+    def stack_input(self, ids: np.ndarray) -> np.ndarray:
+        h = self.tok_emb(ids)
+        if self.config.pooling == "cls":  # the CLS vector comes first
+            cls = np.broadcast_to(self.cls_token.data.astype(h.dtype, copy=False), (h.shape[0], 1, h.shape[-1]))
+            h = np.concatenate([cls, h], axis=1)
+        return self.pos(h)
+
+    def named_hook_points(self) -> dict:
+        return {"embed": self.hook_embed, "pos_embed": self.pos.hook_pos_embed, "ln_final": self.hook_ln_final}
+
+    @classmethod
+    def param_count(cls, config: ClassifierConfig) -> int:
+        c = config
+        n_pos = c.max_len + (1 if c.pooling == "cls" else 0)
+        return (c.vocab_size * c.n_embd + (n_pos * c.n_embd if c.positional == "learned" else 0)
+                + (c.n_embd if c.pooling == "cls" else 0)
+                + c.n_layer * block_params(c.n_embd, c.n_head, c.inner_size)
+                + (norm_params("layernorm", c.n_embd, True) if c.norm_first else 0)
+                + linear_params(c.n_embd, c.n_classes, True))
+
+    @classmethod
+    def sizes(cls, config: ClassifierConfig) -> Sizes:
+        c = config
+        return Sizes(cls.param_count(c), c.n_layer, c.n_embd, c.n_head, c.max_len + (c.pooling == "cls"), c.vocab_size)
 
     # -- forward / backward ------------------------------------------------------------------
     def _padding_mask(self, x: np.ndarray, padding_mask) -> np.ndarray | None:

@@ -75,7 +75,7 @@ from scratchformer.nn.hooks import HookPoint
 from scratchformer.nn import init as nn_init
 from scratchformer.nn.feedforward import GATED_ACTIVATIONS
 from scratchformer.nn.module import eval_mode, trusted_calls
-from scratchformer.models.base import Model
+from scratchformer.models.base import Head, Model, Sizes, block_params, linear_params, norm_params
 from scratchformer.ops import cross_entropy_forward
 
 __all__ = ["GPT", "GPTConfig"]
@@ -158,6 +158,9 @@ class GPT(Model):
             weights (and dropout generators) are a deterministic function of the seed.
     """
 
+    family = "gpt"
+    config_class = GPTConfig
+
     def __init__(self, config: GPTConfig, seed: int | None = None):
         super().__init__()
         check_config_type("GPT", config, GPTConfig)
@@ -191,6 +194,53 @@ class GPT(Model):
         if c.tie_weights:
             self.lm_head.weight = self.wte.weight  # one Parameter, reached first as wte.weight
         self._init_weights()
+
+    # -- the model contract (models/base.py) ----------------------------------------------------
+    def stacks(self) -> dict[str, list]:
+        return {"": self.h}
+
+    def final_norm(self, prefix: str = ""):
+        return self.ln_f
+
+    def unembedding(self) -> Head:
+        return Head("", self.lm_head.weight.data, None if self.lm_head.bias is None else self.lm_head.bias.data)
+
+    def token_embedding(self, prefix: str = ""):
+        return self.wte
+
+    def positions(self, prefix: str = ""):
+        return self.wpe  # None: the positions enter inside each self-attention
+
+    def stack_input(self, ids: np.ndarray) -> np.ndarray:
+        x = self.wte(ids)
+        return x if self.wpe is None else self.wpe(x)
+
+    def causal(self, prefix: str = "") -> bool:
+        return True
+
+    def named_hook_points(self) -> dict:
+        points = {"embed": self.hook_embed}
+        if self.wpe is not None:
+            points["pos_embed"] = self.wpe.hook_pos_embed
+        return {**points, "ln_final": self.hook_ln_final}
+
+    @classmethod
+    def param_count(cls, config: GPTConfig) -> int:
+        """The parameters `GPT(config)` holds: the token table, the learned positions (if any),
+        n_layer blocks (SwiGLU's third matrix and grouped-query key/value heads included),
+        ln_f, and an untied head."""
+        c = config
+        gated = c.activation in GATED_ACTIVATIONS
+        block = block_params(c.n_embd, c.n_head, c.inner_size, gated, c.bias, c.normalization, c.n_kv_head)
+        positions = c.block_size * c.n_embd if c.positional == "learned" else 0
+        head = 0 if c.tie_weights else linear_params(c.n_embd, c.vocab_size, False)
+        return (c.vocab_size * c.n_embd + positions + c.n_layer * block
+                + norm_params(c.normalization, c.n_embd, c.bias) + head)
+
+    @classmethod
+    def sizes(cls, config: GPTConfig) -> Sizes:
+        c = config
+        return Sizes(cls.param_count(c), c.n_layer, c.n_embd, c.n_head, c.block_size, c.vocab_size)
 
     # -- construction -----------------------------------------------------------------------
     def _init_weights(self) -> None:

@@ -58,7 +58,7 @@ from scratchformer.nn import (
 )
 from scratchformer.nn.hooks import HookPoint
 from scratchformer.nn.module import door
-from scratchformer.models.base import IGNORE_INDEX, Model
+from scratchformer.models.base import IGNORE_INDEX, Head, Model, Sizes, block_params, linear_params, norm_params
 from scratchformer.ops import ACTIVATIONS, cross_entropy_forward
 
 
@@ -111,6 +111,9 @@ class Seq2SeqTransformer(Model):
     """
 
     _targets_name = "tgt_out"
+    family = "seq2seq"
+    config_class = Seq2SeqConfig
+    decodes = True
 
     def __init__(self, config: Seq2SeqConfig, seed: int | None = None):
         super().__init__()
@@ -143,6 +146,60 @@ class Seq2SeqTransformer(Model):
         # output (after enc_norm / dec_norm when pre-norm)
         self.hook_src_embed, self.hook_tgt_embed = HookPoint(), HookPoint()
         self.hook_enc_final, self.hook_dec_final = HookPoint(), HookPoint()
+
+    # -- the model contract (models/base.py) ----------------------------------------------------
+    def stacks(self) -> dict[str, list]:
+        return {"encoder.": self.encoder, "decoder.": self.decoder}
+
+    def final_norm(self, prefix: str = "encoder."):
+        if not self.config.norm_first:
+            return None
+        return self.dec_norm if prefix == "decoder." else self.enc_norm
+
+    def unembedding(self) -> Head:
+        return Head("decoder.", self.lm_head.weight.data, self.lm_head.bias.data)
+
+    def token_embedding(self, prefix: str = "encoder."):
+        return self.tgt_emb if prefix == "decoder." else self.src_emb
+
+    def positions(self, prefix: str = "encoder."):
+        return self.tgt_pos if prefix == "decoder." else self.src_pos
+
+    def stack_input(self, ids: np.ndarray) -> np.ndarray:
+        return self.src_pos(self.src_emb(ids) * self.emb_scale)
+
+    def causal(self, prefix: str = "encoder.") -> bool:
+        return prefix == "decoder."
+
+    def named_hook_points(self) -> dict:
+        return {"encoder.embed": self.hook_src_embed, "encoder.pos_embed": self.src_pos.hook_pos_embed,
+                "encoder.ln_final": self.hook_enc_final, "decoder.embed": self.hook_tgt_embed,
+                "decoder.pos_embed": self.tgt_pos.hook_pos_embed, "decoder.ln_final": self.hook_dec_final}
+
+    @classmethod
+    def param_count(cls, config: Seq2SeqConfig) -> int:
+        c = config
+        C, F = c.n_embd, c.inner_size
+        tables = c.src_vocab_size * C + (0 if c.share_embeddings else c.tgt_vocab_size * C)
+        blocks = (c.n_encoder_layers * block_params(C, c.n_head, F)
+                  + c.n_decoder_layers * block_params(C, c.n_head, F, cross_attention=True))
+        norms = 2 * norm_params("layernorm", C, True) if c.norm_first else 0
+        return tables + blocks + norms + linear_params(C, c.tgt_vocab_size, True)
+
+    @classmethod
+    def sizes(cls, config: Seq2SeqConfig) -> Sizes:
+        c = config  # a decoder layer attends twice (self and cross): counted as two layers
+        return Sizes(cls.param_count(c), c.n_encoder_layers + 2 * c.n_decoder_layers, c.n_embd, c.n_head,
+                     c.max_len, c.src_vocab_size + c.tgt_vocab_size)
+
+    def decoding_sizes(self) -> dict:
+        """What a beam search's memory depends on (inference/beam.py): the decoder's layers,
+        width, feed-forward width and target vocabulary; the source vocabulary, the longest
+        sequence and the bos/eos/pad ids."""
+        c = self.config
+        return {"n_layer": c.n_decoder_layers, "n_embd": c.n_embd, "n_inner": c.inner_size,
+                "vocab_size": c.tgt_vocab_size, "src_vocab_size": c.src_vocab_size, "max_len": c.max_len,
+                "bos_id": c.bos_id, "eos_id": c.eos_id, "pad_id": c.pad_id}
 
     # -- helpers -----------------------------------------------------------------------------
     def _check_ids(self, ids, name: str, vocab_size: int) -> np.ndarray:

@@ -128,10 +128,10 @@ class Diagnostics:
 
     def __init__(self, job, interval: int, max_steps: int, seed: int, path: str | Path,
                  resume_step: int | None = None):
-        from scratchformer.viz.trace import blocks, trace
+        from scratchformer.viz.trace import trace
 
         self.job, self.model, self.path, self.max_steps = job, job.model, Path(path), max_steps
-        self._blocks, self._run = blocks, trace  # viz.trace: the model's parts, run block by block
+        self._run = trace  # viz.trace: the model run block by block
         self.header = {"format": FORMAT, "version": 1, "interval": interval, "every": interval}
         self.records: list[dict] = []
         if resume_step is not None and self.path.exists():
@@ -171,17 +171,18 @@ class Diagnostics:
         for name, g in grads_2d:
             params[name]["grad_hist"] = _histogram(g, -g_max, g_max)
 
-        pres = [[] for _ in self._blocks(self.traced)]
+        # the main stack's blocks, asked of the model's contract (models/base.py)
+        parts = [self.traced.block_parts(b) for b in self.traced.stacks()[self.traced.main_prefix()]]
+        pres = [[] for _ in parts]
         for row in self.probe_rows:  # one sequence at a time: viz.trace runs batch row 0
             t = self._run(self.traced, row)
             for i, pre in enumerate(t.ff_pre):
                 pres[i].append(pre.reshape(-1, pre.shape[-1]))
-        blocks = self._blocks(self.traced)
         layers, posts = [], []
-        for block, rows in zip(blocks, pres):
+        for part, rows in zip(parts, pres):
             pre = np.concatenate(rows).astype(np.float64)
-            layers.append(layer_stats(pre, block.ff.activation))
-            posts.append(self._activation(block, pre))
+            layers.append(layer_stats(pre, part.feedforward.activation))
+            posts.append(part.feedforward.activate(pre))
         finite = [a[np.isfinite(a)] for a in posts]  # a diverging run's NaN are not counted
         lo = min((float(a.min()) for a in finite if a.size), default=0.0)
         hi = max((float(a.max()) for a in finite if a.size), default=0.0)
@@ -189,7 +190,7 @@ class Diagnostics:
             stats["hist"] = _histogram(post, lo, hi)
 
         self._run(self.traced, self.probe_ids)  # leaves each attention's weights on the probe
-        attention = [b.self_attn.attn_weights[0].astype(np.float64).tolist() for b in blocks]
+        attention = [part.attentions["attn"].attn_weights[0].astype(np.float64).tolist() for part in parts]
         if attention and len(attention[0][0]) == len(self.probe_tokens) + 1:  # a classifier's [CLS] comes first
             self.probe_tokens = ["[CLS]"] + self.probe_tokens
         rec = {"step": step, "lr": lr, "layers": layers, "act_range": [lo, hi], "params": params,
@@ -200,13 +201,6 @@ class Diagnostics:
             self._thin()
         self._write()
         return rec
-
-    @staticmethod
-    def _activation(block, pre: np.ndarray) -> np.ndarray:
-        from scratchformer.ops import ACTIVATIONS
-        from scratchformer.ops.swiglu import swiglu_forward
-
-        return swiglu_forward(pre) if block.ff.activation == "swiglu" else ACTIVATIONS[block.ff.activation][0](pre)
 
     def _thin(self) -> None:
         """Keep the records at multiples of twice the spacing, and the last; the spacing doubles."""

@@ -50,6 +50,7 @@ class Job(Protocol):
 
     kind: ClassVar[str]  # "gpt" | "classifier" | "seq2seq": written into config.json
     config_class: ClassVar[type]  # the model's config dataclass (GPTConfig, ...): RUN_DEFAULTS' "model" keys
+    model_class: ClassVar[type]  # the model's class (GPT, ...): it counts a config's parameters
     model: Any  # a scratchformer.nn.Module: forward(*batch) -> (output, loss); backward()
 
     @classmethod
@@ -269,16 +270,17 @@ def job_class(ck: Checkpoint) -> type[Job]:
     kind = ck.config.get("kind") if isinstance(ck.config, dict) else None
     if kind not in JOBS:
         raise CheckpointError(f"{ck.path} holds a model of kind {kind!r}; this version reads {list(JOBS)}")
-    _check_sizes(ck)
+    _check_sizes(ck, JOBS[kind].model_class)
     return JOBS[kind]
 
 
-def _check_sizes(ck: Checkpoint) -> None:
-    """The parameters config.json describes (an upper bound, within a small factor) against
-    the ones model.safetensors holds: a hand-edited size (n_embd 2**20) is refused here, before
-    its model is allocated; smaller differences are named tensor by tensor by load_state_dict."""
+def _check_sizes(ck: Checkpoint, model_class) -> None:
+    """The parameters config.json describes (counted by the model class from the shapes its
+    constructor builds) against the ones model.safetensors holds: a hand-edited size (n_embd
+    2**20) is refused here, before its model is allocated; smaller differences are named tensor
+    by tensor by load_state_dict."""
     held = sum(int(v.size) for v in ck.model_state.values())
-    described = param_count_bound(ck.config["model"])
+    described = param_count_bound(ck.config["model"], model_class)
     if held > 1.05 * described + 64 or described > 8 * held + 10_000:
         raise CheckpointError(f"{ck.path / 'config.json'} describes a model of about {described:,} parameters but "
                               f"model.safetensors holds {held:,}: the files do not belong together; restore "

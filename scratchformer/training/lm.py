@@ -63,7 +63,7 @@ EXAMPLE_NAME = "emma"  # `viz`'s input for a names-like run when none is given: 
 
 
 class LMJob:
-    kind, config_class = "gpt", GPTConfig
+    kind, config_class, model_class = "gpt", GPTConfig, GPT
     eval_batch_size = 64  # sequences per forward when evaluating a whole split
 
     def __init__(self, model: GPT, dataset, data_spec: dict, tokenizer: CharTokenizer | BPETokenizer | None = None,
@@ -84,7 +84,7 @@ class LMJob:
         with different seeds are measured on the same held-out items."""
         ds, data_spec = _read_data(run_kind, data, data.get("tokenizer", "char"))
         config = GPTConfig(vocab_size=ds.tokenizer.vocab_size, block_size=ds.block_size, **model)
-        check_model_fits(config, training=True)
+        check_model_fits(config, GPT, training=True)
         return cls(GPT(config, seed=seed), ds, data_spec)
 
     @classmethod
@@ -96,7 +96,7 @@ class LMJob:
         from scratchformer.interop.hf_lm import load_hf_causal_lm
 
         model, tokenizer = load_hf_causal_lm(hf_dir)
-        check_model_fits(model.config, training=True)
+        check_model_fits(model.config, type(model), training=True)
         if data.get("block_size") is not None and data["block_size"] > model.config.block_size:
             raise ConfigError(f"--block-size {data['block_size']} is longer than {hf_dir} reads "
                               f"({model.config.block_size} positions): give at most {model.config.block_size}")
@@ -112,7 +112,7 @@ class LMJob:
         """The job of an already-read checkpoint; `data` replaces the recorded data file path
         (checked: a file whose sha256 differs from the recorded one needs allow_changed_data)."""
         config = GPTConfig.from_dict(ck.config["model"])  # from_dict: unknown fields are a ConfigError
-        check_model_fits(config, training=False)
+        check_model_fits(config, GPT, training=False)
         model = GPT(config)
         model.load_state_dict(ck.model_state)
         spec = dict(ck.config["data"])

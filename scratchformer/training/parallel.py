@@ -77,7 +77,7 @@ from collections.abc import Callable
 import numpy as np
 
 from scratchformer.errors import BackwardError, ConfigError, ParallelWorkerError
-from scratchformer.nn.module import Module, trusted_calls
+from scratchformer.nn.module import Module, Parameter, trusted_calls
 
 __all__ = ["DataParallel", "WaitInterrupted", "can_fork_workers", "check_workers", "max_workers", "share_arrays"]
 
@@ -521,7 +521,7 @@ def _holds_state(value) -> bool:
     """An object of scratchformer's own (not a layer or a parameter) whose attributes may hold
     an optimiser's arrays."""
     return (hasattr(value, "__dict__") and type(value).__module__.startswith("scratchformer.")
-            and not isinstance(value, (Module, type)) and type(value).__name__ != "Parameter")
+            and not isinstance(value, (Module, Parameter, type)))
 
 
 def share_arrays(holder, params) -> int:

@@ -86,7 +86,7 @@ class Examples:
 class SentenceClassifierJob:
     """Fine-tune (or probe, with freeze_encoder) a BERT encoder as a sentence classifier. Scores: accuracy."""
 
-    kind, config_class = "sentence_classifier", SentenceClassifierConfig
+    kind, config_class, model_class = "sentence_classifier", SentenceClassifierConfig, BertClassifier
     eval_batch_size = 64  # texts per forward when evaluating a split
 
     def __init__(self, model: BertClassifier, tokenizer: WordPieceTokenizer, data_spec: dict,
@@ -118,7 +118,7 @@ class SentenceClassifierJob:
         hf = read_json(base / "config.json", error=CheckpointError)
         encoder_fields = {k: hf[k] for k in ENCODER_FIELDS if k in hf}
         config = SentenceClassifierConfig(**encoder_fields, labels=sorted(set(labels)), **model)
-        check_model_fits(config, training=True, option="a smaller --model")
+        check_model_fits(config, BertClassifier, training=True, option="a smaller --model")
         encoder = load_hf_bert(base, dtype=np.float32)
         tokenizer = WordPieceTokenizer.from_dir(base, max_length=config.max_length)
         spec = {"path": str(path), "sha256": fingerprint_file(path), "base": str(base),
@@ -131,7 +131,7 @@ class SentenceClassifierJob:
         """The job of an already-read checkpoint. `data`: the CSV of the "test" split (eval --data);
         `train_data`: where the training CSV has moved (finetune --resume --data)."""
         config = SentenceClassifierConfig.from_dict(ck.config["model"])
-        check_model_fits(config, training=False)
+        check_model_fits(config, BertClassifier, training=False)
         model = _classifier(BertEncoder(config.bert_config(), dtype=np.float32), config, seed=None)
         model.load_state_dict(ck.model_state)
         if ck.tokenizer is None or ck.tokenizer.get("type") != "wordpiece":

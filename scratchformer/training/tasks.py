@@ -67,9 +67,9 @@ class TaskJob:
             flag = "--data" if unknown[0] == "path" else "--" + unknown[0].replace("_", "-")
             raise ConfigError(f"{flag} does not apply to the {run_kind} task")
         data_spec = {"n_train": data["n_train"], "n_test": data["n_test"], "max_len": data["max_len"], "seed": seed}
-        check_model_fits({**kwargs, "max_len": data_spec["max_len"], "vocab_size": VOCAB_SIZE}, training=True,
-                         option="--n-embd or --n-layer")
-        return cls(run_kind, cls.build_model(run_kind, kwargs, data_spec["max_len"], seed), data_spec)
+        config = cls.build_config(run_kind, kwargs, data_spec["max_len"])
+        check_model_fits(config, cls.model_class, training=True, option="--n-embd or --n-layer")
+        return cls(run_kind, cls.model_class(config, seed=seed), data_spec)
 
     @classmethod
     def from_checkpoint(cls, ck, data=None, allow_changed_data: bool = False) -> TaskJob:
@@ -79,7 +79,7 @@ class TaskJob:
             raise ConfigError("--data applies to language models only: task runs generate their data from the "
                               "recorded seed")
         config = cls.config_class.from_dict(ck.config["model"])
-        check_model_fits(config, training=False)
+        check_model_fits(config, cls.model_class, training=False)
         model = cls.model_class(config)
         model.load_state_dict(ck.model_state)
         return cls(ck.config["task"], model, ck.config["data"])
@@ -153,9 +153,8 @@ class ClassifierJob(TaskJob):
     example_input = "2 0 2 1 2 0 2 1"  # `viz`'s input when none is given
 
     @staticmethod
-    def build_model(task: str, kwargs: dict, max_len: int, seed: int | None = None) -> TransformerClassifier:
-        config = ClassifierConfig(vocab_size=VOCAB_SIZE, n_classes=get_task(task).n_classes, max_len=max_len, **kwargs)
-        return TransformerClassifier(config, seed=seed)
+    def build_config(task: str, kwargs: dict, max_len: int) -> ClassifierConfig:
+        return ClassifierConfig(vocab_size=VOCAB_SIZE, n_classes=get_task(task).n_classes, max_len=max_len, **kwargs)
 
     def _loss_weight(self, batch) -> int:
         return len(batch)  # the loss is a mean over examples
@@ -202,10 +201,9 @@ class Seq2SeqJob(TaskJob):
     example_input = "3 1 4 1 5"  # `viz`'s input when none is given
 
     @staticmethod
-    def build_model(task: str, kwargs: dict, max_len: int, seed: int | None = None) -> Seq2SeqTransformer:
-        return Seq2SeqTransformer(Seq2SeqConfig(src_vocab_size=VOCAB_SIZE, tgt_vocab_size=VOCAB_SIZE,
-                                                max_len=max_len + 1, pad_id=PAD, bos_id=BOS, eos_id=EOS, **kwargs),
-                                  seed=seed)
+    def build_config(task: str, kwargs: dict, max_len: int) -> Seq2SeqConfig:
+        return Seq2SeqConfig(src_vocab_size=VOCAB_SIZE, tgt_vocab_size=VOCAB_SIZE, max_len=max_len + 1, pad_id=PAD,
+                             bos_id=BOS, eos_id=EOS, **kwargs)
 
     def _loss_weight(self, batch) -> int:
         return int((batch.tgt_out != PAD).sum())  # the loss is a mean over real target tokens

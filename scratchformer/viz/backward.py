@@ -106,11 +106,13 @@ def backward_steps(model, *inputs, seed: int = 0) -> list[BackwardStep]:
     checked by finite differences (see the module docstring). inputs: the model's forward
     arguments, targets included (GPT: ids, targets; classifier: x, y; seq2seq: src, tgt_in,
     tgt_out)."""
+    from scratchformer.nn.layers import Dropout
+
     m = copy.deepcopy(model).to(np.float64).train()
     for layer in m.modules():  # the walk-through checks the math, not the noise
         if hasattr(layer, "dropout_p"):
             layer.dropout_p = 0.0
-        if type(layer).__name__ == "Dropout":
+        if isinstance(layer, Dropout):
             layer.p = 0.0
     m.zero_grad()
     layers = _shown_layers(m)

@@ -70,7 +70,8 @@ FIGURES = ("attention_seq2seq", "attention_grid", "classifier_attention", "causa
 
 def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, tgt_ids=None,
            tgt_tokens=None, class_names=None, vocab_labels=None, log=None, title=None,
-           only=None, true_class=None, accuracy=None, token_ids=None, init_model=None) -> list[Path]:
+           only=None, true_class=None, accuracy=None, token_ids=None, init_model=None,
+           init_source=None) -> list[Path]:
     """Draw every figure that applies to `model` on one input; write them as PNGs and a
     self-contained report.html into out_dir. Returns the paths written (report.html last).
 
@@ -85,9 +86,11 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
     classifier: `true_class` (the input's class) and `accuracy` (held-out) go in its title.
     token_ids: the vocabulary ids the model's data use (the embedding PCA shows only these).
     The backward figure is drawn for models up to BACKWARD_MAX_PARAMETERS parameters.
-    init_model: an untrained model of the same configuration (e.g. the run's initial weights):
-    the attention grid, positions, embedding PCA and residual stream are drawn for it too, as
-    NAME_init.png beside each, so what training changed can be seen.
+    init_model: the run's initial weights (an untrained model of the same configuration and
+    seed, or the pretrained model it started from): the attention grid, positions (when the
+    model adds a position table), embedding PCA and residual stream are drawn for it too, as
+    NAME_init.png beside each, so what training changed can be seen. init_source: what those
+    weights are, for the titles and captions (None: untrained, same configuration and seed).
     """
     kind = T.kind(model)
     if only is not None and not set(only) <= set(FIGURES):
@@ -199,7 +202,8 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
     add("residual_variance", "Residual against attention output",
         "Per position, the variance of the stream entering block 0 and of what its attention adds to it.",
         lambda: C.residual_variance(tr.residual[0], tr.attn_update[0], att_tokens))
-    first = T.blocks(model)[0]  # the feed-forward's input: ff_norm's output (pre-norm), attn_norm's (post-norm)
+    # the feed-forward's input: ff_norm's output (pre-norm), attn_norm's (post-norm)
+    first = model.block_parts(T.blocks(model)[0])
     ff_in = dict((name, y) for name, _, y in tr.layernorms)["0.ff_norm" if first.norm_first else "0.attn_norm"]
     add("ff_scatter", "Feed-forward input against output",
         "Block 0's feed-forward, channel by channel: each point a token. A straight line would be a linear map.",
@@ -233,7 +237,7 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
     # -- the same views of the untrained model ------------------------------------------------
     if init_model is not None:
         _add_init_views(add, init_model, kind, ids, att_tokens, tokens, vocab_labels, token_ids,
-                        tgt_ids if kind == "seq2seq" else None)
+                        tgt_ids if kind == "seq2seq" else None, init_source)
 
     # -- write ------------------------------------------------------------------------------
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -285,29 +289,40 @@ def _add_diagnostics(add, records) -> None:
         "never positive on any probe token.", lambda: D.saturation_dead(records))
 
 
-def _untrained(fig):
-    """Mark a figure of the untrained model in its suptitle."""
+def _marked(fig, label: str):
+    """Mark a figure of the initial weights in its suptitle."""
     text = fig._suptitle.get_text() if fig._suptitle is not None else ""
-    fig.suptitle(f"UNTRAINED model{' -- ' + text if text else ''}", fontsize=10)
+    fig.suptitle(f"{label}{' -- ' + text if text else ''}", fontsize=10)
     return fig
 
 
-def _add_init_views(add, model, kind, ids, att_tokens, tokens, vocab_labels, token_ids, tgt_ids) -> None:
-    """The figures where training shows most, drawn for an untrained model (see `report`)."""
+def _add_init_views(add, model, kind, ids, att_tokens, tokens, vocab_labels, token_ids, tgt_ids,
+                    source=None) -> None:
+    """The figures where training shows most, drawn for the run's initial weights (see `report`).
+    A model without a position table (rotary positions) has no position figures."""
     maps = T.attention_maps(model, ids, tgt_ids) if kind == "seq2seq" else T.attention_maps(model, ids)
     table, tok = T.position_table(model), T.token_table(model)
     tr = T.trace(model, ids)
-    note = "The same figure for the untrained model (same configuration and seed): compare it with the trained one."
-    add("attention_grid_init", "Every layer and head, untrained", note,
-        lambda: _untrained(A.attention_grid(maps["encoder"], att_tokens, title=f"{kind}, untrained")))
-    if T.learned_positions(model):
-        add("positions_learned_init", "Learned positions, untrained", note,
-            lambda: _untrained(E.learned_positions(table)))
-    add("position_similarity_init", "Position similarity, untrained", note,
-        lambda: _untrained(E.position_similarity(table[:128])))
-    add("embedding_pca_init", "PCA of the embeddings, untrained", note,
-        lambda: _untrained(E.embedding_pca(tok, table, ids, tokens, vocab_labels, token_ids=token_ids)))
-    add("residual_norms_init", "Residual stream, untrained", note, lambda: _untrained(I.residual_norms(tr)))
+    if source is None:
+        label, short = "UNTRAINED model", "untrained"
+        note = "The same figure for the untrained model (same configuration and seed): compare it with the trained one."
+    else:
+        label, short = "INITIAL weights", "initial weights"
+        note = f"The same figure for the weights this run started from ({source}): compare it with the trained one."
+
+    def mark(fig):
+        return _marked(fig, label)
+
+    add("attention_grid_init", f"Every layer and head, {short}", note,
+        lambda: mark(A.attention_grid(maps["encoder"], att_tokens, title=f"{kind}, {short}")))
+    if table is not None:  # rotary positions add no table to the tokens: nothing to draw
+        if T.learned_positions(model):
+            add("positions_learned_init", f"Learned positions, {short}", note, lambda: mark(E.learned_positions(table)))
+        add("position_similarity_init", f"Position similarity, {short}", note,
+            lambda: mark(E.position_similarity(table[:128])))
+        add("embedding_pca_init", f"PCA of the embeddings, {short}", note,
+            lambda: mark(E.embedding_pca(tok, table, ids, tokens, vocab_labels, token_ids=token_ids)))
+    add("residual_norms_init", f"Residual stream, {short}", note, lambda: mark(I.residual_norms(tr)))
 
 
 def _loss_inputs(model, kind, ids, tgt_ids, true_class):

@@ -1,14 +1,11 @@
-"""What the figures read from a model: every model-specific attribute name lives in this file.
+"""What the figures read from a model, asked through its contract (models/base.py): no file in
+`scratchformer.viz` knows a family's attribute names, and a subclass is drawn as its family.
 
-The accessors below are the only place that knows how GPT, TransformerClassifier,
-Seq2SeqTransformer and BertEncoder name their parts (embedding tables, block lists, final
-norms). After a model refactor, adapt them here and nothing else in `scratchformer.viz`.
-
-    kind(model)               -> "gpt" | "classifier" | "seq2seq" | "bert"
+    kind(model)               -> "gpt" | "classifier" | "seq2seq" | "bert" (the model's `family`)
     blocks(model)             -> the main stack's blocks (seq2seq: the encoder)
     token_table(model)        -> (V, C) token-embedding matrix
     position_table(model)     -> (P, C) positions added to the tokens (learned or sinusoidal;
-                                 None with rotary positions, which enter inside attention)
+                                 None where positions live inside attention: rotary)
     embed(model, ids)         -> (1, T, C) input of the first block
     config_dict(model)        -> the model's config as a plain dict
     attention_maps(model, ...) -> {"encoder"|"decoder"|"cross": (L, H, Tq, Tk)}
@@ -16,9 +13,9 @@ norms). After a model refactor, adapt them here and nothing else in `scratchform
     head_qkv(model, ids, layer, head) -> one head's q, k, v
     trace(model, ids)         -> a `Trace` of the residual stream, run block by block
 
-Inside a block, `trace` and `head_qkv` use the names of nn/blocks.py and nn/attention.py:
-norm_first, attn_norm, self_attn (`self_qkv`, `head_count`), cross_attn, ff_norm,
-ff (fc1, fc2, `activate`), and each attention's `attn_weights` after a forward.
+Inside a block, `trace` and `head_qkv` use its `BlockParts` (the attentions, the feed-forward
+with `fc1`, `activate`, `fc2`, and the norms) and each attention's `self_qkv`, `n_head`,
+`n_kv_head` and `attn_weights` after a forward.
 """
 
 from __future__ import annotations
@@ -28,40 +25,38 @@ from dataclasses import asdict, dataclass, field, is_dataclass
 import numpy as np
 
 from scratchformer.errors import ConfigError
+from scratchformer.models.base import Model
 from scratchformer.nn import eval_mode
 from scratchformer.ops import softmax_forward
 
 KINDS = ("gpt", "classifier", "seq2seq", "bert")
 
 
-# -- accessors: the model attribute names, in one place -------------------------------------
+# -- accessors: each asks the model's contract ------------------------------------------------
 def kind(model) -> str:
-    """Which of the four model families `model` is, by type (a subclass is its family; ConfigError
-    for anything else)."""
-    from scratchformer.interop.bert import BertEncoder
-    from scratchformer.models import GPT, Seq2SeqTransformer, TransformerClassifier
-
-    families = ((GPT, "gpt"), (TransformerClassifier, "classifier"), (Seq2SeqTransformer, "seq2seq"),
-                (BertEncoder, "bert"))
-    for family, name in families:
-        if isinstance(model, family):
-            return name
-    raise ConfigError(f"viz draws GPT, TransformerClassifier, Seq2SeqTransformer or BertEncoder "
-                      f"models (or subclasses), got {type(model).__name__}")
+    """Which of the four model families `model` is: its class's `family` (a subclass is its
+    family; ConfigError for anything else)."""
+    name = model.family if isinstance(model, Model) else None
+    if name not in KINDS:
+        raise ConfigError(f"viz draws GPT, TransformerClassifier, Seq2SeqTransformer or BertEncoder "
+                          f"models (or subclasses), got {type(model).__name__}")
+    return name
 
 
 def blocks(model) -> list:
     """The blocks of the main stack (seq2seq: the encoder; its decoder: `decoder_blocks`)."""
-    return {"gpt": lambda m: m.h, "classifier": lambda m: m.blocks, "seq2seq": lambda m: m.encoder,
-            "bert": lambda m: m.layers}[kind(model)](model)
+    kind(model)
+    return model.stacks()[model.main_prefix()]
 
 
 def decoder_blocks(model) -> list:
-    return model.decoder if kind(model) == "seq2seq" else []
+    kind(model)
+    return model.stacks().get("decoder.", [])
 
 
 def is_causal(model) -> bool:
-    return kind(model) == "gpt"
+    kind(model)
+    return model.causal(model.main_prefix())
 
 
 def head_count(attn) -> int:
@@ -70,51 +65,33 @@ def head_count(attn) -> int:
 
 
 def final_norm(model):
-    """The LayerNorm after the main stack, or None (post-norm stacks end in their own norm)."""
-    return {"gpt": lambda m: m.ln_f, "classifier": lambda m: getattr(m, "ln_f", None),
-            "seq2seq": lambda m: getattr(m, "enc_norm", None), "bert": lambda m: None}[kind(model)](model)
+    """The norm after the main stack, or None (post-norm stacks end in their own norm)."""
+    kind(model)
+    return model.final_norm(model.main_prefix())
 
 
 def token_table(model) -> np.ndarray:
     """(V, C) token embeddings (seq2seq: the source table)."""
-    return {"gpt": lambda m: m.wte, "classifier": lambda m: m.tok_emb, "seq2seq": lambda m: m.src_emb,
-            "bert": lambda m: m.word_embeddings}[kind(model)](model).weight.data
-
-
-def _positions(model):
-    """The module that adds positions to the token embeddings (learned or sinusoidal), or None
-    (a GPT with rotary positions: they enter inside each self-attention)."""
-    return {"gpt": lambda m: m.wpe, "classifier": lambda m: m.pos, "seq2seq": lambda m: m.src_pos,
-            "bert": lambda m: m.position_embeddings}[kind(model)](model)
+    kind(model)
+    return model.token_table()
 
 
 def position_table(model) -> np.ndarray | None:
     """(P, C) what is added to the token embedding at each position (learned or sinusoidal);
     None when nothing is (rotary positions)."""
-    pos = _positions(model)
-    if pos is None:
-        return None
-    return pos.weight.data if learned_positions(model) else pos.pe
+    kind(model)
+    return model.position_table()
 
 
 def learned_positions(model) -> bool:
-    return hasattr(_positions(model), "weight")
+    kind(model)
+    return model.learned_positions()
 
 
 def embed(model, ids: np.ndarray) -> np.ndarray:
     """ids (1, T) -> (1, T', C), the first block's input (T' = T + 1 with a classifier CLS)."""
-    k = kind(model)
-    if k == "gpt":
-        x = model.wte(ids)
-        return x if model.wpe is None else model.wpe(x)
-    if k == "bert":
-        return model.embed(ids)
-    if k == "seq2seq":
-        return model.src_pos(model.src_emb(ids) * model.emb_scale)
-    h = model.tok_emb(ids)
-    if model.config.pooling == "cls":
-        h = np.concatenate([np.broadcast_to(model.cls_token.data, (1, 1, h.shape[-1])), h], axis=1)
-    return model.pos(h)
+    kind(model)
+    return model.stack_input(ids)
 
 
 def config_dict(model) -> dict:
@@ -136,11 +113,13 @@ def attention_maps(model, ids, tgt_ids=None) -> dict[str, np.ndarray]:
             model(ids, np.asarray(tgt_ids).reshape(1, -1))
         else:
             model(ids)
-    stack = lambda mods: np.stack([m.attn_weights[0] for m in mods])  # noqa: E731
-    maps = {"encoder": stack([b.self_attn for b in blocks(model)])}
+    def stack(bs, name="attn"):
+        return np.stack([model.block_parts(b).attentions[name].attn_weights[0] for b in bs])
+
+    maps = {"encoder": stack(blocks(model))}
     if k == "seq2seq":
-        maps["decoder"] = stack([b.self_attn for b in decoder_blocks(model)])
-        maps["cross"] = stack([b.cross_attn for b in decoder_blocks(model)])
+        maps["decoder"] = stack(decoder_blocks(model))
+        maps["cross"] = stack(decoder_blocks(model), "cross_attn")
     return maps
 
 
@@ -156,10 +135,10 @@ def head_qkv(model, ids, layer: int = 0, head: int = 0):
     the attention's own projection, so q and k are rotated when the model has rotary positions
     (the scores q k^T / sqrt(d_head) are then the ones the model softmaxes)."""
     t = trace(model, ids)
-    block = blocks(model)[layer]
+    parts = model.block_parts(blocks(model)[layer])
     x = t.residual[layer]
-    h = block.attn_norm(x) if block.norm_first else x  # what the attention sees
-    attn = block.self_attn
+    h = parts.norms["attn_norm"](x) if parts.norm_first else x  # what the attention sees
+    attn = parts.attentions["attn"]
     with eval_mode(model):
         q, k, v = attn.self_qkv(h)  # q (1, H, T, d_head); k, v (1, n_kv_head, T, d_head)
     kv_head = head // (head_count(attn) // attn.n_kv_head)  # grouped-query: the group's shared head
@@ -202,15 +181,17 @@ def trace(model, ids) -> Trace:
         x = embed(model, ids)
         mask = model.src_mask(ids) if k == "seq2seq" else None
         t.residual.append(x)
-        for i, b in enumerate(blocks(model)):
-            h = norm(b.attn_norm, x, f"{i}.attn_norm") if b.norm_first else x
-            a = b.self_attn(h, mask=mask, causal=is_causal(model))
-            x = x + a if b.norm_first else norm(b.attn_norm, x + a, f"{i}.attn_norm")
-            h = norm(b.ff_norm, x, f"{i}.ff_norm") if b.norm_first else x
-            pre = b.ff.fc1(h)                 # (1, T, n_inner)
-            post = b.ff.activate(pre)         # GELU, ReLU, SwiGLU...
-            f = b.ff.fc2(post)
-            x = x + f if b.norm_first else norm(b.ff_norm, x + f, f"{i}.ff_norm")
+        for i, block in enumerate(blocks(model)):
+            b = model.block_parts(block)
+            attn_norm, ff_norm, ff = b.norms["attn_norm"], b.norms["ff_norm"], b.feedforward
+            h = norm(attn_norm, x, f"{i}.attn_norm") if b.norm_first else x
+            a = b.attentions["attn"](h, mask=mask, causal=is_causal(model))
+            x = x + a if b.norm_first else norm(attn_norm, x + a, f"{i}.attn_norm")
+            h = norm(ff_norm, x, f"{i}.ff_norm") if b.norm_first else x
+            pre = ff.fc1(h)                   # (1, T, n_inner)
+            post = ff.activate(pre)           # GELU, ReLU, SwiGLU...
+            f = ff.fc2(post)
+            x = x + f if b.norm_first else norm(ff_norm, x + f, f"{i}.ff_norm")
             t.attn_update.append(a)
             t.ff_update.append(f)
             t.ff_pre.append(pre)
