@@ -365,12 +365,8 @@ def test_export_refuses_an_alibi_run_in_one_line(tmp_path, capsys):
     assert not (tmp_path / "hf").exists()
 
 
-# The tools below read the model outside ops/, nn/ and models/; they fail on an ALiBi run until they
-# ask the model through models/base.py's contract. strict: when a fix lands, these fail as XPASS,
-# and the marker goes.
-@pytest.mark.xfail(strict=True, raises=KeyError,
-                   reason="lens/analyses.py direct_logit_attribution reads cache['pos_embed'], which a model "
-                          "without a position table has not")
+# The tools read the model through models/base.py's contract: a model without a position table,
+# with a score bias inside attention, needs no change outside ops/, nn/ and models/.
 @pytest.mark.parametrize("json_out", [False, True], ids=["text", "json"])
 def test_cli_lens_on_an_alibi_run(alibi_run, json_out):
     from scratchformer.cli.main import main
@@ -378,18 +374,12 @@ def test_cli_lens_on_an_alibi_run(alibi_run, json_out):
     assert main(["lens", str(alibi_run), "--text", "emma", *(["--json"] if json_out else [])]) == 0
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError,
-                   reason="viz/bundle.py _add_init_views draws a position table the model has not "
-                          "(viz/embeddings.py embedding_pca: len(None))")
 def test_cli_viz_compare_init_on_an_alibi_run(alibi_run, tmp_path):
     from scratchformer.cli.main import main
 
     assert main(["viz", str(alibi_run), "--compare-init", "--out", str(tmp_path / "figs")]) == 0
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="viz/trace.py head_qkv and viz/attention.py attention_steps recompute the weights "
-                          "from q and k without the attention's score_bias")
 def test_the_one_head_figure_shows_the_weights_the_model_softmaxes():
     from scratchformer.viz import trace as T
 
@@ -397,5 +387,8 @@ def test_the_one_head_figure_shows_the_weights_the_model_softmaxes():
                       seed=0), seed=1, scale=0.8)
     ids = np.arange(9)
     q, k, v = T.head_qkv(m, ids, layer=0, head=0)
-    drawn = attention_forward(q[None, None], k[None, None], v[None, None], causal=True)[1]["weights"][0, 0]
+    bias = T.head_score_bias(m, ids, layer=0, head=0)
+    assert bias is not None and bias.shape == (9, 9)
+    drawn = attention_forward(q[None, None], k[None, None], v[None, None], causal=True,
+                              bias=bias[None, None])[1]["weights"][0, 0]
     np.testing.assert_allclose(drawn, T.attention_maps(m, ids)["encoder"][0, 0], atol=1e-6)

@@ -126,13 +126,16 @@ def classifier_attention(probs, class_names, weights, tokens, layer: int = -1, p
     return finish(fig, path)
 
 
-def _scores(q, k) -> np.ndarray:
-    return (q @ k.T) / math.sqrt(q.shape[-1])  # (T, T) = q k^T / sqrt(d_head)
+def _scores(q, k, bias=None) -> np.ndarray:
+    """(T, T) = q k^T / sqrt(d_head) (+ bias: the attention's own score bias, ALiBi's, or None)."""
+    scores = (q @ k.T) / math.sqrt(q.shape[-1])
+    return scores if bias is None else scores + np.asarray(bias, np.float64)
 
 
-def causal_vs_bidirectional(q, k, tokens, path=None):
-    """The same queries and keys (T, d_head) with and without the causal mask."""
-    scores = _scores(np.asarray(q, np.float64), np.asarray(k, np.float64))
+def causal_vs_bidirectional(q, k, tokens, path=None, *, bias=None):
+    """The same queries and keys (T, d_head) with and without the causal mask. bias: (T, T) added
+    to the scaled scores by the model's attention (`trace.head_score_bias`), or None."""
+    scores = _scores(np.asarray(q, np.float64), np.asarray(k, np.float64), bias)
     T = scores.shape[0]
     both = [softmax_forward(scores), softmax_forward(np.where(causal_mask(T, T), scores, -np.inf))]
     s = _cell(T, T <= ANNOTATE_MAX) + 0.6
@@ -149,18 +152,20 @@ def causal_vs_bidirectional(q, k, tokens, path=None):
 
 
 def attention_steps(q, k, v, tokens, causal: bool = True, path=None, *, layer: int | None = None,
-                    head: int | None = None):
-    """One head step by step: scores q k^T / sqrt(d) -> masked scores (causal only) -> softmax
-    -> output. layer, head: which head of the model this is, for the title."""
+                    head: int | None = None, bias=None):
+    """One head step by step: scores q k^T / sqrt(d) (+ bias) -> masked scores (causal only) ->
+    softmax -> output. layer, head: which head of the model this is, for the title; bias: (T, T)
+    the model's attention adds to the scaled scores (`trace.head_score_bias`: ALiBi's), or None."""
     q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
     T = q.shape[0]
-    scores = _scores(q, k)
-    out, cache = attention_forward(q[None, None], k[None, None], v[None, None], causal=causal)
+    scores = _scores(q, k, bias)
+    b = None if bias is None else np.asarray(bias, np.float64)[None, None]
+    out, cache = attention_forward(q[None, None], k[None, None], v[None, None], causal=causal, bias=b)
     weights = cache["weights"]
     lim = float(np.abs(scores).max()) or 1.0
     o = out[0, 0]
     olim = float(np.abs(o).max()) or 1.0
-    panels = [("scores q k\u1d40/\u221ad", scores, tokens, dict(vmin=-lim, vmax=lim, cmap="coolwarm", fmt="{:.1f}"),
+    panels = [("scores q k\u1d40/\u221ad" + (" + bias" if bias is not None else ""), scores, tokens, dict(vmin=-lim, vmax=lim, cmap="coolwarm", fmt="{:.1f}"),
                "score")]
     if causal:  # without a mask this panel would repeat the scores
         masked = np.where(causal_mask(T, T), scores, np.nan)  # -inf drawn as blank

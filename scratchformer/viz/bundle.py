@@ -142,13 +142,15 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
     # one head of the first block, on the model's own input to that block
     q, k, v = T.head_qkv(model, ids, layer=0, head=0)
     n = min(len(q), 16)  # step-by-step figures stay legible on a short prefix
+    bias = T.head_score_bias(model, np.asarray(ids).reshape(-1)[:n], layer=0, head=0)  # ALiBi's, or None
     add("causal_vs_bidirectional", "Causal against bidirectional",
         "The same scores under two masks: with the causal mask a token cannot see the future and "
         "its weights renormalise over the past.",
-        lambda: A.causal_vs_bidirectional(q[:n], k[:n], att_tokens[:n]))
+        lambda: A.causal_vs_bidirectional(q[:n], k[:n], att_tokens[:n], bias=bias))
     add("attention_steps", "One head step by step",
         "Scores, masked scores (future = -inf), softmax weights, and the output rows they mix.",
-        lambda: A.attention_steps(q[:n], k[:n], v[:n], att_tokens[:n], causal=T.is_causal(model), layer=0, head=0))
+        lambda: A.attention_steps(q[:n], k[:n], v[:n], att_tokens[:n], causal=T.is_causal(model), layer=0, head=0,
+                                  bias=bias))
 
     # -- positions and embeddings -----------------------------------------------------------
     table, tok = T.position_table(model), T.token_table(model)

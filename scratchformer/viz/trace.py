@@ -145,6 +145,16 @@ def head_qkv(model, ids, layer: int = 0, head: int = 0):
     return q[0, head], k[0, kv_head], v[0, kv_head]
 
 
+def head_score_bias(model, ids, layer: int = 0, head: int = 0) -> np.ndarray | None:
+    """(T, T): what the attention of `layer` adds to the scaled scores of `head` (ALiBi's distance
+    penalty), or None when it adds nothing. The attention answers (`score_bias`), so a figure
+    that recomputes a head from `head_qkv` shows the weights the model softmaxes."""
+    attn = model.block_parts(blocks(model)[layer]).attentions["attn"]
+    T = np.asarray(ids).reshape(-1).shape[0]
+    bias = attn.score_bias(T, T, np.float64) if hasattr(attn, "score_bias") else None
+    return None if bias is None else bias[head]
+
+
 @dataclass
 class Trace:
     """The main stack's internals for one input, from `trace`. Shapes for T tokens, width C.
