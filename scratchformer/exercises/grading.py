@@ -31,6 +31,7 @@ checks (sign, a constant factor, a transpose, one batch row only, a shape with a
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import inspect
 import linecache
@@ -38,6 +39,7 @@ import math
 import re
 import traceback
 import types
+import warnings
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -337,19 +339,18 @@ def _shape_cause(got: tuple, want: tuple) -> str:
 def _first_finding(o: Outcome, ex: Exercise, case: Case, names: list[str], reference: Outcome,
                    expected: dict[str, np.ndarray]) -> Finding | None:
     """The first way `o` breaks the exercise on `case`, in the order the module docstring lists."""
-    if o.error and o.error[0] in ("constructor", "forward"):
-        phase, message, where = o.error
-        return Finding(f"your {phase} raised {message}{where}; the check needs the stub's {phase} as it was given",
-                       ("raised", phase, message))
+    if o.error and o.error[0] == "constructor":
+        return _given_raised(o)
     extra = [n for n in o.params if n not in reference.params]
-    if extra:
-        return Finding(f"your class has parameter(s) the stub's has not: {', '.join(extra)}; the check compares "
-                       "each parameter's gradient with the stub's forward, which has no such parameter: keep the "
-                       "stub's parameters", ("params", "extra", tuple(extra)))
     missing = [n for n in reference.params if n not in o.params]
-    if missing:
-        return Finding(f"your class lacks the stub's parameter(s) {', '.join(missing)}: keep the stub's constructor",
-                       ("params", "missing", tuple(missing)))
+    if extra or missing:
+        parts = ([f"your class has parameter(s) the stub's has not: {', '.join(extra)}"] if extra else []) + \
+                ([f"it lacks the stub's parameter(s) {', '.join(missing)}"] if missing else [])
+        return Finding("; ".join(parts) + ": the check sets and compares the stub's parameters by name (a gradient "
+                       "for any other has nothing to be compared with); keep the stub's constructor",
+                       ("params", tuple(extra), tuple(missing)))
+    if o.error and o.error[0] == "forward":
+        return _given_raised(o)
     if not _same_output(o.out, reference.out):
         return Finding("your forward's output differs from the given forward's: the check needs the stub's forward "
                        f"as it was given (take it again with 'scratchformer exercise {ex.name}')", ("forward",))
@@ -395,6 +396,12 @@ def _first_finding(o: Outcome, ex: Exercise, case: Case, names: list[str], refer
     return None
 
 
+def _given_raised(o: Outcome) -> Finding:
+    phase, message, where = o.error
+    return Finding(f"your {phase} raised {message}{where}; the check needs the stub's {phase} as it was given",
+                   ("raised", phase, message))
+
+
 def _same_output(a, b) -> bool:
     if isinstance(b, np.ndarray):
         return isinstance(a, np.ndarray) and a.shape == b.shape and np.allclose(a, b, rtol=1e-12, atol=1e-12)
@@ -432,6 +439,12 @@ def _generic_cause(f: Finding, o: Outcome, ex: Exercise, case: Case, names, expe
     """A cause for a finding no known mistake reproduces."""
     if f.key[0] == "raised":
         return _exception_cause(f.key[-1])
+    if f.key[0] == "overwritten":
+        return "`.grad = ...` where `.grad += ...` belongs"
+    if f.key[0] == "accumulate":
+        return ".grad changed by something besides adding this backward's gradient (scaled, reset, or added twice)"
+    if f.key[0] == "dy changed":
+        return "an in-place operation on the argument (dy *= ..., dy -= ..., dy[...] = ...)"
     if f.key[0] == "params":
         return ("a parameter added to the stub's class, or one renamed: the grader sets each of the stub's "
                 "parameters by name and compares its .grad")
@@ -490,6 +503,8 @@ def _exception_cause(message: str) -> str | None:
     if message.startswith("MemoryError"):
         return ("an array far larger than the exercise needs (the grader allows "
                 f"{MEMORY_LIMIT >> 30} GiB): a product of the wrong arrays, or an outer product where a sum belongs")
+    if message.startswith("EOFError"):
+        return "the backward reads input (input()): the grader gives it none"
     if message.startswith("RecursionError"):
         return "a function that calls itself without end: backward calling backward (or forward) again"
     m = re.search(r"non-broadcastable output operand with shape \(([^)]*)\) doesn't match the broadcast shape "
@@ -505,6 +520,13 @@ def _exception_cause(message: str) -> str | None:
     return None
 
 
+@contextlib.contextmanager
+def _quiet_numpy():
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        yield
+
+
 _REFERENCE_CACHE: dict[str, tuple[type, list[tuple[Outcome, dict]]]] = {}
 
 
@@ -514,8 +536,9 @@ def _reference(ex: Exercise):
     if ex.name not in _REFERENCE_CACHE:
         filename = str(SOLUTIONS / f"{ex.name}.py")
         ref_cls = _class_from_source(solution_source(ex.name), ex.class_name, filename)
-        _REFERENCE_CACHE[ex.name] = (ref_cls, [(_run(ref_cls, case, filename), finite_differences(ref_cls, case))
-                                               for case in ex.cases])
+        with _quiet_numpy():
+            _REFERENCE_CACHE[ex.name] = (ref_cls, [(_run(ref_cls, case, filename), finite_differences(ref_cls, case))
+                                                   for case in ex.cases])
     return _REFERENCE_CACHE[ex.name]
 
 
@@ -556,7 +579,8 @@ def _wrong(ex: Exercise, k: int, finding: Finding, o: Outcome, names, ref_cls, f
         wrong = source.replace(mistake.old, mistake.new, 1)
         wrong_file = f"<{ex.name}: known mistake {i}>"
         linecache.cache[wrong_file] = (len(wrong), None, wrong.splitlines(True), wrong_file)  # for _where's line
-        m = _run(_class_from_source(wrong, ex.class_name, wrong_file), case, wrong_file)
+        with _quiet_numpy():  # a known mistake's warnings (log of a negative, ...) are not the learner's
+            m = _run(_class_from_source(wrong, ex.class_name, wrong_file), case, wrong_file)
         if _same_failure(finding, _first_finding(m, ex, case, names, reference, expected), o, m, case, names):
             matches.append((mistake, m.error[2] if m.error else ""))
             if finding.key[0] != "raised":

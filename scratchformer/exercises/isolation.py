@@ -69,6 +69,7 @@ def child_main(name: str, path: str, fd: int, time_limit: float, memory_limit: i
     try:
         devnull = os.open(os.devnull, os.O_RDONLY)  # input() in the learner's code ends, it does not wait
         os.dup2(devnull, 0)
+        sys.stdin = open(os.devnull, encoding="utf-8")  # noqa: SIM115 - for the child's whole life
         _limit(time_limit, memory_limit)
         grade = grade_file(name, path, progress=lambda where: _send(fd, {"kind": "progress", "where": where}))
         result = {"kind": "grade", "passed": grade.passed, "lines": grade.lines, "cause": grade.cause}
