@@ -241,4 +241,12 @@ def test_a_backward_for_one_shape_only_fails_on_another(tmp_path):
     path = _edited(tmp_path, "layernorm", "C = xhat.shape[-1]", "C = 5")  # the first case's size, written in
     grade = check("layernorm", path)
     assert grade.report().startswith("wrong: layernorm: on LayerNorm(6) on x (7, 6): ")
-    assert "right on x (2, 3, 5), wrong here" in grade.cause
+    assert "right on LayerNorm(5) on x (2, 3, 5), wrong here" in grade.cause
+
+
+@pytest.mark.parametrize("bug", ["softmax__calls_exit", "softmax__log_space_nan", "linear__os_exit"])
+def test_cli_grades_a_file_that_exits_or_returns_nan_wrong(bug, capsys):
+    path = Path(__file__).parent / "data" / "learner_bugs" / f"{bug}.py"
+    assert main(["exercise", bug.split("__")[0], "--check", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "wrong: " in out and "likely cause: " in out and "Traceback" not in out

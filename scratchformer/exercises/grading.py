@@ -260,6 +260,12 @@ def describe_case(ex: Exercise, case: Case, names: list[str]) -> str:
     return f"{ex.class_name}({', '.join(map(repr, case.args))}) on {shapes}"
 
 
+def _short(ex: Exercise, case: Case, names: list[str]) -> str:
+    """describe_case without a constructor call that has no arguments: 'x (2, 3, 5)'."""
+    text = describe_case(ex, case, names)
+    return text if case.args else text.split(" on ", 1)[1]
+
+
 # -- the verdict -------------------------------------------------------------------------------
 @dataclass
 class Finding:
@@ -565,7 +571,7 @@ def grade_file(name: str, path: str | Path, progress: Callable[[str], None] = _q
         worst = max([worst] + [relative_error(got[n], want) for n, want in references[k][1].items()])
     grads = ", ".join(references[0][1])
     added = "; a second backward adds into .grad" if references[0][0].grads else ""
-    shapes = "; ".join(describe_case(ex, c, names).split(" on ", 1)[1] for c in ex.cases)
+    shapes = "; ".join(_short(ex, c, names) for c in ex.cases)
     return Grade(name, True, [f"right: {ex.name}: {grads} agree with finite differences on {len(ex.cases)} inputs "
                               f"({shapes}; worst relative error {worst:.1e}){added}"])
 
@@ -593,7 +599,7 @@ def _wrong(ex: Exercise, k: int, finding: Finding, o: Outcome, names, ref_cls, f
                 default=(None,))[0]
     cause = cause.cause if cause else None
     if cause is None and k > 0:
-        right_on = "; ".join(describe_case(ex, c, names).split(" on ", 1)[1] for c in ex.cases[:k])
+        right_on = "; ".join(_short(ex, c, names) for c in ex.cases[:k])
         cause = (f"right on {right_on}, wrong here: the backward depends on the input's shape, a size or an axis "
                  "count written into the code (a fixed reshape, a sum or an einsum over exactly these axes, an axis "
                  "counted from the front); take every size from the arrays, and the axes from the end")

@@ -1,5 +1,5 @@
 # learner bug (layernorm): parameter sums over axes (0, 1): 3-D input only
-# expect: right on x (2, 3, 5)
+# expect: right on LayerNorm(5) on x (2, 3, 5)
 """Exercise layernorm: the backward of LayerNorm over the last axis.
 
     mean = mean_c x_c;  var = mean_c (x_c - mean)^2;  rstd = 1 / sqrt(var + eps)

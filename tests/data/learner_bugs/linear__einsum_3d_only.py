@@ -1,5 +1,5 @@
 # learner bug (linear): einsum over exactly (b, t, i)
-# expect: right on x (2, 3, 4)
+# expect: right on Linear(4, 3) on x (2, 3, 4)
 """Exercise linear: the backward of an affine map, PyTorch's layout.
 
     y = x W^T + b        x: (..., in), W: (out, in), b: (out,), y: (..., out)

@@ -1,5 +1,5 @@
 # learner bug (linear): reshape(6, 4): the first input's size
-# expect: right on x (2, 3, 4)
+# expect: right on Linear(4, 3) on x (2, 3, 4)
 """Exercise linear: the backward of an affine map, PyTorch's layout.
 
     y = x W^T + b        x: (..., in), W: (out, in), b: (out,), y: (..., out)

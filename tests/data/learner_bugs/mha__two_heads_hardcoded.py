@@ -1,5 +1,5 @@
 # learner bug (mha): H = 2 written in
-# expect: right on x (2, 4, 6)
+# expect: right on MultiHeadAttention(6, 2) on x (2, 4, 6)
 """Exercise mha: the backward of causal multi-head self-attention.
 
     [q, k, v] = x W_in^T + b_in             W_in = in_proj_weight (3C, C) = [W_q; W_k; W_v]
