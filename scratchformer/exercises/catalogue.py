@@ -150,7 +150,8 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in [
                 "rstd * g",
                 "the mean and the variance are treated as constants (dx = rstd * g): both depend on every x_c, "
                 "which adds two terms, dx = rstd * (g - mean(g) - xhat * mean(g * xhat))"),
-        Mistake("xhat * (g * xhat).mean(axis=-1, keepdims=True)", "xhat * (g * xhat).sum(axis=-1, keepdims=True) / (C - 1)",
+        Mistake("xhat * (g * xhat).mean(axis=-1, keepdims=True)",
+                "xhat * (g * xhat).sum(axis=-1, keepdims=True) / (C - 1)",
                 "the variance's term divides by C - 1 (Bessel's correction), but the forward's variance divides "
                 "by C: use the mean"),
         Mistake("g - g.mean(axis=-1, keepdims=True) - xhat * (g * xhat).mean(axis=-1, keepdims=True)",
@@ -270,8 +271,10 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in [
         Mistake("for t in (dq, dk, dv)", "for t in (dk, dq, dv)",
                 "the q, k, v gradients are joined in another order than the forward split them: "
                 "[dq, dk, dv], as in_proj_weight = [W_q; W_k; W_v]"),
-        Mistake("self.split_heads(dy @ self.out_proj_weight.data)", "self.split_heads(dy @ self.out_proj_weight.data.T)",
-                "a transposed factor: the gradient of the merged heads is dy W_out (W_out is (out, in)), not dy W_out^T"),
+        Mistake("self.split_heads(dy @ self.out_proj_weight.data)",
+                "self.split_heads(dy @ self.out_proj_weight.data.T)",
+                "a transposed factor: the gradient of the merged heads is dy W_out (W_out is (out, in)), "
+                "not dy W_out^T"),
     )),
     Exercise("block", "a pre-norm Transformer block", "PreNormBlock",
              _cases(((8, 2), _normal(2, 3, 8)), ((6, 3), _normal(3, 2, 6))), (

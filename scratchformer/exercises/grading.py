@@ -315,8 +315,8 @@ def _returned_gradients(o: Outcome, case: Case, names: list[str]) -> tuple[dict[
         got = {"d" + n: g for (n, _), g in zip(floats, r)}
     for (n, a), (gname, g) in zip(floats, got.items()):
         if g.shape != a.shape:
-            return got, Finding(f"{gname} has shape {g.shape}, {n} has shape {a.shape}: {_shape_cause(g.shape, a.shape)}",
-                                ("shape", gname, g.shape))
+            return got, Finding(f"{gname} has shape {g.shape}, {n} has shape {a.shape}: "
+                                f"{_shape_cause(g.shape, a.shape)}", ("shape", gname, g.shape))
         if not np.issubdtype(g.dtype, np.floating):
             return got, Finding(f"{gname} has dtype {g.dtype}; it must be floating", ("dtype", gname))
     return got, None
@@ -336,7 +336,8 @@ def _shape_cause(got: tuple, want: tuple) -> str:
     if len(got) > len(want) and got[len(got) - len(want):] == want:
         return MISSING_BATCH_SUM
     if sorted(got) == sorted(want):
-        return "the right axes in another order: a transpose (or swapaxes) is missing or extra; a reshape would mix entries"
+        return ("the right axes in another order: a transpose (or swapaxes) is missing or extra; "
+                "a reshape would mix entries")
     if math.prod(got) == math.prod(want):
         return f"the right number of entries in the wrong shape: reshape to {want}"
     return "a wrong shape"

@@ -16,11 +16,12 @@ Each step is then checked on its own: with the gradient it received held fixed (
 returned and what it added to its parameters are compared with central differences of
 sum(layer.forward(input) * g): every entry of an array of at most FULL_CHECK entries, else
 SAMPLED seeded random entries plus the LARGEST largest (in absolute value); `BackwardStep.checked`
-and the figure say which, per array ("dx: all 96", "dweight: 64 random + 8 largest of 4,096").
+and the figure say which, per array ("dx all 96", "dweight 64 random + 8 largest of 4,096").
 An entry agrees when |backward - finite difference| <= FD_TOL * max(1, the array's largest
-|entry|): float64 central differences (eps 1e-6) of these layers are exact to about 1e-9. A wrong backward in one layer therefore turns
-that step red and no other (the steps before it receive a wrong gradient, but handle it right).
-The residual sums of the blocks (dx = dy + norm'(sublayer'(dy))) join these steps; they are the
+|entry|); float64 central differences (eps 1e-6) agree with a right backward to 1e-10 to 5e-9
+(`scratchformer.gradcheck`), so the tolerance leaves room and a wrong entry shows. A wrong
+backward in one layer therefore turns that step red and no other (the steps before it receive
+a wrong gradient, but handle it right). The residual sums of the blocks (dx = dy + norm'(sublayer'(dy))) join these steps; they are the
 blocks' own backward (scratchformer/nn/blocks.py).
 """
 
