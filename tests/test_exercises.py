@@ -250,3 +250,14 @@ def test_cli_grades_a_file_that_exits_or_returns_nan_wrong(bug, capsys):
     assert main(["exercise", bug.split("__")[0], "--check", str(path)]) == 1
     out = capsys.readouterr().out
     assert "wrong: " in out and "likely cause: " in out and "Traceback" not in out
+
+
+def test_without_fork_the_child_is_a_fresh_interpreter(tmp_path, monkeypatch):
+    from scratchformer.exercises import isolation
+
+    monkeypatch.setattr(isolation, "can_fork", lambda: False)
+    assert check("softmax", _write(tmp_path, "softmax", solution_source("softmax"))).passed
+    grade = check("softmax", Path(__file__).parent / "data" / "learner_bugs" / "softmax__calls_exit.py")
+    assert not grade.passed and "exit() or sys.exit()" in grade.cause
+    with pytest.raises(DataError, match="defines no class Softmax"):
+        check("softmax", _write(tmp_path, "other", "x = 1\n"))

@@ -274,6 +274,7 @@ class Finding:
     what: str
     key: object
     tensor: str | None = None  # the wrong gradient's name, for a finding about values
+    cause: str | None = None  # the likely cause, where the finding itself shows it (a shape's)
 
 
 @dataclass
@@ -315,8 +316,9 @@ def _returned_gradients(o: Outcome, case: Case, names: list[str]) -> tuple[dict[
         got = {"d" + n: g for (n, _), g in zip(floats, r)}
     for (n, a), (gname, g) in zip(floats, got.items()):
         if g.shape != a.shape:
-            return got, Finding(f"{gname} has shape {g.shape}, {n} has shape {a.shape}: "
-                                f"{_shape_cause(g.shape, a.shape)}", ("shape", gname, g.shape))
+            cause = _shape_cause(g.shape, a.shape)
+            return got, Finding(f"{gname} has shape {g.shape}, {n} has shape {a.shape}: {cause}",
+                                ("shape", gname, g.shape), cause=cause)
         if not np.issubdtype(g.dtype, np.floating):
             return got, Finding(f"{gname} has dtype {g.dtype}; it must be floating", ("dtype", gname))
     return got, None
@@ -370,8 +372,9 @@ def _first_finding(o: Outcome, ex: Exercise, case: Case, names: list[str], refer
     for name, g in o.grads.items():
         want = expected[name].shape
         if g.shape != want:
-            return Finding(f"{name} has shape {g.shape}, expected {want}: {_shape_cause(g.shape, want)}",
-                           ("shape", name, g.shape))
+            cause = _shape_cause(g.shape, want)
+            return Finding(f"{name} has shape {g.shape}, expected {want}: {cause}", ("shape", name, g.shape),
+                           cause=cause)
         if not np.issubdtype(g.dtype, np.floating):
             return Finding(f"{name} has dtype {g.dtype}; it must be a floating array", ("dtype", name))
     if o.dy_changed:
@@ -444,6 +447,8 @@ def _same_failure(mine: Finding, theirs: Finding | None, o: Outcome, m: Outcome,
 
 def _generic_cause(f: Finding, o: Outcome, ex: Exercise, case: Case, names, expected, ref_cls, filename) -> str | None:
     """A cause for a finding no known mistake reproduces."""
+    if f.cause:
+        return f.cause
     if f.key[0] == "raised":
         return _exception_cause(f.key[-1])
     if f.key[0] == "overwritten":

@@ -85,12 +85,18 @@ def child_main(name: str, path: str, fd: int, time_limit: float, memory_limit: i
         os._exit(0)
 
 
+def can_fork() -> bool:
+    """True where the child is a fork of this process (Linux: macOS's and Windows's BLAS and
+    process start-up do not allow a fork, as for the trainer's workers)."""
+    return sys.platform.startswith("linux") and hasattr(os, "fork")
+
+
 class _Child:
     """A started child: the read end of its pipe, and how to kill and reap it."""
 
     def __init__(self, name: str, path: Path, time_limit: float, memory_limit: int):
         self.read, write = os.pipe()
-        if sys.platform.startswith("linux") and hasattr(os, "fork"):
+        if can_fork():
             for stream in (sys.stdout, sys.stderr):  # else the child would print this process's buffer again
                 stream.flush()
             pid = os.fork()
