@@ -14,9 +14,11 @@ runs: the gradient it received, the gradient it returned, and what it added to e
 
 Each step is then checked on its own: with the gradient it received held fixed (g), what it
 returned and what it added to its parameters are compared with central differences of
-sum(layer.forward(input) * g): every entry of an array of at most FULL_CHECK entries, else
-SAMPLED seeded random entries plus the LARGEST largest (in absolute value); `BackwardStep.checked`
-and the figure say which, per array ("dx all 96", "dweight 64 random + 8 largest of 4,096").
+sum(layer.forward(input) * g): by default (`THOROUGH`) every entry of an array of at most 256
+entries, else 64 seeded random entries plus the 8 largest (in absolute value); `QUICK`, which
+the report uses on bigger models, 3 random and the largest of an array of more than 16 entries.
+`BackwardStep.checked` and the figure say which, per array ("dx all 96", "dweight 64 random + 8
+largest of 4,096").
 An entry agrees when |backward - finite difference| <= FD_TOL * max(1, the array's largest
 |entry|); float64 central differences (eps 1e-6) agree with a right backward to 1e-10 to 5e-9
 (`scratchformer.gradcheck`), so the tolerance leaves room and a wrong entry shows. A wrong
@@ -37,7 +39,7 @@ import numpy as np
 from scratchformer.ops.loss import cross_entropy_backward, cross_entropy_forward
 from scratchformer.viz._plot import finish, new_figure
 
-__all__ = ["BackwardStep", "backward_steps", "backward_walkthrough"]
+__all__ = ["QUICK", "THOROUGH", "BackwardStep", "Sampling", "backward_steps", "backward_walkthrough"]
 
 # the derivative each layer's backward computes (dy: the gradient received, dx: returned)
 FORMULAS = {
@@ -52,8 +54,24 @@ FORMULAS = {
     "SinusoidalPositionalEncoding": "dx = dy (the table is fixed)",
 }
 FD_EPS, FD_TOL = 1e-6, 1e-6  # float64 central differences; relative to max(1, the array's largest |entry|)
-FULL_CHECK = 256  # an array of at most this many entries is checked in full
-SAMPLED, LARGEST = 64, 8  # else: this many seeded random entries, plus this many largest ones
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Which entries of each array are checked: all of an array of at most `full` entries (or
+    of at most sampled + largest), else `sampled` seeded random ones and the `largest` largest."""
+
+    full: int
+    sampled: int
+    largest: int
+
+    def describe(self) -> str:
+        return (f"every entry of an array of at most {max(self.full, self.sampled + self.largest)} entries, "
+                f"else {self.sampled} random + {self.largest} largest")
+
+
+THOROUGH = Sampling(256, 64, 8)  # the default: a few thousand layer forwards on a small model
+QUICK = Sampling(16, 3, 1)  # a few per array: the report's, on models of up to millions of parameters
 
 
 @dataclass
@@ -69,6 +87,7 @@ class BackwardStep:
     param_grads: dict[str, np.ndarray] = field(default_factory=dict)  # what it added to each .grad
     checks: list[tuple[str, tuple, float, float]] = field(default_factory=list)  # (array, index, backward, FD)
     checked: dict[str, str] = field(default_factory=dict)  # array -> which entries: "all 96", "64 random + ..."
+    sampling: Sampling | None = None  # the rule that chose them
 
     @property
     def ok(self) -> bool:
@@ -108,7 +127,7 @@ def _where(cls) -> str:
     return _where_function(cls.backward)
 
 
-def backward_steps(model, *inputs, seed: int = 0) -> list[BackwardStep]:
+def backward_steps(model, *inputs, seed: int = 0, sampling: Sampling = THOROUGH) -> list[BackwardStep]:
     """Run the model's backward on one batch and return its steps, in the order they ran, each
     checked by finite differences (see the module docstring). inputs: the model's forward
     arguments, targets included (GPT: ids, targets; classifier: x, y; seq2seq: src, tgt_in,
@@ -160,7 +179,7 @@ def backward_steps(model, *inputs, seed: int = 0) -> list[BackwardStep]:
     loss_step = BackwardStep("loss", "cross-entropy", FORMULAS["loss"], _where_function(cross_entropy_backward),
                              1.0, first.grad_in)
     rng = np.random.default_rng(seed)
-    _check(loss_step, ce_loss, logits.copy(), {}, rng)
+    _check(loss_step, ce_loss, logits.copy(), {}, rng, sampling)
     layer_of = dict(layers)
     for step in steps:
         name, layer = step.name, layer_of[step.name]
@@ -172,7 +191,7 @@ def backward_steps(model, *inputs, seed: int = 0) -> list[BackwardStep]:
             return float(np.sum(forward(x, *args[1:], **kwargs) * g))
 
         x = np.array(args[0], dtype=np.float64) if step.grad_out is not None else None
-        _check(step, local, x, dict(layer.named_parameters()), rng, frozen_input=args[0])
+        _check(step, local, x, dict(layer.named_parameters()), rng, sampling, frozen_input=args[0])
     return [loss_step, *steps]
 
 
@@ -184,23 +203,24 @@ def _where_function(fn) -> str:
     return f"{rel}:{inspect.getsourcelines(fn)[1]}"
 
 
-def _picks(a: np.ndarray, rng) -> tuple[list[tuple], str]:
-    """The indices of the entries of `a` to check, and what they are: every entry of a small
-    array, else SAMPLED seeded random ones and the LARGEST largest."""
-    if a.size <= FULL_CHECK:
+def _picks(a: np.ndarray, rng, sampling: Sampling) -> tuple[list[tuple], str]:
+    """The indices of the entries of `a` to check, and what they are (see Sampling)."""
+    if a.size <= max(sampling.full, sampling.sampled + sampling.largest):
         flat, what = np.arange(a.size), f"all {a.size:,}"
     else:
-        largest = np.argsort(np.abs(a).reshape(-1), kind="stable")[-LARGEST:]
+        largest = np.argsort(np.abs(a).reshape(-1), kind="stable")[a.size - sampling.largest:]
         others = np.setdiff1d(np.arange(a.size), largest)
-        flat = np.concatenate([largest, rng.choice(others, SAMPLED, replace=False)])
-        what = f"{SAMPLED} random + {LARGEST} largest of {a.size:,}"
+        flat = np.concatenate([largest, rng.choice(others, sampling.sampled, replace=False)])
+        what = f"{sampling.sampled} random + {sampling.largest} largest of {a.size:,}"
     return [tuple(int(j) for j in np.unravel_index(int(i), a.shape)) for i in flat], what
 
 
-def _check(step: BackwardStep, loss_of, x, params: dict, rng, frozen_input=None) -> None:
-    """Central differences of loss_of at a few entries of x (the input) and of each parameter."""
+def _check(step: BackwardStep, loss_of, x, params: dict, rng, sampling: Sampling, frozen_input=None) -> None:
+    """Central differences of loss_of at the entries `sampling` picks of x (the input) and of
+    what the step added to each parameter."""
+    step.sampling = sampling
     if x is not None and step.grad_out is not None:
-        picks, step.checked["dx"] = _picks(step.grad_out, rng)
+        picks, step.checked["dx"] = _picks(step.grad_out, rng, sampling)
         for i in picks:
             plus, minus = x.copy(), x.copy()
             plus[i] += FD_EPS
@@ -208,7 +228,7 @@ def _check(step: BackwardStep, loss_of, x, params: dict, rng, frozen_input=None)
             step.checks.append(("dx", i, float(step.grad_out[i]), (loss_of(plus) - loss_of(minus)) / (2 * FD_EPS)))
     for p_name, added in step.param_grads.items():
         p = params[p_name]
-        picks, step.checked[f"d{p_name}"] = _picks(added, rng)
+        picks, step.checked[f"d{p_name}"] = _picks(added, rng, sampling)
         for i in picks:
             orig = p.data[i]
             p.data[i] = orig + FD_EPS
@@ -269,8 +289,7 @@ def backward_walkthrough(steps: list[BackwardStep], path=None):
     fig.suptitle(f"the backward, step by step ({n} steps, in the order they run): "
                  + (f"{len(red)} step(s) disagree with finite differences: {', '.join(red)}" if red else
                     f"every step agrees with finite differences at all {total:,} entries checked")
-                 + f"\nchecked: every entry of an array of at most {FULL_CHECK} entries, else {SAMPLED} random + "
-                   f"{LARGEST} largest (per row, in grey); agree: |backward - central difference (float64, eps "
+                 + f"\nchecked: {steps[0].sampling.describe()} (per row, in grey); agree: |backward - central difference (float64, eps "
                    f"{FD_EPS:g})| <= {FD_TOL:g} x max(1, the array's largest |entry|)", fontsize=9)
     return finish(fig, path)
 
