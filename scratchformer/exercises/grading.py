@@ -557,7 +557,7 @@ def _reference(ex: Exercise):
 def grade_file(name: str, path: str | Path, progress: Callable[[str], None] = _quiet) -> Grade:
     """Grade the learner's file in THIS process: their code runs here, unguarded. `check` runs
     this in a child with limits; call it directly only on trusted files. `progress` is told
-    where the grading is ("backward on Linear(4, 3) on x (2, 3, 4)"), for a verdict on a kill."""
+    where the grading is ("your backward on Linear(4, 3) on x (2, 3, 4)"), for a verdict on a kill."""
     ex = exercise(name)
     ref_cls, references = _reference(ex)
     names = _input_names(ref_cls)
@@ -611,7 +611,7 @@ def _wrong(ex: Exercise, k: int, finding: Finding, o: Outcome, names, ref_cls, f
                  "counted from the front); take every size from the arrays, and the axes from the end")
     if cause is None:
         cause = _generic_cause(finding, o, ex, case, names, expected, ref_cls, filename)
-    on = "" if k == 0 else f"on {describe_case(ex, case, names)}: "
+    on = "" if k == 0 else f"on {_short(ex, case, names)}: "
     lines = [f"wrong: {ex.name}: {on}{finding.what}",
              f"likely cause: {cause}" if cause else
              "likely cause: not one this checker knows; compare each line with the forward line it differentiates"]
