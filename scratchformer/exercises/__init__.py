@@ -11,7 +11,8 @@ known mistakes are `catalogue.py`; the reference solutions are `solutions/NAME.p
 involved.
 """
 
-from scratchformer.exercises.catalogue import EXERCISES, Exercise, Mistake
+from scratchformer.exercises.catalogue import EXERCISES, Case, Exercise, Mistake
 from scratchformer.exercises.grading import Grade, check, list_exercises, solution_source, stub_source
 
-__all__ = ["EXERCISES", "Exercise", "Grade", "Mistake", "check", "list_exercises", "solution_source", "stub_source"]
+__all__ = ["EXERCISES", "Case", "Exercise", "Grade", "Mistake", "check", "list_exercises", "solution_source",
+           "stub_source"]
