@@ -261,3 +261,24 @@ def test_without_fork_the_child_is_a_fresh_interpreter(tmp_path, monkeypatch):
     assert not grade.passed and "exit() or sys.exit()" in grade.cause
     with pytest.raises(DataError, match="defines no class Softmax"):
         check("softmax", _write(tmp_path, "other", "x = 1\n"))
+
+
+@pytest.mark.parametrize("kwargs", [{"time_limit": 0}, {"time_limit": "60"}, {"memory_limit": 1 << 20},
+                                    {"memory_limit": 2.5e9}])
+def test_limits_out_of_range_are_a_typed_error(kwargs, tmp_path):
+    from scratchformer.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="time_limit|memory_limit"):
+        check("softmax", _write(tmp_path, "softmax", solution_source("softmax")), **kwargs)
+
+
+def test_no_process_to_be_had_is_one_typed_error(tmp_path, monkeypatch):
+    from scratchformer.errors import ResourceError
+    from scratchformer.exercises import isolation
+
+    def no_pipe():
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(isolation.os, "pipe", no_pipe)
+    with pytest.raises(ResourceError, match="cannot start the process that grades .*Too many open files"):
+        check("softmax", _write(tmp_path, "softmax", solution_source("softmax")))

@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from scratchformer.errors import DataError
+from scratchformer.errors import DataError, ResourceError
 
 FINAL = ("grade", "data_error", "crash")  # the kinds of the child's last message
 REAP_S = 5.0  # how long the child may take to exit after its verdict before it is killed
@@ -135,7 +135,11 @@ def run_isolated(name: str, path: Path, time_limit: float, memory_limit: int):
     """Grade `path` in a child (see the module docstring): a Grade, or DataError."""
     from scratchformer.exercises.grading import Grade
 
-    child = _Child(name, path, time_limit, memory_limit)
+    try:
+        child = _Child(name, path, time_limit, memory_limit)
+    except OSError as e:  # no process or pipe to be had (EAGAIN, ENOMEM, too many open files)
+        raise ResourceError(f"cannot start the process that grades {path}: {e.strerror or e}; "
+                            "free some memory or processes and try again") from None
     messages: list[dict] = []
     buffer = b""
     deadline = time.monotonic() + time_limit
