@@ -1,13 +1,22 @@
-"""The graded exercises: every reference solution passes, the stub does not, and each wrong
-solution is caught with a message naming its fault (at least 5 per exercise)."""
+"""The graded exercises: every reference solution passes, the stub does not, each wrong
+solution is caught with a message naming its fault (at least 5 per exercise), every file of the
+learner-bug corpus (tests/data/learner_bugs/) is graded wrong with its cause, and a file that
+returns NaN, exits, loops, allocates without bound, adds a parameter or only handles one shape
+gets a one-line verdict."""
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from scratchformer.cli.main import main
+from scratchformer.errors import DataError
 from scratchformer.exercises import EXERCISES, check, solution_source, stub_source
+from scratchformer.exercises.catalogue import DIAGONAL_ONLY
+
+CORPUS = sorted((Path(__file__).parent / "data" / "learner_bugs").glob("*.py"))
 
 # Wrong solutions beyond the catalogue's known mistakes (which the grader itself knows):
 # exercise -> [(old, new, words the report must contain)], edits of the reference solution
@@ -109,3 +118,167 @@ def test_grading_needs_no_torch(tmp_path):
             f"sys.exit(main(['exercise', 'attention', '--check', {str(path)!r}]))")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
+
+
+@pytest.mark.parametrize("name", EXERCISES)
+def test_graded_on_several_shapes_and_seeds(name, tmp_path):
+    ex = EXERCISES[name]
+    assert len(ex.cases) >= 2 and len({c.seed for c in ex.cases}) == len(ex.cases)
+    shapes = [[a.shape for a in c.inputs(__import__("numpy").random.default_rng(c.seed))] for c in ex.cases]
+    assert len({tuple(s) for s in shapes}) == len(shapes)  # no two cases of the same shapes
+    if "(..., " in solution_source(name):  # the stub allows any leading axes: 2-D and 3-D are both graded
+        assert {len(s[0]) for s in shapes} >= {2, 3}, shapes
+    grade = check(name, _write(tmp_path, name, solution_source(name)))
+    assert f"on {len(ex.cases)} inputs" in grade.report()
+
+
+def test_the_catalogue_names_the_common_mistakes():
+    causes = [m.cause for e in EXERCISES.values() for m in e.mistakes]
+    assert len(causes) >= 43 + 25
+    for words in ["treated as constants", "Bessel", DIAGONAL_ONLY, "merged with a reshape alone",
+                  "log-softmax's backward", "tanh approximation", "never -inf", "positional embedding"]:
+        assert any(words in c for c in causes), words
+
+
+def test_the_corpus_is_large_and_covers_every_exercise():
+    assert len(CORPUS) >= 40
+    assert {p.name.split("__")[0] for p in CORPUS} == set(EXERCISES)
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.stem)
+def test_every_learner_bug_is_graded_wrong_with_its_cause(path):
+    name = path.name.split("__")[0]
+    expect = re.search(r"^# expect: (.*)$", path.read_text(encoding="utf-8"), re.M).group(1)
+    # a timeout is a verdict whatever the machine's speed: the endless loop never ends
+    grade = check(name, path, time_limit=3 if "endless loop" in expect else 60)
+    report = grade.report()
+    assert not grade.passed and report.startswith(f"wrong: {name}: ") and len(grade.lines) == 2, report
+    if expect == "wrong, no cause named":
+        assert "not one this checker knows" in report
+    else:
+        assert expect in report, report
+    assert "Traceback" not in report
+
+
+def _edited(tmp_path, name, old, new):
+    source = solution_source(name)
+    assert source.count(old) == 1, old
+    return _write(tmp_path, name, source.replace(old, new))
+
+
+def test_one_nan_entry_is_named(tmp_path):
+    path = _edited(tmp_path, "softmax", "        return y * (dy - (dy * y).sum(axis=-1, keepdims=True))\n",
+                   "        dx = y * (dy - (dy * y).sum(axis=-1, keepdims=True))\n        dx[1, 2, 3] = np.inf\n"
+                   "        return dx\n")
+    report = check("softmax", path).report()
+    assert "dx[1, 2, 3] is inf: every gradient must be finite (1 of 30" in report
+
+
+def test_nan_in_a_parameter_gradient_is_wrong(tmp_path):
+    path = _edited(tmp_path, "linear", "self.bias.grad += dy2.sum(axis=0)", "self.bias.grad += dy2.sum(axis=0) * np.nan")
+    assert "bias.grad[0] is nan" in check("linear", path).report()
+
+
+@pytest.mark.parametrize("line, words", [
+    ("exit()", "SystemExit: exit() or sys.exit() was called"),
+    ("import sys; sys.exit(0)", "SystemExit: exit() or sys.exit() was called (code 0)"),
+    ("raise SystemExit", "SystemExit"),
+    ("import os; os._exit(0)", "your code ended the grading process (exit status 0)"),
+    ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", "killed by SIGKILL"),
+    ("input()", "EOFError"),
+])
+def test_a_backward_that_ends_its_process_is_one_line(tmp_path, line, words):
+    path = _edited(tmp_path, "gelu", "        x = self.x\n", f"        x = self.x\n        {line}\n")
+    grade = check("gelu", path)
+    assert not grade.passed and words in grade.report() and len(grade.lines) == 2, grade.report()
+
+
+def test_an_endless_loop_is_stopped_and_named(tmp_path):
+    path = _edited(tmp_path, "mha", "        B, T, C = dy.shape\n", "        B, T, C = dy.shape\n        while B:\n            pass\n")
+    grade = check("mha", path, time_limit=2)
+    assert not grade.passed
+    assert "did not finish within 2 s: it was stopped in your backward on MultiHeadAttention(6, 2)" in grade.report()
+    assert "endless loop" in grade.cause
+
+
+def test_a_huge_allocation_is_a_memory_error(tmp_path):
+    pytest.importorskip("resource")
+    if not Path("/proc/self/statm").exists():
+        pytest.skip("RLIMIT_AS needs the starting address space from /proc (Linux)")
+    path = _edited(tmp_path, "gelu", "        x = self.x\n", "        x = self.x\n        big = np.ones(64 << 20)\n")
+    grade = check("gelu", path, memory_limit=128 << 20)  # 512 MiB asked, 128 MiB allowed
+    assert "backward raised MemoryError" in grade.report() and "far larger" in grade.cause
+
+
+def test_a_file_that_exits_while_loading_is_bad_input(tmp_path):
+    path = _write(tmp_path, "softmax", "import sys\nsys.exit(3)\n")
+    with pytest.raises(DataError, match="does not load: SystemExit"):
+        check("softmax", path)
+
+
+def test_the_learner_code_runs_in_another_process(tmp_path):
+    # what the file changes at import (here the grader's own tolerance) stays in the child: this
+    # process grades the next file as before
+    changes = "import scratchformer.exercises.grading as g\ng.TOLERANCE = 1e9\n" + solution_source("gelu")
+    assert check("gelu", _write(tmp_path, "gelu", changes)).passed
+    from scratchformer.exercises import grading
+    assert grading.TOLERANCE == 1e-6
+    assert not check("gelu", _edited(tmp_path, "gelu", "dy * (cdf + x * pdf)", "dy * cdf")).passed
+
+
+def test_an_extra_or_missing_parameter_is_refused_in_one_line(tmp_path):
+    extra = _edited(tmp_path, "linear", "        self.bias = Parameter(np.zeros(out_features))\n",
+                    "        self.scale = Parameter(np.ones(1))\n        self.bias = Parameter(np.zeros(out_features))\n")
+    report = check("linear", extra).report()
+    assert "your class has parameter(s) the stub's has not: scale" in report
+    missing = _edited(tmp_path, "layernorm", "        self.bias = Parameter(np.zeros(C))\n",
+                      "        self.shift = Parameter(np.zeros(C))\n")
+    report = check("layernorm", missing).report()
+    assert "has not: shift; it lacks the stub's parameter(s) bias" in report and "Traceback" not in report
+
+
+def test_a_backward_for_one_shape_only_fails_on_another(tmp_path):
+    path = _edited(tmp_path, "layernorm", "C = xhat.shape[-1]", "C = 5")  # the first case's size, written in
+    grade = check("layernorm", path)
+    assert grade.report().startswith("wrong: layernorm: on LayerNorm(6) on x (7, 6): ")
+    assert "right on LayerNorm(5) on x (2, 3, 5), wrong here" in grade.cause
+
+
+@pytest.mark.parametrize("bug", ["softmax__calls_exit", "softmax__log_space_nan", "linear__os_exit"])
+def test_cli_grades_a_file_that_exits_or_returns_nan_wrong(bug, capsys):
+    path = Path(__file__).parent / "data" / "learner_bugs" / f"{bug}.py"
+    assert main(["exercise", bug.split("__")[0], "--check", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "wrong: " in out and "likely cause: " in out and "Traceback" not in out
+
+
+def test_without_fork_the_child_is_a_fresh_interpreter(tmp_path, monkeypatch):
+    from scratchformer.exercises import isolation
+
+    monkeypatch.setattr(isolation, "can_fork", lambda: False)
+    assert check("softmax", _write(tmp_path, "softmax", solution_source("softmax"))).passed
+    grade = check("softmax", Path(__file__).parent / "data" / "learner_bugs" / "softmax__calls_exit.py")
+    assert not grade.passed and "exit() or sys.exit()" in grade.cause
+    with pytest.raises(DataError, match="defines no class Softmax"):
+        check("softmax", _write(tmp_path, "other", "x = 1\n"))
+
+
+@pytest.mark.parametrize("kwargs", [{"time_limit": 0}, {"time_limit": "60"}, {"memory_limit": 1 << 20},
+                                    {"memory_limit": 2.5e9}])
+def test_limits_out_of_range_are_a_typed_error(kwargs, tmp_path):
+    from scratchformer.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="time_limit|memory_limit"):
+        check("softmax", _write(tmp_path, "softmax", solution_source("softmax")), **kwargs)
+
+
+def test_no_process_to_be_had_is_one_typed_error(tmp_path, monkeypatch):
+    from scratchformer.errors import ResourceError
+    from scratchformer.exercises import isolation
+
+    def no_pipe():
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(isolation.os, "pipe", no_pipe)
+    with pytest.raises(ResourceError, match="cannot start the process that grades .*Too many open files"):
+        check("softmax", _write(tmp_path, "softmax", solution_source("softmax")))

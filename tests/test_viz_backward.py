@@ -8,7 +8,7 @@ import pytest
 
 from scratchformer.data.tasks import BOS, EOS, PAD, VOCAB_SIZE, make_task
 from scratchformer.models import GPT, ClassifierConfig, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer, TransformerClassifier
-from scratchformer.nn import FeedForward, LayerNorm
+from scratchformer.nn import FeedForward, LayerNorm, MultiHeadAttention
 from scratchformer.ops.loss import cross_entropy_backward, cross_entropy_forward
 from scratchformer.viz import backward_steps, backward_walkthrough
 
@@ -68,6 +68,61 @@ def test_a_planted_bug_turns_that_step_red_and_no_other(where, bug, tmp_path):
     fig = backward_walkthrough(steps, path=tmp_path / "backward.png")
     assert f"1 step(s) disagree with finite differences: {where}" in fig._suptitle.get_text()
     assert (tmp_path / "backward.png").stat().st_size > 5000
+
+
+FIVE = [7, 23, 41, 58, 90]  # of the 96 entries of dx: (1 sequence, 6 positions, 16 wide)
+
+
+class _FiveEntriesAttention(MultiHeadAttention):
+    def backward(self, grad_output):
+        dx, dcontext = super().backward(grad_output)
+        dx = dx.copy()
+        dx.reshape(-1)[FIVE] += 0.01 * np.abs(dx).max()  # a planted bug in 5 of 96 entries, not the largest
+        return dx, dcontext
+
+
+def test_a_bug_in_5_of_96_entries_turns_the_step_red(tmp_path):
+    model = _gpt()
+    model.h[1].self_attn.__class__ = _FiveEntriesAttention
+    steps = {s.name: s for s in backward_steps(model, IDS[:1], TARGETS[:1])}
+    attn = steps["h.1.self_attn"]
+    assert attn.grad_out.size == 96 and attn.checked["dx"] == "all 96"
+    assert int(np.argmax(np.abs(attn.grad_out))) not in FIVE  # the largest entry alone would have missed it
+    wrong = [f for f in attn.failures() if f.startswith("dx")]
+    assert len(wrong) == 5 and [s for s in steps if not steps[s].ok] == ["h.1.self_attn"]
+    fig = backward_walkthrough(list(steps.values()), path=tmp_path / "b.png")
+    assert "1 step(s) disagree with finite differences: h.1.self_attn" in fig._suptitle.get_text()
+
+
+def test_the_figure_says_what_was_checked():
+    steps = {s.name: s for s in backward_steps(_gpt(), IDS[:1], TARGETS[:1])}
+    ff = steps["h.0.ff"]
+    assert ff.checked["dx"] == "all 96"  # (1, 6, 16): small, every entry
+    params = {k: v for k, v in ff.checked.items() if k != "dx"}
+    big = {k: v for k, v in params.items() if v != f"all {ff.param_grads[k[1:]].size:,}"}
+    assert big and all(v == f"64 random + 8 largest of {ff.param_grads[k[1:]].size:,}" for k, v in big.items())
+    assert len(ff.checks) == 96 + sum(min(g.size, 72) if g.size > 256 else g.size for g in ff.param_grads.values())
+    title = backward_walkthrough(list(steps.values()))._suptitle.get_text()
+    assert f"at all {sum(len(s.checks) for s in steps.values()):,} entries checked" in title
+    assert "every entry of an array of at most 256 entries, else 64 random + 8 largest" in title
+    assert "<= 1e-06 x max(1, the array's largest |entry|)" in title
+
+
+def test_the_largest_entry_of_a_sampled_array_is_always_checked():
+    class _LargestWrong(FeedForward):
+        def backward(self, dy):
+            before = {n: p.grad.copy() for n, p in self.named_parameters()}
+            dx = super().backward(dy)
+            p = dict(self.named_parameters())["fc1.weight"]
+            added = p.grad - before["fc1.weight"]
+            p.grad.reshape(-1)[int(np.argmax(np.abs(added)))] *= 1.01  # one entry of 1,024: the largest
+            return dx
+
+    model = _gpt()
+    model.h[0].ff.__class__ = _LargestWrong
+    steps = {s.name: s for s in backward_steps(model, IDS[:1], TARGETS[:1])}
+    assert [n for n, s in steps.items() if not s.ok] == ["h.0.ff"]
+    assert steps["h.0.ff"].checked["dfc1.weight"] == "64 random + 8 largest of 1,024"
 
 
 def test_classifier_and_seq2seq_steps_agree():

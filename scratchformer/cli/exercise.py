@@ -19,13 +19,16 @@ EXIT_WRONG = 1
 def add_parser(sub) -> None:
     """The `exercise` subcommand, added to the main parser's subparsers."""
     from scratchformer.exercises import EXERCISES
+    from scratchformer.exercises.grading import MEMORY_LIMIT, TIME_LIMIT
 
     e = sub.add_parser(
         "exercise", help="graded exercises: write a layer's backward, have it checked",
         description="Graded exercises. Without NAME: the list. With NAME: write a stub file whose forward is "
                     "given and whose backward is yours to write; then --check FILE grades it by finite "
-                    "differences (float64) and the layer contract (returned shapes and types, gradients ADDED "
-                    "into .grad), naming the first wrong element and the likely cause. Exit codes of --check: "
+                    "differences (float64, on inputs of several shapes) and the layer contract (returned shapes and "
+                    "types, finite gradients ADDED into .grad), naming the first wrong element and the likely "
+                    f"cause; the file runs in a child process limited to {TIME_LIMIT:g} s and {MEMORY_LIMIT >> 30} GiB. "
+                    "Exit codes of --check: "
                     "0 right, 1 wrong, 2 bad input (a missing file, a file that does not load).")
     e.add_argument("name", nargs="?", choices=list(EXERCISES), metavar="NAME",
                    help=f"one of: {', '.join(EXERCISES)} (default: list them)")

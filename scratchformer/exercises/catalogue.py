@@ -1,8 +1,18 @@
-"""The exercises: for each, the class to write, the input it is graded on, and the known mistakes.
+"""The exercises: for each, the class to write, the inputs it is graded on, and the known mistakes.
+
+Each exercise is graded on several cases (`Case`): constructor arguments and forward inputs of
+different shapes and seeds, so that a backward written for one shape only (a hard-coded
+reshape, an `einsum` over exactly three axes, an axis counted from the front) fails on another.
+Where the stub's docstring allows `...` leading axes, the cases include 2-D and 4-D inputs;
+batch and head counts are odd in at least one case.
 
 A known mistake is an edit of the reference solution (`solutions/NAME.py`): the grader runs
-each edited solution on the same input, and when a learner's backward fails the same way (the
-same gradients, the same error), it names that mistake's cause.
+each edited solution on the case the learner's file failed, and when it fails the same way (the
+same gradients, the same error), it names that mistake's cause. The sources of the common
+mistakes: Karpathy's makemore part 4 (manual backprop: a bias gradient not summed over the
+batch, Bessel's n - 1 in a variance, a missing 1/n of a mean), Stanford CS336's and ARENA's
+from-scratch backward exercises (softmax's Jacobian, LayerNorm through its statistics, heads
+split and merged, masks in attention).
 """
 
 from __future__ import annotations
@@ -23,44 +33,66 @@ class Mistake:
 
 
 @dataclass(frozen=True)
+class Case:
+    """One input the exercise is graded on: the constructor's arguments, a function of a
+    Generator giving the forward's arguments (float arrays get gradients), and the seed of
+    that Generator (the parameters, the upstream gradient and the prefilled .grad use
+    seed + 1, + 2, + 3)."""
+
+    args: tuple
+    inputs: Callable[[np.random.Generator], tuple]
+    seed: int
+
+
+@dataclass(frozen=True)
 class Exercise:
     name: str
     title: str  # one line, for the list
     class_name: str  # the class the learner's file defines
-    args: tuple  # its constructor's arguments
-    inputs: Callable[[np.random.Generator], tuple]  # forward's arguments (float arrays get gradients)
+    cases: tuple[Case, ...]  # graded in this order; the first is the one the stub's docstring shows
     mistakes: tuple[Mistake, ...]
 
 
 MISSING_BATCH_SUM = "a missing sum over the batch: a parameter's gradient sums over every row (all batch and time positions)"
 UNMASKED_SOFTMAX = ("np.exp(self.scores - self.scores.max(axis=-1, keepdims=True)) / "
                     "np.exp(self.scores - self.scores.max(axis=-1, keepdims=True)).sum(axis=-1, keepdims=True)")
+DIAGONAL_ONLY = ("only the softmax Jacobian's diagonal y_i (1 - y_i) is used: the off-diagonal terms -y_i y_k tie "
+                 "every output to every input, so dx = y * (dy - sum_j dy_j y_j)")
 
 
-def _normal(*shape):
-    return lambda rng: (rng.standard_normal(shape),)
+def _normal(*shape, scale=1.0):
+    return lambda rng: (rng.standard_normal(shape) * scale,)
 
 
-def _logits_targets(rng):
-    return rng.standard_normal((6, 5)) * 2, rng.integers(0, 5, 6)
+def _logits_targets(N, V):
+    return lambda rng: (rng.standard_normal((N, V)) * 2, rng.integers(0, V, N))
 
 
-def _token_ids(rng):
-    ids = rng.integers(0, 7, (2, 5))
-    ids[1, 3] = ids[0, 0] = ids[1, 4]  # an id occurring three times
-    return (ids,)
+def _token_ids(V, B, T):
+    def ids_of(rng):
+        ids = rng.integers(0, V, (B, T))
+        ids.reshape(-1)[[0, -2, -1]] = ids.reshape(-1)[-1]  # an id occurring three times
+        return (ids,)
+    return ids_of
 
 
-def _qkv_mask(rng):
-    # Tq = 4 queries, Tk = 5 keys (unequal, so a transposed product cannot pass); every query
-    # sees at least one key, and the first three each have a hidden one
-    mask = np.tri(4, 5, k=1, dtype=bool)
-    return (rng.standard_normal((2, 2, 4, 3)), rng.standard_normal((2, 2, 5, 3)),
-            rng.standard_normal((2, 2, 5, 3)), mask)
+def _qkv_mask(B, H, Tq, Tk, d, k):
+    # Tq != Tk, so a transposed product cannot pass; every query sees at least one key (np.tri's
+    # diagonal k >= 0) and at least one query has a hidden key
+    def qkv(rng):
+        return (rng.standard_normal((B, H, Tq, d)), rng.standard_normal((B, H, Tk, d)),
+                rng.standard_normal((B, H, Tk, d)), np.tri(Tq, Tk, k=k, dtype=bool))
+    return qkv
+
+
+def _cases(*cases) -> tuple[Case, ...]:
+    """(args, inputs) pairs, seeded 11, 21, 31, ..."""
+    return tuple(Case(args, inputs, 11 + 10 * i) for i, (args, inputs) in enumerate(cases))
 
 
 EXERCISES: dict[str, Exercise] = {e.name: e for e in [
-    Exercise("softmax", "softmax over the last axis", "Softmax", (), _normal(2, 3, 5), (
+    Exercise("softmax", "softmax over the last axis", "Softmax",
+             _cases(((), _normal(2, 3, 5)), ((), _normal(7, 4)), ((), _normal(3, 1, 2, 6))), (
         Mistake("(dy - (dy * y).sum(axis=-1, keepdims=True))", "dy",
                 "dx = y * dy misses the softmax's normalisation term: dx = y * (dy - sum_j dy_j y_j)"),
         Mistake("(dy * y).sum(axis=-1, keepdims=True)", "(dy * y).sum(axis=0, keepdims=True)",
@@ -69,8 +101,16 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in [
                 "the input x is used where the output y belongs: the Jacobian diag(y) - y y^T is written in y"),
         Mistake("(dy * y).sum(", "dy.sum(",
                 "the subtracted sum is sum_j dy_j y_j (a dot product with y), not sum_j dy_j"),
+        Mistake("y * (dy - (dy * y).sum(axis=-1, keepdims=True))", "y * (1 - y) * dy", DIAGONAL_ONLY),
+        Mistake("return y * (", "return (",
+                "the leading factor y is missing: dx_k = y_k (dy_k - sum_j dy_j y_j)"),
+        Mistake("y * (dy - (dy * y).sum(axis=-1, keepdims=True))", "dy - y * dy.sum(axis=-1, keepdims=True)",
+                "this is log-softmax's backward (dx = dy - y sum_j dy_j); softmax's is dx = y * (dy - sum_j dy_j y_j)"),
+        Mistake("(dy * y).sum(axis=-1, keepdims=True)", "(dy * y).sum(axis=-1)",
+                "the row sum lacks keepdims=True: the (..., 1) sums must broadcast against the (..., N) rows"),
     )),
-    Exercise("cross_entropy", "mean cross-entropy of logits", "CrossEntropy", (), _logits_targets, (
+    Exercise("cross_entropy", "mean cross-entropy of logits", "CrossEntropy",
+             _cases(((), _logits_targets(6, 5)), ((), _logits_targets(7, 3)), ((), _logits_targets(3, 8))), (
         Mistake("        dlogits[np.arange(N), self.targets] -= 1  # minus the one-hot target\n", "",
                 "the one-hot target is not subtracted: dlogits = (softmax(logits) - one_hot(targets)) / N"),
         Mistake("dlogits * (dloss / N)", "dlogits * dloss",
@@ -84,8 +124,17 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in [
                 "        dlogits[np.arange(N), self.targets] = -np.exp(-self.logp[np.arange(N), self.targets])",
                 "this is the derivative with respect to the probabilities (-1/p at the target), not to the logits: "
                 "through the softmax it becomes softmax - one_hot"),
+        Mistake("dlogits = np.exp(self.logp)", "dlogits = self.logp.copy()",
+                "the log-probabilities are used where the probabilities belong: dlogits = (softmax(logits) - "
+                "one_hot) / N, and softmax = exp(log-softmax)"),
+        Mistake("dlogits * (dloss / N)", "dlogits * (dloss / dlogits.shape[1])",
+                "divided by the number of classes V: the mean runs over the N rows, so divide by N"),
+        Mistake("dlogits[np.arange(N), self.targets] -= 1", "dlogits[self.targets] -= 1",
+                "dlogits[targets] picks whole rows by class id: row n's target is the one entry "
+                "[n, targets[n]], dlogits[np.arange(N), targets]"),
     )),
-    Exercise("layernorm", "LayerNorm over the last axis", "LayerNorm", (5,), _normal(2, 3, 5), (
+    Exercise("layernorm", "LayerNorm over the last axis", "LayerNorm",
+             _cases(((5,), _normal(2, 3, 5)), ((6,), _normal(7, 6)), ((4,), _normal(3, 1, 2, 4))), (
         Mistake("g - g.mean(axis=-1, keepdims=True) - xhat", "g - xhat",
                 "dx misses the term from the mean: dx = rstd * (g - mean(g) - xhat * mean(g * xhat))"),
         Mistake(" - xhat * (g * xhat).mean(axis=-1, keepdims=True)", "",
@@ -97,8 +146,27 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in [
                 "dy.reshape(-1, C).sum(axis=0)\n        self.bias.grad += (dy * xhat).reshape(-1, C).sum(axis=0)",
                 "dweight and dbias are swapped: dweight sums dy * xhat, dbias sums dy"),
         Mistake("(dy * xhat).reshape(-1, C).sum(axis=0)", "(dy * xhat).sum(axis=0)", MISSING_BATCH_SUM),
+        Mistake("rstd * (g - g.mean(axis=-1, keepdims=True) - xhat * (g * xhat).mean(axis=-1, keepdims=True))",
+                "rstd * g",
+                "the mean and the variance are treated as constants (dx = rstd * g): both depend on every x_c, "
+                "which adds two terms, dx = rstd * (g - mean(g) - xhat * mean(g * xhat))"),
+        Mistake("xhat * (g * xhat).mean(axis=-1, keepdims=True)",
+                "xhat * (g * xhat).sum(axis=-1, keepdims=True) / (C - 1)",
+                "the variance's term divides by C - 1 (Bessel's correction), but the forward's variance divides "
+                "by C: use the mean"),
+        Mistake("g - g.mean(axis=-1, keepdims=True) - xhat * (g * xhat).mean(axis=-1, keepdims=True)",
+                "g - g.sum(axis=-1, keepdims=True) - xhat * (g * xhat).sum(axis=-1, keepdims=True)",
+                "sums where means belong: the 1/C of the mean and of the variance is missing"),
+        Mistake("return rstd * (", "return (",
+                "the factor rstd = 1/sqrt(var + eps) is missing: xhat = (x - mean) * rstd, so dx = rstd * (...)"),
+        Mistake("- xhat * (g * xhat).mean(", "- (g * xhat).mean(",
+                "the variance's term lacks its factor xhat: dx = rstd * (g - mean(g) - xhat * mean(g * xhat))"),
+        Mistake("g - g.mean(axis=-1, keepdims=True)", "g - g.mean(axis=0, keepdims=True)",
+                "a mean over the wrong axis: LayerNorm normalises each row over its last axis (the features), "
+                "and the backward's means run over that axis too"),
     )),
-    Exercise("gelu", "exact GELU, x * Phi(x)", "GELU", (), lambda rng: (rng.standard_normal((2, 3, 4)) * 1.5,), (
+    Exercise("gelu", "exact GELU, x * Phi(x)", "GELU",
+             _cases(((), _normal(2, 3, 4, scale=1.5)), ((), _normal(5, scale=1.5)), ((), _normal(3, 7, scale=1.5))), (
         Mistake("dy * (cdf + x * pdf)", "dy * cdf",
                 "the product rule's second term is missing: d(x Phi(x))/dx = Phi(x) + x phi(x)"),
         Mistake("return dy * (cdf + x * pdf)", "return cdf + x * pdf",
@@ -107,8 +175,19 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in [
                 "phi(x) lacks its normalisation 1/sqrt(2 pi): phi(x) = exp(-x^2/2) / sqrt(2 pi)"),
         Mistake("np.exp(-0.5 * x * x)", "np.exp(-x * x)",
                 "phi(x) has lost the 1/2 in its exponent: phi(x) = exp(-x^2/2) / sqrt(2 pi)"),
+        Mistake("dy * (cdf + x * pdf)", "dy * x * pdf",
+                "the product rule's first term is missing: d(x Phi(x))/dx = Phi(x) + x phi(x)"),
+        Mistake("dy * (cdf + x * pdf)", "dy * (cdf + pdf)",
+                "the product rule's second term lacks its x: d(x Phi(x))/dx = Phi(x) + x phi(x)"),
+        Mistake("return dy * (cdf + x * pdf)",
+                "c = math.sqrt(2 / math.pi)\n"
+                "        t = np.tanh(c * (x + 0.044715 * x ** 3))\n"
+                "        return dy * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * 0.044715 * x * x))",
+                "this is the derivative of GELU's tanh approximation; the forward here is the exact x * Phi(x), "
+                "whose derivative is Phi(x) + x phi(x)"),
     )),
-    Exercise("linear", "affine map y = x W^T + b", "Linear", (4, 3), _normal(2, 3, 4), (
+    Exercise("linear", "affine map y = x W^T + b", "Linear",
+             _cases(((4, 3), _normal(2, 3, 4)), ((5, 2), _normal(7, 5)), ((3, 6), _normal(3, 1, 2, 3))), (
         Mistake("dy2.T @ x2", "x2.T @ dy2",
                 "a transposed product: dW = dy^T x has W's shape (out, in); x^T dy is its transpose"),
         Mistake("(dy2 @ W)", "(dy2 @ W.T)", "a transposed factor: dx = dy W (W is (out, in)), not dy W^T"),
@@ -117,8 +196,15 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in [
                 "a mean where a sum belongs: each row adds its own gradient to the bias"),
         Mistake("return (dy2 @ W).reshape(self.x.shape)", "return dy2 @ W",
                 "dx is left flattened to (rows, in): reshape it back to x's shape"),
+        Mistake("self.bias.grad += dy2.sum(axis=0)", "self.bias.grad += dy2",
+                "the bias's gradient is not summed over the rows: the bias is broadcast to every row in the "
+                "forward, so its gradient is dy summed over every batch and time position"),
+        Mistake("self.weight.grad += dy2.T @ x2", "self.weight.grad += dy2.T @ x2 / len(x2)",
+                "the weight's gradient is divided by the number of rows: each row adds its own share (a sum; "
+                "the loss's own 1/N is already in dy)"),
     )),
-    Exercise("embedding", "lookup table y = W[ids]", "Embedding", (7, 4), _token_ids, (
+    Exercise("embedding", "lookup table y = W[ids]", "Embedding",
+             _cases(((7, 4), _token_ids(7, 2, 5)), ((9, 3), _token_ids(9, 3, 4)), ((5, 2), _token_ids(5, 1, 6))), (
         Mistake("np.add.at(self.weight.grad, self.ids.reshape(-1), dy.reshape(-1, C))",
                 "self.weight.grad[self.ids.reshape(-1)] += dy.reshape(-1, C)",
                 "a repeated id counts once: weight.grad[ids] += dy keeps only one of its rows; "
@@ -131,8 +217,14 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in [
                 "a repeated id's rows are averaged: its gradient is their sum"),
         Mistake("        return None\n", "        return dy\n",
                 "backward returns a gradient for the token ids: ids are integers and have none, return None"),
+        Mistake("np.add.at(self.weight.grad, self.ids.reshape(-1), dy.reshape(-1, C))",
+                "self.weight.grad[:dy.shape[1]] += dy.sum(axis=0)",
+                "the gradient goes to the rows of the positions 0..T-1, as a positional embedding's would: a "
+                "token embedding's goes to the rows of the token ids, np.add.at(weight.grad, ids, dy)"),
     )),
-    Exercise("attention", "scaled dot-product attention with a mask", "ScaledDotProductAttention", (), _qkv_mask, (
+    Exercise("attention", "scaled dot-product attention with a mask", "ScaledDotProductAttention",
+             _cases(((), _qkv_mask(2, 2, 4, 5, 3, 1)), ((), _qkv_mask(1, 3, 3, 6, 2, 2)),
+                    ((), _qkv_mask(3, 1, 5, 2, 4, 0))), (
         Mistake("self.weights, self.scale\n", f"{UNMASKED_SOFTMAX}, self.scale\n",
                 "the mask is not applied: the backward's softmax weights are recomputed from the unmasked "
                 "scores, so masked keys get gradient"),
@@ -145,8 +237,20 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in [
                 "a transposed product: dv = W^T dout (W is (Tq, Tk)), not W dout"),
         Mistake("dq = dscores @ k * s", "dq = dscores @ v * s",
                 "dq uses v where k belongs: the scores are q k^T, so dq = dS k / sqrt(d)"),
+        Mistake("        dq = dscores @ k * s  # (B, H, Tq, d)\n",
+                "        dscores = np.where(self.mask, dscores, -np.inf)\n        dq = dscores @ k * s\n",
+                "the mask's -inf is applied to the gradient: a masked score's weight is 0, so its gradient is 0, "
+                "never -inf (which turns the products into inf and nan)"),
+        Mistake("w * (dw - (dw * w).sum(axis=-1, keepdims=True))", "w * (1 - w) * dw", DIAGONAL_ONLY),
+        Mistake("dk = dscores.swapaxes(-1, -2) @ q * s", "dk = dscores @ q * s",
+                "dk = dS q lacks the transpose: the scores are q k^T, so dk = dS^T q / sqrt(d)"),
+        Mistake("dw = dout @ v.swapaxes(-1, -2)", "dw = dout @ v",
+                "dW = dout v lacks the transpose: out = W v, so dW = dout v^T"),
+        Mistake("dk = dscores.swapaxes(-1, -2) @ q * s", "dk = dscores.swapaxes(-1, -2) @ q",
+                "dk misses the 1/sqrt(d) scale that dq has: both come from the scaled scores q k^T / sqrt(d)"),
     )),
-    Exercise("mha", "causal multi-head self-attention", "MultiHeadAttention", (6, 2), _normal(2, 4, 6), (
+    Exercise("mha", "causal multi-head self-attention", "MultiHeadAttention",
+             _cases(((6, 2), _normal(2, 4, 6)), ((9, 3), _normal(3, 5, 9)), ((8, 4), _normal(1, 3, 8))), (
         Mistake("dy.reshape(-1, C).T @ self.a.reshape(-1, C)", "self.a.reshape(-1, C).T @ dy.reshape(-1, C)",
                 "a transposed product: out_proj_weight's gradient is dy^T a (out, in), not a^T dy"),
         Mistake("self.weights, self.scale\n", f"{UNMASKED_SOFTMAX}, self.scale\n",
@@ -160,8 +264,20 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in [
         Mistake("dq = dscores @ k * s\n        dk = dscores.swapaxes(-1, -2) @ q * s",
                 "dq = dscores @ k\n        dk = dscores.swapaxes(-1, -2) @ q",
                 "the 1/sqrt(d) scale of the scores is missing from dq and dk"),
+        Mistake("[self.merge_heads(t) for t in (dq, dk, dv)]", "[t.reshape(B, T, C) for t in (dq, dk, dv)]",
+                "the heads' gradients are merged with a reshape alone: (B, H, T, d) -> (B, T, C) needs "
+                "transpose(0, 2, 1, 3) before the reshape, as merge_heads does"),
+        Mistake("w * (dw - (dw * w).sum(axis=-1, keepdims=True))", "w * (1 - w) * dw", DIAGONAL_ONLY),
+        Mistake("for t in (dq, dk, dv)", "for t in (dk, dq, dv)",
+                "the q, k, v gradients are joined in another order than the forward split them: "
+                "[dq, dk, dv], as in_proj_weight = [W_q; W_k; W_v]"),
+        Mistake("self.split_heads(dy @ self.out_proj_weight.data)",
+                "self.split_heads(dy @ self.out_proj_weight.data.T)",
+                "a transposed factor: the gradient of the merged heads is dy W_out (W_out is (out, in)), "
+                "not dy W_out^T"),
     )),
-    Exercise("block", "a pre-norm Transformer block", "PreNormBlock", (8, 2), _normal(2, 3, 8), (
+    Exercise("block", "a pre-norm Transformer block", "PreNormBlock",
+             _cases(((8, 2), _normal(2, 3, 8)), ((6, 3), _normal(3, 2, 6))), (
         Mistake("dh = dy + self.ln2.backward(", "dh = self.ln2.backward(",
                 "the residual path around the feed-forward is missing: h feeds both ff(ln2(h)) and the sum, "
                 "so dh = dy + ln2'(ff'(dy))"),
@@ -174,5 +290,9 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in [
                 "ln2's backward is skipped: the feed-forward's input gradient must go back through ln2"),
         Mistake("dx_attn, _ = self.attn.backward(dh)", "dx_attn = self.attn.backward(dh)",
                 "MultiHeadAttention.backward returns the tuple (dx, dcontext): unpack it"),
+        Mistake("return dh + self.ln1.backward(dx_attn)", "return dh + dx_attn",
+                "ln1's backward is skipped: the attention's input gradient must go back through ln1"),
+        Mistake("return dh + self.ln1.backward(dx_attn)", "return dy + self.ln1.backward(dx_attn)",
+                "the residual around the attention passes on dh, the gradient at h, not dy: dx = dh + ln1'(attn'(dh))"),
     )),
 ]}

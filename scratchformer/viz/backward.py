@@ -12,11 +12,18 @@ layer it calls at the shown level (the model's direct layers and each block's su
 runs: the gradient it received, the gradient it returned, and what it added to each parameter's
 `.grad`. The arrays are the library's, not recomputed. The first step is the loss itself.
 
-Each step is then checked on its own: with the gradient it received held fixed (g), a few
-entries of what it returned and of what it added to its parameters are compared with central
-differences of sum(layer.forward(input) * g). A wrong backward in one layer therefore turns
-that step red and no other (the steps before it receive a wrong gradient, but handle it right).
-The residual sums of the blocks (dx = dy + norm'(sublayer'(dy))) join these steps; they are the
+Each step is then checked on its own: with the gradient it received held fixed (g), what it
+returned and what it added to its parameters are compared with central differences of
+sum(layer.forward(input) * g): by default (`THOROUGH`) every entry of an array of at most 256
+entries, else 64 seeded random entries plus the 8 largest (in absolute value); `QUICK`, which
+the report uses on bigger models, 3 random and the largest of an array of more than 16 entries.
+`BackwardStep.checked` and the figure say which, per array ("dx all 96", "dweight 64 random + 8
+largest of 4,096").
+An entry agrees when |backward - finite difference| <= FD_TOL * max(1, the array's largest
+|entry|); float64 central differences (eps 1e-6) agree with a right backward to 1e-10 to 5e-9
+(`scratchformer.gradcheck`), so the tolerance leaves room and a wrong entry shows. A wrong
+backward in one layer therefore turns that step red and no other (the steps before it receive
+a wrong gradient, but handle it right). The residual sums of the blocks (dx = dy + norm'(sublayer'(dy))) join these steps; they are the
 blocks' own backward (scratchformer/nn/blocks.py).
 """
 
@@ -32,7 +39,7 @@ import numpy as np
 from scratchformer.ops.loss import cross_entropy_backward, cross_entropy_forward
 from scratchformer.viz._plot import finish, new_figure
 
-__all__ = ["BackwardStep", "backward_steps", "backward_walkthrough"]
+__all__ = ["QUICK", "THOROUGH", "BackwardStep", "Sampling", "backward_steps", "backward_walkthrough"]
 
 # the derivative each layer's backward computes (dy: the gradient received, dx: returned)
 FORMULAS = {
@@ -46,8 +53,25 @@ FORMULAS = {
     "LearnedPositionalEmbedding": "dx = dy;  dW[t] += dy summed over the batch",
     "SinusoidalPositionalEncoding": "dx = dy (the table is fixed)",
 }
-FD_EPS, FD_TOL = 1e-6, 1e-6  # float64 central differences; relative to the gradient's largest entry
-ENTRIES = 3  # entries checked per returned gradient (its largest and two seeded picks)
+FD_EPS, FD_TOL = 1e-6, 1e-6  # float64 central differences; relative to max(1, the array's largest |entry|)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Which entries of each array are checked: all of an array of at most `full` entries (or
+    of at most sampled + largest), else `sampled` seeded random ones and the `largest` largest."""
+
+    full: int
+    sampled: int
+    largest: int
+
+    def describe(self) -> str:
+        return (f"every entry of an array of at most {max(self.full, self.sampled + self.largest)} entries, "
+                f"else {self.sampled} random + {self.largest} largest")
+
+
+THOROUGH = Sampling(256, 64, 8)  # the default: a few thousand layer forwards on a small model
+QUICK = Sampling(16, 3, 1)  # a few per array: the report's, on models of up to millions of parameters
 
 
 @dataclass
@@ -62,6 +86,8 @@ class BackwardStep:
     grad_out: np.ndarray | None  # what it returned: dL/d(its float input); None for token ids
     param_grads: dict[str, np.ndarray] = field(default_factory=dict)  # what it added to each .grad
     checks: list[tuple[str, tuple, float, float]] = field(default_factory=list)  # (array, index, backward, FD)
+    checked: dict[str, str] = field(default_factory=dict)  # array -> which entries: "all 96", "64 random + ..."
+    sampling: Sampling | None = None  # the rule that chose them
 
     @property
     def ok(self) -> bool:
@@ -101,7 +127,7 @@ def _where(cls) -> str:
     return _where_function(cls.backward)
 
 
-def backward_steps(model, *inputs, seed: int = 0) -> list[BackwardStep]:
+def backward_steps(model, *inputs, seed: int = 0, sampling: Sampling = THOROUGH) -> list[BackwardStep]:
     """Run the model's backward on one batch and return its steps, in the order they ran, each
     checked by finite differences (see the module docstring). inputs: the model's forward
     arguments, targets included (GPT: ids, targets; classifier: x, y; seq2seq: src, tgt_in,
@@ -155,7 +181,7 @@ def backward_steps(model, *inputs, seed: int = 0) -> list[BackwardStep]:
     loss_step = BackwardStep("loss", "cross-entropy", FORMULAS["loss"], _where_function(cross_entropy_backward),
                              1.0, first.grad_in)
     rng = np.random.default_rng(seed)
-    _check(loss_step, ce_loss, logits.copy(), {}, rng)
+    _check(loss_step, ce_loss, logits.copy(), {}, rng, sampling)
     layer_of = dict(layers)
     for step in steps:
         name, layer = step.name, layer_of[step.name]
@@ -167,7 +193,7 @@ def backward_steps(model, *inputs, seed: int = 0) -> list[BackwardStep]:
             return float(np.sum(forward(x, *args[1:], **kwargs) * g))
 
         x = np.array(args[0], dtype=np.float64) if step.grad_out is not None else None
-        _check(step, local, x, dict(layer.named_parameters()), rng, frozen_input=args[0])
+        _check(step, local, x, dict(layer.named_parameters()), rng, sampling, frozen_input=args[0])
     return [loss_step, *steps]
 
 
@@ -179,23 +205,33 @@ def _where_function(fn) -> str:
     return f"{rel}:{inspect.getsourcelines(fn)[1]}"
 
 
-def _picks(a: np.ndarray, rng) -> list[tuple]:
-    """The index of a's largest entry and two seeded others."""
-    flat = [int(np.argmax(np.abs(a)))] + [int(i) for i in rng.integers(0, a.size, ENTRIES - 1)]
-    return [tuple(int(j) for j in np.unravel_index(i, a.shape)) for i in flat]
+def _picks(a: np.ndarray, rng, sampling: Sampling) -> tuple[list[tuple], str]:
+    """The indices of the entries of `a` to check, and what they are (see Sampling)."""
+    if a.size <= max(sampling.full, sampling.sampled + sampling.largest):
+        flat, what = np.arange(a.size), f"all {a.size:,}"
+    else:
+        largest = np.argsort(np.abs(a).reshape(-1), kind="stable")[a.size - sampling.largest:]
+        others = np.setdiff1d(np.arange(a.size), largest)
+        flat = np.concatenate([largest, rng.choice(others, sampling.sampled, replace=False)])
+        what = f"{sampling.sampled} random + {sampling.largest} largest of {a.size:,}"
+    return [tuple(int(j) for j in np.unravel_index(int(i), a.shape)) for i in flat], what
 
 
-def _check(step: BackwardStep, loss_of, x, params: dict, rng, frozen_input=None) -> None:
-    """Central differences of loss_of at a few entries of x (the input) and of each parameter."""
+def _check(step: BackwardStep, loss_of, x, params: dict, rng, sampling: Sampling, frozen_input=None) -> None:
+    """Central differences of loss_of at the entries `sampling` picks of x (the input) and of
+    what the step added to each parameter."""
+    step.sampling = sampling
     if x is not None and step.grad_out is not None:
-        for i in _picks(step.grad_out, rng):
+        picks, step.checked["dx"] = _picks(step.grad_out, rng, sampling)
+        for i in picks:
             plus, minus = x.copy(), x.copy()
             plus[i] += FD_EPS
             minus[i] -= FD_EPS
             step.checks.append(("dx", i, float(step.grad_out[i]), (loss_of(plus) - loss_of(minus)) / (2 * FD_EPS)))
     for p_name, added in step.param_grads.items():
         p = params[p_name]
-        for i in _picks(added, rng)[:1]:
+        picks, step.checked[f"d{p_name}"] = _picks(added, rng, sampling)
+        for i in picks:
             orig = p.data[i]
             p.data[i] = orig + FD_EPS
             plus = loss_of(frozen_input)
@@ -212,7 +248,7 @@ def backward_walkthrough(steps: list[BackwardStep], path=None):
     (green when it agrees, red with the numbers when not); beside it, the gradient-flow bars:
     the norm of the gradient each step returned, and of what it added to its parameters."""
     n = len(steps)
-    fig = new_figure(15, 0.9 + 0.42 * n)
+    fig = new_figure(15, 1.2 + 0.42 * n)
     text_ax, bars = fig.subplots(1, 2, width_ratios=[3.2, 1])
     text_ax.set_axis_off()
     text_ax.set_xlim(0, 1)
@@ -234,8 +270,11 @@ def backward_walkthrough(steps: list[BackwardStep], path=None):
             thumb = text_ax.inset_axes([0.775, r - 0.4, 0.075, 0.8], transform=text_ax.transData)
             thumb.imshow(g, cmap="RdBu_r", vmin=-lim, vmax=lim, aspect="auto", interpolation="nearest")
             thumb.set_axis_off()
-        verdict = f"{len(s.checks)} entries agree" if s.ok else s.failures()[0]
-        text_ax.text(0.86, r, verdict, fontsize=6, va="center", color=colour, weight="bold")
+        bad = s.failures()
+        verdict = f"{len(s.checks):,} entries agree" if s.ok else f"{len(bad)} of {len(s.checks):,} disagree: {bad[0]}"
+        text_ax.text(0.86, r - 0.18, verdict, fontsize=6, va="center", color=colour, weight="bold")
+        text_ax.text(0.86, r + 0.2, "; ".join(f"{k} {v}" for k, v in s.checked.items()), fontsize=5, va="center",
+                     color="grey")
     y = np.arange(n)
     out = [0.0 if s.grad_out is None else float(np.linalg.norm(s.grad_out)) for s in steps]
     par = [float(np.sqrt(sum(np.sum(g * g) for g in s.param_grads.values()))) for s in steps]
@@ -248,9 +287,12 @@ def backward_walkthrough(steps: list[BackwardStep], path=None):
     bars.legend(fontsize=7, loc="lower right")
     bars.set_title("gradient flow", fontsize=9)
     red = [s.name for s in steps if not s.ok]
+    total = sum(len(s.checks) for s in steps)
     fig.suptitle(f"the backward, step by step ({n} steps, in the order they run): "
                  + (f"{len(red)} step(s) disagree with finite differences: {', '.join(red)}" if red else
-                    "every step agrees with finite differences"), fontsize=10)
+                    f"every step agrees with finite differences at all {total:,} entries checked")
+                 + f"\nchecked: {steps[0].sampling.describe()} (per row, in grey); agree: |backward - central difference (float64, eps "
+                   f"{FD_EPS:g})| <= {FD_TOL:g} x max(1, the array's largest |entry|)", fontsize=9)
     return finish(fig, path)
 
 

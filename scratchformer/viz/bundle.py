@@ -217,8 +217,9 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
         add("backward", "Backward, step by step",
             "Every layer's backward as the library ran it on this input and its loss, in the order it ran: "
             "the formula and file:line, the gradient received and returned, and a finite-difference check of "
-            "a few entries (green: agrees; red: it does not, with the numbers). Bars: the gradient's flow.",
-            lambda: BW.backward_walkthrough(BW.backward_steps(model, *loss_inputs)))
+            f"a sample of entries ({BW.QUICK.describe()}; each row names its own) "
+            "(green: agrees; red: it does not, with the numbers). Bars: the gradient's flow.",
+            lambda: BW.backward_walkthrough(BW.backward_steps(model, *loss_inputs, sampling=BW.QUICK)))
 
     # -- basics and training ----------------------------------------------------------------
     add("activations", "Activation functions", "GELU is smooth and slightly negative for x < 0; "
