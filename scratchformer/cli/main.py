@@ -558,7 +558,10 @@ def cmd_sample(args) -> int:
 
         if args.dir is not None:
             raise CLIError(f"give either a run directory ({args.dir}) or --hf {args.hf}, not both")
-        model, tokenizer = load_hf_causal_lm(args.hf)
+        notes: list[str] = []
+        model, tokenizer = load_hf_causal_lm(args.hf, notes=notes)
+        for note in notes:  # converted weights, dropped padding rows: on stderr, apart from the samples
+            print(note, file=sys.stderr)
         texts = hf_samples(model, tokenizer, prompt, args.num_samples, args.max_new_tokens or 50,
                            rng=np.random.default_rng(seed), **settings)
         seen = None

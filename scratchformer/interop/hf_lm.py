@@ -12,17 +12,18 @@ runs `hf_samples`; `scratchformer train --init-from DIR` continues training such
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
 
 from scratchformer.data.bpe import BPETokenizer
 from scratchformer.errors import CheckpointError, ConfigError, DataError
-from scratchformer.interop.hf_files import read_json
+from scratchformer.interop.hf_files import HALF_DTYPES, read_json, safetensors_dtypes
 from scratchformer.limits import check_fits, generation_bytes
 from scratchformer.models import GPT
 
-__all__ = ["load_hf_causal_lm", "hf_samples", "save_hf_causal_lm", "HF_LOADERS"]
+__all__ = ["load_hf_causal_lm", "hf_generate", "hf_samples", "save_hf_causal_lm", "HF_LOADERS"]
 
 
 def _load_gpt2(path: Path, dtype: str) -> GPT:
@@ -40,13 +41,26 @@ def _load_llama(path: Path, dtype: str) -> GPT:
 HF_LOADERS = {"gpt2": _load_gpt2, "llama": _load_llama}  # config.json's model_type -> loader
 
 
-def load_hf_causal_lm(path: str | Path, dtype: str = "float32") -> tuple[GPT, BPETokenizer]:
+# what the "not a directory" line says: the usual way to get one where a hub is reachable
+HOW_TO_GET = ("to get one where the Hugging Face hub is reachable: python -c \"from transformers import "
+              "AutoModelForCausalLM as M, AutoTokenizer as T; M.from_pretrained('gpt2').save_pretrained('gpt2-dir'); "
+              "T.from_pretrained('gpt2').save_pretrained('gpt2-dir')\"")
+
+
+def load_hf_causal_lm(path: str | Path, dtype: str = "float32",
+                      notes: list[str] | None = None) -> tuple[GPT, BPETokenizer]:
     """(model, tokenizer) of a Hugging Face causal-LM directory. Raises CheckpointError for a
     missing or unreadable config.json, ConfigError for a model_type not in HF_LOADERS, and
-    DataError for a tokenizer missing or larger than the model's vocabulary."""
+    DataError for a tokenizer larger than the model's vocabulary.
+
+    bfloat16 and float16 weights are read as float32 (or `dtype`). An embedding padded past the
+    tokenizer (nanoGPT's 50,304 rows for GPT-2's 50,257 ids) keeps only the tokenizer's rows:
+    logits of ids no text has are never computed, so they are never sampled (as if masked to
+    -inf). What was converted or dropped is said in `notes` (lines appended), where given."""
     path = Path(path)
     if not path.is_dir():
-        raise CheckpointError(f"--hf {path}: not a directory (give a Hugging Face model directory)")
+        raise CheckpointError(f"{path}: not a directory: give a Hugging Face model directory (config.json, "
+                              f"model.safetensors, the tokenizer files); {HOW_TO_GET}")
     cfg = read_json(path / "config.json", error=CheckpointError)
     if cfg is None:
         raise CheckpointError(f"{path} has no config.json: is it a Hugging Face model directory?")
@@ -56,23 +70,46 @@ def load_hf_causal_lm(path: str | Path, dtype: str = "float32") -> tuple[GPT, BP
                           f"(one of: {', '.join(HF_LOADERS)})")
     tokenizer = BPETokenizer.from_hf_dir(path)
     model = HF_LOADERS[model_type](path, dtype)
-    if tokenizer.vocab_size > model.config.vocab_size:
-        raise DataError(f"{path}: the tokenizer has {tokenizer.vocab_size:,} ids but the model only "
-                        f"{model.config.vocab_size:,}: they do not belong together")
+    n_tok, n_model = tokenizer.vocab_size, model.config.vocab_size
+    if n_tok > n_model:
+        raise DataError(f"{path}: the tokenizer has {n_tok:,} ids but the model only "
+                        f"{n_model:,}: they do not belong together")
+    if notes is not None:
+        half = sorted(HALF_DTYPES[d] for d in safetensors_dtypes(path / "model.safetensors") if d in HALF_DTYPES)
+        if half:
+            notes.append(f"note: {path / 'model.safetensors'} holds {' and '.join(half)} weights, "
+                         f"read as {model.config.dtype}")
+    if n_tok < n_model:
+        model = _vocab_rows(model, n_tok)
+        if notes is not None:
+            notes.append(f"note: the model's {n_model:,} embedding rows are padded past the tokenizer's "
+                         f"{n_tok:,} ids; the {n_model - n_tok:,} rows no text uses are dropped (never sampled)")
     return model, tokenizer
 
 
-def hf_samples(model: GPT, tokenizer: BPETokenizer, prompt: str = "", n: int = 1,
-               max_new_tokens: int = 50, temperature: float = 1.0, top_k: int | None = None,
-               top_p: float | None = None, rng=None) -> list[str]:
-    """n continuations of `prompt`, each the prompt followed by up to `max_new_tokens` tokens
-    (a sample ends early at the tokenizer's end-of-text token). An empty prompt starts from the
-    end-of-text token, as GPT-2 generates unconditionally."""
+def _vocab_rows(model: GPT, n: int) -> GPT:
+    """`model` with the first `n` rows of its token embedding (and of an untied head)."""
+    config = dataclasses.replace(model.config, vocab_size=n)
+    state = model.state_dict()
+    for name in ("wte.weight", "lm_head.weight"):
+        if name in state:
+            state[name] = state[name][:n]
+    smaller = GPT(config)
+    smaller.load_state_dict(state, strict=True)
+    return smaller
+
+
+def hf_generate(model: GPT, tokenizer: BPETokenizer, prompt: str = "", n: int = 1, max_new_tokens: int = 50,
+                temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
+                rng=None) -> tuple[np.ndarray, list[np.ndarray]]:
+    """(start ids (T,), n arrays of new ids): `prompt` as transformers' tokenizer(prompt) gives
+    it (the start token its post-processor adds, never twice), continued by `model`; each
+    continuation ends before the first of the tokenizer's stop ids. An empty prompt that gets
+    no start token starts from the end-of-text token, as GPT-2 generates unconditionally."""
     if top_k is not None and top_k > tokenizer.vocab_size:
         raise ConfigError(f"--top-k {top_k} is larger than the vocabulary ({tokenizer.vocab_size:,})")
-    ids = tokenizer.encode(prompt, what="--prompt")
-    start = ids
-    if len(ids) == 0:
+    start = tokenizer.encode_prompt(prompt, what="--prompt")
+    if len(start) == 0:
         if tokenizer.end_id is None:
             raise DataError("this tokenizer has no end-of-text token to start from: give a --prompt")
         start = np.array([tokenizer.end_id], dtype=np.int64)
@@ -80,15 +117,24 @@ def hf_samples(model: GPT, tokenizer: BPETokenizer, prompt: str = "", n: int = 1
     check_fits(generation_bytes(n, len(start), max_new_tokens, cfg.n_layer, cfg.n_embd, cfg.vocab_size)
                + 8 * n * (len(start) + max_new_tokens),
                f"{n:,} samples of up to {len(start) + max_new_tokens:,} tokens", "-n or --max-new-tokens")
+    stops = tokenizer.stop_ids
     out = model.generate(np.tile(start, (n, 1)), max_new_tokens, temperature=temperature, top_k=top_k,
-                         top_p=top_p, rng=rng, eos_id=tokenizer.end_id)
-    texts = []
+                         top_p=top_p, rng=rng, eos_id=stops[0] if len(stops) == 1 else None)
+    news = []
     for row in out:
         new = row[len(start):]
-        if tokenizer.end_id is not None and (new == tokenizer.end_id).any():
-            new = new[: int(np.argmax(new == tokenizer.end_id))]
-        texts.append(prompt + tokenizer.decode(new))
-    return texts
+        ends = np.isin(new, stops)
+        news.append(new[: int(np.argmax(ends))] if ends.any() else new)
+    return start, news
+
+
+def hf_samples(model: GPT, tokenizer: BPETokenizer, prompt: str = "", n: int = 1,
+               max_new_tokens: int = 50, temperature: float = 1.0, top_k: int | None = None,
+               top_p: float | None = None, rng=None) -> list[str]:
+    """n continuations of `prompt` (see `hf_generate`), each the prompt followed by its new
+    tokens' text as transformers decodes the whole sequence (special tokens skipped)."""
+    start, news = hf_generate(model, tokenizer, prompt, n, max_new_tokens, temperature, top_k, top_p, rng)
+    return [prompt + tokenizer.decode_continuation(start, new) for new in news]
 
 
 def save_hf_causal_lm(model: GPT, tokenizer, path: str | Path) -> Path:
