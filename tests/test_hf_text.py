@@ -265,3 +265,157 @@ def test_padded_vocabulary_never_samples_past_the_tokenizer(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "40 rows no text uses are dropped" in captured.err
     assert captured.out.count("my lord") == 2
+
+
+# -- export: GPT-2 or Llama layout, chosen by what the model is; bos/eos ids in config.json ----
+
+TINY_RUN = ["--format", "text", "--tokenizer", "bpe", "--vocab-size", "300", "--block-size", "32", "--n-layer", "1",
+            "--n-embd", "16", "--n-head", "2", "--max-steps", "2", "--eval-interval", "2", "--batch-size", "4",
+            "--no-progress", "--quiet", "--workers", "1", "--num-samples", "0"]
+LLAMA_RUN = ["--positional", "rope", "--normalization", "rmsnorm", "--activation", "swiglu", "--no-bias",
+             "--n-kv-head", "1"]
+
+
+@pytest.fixture(scope="module")
+def text_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("data") / "plays.txt"
+    path.write_text("\n".join(LINES[:600]), encoding="utf-8")
+    return path
+
+
+def _train(out, *argv):
+    from scratchformer.cli.main import main
+
+    assert main(["train", *map(str, argv), "--out", str(out)]) == 0
+    return out
+
+
+def _logits_equal(run, hf_path, text="First Citizen:\nBefore we proceed"):
+    from scratchformer.nn import eval_mode
+    from scratchformer.training.jobs import load_job
+
+    job = load_job(run)
+    ids = job.tokenizer.encode(text)[None, :]
+    with eval_mode(job.model):
+        ours, _ = job.model(ids)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(hf_path).eval()
+    with torch.no_grad():
+        theirs = hf(torch.tensor(ids)).logits.numpy()
+    np.testing.assert_allclose(theirs, ours, rtol=1e-4, atol=1e-5)
+    return type(hf).__name__
+
+
+def _stops_at_eos(path, capfd):
+    """transformers' generate on an exported directory, its end token forced at the first step:
+    (new tokens, whether the last is the end token, stderr). It stops there, warning nothing,
+    only when the directory's configs name the end token."""
+    eos = json.loads((path / "config.json").read_text())["eos_token_id"]
+
+    class ForceEnd(transformers.LogitsProcessor):
+        def __call__(self, input_ids, scores):
+            scores[:, eos] = scores.max() + 100.0
+            return scores
+
+    tok = transformers.AutoTokenizer.from_pretrained(path)
+    model = transformers.AutoModelForCausalLM.from_pretrained(path).eval()
+    enc = tok("First Citizen", return_tensors="pt")
+    capfd.readouterr()
+    with torch.no_grad():
+        out = model.generate(**enc, max_new_tokens=10, do_sample=False,
+                             logits_processor=transformers.LogitsProcessorList([ForceEnd()]))
+    err = capfd.readouterr().err
+    return out.shape[1] - enc["input_ids"].shape[1], out[0, -1].item() == eos, err
+
+
+def test_export_llama_style_run(text_file, tmp_path, capfd):
+    from scratchformer.cli.main import main
+
+    run = _train(tmp_path / "run", "--data", text_file, *TINY_RUN, *LLAMA_RUN)
+    out = tmp_path / "hf"
+    capfd.readouterr()
+    assert main(["export", str(run), "--hf", str(out)]) == 0
+    assert "LlamaForCausalLM.from_pretrained" in capfd.readouterr().out
+    assert _logits_equal(run, out) == "LlamaForCausalLM"
+    cfg = json.loads((out / "config.json").read_text())
+    tok = transformers.AutoTokenizer.from_pretrained(out)
+    assert cfg["eos_token_id"] == cfg["bos_token_id"] == tok.convert_tokens_to_ids("<|endoftext|>")
+    assert cfg["num_key_value_heads"] == 1
+    n_new, ended, err = _stops_at_eos(out, capfd)
+    assert ended and n_new == 1 and "warn" not in err.lower() and "pad_token" not in err
+    # and scratchformer reads its own export back: same greedy text as transformers
+    prompt = "First Citizen:\n"
+    model, tokenizer = load_hf_causal_lm(out)
+    start, new_ids, _ = _reference(out, prompt, new=8)
+    assert hf_generate(model, tokenizer, prompt, max_new_tokens=8, temperature=0)[1][0].tolist() == new_ids
+
+
+def test_export_gpt2_carries_end_token_ids(text_file, tmp_path, capfd):
+    from scratchformer.cli.main import main
+
+    run = _train(tmp_path / "run", "--data", text_file, *TINY_RUN, "--bias", "--tie-weights")
+    out = tmp_path / "hf"
+    assert main(["export", str(run), "--hf", str(out)]) == 0
+    assert _logits_equal(run, out) == "GPT2LMHeadModel"
+    cfg = json.loads((out / "config.json").read_text())
+    gen = json.loads((out / "generation_config.json").read_text())
+    tok = transformers.AutoTokenizer.from_pretrained(out)
+    assert cfg["eos_token_id"] == cfg["bos_token_id"] == gen["eos_token_id"] == tok.eos_token_id
+    assert tok.eos_token == "<|endoftext|>"
+    n_new, ended, err = _stops_at_eos(out, capfd)
+    assert ended and n_new == 1 and "warn" not in err.lower()
+
+
+def test_export_refuses_a_model_no_layout_holds(text_file, tmp_path, capfd):
+    """Learned positions and LayerNorm without biases: neither GPT-2 nor Llama; one line saying why."""
+    from scratchformer.cli.main import main
+
+    run = _train(tmp_path / "run", "--data", text_file, *TINY_RUN, "--no-bias")
+    capfd.readouterr()
+    assert main(["export", str(run), "--hf", str(tmp_path / "hf")]) == 2
+    err = capfd.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert "bias=False (GPT-2 has biases)" in err and "positional='learned' (Llama has positional='rope')" in err
+    assert not (tmp_path / "hf").exists()
+
+
+def test_init_from_llama2_directory_and_export(tmp_path, text_file, capfd):
+    """A Llama-2-style directory (Metaspace tokenizer.json adding <s>) trained on and written back:
+    the export keeps the tokenizer, its start token and its end token."""
+    from scratchformer.cli.main import main
+
+    src = _make_dir(tmp_path / "src", "llama2")
+    run = _train(tmp_path / "run", "--init-from", src, "--data", text_file, "--format", "text", "--block-size", "32",
+                 "--max-steps", "2", "--eval-interval", "2", "--batch-size", "2", "--no-progress", "--workers", "1",
+                 "--num-samples", "1")
+    out = tmp_path / "hf"
+    assert main(["export", str(run), "--hf", str(out)]) == 0
+    assert _logits_equal(run, out) == "LlamaForCausalLM"
+    cfg = json.loads((out / "config.json").read_text())
+    assert (cfg["bos_token_id"], cfg["eos_token_id"]) == (1, 2)
+    tok = transformers.AutoTokenizer.from_pretrained(out)
+    assert tok("my lord")["input_ids"][0] == 1 and (tok.bos_token, tok.eos_token) == ("<s>", "</s>")
+
+
+def test_init_from_a_padded_vocabulary(tmp_path, text_file, capfd):
+    """nanoGPT's padded embedding: training from it works, its samples (printed while training)
+    decode, and the export holds the tokenizer's rows."""
+    from scratchformer.cli.main import main
+
+    src = _make_dir(tmp_path / "src", "gpt2", pad_vocab=24)
+    run = _train(tmp_path / "run", "--init-from", src, "--data", text_file, "--format", "text", "--block-size", "32",
+                 "--max-steps", "2", "--eval-interval", "1", "--batch-size", "2", "--no-progress", "--workers", "1",
+                 "--num-samples", "2")
+    assert main(["sample", str(run), "-n", "3", "--max-new-tokens", "20", "--seed", "0"]) == 0
+    assert main(["export", str(run), "--hf", str(tmp_path / "hf")]) == 0
+    n_tok = transformers.AutoTokenizer.from_pretrained(src).vocab_size
+    assert json.loads((tmp_path / "hf/config.json").read_text())["vocab_size"] == len(
+        transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")) >= n_tok
+
+
+def test_hf_name_instead_of_a_directory_says_how_to_get_one(tmp_path, capfd):
+    from scratchformer.cli.main import main
+
+    capfd.readouterr()
+    assert main(["sample", "--hf", "gpt2", "--prompt", "x"]) == 2
+    err = capfd.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "gpt2: not a directory" in err and "save_pretrained" in err

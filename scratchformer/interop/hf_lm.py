@@ -23,7 +23,8 @@ from scratchformer.interop.hf_files import HALF_DTYPES, read_json, safetensors_d
 from scratchformer.limits import check_fits, generation_bytes
 from scratchformer.models import GPT
 
-__all__ = ["load_hf_causal_lm", "hf_generate", "hf_samples", "save_hf_causal_lm", "HF_LOADERS"]
+__all__ = ["load_hf_causal_lm", "hf_generate", "hf_samples", "save_hf_causal_lm", "hf_layout", "hf_token_ids",
+           "HF_LOADERS", "HF_LAYOUTS"]
 
 
 def _load_gpt2(path: Path, dtype: str) -> GPT:
@@ -137,14 +138,67 @@ def hf_samples(model: GPT, tokenizer: BPETokenizer, prompt: str = "", n: int = 1
     return [prompt + tokenizer.decode_continuation(start, new) for new in news]
 
 
+def _gpt2_layout():
+    from scratchformer.interop.gpt2 import gpt2_config_to_hf, save_hf_gpt2
+
+    return "GPT-2", "GPT2LMHeadModel", gpt2_config_to_hf, save_hf_gpt2
+
+
+def _llama_layout():
+    from scratchformer.interop.llama import llama_config_to_hf, save_hf_llama
+
+    return "Llama", "LlamaForCausalLM", llama_config_to_hf, save_hf_llama
+
+
+HF_LAYOUTS = (_gpt2_layout, _llama_layout)  # tried in order: the first whose config conversion accepts the model
+
+
+def hf_layout(config) -> tuple[str, str, object]:
+    """(family, transformers class, writer) of the first Hugging Face layout that can hold a model
+    of `config`, asked through each layout's config conversion (which names what it cannot
+    hold). ConfigError naming every layout's reasons when none can."""
+    reasons = []
+    for layout in HF_LAYOUTS:
+        family, cls, to_hf, writer = layout()
+        try:
+            to_hf(config)
+        except ConfigError as e:
+            reasons.append(str(e))
+            continue
+        return family, cls, writer
+    raise ConfigError("no Hugging Face layout scratchformer writes holds this model: " + "; ".join(reasons))
+
+
+def hf_token_ids(tokenizer: BPETokenizer) -> dict[str, int]:
+    """config.json's bos/eos/pad token ids for `tokenizer`: eos is its end-of-text token; bos the
+    start token its post-processor adds (Llama's <s>), else the end token (GPT-2 uses
+    <|endoftext|> for both); pad where the tokenizer names a pad token. Empty without an end token."""
+    ids = {}
+    if tokenizer.end_id is not None:
+        ids["eos_token_id"] = ids["bos_token_id"] = tokenizer.end_id
+    start = tokenizer.encode_prompt("")
+    if len(start):
+        ids["bos_token_id"] = int(start[0])
+    pad = tokenizer._tok.padding
+    if pad is not None and pad.get("pad_id") is not None:
+        ids["pad_token_id"] = int(pad["pad_id"])
+    return ids
+
+
 def save_hf_causal_lm(model: GPT, tokenizer, path: str | Path) -> Path:
-    """Write `model` and its BPE `tokenizer` as a Hugging Face GPT-2 directory: config.json and
-    model.safetensors (`save_hf_gpt2`), tokenizer.json, GPT-2's vocab.json + merges.txt and
-    tokenizer_config.json, so `GPT2LMHeadModel.from_pretrained` and `AutoTokenizer` read it.
-    ConfigError when GPT-2 cannot hold the model (e.g. bias=False) or the tokenizer is not a BPE."""
+    """Write `model` and its BPE `tokenizer` as a Hugging Face directory that transformers'
+    from_pretrained and AutoTokenizer read: GPT2LMHeadModel's layout where GPT-2 holds the model
+    (learned positions, LayerNorm, biases, ...), else LlamaForCausalLM's (RoPE, RMSNorm, SwiGLU,
+    no biases); config.json carries the tokenizer's bos/eos/pad ids, so generate stops at the end
+    token. Files: config.json, generation_config.json, model.safetensors, tokenizer.json,
+    tokenizer_config.json, and for a byte-level BPE GPT-2's vocab.json + merges.txt.
+    Returns the directory (`hf_layout` says which class reads it). ConfigError when no layout holds the model (naming
+    why) or the tokenizer is not a BPE, before anything is written."""
     import json
 
-    from scratchformer.interop.gpt2 import gpt2_config_to_hf, save_hf_gpt2
+    import tokenizers
+
+    from scratchformer.runfiles import write_atomic
 
     if not isinstance(tokenizer, BPETokenizer):
         raise ConfigError("a character tokenizer has no Hugging Face form: export a run trained with "
@@ -152,15 +206,21 @@ def save_hf_causal_lm(model: GPT, tokenizer, path: str | Path) -> Path:
     if tokenizer.vocab_size > model.config.vocab_size:
         raise DataError(f"the tokenizer has {tokenizer.vocab_size:,} ids but the model only "
                         f"{model.config.vocab_size:,}")
-    gpt2_config_to_hf(model.config)  # refused before anything is written
+    _, _, writer = hf_layout(model.config)  # refused before anything is written
+    token_ids = hf_token_ids(tokenizer)
     path = Path(path)
-    save_hf_gpt2(model, path)
+    writer(model, path, token_ids=token_ids)
+    write_atomic(path / "generation_config.json", (json.dumps(token_ids, indent=2) + "\n").encode())
     tokenizer.save_hf(path / "tokenizer.json")
-    tokenizer._tok.model.save(str(path))  # vocab.json + merges.txt
-    special = tokenizer.special
-    config = {"tokenizer_class": "GPT2Tokenizer", "model_max_length": model.config.block_size,
-              "add_prefix_space": False}
-    if special is not None:
-        config.update(bos_token=special, eos_token=special, unk_token=special)
-    (path / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    tok = tokenizer._tok
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": model.config.block_size}
+    if (isinstance(tok.model, tokenizers.models.BPE) and isinstance(tok.pre_tokenizer, tokenizers.pre_tokenizers.ByteLevel)
+            and len(tokenizer.encode_prompt("")) == 0):  # GPT-2's own tokenizer: its two files too
+        tok.model.save(str(path))  # vocab.json + merges.txt
+        config.update(tokenizer_class="GPT2Tokenizer", add_prefix_space=False)
+    names = {key: tok.id_to_token(i) for key, i in token_ids.items()}
+    config.update({key.replace("_id", ""): name for key, name in names.items() if name is not None})
+    if tokenizer.special is not None and config["tokenizer_class"] == "GPT2Tokenizer":
+        config["unk_token"] = tokenizer.special
+    write_atomic(path / "tokenizer_config.json", (json.dumps(config, indent=2) + "\n").encode())
     return path
