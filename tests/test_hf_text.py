@@ -419,3 +419,24 @@ def test_hf_name_instead_of_a_directory_says_how_to_get_one(tmp_path, capfd):
     assert main(["sample", "--hf", "gpt2", "--prompt", "x"]) == 2
     err = capfd.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "gpt2: not a directory" in err and "save_pretrained" in err
+
+
+def test_sharded_checkpoint_reads_as_one(tmp_path):
+    """save_pretrained shards a large model (model.safetensors.index.json + pieces): same model."""
+    path = _make_dir(tmp_path / "one", "llama3")
+    model = transformers.AutoModelForCausalLM.from_pretrained(path)
+    sharded = tmp_path / "sharded"
+    model.save_pretrained(sharded, max_shard_size="40KB")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (sharded / name).write_bytes((path / name).read_bytes())
+    assert (sharded / "model.safetensors.index.json").is_file() and not (sharded / "model.safetensors").exists()
+    assert len(list(sharded.glob("model-*.safetensors"))) > 1
+    a, _ = load_hf_causal_lm(path)
+    b, _ = load_hf_causal_lm(sharded)
+    assert a.config == b.config
+    assert all(np.array_equal(v, b.state_dict()[k]) for k, v in a.state_dict().items())
+    next(sharded.glob("model-*.safetensors")).unlink()
+    from scratchformer.errors import CheckpointError
+
+    with pytest.raises(CheckpointError, match="shard .* not found"):
+        load_hf_causal_lm(sharded)

@@ -21,7 +21,7 @@ import numpy as np
 from scratchformer.errors import CheckpointError, ConfigError, RunFileError
 from scratchformer.runfiles import read_json_file
 
-__all__ = ["read_json", "read_safetensors", "safetensors_dtypes", "HALF_DTYPES", "read_checkpoint"]
+__all__ = ["read_json", "read_safetensors", "safetensors_dtypes", "HALF_DTYPES", "weight_files", "read_checkpoint"]
 
 # safetensors dtype -> numpy dtype of the stored bytes (little-endian)
 _STORED = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2", "I64": "<i8", "I32": "<i4",
@@ -123,13 +123,40 @@ def _tensor(path: Path, name: str, info, buffer: np.ndarray) -> np.ndarray:
     return array.astype(stored.newbyteorder("="))  # a copy in native order, free of the file
 
 
-def read_checkpoint(path: str | Path, family: str) -> tuple[dict, dict[str, np.ndarray], Path]:
-    """(config.json's object, every tensor of model.safetensors, that file's path) of a Hugging
-    Face model directory; a missing file is a CheckpointError naming it and the `family`
-    ("GPT-2", "Llama")."""
+def weight_files(path: str | Path, family: str) -> list[Path]:
+    """The safetensors files of a Hugging Face model directory: model.safetensors, or the shards
+    model.safetensors.index.json lists (as save_pretrained writes a large model). A missing file
+    is a CheckpointError naming it and the `family` ("GPT-2", "Llama")."""
     path = Path(path)
-    cfg_file, weights_file = path / "config.json", path / "model.safetensors"
-    for f in (cfg_file, weights_file):
-        if not f.is_file():
-            raise CheckpointError(f"{family} checkpoint: {f} not found (need config.json and model.safetensors)")
-    return read_json(cfg_file, error=CheckpointError), read_safetensors(weights_file), weights_file
+    single, index_file = path / "model.safetensors", path / "model.safetensors.index.json"
+    if single.is_file() or not index_file.is_file():
+        if not single.is_file():
+            raise CheckpointError(f"{family} checkpoint: {single} not found (need config.json and model.safetensors, "
+                                  "or its shards and model.safetensors.index.json)")
+        return [single]
+    index = read_json(index_file, error=CheckpointError)
+    weight_map = index.get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map or not all(isinstance(f, str) for f in weight_map.values()):
+        raise CheckpointError(f"{index_file} has no weight_map of tensor names to shard files")
+    shards = []
+    for name in dict.fromkeys(weight_map.values()):  # each shard once, in the index's order
+        shard = path / name
+        if Path(name).name != name or not shard.is_file():
+            raise CheckpointError(f"{family} checkpoint: shard {shard} (listed in {index_file.name}) not found")
+        shards.append(shard)
+    return shards
+
+
+def read_checkpoint(path: str | Path, family: str) -> tuple[dict, dict[str, np.ndarray], Path]:
+    """(config.json's object, every tensor of the weight files, the weights' path: the file, or
+    the directory of shards) of a Hugging Face model directory; a missing file is a
+    CheckpointError naming it and the `family` ("GPT-2", "Llama")."""
+    path = Path(path)
+    cfg_file = path / "config.json"
+    if not cfg_file.is_file():
+        raise CheckpointError(f"{family} checkpoint: {cfg_file} not found (need config.json and model.safetensors)")
+    files = weight_files(path, family)
+    tensors: dict[str, np.ndarray] = {}
+    for f in files:
+        tensors.update(read_safetensors(f))
+    return read_json(cfg_file, error=CheckpointError), tensors, files[0] if len(files) == 1 else path

@@ -19,7 +19,7 @@ import numpy as np
 
 from scratchformer.data.bpe import BPETokenizer
 from scratchformer.errors import CheckpointError, ConfigError, DataError
-from scratchformer.interop.hf_files import HALF_DTYPES, read_json, safetensors_dtypes
+from scratchformer.interop.hf_files import HALF_DTYPES, read_json, safetensors_dtypes, weight_files
 from scratchformer.limits import check_fits, generation_bytes
 from scratchformer.models import GPT
 
@@ -76,9 +76,10 @@ def load_hf_causal_lm(path: str | Path, dtype: str = "float32",
         raise DataError(f"{path}: the tokenizer has {n_tok:,} ids but the model only "
                         f"{n_model:,}: they do not belong together")
     if notes is not None:
-        half = sorted(HALF_DTYPES[d] for d in safetensors_dtypes(path / "model.safetensors") if d in HALF_DTYPES)
+        files = weight_files(path, model_type)
+        half = sorted({HALF_DTYPES[d] for f in files for d in safetensors_dtypes(f) if d in HALF_DTYPES})
         if half:
-            notes.append(f"note: {path / 'model.safetensors'} holds {' and '.join(half)} weights, "
+            notes.append(f"note: {files[0] if len(files) == 1 else path} holds {' and '.join(half)} weights, "
                          f"read as {model.config.dtype}")
     if n_tok < n_model:
         model = _vocab_rows(model, n_tok)
