@@ -56,6 +56,8 @@ class BPETokenizer:
 
     def __init__(self, tokenizer, special: str | None = END_OF_TEXT, boundary: bool = False):
         self._tok = tokenizer
+        # the largest id + 1: a tokenizer whose added tokens leave a gap has more ids than entries
+        self._size = max(tokenizer.get_vocab(with_added_tokens=True).values(), default=-1) + 1
         self.special = special if special is not None and tokenizer.token_to_id(special) is not None else None
         self.end_id = None if self.special is None else tokenizer.token_to_id(self.special)
         if boundary and self.end_id is None:
@@ -131,7 +133,8 @@ class BPETokenizer:
     # -- encoding ------------------------------------------------------------------------------
     @property
     def vocab_size(self) -> int:
-        return self._tok.get_vocab_size(with_added_tokens=True)
+        """Number of ids: the largest id + 1 (the rows a model's embedding needs)."""
+        return self._size
 
     def encode(self, text: str, what: str = "prompt") -> np.ndarray:
         """str -> (n,) int64 ids (no special tokens added). `what` names the text in errors."""
