@@ -30,7 +30,7 @@ tokenizers = pytest.importorskip("tokenizers")
 LINES = resolve_data("shakespeare").read_text(encoding="utf-8").split("\n")[:3000]
 LINES += ["café naïve — “quoted” 日本語 😀"] * 3
 PROMPTS = ["my lord", "  two leading spaces", "café — 日本語 😀", "First line\nSecond", "<|endoftext|>ROMEO:",
-           "the <|endoftext|> marker", " "]
+           "the <|endoftext|> marker", " ", ""]
 NEW = 16
 LLAMA = dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2, intermediate_size=48,
              max_position_embeddings=128)
@@ -118,7 +118,8 @@ def _llama2_tokenizer(path):
                                                           special_tokens=[("<s>", 1)])
     tok.save(str(path / "tokenizer.json"))
     (path / "tokenizer_config.json").write_text(json.dumps(
-        {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}))
+        {"tokenizer_class": "LlamaTokenizerFast", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+         "add_bos_token": True, "add_eos_token": False}))  # as Llama 2's own tokenizer_config.json
     return tok.get_vocab_size(), {"bos_token_id": 1, "eos_token_id": 2}
 
 
