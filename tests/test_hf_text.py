@@ -403,9 +403,11 @@ def test_init_from_a_padded_vocabulary(tmp_path, text_file, capfd):
     from scratchformer.cli.main import main
 
     src = _make_dir(tmp_path / "src", "gpt2", pad_vocab=24)
+    capfd.readouterr()
     run = _train(tmp_path / "run", "--init-from", src, "--data", text_file, "--format", "text", "--block-size", "32",
                  "--max-steps", "1", "--eval-interval", "1", "--eval-batches", "1", "--batch-size", "2", "--no-progress", "--workers", "1",
                  "--num-samples", "1")
+    assert "the 24 rows no text uses are dropped" in capfd.readouterr().err
     assert main(["sample", str(run), "-n", "3", "--max-new-tokens", "20", "--seed", "0"]) == 0
     assert main(["export", str(run), "--hf", str(tmp_path / "hf")]) == 0
     n_tok = transformers.AutoTokenizer.from_pretrained(src).vocab_size

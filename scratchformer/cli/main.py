@@ -451,6 +451,10 @@ def cmd_train(args) -> int:
         data_settings.update({"path": args.data} if args.data is not None else {})
         if args.init_from is not None:
             job, cfg = build_job_from_hf(args.init_from, run_kind, train_settings, data_settings)
+            from scratchformer.interop.hf_lm import hf_notes
+
+            for note in hf_notes(args.init_from):  # bf16 weights read as float32, padding rows dropped
+                print(note, file=sys.stderr)
         else:
             job, cfg = build_job(run_kind, model_settings, train_settings, data_settings)
     return _run_training(job, cfg, out, args, checkpoint)

@@ -23,7 +23,7 @@ from scratchformer.interop.hf_files import HALF_DTYPES, read_json, safetensors_d
 from scratchformer.limits import check_fits, generation_bytes
 from scratchformer.models import GPT
 
-__all__ = ["load_hf_causal_lm", "hf_generate", "hf_samples", "save_hf_causal_lm", "hf_layout", "hf_token_ids",
+__all__ = ["load_hf_causal_lm", "hf_generate", "hf_samples", "save_hf_causal_lm", "hf_layout", "hf_token_ids", "hf_notes",
            "HF_LOADERS", "HF_LAYOUTS"]
 
 
@@ -76,17 +76,35 @@ def load_hf_causal_lm(path: str | Path, dtype: str = "float32",
         raise DataError(f"{path}: the tokenizer has {n_tok:,} ids but the model only "
                         f"{n_model:,}: they do not belong together")
     if notes is not None:
-        files = weight_files(path, model_type)
-        half = sorted({HALF_DTYPES[d] for f in files for d in safetensors_dtypes(f) if d in HALF_DTYPES})
-        if half:
-            notes.append(f"note: {files[0] if len(files) == 1 else path} holds {' and '.join(half)} weights, "
-                         f"read as {model.config.dtype}")
+        notes.extend(_notes(path, model.config.dtype, n_tok, n_model))
     if n_tok < n_model:
         model = _vocab_rows(model, n_tok)
-        if notes is not None:
-            notes.append(f"note: the model's {n_model:,} embedding rows are padded past the tokenizer's "
-                         f"{n_tok:,} ids; the {n_model - n_tok:,} rows no text uses are dropped (never sampled)")
     return model, tokenizer
+
+
+def _notes(path: Path, dtype: str, n_tok: int, n_model: int) -> list[str]:
+    """What reading the directory converts or drops, one line each."""
+    notes = []
+    files = weight_files(path, "Hugging Face")
+    half = sorted({HALF_DTYPES[d] for f in files for d in safetensors_dtypes(f) if d in HALF_DTYPES})
+    if half:
+        notes.append(f"note: {files[0] if len(files) == 1 else path} holds {' and '.join(half)} weights, "
+                     f"read as {dtype}")
+    if n_tok < n_model:
+        notes.append(f"note: the model's {n_model:,} embedding rows are padded past the tokenizer's "
+                     f"{n_tok:,} ids; the {n_model - n_tok:,} rows no text uses are dropped (never sampled)")
+    return notes
+
+
+def hf_notes(path: str | Path, dtype: str = "float32") -> list[str]:
+    """The notes `load_hf_causal_lm(path, notes=...)` gives, from the files' headers and the
+    tokenizer alone (for a caller that loads the directory elsewhere); [] where it cannot tell."""
+    path = Path(path)
+    cfg = read_json(path / "config.json", error=CheckpointError) or {}
+    n_model = cfg.get("vocab_size")
+    if not isinstance(n_model, int):
+        return []
+    return _notes(path, dtype, BPETokenizer.from_hf_dir(path).vocab_size, n_model)
 
 
 def _vocab_rows(model: GPT, n: int) -> GPT:
