@@ -443,3 +443,50 @@ def test_sharded_checkpoint_reads_as_one(tmp_path):
 
     with pytest.raises(CheckpointError, match="shard .* not found"):
         load_hf_causal_lm(sharded)
+
+
+def test_safetensors_reader_converts_exactly_and_refuses_damage(tmp_path):
+    from safetensors.torch import save_file
+
+    from scratchformer.errors import CheckpointError
+    from scratchformer.interop.hf_files import read_safetensors, safetensors_dtypes
+
+    special = torch.tensor([0.0, -0.0, 1.0, -2.5, float("inf"), -float("inf"), 1e-40, 3.0e38, 1 / 3])
+    tensors = {"bf16": torch.cat([special, torch.randn(40)]).to(torch.bfloat16).reshape(7, 7),
+               "f16": torch.cat([special[:6], torch.randn(10)]).half(), "f64": torch.randn(3, dtype=torch.float64),
+               "i64": torch.arange(5), "empty": torch.zeros(0, 4)}
+    path = tmp_path / "model.safetensors"
+    save_file(tensors, str(path))
+    got = read_safetensors(path)
+    assert safetensors_dtypes(path) == {"BF16", "F16", "F64", "I64", "F32"}
+    for name, t in tensors.items():
+        want = t.float().numpy() if t.dtype in (torch.bfloat16, torch.float16) else t.numpy()
+        assert got[name].dtype == want.dtype and np.array_equal(got[name], want), name
+    nan = torch.tensor([float("nan")]).to(torch.bfloat16)
+    save_file({"nan": nan}, str(tmp_path / "nan.safetensors"))
+    assert np.isnan(read_safetensors(tmp_path / "nan.safetensors")["nan"]).all()
+    # damage: one line naming the file, never a traceback from a parser
+    data = path.read_bytes()
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + n])
+    for label, damaged in [
+        ("truncated", data[:-10]),
+        ("short", data[:5]),
+        ("huge header", (1 << 40).to_bytes(8, "little") + data[8:]),
+        ("not json", data[:8] + b"\xff" * n + data[8 + n:]),
+        ("unknown dtype", _with_header(data, {**header, "i64": {**header["i64"], "dtype": "F8_E4M3"}})),
+        ("bad shape", _with_header(data, {**header, "i64": {**header["i64"], "shape": [6]}})),
+    ]:
+        bad = tmp_path / f"{label.replace(' ', '_')}.safetensors"
+        bad.write_bytes(damaged)
+        with pytest.raises(CheckpointError, match=f"cannot read {bad}") as e:
+            read_safetensors(bad)
+        assert "\n" not in str(e.value), label
+
+
+def _with_header(data: bytes, header: dict) -> bytes:
+    """`data` (a safetensors file) with its header replaced, padded to the old length."""
+    n = int.from_bytes(data[:8], "little")
+    text = json.dumps(header, separators=(",", ":")).encode()
+    assert len(text) <= n
+    return data[:8] + text.ljust(n) + data[8 + n:]
