@@ -271,7 +271,8 @@ def test_padded_vocabulary_never_samples_past_the_tokenizer(tmp_path, capsys):
 # -- export: GPT-2 or Llama layout, chosen by what the model is; bos/eos ids in config.json ----
 
 TINY_RUN = ["--format", "text", "--tokenizer", "bpe", "--vocab-size", "300", "--block-size", "32", "--n-layer", "1",
-            "--n-embd", "16", "--n-head", "2", "--max-steps", "2", "--eval-interval", "2", "--eval-batches", "1", "--batch-size", "4",
+            "--n-embd", "16", "--n-head", "2", "--max-steps", "2", "--eval-interval", "2", "--eval-batches", "1",
+            "--batch-size", "4",
             "--no-progress", "--quiet", "--workers", "1", "--num-samples", "0"]
 LLAMA_RUN = ["--positional", "rope", "--normalization", "rmsnorm", "--activation", "swiglu", "--no-bias",
              "--n-kv-head", "1"]
@@ -386,7 +387,8 @@ def test_init_from_llama2_directory_and_export(tmp_path, text_file, capfd):
 
     src = _make_dir(tmp_path / "src", "llama2")
     run = _train(tmp_path / "run", "--init-from", src, "--data", text_file, "--format", "text", "--block-size", "32",
-                 "--max-steps", "2", "--eval-interval", "2", "--eval-batches", "1", "--batch-size", "2", "--no-progress", "--workers", "1",
+                 "--max-steps", "2", "--eval-interval", "2", "--eval-batches", "1", "--batch-size", "2",
+                 "--no-progress", "--workers", "1",
                  "--num-samples", "1")
     out = tmp_path / "hf"
     assert main(["export", str(run), "--hf", str(out)]) == 0
@@ -405,7 +407,8 @@ def test_init_from_a_padded_vocabulary(tmp_path, text_file, capfd):
     src = _make_dir(tmp_path / "src", "gpt2", pad_vocab=24)
     capfd.readouterr()
     run = _train(tmp_path / "run", "--init-from", src, "--data", text_file, "--format", "text", "--block-size", "32",
-                 "--max-steps", "1", "--eval-interval", "1", "--eval-batches", "1", "--batch-size", "2", "--no-progress", "--workers", "1",
+                 "--max-steps", "1", "--eval-interval", "1", "--eval-batches", "1", "--batch-size", "2",
+                 "--no-progress", "--workers", "1",
                  "--num-samples", "1")
     assert "the 24 rows no text uses are dropped" in capfd.readouterr().err
     assert main(["sample", str(run), "-n", "3", "--max-new-tokens", "20", "--seed", "0"]) == 0
