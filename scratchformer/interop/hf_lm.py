@@ -4,10 +4,13 @@
     texts = hf_samples(model, tokenizer, "Hello", n=3, max_new_tokens=40, rng=0)
     save_hf_causal_lm(model, tokenizer, "out-dir")          # what transformers' from_pretrained reads
 
-The directory is what `save_pretrained` writes: config.json, model.safetensors and the
-tokenizer (tokenizer.json, or GPT-2's vocab.json + merges.txt). `scratchformer sample --hf DIR`
-runs `hf_samples`; `scratchformer train --init-from DIR` continues training such a model, and
-`scratchformer export RUN --hf OUT` writes a run back with `save_hf_causal_lm`.
+The directory is what `save_pretrained` writes: config.json, model.safetensors (any of
+float32/bfloat16/float16, or shards) and the tokenizer (tokenizer.json, or GPT-2's vocab.json +
+merges.txt). `scratchformer sample --hf DIR` runs `hf_samples`, whose text is transformers':
+the prompt gets the start token the tokenizer's post-processor adds, and the continuation is
+decoded after the prompt, as the whole sequence decodes. `scratchformer train --init-from DIR`
+continues training such a model, and `scratchformer export RUN --hf OUT` writes a run back with
+`save_hf_causal_lm`, in the first layout of HF_LAYOUTS (GPT-2, Llama) that holds it.
 """
 
 from __future__ import annotations
