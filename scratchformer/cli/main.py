@@ -360,11 +360,13 @@ def build_parser() -> argparse.ArgumentParser:
     em.add_argument("--out", metavar="FILE.npy", help="save the (n, d) float32 array in this file, named exactly as "
                                                    "given (np.load reads it; default: print the first values)")
 
-    x = sub.add_parser("export", help="write a language-model run as a Hugging Face GPT-2 directory",
+    x = sub.add_parser("export", help="write a language-model run as a Hugging Face GPT-2 or Llama directory",
                        description="Write a run's best checkpoint (or a checkpoint directory) as a Hugging Face "
-                                   "GPT-2 directory that transformers' GPT2LMHeadModel.from_pretrained reads. The run "
-                                   "needs a BPE tokenizer (--tokenizer bpe or --init-from) and GPT-2's layout "
-                                   "(learned positions, pre-norm, biases, a tied head).")
+                                   "directory that transformers' from_pretrained reads: GPT2LMHeadModel's layout "
+                                   "(learned positions, pre-norm, LayerNorm, biases, a tied head) or "
+                                   "LlamaForCausalLM's (rotary positions, RMSNorm, SwiGLU, no biases, grouped-query "
+                                   "attention allowed). The run needs a BPE tokenizer (--tokenizer bpe or --init-from); "
+                                   "config.json gets its bos/eos ids.")
     x.add_argument("dir", metavar="RUN")
     x.add_argument("--hf", metavar="OUT", required=True, help="the directory to write")
 
@@ -449,6 +451,10 @@ def cmd_train(args) -> int:
         data_settings.update({"path": args.data} if args.data is not None else {})
         if args.init_from is not None:
             job, cfg = build_job_from_hf(args.init_from, run_kind, train_settings, data_settings)
+            from scratchformer.interop.hf_lm import hf_notes
+
+            for note in hf_notes(args.init_from):  # bf16 weights read as float32, padding rows dropped
+                print(note, file=sys.stderr)
         else:
             job, cfg = build_job(run_kind, model_settings, train_settings, data_settings)
     return _run_training(job, cfg, out, args, checkpoint)
@@ -558,7 +564,10 @@ def cmd_sample(args) -> int:
 
         if args.dir is not None:
             raise CLIError(f"give either a run directory ({args.dir}) or --hf {args.hf}, not both")
-        model, tokenizer = load_hf_causal_lm(args.hf)
+        notes: list[str] = []
+        model, tokenizer = load_hf_causal_lm(args.hf, notes=notes)
+        for note in notes:  # converted weights, dropped padding rows: on stderr, apart from the samples
+            print(note, file=sys.stderr)
         texts = hf_samples(model, tokenizer, prompt, args.num_samples, args.max_new_tokens or 50,
                            rng=np.random.default_rng(seed), **settings)
         seen = None
@@ -646,18 +655,19 @@ def cmd_embed(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from scratchformer.interop.hf_lm import save_hf_causal_lm
+    from scratchformer.interop.hf_lm import hf_layout, save_hf_causal_lm
     from scratchformer.training.jobs import load_job
 
     job = load_job(args.dir)
     tokenizer = getattr(job, "tokenizer", None)
     if job.kind != "gpt" or tokenizer is None:
-        raise CLIError(f"{args.dir} holds a {job.kind} run: export writes language models (GPT-2) only")
+        raise CLIError(f"{args.dir} holds a {job.kind} run: export writes language models (GPT-2 or Llama) only")
     out = Path(args.hf)
     if out.exists() and any(out.iterdir()):
         raise CLIError(f"{out} is not empty: export into a new directory")
+    _, cls, _ = hf_layout(job.model.config)  # a model no layout holds: one line naming why, nothing written
     save_hf_causal_lm(job.model, tokenizer, out)
-    print(f"wrote {out} (GPT2LMHeadModel.from_pretrained and AutoTokenizer read it)")
+    print(f"wrote {out} ({cls}.from_pretrained and AutoTokenizer read it)")
     return 0
 
 

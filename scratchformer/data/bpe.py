@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from scratchformer.data.tokenizer import IGNORE_INDEX
-from scratchformer.errors import ConfigError, DataError
+from scratchformer.errors import ConfigError, DataError, RunFileError
+from scratchformer.runfiles import read_json_file
 
 END_OF_TEXT = "<|endoftext|>"  # GPT-2's one special token
 MIN_VOCAB = 256 + 1  # the byte alphabet and the end-of-text token
@@ -48,17 +49,22 @@ class BPETokenizer:
             and the end of an item, as the character tokenizer's boundary token does), None for
             text runs and Hugging Face tokenizers (whose end token is `end_id`).
         end_id: the id of `special`, or None.
+        stop_ids: the ids a generated text ends at (end_id, and for a Hugging Face directory the
+            eos_token_id of its configs).
         vocab_size: number of ids (special tokens included).
     """
 
     def __init__(self, tokenizer, special: str | None = END_OF_TEXT, boundary: bool = False):
         self._tok = tokenizer
+        # the largest id + 1: a tokenizer whose added tokens leave a gap has more ids than entries
+        self._size = max(tokenizer.get_vocab(with_added_tokens=True).values(), default=-1) + 1
         self.special = special if special is not None and tokenizer.token_to_id(special) is not None else None
         self.end_id = None if self.special is None else tokenizer.token_to_id(self.special)
         if boundary and self.end_id is None:
             raise DataError("a line-format BPE tokenizer needs the end-of-text token in its vocabulary")
         self.boundary = boundary
         self.bos_id = self.eos_id = self.pad_id = self.end_id if boundary else None
+        self.stop_ids: tuple[int, ...] = () if self.end_id is None else (self.end_id,)
 
     # -- building ------------------------------------------------------------------------------
     @classmethod
@@ -82,7 +88,10 @@ class BPETokenizer:
     @classmethod
     def from_hf_dir(cls, path: str | Path) -> BPETokenizer:
         """A Hugging Face model directory's tokenizer: `tokenizer.json` if there is one, else
-        GPT-2's `vocab.json` + `merges.txt` (read as `GPT2TokenizerFast` reads them)."""
+        GPT-2's `vocab.json` + `merges.txt` (read as `GPT2TokenizerFast` reads them). The end
+        token is the one tokenizer_config.json names (eos_token), else "<|endoftext|>", else a
+        Llama-style end token among the special tokens; `stop_ids` also holds the eos_token_id of
+        config.json and generation_config.json, where transformers' generate stops."""
         path = Path(path)
         hf = _hf()
         if (path / "tokenizer.json").is_file():
@@ -105,16 +114,27 @@ class BPETokenizer:
         else:
             raise DataError(f"{path} holds no tokenizer: it needs tokenizer.json, or vocab.json and merges.txt "
                             "(as save_pretrained writes them)")
-        special = END_OF_TEXT if tok.token_to_id(END_OF_TEXT) is not None else None
-        if special is None:  # Llama-style tokenizers name their end token in the added tokens
-            added = [t.content for t in tok.get_added_tokens_decoder().values() if t.special]
-            special = next((t for t in added if t in ("</s>", "<|end_of_text|>", "<|eot_id|>")), None)
-        return cls(tok, special)
+        configs = {name: _json_object(path / name)
+                   for name in ("tokenizer_config.json", "config.json", "generation_config.json")}
+        named = _token_text(configs["tokenizer_config.json"].get("eos_token"))
+        added = [t.content for t in tok.get_added_tokens_decoder().values() if t.special]
+        candidates = [named, END_OF_TEXT, *(t for t in added if t in ("</s>", "<|end_of_text|>", "<|eot_id|>"))]
+        special = next((t for t in candidates if t is not None and tok.token_to_id(t) is not None), None)
+        out = cls(tok, special)
+        stops = {out.end_id} if out.end_id is not None else set()
+        for name in ("config.json", "generation_config.json"):
+            eos = configs[name].get("eos_token_id")
+            for i in eos if isinstance(eos, list) else [eos]:
+                if isinstance(i, int) and not isinstance(i, bool) and 0 <= i < out.vocab_size:
+                    stops.add(i)
+        out.stop_ids = tuple(sorted(stops))
+        return out
 
     # -- encoding ------------------------------------------------------------------------------
     @property
     def vocab_size(self) -> int:
-        return self._tok.get_vocab_size(with_added_tokens=True)
+        """Number of ids: the largest id + 1 (the rows a model's embedding needs)."""
+        return self._size
 
     def encode(self, text: str, what: str = "prompt") -> np.ndarray:
         """str -> (n,) int64 ids (no special tokens added). `what` names the text in errors."""
@@ -134,6 +154,35 @@ class BPETokenizer:
         if bad.size:
             raise DataError(f"cannot decode ids {sorted(set(bad.tolist()))[:5]}: valid ids are 0..{self.vocab_size - 1}")
         return self._tok.decode(ids.tolist(), skip_special_tokens=True)
+
+    def encode_prompt(self, text: str, what: str = "prompt") -> np.ndarray:
+        """str -> (n,) int64 ids of a text to continue: the start tokens the tokenizer's own
+        post-processor puts before a text (Llama's <s> or <|begin_of_text|>; none for GPT-2),
+        as transformers' tokenizer(text) adds them, then the text's ids. A text that already
+        starts with those tokens (written out, such as "<s>Hello") does not get them twice.
+        Tokens a post-processor appends (an end token) are left off: the text goes on."""
+        ids = self.encode(text, what=what).tolist()
+        with_special = self._tok.encode(text, add_special_tokens=True)
+        start = []
+        for i, seq in zip(with_special.ids, with_special.sequence_ids):
+            if seq is not None:  # the first token of the text itself
+                break
+            start.append(i)
+        if start and ids[:len(start)] == start:
+            start = []
+        return np.asarray(start + ids, dtype=np.int64)
+
+    def decode_continuation(self, prompt_ids, new_ids) -> str:
+        """The text of `new_ids` as it reads after `prompt_ids`: the decoded whole minus the
+        decoded prompt, as transformers' decode of the whole sequence shows it. Decoding the new
+        ids alone loses the space a SentencePiece (Metaspace) decoder strips from a first token
+        ("my lord" + "brOL", not "my lord" + " brOL")."""
+        prompt_ids = np.asarray(prompt_ids, dtype=np.int64).ravel()
+        head = self.decode(prompt_ids)
+        whole = self.decode(np.concatenate([prompt_ids, np.asarray(new_ids, dtype=np.int64).ravel()]))
+        if whole.startswith(head):
+            return whole[len(head):]
+        return self.decode(new_ids)  # a decoder that rewrites the prompt's end: the new ids alone
 
     def token_texts(self, ids) -> list[str]:
         """Each id's own text, for labels (bytes that are not whole characters show as U+FFFD)."""
@@ -169,3 +218,24 @@ class BPETokenizer:
 
     def __repr__(self) -> str:
         return f"BPETokenizer(vocab_size={self.vocab_size}, special={self.special!r})"
+
+
+def _token_text(value) -> str | None:
+    """A special token as tokenizer_config.json writes it: a string, or {"content": ...}."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def _json_object(path: Path) -> dict:
+    """The JSON object in `path`; {} when there is no such file. A file that cannot be read or
+    holds no JSON object is a DataError naming it."""
+    try:
+        value = read_json_file(path, hint="is it a Hugging Face model directory?")
+    except FileNotFoundError:
+        return {}
+    except RunFileError as e:
+        raise DataError(str(e)) from None
+    if not isinstance(value, dict):
+        raise DataError(f"{path} must hold a JSON object")
+    return value

@@ -38,6 +38,7 @@ import numpy as np
 from scratchformer.errors import CheckpointError, ConfigError, DTypeError
 from scratchformer.interop.hf_files import read_checkpoint
 from scratchformer.models.gpt import GPT, GPTConfig
+from scratchformer.runfiles import write_atomic
 
 __all__ = ["load_hf_gpt2", "save_hf_gpt2", "gpt2_config_from_hf", "gpt2_config_to_hf"]
 
@@ -100,7 +101,8 @@ def gpt2_config_from_hf(hf: dict, dtype: str = "float32") -> GPTConfig:
 
 def gpt2_config_to_hf(config: GPTConfig) -> dict:
     """The ``config.json`` dict of a GPT2LMHeadModel equivalent to `config` (ConfigError if
-    GPT-2 cannot represent it: it needs learned positions, pre-norm, biases, a tied head)."""
+    GPT-2 cannot represent it: it needs learned positions, pre-norm, biases, a tied head,
+    LayerNorm, a GELU or ReLU feed-forward and as many key/value heads as query heads)."""
     problems = []
     if config.positional != "learned":
         problems.append(f"positional={config.positional!r} (GPT-2 has learned positions)")
@@ -110,6 +112,12 @@ def gpt2_config_to_hf(config: GPTConfig) -> dict:
         problems.append("bias=False (GPT-2 has biases)")
     if not config.tie_weights:
         problems.append("tie_weights=False (GPT-2's lm_head is tied to wte)")
+    if config.activation not in _ACT_TO_HF:
+        problems.append(f"activation={config.activation!r} (GPT-2 has one of {', '.join(_ACT_TO_HF)})")
+    if config.normalization != "layernorm":
+        problems.append(f"normalization={config.normalization!r} (GPT-2 has LayerNorm)")
+    if config.n_kv_head not in (None, config.n_head):
+        problems.append(f"n_kv_head={config.n_kv_head} (GPT-2 has one key/value head per query head)")
     if problems:
         raise ConfigError("GPT-2 cannot represent this model: " + "; ".join(problems))
     return {
@@ -168,11 +176,12 @@ def load_hf_gpt2(path, dtype: str = "float32") -> GPT:
     return model
 
 
-def save_hf_gpt2(model: GPT, path) -> Path:
+def save_hf_gpt2(model: GPT, path, token_ids: dict[str, int] | None = None) -> Path:
     """Write `model` as a Hugging Face GPT2LMHeadModel directory (config.json + model.safetensors).
 
     Tied weights are written once, as ``transformer.wte.weight`` (as transformers does).
-    Weights keep the model's dtype. Returns the directory.
+    token_ids: {"bos_token_id": ..., "eos_token_id": ..., "pad_token_id": ...} for config.json
+    (where generate stops). Weights keep the model's dtype. Returns the directory.
     """
     from safetensors.numpy import save_file
 
@@ -189,5 +198,6 @@ def save_hf_gpt2(model: GPT, path) -> Path:
             tensors[f"transformer.h.{i}.{theirs}"] = t.T if transpose else t
     tensors = {k: np.ascontiguousarray(v) for k, v in tensors.items()}
     save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
-    (path / "config.json").write_text(json.dumps(hf_cfg, indent=2) + "\n")
+    hf_cfg.update(token_ids or {})
+    write_atomic(path / "config.json", (json.dumps(hf_cfg, indent=2) + "\n").encode())
     return path

@@ -39,6 +39,7 @@ import numpy as np
 from scratchformer.errors import CheckpointError, ConfigError, DTypeError
 from scratchformer.interop.hf_files import read_checkpoint
 from scratchformer.models.gpt import GPT, GPTConfig
+from scratchformer.runfiles import write_atomic
 
 __all__ = ["load_hf_llama", "save_hf_llama", "llama_config_from_hf", "llama_config_to_hf"]
 
@@ -165,10 +166,11 @@ def load_hf_llama(path, dtype: str = "float32") -> GPT:
     return model
 
 
-def save_hf_llama(model: GPT, path) -> Path:
+def save_hf_llama(model: GPT, path, token_ids: dict[str, int] | None = None) -> Path:
     """Write `model` as a Hugging Face LlamaForCausalLM directory (config.json + model.safetensors).
 
-    Weights keep the model's dtype; a tied head is written once, as the embedding (as
+    token_ids: {"bos_token_id": ..., "eos_token_id": ..., "pad_token_id": ...} for config.json
+    (where generate stops). Weights keep the model's dtype; a tied head is written once, as the embedding (as
     transformers does). Returns the directory.
     """
     from safetensors.numpy import save_file
@@ -189,5 +191,6 @@ def save_hf_llama(model: GPT, path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, str(path / "model.safetensors"),
               metadata={"format": "pt"})
-    (path / "config.json").write_text(json.dumps(hf_cfg, indent=2) + "\n")
+    hf_cfg.update(token_ids or {})
+    write_atomic(path / "config.json", (json.dumps(hf_cfg, indent=2) + "\n").encode())
     return path
