@@ -1,5 +1,6 @@
 """The command line: train -> eval -> sample on a tiny config, and clear errors (exit code 2)."""
 
+import itertools
 import json
 import subprocess
 import sys
@@ -111,9 +112,13 @@ def test_help_shows_every_default_per_run_kind():
 
 def test_train_prints_the_resolved_configuration(tmp_path, capsys):
     assert main(["train", "--max-steps", "2", "--out", str(tmp_path / "r"), *TINY]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    model = next(line for line in lines if line.startswith("model: "))
-    train = next(line for line in lines if line.startswith("train: "))
+    out = capsys.readouterr().out
+
+    def block(name):  # the "name: " line and its indented continuation lines, joined
+        rows = out.split(f"\n{name}: ", 1)[1].splitlines()
+        return " ".join([rows[0]] + [r.strip() for r in itertools.takewhile(
+            lambda r: r.startswith("       "), rows[1:])])
+    model, train = block("model"), block("train")
     assert "n_layer=1" in model and "n_embd=16" in model and "dropout=0.1" in model and "init=pytorch" in model
     assert "max_steps=2" in train and "lr=0.002" in train and "seed=1337" in train
 
@@ -350,3 +355,42 @@ def test_a_prompt_too_large_for_memory_is_blamed_on_the_prompt(text_run, monkeyp
     assert main(["sample", str(text_run), "-n", "2", "--max-new-tokens", "5", "--prompt", "to be " * 2000]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "lower the prompt (12,000 tokens), -n or --max-new-tokens" in err, err
+
+
+# -- the first minutes: what a new user types before reading anything -------------------------
+def test_bare_command_lists_the_commands_and_version_answers(capsys):
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert all(c in out for c in ("train", "sample", "eval", "viz", "lens", "finetune", "exercise"))
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    from scratchformer import __version__
+
+    assert capsys.readouterr().out.strip() == f"scratchformer {__version__}"
+
+
+def test_a_missing_run_hint_names_a_command_that_makes_it(tmp_path, capsys):
+    assert main(["viz", str(tmp_path / "majority")]) == 2
+    err = capsys.readouterr().err
+    assert f"scratchformer train --task majority --out {tmp_path / 'majority'}" in err
+    assert main(["viz", str(tmp_path / "plays")]) == 2
+    err = capsys.readouterr().err
+    assert "finetune --data CSV" in err and "--task majority" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_csv_given_to_train_points_to_finetune(tmp_path, capsys):
+    csv = tmp_path / "set.csv"
+    csv.write_text("text,label\n" + "".join(f"line number {i},{'ab'[i % 2]}\n" for i in range(60)))
+    assert main(["train", "--data", str(csv), "--max-steps", "1", "--n-layer", "1", "--n-embd", "8", "--n-head", "2",
+                 "--eval-interval", "1", "--num-samples", "0", "--workers", "1", "--no-progress",
+                 "--out", str(tmp_path / "run")]) == 0
+    assert f"scratchformer finetune --data {csv}" in capsys.readouterr().err
+
+
+def test_settings_lines_are_readable(tmp_path, capsys):
+    from scratchformer.cli.main import _settings_line
+
+    line = _settings_line({f"setting_{i}": i * 1000 for i in range(40)})
+    assert all(len(row) <= 100 for row in line.splitlines()) and len(line.splitlines()) > 3
+    assert " ".join(line.split()) == " ".join(f"setting_{i}={i * 1000}" for i in range(40))

@@ -216,7 +216,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Transformers from scratch on NumPy: train, sample, evaluate.",
         epilog="Run 'scratchformer COMMAND --help' for each command's options.",
     )
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    from scratchformer import __version__
+
+    p.add_argument("--version", action="version", version=f"scratchformer {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")  # none given: main() prints the commands
     p.commands = sub.choices  # command name -> its parser
 
     t = sub.add_parser(
@@ -401,6 +404,10 @@ def cmd_train(args) -> int:
         run_kind, default_out = None, "out/names" if args.data is None else f"out/{resolve_data(args.data).stem}"
     else:
         data_file = None if args.data is None else resolve_data(args.data)  # "" and missing files: one line
+        if data_file is not None and data_file.suffix.lower() == ".csv":
+            print(f"note: {data_file} is a CSV: train reads it as plain text for a character model; to train a "
+                  f"classifier on its text,label rows run 'scratchformer finetune --data {data_file}'",
+                  file=sys.stderr)
         run_kind = args.format or (guess_format(read_text(data_file)[0]) if data_file else "lines")
         default_out = "out/names" if data_file is None else f"out/{data_file.stem}"
     out = Path(args.out or default_out)
@@ -540,8 +547,13 @@ def _run_training(job, cfg, out: Path, args, checkpoint) -> int:
     return 0
 
 
-def _settings_line(settings: dict) -> str:
-    return " ".join(f"{k}={_shown(v, None)}" for k, v in settings.items())
+def _settings_line(settings: dict, width: int = 100) -> str:
+    """key=value pairs, wrapped at `width` characters, continuation lines indented."""
+    import textwrap
+
+    pairs = [f"{k}={_shown(v, None)}" for k, v in settings.items()]
+    return "\n".join(textwrap.wrap(" ".join(pairs), width - 7, subsequent_indent="       ",
+                                    break_long_words=False, break_on_hyphens=False))
 
 
 def cmd_sample(args) -> int:
@@ -701,7 +713,11 @@ def main(argv: list[str] | None = None) -> int:
     _tolerant_output()
     command = "scratchformer"
     try:  # the parser too: a failure while building it (a missing module on some platform) is one line
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if args.command is None:  # a bare `scratchformer`: what it can do
+            parser.print_help()
+            return 0
         command = f"scratchformer {args.command}"
         keep_freed_memory()  # the allocator tuning every command runs with (scratchformer/allocator.py)
         # NaN and overflow are handled where they matter (the trainer stops on them): no numpy warnings

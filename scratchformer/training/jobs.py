@@ -259,8 +259,10 @@ def checkpoint_dir(path: str | Path) -> Path:
     for name in (BEST, LAST):
         if checkpoint_exists(d / name):
             return d / name
-    raise CheckpointError(f"checkpoint not found in {d}: train one first ('scratchformer train --out {d}') "
-                          "or pass a run directory")
+    first = (f"'scratchformer train --task {d.name} --out {d}'" if d.name in TASKS else
+             f"'scratchformer train --out {d}' for a names GPT, 'scratchformer train --task majority --out {d}' "
+             f"for a task model, 'scratchformer finetune --data CSV --out {d}' for a classifier")
+    raise CheckpointError(f"checkpoint not found in {d}: train one first ({first}) or pass a run directory")
 
 
 def job_class(ck: Checkpoint) -> type[Job]:
