@@ -235,3 +235,16 @@ def test_a_check_with_nothing_to_compare_is_undefined_and_not_ok():
     c = Check("x", "something", float("nan"), 1e-9)
     assert not c.ok and "error undefined" in str(c) and str(c).endswith("FAILED")
     assert not Check("x", "y", float("inf"), 1e-9).ok
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda m: logit_lens(m, (IDS,), k=0), r"k must be an integer in \[1, 11\]"),
+    (lambda m: logit_lens(m, (IDS,), k=12), r"k must be an integer in \[1, 11\]"),
+    (lambda m: direct_logit_attribution(m, (IDS,), token=11), r"token must be an integer in \[-11, 10\]"),
+    (lambda m: direct_logit_attribution(m, (IDS,), token=3, position=7), r"position must be an integer in \[-7, 6\]"),
+    (lambda m: saliency(m, (IDS,), logit_objective(9, 3)), "position must be"),
+    (lambda m: activation_patching(m, (IDS,), (IDS,), logit_metric(-1, 3, 99)), "other must be"),
+])
+def test_out_of_range_arguments_are_typed_errors(call, message):
+    with pytest.raises((ConfigError, DataError), match=message):
+        call(_gpt())

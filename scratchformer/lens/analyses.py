@@ -72,6 +72,13 @@ def _one_sequence(x, what: str) -> None:
         raise DataError(f"{what} reads one sequence, got a batch of {n}: call it once per sequence")
 
 
+def _index(value, size: int, what: str) -> int:
+    """value as an index into an axis of `size` (negative counts from the end); DataError otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not -size <= value < size:
+        raise DataError(f"{what} must be an integer in [{-size}, {size - 1}], got {value!r}")
+    return int(value)
+
+
 def loss_metric(output) -> float:
     """The model's loss (its output's second item): the forward needs targets."""
     if not isinstance(output, tuple) or output[1] is None:
@@ -85,8 +92,9 @@ def logit_metric(position: int, token: int, other: int | None = None) -> Callabl
     def metric(output):
         logits = _logits(output)
         _one_sequence(logits, "logit_metric")
-        row = logits[0, position] if logits.ndim == 3 else logits[0]
-        return float(row[token] - (0.0 if other is None else row[other]))
+        row = logits[0, _index(position, logits.shape[1], "position")] if logits.ndim == 3 else logits[0]
+        V = row.shape[-1]
+        return float(row[_index(token, V, "token")] - (0.0 if other is None else row[_index(other, V, "other")]))
     return metric
 
 
@@ -133,6 +141,8 @@ def logit_lens(model, inputs: tuple, k: int = 5) -> LogitLens:
     to the largest logit)."""
     _one_sequence(as_batch(inputs[0]), "the logit lens")
     un = unembedding(model)
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= un.W.shape[0]:
+        raise ConfigError(f"k must be an integer in [1, {un.W.shape[0]}] (the vocabulary), got {k!r}")
     _, cache = run_with_cache(model, *inputs, names=[f"{un.prefix}blocks.*.resid_*"])
     with eval_mode(model):
         lens = _lens_logits(un, _lens_residuals(cache, un.prefix, un.n_layer))  # (L + 1, T, V)
@@ -204,6 +214,8 @@ def direct_logit_attribution(model, inputs: tuple, token: int, position: int = -
         raise ConfigError("direct logit attribution needs a pre-norm model (its residual stream is a sum "
                           "of the parts; a post-norm block renormalises it)")
     p = un.prefix
+    token = _index(token, un.W.shape[0], "token")
+    position = _index(position, as_batch(inputs[1] if p else inputs[0]).shape[1], "position")
     out, cache = run_with_cache(model, *inputs)
     embed = cache[p + "embed"][0]  # (T, C)
     parts: list[tuple[str, np.ndarray]] = [("embed", embed),
@@ -497,7 +509,8 @@ def logit_objective(position: int, token: int) -> Objective:
         logits = _logits(output)
         _one_sequence(logits, "logit_objective")
         g = np.zeros_like(logits)
-        index = (0, position, token) if logits.ndim == 3 else (0, token)
+        t = _index(token, logits.shape[-1], "token")
+        index = (0, _index(position, logits.shape[1], "position"), t) if logits.ndim == 3 else (0, t)
         g[index] = 1.0
         return float(logits[index]), g
     return objective
