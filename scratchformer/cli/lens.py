@@ -39,8 +39,8 @@ def add_parser(sub) -> None:
     p.add_argument("--show", action="append", metavar="NAME",
                    help="also print the activation NAME (docs/lens.md; '*' allowed, repeatable) on --text "
                         "(default: none)")
-    p.add_argument("--steps", type=int, default=16,
-                   help=f"integrated-gradients quadrature nodes, 1 to {MAX_STEPS} (default: 16)")
+    p.add_argument("--steps", type=int, default=32,
+                   help=f"integrated-gradients quadrature nodes, 1 to {MAX_STEPS} (default: 32)")
     p.add_argument("--baseline", choices=("zero", "mean"), default="zero",
                    help="integrated gradients start from zero embeddings or, at every position, the mean "
                         "embedding of the vocabulary's tokens (default: zero)")

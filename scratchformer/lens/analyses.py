@@ -689,7 +689,7 @@ def _quadrature(steps: int) -> tuple[np.ndarray, np.ndarray]:
     return (nodes + 1) / 2, weights / 2
 
 
-def integrated_gradients(model, inputs: tuple, objective: Objective, steps: int = 16,
+def integrated_gradients(model, inputs: tuple, objective: Objective, steps: int = 32,
                          baseline=None) -> IntegratedGradients:
     """Integrated gradients (Sundararajan et al. 2017) along the straight line from `baseline`
     to the input embeddings: attribution = (x - x0) . integral over a in [0, 1] of the gradient
@@ -699,7 +699,7 @@ def integrated_gradients(model, inputs: tuple, objective: Objective, steps: int 
 
     Check (completeness): the attributions sum to f(input) - f(baseline), both from eval-mode
     forwards of their own, within 1% of |f(input) - f(baseline)| (a quadrature error; the
-    default 16 nodes reach it on random GPT-2-shaped models where 64 trapezoids do not)."""
+    default 32 nodes measured 1e-13 on random GPT-2-shaped models and 9e-5 on MiniLM, docs/lens.md)."""
     if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or not 1 <= steps <= MAX_STEPS:
         raise ConfigError(f"steps must be an integer in [1, {MAX_STEPS}], got {steps!r}")
     name = _embed_name(model)
