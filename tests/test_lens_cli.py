@@ -82,10 +82,12 @@ def test_lens_seq2seq_patches_the_encoder_and_every_attention(runs, capsys):
     assert main(["lens", str(runs / "rev"), "--text", "3 1 4", "--corrupt", "3 2 4", "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
     p = r["patching"]
-    if "undefined" not in p:
-        assert len(p["encoder_residual"]) == 2 and len(p["encoder_residual"][0]) == 3
-        assert any(k.startswith("enc L0 H") for k in p["heads"]) and any(k.startswith("cross L1 H") for k in p["heads"])
+    assert len(p["encoder_residual"]) == 2 and len(p["encoder_residual"][0]) == 3
+    assert any(k.startswith("enc L0 H") for k in p["heads"]) and any(k.startswith("cross L1 H") for k in p["heads"])
     assert all(c.endswith(" ok") for c in r["checks"])
+    assert main(["lens", str(runs / "rev"), "--text", "3 1 4", "--corrupt", "3 2 4"]) == 0
+    out = capsys.readouterr().out
+    assert "  encoder L1: " in out and "  decoder L0: " in out
 
 
 def test_a_bug_planted_in_an_analysis_prints_a_failed_check(runs, capsys, monkeypatch):

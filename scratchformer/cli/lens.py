@@ -276,7 +276,8 @@ def _text(r: dict) -> str:
             lines.append(f"{head}: fraction recovered undefined: {p['undefined']}")
         else:
             lines.append(f"{head}; fraction recovered by the residual entering each block:")
-            for side, key in (("encoder ", "encoder_residual"), ("", "residual")):
+            two = "encoder_residual" in p
+            for side, key in (("encoder ", "encoder_residual"), ("decoder " if two else "", "residual")):
                 for i, row in enumerate(p.get(key, [])):
                     lines.append(f"  {side}L{i}: " + " ".join(_num(x, "+.2f") for x in row))
             best = sorted(p["heads"].items(), key=lambda kv: -abs(kv[1]))[:TOP_HEADS]
