@@ -248,3 +248,12 @@ def test_a_check_with_nothing_to_compare_is_undefined_and_not_ok():
 def test_out_of_range_arguments_are_typed_errors(call, message):
     with pytest.raises((ConfigError, DataError), match=message):
         call(_gpt())
+
+
+def test_an_undefined_patching_figure_says_so():
+    from scratchformer.viz import lens as figures
+
+    p = activation_patching(_gpt(), (IDS,), (IDS,), logit_metric(-1, 3, 4))
+    fig = figures.patching_figure(p, [str(i) for i in IDS[0]])
+    assert "undefined" in fig._suptitle.get_text()
+    assert all(t.get_text() != "nan" or not t.get_visible() for ax in fig.axes for t in ax.texts)

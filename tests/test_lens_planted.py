@@ -136,8 +136,8 @@ def patch_next_head(source, index):
 
 
 def lens_reads_resid_mid(cache, prefix, n_layer):
-    return ([cache[f"{prefix}blocks.0.resid_pre"]] + [cache[f"{prefix}blocks.{i}.resid_mid"] for i in range(n_layer - 1)]
-            + [cache[f"{prefix}blocks.{n_layer - 1}.resid_post"]])
+    mids = [cache[f"{prefix}blocks.{i}.resid_mid"] for i in range(n_layer - 1)]
+    return [cache[f"{prefix}blocks.0.resid_pre"]] + mids + [cache[f"{prefix}blocks.{n_layer - 1}.resid_post"]]
 
 
 def lens_final_statistics(un, residuals):

@@ -15,17 +15,25 @@ from scratchformer.lens.analyses import (
     logit_lens,
     logit_metric,
     logit_objective,
-    mean_token_embedding,
-    token_embeddings,
     loss_metric,
     loss_objective,
+    mean_token_embedding,
     saliency,
     similarity_objective,
+    token_embeddings,
 )
-from scratchformer.lens.hooks import hook_names, hook_points, hooked, resolve_names, run_with_cache, run_with_hooks
+from scratchformer.lens.hooks import (
+    grad_hook_names,
+    hook_names,
+    hook_points,
+    hooked,
+    resolve_names,
+    run_with_cache,
+    run_with_hooks,
+)
 
 __all__ = [
-    "hook_names", "hook_points", "hooked", "resolve_names", "run_with_cache", "run_with_hooks",
+    "hook_names", "grad_hook_names", "hook_points", "hooked", "resolve_names", "run_with_cache", "run_with_hooks",
     "Check", "logit_lens", "direct_logit_attribution", "head_ablation", "activation_patching", "saliency",
     "integrated_gradients", "head_scores", "logit_metric", "loss_metric", "logit_objective",
     "loss_objective", "similarity_objective", "token_embeddings", "mean_token_embedding",

@@ -262,7 +262,8 @@ def _attribution_check(model, inputs, un, labels, contributions, bias, logit, to
     p = un.prefix
     last = f"{p}blocks.{un.n_layer - 1}.resid_post"
     names = hook_names(model)
-    outs = [n for n in names if n.startswith(p + "blocks.") and n.endswith((".attn.out", ".cross_attn.out", ".mlp.out"))]
+    outs = [n for n in names
+            if n.startswith(p + "blocks.") and n.endswith((".attn.out", ".cross_attn.out", ".mlp.out"))]
     _, clean = run_with_cache(model, *inputs, names=outs + [last])
     x = clean[last][0, position]
     routes = [(label, p + label, None) for label in ("embed", "pos_embed") if p + label in names]
@@ -663,7 +664,8 @@ def mean_token_embedding(model, inputs: tuple, vocab_size: int) -> np.ndarray:
         raise _Stop
     for start in range(0, len(ids), 64):
         chunk = ids[start:start + 64]
-        rest = tuple(np.repeat(as_batch(a)[:1], len(chunk), 0) for a in inputs[1:2]) if family(model) == "seq2seq" else ()
+        # seq2seq: the decoder's input rides along (the hook stops the run in the encoder)
+        rest = (np.repeat(as_batch(inputs[1])[:1], len(chunk), 0),) if family(model) == "seq2seq" else ()
         try:
             with eval_mode(model), hooked(model, {name: grab}):
                 model(chunk, *rest)
