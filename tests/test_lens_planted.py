@@ -274,3 +274,8 @@ def test_patching_the_same_input_is_undefined_not_nan_ok():
     p = A.activation_patching(_gpt(), (IDS,), (IDS,), A.logit_metric(-1, 3, 4))
     assert not p.defined and np.isnan(p.residual).all()
     assert p.check.ok and "undefined" in str(p.check)
+
+
+def test_a_score_that_goes_missing_fails_the_check(monkeypatch):
+    monkeypatch.setattr(A, "_previous_score", lambda w: None)  # the previous-token score never computed
+    assert not run_scores(_gpt()).check.ok

@@ -852,10 +852,29 @@ def head_scores(model, inputs: tuple, ids: np.ndarray | None = None) -> HeadScor
     return HeadScores([a[1] for a in atts], scores, _scores_check(model, inputs, atts, ids, cache))
 
 
+def _applies(atts, cache, ids) -> dict[str, np.ndarray]:
+    """Which (attention, head) each score must have, decided apart from the scoring: previous
+    (self-attention over 2+ positions), first (self-attention), same (an encoder's or a single
+    stack's self-attention over `ids` where a token repeats), diagonal and anti-diagonal (cross)."""
+    H = max(a[2].n_head for a in atts)
+    out = {k: np.zeros((len(atts), H), bool) for k in SCORES}
+    repeats = any(len(set(row.tolist())) < len(row) for row in ids)
+    for row, (prefix, _, attn) in enumerate(atts):
+        Tq, Tk = cache[prefix + ".pattern"].shape[2:]
+        n, cross = attn.n_head, ".cross_attn" in prefix
+        out["diagonal"][row, :n] = out["anti_diagonal"][row, :n] = cross
+        out["first"][row, :n] = not cross
+        out["previous"][row, :n] = not cross and Tq >= 2
+        out["same"][row, :n] = (not cross and not prefix.startswith("decoder.") and ids.shape[1] == Tq == Tk
+                                and repeats)
+    return out
+
+
 def _scores_check(model, inputs, atts, ids, cache) -> Check:
     dtype = cache[atts[0][0] + ".pattern"].dtype
     worst = max(_max_abs(cache[a[0] + ".pattern"].sum(-1) - 1) for a in atts)
-    applies = {k: np.isfinite(_scores_of({a[0]: cache[a[0] + ".pattern"] for a in atts}, atts, ids)[k]) for k in SCORES}
+    applies = _applies(atts, cache, ids)
+    checked: list[str] = []
     for kind in ("previous", "self", "first", "same", "diagonal", "anti"):
         def plant(x, name, kind=kind):
             return _planted(kind, x.shape, ids) if (".cross_attn" in name) == (kind in ("diagonal", "anti")) else None
@@ -870,6 +889,8 @@ def _scores_check(model, inputs, atts, ids, cache) -> Check:
                 mask = applies[score] & rows[:, None]
                 if mask.any():
                     worst = max(worst, _max_abs(np.where(mask, got[score] - expected, 0.0)))
-    return Check("head scores", "planted previous-token, first-token, same-token, diagonal and anti-diagonal "
-                 "patterns score 1 (a query on itself 0), and every attention row sums to 1",
+                    if expected == 1.0:
+                        checked.append(score.replace("_", "-"))
+    what = f"planted exact patterns score 1 ({', '.join(checked) or 'none applies'}; a query on itself 0)"
+    return Check("head scores", what + ", and every attention row sums to 1",
                  worst, _tolerance(dtype, "replay"))
