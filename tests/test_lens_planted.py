@@ -279,3 +279,19 @@ def test_patching_the_same_input_is_undefined_not_nan_ok():
 def test_a_score_that_goes_missing_fails_the_check(monkeypatch):
     monkeypatch.setattr(A, "_previous_score", lambda w: None)  # the previous-token score never computed
     assert not run_scores(_gpt()).check.ok
+
+
+def test_a_head_left_out_of_the_ablation_fails_the_check(monkeypatch):
+    real = A.attentions
+
+    class OneHeadFewer:  # a loop that stops one head short in every layer
+        def __init__(self, attn):
+            self.attn, self.n_head = attn, attn.n_head - 1
+
+        def __getattr__(self, name):
+            return getattr(self.attn, name)
+
+    monkeypatch.setattr(A, "attentions", lambda model: [(p, lab, OneHeadFewer(a)) for p, lab, a in real(model)])
+    table = run_zero_ablation(_gpt())
+    assert table.change.shape == (2, 2)  # 3 heads per layer
+    assert not table.check.ok

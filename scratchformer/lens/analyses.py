@@ -368,13 +368,15 @@ def _ablation_check(model, inputs, metric, atts, mode, change, baseline, log) ->
                       else np.mean(np.swapaxes(c[:, g], 0, 1).reshape(-1, c.shape[-1]), axis=0))  # (hs,)
             others = np.delete(np.arange(c.shape[1]), g)
             err = max(_max_abs(back[:, g] - target), _max_abs(back[:, others] - c[:, others])) / a_scale
-            err = max(err, abs(change[names.index(name), g] - (value - baseline)) / m_scale)
+            entry = change[names.index(name), g] if g < change.shape[1] else np.nan  # a head the table lacks
+            err = max(err, _max_abs(entry - (value - baseline)) / m_scale)
             if err < best:
                 best, best_head = err, g
         seen.add((name, best_head))
         worst = max(worst, best)
-    if len(seen) != len(log) or len(log) != int(np.isfinite(change).sum()):
-        worst = np.inf  # a head ablated twice, or a table entry no run gave
+    heads = sum(clean[n].shape[1] for n in names)  # the heads the activations hold
+    if not len(seen) == len(log) == int(np.isfinite(change).sum()) == heads:
+        worst = np.inf  # a head ablated twice or never, or a table entry no run gave
     what = "every ablated run read back holds its one head at " + ("zero" if mode == "zero" else
                                                                      "its mean over batch and positions")
     return Check("head ablation", what + ", the other heads unchanged, and its metric in the table",
