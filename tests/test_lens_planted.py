@@ -295,3 +295,17 @@ def test_a_head_left_out_of_the_ablation_fails_the_check(monkeypatch):
     table = run_zero_ablation(_gpt())
     assert table.change.shape == (2, 2)  # 3 heads per layer
     assert not table.check.ok
+
+
+def test_a_position_or_head_left_out_of_patching_fails_the_check(monkeypatch):
+    real = A.attentions
+
+    class OneHeadFewer:
+        def __init__(self, attn):
+            self.attn, self.n_head = attn, attn.n_head - 1
+
+        def __getattr__(self, name):
+            return getattr(self.attn, name)
+
+    monkeypatch.setattr(A, "attentions", lambda model: [(p, lab, OneHeadFewer(a)) for p, lab, a in real(model)])
+    assert not run_patching(_gpt()).check.ok

@@ -464,12 +464,16 @@ def activation_patching(model, clean: tuple, corrupt: tuple, metric: Callable) -
 
 
 def _patching_check(model, clean, corrupt, log, residual, heads, atts, everything, last) -> Check:
-    names = sorted({name for name, *_ in log})
+    # every cell the tables must hold: each stack's residual entering each block x position,
+    # each attention's heads (counted from the activations, not from the analysis's loops)
+    wanted = [f"{p}blocks.{i}.resid_pre" for p, blocks in stacks(model).items() for i in range(len(blocks))]
+    wanted += [a[0] + ".head_out" for a in atts]
+    names = sorted(set(wanted) | {name for name, *_ in log})
     _, c_cache = run_with_cache(model, *clean, names=names)
     _, k_cache = run_with_cache(model, *corrupt, names=names)
     dtype = c_cache[names[0]].dtype
     head_rows = {a[0] + ".head_out": row for row, a in enumerate(atts)}
-    worst, covered = 0.0, 0
+    worst, done = 0.0, []
     for name, index, back, fraction in log:
         c, k = c_cache[name], k_cache[name]
         mask = np.zeros(c.shape, bool)
@@ -481,16 +485,16 @@ def _patching_check(model, clean, corrupt, log, residual, heads, atts, everythin
         # where the table keeps this run: the layer (or attention) the name says, the position
         # (or head) the index says
         parts = name.split(".")
-        if name in head_rows:
-            cell = heads[head_rows[name], index[1]]
-        else:
-            prefix = "".join(p + "." for p in parts[:-3])
-            cell = residual[prefix][int(parts[-2]), index[1]]
-        covered += 1
+        table, row = ((heads, head_rows[name]) if name in head_rows
+                      else (residual.get("".join(p + "." for p in parts[:-3])), int(parts[-2])))
+        inside = table is not None and row < table.shape[0] and index[1] < table.shape[1]
+        cell = table[row, index[1]] if inside else np.inf
+        done.append((name, index[1]))
         if not (np.isnan(cell) and np.isnan(fraction)):
-            worst = max(worst, abs(cell - fraction))
-    if covered != sum(np.size(r) for r in residual.values()) + sum(a[2].n_head for a in atts):
-        worst = np.inf  # a table entry no run gave
+            worst = max(worst, _max_abs(cell - fraction))
+    expected = {(n, j) for n in wanted for j in range(c_cache[n].shape[1])}
+    if len(done) != len(set(done)) or set(done) != expected:
+        worst = np.inf  # a cell patched twice or never
     if np.isnan(everything):
         what = ("every patched cell read back is the clean run's and every other cell the corrupted run's "
                 "(recovery undefined: clean and corrupted runs give the same metric)")
