@@ -174,3 +174,86 @@ def test_every_analysis_draws_a_figure(tmp_path):
     ]
     assert all(len(fig.axes) >= 1 for fig in drawn)
     assert (tmp_path / "lens.png").stat().st_size > 1000
+
+
+def test_one_sequence_analyses_refuse_a_batch_in_one_line():
+    model, batch = _gpt(), np.concatenate([IDS, IDS[:, ::-1]])
+    for call in (lambda: logit_lens(model, (batch,)), lambda: direct_logit_attribution(model, (batch,), token=3),
+                 lambda: saliency(model, (batch,), logit_objective(-1, 3)),
+                 lambda: head_ablation(model, (batch,), metric=logit_metric(-1, 3))):
+        with pytest.raises(DataError, match="got a batch of 2: call it once per sequence") as e:
+            call()
+        assert len(str(e.value).splitlines()) == 1
+    # the analyses that average over the batch use every sequence
+    table = head_ablation(model, (batch[:, :-1], batch[:, 1:]))
+    assert table.check.ok and not np.allclose(table.change, head_ablation(model, (IDS[:, :-1], IDS[:, 1:])).change)
+
+
+def test_integrated_gradients_baselines_and_bounded_steps():
+    from scratchformer.lens import mean_token_embedding, token_embeddings
+
+    model = _gpt()
+    objective = logit_objective(-1, 3)
+    mean = mean_token_embedding(model, (IDS,), 11)
+    assert np.allclose(mean, model.wte.weight.data.mean(axis=0), atol=1e-15)
+    other = IDS[:, ::-1].copy()
+    text = token_embeddings(model, (other,))
+    assert np.array_equal(text, model.wte.weight.data[other])
+    for baseline in (None, "zero", mean, text):
+        ig = integrated_gradients(model, (IDS,), objective, baseline=baseline)
+        assert ig.check.ok, ig.check
+    x0 = integrated_gradients(model, (IDS,), objective, baseline=text)
+    assert x0.baseline_value == pytest.approx(model.eval()(other)[0][0, -1, 3], abs=1e-12)
+    for steps in (0, 4097, 2.5, True):
+        with pytest.raises(ConfigError, match=r"\[1, 4096\]"):
+            integrated_gradients(model, (IDS,), objective, steps=steps)
+    with pytest.raises(DataError, match="does not fit"):
+        integrated_gradients(model, (IDS,), objective, baseline=np.zeros(5))
+    with pytest.raises(ConfigError, match="baseline"):
+        integrated_gradients(model, (IDS,), objective, baseline="ones")
+
+
+def test_gauss_legendre_beats_the_trapezoid_at_the_same_number_of_gradients():
+    from scratchformer.lens import analyses
+
+    model = _gpt()
+    gl = integrated_gradients(model, (IDS,), logit_objective(-1, 3), steps=4).check.error
+    nodes = np.linspace(0, 1, 4)
+    weights = np.array([1, 2, 2, 1]) / 6.0  # the trapezoid on the same 4 gradients
+    trapezoid = analyses._quadrature
+    try:
+        analyses._quadrature = lambda steps: (nodes, weights)
+        trap = integrated_gradients(model, (IDS,), logit_objective(-1, 3), steps=4).check.error
+    finally:
+        analyses._quadrature = trapezoid
+    assert gl < trap / 10
+
+
+def test_a_check_with_nothing_to_compare_is_undefined_and_not_ok():
+    from scratchformer.lens import Check
+
+    c = Check("x", "something", float("nan"), 1e-9)
+    assert not c.ok and "error undefined" in str(c) and str(c).endswith("FAILED")
+    assert not Check("x", "y", float("inf"), 1e-9).ok
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda m: logit_lens(m, (IDS,), k=0), r"k must be an integer in \[1, 11\]"),
+    (lambda m: logit_lens(m, (IDS,), k=12), r"k must be an integer in \[1, 11\]"),
+    (lambda m: direct_logit_attribution(m, (IDS,), token=11), r"token must be an integer in \[-11, 10\]"),
+    (lambda m: direct_logit_attribution(m, (IDS,), token=3, position=7), r"position must be an integer in \[-7, 6\]"),
+    (lambda m: saliency(m, (IDS,), logit_objective(9, 3)), "position must be"),
+    (lambda m: activation_patching(m, (IDS,), (IDS,), logit_metric(-1, 3, 99)), "other must be"),
+])
+def test_out_of_range_arguments_are_typed_errors(call, message):
+    with pytest.raises((ConfigError, DataError), match=message):
+        call(_gpt())
+
+
+def test_an_undefined_patching_figure_says_so():
+    from scratchformer.viz import lens as figures
+
+    p = activation_patching(_gpt(), (IDS,), (IDS,), logit_metric(-1, 3, 4))
+    fig = figures.patching_figure(p, [str(i) for i in IDS[0]])
+    assert "undefined" in fig._suptitle.get_text()
+    assert all(t.get_text() != "nan" or not t.get_visible() for ax in fig.axes for t in ax.texts)

@@ -169,3 +169,26 @@ def test_a_wrapped_model_keeps_the_wrappers_attribute_as_a_prefix():
     assert names[-1] == "encoder.blocks.1.resid_post"
     out, cache = run_with_cache(model, IDS)
     assert list(cache) == names and np.array_equal(out[0], model(IDS)[0])
+
+
+@pytest.mark.parametrize("make, supported", [(_gpt, ["embed"]), (_seq2seq, ["encoder.embed", "decoder.embed"]),
+                                             (_classifier, ["embed"]), (lambda: _bert(), ["embed"])])
+def test_a_gradient_hook_is_called_at_every_name_that_accepts_one_and_refused_elsewhere(make, supported):
+    from scratchformer.lens.hooks import grad_hook_names
+
+    model = make()
+    assert grad_hook_names(model) == supported
+    for name in hook_names(model):
+        if name in supported:
+            continue
+        with pytest.raises(HookError, match="input embeddings only") as e:
+            with hooked(model, grad_hooks={name: lambda g, n: None}):
+                pass
+        assert ", ".join(supported) in str(e.value) and len(str(e.value).splitlines()) == 1
+    called = []
+    model.train()
+    with hooked(model, grad_hooks={name: lambda g, n: called.append(n) for name in supported}):
+        out = model(*((IDS % 9, IDS[:, :4] % 9) if make is _seq2seq else (IDS,)))
+        logits = out[0] if isinstance(out, tuple) else out
+        model.backward(grad_output=np.ones_like(logits))
+    assert sorted(called) == sorted(supported)

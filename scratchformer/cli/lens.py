@@ -16,6 +16,7 @@ import json
 import numpy as np
 
 from scratchformer.errors import CLIError, DataError
+from scratchformer.lens.analyses import MAX_STEPS
 
 TOP_HEADS = 5  # heads listed by ablation
 
@@ -42,26 +43,35 @@ def add_parser(sub) -> None:
     p.add_argument("--show", action="append", metavar="NAME",
                    help="also print the activation NAME (docs/lens.md; '*' allowed, repeatable) on --text "
                         "(default: none)")
-    p.add_argument("--steps", type=int, default=64, help="integrated-gradients steps (default: 64)")
+    p.add_argument("--steps", type=int, default=32,
+                   help=f"integrated-gradients quadrature nodes, 1 to {MAX_STEPS} (default: 32)")
+    p.add_argument("--baseline", choices=("zero", "mean"), default="zero",
+                   help="integrated gradients start from zero embeddings or, at every position, the mean "
+                        "embedding of the vocabulary's tokens (default: zero)")
+    p.add_argument("--baseline-text", metavar="TEXT",
+                   help="integrated gradients start from the embeddings of TEXT, of --text's length in tokens "
+                        "(default: --baseline)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables (default: tables)")
 
 
 def cmd_lens(args) -> int:
-    if args.steps < 1:
-        raise CLIError(f"--steps must be at least 1, got {args.steps}")
+    if not 1 <= args.steps <= MAX_STEPS:
+        raise CLIError(f"--steps must be in [1, {MAX_STEPS}], got {args.steps}")
+    if args.baseline_text is not None and args.baseline != "zero":
+        raise CLIError("give --baseline or --baseline-text, not both")
     if args.bert is not None:
         if args.dir is not None or args.hf is not None:
             raise CLIError("give a run directory, --hf or --bert, not two of them")
         if not args.text or not args.text2:
             raise CLIError('--bert needs --text and --text2, e.g. --text "A cat sits." --text2 "A dog sits."')
-        if args.show or args.target or args.corrupt:
-            raise CLIError("--show, --target and --corrupt apply to a run, not to --bert")
+        if args.show or args.target or args.corrupt or args.baseline_text or args.baseline != "zero":
+            raise CLIError("--show, --target, --corrupt, --baseline and --baseline-text apply to a run, not to --bert")
         report = _bert_report(args)
     else:
         if args.text2 is not None:
             raise CLIError("--text2 applies to --bert only")
         report = _run_report(_job(args), args)
-    print(json.dumps(report, indent=1) if args.json else _text(report))
+    print(json.dumps(_finite(report), indent=1, allow_nan=False) if args.json else _text(report))
     return 0
 
 
@@ -94,6 +104,18 @@ def _is_hf_dir(path) -> bool:
     except CheckpointError:
         return False
     return isinstance(cfg, dict) and "model_type" in cfg and "kind" not in cfg
+
+
+def _finite(value):
+    """The report with every NaN or infinity as null: JSON has no NaN, and a number that is not
+    one is not a result."""
+    if isinstance(value, float):
+        return value if np.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 # -- the experiments ------------------------------------------------------------------------------
@@ -156,11 +178,14 @@ def _run_report(job, args) -> dict:
         report["checks"].append(str(abl.check))
     objective = lens.logit_objective(-1, target)
     sal = lens.saliency(model, inputs, objective)
-    ig = lens.integrated_gradients(model, inputs, objective, steps=args.steps)
+    ig = lens.integrated_gradients(model, inputs, objective, steps=args.steps,
+                                   baseline=_baseline(job, args, model, kind, ids, inputs))
     report["saliency"] = {"of": f"logit of {target_label!r} at the last position",
+                          "baseline": f"the embeddings of {args.baseline_text!r}" if args.baseline_text is not None
+                          else {"zero": "zero embeddings", "mean": "the mean token embedding"}[args.baseline],
                           "grad_x_input": sal.grad_x_input[0].round(6).tolist(),
                           "integrated_gradients": ig.attributions[0].round(6).tolist()}
-    report["checks"].append(str(ig.check))
+    report["checks"] += [str(sal.check), str(ig.check)]
     hs = lens.head_scores(model, inputs)
     report["checks"].append(str(hs.check))
     if args.show:
@@ -181,12 +206,35 @@ def _run_report(job, args) -> dict:
         other_label = labels[other] if kind != "classifier" else str(other)
         patch = lens.activation_patching(model, inputs, corrupt_inputs, lens.logit_metric(-1, target, other))
         report["patching"] = {"metric": f"logit {target_label!r} - logit {other_label!r}",
-                              "clean": round(patch.clean_diff, 6), "corrupt": round(patch.corrupt_diff, 6),
-                              "residual": patch.residual.round(4).tolist(),
-                              "heads": {f"{lab} H{h}": round(float(patch.heads[r, h]), 4)
-                                        for r, lab in enumerate(patch.head_labels) for h in range(patch.heads.shape[1])}}
+                              "clean": round(patch.clean_diff, 6), "corrupt": round(patch.corrupt_diff, 6)}
+        if not patch.defined:
+            report["patching"]["undefined"] = "clean and corrupted runs give the same metric: nothing to recover"
+        else:
+            report["patching"].update({
+                "residual": patch.residual.round(4).tolist(),
+                "heads": {f"{lab} H{h}": round(float(patch.heads[r, h]), 4)
+                          for r, lab in enumerate(patch.head_labels) for h in range(patch.heads.shape[1])
+                          if np.isfinite(patch.heads[r, h])}})
+            if patch.encoder_residual is not None:
+                report["patching"]["encoder_residual"] = patch.encoder_residual.round(4).tolist()
         report["checks"].append(str(patch.check))
     return report
+
+
+def _baseline(job, args, model, kind, ids, inputs):
+    """Integrated gradients' start: None (zero embeddings), the mean token embedding, or a text's."""
+    from scratchformer import lens
+
+    if args.baseline_text is not None:
+        bids = np.asarray(job.viz_inputs(args.baseline_text)["ids"])[None]
+        if bids.shape != ids.shape:
+            raise DataError(f"--baseline-text gives {bids.shape[1]} tokens and --text {ids.shape[1]}: the baseline "
+                            "needs the same number")
+        return lens.token_embeddings(model, (bids,) + inputs[1:])
+    if args.baseline == "mean":
+        c = model.config
+        return lens.mean_token_embedding(model, inputs, c.src_vocab_size if kind == "seq2seq" else c.vocab_size)
+    return None
 
 
 def _bert_report(args) -> dict:
@@ -217,7 +265,7 @@ def _bert_report(args) -> dict:
             "saliency": {"of": f"cosine similarity to {args.text2!r}",
                          "grad_x_input": sal.grad_x_input[0].round(6).tolist(),
                          "integrated_gradients": ig.attributions[0].round(6).tolist()},
-            "checks": [str(ig.check), str(abl.check), str(hs.check)]}
+            "checks": [str(sal.check), str(ig.check), str(abl.check), str(hs.check)]}
 
 
 def _first(out):
@@ -247,23 +295,34 @@ def _text(r: dict) -> str:
                      f"{a[base]:.4f}):")
         lines += [f"  {name:<12} {change:+.5f}" for name, change in a["top"]]
     s = r["saliency"]
-    lines.append(f"saliency of the {s['of']} per input token (gradient x input, integrated gradients):")
-    lines += [f"  {_show(t):>10} {g:+.5f} {i:+.5f}" for t, g, i in
+    start = f", from {s['baseline']}" if "baseline" in s else ""
+    lines.append(f"saliency of the {s['of']} per input token (gradient x input, integrated gradients{start}):")
+    lines += [f"  {_show(t):>10} {_num(g, '+.5f')} {_num(i, '+.5f')}" for t, g, i in
               zip(r["tokens"], s["grad_x_input"], s["integrated_gradients"])]
     if "patching" in r:
         p = r["patching"]
-        lines.append(f"patching --text into --corrupt ({p['metric']}: clean {p['clean']:.4f}, corrupted "
-                     f"{p['corrupt']:.4f}); fraction recovered by the residual entering each block:")
-        for i, row in enumerate(p["residual"]):
-            lines.append(f"  L{i}: " + " ".join(f"{x:+.2f}" for x in row))
-        best = sorted(p["heads"].items(), key=lambda kv: -abs(kv[1]))[:TOP_HEADS]
-        lines.append("  heads: " + ", ".join(f"{k} {v:+.2f}" for k, v in best))
+        head = f"patching --text into --corrupt ({p['metric']}: clean {p['clean']:.4f}, corrupted {p['corrupt']:.4f})"
+        if "undefined" in p:
+            lines.append(f"{head}: fraction recovered undefined: {p['undefined']}")
+        else:
+            lines.append(f"{head}; fraction recovered by the residual entering each block:")
+            two = "encoder_residual" in p
+            for side, key in (("encoder ", "encoder_residual"), ("decoder " if two else "", "residual")):
+                for i, row in enumerate(p.get(key, [])):
+                    lines.append(f"  {side}L{i}: " + " ".join(_num(x, "+.2f") for x in row))
+            best = sorted(p["heads"].items(), key=lambda kv: -abs(kv[1]))[:TOP_HEADS]
+            lines.append("  heads: " + ", ".join(f"{k} {v:+.2f}" for k, v in best))
     for name, values in r.get("activations", {}).items():
         arr = np.asarray(values)
         lines.append(f"{name} {arr.shape} (first sequence):")
         lines.append(np.array2string(arr, precision=4, suppress_small=True, max_line_width=120, threshold=400))
     lines += r["checks"]
     return "\n".join(lines)
+
+
+def _num(x, fmt: str) -> str:
+    """A number, or "undefined" for one that is not (NaN, infinite)."""
+    return format(x, fmt) if x is not None and np.isfinite(x) else "undefined"
 
 
 def _show(token: str) -> str:

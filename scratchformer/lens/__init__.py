@@ -1,6 +1,6 @@
 """Experiments inside a model: named hooks and a cache (`hooks.py`), the logit lens, direct
 logit attribution, head ablation, activation patching, saliency and head scores
-(`analyses.py`, each checking its own arithmetic). Their figures are in `scratchformer.viz.lens`.
+(`analyses.py`, each checked by a second computation along another path). Their figures are in `scratchformer.viz.lens`.
 See docs/lens.md.
 
 Layering: after `scratchformer.models` and `scratchformer.interop`, before `scratchformer.viz`."""
@@ -17,14 +17,24 @@ from scratchformer.lens.analyses import (
     logit_objective,
     loss_metric,
     loss_objective,
+    mean_token_embedding,
     saliency,
     similarity_objective,
+    token_embeddings,
 )
-from scratchformer.lens.hooks import hook_names, hook_points, hooked, resolve_names, run_with_cache, run_with_hooks
+from scratchformer.lens.hooks import (
+    grad_hook_names,
+    hook_names,
+    hook_points,
+    hooked,
+    resolve_names,
+    run_with_cache,
+    run_with_hooks,
+)
 
 __all__ = [
-    "hook_names", "hook_points", "hooked", "resolve_names", "run_with_cache", "run_with_hooks",
+    "hook_names", "grad_hook_names", "hook_points", "hooked", "resolve_names", "run_with_cache", "run_with_hooks",
     "Check", "logit_lens", "direct_logit_attribution", "head_ablation", "activation_patching", "saliency",
     "integrated_gradients", "head_scores", "logit_metric", "loss_metric", "logit_objective",
-    "loss_objective", "similarity_objective",
+    "loss_objective", "similarity_objective", "token_embeddings", "mean_token_embedding",
 ]

@@ -44,7 +44,7 @@ from scratchformer.errors import HookError
 from scratchformer.nn.hooks import HookPoint
 from scratchformer.nn.module import Module, eval_mode
 
-__all__ = ["hook_points", "hook_names", "resolve_names", "hooked", "run_with_cache", "run_with_hooks"]
+__all__ = ["hook_points", "hook_names", "grad_hook_names", "resolve_names", "hooked", "run_with_cache", "run_with_hooks"]
 
 Hook = Callable[[np.ndarray, str], "np.ndarray | None"]
 
@@ -114,6 +114,12 @@ def hook_names(model: Module) -> list[str]:
     return list(hook_points(model))
 
 
+def grad_hook_names(model: Module) -> list[str]:
+    """The names whose gradient a model's backward shows to a gradient hook: the input token
+    embeddings of each stack (``embed``, ``encoder.embed``, ``decoder.embed``)."""
+    return [n for n in hook_names(model) if n.split(".")[-1] == "embed"]
+
+
 def resolve_names(model: Module, names) -> list[str]:
     """Expand `*` patterns; HookError naming the closest names for a name nothing matches."""
     known = hook_names(model)
@@ -135,11 +141,17 @@ def resolve_names(model: Module, names) -> list[str]:
 def hooked(model: Module, hooks: dict[str, Hook] | None = None,
            grad_hooks: dict[str, Callable[[np.ndarray, str], None]] | None = None) -> Iterator[Module]:
     """Set forward hooks (and gradient hooks, called by the backward of the hook points a
-    model's backward passes through: the embeddings) for the block; every hook is removed on
-    the way out, also on an error."""
+    model's backward passes through: the input embeddings, `grad_hook_names`) for the block;
+    every hook is removed on the way out, also on an error. A gradient hook on another name
+    would never be called: HookError naming the names that support one."""
     points = hook_points(model)
     forward = {n: fn for pat, fn in (hooks or {}).items() for n in resolve_names(model, pat)}
     backward = {n: fn for pat, fn in (grad_hooks or {}).items() for n in resolve_names(model, pat)}
+    supported = grad_hook_names(model)
+    for name in backward:
+        if name not in supported:
+            raise HookError(f"no gradient reaches a hook at {name}: the hand-written backward calls gradient hooks "
+                            f"at the input embeddings only ({', '.join(supported)})")
     for name, fn in {**forward, **backward}.items():
         if not callable(fn):
             raise HookError(f"the hook for {name} must be a function fn(array, name), got {type(fn).__name__}")

@@ -78,8 +78,10 @@ def patching_figure(patch, tokens: list[str], path=None):
     left.set_title("residual stream (block input)", fontsize=9)
     _diverging(right, patch.heads, [f"H{h}" for h in range(patch.heads.shape[1])], patch.head_labels)
     right.set_title("head outputs", fontsize=9)
-    fig.suptitle(f"activation patching: fraction of the logit difference recovered "
-                 f"(clean {patch.clean_diff:.3f}, corrupted {patch.corrupt_diff:.3f})", fontsize=9)
+    recovered = ("fraction of the logit difference recovered" if patch.defined
+                 else "fraction recovered undefined: clean and corrupted runs give the same metric")
+    fig.suptitle(f"activation patching: {recovered} (clean {patch.clean_diff:.3f}, corrupted "
+                 f"{patch.corrupt_diff:.3f})", fontsize=9)
     fig.colorbar(im, ax=[left, right])
     return finish(fig, path)
 
