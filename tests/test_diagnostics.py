@@ -133,13 +133,17 @@ def test_activation_gradients_are_the_probe_losss_gradient_at_each_activation(tm
     rng = np.random.default_rng(5)
     for i, stats in enumerate(rec["layers"]):
         g = caught[f"blocks.{i}.mlp.post"]
+        zero = (g == 0).all(axis=-1)  # the positions no loss depends on: the padding of the lines
+        assert zero.any() and stats["grad_zero"] == (g == 0).sum() == zero.sum() * g.shape[-1]
         # the caught array is d(loss)/d(activation): a directional derivative by central differences
         delta, h = rng.standard_normal(g.shape), 1e-4
         losses = [run_with_hooks(plain.model, x, y, hooks={f"blocks.{i}.mlp.post": lambda a, _n, s=s: a + s * h * delta})[1]
                   for s in (1, -1)]
         assert (losses[0] - losses[1]) / (2 * h) == pytest.approx(float((g * delta).sum()), rel=1e-5)
+        g = g[~zero]  # the statistics and the histogram are of the others
         assert stats["grad_mean"] == pytest.approx(float(g.mean()), rel=1e-9, abs=1e-15)
         assert stats["grad_std"] == pytest.approx(float(g.std()), rel=1e-9)
+        caught[f"blocks.{i}.mlp.post"] = g
     g_lim = 5 * max(float(g.std()) for g in caught.values())  # one range for every layer, the tails apart
     assert rec["act_grad_range"] == pytest.approx([-g_lim, g_lim], rel=1e-9)
     for i, stats in enumerate(rec["layers"]):
@@ -255,15 +259,39 @@ def test_viz_draws_the_diagnostics_figures(tmp_path):
     job = tiny_job()
     run(job, tiny_cfg(max_steps=4), out)
     records = D.diag_records(out)
-    for draw in (D.activation_histograms, D.gradient_histograms, D.update_ratios, D.saturation_dead):
+    for draw in (D.activation_histograms, D.activation_gradients, D.gradient_histograms, D.update_ratios,
+                 D.saturation_dead):
         fig = draw(records)
         assert fig.axes and any(ax.lines for ax in fig.axes)
-    titles = D.update_ratios(records).axes[0].get_lines()
-    assert any(np.allclose(line.get_ydata(), -3) for line in titles)  # the 1e-3 guide line
+    params = records[-1]["params"]
+    matrices = [n for n, p in params.items() if len(p["shape"]) == 2]
+    vectors = [n for n, p in params.items() if len(p["shape"]) == 1]
+    assert matrices == [n for n, p in job.model.named_parameters() if p.data.ndim == 2] and len(matrices) >= 10
+    assert vectors == [n for n, p in job.model.named_parameters() if p.data.ndim == 1] and vectors
+    # update:data: the matrices alone in the first panel, each line labelled, and makemore's guide
+    weights, others = D.update_ratios(records).axes
+    labels = [line.get_label() for line in weights.get_lines()]
+    assert labels == matrices + ["1e-3 guide"]
+    assert {t.get_text() for t in weights.get_legend().get_texts()} == set(matrices) | {"1e-3 guide"}
+    assert np.allclose(weights.get_lines()[-1].get_ydata(), -3)
+    assert len(others.get_lines()) == len(vectors) + 1  # biases and norm gains apart
+    first = weights.get_lines()[0]
+    np.testing.assert_allclose(first.get_ydata()[1:], [r["params"][matrices[0]]["update_ratio"] for r in records[1:]])
+    assert np.isnan(first.get_ydata()[0])  # step 0: no update yet
+    # one gradient panel per matrix, each on its own range
+    panels = [ax for ax in D.gradient_histograms(records).axes if ax.get_visible() and ax.lines]
+    assert [ax.get_title().split("\n")[0] for ax in panels] == matrices
+    for ax, name in zip(panels, matrices):
+        lo, hi = params[name]["grad_range"]
+        x = ax.lines[0].get_xdata()
+        assert x[0] == pytest.approx(lo + (hi - lo) / 80) and x[-1] == pytest.approx(hi - (hi - lo) / 80)
+    assert len({round(ax.lines[0].get_xdata()[-1], 12) for ax in panels}) == len(matrices)
     paths = report(job.model, tmp_path / "fig", text="emma", tokenizer=job.tokenizer, log=out / "log.jsonl",
-                   only=["diag_activations", "diag_gradients", "diag_update_ratio", "diag_saturation"])
-    assert sorted(p.name for p in paths) == ["diag_activations.png", "diag_gradients.png", "diag_saturation.png",
-                                             "diag_update_ratio.png", "report.html"]
+                   only=["diag_activations", "diag_activation_gradients", "diag_gradients", "diag_update_ratio",
+                         "diag_saturation"])
+    assert sorted(p.name for p in paths) == ["diag_activation_gradients.png", "diag_activations.png",
+                                             "diag_gradients.png", "diag_saturation.png", "diag_update_ratio.png",
+                                             "report.html"]
     assert D.diag_records(tmp_path / "nothing") is None
 
 

@@ -20,9 +20,11 @@ after the optimiser step, and it appends one record to `diagnostics.jsonl` besid
                and the gradient of the probe batch's loss arriving at f(h) (makemore's
                gradient distribution per layer: the job's forward and backward of the probe
                batch in training mode with dropout off, the parameters' gradients restored
-               after): `grad_mean`, `grad_std` and `grad_hist` over `act_grad_range` (the
-               same for every layer: +- ACT_GRAD_STDS times the largest layer's std), with
-               `grad_outside` the number of values beyond it (the heavy tails)
+               after): `grad_zero`, the number of values exactly 0 (positions no loss
+               depends on: the padding after a name), and of the others `grad_mean`,
+               `grad_std` and `grad_hist` over `act_grad_range` (the same for every layer:
+               +- ACT_GRAD_STDS times the largest layer's std), with `grad_outside` the
+               number beyond it (the heavy tails)
     params     per parameter (model.named_parameters()): its `shape`, mean and std of the
                gradient the optimiser stepped with (after averaging micro-batches and
                clipping), the update:data ratio log10(std(after - before) / std(before)) of
@@ -202,14 +204,16 @@ class Diagnostics:
         hi = max((float(a.max()) for a in finite if a.size), default=0.0)
         for stats, post in zip(layers, posts):
             stats["hist"] = _histogram(post, lo, hi)
-        act_grads = self._activation_gradients(blocks)
+        # exact zeros: positions with no loss on them (padding after a name ends), apart
+        all_grads = self._activation_gradients(blocks)
+        act_grads = [g[g != 0] for g in all_grads]
         finite = [g[np.isfinite(g)] for g in act_grads]
         # heavy tails: on +-max most values would share the middle bins; the tails are counted apart
         g_lim = ACT_GRAD_STDS * max((float(a.std()) for a in finite if a.size), default=0.0)
-        for stats, g in zip(layers, act_grads):
+        for stats, g, full in zip(layers, act_grads, all_grads):
             hist = _histogram(g, -g_lim, g_lim)
             stats.update(grad_mean=_float(g.mean()) if g.size else None, grad_std=_float(g.std()) if g.size else None,
-                         grad_hist=hist, grad_outside=int(g.size - sum(hist)))
+                         grad_hist=hist, grad_outside=int(g.size - sum(hist)), grad_zero=int(full.size - g.size))
 
         self._run(self.traced, self.probe_ids)  # leaves each attention's weights on the probe
         attention = [b.self_attn.attn_weights[0].astype(np.float64).tolist() for b in blocks]

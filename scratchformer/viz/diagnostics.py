@@ -87,28 +87,36 @@ def activation_histograms(records: list[dict], path=None, step=None):
 
 def activation_gradients(records: list[dict], path=None, step=None):
     """makemore's gradient distribution: the gradient of the probe batch's loss arriving at each
-    layer's feed-forward activation f(h), all layers on one range (+- ACT_GRAD_STDS times the widest
+    layer's feed-forward activation f(h) (its exact zeros, the positions without a loss, left
+    out), all layers on one range (+- ACT_GRAD_STDS times the widest
     layer's std; the legend gives the share beyond it), at the last record. Layers whose widths differ
     much learn at different speeds (gradients vanishing or exploding through depth)."""
     rec = _pick(records, step)
     fig = new_figure(8, 3.6)
     ax = fig.subplots()
+    title = f"Gradient arriving at each layer's activation at step {rec['step']}"
     if "act_grad_range" in rec:
         x = _centres(*rec["act_grad_range"])
         for i, layer in enumerate(rec["layers"]):
             counts = np.asarray(layer["grad_hist"], float)
-            total = counts.sum() + layer.get("grad_outside", 0)
-            beyond = f", {100 * layer.get('grad_outside', 0) / max(total, 1):.1f}% beyond the range"
-            ax.plot(x, counts / max(total, 1), label=f"layer {i}: mean {_fmt(layer['grad_mean'], '+.1e')}, "
-                    f"std {_fmt(layer['grad_std'], '.1e')}{beyond}")
+            drawn = counts.sum() + layer.get("grad_outside", 0)  # the values not exactly 0
+            ax.plot(x, counts / max(drawn, 1), label=f"layer {i}: mean {_fmt(layer['grad_mean'], '+.1e')}, "
+                    f"std {_fmt(layer['grad_std'], '.1e')}, {100 * layer.get('grad_outside', 0) / max(drawn, 1):.1f}% "
+                    "beyond the range")
+        first = rec["layers"][0] if rec["layers"] else {}
+        zero = first.get("grad_zero", 0)
+        if zero:
+            drawn = sum(first["grad_hist"]) + first.get("grad_outside", 0)
+            title += (f"\n{100 * zero / (zero + drawn):.0f}% of the values are exactly 0 (positions no loss "
+                      "depends on: padding) and are not drawn")
         ax.legend(fontsize=7)
         ax.ticklabel_format(axis="x", style="sci", scilimits=(-2, 2))
     else:
         ax.text(0.5, 0.5, "this run's diagnostics predate activation gradients", ha="center", transform=ax.transAxes)
-    ax.set_xlabel(f"d loss / d f(h) at the feed-forward hidden units (probe batch; +-{ACT_GRAD_STDS} std of the "
+    ax.set_xlabel(f"d loss / d f(h) at the feed-forward hidden units (probe batch; \u00b1{ACT_GRAD_STDS} std of the "
                   "widest layer)")
-    ax.set_ylabel("fraction of probe values")
-    ax.set_title(f"Gradient arriving at each layer's activation at step {rec['step']}", fontsize=10)
+    ax.set_ylabel("fraction of the nonzero values")
+    ax.set_title(title, fontsize=10)
     return finish(fig, path)
 
 
