@@ -10,17 +10,16 @@ after the optimiser step, and it appends one record to `diagnostics.jsonl` besid
 
     step, lr
     layers     per block, the feed-forward hidden units on a fixed probe batch (PROBE_ROWS
-               training sequences drawn with the run's seed, run in eval mode through
-               `viz.trace`): mean and std of the activation f(h), `saturation` (the fraction of
+               training sequences drawn with the run's seed, run by the job's own forward
+               and backward in training mode with dropout off, see below): mean and std of the activation f(h), `saturation` (the fraction of
                units where |f'(h)| < SATURATED_SLOPE: little gradient passes back; makemore's
                |tanh| > 0.97 is |tanh'| < 0.06; for GELU the flat tail h < -2.35 and the
                band -0.88 < h < -0.65 around its minimum at h = -0.75; for ReLU h <= 0) and
                `dead` (the fraction of units whose h is never > 0 on any probe token), and a
                histogram of f(h) (HIST_BINS bins over `act_range`, the same for every layer);
                and the gradient of the probe batch's loss arriving at f(h) (makemore's
-               gradient distribution per layer: the job's forward and backward of the probe
-               batch in training mode with dropout off, the parameters' gradients restored
-               after): `grad_zero`, the number of values exactly 0 (positions no loss
+               gradient distribution per layer, from the same pass; the parameters'
+               gradients are restored after it): `grad_zero`, the number of values exactly 0 (positions no loss
                depends on: the padding after a name), and of the others `grad_mean`,
                `grad_std` and `grad_hist` over `act_grad_range` (the same for every layer:
                +- ACT_GRAD_STDS times the largest layer's std), with `grad_outside` the
@@ -58,7 +57,7 @@ from scratchformer.runfiles import parse_json, read_regular_file, write_atomic
 
 DIAG_FILE = "diagnostics.jsonl"
 FORMAT = "scratchformer-diagnostics"
-MAX_RECORDS = 128  # a record of the names model is ~17 KB: its file stays under ~2.2 MB
+MAX_RECORDS = 128  # a record of the names model is ~21 KB: its file stays under ~2.7 MB
 MAX_BYTES = 256 * 2**20  # a bigger file is not ours
 PROBE_ROWS = 32  # training sequences in the probe batch
 PROBE_SEED_TAG = 20  # the probe batch is drawn from default_rng([seed, PROBE_SEED_TAG]), apart from the batches
@@ -188,15 +187,10 @@ class Diagnostics:
                 params[name]["grad_hist"] = _histogram(g, -g_max, g_max)
                 params[name]["grad_range"] = [-g_max, g_max]
 
-        pres = [[] for _ in self._blocks(self.traced)]
-        for row in self.probe_rows:  # one sequence at a time: viz.trace runs batch row 0
-            t = self._run(self.traced, row)
-            for i, pre in enumerate(t.ff_pre):
-                pres[i].append(pre.reshape(-1, pre.shape[-1]))
         blocks = self._blocks(self.traced)
+        pres, all_grads = self._probe_pass(blocks)
         layers, posts = [], []
-        for block, rows in zip(blocks, pres):
-            pre = np.concatenate(rows).astype(np.float64)
+        for block, pre in zip(blocks, pres):
             layers.append(layer_stats(pre, block.ff.activation))
             posts.append(self._activation(block, pre))
         finite = [a[np.isfinite(a)] for a in posts]  # a diverging run's NaN are not counted
@@ -205,7 +199,6 @@ class Diagnostics:
         for stats, post in zip(layers, posts):
             stats["hist"] = _histogram(post, lo, hi)
         # exact zeros: positions with no loss on them (padding after a name ends), apart
-        all_grads = self._activation_gradients(blocks)
         act_grads = [g[g != 0] for g in all_grads]
         finite = [g[np.isfinite(g)] for g in act_grads]
         # heavy tails: on +-max most values would share the middle bins; the tails are counted apart
@@ -228,34 +221,40 @@ class Diagnostics:
         self._write()
         return rec
 
-    def _activation_gradients(self, blocks) -> list[np.ndarray]:
-        """d(probe loss)/d(f(h)) per block, flattened (float64): the job's own forward and backward
-        of the probe batch, in training mode with every dropout set to 0 (no draw from the run's
-        dropout generator), caught by each feed-forward's `hook_post` grad hook. The parameters'
-        gradients (the step's, which the optimiser may still need) are restored in place."""
+    def _probe_pass(self, blocks) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Per block, the pre-activations h (N, fc1 width) and d(probe loss)/d(f(h)) flattened,
+        both float64, of one forward and backward of the probe batch by the job itself, in
+        training mode with every dropout set to 0 (so the forward is the eval-mode one, and no
+        draw is taken from the run's dropout generator), caught by each feed-forward's
+        `hook_pre` forward hook and `hook_post` grad hook. The parameters' gradients (the
+        step's, which the optimiser may still need) are restored in place."""
         model = self.job.model
         grads = [(p, p.grad.copy()) for p in model.parameters()]
         dropouts = [(m, "p", m.p) for m in model.modules() if isinstance(m, Dropout)]
         dropouts += [(m, "dropout_p", m.dropout_p) for m in model.modules() if hasattr(m, "dropout_p")]
-        caught = [[] for _ in blocks]
+        caught, pres = [[] for _ in blocks], [[] for _ in blocks]
         was_training = model.training
         try:
             for m, attr, _ in dropouts:
                 setattr(m, attr, 0.0)
             for i, block in enumerate(blocks):
+                block.ff.hook_pre.set_hooks(f"diagnostics {i}", lambda h, _name, i=i: pres[i].append(
+                    np.array(h, np.float64).reshape(-1, h.shape[-1])))
                 block.ff.hook_post.set_hooks(f"diagnostics {i}", None,
                                              lambda g, _name, i=i: caught[i].append(np.array(g, np.float64)))
             model.train()
             self.job.forward_backward(self.probe_batch)
         finally:
             for block in blocks:
+                block.ff.hook_pre.remove_hooks()
                 block.ff.hook_post.remove_hooks()
             for m, attr, p in dropouts:
                 setattr(m, attr, p)
             model.train(was_training)
             for p, g in grads:
                 p.grad[...] = g
-        return [np.concatenate([g.reshape(-1) for g in c]) if c else np.zeros(0) for c in caught]
+        return ([np.concatenate(p) if p else np.zeros((0, 1)) for p in pres],
+                [np.concatenate([g.reshape(-1) for g in c]) if c else np.zeros(0) for c in caught])
 
     @staticmethod
     def _activation(block, pre: np.ndarray) -> np.ndarray:
