@@ -137,7 +137,8 @@ def test_activation_gradients_are_the_probe_losss_gradient_at_each_activation(tm
         assert zero.any() and stats["grad_zero"] == (g == 0).sum() == zero.sum() * g.shape[-1]
         # the caught array is d(loss)/d(activation): a directional derivative by central differences
         delta, h = rng.standard_normal(g.shape), 1e-4
-        losses = [run_with_hooks(plain.model, x, y, hooks={f"blocks.{i}.mlp.post": lambda a, _n, s=s: a + s * h * delta})[1]
+        losses = [run_with_hooks(plain.model, x, y,
+                                 hooks={f"blocks.{i}.mlp.post": lambda a, _n, s=s: a + s * h * delta})[1]
                   for s in (1, -1)]
         assert (losses[0] - losses[1]) / (2 * h) == pytest.approx(float((g * delta).sum()), rel=1e-5)
         g = g[~zero]  # the statistics and the histogram are of the others

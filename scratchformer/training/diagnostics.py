@@ -3,27 +3,28 @@ and the updates of each layer do while a model trains.
 
 A fresh run is recorded at step 0 (the initialisation: its activations, the first batch's
 gradient, no update yet: the point makemore part 3 compares against), then every
-`diag_interval` steps (TrainConfig; default max(1, max_steps // 25), so any run length gives
-25 records or more; 0: off) and at max_steps (a run stopped by its time limit ends without a
+`diag_interval` steps (TrainConfig; default max(1, max_steps // 25), so any run gets 25
+records or more, a shorter one every step; 0: off) and at max_steps (a run stopped by its time limit ends without a
 record of its last step). The trainer hands this module the parameters just before and just
 after the optimiser step, and it appends one record to `diagnostics.jsonl` beside log.jsonl:
 
     step, lr
     layers     per block, the feed-forward hidden units on a fixed probe batch (PROBE_ROWS
                training sequences drawn with the run's seed, run by the job's own forward
-               and backward in training mode with dropout off, see below): mean and std of the activation f(h), `saturation` (the fraction of
-               units where |f'(h)| < SATURATED_SLOPE: little gradient passes back; makemore's
-               |tanh| > 0.97 is |tanh'| < 0.06; for GELU the flat tail h < -2.35 and the
-               band -0.88 < h < -0.65 around its minimum at h = -0.75; for ReLU h <= 0) and
+               and backward in training mode with dropout off): mean and std of the
+               activation f(h), `saturation` (the fraction of units where |f'(h)| <
+               SATURATED_SLOPE: little gradient passes back; makemore's |tanh| > 0.97 is
+               |tanh'| < 0.06; for GELU the flat tail h < -2.35 and the band
+               -0.88 < h < -0.65 around its minimum at h = -0.75; for ReLU h <= 0) and
                `dead` (the fraction of units whose h is never > 0 on any probe token), and a
                histogram of f(h) (HIST_BINS bins over `act_range`, the same for every layer);
                and the gradient of the probe batch's loss arriving at f(h) (makemore's
                gradient distribution per layer, from the same pass; the parameters'
-               gradients are restored after it): `grad_zero`, the number of values exactly 0 (positions no loss
-               depends on: the padding after a name), and of the others `grad_mean`,
-               `grad_std` and `grad_hist` over `act_grad_range` (the same for every layer:
-               +- ACT_GRAD_STDS times the largest layer's std), with `grad_outside` the
-               number beyond it (the heavy tails)
+               gradients are restored after it): `grad_zero`, the number of values exactly
+               0 (positions no loss depends on: the padding after a name), and of the others
+               `grad_mean`, `grad_std` and `grad_hist` over `act_grad_range` (the same for
+               every layer: +- ACT_GRAD_STDS times the largest layer's std), with
+               `grad_outside` the number beyond it (the heavy tails)
     params     per parameter (model.named_parameters()): its `shape`, mean and std of the
                gradient the optimiser stepped with (after averaging micro-batches and
                clipping), the update:data ratio log10(std(after - before) / std(before)) of

@@ -44,7 +44,8 @@ def diag_frame(record: dict) -> dict:
     layers = record.get("layers", [])
     frame = {"step": record["step"], "act_range": record.get("act_range"),
              "act": [layer.get("hist") for layer in layers],
-             "stats": [{k: layer.get(k) for k in ("mean", "std", "saturation", "dead", "grad_std")} for layer in layers]}
+             "stats": [{k: layer.get(k) for k in ("mean", "std", "saturation", "dead", "grad_std")}
+                       for layer in layers]}
     if "act_grad_range" in record:
         frame["grad_range"], frame["grad"] = record["act_grad_range"], [layer.get("grad_hist") for layer in layers]
     frame["weights"] = [[name, p.get("grad_range", record.get("grad_range")), p["grad_hist"], p.get("grad_std")]
