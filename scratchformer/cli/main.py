@@ -76,7 +76,8 @@ TRAIN_HELP = {
                "process; results differ in the last bits and in the dropout draws)",
     "diag_interval": ("steps between records of activation, gradient and update statistics and the probe's "
                       "attention in diagnostics.jsonl, step 0 included (0: off)",
-                      "max steps // 25, at least 1: 25 records or more, or every step"),  # 25: training.config.DIAG_RECORDS
+                      # 25: training.config.DIAG_RECORDS (the CLI does not import training to build --help)
+                      "max steps // 25, at least 1: 25 records or more, or every step"),
 }
 
 
