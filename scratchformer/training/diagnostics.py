@@ -189,11 +189,12 @@ class Diagnostics:
                 params[name]["grad_range"] = [-g_max, g_max]
 
         blocks = self._blocks(self.traced)
-        pres, all_grads = self._probe_pass(blocks)
+        feedforwards = [block.ff for block in blocks]
+        pres, all_grads = self._probe_pass(feedforwards)
         layers, posts = [], []
-        for block, pre in zip(blocks, pres):
-            layers.append(layer_stats(pre, block.ff.activation))
-            posts.append(self._activation(block, pre))
+        for ff, pre in zip(feedforwards, pres):
+            layers.append(layer_stats(pre, ff.activation))
+            posts.append(self._activation(ff, pre))
         finite = [a[np.isfinite(a)] for a in posts]  # a diverging run's NaN are not counted
         lo = min((float(a.min()) for a in finite if a.size), default=0.0)
         hi = max((float(a.max()) for a in finite if a.size), default=0.0)
@@ -222,8 +223,8 @@ class Diagnostics:
         self._write()
         return rec
 
-    def _probe_pass(self, blocks) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """Per block, the pre-activations h (N, fc1 width) and d(probe loss)/d(f(h)) flattened,
+    def _probe_pass(self, feedforwards) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Per feed-forward (one per block of the main stack), the pre-activations h (N, fc1 width) and d(probe loss)/d(f(h)) flattened,
         both float64, of one forward and backward of the probe batch by the job itself, in
         training mode with every dropout set to 0 (so the forward is the eval-mode one, and no
         draw is taken from the run's dropout generator), caught by each feed-forward's
@@ -233,22 +234,22 @@ class Diagnostics:
         grads = [(p, p.grad.copy()) for p in model.parameters()]
         dropouts = [(m, "p", m.p) for m in model.modules() if isinstance(m, Dropout)]
         dropouts += [(m, "dropout_p", m.dropout_p) for m in model.modules() if hasattr(m, "dropout_p")]
-        caught, pres = [[] for _ in blocks], [[] for _ in blocks]
+        caught, pres = [[] for _ in feedforwards], [[] for _ in feedforwards]
         was_training = model.training
         try:
             for m, attr, _ in dropouts:
                 setattr(m, attr, 0.0)
-            for i, block in enumerate(blocks):
-                block.ff.hook_pre.set_hooks(f"diagnostics {i}", lambda h, _name, i=i: pres[i].append(
+            for i, ff in enumerate(feedforwards):
+                ff.hook_pre.set_hooks(f"diagnostics {i}", lambda h, _name, i=i: pres[i].append(
                     np.array(h, np.float64).reshape(-1, h.shape[-1])))
-                block.ff.hook_post.set_hooks(f"diagnostics {i}", None,
-                                             lambda g, _name, i=i: caught[i].append(np.array(g, np.float64)))
+                ff.hook_post.set_hooks(f"diagnostics {i}", None,
+                                       lambda g, _name, i=i: caught[i].append(np.array(g, np.float64)))
             model.train()
             self.job.forward_backward(self.probe_batch)
         finally:
-            for block in blocks:
-                block.ff.hook_pre.remove_hooks()
-                block.ff.hook_post.remove_hooks()
+            for ff in feedforwards:
+                ff.hook_pre.remove_hooks()
+                ff.hook_post.remove_hooks()
             for m, attr, p in dropouts:
                 setattr(m, attr, p)
             model.train(was_training)
@@ -258,11 +259,11 @@ class Diagnostics:
                 [np.concatenate([g.reshape(-1) for g in c]) if c else np.zeros(0) for c in caught])
 
     @staticmethod
-    def _activation(block, pre: np.ndarray) -> np.ndarray:
+    def _activation(ff, pre: np.ndarray) -> np.ndarray:
         from scratchformer.ops import ACTIVATIONS
         from scratchformer.ops.swiglu import swiglu_forward
 
-        return swiglu_forward(pre) if block.ff.activation == "swiglu" else ACTIVATIONS[block.ff.activation][0](pre)
+        return swiglu_forward(pre) if ff.activation == "swiglu" else ACTIVATIONS[ff.activation][0](pre)
 
     def _thin(self) -> None:
         """Keep the records at multiples of twice the spacing, and the last; the spacing doubles."""
