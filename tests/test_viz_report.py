@@ -217,3 +217,44 @@ def test_seq2seq_tabs_in_chromium(tmp_path):
         page.click("#sf-tabs button >> text=cross")
         cross = _canvas(page, "sf-matrix")
         assert cross["h"] < encoder["h"] and cross["w"] == encoder["w"], "cross is 4 targets x 5 sources"
+
+
+def test_the_step_slider_replays_the_training_diagnostics(tmp_path):
+    from test_diagnostics import run, tiny_cfg, tiny_job
+
+    from scratchformer.training.diagnostics import DIAG_FILE, read_records
+
+    out = tmp_path / "run"
+    job = tiny_job()
+    run(job, tiny_cfg(max_steps=6, lr=3e-2, diag_interval=2), out)
+    records = read_records(out / DIAG_FILE)[1]
+    path = viz.report(job.model, tmp_path / "fig", text="emma", tokenizer=job.tokenizer, log=out, only=[])[-1]
+    tab = page_data(path.read_text())["tabs"][-1]
+    assert [f["step"] for f in tab["diag"]] == tab["steps"] == [r["step"] for r in records] == [0, 2, 4, 6]
+    assert [f["weights"][0][2] for f in tab["diag"]] == [r["params"]["wte.weight"]["grad_hist"] for r in records]
+
+    def table(page):  # the per-layer numbers shown: [[mean, std, saturated %, dead %, grad std], ...]
+        rows = page.evaluate("""Array.from(document.querySelectorAll('#sf-diag-table tr')).slice(1)
+                                .map(r => Array.from(r.cells).slice(1).map(c => c.textContent))""")
+        return [[float(v.rstrip("%")) for v in row] for row in rows]
+
+    def expected(rec):
+        return [[layer["mean"], layer["std"], 100 * layer["saturation"], 100 * layer["dead"], layer["grad_std"]]
+                for layer in rec["layers"]]
+
+    def canvases(page):
+        return [_canvas(page, c)["png"] for c in ("sf-diag-act", "sf-diag-grad", "sf-diag-weights")]
+
+    with opened(path) as page:
+        assert page.locator("#sf-diag").is_hidden()  # the model's own tab: no slider, no replay
+        page.click("#sf-tabs button >> text=probe over training")
+        assert page.locator("#sf-diag").is_visible()
+        last, last_pixels = table(page), canvases(page)
+        np.testing.assert_allclose(last, expected(records[-1]), rtol=2e-2, atol=2e-3)
+        page.fill("#sf-step", "0")
+        page.dispatch_event("#sf-step", "input")
+        assert page.inner_text("#sf-step-label").startswith("0 ")
+        first = table(page)
+        np.testing.assert_allclose(first, expected(records[0]), rtol=2e-2, atol=2e-3)  # step 0: the initialisation
+        assert first != last, "another step, the same numbers"
+        assert all(a != b for a, b in zip(canvases(page), last_pixels)), "another step, the same histograms"

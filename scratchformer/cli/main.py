@@ -75,7 +75,9 @@ TRAIN_HELP = {
     "workers": "processes training slices of each batch at once, this one included (Linux; 1: one "
                "process; results differ in the last bits and in the dropout draws)",
     "diag_interval": ("steps between records of activation, gradient and update statistics and the probe's "
-                      "attention in diagnostics.jsonl (0: off)", "the eval interval"),
+                      "attention in diagnostics.jsonl, step 0 included (0: off)",
+                      # 25: training.config.DIAG_RECORDS (the CLI does not import training to build --help)
+                      "max steps // 25, at least 1: 25 records or more, or every step"),
 }
 
 

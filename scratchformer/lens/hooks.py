@@ -116,8 +116,10 @@ def hook_names(model: Module) -> list[str]:
 
 def grad_hook_names(model: Module) -> list[str]:
     """The names whose gradient a model's backward shows to a gradient hook: the input token
-    embeddings of each stack (``embed``, ``encoder.embed``, ``decoder.embed``)."""
-    return [n for n in hook_names(model) if n.split(".")[-1] == "embed"]
+    embeddings of each stack (``embed``, ``encoder.embed``, ``decoder.embed``) and each
+    feed-forward's activation (``blocks.L.mlp.post``: `FeedForward.backward` passes its gradient
+    through that hook point)."""
+    return [n for n in hook_names(model) if n.split(".")[-1] == "embed" or n.endswith(".mlp.post")]
 
 
 def resolve_names(model: Module, names) -> list[str]:

@@ -61,6 +61,7 @@ class FeedForward(Module):
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
         c = self._pop_cache()
-        da = self.dropout.backward(self.fc2.backward(dy))
+        # through hook_post's backward: a caller's grad hook sees d(loss)/d(activation) (training diagnostics)
+        da = self.hook_post.backward(self.dropout.backward(self.fc2.backward(dy)))
         dh = self._gated_backward(da, c["h"]) if self.gated else activation_backward(da, c["dadh"])
         return self.fc1.backward(dh)

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from scratchformer.checks import NON_NEGATIVE, POSITIVE, SEED, Bool, DictConfig, Maybe, Num, setting
 from scratchformer.data import DEFAULT_SEED
 
-__all__ = ["TrainConfig"]
+__all__ = ["TrainConfig", "DIAG_RECORDS"]
 
 BETA = Num(min=0.0, below=1.0)  # AdamW's moment decay rates
+DIAG_RECORDS = 25  # the default diagnostics interval, max_steps // DIAG_RECORDS, gives 25-50 records, and step 0
 
 
 @dataclass
@@ -41,7 +42,7 @@ class TrainConfig(DictConfig):
     seed: int = setting(SEED, DEFAULT_SEED)  # initial weights, batches (seed) and dropout (seed + 1)
     time_limit: float | None = setting(Maybe(Num(above=0.0)), None)  # seconds of training before stopping cleanly
     workers: int = setting(POSITIVE, 2)  # processes training slices of each batch at once; 1: this one alone
-    # steps between diagnostics records (training/diagnostics.py); None: eval_interval; 0: off
+    # steps between diagnostics records (training/diagnostics.py); None: max_steps // DIAG_RECORDS; 0: off
     diag_interval: int | None = setting(Maybe(NON_NEGATIVE), None)
 
     @property
@@ -54,8 +55,9 @@ class TrainConfig(DictConfig):
 
     @property
     def diagnostics_every(self) -> int:
-        """Steps between diagnostics records; 0: none."""
-        return self.eval_interval if self.diag_interval is None else self.diag_interval
+        """Steps between diagnostics records; 0: none. The default, max(1, max_steps // DIAG_RECORDS),
+        gives every run length at least DIAG_RECORDS records over time, step 0 apart."""
+        return max(1, self.max_steps // DIAG_RECORDS) if self.diag_interval is None else self.diag_interval
 
     @property
     def warmup(self) -> int:

@@ -1,25 +1,37 @@
 """Training diagnostics over time, as in makemore part 3: what the activations, the gradients
 and the updates of each layer do while a model trains.
 
-At every `diag_interval` steps (TrainConfig; default: the eval interval; 0: off) and at
-max_steps (a run stopped by its time limit ends without a record of its last step), the trainer
-hands this module the parameters just before and just after the optimiser step, and it appends
-one record to `diagnostics.jsonl` beside log.jsonl:
+A fresh run is recorded at step 0 (the initialisation: its activations, the first batch's
+gradient, no update yet: the point makemore part 3 compares against), then every
+`diag_interval` steps (TrainConfig; default max(1, max_steps // 25), so any run gets 25
+records or more, a shorter one every step; 0: off) and at max_steps (a run stopped by its time limit ends without a
+record of its last step). The trainer hands this module the parameters just before and just
+after the optimiser step, and it appends one record to `diagnostics.jsonl` beside log.jsonl:
 
     step, lr
     layers     per block, the feed-forward hidden units on a fixed probe batch (PROBE_ROWS
-               training sequences drawn with the run's seed, run in eval mode through
-               `viz.trace`): mean and std of the activation f(h), `saturation` (the fraction of
-               units where |f'(h)| < SATURATED_SLOPE: little gradient passes back; makemore's
-               |tanh| > 0.97 is |tanh'| < 0.06; for GELU the flat tail h < -2.35 and the
-               band -0.88 < h < -0.65 around its minimum at h = -0.75; for ReLU h <= 0) and
+               training sequences drawn with the run's seed, run by the job's own forward
+               and backward in training mode with dropout off): mean and std of the
+               activation f(h), `saturation` (the fraction of units where |f'(h)| <
+               SATURATED_SLOPE: little gradient passes back; makemore's |tanh| > 0.97 is
+               |tanh'| < 0.06; for GELU the flat tail h < -2.35 and the band
+               -0.88 < h < -0.65 around its minimum at h = -0.75; for ReLU h <= 0) and
                `dead` (the fraction of units whose h is never > 0 on any probe token), and a
-               histogram of f(h) (HIST_BINS bins over `act_range`, the same for every layer)
-    params     per parameter (model.named_parameters()): mean and std of the gradient the
-               optimiser stepped with (after averaging micro-batches and clipping), the
-               update:data ratio log10(std(after - before) / std(before)) of this step (the
-               whole AdamW update, decay included; None where the parameter is constant, as a
-               LayerNorm gain at init), and for matrices a gradient histogram over `grad_range`
+               histogram of f(h) (HIST_BINS bins over `act_range`, the same for every layer);
+               and the gradient of the probe batch's loss arriving at f(h) (makemore's
+               gradient distribution per layer, from the same pass; the parameters'
+               gradients are restored after it): `grad_zero`, the number of values exactly
+               0 (positions no loss depends on: the padding after a name), and of the others
+               `grad_mean`, `grad_std` and `grad_hist` over `act_grad_range` (the same for
+               every layer: +- ACT_GRAD_STDS times the largest layer's std), with
+               `grad_outside` the number beyond it (the heavy tails)
+    params     per parameter (model.named_parameters()): its `shape`, mean and std of the
+               gradient the optimiser stepped with (after averaging micro-batches and
+               clipping), the update:data ratio log10(std(after - before) / std(before)) of
+               this step (the whole AdamW update, decay included; None at step 0 and where
+               the parameter is constant, as a LayerNorm gain at init), and for matrices a
+               gradient histogram `grad_hist` over the matrix's own `grad_range` (+- its
+               largest |gradient|)
     probe      the attention weights (n_layer, n_head, T, T) of the main stack on the probe
                text (the viz example input: "emma" for names) and its tokens
     ms         milliseconds the record took (a timing field: the only one that varies between runs)
@@ -41,17 +53,19 @@ from pathlib import Path
 import numpy as np
 
 from scratchformer.errors import DataError, RunFileError
+from scratchformer.nn.layers import Dropout
 from scratchformer.runfiles import parse_json, read_regular_file, write_atomic
 
 DIAG_FILE = "diagnostics.jsonl"
 FORMAT = "scratchformer-diagnostics"
-MAX_RECORDS = 128  # a record of the names model is ~17 KB: its file stays under ~2.2 MB
+MAX_RECORDS = 128  # a record of the names model is ~21 KB: its file stays under ~2.7 MB
 MAX_BYTES = 256 * 2**20  # a bigger file is not ours
 PROBE_ROWS = 32  # training sequences in the probe batch
 PROBE_SEED_TAG = 20  # the probe batch is drawn from default_rng([seed, PROBE_SEED_TAG]), apart from the batches
 PROBE_TOKENS = 16  # a text run's probe text: the first tokens of the first probe row
 HIST_BINS = 40
 SATURATED_SLOPE = 0.05
+ACT_GRAD_STDS = 5  # the activation gradients' histogram spans +- this many times the widest layer's std
 
 
 def _float(x) -> float | None:
@@ -132,7 +146,7 @@ class Diagnostics:
 
         self.job, self.model, self.path, self.max_steps = job, job.model, Path(path), max_steps
         self._run = trace  # viz.trace: the model run block by block
-        self.header = {"format": FORMAT, "version": 1, "interval": interval, "every": interval}
+        self.header = {"format": FORMAT, "version": 2, "interval": interval, "every": interval}
         self.records: list[dict] = []
         if resume_step is not None and self.path.exists():
             header, records = read_records(self.path)
@@ -141,7 +155,7 @@ class Diagnostics:
             self.records = [r for r in records if r["step"] <= resume_step]
         # the probe: fixed training rows (row 0 of a batch is the model's input for every job)
         batch = job.train_batch(np.random.default_rng([seed, PROBE_SEED_TAG]), PROBE_ROWS)
-        self.probe_rows = np.asarray(batch[0])
+        self.probe_batch, self.probe_rows = batch, np.asarray(batch[0])
         try:
             inputs = job.viz_inputs(None)
         except DataError:  # a text run has no example input: the start of the first probe row
@@ -150,57 +164,100 @@ class Diagnostics:
         self.traced = inputs.get("model", self.model)  # what viz draws: a fine-tuned classifier's encoder
 
     def due(self, step: int) -> bool:
-        """Is a record taken after the optimiser step that makes the count `step`?"""
+        """Is a record taken after the optimiser step that makes the count `step`? (Step 0, the
+        initialisation, is recorded before the first optimiser step: `record(0, lr, None)`.)"""
         return step % self.header["every"] == 0 or step == self.max_steps
 
     def snapshot(self) -> dict[str, np.ndarray]:
         """Copies of the parameters before the optimiser step (only on a due step)."""
         return {name: p.data.copy() for name, p in self.model.named_parameters()}
 
-    def record(self, step: int, lr: float, before: dict[str, np.ndarray]) -> dict:
-        """Measure after the optimiser step of `step` and rewrite the file; returns the record."""
+    def record(self, step: int, lr: float, before: dict[str, np.ndarray] | None) -> dict:
+        """Measure after the optimiser step of `step` and rewrite the file; returns the record.
+        before: `snapshot()` taken before that step; None for step 0, recorded before the first
+        optimiser step (no update ratios)."""
         t0 = time.perf_counter()
-        params, grads_2d = {}, []
+        params = {}
         for name, p in self.model.named_parameters():
             g = p.grad
-            params[name] = {"grad_mean": _float(g.mean()), "grad_std": _float(g.std()),
-                            "update_ratio": update_ratio(before[name], p.data)}
-            if p.data.ndim == 2:
-                grads_2d.append((name, g))
-        g_max = max((float(np.abs(g[np.isfinite(g)]).max()) for _, g in grads_2d if np.isfinite(g).any()), default=0.0)
-        for name, g in grads_2d:
-            params[name]["grad_hist"] = _histogram(g, -g_max, g_max)
+            params[name] = {"shape": list(p.data.shape), "grad_mean": _float(g.mean()), "grad_std": _float(g.std()),
+                            "update_ratio": None if before is None else update_ratio(before[name], p.data)}
+            if p.data.ndim == 2:  # each matrix on its own range: their widths differ by orders of magnitude
+                finite = np.abs(g[np.isfinite(g)])
+                g_max = float(finite.max()) if finite.size else 0.0
+                params[name]["grad_hist"] = _histogram(g, -g_max, g_max)
+                params[name]["grad_range"] = [-g_max, g_max]
 
         # the main stack's blocks, asked of the model's contract (models/base.py)
         parts = [self.traced.block_parts(b) for b in self.traced.stacks()[self.traced.main_prefix()]]
-        pres = [[] for _ in parts]
-        for row in self.probe_rows:  # one sequence at a time: viz.trace runs batch row 0
-            t = self._run(self.traced, row)
-            for i, pre in enumerate(t.ff_pre):
-                pres[i].append(pre.reshape(-1, pre.shape[-1]))
+        feedforwards = [part.feedforward for part in parts]
+        pres, all_grads = self._probe_pass(feedforwards)
         layers, posts = [], []
-        for part, rows in zip(parts, pres):
-            pre = np.concatenate(rows).astype(np.float64)
-            layers.append(layer_stats(pre, part.feedforward.activation))
-            posts.append(part.feedforward.activate(pre))
+        for ff, pre in zip(feedforwards, pres):
+            layers.append(layer_stats(pre, ff.activation))
+            posts.append(ff.activate(pre))
         finite = [a[np.isfinite(a)] for a in posts]  # a diverging run's NaN are not counted
         lo = min((float(a.min()) for a in finite if a.size), default=0.0)
         hi = max((float(a.max()) for a in finite if a.size), default=0.0)
         for stats, post in zip(layers, posts):
             stats["hist"] = _histogram(post, lo, hi)
+        # exact zeros: positions with no loss on them (padding after a name ends), apart
+        act_grads = [g[g != 0] for g in all_grads]
+        finite = [g[np.isfinite(g)] for g in act_grads]
+        # heavy tails: on +-max most values would share the middle bins; the tails are counted apart
+        g_lim = ACT_GRAD_STDS * max((float(a.std()) for a in finite if a.size), default=0.0)
+        for stats, g, full in zip(layers, act_grads, all_grads):
+            hist = _histogram(g, -g_lim, g_lim)
+            stats.update(grad_mean=_float(g.mean()) if g.size else None, grad_std=_float(g.std()) if g.size else None,
+                         grad_hist=hist, grad_outside=int(g.size - sum(hist)), grad_zero=int(full.size - g.size))
 
         self._run(self.traced, self.probe_ids)  # leaves each attention's weights on the probe
         attention = [part.attentions["attn"].attn_weights[0].astype(np.float64).tolist() for part in parts]
         if attention and len(attention[0][0]) == len(self.probe_tokens) + 1:  # a classifier's [CLS] comes first
             self.probe_tokens = ["[CLS]"] + self.probe_tokens
-        rec = {"step": step, "lr": lr, "layers": layers, "act_range": [lo, hi], "params": params,
-               "grad_range": [-g_max, g_max], "probe": {"tokens": self.probe_tokens, "attention": attention},
+        rec = {"step": step, "lr": lr, "layers": layers, "act_range": [lo, hi], "act_grad_range": [-g_lim, g_lim],
+               "params": params, "probe": {"tokens": self.probe_tokens, "attention": attention},
                "ms": round(1000 * (time.perf_counter() - t0), 1)}
         self.records.append(rec)
         if len(self.records) > MAX_RECORDS:
             self._thin()
         self._write()
         return rec
+
+    def _probe_pass(self, feedforwards) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Per feed-forward (one per block of the main stack), the pre-activations h (N, fc1 width) and d(probe loss)/d(f(h)) flattened,
+        both float64, of one forward and backward of the probe batch by the job itself, in
+        training mode with every dropout set to 0 (so the forward is the eval-mode one, and no
+        draw is taken from the run's dropout generator), caught by each feed-forward's
+        `hook_pre` forward hook and `hook_post` grad hook. The parameters' gradients (the
+        step's, which the optimiser may still need) are restored in place."""
+        model = self.job.model
+        grads = [(p, p.grad.copy()) for p in model.parameters()]
+        dropouts = [(m, "p", m.p) for m in model.modules() if isinstance(m, Dropout)]
+        dropouts += [(m, "dropout_p", m.dropout_p) for m in model.modules() if hasattr(m, "dropout_p")]
+        caught, pres = [[] for _ in feedforwards], [[] for _ in feedforwards]
+        was_training = model.training
+        try:
+            for m, attr, _ in dropouts:
+                setattr(m, attr, 0.0)
+            for i, ff in enumerate(feedforwards):
+                ff.hook_pre.set_hooks(f"diagnostics {i}", lambda h, _name, i=i: pres[i].append(
+                    np.array(h, np.float64).reshape(-1, h.shape[-1])))
+                ff.hook_post.set_hooks(f"diagnostics {i}", None,
+                                       lambda g, _name, i=i: caught[i].append(np.array(g, np.float64)))
+            model.train()
+            self.job.forward_backward(self.probe_batch)
+        finally:
+            for ff in feedforwards:
+                ff.hook_pre.remove_hooks()
+                ff.hook_post.remove_hooks()
+            for m, attr, p in dropouts:
+                setattr(m, attr, p)
+            model.train(was_training)
+            for p, g in grads:
+                p.grad[...] = g
+        return ([np.concatenate(p) if p else np.zeros((0, 1)) for p in pres],
+                [np.concatenate([g.reshape(-1) for g in c]) if c else np.zeros(0) for c in caught])
 
     def _thin(self) -> None:
         """Keep the records at multiples of twice the spacing, and the last; the spacing doubles."""

@@ -346,6 +346,8 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, over
                 grad_norm = clip_grad_norm(params, cfg.grad_clip if cfg.grad_clip > 0 else math.inf)
                 train_loss = loss_sum / cfg.grad_accum
                 _finite_or_stop(step + 1, cfg, loss=train_loss, gradient_norm=float(grad_norm))
+                if diag is not None and step == 0:  # the initialisation, before any update (no update ratios)
+                    diag.record(0, lr, None)
                 before = diag.snapshot() if diag is not None and diag.due(step + 1) else None
                 opt.step()
                 if before is not None:

@@ -24,7 +24,7 @@ from scratchformer.viz import internals as I
 from scratchformer.viz import lens as LF
 from scratchformer.viz import trace as T
 from scratchformer.viz._plot import finish
-from scratchformer.viz.html import write_report
+from scratchformer.viz.html import diag_frame, write_report
 
 __all__ = ["report", "report_bert"]
 
@@ -59,7 +59,8 @@ def _prepare(model, kind, ids, tokens, text, tokenizer):
     return ids, tokens
 
 
-DIAGNOSTICS_FIGURES = ("diag_activations", "diag_gradients", "diag_update_ratio", "diag_saturation")  # diagnostics.jsonl
+DIAGNOSTICS_FIGURES = ("diag_activations", "diag_activation_gradients", "diag_gradients", "diag_update_ratio",
+                       "diag_saturation")  # diagnostics.jsonl
 FIGURES = ("attention_seq2seq", "attention_grid", "classifier_attention", "causal_vs_bidirectional",
            "attention_steps", "positions_learned", "positions_sinusoidal", "position_similarity",
            "embedding_norms", "embedding_pca", "residual_norms", "residual_heatmap", "ff_activations",
@@ -257,7 +258,7 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
         probe = [r for r in diag_records if r["probe"]["tokens"] == diag_records[-1]["probe"]["tokens"]]
         tokens_p = diag_records[-1]["probe"]["tokens"]
         tabs.append((f"probe over training: {''.join(tokens_p)[:30]}", np.array([r["probe"]["attention"] for r in probe]),
-                     tokens_p, tokens_p, [r["step"] for r in probe]))
+                     tokens_p, tokens_p, [r["step"] for r in probe], [diag_frame(r) for r in probe]))
     lens = None
     if only is None or "lens" in only:
         lens_figures, checks = _lens_part(model, kind, ids, tokens, tgt_ids, tgt_tokens, vocab_labels)
@@ -281,12 +282,18 @@ def _add_diagnostics(add, records) -> None:
         "The feed-forward activations on the probe batch at the last record: a layer piled up at the "
         "flat ends of its activation, or with many dead units, passes little gradient back.",
         lambda: D.activation_histograms(records))
+    add("diag_activation_gradients", "Gradient at the activations per layer (training diagnostics)",
+        "The gradient of the probe batch's loss arriving at each layer's feed-forward activation, all layers "
+        "on one range: similar widths mean the gradient neither vanishes nor explodes through depth.",
+        lambda: D.activation_gradients(records))
     add("diag_gradients", "Gradients per weight matrix (training diagnostics)",
-        "The gradient the optimiser stepped with at the last record; very different widths mean "
-        "layers learning at very different speeds.", lambda: D.gradient_histograms(records))
+        "The gradient the optimiser stepped with at the last record, one panel per matrix on its own "
+        "range; very different widths (the stds) mean layers learning at very different speeds.",
+        lambda: D.gradient_histograms(records))
     add("diag_update_ratio", "Update:data ratio over training",
-        "log10 of std(update) / std(weights) at each record; makemore's guide: about -3. Far below, a "
-        "parameter barely moves; far above, it is rewritten at each step.", lambda: D.update_ratios(records))
+        "log10 of std(update) / std(weights) at each record, for the weight matrices; makemore's guide: "
+        "about -3. Far below, a matrix barely moves; far above, it is rewritten at each step. Biases and "
+        "norm gains, apart on the right, sit higher and say less.", lambda: D.update_ratios(records))
     add("diag_saturation", "Saturated and dead units over training",
         "Saturated: the activation's slope is below 0.05 there, so little gradient passes. Dead: a unit "
         "never positive on any probe token.", lambda: D.saturation_dead(records))

@@ -3,7 +3,10 @@ request of any kind) with an interactive attention explorer drawn on canvas.
 
 Attention is stored quantised: uint8 q = round(255 w), base64-encoded, one block per tab
 (layer, head, query, key order); the page decodes w = q / 255 (error <= 0.5 / 255).
-The page sets `window.scratchformerReady = true` once the explorer is drawn.
+A tab with a step slider may carry the training diagnostics of each step (`diag_frame`): the
+slider then replays the activation, activation-gradient and weight-gradient histograms and the
+per-layer numbers with the attention. The page sets `window.scratchformerReady = true` once
+the explorer is drawn.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import numpy as np
 from scratchformer.runfiles import write_atomic
 from scratchformer.viz._plot import show_token
 
-__all__ = ["encode_attention", "decode_attention", "write_report", "notebook_iframe"]
+__all__ = ["encode_attention", "decode_attention", "write_report", "notebook_iframe", "diag_frame"]
 
 
 def encode_attention(weights) -> str:
@@ -32,9 +35,28 @@ def decode_attention(text: str, shape) -> np.ndarray:
     return (np.frombuffer(base64.b64decode(text), dtype=np.uint8).reshape(shape) / 255.0).astype(np.float32)
 
 
-def _tab(name, weights, keys, queries, steps=None) -> dict:
+def diag_frame(record: dict) -> dict:
+    """What the page replays of one diagnostics record (training/diagnostics.py): per layer the
+    activation and activation-gradient histograms and numbers, per weight matrix its gradient
+    histogram on its own range. Missing fields (an older file) are left out; None stays null."""
+    from scratchformer.viz.diagnostics import is_matrix
+
+    layers = record.get("layers", [])
+    frame = {"step": record["step"], "act_range": record.get("act_range"),
+             "act": [layer.get("hist") for layer in layers],
+             "stats": [{k: layer.get(k) for k in ("mean", "std", "saturation", "dead", "grad_std")}
+                       for layer in layers]}
+    if "act_grad_range" in record:
+        frame["grad_range"], frame["grad"] = record["act_grad_range"], [layer.get("grad_hist") for layer in layers]
+    frame["weights"] = [[name, p.get("grad_range", record.get("grad_range")), p["grad_hist"], p.get("grad_std")]
+                        for name, p in record.get("params", {}).items() if is_matrix(name, p) and "grad_hist" in p]
+    return frame
+
+
+def _tab(name, weights, keys, queries, steps=None, diag=None) -> dict:
     """One explorer tab. With `steps` (a training step per frame), weights is (S, L, H, Tq, Tk):
-    the page shows a step slider that replays the frames; the last frame is shown first."""
+    the page shows a step slider that replays the frames; the last frame is shown first.
+    diag: a `diag_frame` per step, replayed by the same slider."""
     if steps is None:
         L, H, Tq, Tk = np.shape(weights)
         frames = {"data": encode_attention(weights)}
@@ -42,6 +64,8 @@ def _tab(name, weights, keys, queries, steps=None) -> dict:
         _, L, H, Tq, Tk = np.shape(weights)
         frames = {"data": encode_attention(weights[-1]), "steps": [int(s) for s in steps],
                   "frames": [encode_attention(w) for w in weights]}
+    if diag is not None:
+        frames["diag"] = list(diag)
     return {"name": name, "L": L, "H": H, "Tq": Tq, "Tk": Tk, **frames,
             "keys": [show_token(t) for t in keys], "queries": [show_token(t) for t in queries]}
 
@@ -51,7 +75,8 @@ def write_report(path, title: str, attention: list[tuple], figures: list[tuple],
     """Write report.html atomically and return its path.
 
     attention: (tab name, (L, H, Tq, Tk) weights, key tokens, query tokens) per tab, or
-    (name, (S, L, H, Tq, Tk) weights, keys, queries, S training steps): a tab with a step slider.
+    (name, (S, L, H, Tq, Tk) weights, keys, queries, S training steps[, S `diag_frame`s]): a tab
+    with a step slider (which also replays the diagnostics, when given).
     figures: (title, caption, png bytes) per static figure. config / summary: shown as tables.
     lens: (figures as above, check lines) of the lens analyses, shown in a "Lens" part.
     """
@@ -119,6 +144,16 @@ Hover the matrix for values. Colours are scaled to each map's largest weight.</p
 <div class="panel"><h3>matrix <button data-export="sf-matrix">PNG</button></h3><canvas id="sf-matrix"></canvas></div>
 <div class="panel"><h3>lines <button data-export="sf-lines">PNG</button></h3><canvas id="sf-lines"></canvas></div>
 <div class="panel"><h3>all layers x heads <button data-export="sf-grid">PNG</button></h3><canvas id="sf-grid"></canvas></div>
+<div id="sf-diag" style="display:none">
+<h3>Training diagnostics at this step (the slider replays them)</h3>
+<p>As makemore part 3: the feed-forward activations and the gradient arriving at them, per layer,
+on the probe batch (each layer a colour, all on one range); the gradient of each weight matrix,
+each on its own range. Step 0 is the initialisation.</p>
+<table id="sf-diag-table"></table>
+<div class="panel"><h3>activations f(h)</h3><canvas id="sf-diag-act"></canvas></div>
+<div class="panel"><h3>gradient at the activations</h3><canvas id="sf-diag-grad"></canvas></div>
+<div class="panel"><h3>weight-matrix gradients (own ranges)</h3><canvas id="sf-diag-weights"></canvas></div>
+</div>
 <h2>Figures</h2>
 %FIGURES%
 %LENS%
@@ -148,6 +183,82 @@ _SCRIPT = r"""
     $("sf-step").max = String(t.qs.length - 1); $("sf-step").value = String(t.frame);
     t.q = t.qs[t.frame];
     $("sf-step-label").textContent = t.steps[t.frame] + " (" + (t.frame + 1) + " of " + t.qs.length + ")";
+  }
+  var LAYER_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+                       "#bcbd22", "#17becf"];
+  function num(x, digits, exp) {
+    if (x === null || x === undefined) return "n/a";
+    return exp ? x.toExponential(digits) : x.toFixed(digits);
+  }
+  function tick(x) {  // a range end: 2 significant digits
+    if (x === null || x === undefined) return "n/a";
+    return x !== 0 && Math.abs(x) < 0.01 ? x.toExponential(1) : x.toPrecision(2);
+  }
+  function histogram(g, x0, y0, w, h, series, range, label, note) {
+    // series: [{counts, colour}], each drawn as its fraction of its own total
+    g.strokeStyle = "#999"; g.lineWidth = 1; g.strokeRect(x0, y0, w, h);
+    var top = 1e-12;
+    series.forEach(function (s) {
+      var n = s.counts.reduce(function (a, b) { return a + b; }, 0) || 1;
+      s.frac = s.counts.map(function (c) { return c / n; });
+      s.frac.forEach(function (f) { top = Math.max(top, f); });
+    });
+    series.forEach(function (s) {
+      g.strokeStyle = s.colour; g.lineWidth = 1.5; g.beginPath();
+      s.frac.forEach(function (f, i) {
+        var x = x0 + (i + 0.5) * w / s.frac.length, y = y0 + h - f / top * (h - 4);
+        if (i === 0) g.moveTo(x, y); else g.lineTo(x, y);
+      });
+      g.stroke();
+    });
+    g.fillStyle = "#222"; g.font = "10px sans-serif"; g.textBaseline = "top";
+    if (range) {
+      g.textAlign = "left"; g.fillText(tick(range[0]), x0, y0 + h + 2);
+      g.textAlign = "right"; g.fillText(tick(range[1]), x0 + w, y0 + h + 2);
+    }
+    if (note) { g.textAlign = "center"; g.fillText(note, x0 + w / 2, y0 + h + 2); }
+    if (label) { g.textAlign = "left"; g.textBaseline = "bottom"; g.fillText(label, x0, y0 - 2); }
+  }
+  function layerSeries(hists) {
+    return (hists || []).map(function (c, i) { return {counts: c || [], colour: LAYER_COLOURS[i % LAYER_COLOURS.length]}; });
+  }
+  function drawLayerPanel(id, hists, range) {
+    var c = $(id), g = c.getContext("2d"), n = (hists || []).length;
+    c.width = 380; c.height = 200;
+    g.fillStyle = "#fff"; g.fillRect(0, 0, c.width, c.height);
+    if (!hists || !range) { g.fillStyle = "#222"; g.fillText("not recorded", 20, 20); return; }
+    histogram(g, 10, 10, 360, 150, layerSeries(hists), range, "");
+    g.font = "10px sans-serif"; g.textBaseline = "middle"; g.textAlign = "left";
+    for (var i = 0; i < n; i++) {
+      g.fillStyle = LAYER_COLOURS[i % LAYER_COLOURS.length]; g.fillRect(10 + i * 60, 186, 10, 10);
+      g.fillStyle = "#222"; g.fillText("layer " + i, 24 + i * 60, 191);
+    }
+  }
+  function drawDiag(t) {
+    var box = $("sf-diag");
+    if (!t.diag) { box.style.display = "none"; return; }
+    box.style.display = "";
+    var d = t.diag[t.frame];
+    var rows = "<tr><th>layer</th><th>mean f(h)</th><th>std f(h)</th><th>saturated</th><th>dead</th>" +
+               "<th>std of d loss / d f(h)</th></tr>";
+    d.stats.forEach(function (s, i) {
+      rows += "<tr><td>" + i + "</td><td>" + num(s.mean, 3) + "</td><td>" + num(s.std, 3) + "</td><td>" +
+              (s.saturation === null ? "n/a" : (100 * s.saturation).toFixed(1) + "%") + "</td><td>" +
+              (s.dead === null ? "n/a" : (100 * s.dead).toFixed(1) + "%") + "</td><td>" + num(s.grad_std, 2, true) +
+              "</td></tr>";
+    });
+    $("sf-diag-table").innerHTML = rows;
+    drawLayerPanel("sf-diag-act", d.act, d.act_range);
+    drawLayerPanel("sf-diag-grad", d.grad, d.grad_range);
+    var c = $("sf-diag-weights"), g = c.getContext("2d"), cols = 4, cw = 185, ch = 80;
+    var nrows = Math.max(1, Math.ceil(d.weights.length / cols));
+    c.width = cols * cw + 10; c.height = nrows * ch + 10;
+    g.fillStyle = "#fff"; g.fillRect(0, 0, c.width, c.height);
+    d.weights.forEach(function (w, k) {
+      var x0 = 5 + (k % cols) * cw, y0 = 5 + Math.floor(k / cols) * ch;
+      histogram(g, x0 + 4, y0 + 14, cw - 12, ch - 32, [{counts: w[2], colour: "#2a6ebb"}], w[1],
+                w[0].length > 30 ? "\u2026" + w[0].slice(-29) : w[0], "std " + num(w[3], 1, true));
+    });
   }
   function weight(t, l, h, i, j) {
     if (h === t.H) { var s = 0; for (var k = 0; k < t.H; k++) s += weight(t, l, k, i, j); return s / t.H; }
@@ -236,7 +347,7 @@ _SCRIPT = r"""
     state.layer = Math.min(state.layer, t.L - 1); state.head = Math.min(state.head, t.H);
     options($("sf-layer"), t.L); options($("sf-head"), t.H, "average");
     Array.prototype.forEach.call($("sf-tabs").children, function (b, i) { b.className = i === k ? "tab on" : "tab"; });
-    showStep(t); sync(); draw();
+    showStep(t); sync(); draw(); drawDiag(t);
   }
   function draw() { drawMatrix(); drawLines(); drawGrid(); }
   data.tabs.forEach(function (t, k) {
@@ -245,7 +356,9 @@ _SCRIPT = r"""
   });
   $("sf-layer").onchange = function () { state.layer = +this.value; draw(); };
   $("sf-head").onchange = function () { state.head = +this.value; draw(); };
-  $("sf-step").oninput = function () { var t = data.tabs[state.tab]; t.frame = +this.value; showStep(t); draw(); };
+  $("sf-step").oninput = function () {
+    var t = data.tabs[state.tab]; t.frame = +this.value; showStep(t); draw(); drawDiag(t);
+  };
   $("sf-matrix").onmousemove = function (e) {
     var t = data.tabs[state.tab], s = cellSize(t), r = this.getBoundingClientRect();
     var j = Math.floor((e.clientX - r.left - MARGIN) / s), i = Math.floor((e.clientY - r.top - MARGIN) / s);
