@@ -153,7 +153,7 @@ def hooked(model: Module, hooks: dict[str, Hook] | None = None,
     for name in backward:
         if name not in supported:
             raise HookError(f"no gradient reaches a hook at {name}: the hand-written backward calls gradient hooks "
-                            f"at the input embeddings only ({', '.join(supported)})")
+                            f"at the input embeddings and the feed-forward activations only ({', '.join(supported)})")
     for name, fn in {**forward, **backward}.items():
         if not callable(fn):
             raise HookError(f"the hook for {name} must be a function fn(array, name), got {type(fn).__name__}")
