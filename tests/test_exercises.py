@@ -41,6 +41,15 @@ GENERIC_FAULTS = {
     "mha": [("self.out_proj_bias.grad +=", "self.out_proj_bias.grad =", "overwritten instead of accumulated")],
     "block": [("h = x + self.attn(self.ln1(x), causal=True)", "h = x + self.attn(x, causal=True)",
                "forward's output differs from the given forward")],
+    "rmsnorm": [("self.weight.grad += (dy", "self.weight.grad[...] = (dy", "overwritten instead of accumulated"),
+                ("return rstd * (", "return -rstd * (", "sign is flipped")],
+    "swiglu": [("return np.concatenate(", "return -np.concatenate(", "sign is flipped"),
+               ("return np.concatenate([dgate, dup], axis=-1)", "return np.concatenate([dgate, dup], axis=-1)[..., :-1]",
+                "dh has shape")],
+    "rope": [("return dy * cos - rotate_half(dy) * sin", "return 2 * (dy * cos - rotate_half(dy) * sin)", "counted twice"),
+             ("return dy * cos - rotate_half(dy) * sin", "return rotate_half(dy) * sin - dy * cos", "sign is flipped")],
+    "gqa": [("return dq, dk, dv", "return dk, dq, dv", "wrong order"),
+            ("return dq, dk, dv", "return dq, dk", "must return the tuple (dq, dk, dv)")],
 }
 
 
@@ -134,14 +143,16 @@ def test_graded_on_several_shapes_and_seeds(name, tmp_path):
 
 def test_the_catalogue_names_the_common_mistakes():
     causes = [m.cause for e in EXERCISES.values() for m in e.mistakes]
-    assert len(causes) >= 43 + 25
+    assert len(causes) >= 97
     for words in ["treated as constants", "Bessel", DIAGONAL_ONLY, "merged with a reshape alone",
-                  "log-softmax's backward", "tanh approximation", "never -inf", "positional embedding"]:
+                  "log-softmax's backward", "tanh approximation", "never -inf", "positional embedding",
+                  "the rms is treated as a constant", "SiLU's derivative is taken as sigmoid(g) alone",
+                  "the inverse rotation by -angle", "that share a key/value head are not summed"]:
         assert any(words in c for c in causes), words
 
 
 def test_the_corpus_is_large_and_covers_every_exercise():
-    assert len(CORPUS) >= 40
+    assert len(CORPUS) >= 94
     assert {p.name.split("__")[0] for p in CORPUS} == set(EXERCISES)
 
 
