@@ -35,14 +35,10 @@ class GroupedQueryAttention:
 
     def backward(self, dout):
         """dout: (B, H, T, d). Returns (dq, dk, dv)."""
-        q, k, v, w, s = self.q, self.k, self.v, self.weights, self.scale
-        dv = w.swapaxes(-1, -2) @ dout  # (B, H, T, d): one per query head
-        dw = dout @ v.swapaxes(-1, -2)  # (B, H, T, T)
-        dscores = w * (dw - (dw * w).sum(axis=-1, keepdims=True))  # softmax backward; 0 where masked
-        dq = dscores @ k * s
-        dk = dscores.swapaxes(-1, -2) @ q * s
-        # k' = repeat(k): a kv head's gradient is the sum over the query heads of its group
-        B, H, T, d = q.shape
-        g = self.group
-        dk, dv = (t[:, ::g] for t in (dk, dv))  # (B, Hkv, T, d)
-        return dq, dk, dv
+        w, s, g = self.weights, self.scale, self.group
+        dv = w.swapaxes(-1, -2) @ dout
+        dw = dout @ self.v.swapaxes(-1, -2)
+        ds = w * (dw - (dw * w).sum(-1, keepdims=True))
+        dq = ds @ self.k * s
+        dk = ds.swapaxes(-1, -2) @ self.q * s
+        return dq, dk[:, ::g], dv[:, ::g]

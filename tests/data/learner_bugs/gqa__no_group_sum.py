@@ -35,13 +35,10 @@ class GroupedQueryAttention:
 
     def backward(self, dout):
         """dout: (B, H, T, d). Returns (dq, dk, dv)."""
-        q, k, v, w, s = self.q, self.k, self.v, self.weights, self.scale
-        dv = w.swapaxes(-1, -2) @ dout  # (B, H, T, d): one per query head
-        dw = dout @ v.swapaxes(-1, -2)  # (B, H, T, T)
-        dscores = w * (dw - (dw * w).sum(axis=-1, keepdims=True))  # softmax backward; 0 where masked
-        dq = dscores @ k * s
-        dk = dscores.swapaxes(-1, -2) @ q * s
-        # k' = repeat(k): a kv head's gradient is the sum over the query heads of its group
-        B, H, T, d = q.shape
-        g = self.group
+        w, s = self.weights, self.scale
+        dv = np.swapaxes(w, -1, -2) @ dout
+        dw = dout @ np.swapaxes(self.v, -1, -2)
+        ds = w * (dw - np.sum(dw * w, axis=-1, keepdims=True))
+        dq = ds @ self.k * s
+        dk = np.swapaxes(ds, -1, -2) @ self.q * s
         return dq, dk, dv

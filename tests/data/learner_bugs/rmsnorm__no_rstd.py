@@ -31,9 +31,7 @@ class RMSNorm:
 
     def backward(self, dy):
         """dy: (..., C). Adds into weight.grad; returns dx: (..., C)."""
-        xhat, rstd = self.xhat, self.rstd
-        C = xhat.shape[-1]
-        self.weight.grad += (dy * xhat).reshape(-1, C).sum(axis=0)  # summed over every row
-        g = dy * self.weight.data  # dL/dxhat
-        # through xhat = x * rstd, with d rstd / d x_c = -rstd^3 x_c / C: one subtracted mean
-        return (g - xhat * (g * xhat).mean(axis=-1, keepdims=True))
+        C = self.xhat.shape[-1]
+        self.weight.grad += (dy * self.xhat).reshape(-1, C).sum(0)
+        g = dy * self.weight.data
+        return g - self.xhat * (g * self.xhat).mean(-1, keepdims=True)

@@ -31,9 +31,5 @@ class RMSNorm:
 
     def backward(self, dy):
         """dy: (..., C). Adds into weight.grad; returns dx: (..., C)."""
-        xhat, rstd = self.xhat, self.rstd
-        C = xhat.shape[-1]
-        self.weight.grad += (dy * xhat).reshape(-1, C).sum(axis=0)  # summed over every row
-        g = dy * self.weight.data  # dL/dxhat
-        # through xhat = x * rstd, with d rstd / d x_c = -rstd^3 x_c / C: one subtracted mean
-        return rstd * g
+        self.weight.grad += np.sum(dy * self.xhat, axis=tuple(range(dy.ndim - 1)))
+        return dy * self.weight.data * self.rstd

@@ -31,9 +31,8 @@ class RMSNorm:
 
     def backward(self, dy):
         """dy: (..., C). Adds into weight.grad; returns dx: (..., C)."""
-        xhat, rstd = self.xhat, self.rstd
-        C = xhat.shape[-1]
-        self.weight.grad += (dy * xhat).reshape(-1, C).sum(axis=0)  # summed over every row
-        g = dy * self.weight.data  # dL/dxhat
-        # through xhat = x * rstd, with d rstd / d x_c = -rstd^3 x_c / C: one subtracted mean
-        return rstd * (g - xhat * (g * xhat).sum(axis=-1, keepdims=True))
+        n = dy.shape[-1]
+        self.weight.grad += (dy * self.xhat).reshape(-1, n).sum(axis=0)
+        dxhat = dy * self.weight.data
+        dot = np.sum(dxhat * self.xhat, axis=-1, keepdims=True)
+        return self.rstd * (dxhat - self.xhat * dot)

@@ -31,9 +31,6 @@ class RMSNorm:
 
     def backward(self, dy):
         """dy: (..., C). Adds into weight.grad; returns dx: (..., C)."""
-        xhat, rstd = self.xhat, self.rstd
-        C = xhat.shape[-1]
-        self.weight.grad += (dy * xhat).sum(axis=0)  # summed over every row
-        g = dy * self.weight.data  # dL/dxhat
-        # through xhat = x * rstd, with d rstd / d x_c = -rstd^3 x_c / C: one subtracted mean
-        return rstd * (g - xhat * (g * xhat).mean(axis=-1, keepdims=True))
+        self.weight.grad += (dy * self.xhat).sum(axis=0)
+        g = dy * self.weight.data
+        return self.rstd * (g - self.xhat * (g * self.xhat).mean(axis=-1, keepdims=True))

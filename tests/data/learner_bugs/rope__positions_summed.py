@@ -39,7 +39,4 @@ class RoPE:
 
     def backward(self, dy):
         """dy: (..., T, hs). Returns dx: (..., T, hs)."""
-        cos, sin = self.cos, self.sin
-        # a rotation's backward is its transpose, the rotation by -angle:
-        # dx1 = dy1 cos + dy2 sin, dx2 = dy2 cos - dy1 sin
-        return dy * cos - rotate_half(dy * sin).sum(axis=-2, keepdims=True)
+        return dy * self.cos - (rotate_half(dy) * self.sin).sum(axis=-2, keepdims=True)

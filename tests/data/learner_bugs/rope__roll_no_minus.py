@@ -39,7 +39,6 @@ class RoPE:
 
     def backward(self, dy):
         """dy: (..., T, hs). Returns dx: (..., T, hs)."""
-        cos, sin = self.cos, self.sin
-        # a rotation's backward is its transpose, the rotation by -angle:
-        # dx1 = dy1 cos + dy2 sin, dx2 = dy2 cos - dy1 sin
-        return dy * cos - np.roll(dy, dy.shape[-1] // 2, axis=-1) * sin
+        half = dy.shape[-1] // 2
+        swapped = np.concatenate([dy[..., half:], dy[..., :half]], axis=-1)
+        return dy * self.cos - swapped * self.sin

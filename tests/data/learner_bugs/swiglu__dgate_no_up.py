@@ -31,6 +31,5 @@ class SwiGLU:
         """dy: (..., n). Returns dh: (..., 2n)."""
         gate, up = np.split(self.h, 2, axis=-1)
         s = sigmoid(gate)
-        dup = dy * gate * s  # y = silu(gate) * up
-        dgate = dy * s * (1 + gate * (1 - s))  # silu'(g) = s + g s (1 - s) = s (1 + g (1 - s))
-        return np.concatenate([dgate, dup], axis=-1)
+        silu_grad = s + gate * s * (1 - s)
+        return np.concatenate([dy * silu_grad, dy * gate * s], axis=-1)

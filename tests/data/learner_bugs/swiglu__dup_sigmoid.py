@@ -29,8 +29,9 @@ class SwiGLU:
 
     def backward(self, dy):
         """dy: (..., n). Returns dh: (..., 2n)."""
-        gate, up = np.split(self.h, 2, axis=-1)
+        n = dy.shape[-1]
+        gate, up = self.h[..., :n], self.h[..., n:]
         s = sigmoid(gate)
-        dup = dy * s  # y = silu(gate) * up
-        dgate = dy * up * s * (1 + gate * (1 - s))  # silu'(g) = s + g s (1 - s) = s (1 + g (1 - s))
+        dgate = dy * up * (s + gate * s * (1 - s))
+        dup = dy * s
         return np.concatenate([dgate, dup], axis=-1)

@@ -31,6 +31,6 @@ class SwiGLU:
         """dy: (..., n). Returns dh: (..., 2n)."""
         gate, up = np.split(self.h, 2, axis=-1)
         s = sigmoid(gate)
-        dup = dy * gate * s  # y = silu(gate) * up
-        dgate = dy * up * s * (1 + gate * (1 - s))  # silu'(g) = s + g s (1 - s) = s (1 + g (1 - s))
-        return np.concatenate([dup, dgate], axis=-1)
+        d_up = dy * gate * s
+        d_gate = dy * up * s * (1 + gate * (1 - s))
+        return np.concatenate([d_up, d_gate], axis=-1)

@@ -29,8 +29,8 @@ class SwiGLU:
 
     def backward(self, dy):
         """dy: (..., n). Returns dh: (..., 2n)."""
-        gate, up = np.split(self.h, 2, axis=-1)
-        s = sigmoid(gate)
-        dup = dy * gate * s  # y = silu(gate) * up
-        dgate = dy * up * s * (1 - s)  # silu'(g) = s + g s (1 - s) = s (1 + g (1 - s))
-        return np.concatenate([dgate, dup], axis=-1)
+        a, b = np.split(self.h, 2, axis=-1)
+        sig = sigmoid(a)
+        da = dy * b * sig * (1 - sig)
+        db = dy * a * sig
+        return np.concatenate([da, db], axis=-1)
