@@ -125,7 +125,7 @@ def test_grading_needs_no_torch(tmp_path):
     path = _write(tmp_path, "attention", solution_source("attention"))
     code = ("import sys; sys.modules['torch'] = None; from scratchformer.cli.main import main; "
             f"sys.exit(main(['exercise', 'attention', '--check', {str(path)!r}]))")
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert run.returncode == 0, run.stderr
 
 
@@ -293,3 +293,52 @@ def test_no_process_to_be_had_is_one_typed_error(tmp_path, monkeypatch):
     monkeypatch.setattr(isolation.os, "pipe", no_pipe)
     with pytest.raises(ResourceError, match="cannot start the process that grades .*Too many open files"):
         check("softmax", _write(tmp_path, "softmax", solution_source("softmax")))
+
+
+def test_a_passed_exercise_is_recorded_and_listed(tmp_path, capsys, monkeypatch):
+    from scratchformer.exercises.progress import PROGRESS_FILE, passed
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["exercise"]) == 0
+    assert "0 of 13 passed here" in capsys.readouterr().out and passed() == set()
+    _write(tmp_path, "mine", solution_source("rope"))
+    assert main(["exercise", "rope", "--check", "mine.py"]) == 0
+    assert "recorded as passed" in capsys.readouterr().out
+    assert passed() == {"rope"}
+    bug = Path(__file__).parent / "data" / "learner_bugs" / "rope__cos_only.py"
+    assert main(["exercise", "rope", "--check", str(bug)]) == 1  # a later wrong check keeps the pass
+    capsys.readouterr()
+    assert main(["exercise"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln.split()[1] for ln in lines if ln.startswith("passed")] == ["rope"]
+    assert "1 of 13 passed here" in lines[-1]
+    # a failed write leaves the old record whole (written atomically), and the grade stands
+    import scratchformer.runfiles as runfiles
+
+    def fail(*_):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(runfiles.os, "replace", fail)
+    _write(tmp_path, "sw", solution_source("swiglu"))
+    assert main(["exercise", "swiglu", "--check", "sw.py"]) == 0
+    assert "not recorded as passed" in capsys.readouterr().err
+    assert passed() == {"rope"} and [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == [PROGRESS_FILE]
+    (tmp_path / PROGRESS_FILE).write_text('{"passed": 3}')
+    assert main(["exercise"]) == 2
+    err = capsys.readouterr().err
+    assert "not a record of passed exercises" in err and err.count("\n") == 1
+
+
+def test_a_hint_comes_before_the_likely_cause(tmp_path, capsys):
+    from scratchformer.exercises.catalogue import HINTS
+
+    assert set(HINTS) == set(EXERCISES)
+    assert main(["exercise", "gqa", "--hint"]) == 0
+    assert capsys.readouterr().out == f"hint: {HINTS['gqa']}\n"
+    bug = Path(__file__).parent / "data" / "learner_bugs" / "gqa__first_head_only.py"
+    assert main(["exercise", "gqa", "--check", str(bug), "--hint"]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("wrong: gqa: dk[") and f"hint: {HINTS['gqa']}" in out
+    assert "likely cause:" not in out and "only the first query head" not in out
+    assert main(["exercise", "gqa", "--check", str(bug)]) == 1
+    assert "likely cause: only the first query head of each group" in capsys.readouterr().out

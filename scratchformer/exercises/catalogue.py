@@ -381,3 +381,32 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in [
         Mistake("w * (dw - (dw * w).sum(axis=-1, keepdims=True))", "w * (1 - w) * dw", DIAGONAL_ONLY),
     )),
 ]}
+
+# A first hint per exercise, before the likely cause (`scratchformer exercise NAME --hint`): where
+# to look, not the answer.
+HINTS: dict[str, str] = {
+    "softmax": "every output y_k depends on every input x_i through the normaliser: write the Jacobian "
+               "dy_k/dx_i = y_k (delta_ki - y_i), then multiply it by dy",
+    "cross_entropy": "differentiate through log-softmax: each row's loss is -logits[target] + log sum exp(logits); "
+                     "the mean over the N rows and the incoming dloss are factors too",
+    "layernorm": "write xhat = (x - mean) * rstd and follow dL/dxhat back through both statistics: the mean and "
+                 "the variance each depend on every x_c; the parameters' gradients sum over every row",
+    "gelu": "y = x * Phi(x) is a product: use the product rule, with Phi' = phi, the normal density",
+    "linear": "write the shapes down: x (..., in), W (out, in), dy (..., out); flatten the leading axes to rows, "
+              "and each gradient is the one product whose shape fits",
+    "embedding": "the forward copies rows of W: the gradient goes back to the rows it copied, and a row "
+                 "copied twice gets both gradients",
+    "attention": "go backwards one line at a time: out = W v, then the softmax over the keys, then "
+                 "S = q k^T / sqrt(d); a masked key has weight 0 and so gets no gradient",
+    "mha": "reuse attention's backward for the heads; what is new is undoing each reshape and transpose of "
+           "split_heads and merge_heads in reverse, and the two projections around them",
+    "block": "the block is a chain of layers with two residual sums: a value used twice (x in x + attn(ln1(x))) "
+             "gets the sum of the gradients of both uses",
+    "rmsnorm": "it is LayerNorm without the mean: follow dL/dxhat back through xhat = x * rstd, and remember "
+               "that rstd depends on every x_c through mean(x^2)",
+    "swiglu": "split dy's way back into the two halves: y = silu(gate) * up is a product, and silu(g) = "
+              "g * sigmoid(g) is a product too",
+    "rope": "each plane (x1[i], x2[i]) is rotated by a 2 x 2 matrix R; the backward of y = R x is dx = R^T dy",
+    "gqa": "do attention's backward with the repeated keys and values first; then undo np.repeat: each "
+           "key/value head was used by several query heads",
+}
