@@ -54,14 +54,15 @@ def cmd_exercise(args) -> int:
 
     if args.name is None:
         if args.out or args.check or args.hint:
-            raise CLIError("--out, --check and --hint need an exercise NAME (run 'scratchformer exercise' for the list)")
+            raise CLIError("--out, --check and --hint need an exercise NAME "
+                           "(run 'scratchformer exercise' for the list)")
         rows = list_exercises()
         done = passed()
         width = max(len(n) for n, _ in rows)
         for name, title in rows:
             print(f"{'passed' if name in done else '':<6}  {name:<{width}}  {title}")
-        print(f"\n{len(done & {n for n, _ in rows})} of {len(rows)} passed here (recorded in ./{PROGRESS_FILE}). "
-              "scratchformer exercise NAME writes NAME.py; scratchformer exercise NAME --check NAME.py grades it; "
+        print(f"\n{len(done & {n for n, _ in rows})} of {len(rows)} passed here (recorded in ./{PROGRESS_FILE})")
+        print("scratchformer exercise NAME writes NAME.py; scratchformer exercise NAME --check NAME.py grades it; "
               "--hint gives a first hint")
         return 0
     if args.check is not None:

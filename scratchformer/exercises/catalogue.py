@@ -331,7 +331,8 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in [
         Mistake("s * (1 + gate * (1 - s))", "s * (1 - s)",
                 "this is the sigmoid's derivative; SiLU's is silu'(g) = sigmoid(g) * (1 + g * (1 - sigmoid(g)))"),
         Mistake("dup = dy * gate * s", "dup = dy * s",
-                "up's gradient uses sigmoid(gate) where silu(gate) = gate * sigmoid(gate) belongs: dup = dy * silu(gate)"),
+                "up's gradient uses sigmoid(gate) where silu(gate) = gate * sigmoid(gate) belongs: "
+                "dup = dy * silu(gate)"),
         Mistake("dgate = dy * up * s", "dgate = dy * s",
                 "the gate's gradient lacks the factor up: y = silu(gate) * up, so dgate = dy * up * silu'(gate)"),
         Mistake("np.concatenate([dgate, dup]", "np.concatenate([dup, dgate]",
