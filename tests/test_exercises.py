@@ -343,3 +343,48 @@ def test_a_hint_comes_before_the_likely_cause(tmp_path, capsys):
     assert "likely cause:" not in out and "only the first query head" not in out
     assert main(["exercise", "gqa", "--check", str(bug)]) == 1
     assert "likely cause: only the first query head of each group" in capsys.readouterr().out
+
+
+def _reference_class(name):
+    from scratchformer.exercises.grading import _class_from_source
+
+    return _class_from_source(solution_source(name), EXERCISES[name].class_name, f"<{name}>")
+
+
+def test_the_new_solutions_are_the_library_s_own_ops():
+    # each formula has one home, ops/ and nn/: the exercises' references must compute the same
+    import numpy as np
+
+    from scratchformer.nn.attention import MultiHeadAttention
+    from scratchformer.ops.rmsnorm import rmsnorm_backward, rmsnorm_forward
+    from scratchformer.ops.rope import rope_backward, rope_forward, rope_tables
+    from scratchformer.ops.swiglu import swiglu_backward, swiglu_forward
+
+    rng = np.random.default_rng(0)
+    x, dy = rng.standard_normal((2, 3, 6)), rng.standard_normal((2, 3, 6))
+    norm = _reference_class("rmsnorm")(6)
+    norm.weight.data = rng.standard_normal(6)
+    y, xhat, rstd = rmsnorm_forward(x, norm.weight.data)
+    assert np.allclose(norm.forward(x), y, rtol=1e-12, atol=1e-12)
+    dx, dweight = rmsnorm_backward(dy, xhat, rstd, norm.weight.data)
+    assert np.allclose(norm.backward(dy), dx, rtol=1e-12, atol=1e-12)
+    assert np.allclose(norm.weight.grad, dweight, rtol=1e-12, atol=1e-12)
+
+    glu, h = _reference_class("swiglu")(), rng.standard_normal((2, 3, 8))
+    assert np.allclose(glu.forward(h), swiglu_forward(h), rtol=1e-12, atol=1e-12)
+    assert np.allclose(glu.backward(dy[..., :4]), swiglu_backward(dy[..., :4], h), rtol=1e-12, atol=1e-12)
+
+    rope, q = _reference_class("rope")(500.0), rng.standard_normal((2, 3, 5, 6))
+    cos, sin = rope_tables(0, 5, 6, 500.0)
+    dq = rng.standard_normal(q.shape)
+    assert np.allclose(rope.forward(q), rope_forward(q, cos, sin), rtol=1e-12, atol=1e-12)
+    assert np.allclose(rope.backward(dq), rope_backward(dq, cos, sin), rtol=1e-12, atol=1e-12)
+
+    gqa, lib = _reference_class("gqa")(), MultiHeadAttention(12, 6, n_kv_head=2, rng=np.random.default_rng(0))
+    q, k, v = (rng.standard_normal((2, h, 4, 2)) for h in (6, 2, 2))
+    gqa.forward(q, k, v)
+    assert np.array_equal(gqa.k, lib.expand_kv(k)) and np.array_equal(gqa.v, lib.expand_kv(v))
+    dout = rng.standard_normal(q.shape)
+    _, dk, dv = gqa.backward(dout)
+    dv_all = gqa.weights.swapaxes(-1, -2) @ dout  # per query head, before the sum over the group
+    assert np.allclose(dv, lib._sum_groups(dv_all), rtol=1e-12, atol=1e-12)
