@@ -80,6 +80,7 @@ def stub_source(name: str, path: str = "FILE") -> str:
     head, rest = source.split(BEGIN)
     _, tail = rest.split(END)
     todo = (f"        # your code here; then: scratchformer exercise {name} --check {path}\n"
+            f"        # (stuck? scratchformer exercise {name} --hint)\n"
             f"        raise NotImplementedError(\"write the backward\")\n")
     return head + todo + tail
 
