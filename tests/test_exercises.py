@@ -41,6 +41,16 @@ GENERIC_FAULTS = {
     "mha": [("self.out_proj_bias.grad +=", "self.out_proj_bias.grad =", "overwritten instead of accumulated")],
     "block": [("h = x + self.attn(self.ln1(x), causal=True)", "h = x + self.attn(x, causal=True)",
                "forward's output differs from the given forward")],
+    "rmsnorm": [("self.weight.grad += (dy", "self.weight.grad[...] = (dy", "overwritten instead of accumulated"),
+                ("return rstd * (", "return -rstd * (", "sign is flipped")],
+    "swiglu": [("return np.concatenate(", "return -np.concatenate(", "sign is flipped"),
+               ("return np.concatenate([dgate, dup], axis=-1)",
+                "return np.concatenate([dgate, dup], axis=-1)[..., :-1]", "dh has shape")],
+    "rope": [("return dy * cos - rotate_half(dy) * sin", "return 2 * (dy * cos - rotate_half(dy) * sin)",
+              "counted twice"),
+             ("return dy * cos - rotate_half(dy) * sin", "return rotate_half(dy) * sin - dy * cos", "sign is flipped")],
+    "gqa": [("return dq, dk, dv", "return dk, dq, dv", "wrong order"),
+            ("return dq, dk, dv", "return dq, dk", "must return the tuple (dq, dk, dv)")],
 }
 
 
@@ -116,7 +126,7 @@ def test_grading_needs_no_torch(tmp_path):
     path = _write(tmp_path, "attention", solution_source("attention"))
     code = ("import sys; sys.modules['torch'] = None; from scratchformer.cli.main import main; "
             f"sys.exit(main(['exercise', 'attention', '--check', {str(path)!r}]))")
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert run.returncode == 0, run.stderr
 
 
@@ -134,14 +144,16 @@ def test_graded_on_several_shapes_and_seeds(name, tmp_path):
 
 def test_the_catalogue_names_the_common_mistakes():
     causes = [m.cause for e in EXERCISES.values() for m in e.mistakes]
-    assert len(causes) >= 43 + 25
+    assert len(causes) >= 97
     for words in ["treated as constants", "Bessel", DIAGONAL_ONLY, "merged with a reshape alone",
-                  "log-softmax's backward", "tanh approximation", "never -inf", "positional embedding"]:
+                  "log-softmax's backward", "tanh approximation", "never -inf", "positional embedding",
+                  "the rms is treated as a constant", "SiLU's derivative is taken as sigmoid(g) alone",
+                  "the inverse rotation by -angle", "that share a key/value head are not summed"]:
         assert any(words in c for c in causes), words
 
 
 def test_the_corpus_is_large_and_covers_every_exercise():
-    assert len(CORPUS) >= 40
+    assert len(CORPUS) >= 94
     assert {p.name.split("__")[0] for p in CORPUS} == set(EXERCISES)
 
 
@@ -282,3 +294,97 @@ def test_no_process_to_be_had_is_one_typed_error(tmp_path, monkeypatch):
     monkeypatch.setattr(isolation.os, "pipe", no_pipe)
     with pytest.raises(ResourceError, match="cannot start the process that grades .*Too many open files"):
         check("softmax", _write(tmp_path, "softmax", solution_source("softmax")))
+
+
+def test_a_passed_exercise_is_recorded_and_listed(tmp_path, capsys, monkeypatch):
+    from scratchformer.exercises.progress import PROGRESS_FILE, passed
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["exercise"]) == 0
+    assert "0 of 13 passed here" in capsys.readouterr().out and passed() == set()
+    _write(tmp_path, "mine", solution_source("rope"))
+    assert main(["exercise", "rope", "--check", "mine.py"]) == 0
+    assert "recorded as passed" in capsys.readouterr().out
+    assert passed() == {"rope"}
+    bug = Path(__file__).parent / "data" / "learner_bugs" / "rope__cos_only.py"
+    assert main(["exercise", "rope", "--check", str(bug)]) == 1  # a later wrong check keeps the pass
+    capsys.readouterr()
+    assert main(["exercise"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln.split()[1] for ln in lines if ln.startswith("passed")] == ["rope"]
+    assert "1 of 13 passed here" in lines[-2]
+    # a failed write leaves the old record whole (written atomically), and the grade stands
+    import scratchformer.runfiles as runfiles
+
+    def fail(*_):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(runfiles.os, "replace", fail)
+    _write(tmp_path, "sw", solution_source("swiglu"))
+    assert main(["exercise", "swiglu", "--check", "sw.py"]) == 0
+    assert "not recorded as passed" in capsys.readouterr().err
+    assert passed() == {"rope"} and [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == [PROGRESS_FILE]
+    (tmp_path / PROGRESS_FILE).write_text('{"passed": 3}')
+    assert main(["exercise"]) == 2
+    err = capsys.readouterr().err
+    assert "not a record of passed exercises" in err and err.count("\n") == 1
+
+
+def test_a_hint_comes_before_the_likely_cause(tmp_path, capsys):
+    from scratchformer.exercises.catalogue import HINTS
+
+    assert set(HINTS) == set(EXERCISES)
+    assert main(["exercise", "gqa", "--hint"]) == 0
+    assert capsys.readouterr().out == f"hint: {HINTS['gqa']}\n"
+    bug = Path(__file__).parent / "data" / "learner_bugs" / "gqa__first_head_only.py"
+    assert main(["exercise", "gqa", "--check", str(bug), "--hint"]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("wrong: gqa: dk[") and f"hint: {HINTS['gqa']}" in out
+    assert "likely cause:" not in out and "only the first query head" not in out
+    assert main(["exercise", "gqa", "--check", str(bug)]) == 1
+    assert "likely cause: only the first query head of each group" in capsys.readouterr().out
+
+
+def _reference_class(name):
+    from scratchformer.exercises.grading import _class_from_source
+
+    return _class_from_source(solution_source(name), EXERCISES[name].class_name, f"<{name}>")
+
+
+def test_the_new_solutions_are_the_library_s_own_ops():
+    # each formula has one home, ops/ and nn/: the exercises' references must compute the same
+    import numpy as np
+
+    from scratchformer.nn.attention import MultiHeadAttention
+    from scratchformer.ops.rmsnorm import rmsnorm_backward, rmsnorm_forward
+    from scratchformer.ops.rope import rope_backward, rope_forward, rope_tables
+    from scratchformer.ops.swiglu import swiglu_backward, swiglu_forward
+
+    rng = np.random.default_rng(0)
+    x, dy = rng.standard_normal((2, 3, 6)), rng.standard_normal((2, 3, 6))
+    norm = _reference_class("rmsnorm")(6)
+    norm.weight.data = rng.standard_normal(6)
+    y, xhat, rstd = rmsnorm_forward(x, norm.weight.data)
+    assert np.allclose(norm.forward(x), y, rtol=1e-12, atol=1e-12)
+    dx, dweight = rmsnorm_backward(dy, xhat, rstd, norm.weight.data)
+    assert np.allclose(norm.backward(dy), dx, rtol=1e-12, atol=1e-12)
+    assert np.allclose(norm.weight.grad, dweight, rtol=1e-12, atol=1e-12)
+
+    glu, h = _reference_class("swiglu")(), rng.standard_normal((2, 3, 8))
+    assert np.allclose(glu.forward(h), swiglu_forward(h), rtol=1e-12, atol=1e-12)
+    assert np.allclose(glu.backward(dy[..., :4]), swiglu_backward(dy[..., :4], h), rtol=1e-12, atol=1e-12)
+
+    rope, q = _reference_class("rope")(500.0), rng.standard_normal((2, 3, 5, 6))
+    cos, sin = rope_tables(0, 5, 6, 500.0)
+    dq = rng.standard_normal(q.shape)
+    assert np.allclose(rope.forward(q), rope_forward(q, cos, sin), rtol=1e-12, atol=1e-12)
+    assert np.allclose(rope.backward(dq), rope_backward(dq, cos, sin), rtol=1e-12, atol=1e-12)
+
+    gqa, lib = _reference_class("gqa")(), MultiHeadAttention(12, 6, n_kv_head=2, rng=np.random.default_rng(0))
+    q, k, v = (rng.standard_normal((2, h, 4, 2)) for h in (6, 2, 2))
+    gqa.forward(q, k, v)
+    assert np.array_equal(gqa.k, lib.expand_kv(k)) and np.array_equal(gqa.v, lib.expand_kv(v))
+    dout = rng.standard_normal(q.shape)
+    _, dk, dv = gqa.backward(dout)
+    dv_all = gqa.weights.swapaxes(-1, -2) @ dout  # per query head, before the sum over the group
+    assert np.allclose(dv, lib._sum_groups(dv_all), rtol=1e-12, atol=1e-12)

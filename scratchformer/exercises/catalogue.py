@@ -85,6 +85,14 @@ def _qkv_mask(B, H, Tq, Tk, d, k):
     return qkv
 
 
+def _gqa(B, H, Hkv, T, d):
+    # q (B, H, T, d); k, v (B, Hkv, T, d): H / Hkv query heads share each key/value head
+    def qkv(rng):
+        return (rng.standard_normal((B, H, T, d)), rng.standard_normal((B, Hkv, T, d)),
+                rng.standard_normal((B, Hkv, T, d)))
+    return qkv
+
+
 def _cases(*cases) -> tuple[Case, ...]:
     """(args, inputs) pairs, seeded 11, 21, 31, ..."""
     return tuple(Case(args, inputs, 11 + 10 * i) for i, (args, inputs) in enumerate(cases))
@@ -295,4 +303,111 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in [
         Mistake("return dh + self.ln1.backward(dx_attn)", "return dy + self.ln1.backward(dx_attn)",
                 "the residual around the attention passes on dh, the gradient at h, not dy: dx = dh + ln1'(attn'(dh))"),
     )),
+    Exercise("rmsnorm", "RMSNorm over the last axis", "RMSNorm",
+             _cases(((5,), _normal(2, 3, 5)), ((6,), _normal(7, 6)), ((3,), _normal(3, 1, 2, 3))), (
+        Mistake("rstd * (g - xhat * (g * xhat).mean(axis=-1, keepdims=True))", "rstd * g",
+                "the rms is treated as a constant (dx = rstd * g): rstd depends on every x_c through mean(x^2), "
+                "which adds a term, dx = rstd * (g - xhat * mean(g * xhat))"),
+        Mistake("g = dy * self.weight.data", "g = dy",
+                "the weight is left out of dL/dxhat: g = dy * weight"),
+        Mistake("g - xhat * (g * xhat).mean(", "g - g.mean(axis=-1, keepdims=True) - xhat * (g * xhat).mean(",
+                "LayerNorm's mean term (- mean(g)) is subtracted: RMSNorm does not centre x, so dx = rstd * (g - "
+                "xhat * mean(g * xhat))"),
+        Mistake("(dy * xhat).reshape(-1, C).sum(axis=0)", "(dy * xhat).sum(axis=0)", MISSING_BATCH_SUM),
+        Mistake("xhat * (g * xhat).mean(axis=-1, keepdims=True)", "xhat * (g * xhat).sum(axis=-1, keepdims=True)",
+                "a sum where the mean belongs: rstd's derivative carries the 1/C of mean(x^2), "
+                "dx = rstd * (g - xhat * mean(g * xhat))"),
+        Mistake("g - xhat * (g * xhat).mean(", "g - (g * xhat).mean(",
+                "the subtracted term lacks its factor xhat: dx = rstd * (g - xhat * mean(g * xhat))"),
+        Mistake("return rstd * (", "return (",
+                "the factor rstd = 1/sqrt(mean(x^2) + eps) is missing: xhat = x * rstd, so dx = rstd * (...)"),
+    )),
+    Exercise("swiglu", "SwiGLU, silu(gate) * up", "SwiGLU",
+             _cases(((), _normal(2, 3, 8, scale=1.5)), ((), _normal(5, 6, scale=1.5)),
+                    ((), _normal(3, 1, 2, 4, scale=1.5))), (
+        Mistake("s * (1 + gate * (1 - s))", "s",
+                "SiLU's derivative is taken as sigmoid(g) alone: silu(g) = g * sigmoid(g), so by the product rule "
+                "silu'(g) = sigmoid(g) * (1 + g * (1 - sigmoid(g)))"),
+        Mistake("s * (1 + gate * (1 - s))", "s * (1 - s)",
+                "this is the sigmoid's derivative; SiLU's is silu'(g) = sigmoid(g) * (1 + g * (1 - sigmoid(g)))"),
+        Mistake("dup = dy * gate * s", "dup = dy * s",
+                "up's gradient uses sigmoid(gate) where silu(gate) = gate * sigmoid(gate) belongs: "
+                "dup = dy * silu(gate)"),
+        Mistake("dgate = dy * up * s", "dgate = dy * s",
+                "the gate's gradient lacks the factor up: y = silu(gate) * up, so dgate = dy * up * silu'(gate)"),
+        Mistake("np.concatenate([dgate, dup]", "np.concatenate([dup, dgate]",
+                "the halves are joined in another order than the forward split them: h = [gate | up], "
+                "so dh = [dgate | dup]"),
+        Mistake("np.concatenate([dgate, dup], axis=-1)", "np.concatenate([dgate, dup], axis=0)",
+                "the halves are joined along the first axis: they are the two halves of the last axis, "
+                "np.concatenate([dgate, dup], axis=-1)"),
+    )),
+    Exercise("rope", "rotary position embeddings (RoPE)", "RoPE",
+             _cases(((10000.0,), _normal(2, 3, 5, 4)), ((100.0,), _normal(6, 8)), ((10000.0,), _normal(3, 7, 6))), (
+        Mistake("dy * cos - rotate_half(dy) * sin", "dy * cos + rotate_half(dy) * sin",
+                "the gradient is rotated forward, by +angle, as the forward rotates x: a rotation's backward is "
+                "its transpose, the inverse rotation by -angle, dx = dy * cos - rotate_half(dy) * sin"),
+        Mistake("dy * cos - rotate_half(dy) * sin", "dy * cos",
+                "only the cos term: each output mixes the two channels of its plane, so the rotate_half(dy) * sin "
+                "term comes back too, dx = dy * cos - rotate_half(dy) * sin"),
+        Mistake("dy * cos - rotate_half(dy) * sin", "dy * sin - rotate_half(dy) * cos",
+                "cos and sin are swapped: dx = dy * cos - rotate_half(dy) * sin"),
+        Mistake("rotate_half(dy) * sin", "np.roll(dy, dy.shape[-1] // 2, axis=-1) * sin",
+                "the halves are swapped without rotate_half's minus sign: rotate_half([d1 | d2]) = [-d2 | d1]"),
+        Mistake("dy * cos - rotate_half(dy) * sin", "dy * cos - rotate_half(dy * sin).sum(axis=-2, keepdims=True)",
+                "the positions are summed: each position has its own rotation, and dx keeps x's shape (..., T, hs)"),
+    )),
+    Exercise("gqa", "causal grouped-query attention", "GroupedQueryAttention",
+             _cases(((), _gqa(2, 4, 2, 5, 3)), ((), _gqa(1, 6, 3, 4, 2)), ((), _gqa(3, 3, 1, 3, 4))), (
+        Mistake("        dk, dv = (t.reshape(B, H // g, g, T, d).sum(axis=2) for t in (dk, dv))  # (B, Hkv, T, d)\n",
+                "",
+                "the gradients of the query heads that share a key/value head are not summed: k and v are repeated "
+                "for each of their H / Hkv query heads, so dk and dv sum over each group, "
+                "(B, H, T, d) -> reshape(B, Hkv, H / Hkv, T, d).sum(axis=2)"),
+        Mistake("t.reshape(B, H // g, g, T, d).sum(axis=2)", "t[:, ::g]",
+                "only the first query head of each group is counted: a key/value head serves H / Hkv query heads, "
+                "and its gradient is the sum of theirs"),
+        Mistake("t.reshape(B, H // g, g, T, d).sum(axis=2)", "t.reshape(B, g, H // g, T, d).sum(axis=1)",
+                "the query heads are grouped as if interleaved (head h to kv head h % Hkv): np.repeat gives kv head "
+                "j the consecutive query heads j * H/Hkv .. (j + 1) * H/Hkv - 1, so reshape(B, Hkv, H / Hkv, T, d)"
+                ".sum(axis=2)"),
+        Mistake("t.reshape(B, H // g, g, T, d).sum(axis=2)", "t.reshape(B, H // g, g, T, d).mean(axis=2)",
+                "a mean over the group where a sum belongs: each query head that reads a key/value head adds its "
+                "own gradient to it"),
+        Mistake("dk = dscores.swapaxes(-1, -2) @ q * s", "dk = dscores.swapaxes(-1, -2) @ q",
+                "dk misses the 1/sqrt(d) scale that dq has: both come from the scaled scores q k^T / sqrt(d)"),
+        Mistake("self.weights, self.scale\n", f"{UNMASKED_SOFTMAX}, self.scale\n",
+                "the causal mask is not applied: the backward's softmax weights are recomputed from the "
+                "unmasked scores, so future keys get gradient"),
+        Mistake("w * (dw - (dw * w).sum(axis=-1, keepdims=True))", "w * (1 - w) * dw", DIAGONAL_ONLY),
+    )),
 ]}
+
+# A first hint per exercise, before the likely cause (`scratchformer exercise NAME --hint`): where
+# to look, not the answer.
+HINTS: dict[str, str] = {
+    "softmax": "every output y_k depends on every input x_i through the normaliser: write the Jacobian "
+               "dy_k/dx_i = y_k (delta_ki - y_i), then multiply it by dy",
+    "cross_entropy": "differentiate through log-softmax: each row's loss is -logits[target] + log sum exp(logits); "
+                     "the mean over the N rows and the incoming dloss are factors too",
+    "layernorm": "write xhat = (x - mean) * rstd and follow dL/dxhat back through both statistics: the mean and "
+                 "the variance each depend on every x_c; the parameters' gradients sum over every row",
+    "gelu": "y = x * Phi(x) is a product: use the product rule, with Phi' = phi, the normal density",
+    "linear": "write the shapes down: x (..., in), W (out, in), dy (..., out); flatten the leading axes to rows, "
+              "and each gradient is the one product whose shape fits",
+    "embedding": "the forward copies rows of W: the gradient goes back to the rows it copied, and a row "
+                 "copied twice gets both gradients",
+    "attention": "go backwards one line at a time: out = W v, then the softmax over the keys, then "
+                 "S = q k^T / sqrt(d); a masked key has weight 0 and so gets no gradient",
+    "mha": "reuse attention's backward for the heads; what is new is undoing each reshape and transpose of "
+           "split_heads and merge_heads in reverse, and the two projections around them",
+    "block": "the block is a chain of layers with two residual sums: a value used twice (x in x + attn(ln1(x))) "
+             "gets the sum of the gradients of both uses",
+    "rmsnorm": "it is LayerNorm without the mean: follow dL/dxhat back through xhat = x * rstd, and remember "
+               "that rstd depends on every x_c through mean(x^2)",
+    "swiglu": "split dy's way back into the two halves: y = silu(gate) * up is a product, and silu(g) = "
+              "g * sigmoid(g) is a product too",
+    "rope": "each plane (x1[i], x2[i]) is rotated by a 2 x 2 matrix R; the backward of y = R x is dx = R^T dy",
+    "gqa": "do attention's backward with the repeated keys and values first; then undo np.repeat: each "
+           "key/value head was used by several query heads",
+}

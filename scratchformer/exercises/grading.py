@@ -80,6 +80,7 @@ def stub_source(name: str, path: str = "FILE") -> str:
     head, rest = source.split(BEGIN)
     _, tail = rest.split(END)
     todo = (f"        # your code here; then: scratchformer exercise {name} --check {path}\n"
+            f"        # (stuck? scratchformer exercise {name} --hint)\n"
             f"        raise NotImplementedError(\"write the backward\")\n")
     return head + todo + tail
 
@@ -497,8 +498,8 @@ def _factor_cause(factor: float, ex: Exercise, case: Case) -> str:
              (1 / rows, f"divided by the number of rows ({rows}): a mean where a sum belongs"),
              (SCALAR_UPSTREAM, "the incoming gradient is multiplied in twice"),
              (1 / SCALAR_UPSTREAM, "the incoming gradient is not multiplied in (the chain rule)")]
-    if ex.name in ("attention", "mha"):  # the exercises whose forward scales by 1/sqrt(d)
-        d = first.shape[-1] if ex.name == "attention" else case.args[0] // case.args[1]
+    if ex.name in ("attention", "gqa", "mha"):  # the exercises whose forward scales by 1/sqrt(d)
+        d = case.args[0] // case.args[1] if ex.name == "mha" else first.shape[-1]
         hints += [(math.sqrt(d), f"a missing 1/sqrt(d) scale (d = {d})"),
                   (1 / math.sqrt(d), f"an extra 1/sqrt(d) scale (d = {d})")]
     for value, hint in hints:

@@ -1,0 +1,36 @@
+# learner bug (swiglu): the sigmoid's derivative s(1-s) used for SiLU's
+# expect: this is the sigmoid's derivative
+"""Exercise swiglu: the backward of SwiGLU, the gated activation of Llama's feed-forward.
+
+    h = [gate | up]                  (..., 2n): the two halves of the last axis, gate first
+    y = silu(gate) * up              (..., n)
+    silu(g) = g * sigmoid(g),  sigmoid(g) = 1 / (1 + exp(-g))
+
+Write `backward`: given dy = dL/dy (..., n), return dh with h's shape (..., 2n): the gate's
+gradient in the first half, the up's in the second.
+"""
+
+import numpy as np
+
+
+def sigmoid(x):
+    """1 / (1 + exp(-x)), written with exp(-|x|) so no exp overflows."""
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1.0, e) / (1.0 + e)
+
+
+class SwiGLU:
+    """h: (..., 2n) -> y: (..., n). No parameters."""
+
+    def forward(self, h):
+        self.h = h  # kept for the backward
+        gate, up = np.split(h, 2, axis=-1)
+        return gate * sigmoid(gate) * up
+
+    def backward(self, dy):
+        """dy: (..., n). Returns dh: (..., 2n)."""
+        a, b = np.split(self.h, 2, axis=-1)
+        sig = sigmoid(a)
+        da = dy * b * sig * (1 - sig)
+        db = dy * a * sig
+        return np.concatenate([da, db], axis=-1)
