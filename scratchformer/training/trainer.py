@@ -42,8 +42,8 @@ from scratchformer.training.checkpoint import Checkpoint, load_checkpoint, save_
 from scratchformer.training.config import TrainConfig
 from scratchformer.training.diagnostics import DIAG_FILE, Diagnostics
 from scratchformer.training.parallel import DataParallel, WaitInterrupted, can_fork_workers, check_workers
-from scratchformer.training.rundir import (LogWriter, RunLock, check_fresh, clear_run, recover_run, start_log,
-                                          truncate_log)
+from scratchformer.training.rundir import (LogWriter, RunLock, check_checkpoint_paths, check_fresh, clear_run,
+                                          recover_run, start_log, sweep_temporaries, truncate_log)
 from scratchformer.training.schema import CONFIG, check_json
 
 LAST, BEST, LOG = "last", "best", "log.jsonl"
@@ -106,7 +106,21 @@ def resume_config(saved: dict, given: dict) -> tuple[TrainConfig, str | None]:
     rate does not jump back up, and the extra steps run at min_lr; pass decay_steps as well
     to stretch the cosine instead. The seed cannot change: a resumed run continues the saved
     random generators, so a new seed would change nothing but what the checkpoint records.
+    Another `workers` is allowed, with a line saying the run no longer repeats the uninterrupted
+    one bit for bit (a batch is split, summed and dropped out differently across processes).
     """
+    cfg, note = _resume_schedule(saved, given)
+    before = TrainConfig.from_dict(saved).workers
+    if cfg.workers != before:
+        change = (f"--workers {cfg.workers} instead of the run's {before}: the steps from here will not repeat the "
+                  f"uninterrupted run bit for bit (each batch is split, summed and dropped out another way); resume "
+                  f"with --workers {before} to repeat it")
+        note = change if note is None else f"{note}\n{change}"
+    return cfg, note
+
+
+def _resume_schedule(saved: dict, given: dict) -> tuple[TrainConfig, str | None]:
+    """resume_config's schedule part."""
     if "seed" in given:
         raise ConfigError(f"--seed cannot change a resumed run: it continues the random generators of its seed "
                           f"{saved.get('seed')}; drop --seed (or train a new run into another --out)")
@@ -196,7 +210,7 @@ def train(job, cfg: TrainConfig, out_dir: str | Path, resume: bool = False, prog
     with RunLock(out_dir) as lock:
         if lock.note:
             _say(lock.note)
-        return _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, overwrite)
+        return _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, overwrite, lock)
 
 
 MAX_GRAD_ACCUM = 1 << 16  # micro-batches a step: more is a step nobody waits for (a larger batch does it)
@@ -230,7 +244,7 @@ def processes_that_run(cfg: TrainConfig) -> tuple[TrainConfig, str | None]:
     return cfg, None
 
 
-def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, overwrite) -> dict:
+def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, overwrite, lock) -> dict:
     keep_freed_memory()  # freed temporaries stay in the process (scratchformer/allocator.py)
     # Before any step: the settings and the model's config must be what a checkpoint can hold
     # (a field changed after the config was built, or a value beyond its declaration, would
@@ -278,7 +292,9 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, over
         if overwrite:
             clear_run(out_dir)
         check_fresh(out_dir)
+        sweep_temporaries(out_dir)
         start_log(out_dir / LOG)
+    check_checkpoint_paths(out_dir)  # what no save could replace is refused now, not at the first save
     check_training_fits(model, cfg.batch_size, cfg.workers)
     diag = None  # the diagnostics recorder; it runs only on its own steps
     if cfg.diagnostics_every > 0:
@@ -289,6 +305,7 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, over
         # losses are checked before any save; NaN here only means "not evaluated yet" (Ctrl-C)
         finite = {k: v for k, v in (("best_val_loss", best_val), ("val_loss", val_loss)) if math.isfinite(v)}
         with stop.held():
+            lock.check_held()  # the run directory is still the one locked
             save_checkpoint(
                 out_dir / which,
                 model_state=model.state_dict(),
