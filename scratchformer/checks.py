@@ -105,6 +105,52 @@ def check_backward_args(dloss, grad=None, out_shape=None, grad_name: str = "grad
             raise ShapeError(f"{grad_name} must have the forward output's shape {tuple(out_shape)}, got {grad.shape}")
 
 
+def config_number(config: dict, key: str, default, where: str = "config.json"):
+    """config[key] (default when absent or null) as a float; a string, list or bool where a
+    number belongs is one ConfigError line naming the field."""
+    value = config.get(key)
+    if value is None:
+        return default
+    if not _is_number(value):
+        raise ConfigError(f"{where}: {key} must be a number, got {value!r}: fix the file")
+    return float(value)
+
+
+def config_int(config: dict, key: str, default=None, where: str = "config.json"):
+    """config[key] (default when absent or null), which must be an integer."""
+    value = config.get(key)
+    if value is None:
+        return default
+    if not _is_int(value):
+        raise ConfigError(f"{where}: {key} must be an integer, got {value!r}: fix the file")
+    return int(value)
+
+
+def config_flag(config: dict, key: str, default: bool, where: str = "config.json") -> bool:
+    """config[key] (default when absent or null), which must be true or false (bool("false")
+    would read the string as true)."""
+    value = config.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, (bool, np.bool_)):
+        raise ConfigError(f"{where}: {key} must be true or false, got {value!r}: fix the file")
+    return bool(value)
+
+
+def check_text(name: str, value) -> str:
+    """value must be a str that is valid Unicode (a lone surrogate is what Python makes of
+    invalid UTF-8 bytes in argv or a file read with surrogateescape); returns it."""
+    if not isinstance(value, str):
+        raise DTypeError(f"{name} must be a string, got {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        code = ord(value[e.start])
+        what = f"byte {code - 0xDC00:#04x}" if 0xDC80 <= code <= 0xDCFF else f"a lone surrogate U+{code:04X}"
+        raise DataError(f"{name} is not valid UTF-8 text ({what} at character {e.start}): give UTF-8 text") from None
+    return value
+
+
 def check_choice(name: str, value, choices) -> None:
     if value not in choices:
         raise ConfigError(f"{name} must be one of {sorted(choices)}, got {value!r}")

@@ -1,6 +1,7 @@
 """The adversary's classes (issue 26): nothing a user leaves in or links to a run directory is
 lost or stops a training, a second writer stays out, and every bad input is one line."""
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -14,6 +15,7 @@ from scratchformer.training.checkpoint import load_checkpoint, save_checkpoint
 from scratchformer.training.rundir import RunLock, clear_run, read_log, recover_run, run_files
 from scratchformer.training.trainer import resume_config
 
+ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "8", "--batch-size", "8", "--eval-batches", "1",
         "--no-progress", "--quiet"]
 
@@ -205,3 +207,284 @@ def test_resume_cli_prints_the_workers_line(run2, tmp_path, capsys):
     code, stdout, _ = cli(capsys, "train", "--resume", "--out", out, "--max-steps", "3", "--workers", "1",
                           "--no-progress", "--quiet")
     assert code == 0 and "--workers 1 instead of the run's 2: the steps from here will not repeat" in stdout
+
+
+# -- tracebacks become one line ----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def diverged_run(tmp_path_factory):
+    """A run whose diagnostics recorder wrote null for the NaN and infinities of a diverging
+    model (relu at --lr 1e4), stopped by the divergence."""
+    out = tmp_path_factory.mktemp("diverged") / "run"
+    code = main(["train", *TINY, "--max-steps", "12", "--eval-interval", "1", "--diag-interval", "1",
+                 "--activation", "relu", "--lr", "1e4", "--workers", "1", "--out", str(out)])
+    assert code == 2
+    assert b"null" in (out / "diagnostics.jsonl").read_bytes()  # what the recorder wrote
+    return out
+
+
+def _draw_diagnostics(run):
+    from scratchformer.viz import diagnostics as D
+
+    records = D.diag_records(run)
+    for figure in (D.activation_histograms, D.gradient_histograms, D.update_ratios, D.saturation_dead):
+        figure(records)
+    return records
+
+
+def test_the_diagnostics_of_a_diverged_run_draw(diverged_run):
+    records = _draw_diagnostics(diverged_run)
+    values = [v for r in records for layer in r["layers"] for v in (layer["mean"], layer["std"])]
+    assert any(np.isnan(v) for v in values) or any(np.isnan(r["act_range"]).any() for r in records)
+
+
+def _diag_lines(run):
+    lines = (run / "diagnostics.jsonl").read_text().splitlines()
+    return lines[0], [json.loads(line) for line in lines[1:]]
+
+
+def _set_diag(run, edit):
+    header, records = _diag_lines(run)
+    edit(records[-1])
+    (run / "diagnostics.jsonl").write_text("\n".join([header, *map(json.dumps, records)]) + "\n")
+
+
+NULLED = {  # every number the figures read, null (as the recorder writes NaN and infinity)
+    "layer_stats": lambda r: r["layers"][0].update(mean=None, std=None, saturation=None, dead=None),
+    "ranges": lambda r: r.update(act_range=[None, None], grad_range=[None, None]),
+    "params": lambda r: [p.update(grad_mean=None, grad_std=None, update_ratio=None) for p in r["params"].values()],
+    "attention": lambda r: r["probe"]["attention"][0][0][0].__setitem__(0, None),
+    "lr": lambda r: r.update(lr=None),
+}
+
+
+@pytest.mark.parametrize("name", NULLED)
+def test_nulls_anywhere_in_a_record_draw(run2, tmp_path, name):
+    out = copy(run2, tmp_path / "run")
+    _set_diag(out, NULLED[name])
+    _draw_diagnostics(out)
+
+
+DAMAGED = {
+    "layers_missing": lambda r: r.pop("layers"),
+    "layers_not_list": lambda r: r.update(layers={"0": 1}),
+    "layer_mean_string": lambda r: r["layers"][0].update(mean="0.5"),
+    "hist_short": lambda r: r["layers"][0].update(hist=[1, 2]),
+    "hist_strings": lambda r: r["layers"][0].update(hist=["a"] * 40),
+    "range_one_number": lambda r: r.update(act_range=[0.0]),
+    "params_list": lambda r: r.update(params=[1]),
+    "param_not_object": lambda r: r["params"].update({next(iter(r["params"])): 3}),
+    "grad_hist_null": lambda r: [p.update(grad_hist=None) for p in r["params"].values() if "grad_hist" in p],
+    "probe_missing": lambda r: r.pop("probe"),
+    "probe_tokens_numbers": lambda r: r["probe"].update(tokens=[1, 2]),
+    "attention_ragged": lambda r: r["probe"]["attention"][0][0].pop(),
+    "attention_string": lambda r: r["probe"]["attention"][0][0][0].__setitem__(0, "x"),
+    "attention_wrong_tokens": lambda r: r["probe"].update(tokens=r["probe"]["tokens"] + ["z"]),
+    "extra_layer": lambda r: r["layers"].append(dict(r["layers"][0])),
+    "step_bool": lambda r: r.update(step=True),
+}
+
+
+@pytest.mark.parametrize("name", DAMAGED)
+def test_a_damaged_record_is_one_line_naming_the_field(run2, tmp_path, name):
+    from scratchformer.errors import RunFileError
+    from scratchformer.viz.diagnostics import diag_records
+
+    out = copy(run2, tmp_path / "run")
+    _set_diag(out, DAMAGED[name])
+    with pytest.raises(RunFileError) as e:
+        diag_records(out)
+    assert "diagnostics.jsonl" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_viz_all_on_a_damaged_record_exits_2_in_one_line(run2, tmp_path, capsys):
+    out = copy(run2, tmp_path / "run")
+    _set_diag(out, DAMAGED["layer_mean_string"])
+    code, _, err = cli(capsys, "viz", out, "--all", "--out", tmp_path / "figs")
+    assert code == 2 and len(err) == 1 and "diagnostics.jsonl record" in err[0] and "mean" in err[0], err
+
+
+def test_a_resume_rewrites_nulls_as_nulls(run2, tmp_path, capsys):
+    out = copy(run2, tmp_path / "run")
+    _set_diag(out, NULLED["layer_stats"])
+    assert cli(capsys, "train", "--resume", "--out", out, "--max-steps", "3", "--no-progress", "--quiet")[0] == 0
+    _, records = _diag_lines(out)
+    assert records[-2]["layers"][0]["mean"] is None and records[-1]["step"] == 3
+
+
+def test_a_run_failing_before_its_first_row_leaves_nothing_that_blocks_the_retry(tmp_path, capsys):
+    out = tmp_path / "run"
+    code, _, err = cli(capsys, "train", *TINY, "--max-steps", "20", "--lr", "1e4", "--log-interval", "50",
+                       "--eval-interval", "50", "--out", out)
+    assert code == 2 and len(err) == 1 and "became" in err[0], err
+    assert not (out / "log.jsonl").exists() and not (out / "diagnostics.jsonl").exists()
+    assert cli(capsys, "train", *TINY, "--max-steps", "2", "--out", out)[0] == 0  # no --overwrite needed
+
+
+def test_a_stale_log_with_rows_is_never_dropped_by_a_failed_start(tmp_path, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "log.jsonl").write_text('{"step": 1, "train_loss": 9.0}\n')
+    code, _, err = cli(capsys, "train", *TINY, "--out", out)
+    assert code == 2 and "--overwrite" in err[0]
+    assert (out / "log.jsonl").read_text() == '{"step": 1, "train_loss": 9.0}\n'
+
+
+@pytest.fixture(scope="module")
+def bert_files(tmp_path_factory):
+    pytest.importorskip("transformers")
+    from tiny_bert import make_bert_dir, make_csv
+
+    d = tmp_path_factory.mktemp("bert")
+    files = {"bert": make_bert_dir(d / "bert"), "train": make_csv(d / "train.csv"), "root": d}
+    rows = files["train"].read_text().splitlines()
+    rows[3] = ",love"  # line 4: an empty text
+    rows[9] = '"   ",war'                  # line 10: a text of spaces
+    (d / "empty.csv").write_text("\n".join(rows) + "\n")
+    run = d / "run"
+    assert main(["finetune", "--model", str(files["bert"]), "--data", str(files["train"]), "--out", str(run),
+                 "--max-length", "16", "--batch-size", "8", "--max-steps", "2", "--no-progress", "--quiet"]) == 0
+    files["run"] = run
+    return files
+
+
+@pytest.mark.parametrize("seed", ["1", "2", "3"])
+def test_finetune_refuses_empty_texts_up_front_whatever_the_seed(bert_files, tmp_path, capsys, seed):
+    out = tmp_path / "ft"
+    code, _, err = cli(capsys, "finetune", "--model", bert_files["bert"], "--data", bert_files["root"] / "empty.csv",
+                       "--out", out, "--max-length", "16", "--max-steps", "2", "--seed", seed, "--no-progress")
+    assert code == 2 and len(err) == 1 and "line 4: the text is empty" in err[0], err
+    assert not (out / "log.jsonl").exists()
+
+
+@pytest.mark.parametrize("text", ["caf\udce9 love", "\udcff", "love \ud800 war"])
+def test_non_utf8_text_into_a_fine_tuned_classifier_is_one_line(bert_files, capsys, text):
+    code, _, err = cli(capsys, "predict", bert_files["run"], text)
+    assert code == 2 and len(err) == 1 and "not valid UTF-8 text" in err[0], err
+
+
+def test_non_utf8_text_into_viz_of_a_fine_tuned_classifier_is_one_line(bert_files, tmp_path, capsys):
+    code, _, err = cli(capsys, "viz", bert_files["run"], "--text", "caf\udce9 love", "--out", tmp_path / "f")
+    assert code == 2 and len(err) == 1 and "--text is not valid UTF-8 text (byte 0xe9" in err[0], err
+
+
+def test_a_classifier_job_refuses_non_strings_and_bad_text_in_python(bert_files):
+    from scratchformer.errors import DataError, DTypeError
+    from scratchformer.training.jobs import load_job
+
+    job = load_job(bert_files["run"])
+    with pytest.raises(DataError, match="not valid UTF-8"):
+        job.predict("caf\udce9")
+    with pytest.raises(DTypeError, match="must be a string"):
+        job.predict(b"love")
+
+
+@pytest.mark.parametrize("lines", [["love"], ["[PAD]"], ["", ""]])
+def test_duplicate_lines_in_vocab_txt_are_one_line(bert_files, tmp_path, capsys, lines):
+    bert = shutil.copytree(bert_files["bert"], tmp_path / "bert")
+    with open(bert / "vocab.txt", "a", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    code, _, err = cli(capsys, "finetune", "--model", bert, "--data", bert_files["train"], "--out", tmp_path / "ft",
+                       "--max-length", "16", "--max-steps", "1", "--no-progress")
+    assert code == 2 and len(err) == 1 and "vocab.txt line" in err[0] and "repeats the token" in err[0], err
+
+
+def test_a_vocab_txt_longer_than_the_models_vocabulary_is_refused(bert_files, tmp_path, capsys):
+    bert = shutil.copytree(bert_files["bert"], tmp_path / "bert")
+    with open(bert / "vocab.txt", "a", encoding="utf-8") as f:
+        f.write("zzz\n")
+    code, _, err = cli(capsys, "finetune", "--model", bert, "--data", bert_files["train"], "--out", tmp_path / "ft",
+                       "--max-length", "16", "--max-steps", "1", "--no-progress")
+    assert code == 2 and len(err) == 1 and "vocab_size" in err[0], err
+
+
+GPT2_HF = {"model_type": "gpt2", "vocab_size": 50, "n_positions": 16, "n_embd": 8, "n_layer": 1, "n_head": 2,
+           "resid_pdrop": 0.1, "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True}
+LLAMA_HF = {"model_type": "llama", "vocab_size": 50, "hidden_size": 8, "intermediate_size": 16,
+            "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 16,
+            "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "attention_dropout": 0.0, "head_dim": 4,
+            "tie_word_embeddings": False}
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+@pytest.mark.parametrize("bad", ["abc", "1e-5", None, [1], {"a": 1}, True, -1, float("nan"), 10**30])
+def test_a_hf_config_with_a_bad_value_anywhere_is_a_typed_error(family, bad):
+    from scratchformer.errors import ScratchformerError
+    from scratchformer.interop.gpt2 import gpt2_config_from_hf
+    from scratchformer.interop.llama import llama_config_from_hf
+
+    read, config = (gpt2_config_from_hf, GPT2_HF) if family == "gpt2" else (llama_config_from_hf, LLAMA_HF)
+    read(config)  # the unchanged config reads
+    for key in config:
+        if key == "model_type":
+            continue
+        try:
+            read({**config, key: bad})
+        except ScratchformerError as e:
+            assert "\n" not in str(e)
+        # a value that reads (None: the default; -1 eps...) must not be a bare builtin error
+
+
+@pytest.mark.parametrize("key,bad", [("tie_word_embeddings", "false"), ("layer_norm_epsilon", "1e-5"),
+                                     ("resid_pdrop", "0.1")])
+def test_a_string_where_hf_config_wants_a_number_or_flag_is_refused_not_guessed(key, bad):
+    from scratchformer.errors import ConfigError
+    from scratchformer.interop.gpt2 import gpt2_config_from_hf
+
+    with pytest.raises(ConfigError, match=f"{key} must be"):
+        gpt2_config_from_hf({**GPT2_HF, key: bad})
+
+
+@pytest.fixture(scope="module")
+def bpe_run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bpe")
+    text = d / "text.txt"
+    words = "the cat sat on the mat and the dog ran to the cat while a bird sang".split()
+    rng = np.random.default_rng(0)
+    text.write_text(" ".join(rng.choice(words, 3000)) + "\n")
+    out = d / "run"
+    assert main(["train", "--data", str(text), "--format", "text", "--tokenizer", "bpe", "--vocab-size", "280",
+                 "--block-size", "16", "--bias", "--tie-weights", *TINY, "--max-steps", "2", "--out", str(out)]) == 0
+    return out
+
+
+def _full_disk(*a, **kw):
+    import errno
+
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.parametrize("writer", ["weights", "tokenizer_config"])
+def test_export_on_a_full_disk_is_one_line_and_leaves_no_directory(bpe_run, tmp_path, capsys, monkeypatch, writer):
+    import pathlib
+
+    import safetensors.numpy
+
+    if writer == "weights":  # the first file written
+        monkeypatch.setattr(safetensors.numpy, "save_file", _full_disk)
+    else:  # the last one, after every other file is written
+        real = pathlib.Path.write_text
+        monkeypatch.setattr(pathlib.Path, "write_text",
+                            lambda self, *a, **kw: _full_disk() if self.name == "tokenizer_config.json"
+                            else real(self, *a, **kw))
+    hf = tmp_path / "exports" / "hf"
+    code, _, err = cli(capsys, "export", bpe_run, "--hf", hf)
+    assert code == 2 and len(err) == 1 and "No space left on device" in err[0], err
+    assert not hf.exists() and list((tmp_path / "exports").iterdir()) == []
+    monkeypatch.undo()
+    assert cli(capsys, "export", bpe_run, "--hf", hf)[0] == 0  # the retry needs nothing cleaned
+    assert {p.name for p in hf.iterdir()} >= {"config.json", "model.safetensors", "tokenizer_config.json"}
+
+
+def test_export_into_an_empty_directory_still_works(bpe_run, tmp_path, capsys):
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    assert cli(capsys, "export", bpe_run, "--hf", hf)[0] == 0 and (hf / "config.json").is_file()
+
+
+def test_sample_hf_with_a_string_in_config_json_is_one_line(bpe_run, tmp_path, capsys):
+    hf = tmp_path / "hf"
+    assert cli(capsys, "export", bpe_run, "--hf", hf)[0] == 0
+    config = json.loads((hf / "config.json").read_text())
+    (hf / "config.json").write_text(json.dumps({**config, "layer_norm_epsilon": "tiny"}))
+    code, _, err = cli(capsys, "sample", "--hf", hf, "-n", "1", "--max-new-tokens", "2")
+    assert code == 2 and len(err) == 1 and "layer_norm_epsilon must be a number" in err[0], err

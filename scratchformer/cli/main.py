@@ -646,7 +646,10 @@ def cmd_embed(args) -> int:
 
 
 def cmd_export(args) -> int:
+    import shutil
+
     from scratchformer.interop.hf_lm import save_hf_causal_lm
+    from scratchformer.runfiles import naming, new_temp_dir
     from scratchformer.training.jobs import load_job
 
     job = load_job(args.dir)
@@ -654,9 +657,21 @@ def cmd_export(args) -> int:
     if job.kind != "gpt" or tokenizer is None:
         raise CLIError(f"{args.dir} holds a {job.kind} run: export writes language models (GPT-2) only")
     out = Path(args.hf)
-    if out.exists() and any(out.iterdir()):
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise CLIError(f"{out} is not empty: export into a new directory")
-    save_hf_causal_lm(job.model, tokenizer, out)
+    # written into a temporary directory beside it, then renamed: a failure (a full disk) leaves
+    # no half-written directory, only the one line naming the file
+    out.absolute().parent.mkdir(parents=True, exist_ok=True)
+    tmp = new_temp_dir(out.absolute())
+    try:
+        save_hf_causal_lm(job.model, tokenizer, tmp)
+        os.replace(tmp, out)  # onto a missing or empty directory
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise naming(e, out / Path(e.filename).name if e.filename else out) from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     print(f"wrote {out} (GPT2LMHeadModel.from_pretrained and AutoTokenizer read it)")
     return 0
 

@@ -210,7 +210,28 @@ def train(job, cfg: TrainConfig, out_dir: str | Path, resume: bool = False, prog
     with RunLock(out_dir) as lock:
         if lock.note:
             _say(lock.note)
-        return _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, overwrite, lock)
+        started = {"log": False}  # set once a fresh run has started its own log
+        try:
+            return _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, overwrite, lock, started)
+        except BaseException:
+            if started["log"]:
+                _drop_unstarted_run(out_dir)
+            raise
+
+
+def _drop_unstarted_run(out_dir: Path) -> None:
+    """A fresh run that failed before logging a row or saving a checkpoint leaves nothing behind
+    (its empty log and header-only diagnostics would make the retry ask for --overwrite)."""
+    log = out_dir / LOG
+    if any(os.path.lexists(out_dir / name) for name in (LAST, BEST)):
+        return
+    try:
+        if not log.is_file() or log.stat().st_size:
+            return
+    except OSError:
+        return
+    log.unlink(missing_ok=True)
+    (out_dir / DIAG_FILE).unlink(missing_ok=True)
 
 
 MAX_GRAD_ACCUM = 1 << 16  # micro-batches a step: more is a step nobody waits for (a larger batch does it)
@@ -244,7 +265,7 @@ def processes_that_run(cfg: TrainConfig) -> tuple[TrainConfig, str | None]:
     return cfg, None
 
 
-def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, overwrite, lock) -> dict:
+def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, overwrite, lock, started) -> dict:
     keep_freed_memory()  # freed temporaries stay in the process (scratchformer/allocator.py)
     # Before any step: the settings and the model's config must be what a checkpoint can hold
     # (a field changed after the config was built, or a value beyond its declaration, would
@@ -294,6 +315,7 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, over
         check_fresh(out_dir)
         sweep_temporaries(out_dir)
         start_log(out_dir / LOG)
+        started["log"] = True
     check_checkpoint_paths(out_dir)  # what no save could replace is refused now, not at the first save
     check_training_fits(model, cfg.batch_size, cfg.workers)
     diag = None  # the diagnostics recorder; it runs only on its own steps
