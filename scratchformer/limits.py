@@ -18,6 +18,8 @@ address-space limit (`ulimit -v`, RLIMIT_AS) less what it has mapped.
     check_model_fits(config, ...)       before building a model (any kind) from its config
     check_training_fits(model, B, W)    before the first training step: state + one batch + W processes
     check_text_fits(nbytes, source)     before reading a data file: TEXT_BYTES_PER_BYTE of memory each
+    check_bpe_fits(nbytes, what, option)  before the tokenizers library trains on or encodes a text: it
+                                        aborts the process (a Rust abort, no exception) when memory runs out
     model_flops_per_token(model)        6N + 12 L C T (nanoGPT's estimate), for MFU
     gemm_peak_flops()                   float32 GEMM FLOP/s, measured once (well under a second)
 """
@@ -39,6 +41,11 @@ MAX_LINE_CHARS = 1000  # a "lines" data set is names and short items; 1,000 char
 # memory a data file costs while it is read and encoded, per byte of the file (measured on
 # tinyshakespeare: the bytes, the decoded str, the int64 ids and the split copies, ~9.6)
 TEXT_BYTES_PER_BYTE = 10
+# what the `tokenizers` library (Rust) holds per byte of text, measured as peak RSS on
+# tinyshakespeare x2 and x4: training a byte-level BPE on one text ~103 (its pre-tokenized
+# words), encoding one text ~225 (the Encoding's ids, token strings, offsets and masks)
+BPE_TRAIN_BYTES_PER_BYTE = 120
+BPE_ENCODE_BYTES_PER_BYTE = 250
 PROCESS_BYTES = 64 << 20  # a forked training process beyond its share of the batch: Python, NumPy, buffers
 
 
@@ -253,6 +260,15 @@ def check_text_fits(nbytes: int, source: str, option: str = "--data") -> None:
     """Before reading a data file of `nbytes` bytes: what reading and encoding it costs."""
     _refuse_if(TEXT_BYTES_PER_BYTE * nbytes, f"reading the data file {source} ({nbytes:,} bytes)",
                f"give {option} a smaller file")
+
+
+def check_bpe_fits(nbytes: int, what: str, option: str, training: bool = False) -> None:
+    """Before the tokenizers library trains on (`training`) or encodes `nbytes` of text: a
+    ResourceError naming `option` when it would not fit (the library itself would abort the
+    process, no Python error to catch)."""
+    per_byte = BPE_TRAIN_BYTES_PER_BYTE if training else BPE_ENCODE_BYTES_PER_BYTE
+    _refuse_if(per_byte * nbytes, f"{'training a BPE tokenizer on' if training else 'BPE-encoding'} {what} "
+               f"({nbytes:,} bytes)", option)
 
 
 def model_flops_per_token(model) -> float:

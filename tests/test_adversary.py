@@ -488,3 +488,57 @@ def test_sample_hf_with_a_string_in_config_json_is_one_line(bpe_run, tmp_path, c
     (hf / "config.json").write_text(json.dumps({**config, "layer_norm_epsilon": "tiny"}))
     code, _, err = cli(capsys, "sample", "--hf", hf, "-n", "1", "--max-new-tokens", "2")
     assert code == 2 and len(err) == 1 and "layer_norm_epsilon must be a number" in err[0], err
+
+
+# -- memory estimated before the tokenizers library can exhaust it ------------------------------
+@pytest.fixture
+def limit_60mb(monkeypatch):
+    """A memory limit of 60 MB, as `ulimit -v` or a cgroup would set it (limits.memory_limits)."""
+    from scratchformer import limits
+
+    monkeypatch.setattr(limits, "memory_limits", lambda: {"the test's limit": 60 << 20})
+
+
+def _text_file(path, nbytes):
+    words = "the cat sat on the mat and the dog ran to the cat while a bird sang\n"
+    path.write_text(words * (nbytes // len(words)))
+    return path
+
+
+def test_bpe_training_on_a_big_text_under_a_limit_is_one_line(tmp_path, capsys, limit_60mb):
+    data = _text_file(tmp_path / "big.txt", 1 << 20)  # 1 MB: reading it fits, training a BPE on it does not
+    code, _, err = cli(capsys, "train", "--data", data, "--format", "text", "--tokenizer", "bpe", "--vocab-size", "300",
+                       *TINY, "--workers", "1", "--max-steps", "1", "--out", tmp_path / "run")
+    assert code == 2 and len(err) == 1 and "training a BPE tokenizer on" in err[0] and "under the test's limit" in err[0], err
+
+
+def test_bpe_encoding_a_long_prompt_file_under_a_limit_is_one_line(bpe_run, tmp_path, capsys, limit_60mb):
+    hf = tmp_path / "hf"
+    assert cli(capsys, "export", bpe_run, "--hf", hf)[0] == 0
+    prompt = _text_file(tmp_path / "prompt.txt", 400_000)
+    code, _, err = cli(capsys, "sample", "--hf", hf, "--prompt-file", prompt, "-n", "1", "--max-new-tokens", "2")
+    assert code == 2 and len(err) == 1 and "BPE-encoding --prompt" in err[0], err
+    code, _, err = cli(capsys, "sample", bpe_run, "--prompt-file", prompt, "-n", "1", "--max-new-tokens", "2")
+    assert code == 2 and len(err) == 1 and "BPE-encoding" in err[0], err
+
+
+def test_a_prompt_file_too_big_to_read_is_refused_before_reading(tmp_path, capsys, limit_60mb):
+    prompt = tmp_path / "prompt.txt"
+    with open(prompt, "wb") as f:
+        f.truncate(100 << 20)  # sparse: 100 MB on paper, nothing on disk
+    code, _, err = cli(capsys, "sample", "--hf", tmp_path, "--prompt-file", prompt)
+    assert code == 2 and len(err) == 1 and "--prompt-file" in err[0] and "smaller" in err[0], err
+
+
+def test_bpe_estimates_in_python(limit_60mb, monkeypatch):
+    from scratchformer import limits
+    from scratchformer.data.bpe import BPETokenizer
+    from scratchformer.errors import ResourceError
+
+    tok = BPETokenizer.train(["the cat sat on the mat " * 50], 280)
+    with pytest.raises(ResourceError, match="BPE-encoding the text"):
+        tok.encode("the cat " * 50_000, what="the text")  # 400 KB: ~100 MB in the library
+    with pytest.raises(ResourceError, match="training a BPE tokenizer"):
+        BPETokenizer.train(["the cat " * 80_000], 280)  # 640 KB: ~77 MB
+    monkeypatch.setattr(limits, "memory_limits", lambda: {})  # no limit known: nothing refused
+    assert len(tok.encode("the cat " * 50_000)) > 0

@@ -543,7 +543,10 @@ def cmd_sample(args) -> int:
 
     prompt = args.prompt
     if args.prompt_file is not None:
+        from scratchformer.limits import check_text_fits
+
         try:
+            check_text_fits(Path(args.prompt_file).stat().st_size, args.prompt_file, "--prompt-file")
             prompt = Path(args.prompt_file).read_bytes().decode("utf-8")
             # as an editor shows it: no byte-order mark, Windows line ends as \n, one trailing newline dropped
             prompt = prompt.removeprefix("\ufeff").replace("\r\n", "\n").removesuffix("\n")

@@ -171,10 +171,11 @@ def _checked_record(rec: dict, where: str) -> dict:
     return out
 
 
-def read_records(path: str | Path) -> tuple[dict, list[dict]]:
+def read_records(path: str | Path, nulls_as_nan: bool = False) -> tuple[dict, list[dict]]:
     """(header, records) of a diagnostics file; RunFileError (one line) for anything else.
-    Every record is checked field by field, and null (the recorder's NaN and infinity) is read
-    as NaN; the records must agree on the model's layers and parameters and on the probe.
+    Every record is checked field by field (the records must agree on the model's layers,
+    heads and parameters). The records come back as written, null for the recorder's NaN and
+    infinity; `nulls_as_nan`: as the figures read them, every number a float and null NaN.
     A missing file raises FileNotFoundError."""
     text = read_regular_file(path, MAX_BYTES, hint="delete it (diagnostics are optional) or train again")
     lines = text.decode("utf-8", "replace").splitlines()
@@ -193,7 +194,7 @@ def read_records(path: str | Path) -> tuple[dict, list[dict]]:
             if (len(r["layers"]), heads) != shape or set(r["params"]) != set(last["params"]):
                 raise RunFileError(f"{path} record {i}: its layers, heads or parameters differ from the last "
                                    f"record's (records of another model?); {_DIAG_HINT}")
-    return rows[0], records
+    return rows[0], (records if nulls_as_nan else rows[1:])
 
 
 class Diagnostics:
