@@ -22,10 +22,13 @@ address-space limit (`ulimit -v`, RLIMIT_AS) less what it has mapped.
                                         aborts the process (a Rust abort, no exception) when memory runs out
     model_flops_per_token(model)        6N + 12 L C T (nanoGPT's estimate), for MFU
     gemm_peak_flops()                   float32 GEMM FLOP/s, measured once (well under a second)
+    gemm_rate()                         one n x n float32 product's FLOP/s, measured now
+    mfu(flops, tokens_per_s, peak)      model FLOP rate / peak, or None when that cannot be right (> 1)
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from functools import lru_cache
@@ -290,3 +293,26 @@ def gemm_peak_flops(n: int = 512, repeats: int = 3) -> float:
         a @ a
         best = min(best, time.perf_counter() - t)
     return 2.0 * n**3 / max(best, 1e-9)
+
+
+def gemm_rate(n: int = 512) -> float:
+    """float32 FLOP/s of one n x n matmul, measured now (a few milliseconds)."""
+    a = np.ones((n, n), dtype=np.float32)
+    t = time.perf_counter()
+    a @ a
+    return 2.0 * n**3 / max(time.perf_counter() - t, 1e-9)
+
+
+def mfu(flops_per_token: float, tokens_per_s: float, peak: float) -> float | None:
+    """Model FLOPs utilisation: flops_per_token * tokens_per_s / peak, to 3 significant digits.
+
+    None -- no figure -- where it cannot be right: a peak that is not a positive number, or a
+    result above 1, which says the training ran faster than the GEMM rate `peak` measured, so
+    that measurement was taken under load it no longer has (the trainer measures again and
+    writes no MFU until the rate it divides by is at least what the training reached)."""
+    if not (isinstance(peak, (int, float)) and math.isfinite(peak) and peak > 0):
+        return None
+    value = flops_per_token * tokens_per_s / peak
+    if not (math.isfinite(value) and 0 <= value <= 1):
+        return None
+    return float(f"{value:.3g}")

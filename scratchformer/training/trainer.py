@@ -35,7 +35,8 @@ import numpy as np
 from scratchformer.allocator import keep_freed_memory
 from scratchformer.errors import (CheckpointError, ConfigError, ParallelWorkerError, TrainingDivergedError,
                                   TrainingInterrupted)
-from scratchformer.limits import check_training_fits, gemm_peak_flops, model_flops_per_token
+from scratchformer import limits
+from scratchformer.limits import check_training_fits, model_flops_per_token
 from scratchformer.nn import set_dropout_rng
 from scratchformer.optim import AdamW, clip_grad_norm, cosine_lr, param_groups
 from scratchformer.training.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
@@ -234,6 +235,10 @@ def _drop_unstarted_run(out_dir: Path) -> None:
     (out_dir / DIAG_FILE).unlink(missing_ok=True)
 
 
+# The GEMM rate MFU divides by is the best seen: measured at the start, then again at a log row
+# at most this often (and whenever the row's MFU would exceed 1), so load at the start cannot
+# make it read several times too high for the whole run.
+PEAK_REMEASURE_S = 30.0
 MAX_GRAD_ACCUM = 1 << 16  # micro-batches a step: more is a step nobody waits for (a larger batch does it)
 
 
@@ -340,7 +345,8 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, over
             )
 
     flops_per_step_token = model_flops_per_token(model)  # for MFU: 6N + the attention term
-    peak = gemm_peak_flops()
+    peak = limits.gemm_peak_flops()  # the best GEMM rate seen: measured again as the run goes (PEAK_REMEASURE_S)
+    peak_at = time.perf_counter()
     bar = None
     if progress:
         from tqdm import tqdm
@@ -398,10 +404,15 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, over
                     now = time.perf_counter()
                     seconds = max(now - t_since, 1e-9)
                     tok_s = tokens_since / seconds
-                    log.append({"step": step, "lr": lr, "train_loss": train_loss, "grad_norm": grad_norm,
-                                "tokens_per_s": round(tok_s, 1), "ms_per_step": round(1000 * seconds / steps_since, 2),
-                                "mfu": round(flops_per_step_token * tok_s / peak, 4)})
-                    tokens_since, steps_since, t_since = 0, 0, now
+                    row = {"step": step, "lr": lr, "train_loss": train_loss, "grad_norm": grad_norm,
+                           "tokens_per_s": round(tok_s, 1), "ms_per_step": round(1000 * seconds / steps_since, 2)}
+                    if now - peak_at >= PEAK_REMEASURE_S or limits.mfu(flops_per_step_token, tok_s, peak) is None:
+                        peak, peak_at = max(peak, limits.gemm_rate()), time.perf_counter()
+                    utilisation = limits.mfu(flops_per_step_token, tok_s, peak)
+                    if utilisation is not None:  # absent rather than wrong (limits.mfu)
+                        row["mfu"] = utilisation
+                    log.append(row)
+                    tokens_since, steps_since, t_since = 0, 0, time.perf_counter()
                     if bar is not None:
                         bar.set_postfix(loss=f"{train_loss:.4f}", tok_s=f"{tok_s:,.0f}")
                 if bar is not None:
