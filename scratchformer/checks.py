@@ -26,7 +26,11 @@ def check_token_ids(ids, name: str, vocab_size: int, max_len: int | None = None,
                     batched: bool = True) -> np.ndarray:
     """ids as an integer array with every id in [0, vocab_size). batched: a non-empty (B, T)
     array with T <= max_len (when given); otherwise any shape (an Embedding's input)."""
-    ids = np.asarray(ids)
+    try:
+        ids = np.asarray(ids)
+    except (ValueError, TypeError):  # a ragged nested list
+        raise DataError(f"{name} must be an integer array (a rectangular batch of token ids), got a ragged "
+                        f"{type(ids).__name__}") from None
     if not np.issubdtype(ids.dtype, np.integer):
         raise DataError(f"{name} must hold integer token ids, got dtype {ids.dtype}")
     if batched and (ids.ndim != 2 or ids.size == 0):
@@ -39,6 +43,38 @@ def check_token_ids(ids, name: str, vocab_size: int, max_len: int | None = None,
         if lo < 0 or hi >= vocab_size:
             raise DataError(f"{name}: token ids must be in [0, {vocab_size}), got min {lo} max {hi}")
     return ids
+
+
+def as_array(value, name: str) -> np.ndarray:
+    """np.asarray(value), a ragged nested list or an object NumPy cannot hold being a DataError."""
+    try:
+        return np.asarray(value)
+    except (ValueError, TypeError):
+        raise DataError(f"{name} must be a rectangular array, got a ragged {type(value).__name__}") from None
+
+
+def check_id_sequence(name: str, ids) -> np.ndarray:
+    """ids (a sequence or array of integer token ids, any shape) as a flat int64 array; floats,
+    bools, strings, None and ragged lists are a DataError (a cast would silently truncate 1.7 to 1)."""
+    try:
+        a = np.asarray(ids)
+    except (ValueError, TypeError):
+        raise DataError(f"{name} must be integer token ids, got a ragged {type(ids).__name__}") from None
+    if a.size and not np.issubdtype(a.dtype, np.integer):
+        raise DataError(f"{name} must be integer token ids, got {type(ids).__name__} of dtype {a.dtype}")
+    return a.astype(np.int64, copy=False).ravel()
+
+
+def check_module(name: str, value) -> None:
+    """value must be a scratchformer Module (a model or a layer): what has its parameters and
+    modes (checks sits below nn, so the class itself is not imported here)."""
+    if not all(callable(getattr(value, m, None)) for m in ("named_parameters", "named_modules", "train", "eval")):
+        raise DTypeError(f"{name} must be a scratchformer Module (a model or a layer), got {type(value).__name__}")
+
+
+def check_generator(name: str, value) -> None:
+    if not isinstance(value, np.random.Generator):
+        raise DTypeError(f"{name} must be a numpy Generator (np.random.default_rng(seed)), got {type(value).__name__}")
 
 
 def check_float_array(x, name: str, ndim: int | None = None, last_dim: int | None = None) -> None:
@@ -152,7 +188,11 @@ def check_text(name: str, value) -> str:
 
 
 def check_choice(name: str, value, choices) -> None:
-    if value not in choices:
+    try:
+        known = value in choices
+    except (TypeError, ValueError):  # an array or another unhashable value
+        known = False
+    if not known:
         raise ConfigError(f"{name} must be one of {sorted(choices)}, got {value!r}")
 
 

@@ -35,7 +35,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from scratchformer.errors import DataError, ResourceError
+from scratchformer.errors import ConfigError, DataError, DTypeError, ResourceError
 
 FLOAT_BYTES = 4  # float32, the library's default dtype
 USABLE_FRACTION = 0.9  # leave the rest to the OS and the Python interpreter
@@ -180,6 +180,10 @@ def check_fits(nbytes: int, what: str, option: str, available: int | None = None
     ("--batch-size or --block-size"). `available` defaults to available_memory(); when that
     is unknown, nothing is checked.
     """
+    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, float, np.integer, np.floating)) or not nbytes >= 0:
+        raise ConfigError(f"check_fits nbytes must be a number >= 0, got {nbytes!r}")
+    if not isinstance(what, str) or not isinstance(option, str):
+        raise DTypeError("check_fits what and option must be str (they make the message)")
     _refuse_if(nbytes, what, f"lower {option}", available)
 
 
@@ -310,7 +314,10 @@ def mfu(flops_per_token: float, tokens_per_s: float, peak: float) -> float | Non
     result above 1, which says the training ran faster than the GEMM rate `peak` measured, so
     that measurement was taken under load it no longer has (the trainer measures again and
     writes no MFU until the rate it divides by is at least what the training reached)."""
-    if not (isinstance(peak, (int, float)) and math.isfinite(peak) and peak > 0):
+    for name, value in (("flops_per_token", flops_per_token), ("tokens_per_s", tokens_per_s)):
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or value < 0:
+            raise ConfigError(f"mfu {name} must be a number >= 0, got {value!r}")
+    if isinstance(peak, bool) or not (isinstance(peak, (int, float)) and math.isfinite(peak) and peak > 0):
         return None
     value = flops_per_token * tokens_per_s / peak
     if not (math.isfinite(value) and 0 <= value <= 1):

@@ -23,8 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
+from scratchformer.checks import check_id_sequence
 from scratchformer.data.tokenizer import IGNORE_INDEX
-from scratchformer.errors import ConfigError, DataError
+from scratchformer.errors import ConfigError, DataError, DTypeError
 from scratchformer.limits import check_bpe_fits
 
 END_OF_TEXT = "<|endoftext|>"  # GPT-2's one special token
@@ -71,6 +72,10 @@ class BPETokenizer:
         if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or not MIN_VOCAB <= vocab_size <= MAX_VOCAB:
             raise ConfigError(f"--vocab-size must be an integer from {MIN_VOCAB} (the 256 bytes and "
                               f"{END_OF_TEXT}) to {MAX_VOCAB:,}, got {vocab_size!r}")
+        if isinstance(texts, str) or not isinstance(texts, Iterable):
+            raise DTypeError(f"texts must be a list of str (lines, or [one whole text]), got {type(texts).__name__}")
+        if isinstance(texts, np.ndarray) or (isinstance(texts, (list, tuple)) and not all(isinstance(t, str) for t in texts)):
+            raise DTypeError("texts must be a list of str (lines, or [one whole text])")
         if isinstance(texts, (list, tuple)):  # the library aborts the process when memory runs out
             size = sum(len(t.encode("utf-8", "surrogatepass")) for t in texts if isinstance(t, str))
             check_bpe_fits(size, "the training text", "give --data a smaller file (or train without --tokenizer bpe)",
@@ -136,7 +141,7 @@ class BPETokenizer:
 
     def decode(self, ids) -> str:
         """ids (any int sequence/array) -> str; skips special tokens and IGNORE_INDEX (-100)."""
-        ids = np.asarray(ids, dtype=np.int64).ravel()
+        ids = check_id_sequence("ids", ids)
         ids = ids[ids != IGNORE_INDEX]
         bad = ids[(ids < 0) | (ids >= self.vocab_size)]
         if bad.size:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from scratchformer.checks import check_int_in_range, check_token_ids
-from scratchformer.errors import ConfigError
+from scratchformer.errors import ConfigError, DTypeError
 from scratchformer.limits import check_fits
 from scratchformer.nn.module import eval_mode
 from scratchformer.ops import log_softmax_forward
@@ -74,6 +74,9 @@ def check_beam_width(beam_width, model=None, batch: int = 1, src_len: int = 1, s
 
 
 def _setup(model, src, max_new_tokens):
+    if not all(callable(getattr(model, m, None)) for m in ("encode", "decode_step", "src_mask", "new_caches")):
+        raise DTypeError(f"model must be a seq2seq model (Seq2SeqTransformer: encode, decode_step), got "
+                         f"{type(model).__name__}")
     max_len = model.config.max_len
     src = check_token_ids(src, "src", model.config.src_vocab_size, max_len=max_len)
     n = max_len if max_new_tokens is None else max_new_tokens

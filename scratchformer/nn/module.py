@@ -23,12 +23,12 @@ Contract of every layer (forward/backward pairs, llm.c style):
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 import numpy as np
 
-from scratchformer.checks import FLOAT_DTYPES
+from scratchformer.checks import FLOAT_DTYPES, check_bool, check_module
 from scratchformer.errors import BackwardError, DTypeError, StateDictError
 
 __all__ = ["DEFAULT_DTYPE", "Module", "Parameter", "door", "eval_mode", "trusted_calls",
@@ -201,6 +201,9 @@ class Module:
         so is an array that is not real floating point (int, bool, complex: a cast would
         silently change the weights).
         """
+        if not isinstance(state_dict, Mapping) or not all(isinstance(k, str) for k in state_dict):
+            raise StateDictError(f"state_dict must be a dict of name -> array (model.state_dict()), got {type(state_dict).__name__}")
+        check_bool("strict", strict)
         own = dict(self.named_parameters())
         missing = sorted(set(own) - set(state_dict))
         unexpected = sorted(set(state_dict) - set(own))
@@ -274,6 +277,7 @@ def door(check):
 @contextmanager
 def eval_mode(module: Module):
     """Run a block in eval mode and restore the module's previous mode, even on an error."""
+    check_module("module", module)
     was_training = module.training
     module.eval()
     try:
