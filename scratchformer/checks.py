@@ -65,6 +65,15 @@ def check_id_sequence(name: str, ids) -> np.ndarray:
     return a.astype(np.int64, copy=False).ravel()
 
 
+def check_grad(dy, name: str, shape: tuple) -> None:
+    """A backward's incoming gradient: a float ndarray of the forward output's `shape`."""
+    if not isinstance(dy, np.ndarray) or dy.dtype.kind != "f":
+        raise DTypeError(f"{name} must be a float numpy array (the gradient of the forward's output), got "
+                         f"{type(dy).__name__}{f' of dtype {dy.dtype}' if isinstance(dy, np.ndarray) else ''}")
+    if dy.shape != tuple(shape):
+        raise ShapeError(f"{name} must have the forward output's shape {tuple(shape)}, got {dy.shape}")
+
+
 def check_module(name: str, value) -> None:
     """value must be a scratchformer Module (a model or a layer): what has its parameters and
     modes (checks sits below nn, so the class itself is not imported here)."""

@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from scratchformer.checks import (
+    check_grad,
     check_bool,
     check_generator,
     check_module,
@@ -57,6 +58,7 @@ class Linear(Module):
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
         x = self._pop_cache()["x"]
+        check_grad(dy, "Linear.backward dy", (*x.shape[:-1], self.out_features))
         return linear_backward_into(dy, x, self.weight.data, self.weight.grad,
                                     None if self.bias is None else self.bias.grad)
 
@@ -119,6 +121,7 @@ class LayerNorm(Module):
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
         c = self._pop_cache()
+        check_grad(dy, "LayerNorm.backward dy", c["xhat"].shape)
         dx, dw, db = layernorm_backward(dy, c["xhat"], c["rstd"], self.weight.data)
         self.weight.grad += dw
         if self.bias is not None:
