@@ -49,11 +49,14 @@ def test_overwrite_keeps_a_users_dot_old_files(run2, tmp_path, capsys):
     (out / ".notes.old").mkdir()
     (out / ".notes.old" / "a").write_text("mine too")
     (out / ".last.tmp-notes").write_text("not a temporary of ours")  # not the PID-N pattern
+    (out / ".best.tmp-drafts").mkdir()  # a directory of that name: not ours either
+    (out / ".best.tmp-drafts" / "a").write_text("mine")
     (out / ".diagnostics.jsonl.tmp-99-3").write_text("{}")           # a kill -9 leftover: ours
     assert ".bashrc.old" not in " ".join(run_files(out))
     assert cli(capsys, "train", *TINY, "--max-steps", "2", "--out", out, "--overwrite")[0] == 0
     assert (out / ".bashrc.old").read_text() == "mine" and (out / ".notes.old" / "a").read_text() == "mine too"
     assert (out / ".last.tmp-notes").exists() and not (out / ".diagnostics.jsonl.tmp-99-3").exists()
+    assert (out / ".best.tmp-drafts" / "a").read_text() == "mine"  # survived every save of the run
 
 
 def test_clear_run_removes_a_link_never_its_target(tmp_path):

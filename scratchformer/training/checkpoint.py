@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -144,11 +145,15 @@ def recover(directory: str | os.PathLike) -> None:
         if directory.is_dir():  # crash after step 2: the target is the new, complete one
             _carry_foreign(backup, directory)
             shutil.rmtree(backup)
+        elif os.path.lexists(directory):  # a file or a broken link: check_checkpoint_path refuses it
+            pass
         else:
             os.replace(backup, directory)  # crash between steps 1 and 2: the backup is it
             fsync_dir(directory.parent)
+    own = re.compile(rf"\.{re.escape(directory.name)}\.tmp-\d+-\d+")  # runfiles._temp_name's, nothing else
     for tmp in directory.parent.glob(f".{directory.name}.tmp-*"):
-        shutil.rmtree(tmp, ignore_errors=True)
+        if own.fullmatch(tmp.name) and tmp.is_dir() and not tmp.is_symlink():
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def write_directory_atomic(directory: str | os.PathLike, files: dict[str, bytes]) -> Path:
