@@ -545,3 +545,15 @@ def test_bpe_estimates_in_python(limit_60mb, monkeypatch):
         BPETokenizer.train(["the cat " * 80_000], 280)  # 640 KB: ~77 MB
     monkeypatch.setattr(limits, "memory_limits", lambda: {})  # no limit known: nothing refused
     assert len(tok.encode("the cat " * 50_000)) > 0
+
+
+def test_a_kill_9_leftover_is_swept_by_the_next_fresh_run_and_resume(run2, tmp_path, capsys):
+    out = tmp_path / "fresh"
+    out.mkdir()
+    (out / ".diagnostics.jsonl.tmp-4242-7").write_text('{"format": "scratch')  # what kill -9 mid-write leaves
+    assert cli(capsys, "train", *TINY, "--max-steps", "2", "--out", out)[0] == 0  # no --overwrite: not a run file
+    assert not (out / ".diagnostics.jsonl.tmp-4242-7").exists()
+    resumed = copy(run2, tmp_path / "resumed")
+    (resumed / ".log.jsonl.tmp-4242-8").write_text("{")
+    assert cli(capsys, "train", "--resume", "--out", resumed, "--max-steps", "3", "--no-progress", "--quiet")[0] == 0
+    assert not (resumed / ".log.jsonl.tmp-4242-8").exists()

@@ -38,7 +38,7 @@ import numpy as np
 
 from scratchformer.errors import ConfigError, DataChangedError, DataError, RunFileError, RunLockedError
 from scratchformer.runfiles import parse_json, read_regular_file, write_atomic
-from scratchformer.training.checkpoint import backup_path, check_checkpoint_path, recover
+from scratchformer.training.checkpoint import check_checkpoint_path, recover
 from scratchformer.training.diagnostics import DIAG_FILE
 from scratchformer.training.schema import LOG_ROW, check_json
 
