@@ -74,6 +74,39 @@ def check_grad(dy, name: str, shape: tuple) -> None:
         raise ShapeError(f"{name} must have the forward output's shape {tuple(shape)}, got {dy.shape}")
 
 
+def check_eps(name: str, value) -> None:
+    """A normalisation's eps: a finite number >= 0 (0 is the bare formula)."""
+    if not _is_number(value) or not (value >= 0 and math.isfinite(value)):
+        raise ConfigError(f"{name} must be a finite number >= 0, got {value!r}")
+
+
+class _Door:
+    """`inside` is True while a door's forward runs (nn.module): the layers and ops called
+    from it trust their caller, which checked its input once."""
+
+    inside = False
+
+
+DOOR = _Door()
+
+
+def op_float(fn: str, name: str, x, ndim: int | None = None, min_ndim: int = 1) -> None:
+    """An op's array argument: a float ndarray of rank ndim (or at least min_ndim)."""
+    if not isinstance(x, np.ndarray) or x.dtype.kind != "f":
+        raise DTypeError(f"{fn}: {name} must be a float numpy array, got "
+                         f"{type(x).__name__}{f' of dtype {x.dtype}' if isinstance(x, np.ndarray) else ''}")
+    if (ndim is not None and x.ndim != ndim) or x.ndim < min_ndim:
+        raise ShapeError(f"{fn}: {name} must have {ndim if ndim is not None else f'at least {min_ndim}'} "
+                         f"dimensions, got shape {x.shape}")
+
+
+def op_fits(fn: str, fits: bool, **arrays) -> None:
+    """ShapeError naming the shapes of `arrays` unless `fits`."""
+    if not fits:
+        shapes = ", ".join(f"{k} {getattr(v, 'shape', None)}" for k, v in arrays.items())
+        raise ShapeError(f"{fn}: the shapes do not fit together ({shapes})")
+
+
 def check_module(name: str, value) -> None:
     """value must be a scratchformer Module (a model or a layer): what has its parameters and
     modes (checks sits below nn, so the class itself is not imported here)."""

@@ -275,15 +275,9 @@ def call(name, arg, bad):
 
 
 # Entry points that still raise untyped errors for some misuse (each listed, strict: the test
-# fails once one is fixed, so it leaves this list). The reference ops check nothing at their
-# own door (the layers that call them check theirs); the lens is being reworked under the
+# fails once one is fixed, so it leaves this list). The lens is being reworked under the
 # model-contract issue.
 NOT_YET = {
-    **dict.fromkeys(["softmax_forward", "softmax_backward", "log_softmax_forward", "gelu_forward", "gelu_backward",
-                     "relu_forward", "linear_forward", "linear_backward", "layernorm_forward", "rmsnorm_forward",
-                     "attention_forward", "attention_mask", "causal_mask", "dropout_forward", "cross_entropy_forward",
-                     "rope_tables", "rope_forward", "swiglu_forward", "silu_forward"],
-                    "the reference ops do not check their arguments"),
     **dict.fromkeys(["hook_names", "run_with_cache", "logit_lens", "direct_logit_attribution", "head_scores"],
                     "the lens's arguments are not checked yet"),
 }

@@ -74,7 +74,8 @@ class BPETokenizer:
                               f"{END_OF_TEXT}) to {MAX_VOCAB:,}, got {vocab_size!r}")
         if isinstance(texts, str) or not isinstance(texts, Iterable):
             raise DTypeError(f"texts must be a list of str (lines, or [one whole text]), got {type(texts).__name__}")
-        if isinstance(texts, np.ndarray) or (isinstance(texts, (list, tuple)) and not all(isinstance(t, str) for t in texts)):
+        listed = isinstance(texts, (list, tuple))
+        if isinstance(texts, np.ndarray) or (listed and not all(isinstance(t, str) for t in texts)):
             raise DTypeError("texts must be a list of str (lines, or [one whole text])")
         if isinstance(texts, (list, tuple)):  # the library aborts the process when memory runs out
             size = sum(len(t.encode("utf-8", "surrogatepass")) for t in texts if isinstance(t, str))

@@ -84,7 +84,8 @@ def llama_config_from_hf(hf: dict, dtype: str = "float32") -> GPTConfig:
         vocab_size=hf["vocab_size"], block_size=hf.get("max_position_embeddings", 2048), n_layer=hf["num_hidden_layers"],
         n_head=n_head, n_embd=n_embd, n_inner=hf["intermediate_size"],
         n_kv_head=None if n_kv_head in (None, n_head) else n_kv_head, dropout=0.0,
-        tie_weights=config_flag(hf, "tie_word_embeddings", False), layer_norm_eps=config_number(hf, "rms_norm_eps", 1e-6),
+        tie_weights=config_flag(hf, "tie_word_embeddings", False),
+        layer_norm_eps=config_number(hf, "rms_norm_eps", 1e-6),
         rope_theta=_rope_theta(hf), dtype=dtype, **LLAMA_BLOCKS,
     ))
 

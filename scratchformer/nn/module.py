@@ -28,7 +28,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from scratchformer.checks import FLOAT_DTYPES, check_bool, check_module
+from scratchformer.checks import DOOR, FLOAT_DTYPES, check_bool, check_module
 from scratchformer.errors import BackwardError, DTypeError, StateDictError
 
 __all__ = ["DEFAULT_DTYPE", "Module", "Parameter", "door", "eval_mode", "trusted_calls",
@@ -202,7 +202,8 @@ class Module:
         silently change the weights).
         """
         if not isinstance(state_dict, Mapping) or not all(isinstance(k, str) for k in state_dict):
-            raise StateDictError(f"state_dict must be a dict of name -> array (model.state_dict()), got {type(state_dict).__name__}")
+            raise StateDictError(f"state_dict must be a dict of name -> array (model.state_dict()), "
+                                 f"got {type(state_dict).__name__}")
         check_bool("strict", strict)
         own = dict(self.named_parameters())
         missing = sorted(set(own) - set(state_dict))
@@ -240,23 +241,21 @@ def _first_few(items: list[str], sep: str | None = None, n: int = 3) -> str:
     return (str(items[:n]) if sep is None else sep.join(items[:n])) + more
 
 
-_inside_forward = False  # True while a door's forward runs: inner calls skip check_input
 
 
 @contextmanager
 def trusted_calls():
     """Run module calls without input checks (a door already checked). Models use it around
     public methods other than __call__ (generate, encode, decode) after checking their input."""
-    global _inside_forward
-    outer, _inside_forward = _inside_forward, True
+    outer, DOOR.inside = DOOR.inside, True  # checks.DOOR: the ops below nn read it too
     try:
         yield
     finally:
-        _inside_forward = outer
+        DOOR.inside = outer
 
 
 def _at_the_door(check, run, args, kwargs):
-    if _inside_forward:  # called from inside a model: the model checked its input
+    if DOOR.inside:  # called from inside a model: the model checked its input
         return run(*args, **kwargs)
     check(*args, **kwargs)
     with trusted_calls():
