@@ -26,7 +26,11 @@ def check_token_ids(ids, name: str, vocab_size: int, max_len: int | None = None,
                     batched: bool = True) -> np.ndarray:
     """ids as an integer array with every id in [0, vocab_size). batched: a non-empty (B, T)
     array with T <= max_len (when given); otherwise any shape (an Embedding's input)."""
-    ids = np.asarray(ids)
+    try:
+        ids = np.asarray(ids)
+    except (ValueError, TypeError):  # a ragged nested list
+        raise DataError(f"{name} must be an integer array (a rectangular batch of token ids), got a ragged "
+                        f"{type(ids).__name__}") from None
     if not np.issubdtype(ids.dtype, np.integer):
         raise DataError(f"{name} must hold integer token ids, got dtype {ids.dtype}")
     if batched and (ids.ndim != 2 or ids.size == 0):
@@ -39,6 +43,80 @@ def check_token_ids(ids, name: str, vocab_size: int, max_len: int | None = None,
         if lo < 0 or hi >= vocab_size:
             raise DataError(f"{name}: token ids must be in [0, {vocab_size}), got min {lo} max {hi}")
     return ids
+
+
+def as_array(value, name: str) -> np.ndarray:
+    """np.asarray(value), a ragged nested list or an object NumPy cannot hold being a DataError."""
+    try:
+        return np.asarray(value)
+    except (ValueError, TypeError):
+        raise DataError(f"{name} must be a rectangular array, got a ragged {type(value).__name__}") from None
+
+
+def check_id_sequence(name: str, ids) -> np.ndarray:
+    """ids (a sequence or array of integer token ids, any shape) as a flat int64 array; floats,
+    bools, strings, None and ragged lists are a DataError (a cast would silently truncate 1.7 to 1)."""
+    try:
+        a = np.asarray(ids)
+    except (ValueError, TypeError):
+        raise DataError(f"{name} must be integer token ids, got a ragged {type(ids).__name__}") from None
+    if a.size and not np.issubdtype(a.dtype, np.integer):
+        raise DataError(f"{name} must be integer token ids, got {type(ids).__name__} of dtype {a.dtype}")
+    return a.astype(np.int64, copy=False).ravel()
+
+
+def check_grad(dy, name: str, shape: tuple) -> None:
+    """A backward's incoming gradient: a float ndarray of the forward output's `shape`."""
+    if not isinstance(dy, np.ndarray) or dy.dtype.kind != "f":
+        raise DTypeError(f"{name} must be a float numpy array (the gradient of the forward's output), got "
+                         f"{type(dy).__name__}{f' of dtype {dy.dtype}' if isinstance(dy, np.ndarray) else ''}")
+    if dy.shape != tuple(shape):
+        raise ShapeError(f"{name} must have the forward output's shape {tuple(shape)}, got {dy.shape}")
+
+
+def check_eps(name: str, value) -> None:
+    """A normalisation's eps: a finite number >= 0 (0 is the bare formula)."""
+    if not _is_number(value) or not (value >= 0 and math.isfinite(value)):
+        raise ConfigError(f"{name} must be a finite number >= 0, got {value!r}")
+
+
+class _Door:
+    """`inside` is True while a door's forward runs (nn.module): the layers and ops called
+    from it trust their caller, which checked its input once."""
+
+    inside = False
+
+
+DOOR = _Door()
+
+
+def op_float(fn: str, name: str, x, ndim: int | None = None, min_ndim: int = 1) -> None:
+    """An op's array argument: a float ndarray of rank ndim (or at least min_ndim)."""
+    if not isinstance(x, np.ndarray) or x.dtype.kind != "f":
+        raise DTypeError(f"{fn}: {name} must be a float numpy array, got "
+                         f"{type(x).__name__}{f' of dtype {x.dtype}' if isinstance(x, np.ndarray) else ''}")
+    if (ndim is not None and x.ndim != ndim) or x.ndim < min_ndim:
+        raise ShapeError(f"{fn}: {name} must have {ndim if ndim is not None else f'at least {min_ndim}'} "
+                         f"dimensions, got shape {x.shape}")
+
+
+def op_fits(fn: str, fits: bool, **arrays) -> None:
+    """ShapeError naming the shapes of `arrays` unless `fits`."""
+    if not fits:
+        shapes = ", ".join(f"{k} {getattr(v, 'shape', None)}" for k, v in arrays.items())
+        raise ShapeError(f"{fn}: the shapes do not fit together ({shapes})")
+
+
+def check_module(name: str, value) -> None:
+    """value must be a scratchformer Module (a model or a layer): what has its parameters and
+    modes (checks sits below nn, so the class itself is not imported here)."""
+    if not all(callable(getattr(value, m, None)) for m in ("named_parameters", "named_modules", "train", "eval")):
+        raise DTypeError(f"{name} must be a scratchformer Module (a model or a layer), got {type(value).__name__}")
+
+
+def check_generator(name: str, value) -> None:
+    if not isinstance(value, np.random.Generator):
+        raise DTypeError(f"{name} must be a numpy Generator (np.random.default_rng(seed)), got {type(value).__name__}")
 
 
 def check_float_array(x, name: str, ndim: int | None = None, last_dim: int | None = None) -> None:
@@ -105,8 +183,58 @@ def check_backward_args(dloss, grad=None, out_shape=None, grad_name: str = "grad
             raise ShapeError(f"{grad_name} must have the forward output's shape {tuple(out_shape)}, got {grad.shape}")
 
 
+def config_number(config: dict, key: str, default, where: str = "config.json"):
+    """config[key] (default when absent or null) as a float; a string, list or bool where a
+    number belongs is one ConfigError line naming the field."""
+    value = config.get(key)
+    if value is None:
+        return default
+    if not _is_number(value):
+        raise ConfigError(f"{where}: {key} must be a number, got {value!r}: fix the file")
+    return float(value)
+
+
+def config_int(config: dict, key: str, default=None, where: str = "config.json"):
+    """config[key] (default when absent or null), which must be an integer."""
+    value = config.get(key)
+    if value is None:
+        return default
+    if not _is_int(value):
+        raise ConfigError(f"{where}: {key} must be an integer, got {value!r}: fix the file")
+    return int(value)
+
+
+def config_flag(config: dict, key: str, default: bool, where: str = "config.json") -> bool:
+    """config[key] (default when absent or null), which must be true or false (bool("false")
+    would read the string as true)."""
+    value = config.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, (bool, np.bool_)):
+        raise ConfigError(f"{where}: {key} must be true or false, got {value!r}: fix the file")
+    return bool(value)
+
+
+def check_text(name: str, value) -> str:
+    """value must be a str that is valid Unicode (a lone surrogate is what Python makes of
+    invalid UTF-8 bytes in argv or a file read with surrogateescape); returns it."""
+    if not isinstance(value, str):
+        raise DTypeError(f"{name} must be a string, got {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        code = ord(value[e.start])
+        what = f"byte {code - 0xDC00:#04x}" if 0xDC80 <= code <= 0xDCFF else f"a lone surrogate U+{code:04X}"
+        raise DataError(f"{name} is not valid UTF-8 text ({what} at character {e.start}): give UTF-8 text") from None
+    return value
+
+
 def check_choice(name: str, value, choices) -> None:
-    if value not in choices:
+    try:
+        known = value in choices
+    except (TypeError, ValueError):  # an array or another unhashable value
+        known = False
+    if not known:
         raise ConfigError(f"{name} must be one of {sorted(choices)}, got {value!r}")
 
 

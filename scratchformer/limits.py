@@ -19,12 +19,17 @@ address-space limit (`ulimit -v`, RLIMIT_AS) less what it has mapped.
     check_model_fits(config, cls, ...)  before building a model (any kind) from its config
     check_training_fits(model, B, W)    before the first training step: state + one batch + W processes
     check_text_fits(nbytes, source)     before reading a data file: TEXT_BYTES_PER_BYTE of memory each
+    check_bpe_fits(nbytes, what, option)  before the tokenizers library trains on or encodes a text: it
+                                        aborts the process (a Rust abort, no exception) when memory runs out
     model_flops_per_token(model)        6N + 12 L C T (nanoGPT's estimate), for MFU
     gemm_peak_flops()                   float32 GEMM FLOP/s, measured once (well under a second)
+    gemm_rate()                         one n x n float32 product's FLOP/s, measured now
+    mfu(flops, tokens_per_s, peak)      model FLOP rate / peak, or None when that cannot be right (> 1)
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from functools import lru_cache
@@ -32,7 +37,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from scratchformer.errors import DataError, ResourceError
+from scratchformer.errors import ConfigError, DataError, DTypeError, ResourceError
 
 FLOAT_BYTES = 4  # float32, the library's default dtype
 USABLE_FRACTION = 0.9  # leave the rest to the OS and the Python interpreter
@@ -41,6 +46,11 @@ MAX_LINE_CHARS = 1000  # a "lines" data set is names and short items; 1,000 char
 # memory a data file costs while it is read and encoded, per byte of the file (measured on
 # tinyshakespeare: the bytes, the decoded str, the int64 ids and the split copies, ~9.6)
 TEXT_BYTES_PER_BYTE = 10
+# what the `tokenizers` library (Rust) holds per byte of text, measured as peak RSS on
+# tinyshakespeare x2 and x4: training a byte-level BPE on one text ~103 (its pre-tokenized
+# words), encoding one text ~225 (the Encoding's ids, token strings, offsets and masks)
+BPE_TRAIN_BYTES_PER_BYTE = 120
+BPE_ENCODE_BYTES_PER_BYTE = 250
 PROCESS_BYTES = 64 << 20  # a forked training process beyond its share of the batch: Python, NumPy, buffers
 
 
@@ -185,6 +195,10 @@ def check_fits(nbytes: int, what: str, option: str, available: int | None = None
     ("--batch-size or --block-size"). `available` defaults to available_memory(); when that
     is unknown, nothing is checked.
     """
+    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, float, np.integer, np.floating)) or not nbytes >= 0:
+        raise ConfigError(f"check_fits nbytes must be a number >= 0, got {nbytes!r}")
+    if not isinstance(what, str) or not isinstance(option, str):
+        raise DTypeError("check_fits what and option must be str (they make the message)")
     _refuse_if(nbytes, what, f"lower {option}", available)
 
 
@@ -239,6 +253,15 @@ def check_text_fits(nbytes: int, source: str, option: str = "--data") -> None:
                f"give {option} a smaller file")
 
 
+def check_bpe_fits(nbytes: int, what: str, option: str, training: bool = False) -> None:
+    """Before the tokenizers library trains on (`training`) or encodes `nbytes` of text: a
+    ResourceError naming `option` when it would not fit (the library itself would abort the
+    process, no Python error to catch)."""
+    per_byte = BPE_TRAIN_BYTES_PER_BYTE if training else BPE_ENCODE_BYTES_PER_BYTE
+    _refuse_if(per_byte * nbytes, f"{'training a BPE tokenizer on' if training else 'BPE-encoding'} {what} "
+               f"({nbytes:,} bytes)", option)
+
+
 def model_flops_per_token(model) -> float:
     """FLOPs of one training token, forward and backward: 6 per parameter plus attention's
     12 * layers * width * context (nanoGPT's estimate_mfu; the context is the model's
@@ -258,3 +281,29 @@ def gemm_peak_flops(n: int = 512, repeats: int = 3) -> float:
         a @ a
         best = min(best, time.perf_counter() - t)
     return 2.0 * n**3 / max(best, 1e-9)
+
+
+def gemm_rate(n: int = 512) -> float:
+    """float32 FLOP/s of one n x n matmul, measured now (a few milliseconds)."""
+    a = np.ones((n, n), dtype=np.float32)
+    t = time.perf_counter()
+    a @ a
+    return 2.0 * n**3 / max(time.perf_counter() - t, 1e-9)
+
+
+def mfu(flops_per_token: float, tokens_per_s: float, peak: float) -> float | None:
+    """Model FLOPs utilisation: flops_per_token * tokens_per_s / peak, to 3 significant digits.
+
+    None -- no figure -- where it cannot be right: a peak that is not a positive number, or a
+    result above 1, which says the training ran faster than the GEMM rate `peak` measured, so
+    that measurement was taken under load it no longer has (the trainer measures again and
+    writes no MFU until the rate it divides by is at least what the training reached)."""
+    for name, value in (("flops_per_token", flops_per_token), ("tokens_per_s", tokens_per_s)):
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or value < 0:
+            raise ConfigError(f"mfu {name} must be a number >= 0, got {value!r}")
+    if isinstance(peak, bool) or not (isinstance(peak, (int, float)) and math.isfinite(peak) and peak > 0):
+        return None
+    value = flops_per_token * tokens_per_s / peak
+    if not (math.isfinite(value) and 0 <= value <= 1):
+        return None
+    return float(f"{value:.3g}")

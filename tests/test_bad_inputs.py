@@ -139,6 +139,24 @@ def _moved_data(edit_bytes):
     return forge
 
 
+def _diagnostics(edit):
+    """A forgery that edits the last record of diagnostics.jsonl (edit(record) in place)."""
+    def forge(run: Path):
+        lines = (run / "diagnostics.jsonl").read_text().splitlines()
+        records = [json.loads(line) for line in lines[1:]]
+        edit(records[-1])
+        (run / "diagnostics.jsonl").write_text("\n".join([lines[0], *map(json.dumps, records)]) + "\n")
+    return forge
+
+
+def _replace_checkpoint(which, make):
+    """A forgery replacing best/ or last/ by what make(path) creates there (a file, a loop)."""
+    def forge(run: Path):
+        shutil.rmtree(run / which)
+        make(run / which)
+    return forge
+
+
 MT19937 = {"bit_generator": "MT19937", "state": {"key": list(range(624)), "pos": 624}}
 FORGERIES = {
     "config_list": _edit_json("config.json", lambda d: [1, 2]),
@@ -184,6 +202,12 @@ FORGERIES = {
     "run_log_only": _keep_only(**{"log.jsonl": "log.jsonl"}),
     "data_changed": _moved_data(lambda b: b + b"to be or not to be\n"),  # same characters, more text
     "data_missing": _moved_data(lambda b: None),
+    # issue 26: the adversary's run directories
+    "diag_mean_string": _diagnostics(lambda r: r["layers"][0].update(mean="0.5")),
+    "diag_no_probe": _diagnostics(lambda r: r.pop("probe")),
+    "diag_ragged_attention": _diagnostics(lambda r: r["probe"]["attention"][0][0].pop()),
+    "best_is_a_file": _replace_checkpoint("best", lambda p: p.write_text("not a checkpoint")),
+    "best_links_to_itself": _replace_checkpoint("best", lambda p: p.symlink_to(p)),
 }
 _deep = "[" * 100_000 + "]" * 100_000
 FORGERIES["state_deep"] = _edit_json("trainer_state.json", lambda d: json.dumps(d).replace('"step": 2', f'"step": {_deep}'))
@@ -341,6 +365,11 @@ FORGED = {  # forgery -> the commands it is tried under
     "log_deep": ("viz"),
     "data_changed": ("eval resume"),
     "data_missing": ("eval"),
+    "diag_mean_string": ("viz"),
+    "diag_no_probe": ("viz"),
+    "diag_ragged_attention": ("viz"),
+    "best_is_a_file": ("resume"),
+    "best_links_to_itself": ("resume"),
 }
 for forgery, commands in FORGED.items():
     for command in commands.split():

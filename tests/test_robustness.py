@@ -152,11 +152,32 @@ def test_resume_with_only_best_says_how_to_start_over(finished_run, tmp_path, ca
     assert code == 2 and len(err) == 1 and "one of them" in err[0]
 
 
-def test_log_rows_have_milliseconds_per_step_and_mfu(tmp_path, capsys):
+def test_log_rows_have_milliseconds_per_step_and_mfu_that_is_right_or_absent(tmp_path, capsys, monkeypatch):
+    # no figure here depends on the machine's speed: the GEMM rates are planted
+    from scratchformer import limits
+
+    monkeypatch.setattr(limits, "gemm_peak_flops", lambda: 1.0)  # measured under load: far too low
+    monkeypatch.setattr(limits, "gemm_rate", lambda: 1e30)       # measured again: the machine is free
     out = tmp_path / "run"
     assert cli(capsys, "train", *TINY, "--max-steps", "2", "--log-interval", "1", "--out", out)[0] == 0
     rows = [r for r in read_log(out / "log.jsonl")[0] if "grad_norm" in r]
-    assert rows and all(r["ms_per_step"] > 0 and r["mfu"] > 0 for r in rows), rows  # MFU: an estimate (limits.py)
+    assert len(rows) == 2 and all(r["ms_per_step"] >= 0 and 0 <= r["mfu"] < 1e-6 for r in rows), rows
+    monkeypatch.setattr(limits, "gemm_rate", lambda: 1.0)  # every measurement wrong: no MFU written at all
+    assert cli(capsys, "train", *TINY, "--max-steps", "2", "--log-interval", "1", "--out", out, "--overwrite")[0] == 0
+    rows = [r for r in read_log(out / "log.jsonl")[0] if "grad_norm" in r]
+    assert len(rows) == 2 and not any("mfu" in r for r in rows), rows
+
+
+def test_mfu_formula_on_fixed_inputs():
+    from scratchformer.limits import mfu
+
+    assert mfu(6_000.0, 1e6, 1e10) == 0.6  # 6e9 model FLOP/s of a 1e10 FLOP/s peak
+    assert mfu(6_000.0, 1e6, 6e9) == 1.0
+    assert mfu(1.0, 1.0, 3.0) == 0.333  # three significant digits
+    assert mfu(1.0, 1e-3, 1e9) == 1e-12  # a tiny model on a fast machine still reads > 0
+    assert mfu(6_000.0, 1e6, 1e9) is None  # 6x the rate measured: that measurement was wrong
+    for bad_peak in (0.0, -1.0, float("nan"), float("inf"), None):
+        assert mfu(6_000.0, 1e6, bad_peak) is None
 
 
 def test_changed_data_stops_eval_and_resume_unless_allowed(tmp_path, capsys):

@@ -563,7 +563,10 @@ def cmd_sample(args) -> int:
 
     prompt = args.prompt
     if args.prompt_file is not None:
+        from scratchformer.limits import check_text_fits
+
         try:
+            check_text_fits(Path(args.prompt_file).stat().st_size, args.prompt_file, "--prompt-file")
             prompt = Path(args.prompt_file).read_bytes().decode("utf-8")
             # as an editor shows it: no byte-order mark, Windows line ends as \n, one trailing newline dropped
             prompt = prompt.removeprefix("\ufeff").replace("\r\n", "\n").removesuffix("\n")
@@ -669,7 +672,10 @@ def cmd_embed(args) -> int:
 
 
 def cmd_export(args) -> int:
+    import shutil
+
     from scratchformer.interop.hf_lm import hf_layout, save_hf_causal_lm
+    from scratchformer.runfiles import naming, new_temp_dir
     from scratchformer.training.jobs import load_job
 
     job = load_job(args.dir)
@@ -677,10 +683,22 @@ def cmd_export(args) -> int:
     if job.kind != "gpt" or tokenizer is None:
         raise CLIError(f"{args.dir} holds a {job.kind} run: export writes language models (GPT-2 or Llama) only")
     out = Path(args.hf)
-    if out.exists() and any(out.iterdir()):
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise CLIError(f"{out} is not empty: export into a new directory")
     _, cls, _ = hf_layout(job.model.config)  # a model no layout holds: one line naming why, nothing written
-    save_hf_causal_lm(job.model, tokenizer, out)
+    # written into a temporary directory beside it, then renamed: a failure (a full disk) leaves
+    # no half-written directory, only the one line naming the file
+    out.absolute().parent.mkdir(parents=True, exist_ok=True)
+    tmp = new_temp_dir(out.absolute())
+    try:
+        save_hf_causal_lm(job.model, tokenizer, tmp)
+        os.replace(tmp, out)  # onto a missing or empty directory
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise naming(e, out / Path(e.filename).name if e.filename else out) from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     print(f"wrote {out} ({cls}.from_pretrained and AutoTokenizer read it)")
     return 0
 

@@ -23,13 +23,16 @@ from pathlib import Path
 
 import numpy as np
 
+from scratchformer.checks import check_id_sequence
 from scratchformer.data.tokenizer import IGNORE_INDEX
-from scratchformer.errors import ConfigError, DataError, RunFileError
+from scratchformer.errors import ConfigError, DataError, DTypeError, RunFileError
+from scratchformer.limits import check_bpe_fits
 from scratchformer.runfiles import read_json_file
 
 END_OF_TEXT = "<|endoftext|>"  # GPT-2's one special token
 MIN_VOCAB = 256 + 1  # the byte alphabet and the end-of-text token
 MAX_VOCAB = 1 << 20
+CHECKED_CHARS = 1 << 16  # texts longer than this are checked against the memory before they are encoded
 
 
 def _hf():
@@ -75,6 +78,15 @@ class BPETokenizer:
         if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or not MIN_VOCAB <= vocab_size <= MAX_VOCAB:
             raise ConfigError(f"--vocab-size must be an integer from {MIN_VOCAB} (the 256 bytes and "
                               f"{END_OF_TEXT}) to {MAX_VOCAB:,}, got {vocab_size!r}")
+        if isinstance(texts, str) or not isinstance(texts, Iterable):
+            raise DTypeError(f"texts must be a list of str (lines, or [one whole text]), got {type(texts).__name__}")
+        listed = isinstance(texts, (list, tuple))
+        if isinstance(texts, np.ndarray) or (listed and not all(isinstance(t, str) for t in texts)):
+            raise DTypeError("texts must be a list of str (lines, or [one whole text])")
+        if isinstance(texts, (list, tuple)):  # the library aborts the process when memory runs out
+            size = sum(len(t.encode("utf-8", "surrogatepass")) for t in texts if isinstance(t, str))
+            check_bpe_fits(size, "the training text", "give --data a smaller file (or train without --tokenizer bpe)",
+                           training=True)
         hf = _hf()
         tok = hf.Tokenizer(hf.models.BPE())
         tok.pre_tokenizer = hf.pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -140,6 +152,8 @@ class BPETokenizer:
         """str -> (n,) int64 ids (no special tokens added). `what` names the text in errors."""
         if not isinstance(text, str):
             raise DataError(f"{what} must be a str, got {type(text).__name__}")
+        if len(text) > CHECKED_CHARS:  # the library aborts the process when memory runs out
+            check_bpe_fits(len(text.encode("utf-8", "surrogatepass")), what, f"give a shorter {what}")
         try:
             ids = self._tok.encode(text, add_special_tokens=False).ids
         except Exception as e:  # e.g. a lone surrogate, which has no UTF-8 bytes
@@ -148,7 +162,7 @@ class BPETokenizer:
 
     def decode(self, ids) -> str:
         """ids (any int sequence/array) -> str; skips special tokens and IGNORE_INDEX (-100)."""
-        ids = np.asarray(ids, dtype=np.int64).ravel()
+        ids = check_id_sequence("ids", ids)
         ids = ids[ids != IGNORE_INDEX]
         bad = ids[(ids < 0) | (ids >= self.vocab_size)]
         if bad.size:

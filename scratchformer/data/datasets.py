@@ -14,9 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
+from scratchformer.checks import as_array, check_int_in_range, check_positive_int
 from scratchformer.data.bpe import BPETokenizer
 from scratchformer.data.tokenizer import IGNORE_INDEX, CharTokenizer
-from scratchformer.errors import ConfigError, DataError
+from scratchformer.errors import ConfigError, DataError, DTypeError
 from scratchformer.limits import check_fits, check_line_lengths, check_text_fits
 
 DEFAULT_TEXT_BLOCK_SIZE = 128
@@ -133,6 +134,12 @@ class TextDataset:
                  source: str = "text", chars: int | None = None):
         """chars: the characters the targets cover (the text less its first token's), for bits
         per character; default one per target (a character tokenizer's stream)."""
+        ids = as_array(ids, "ids")
+        if ids.ndim != 1 or (ids.size and not np.issubdtype(ids.dtype, np.integer)):
+            raise DataError(f"ids must be a 1-D array of integer token ids, got {ids.dtype} of shape {ids.shape}")
+        check_positive_int("block_size", block_size)
+        if chars is not None:
+            check_int_in_range("chars", chars, 0, 2**63)
         self.ids = np.asarray(ids, dtype=np.int64)
         self.tokenizer = tokenizer
         self.chars = len(self.ids) - 1 if chars is None else int(chars)
@@ -230,6 +237,8 @@ def guess_format(text: str) -> str:
     length <= 40 characters and (almost) no blank lines; else "text". Blank lines mark
     paragraphs or speeches, which lists do not have: tinyshakespeare's lines are short too,
     but one line in six is blank."""
+    if not isinstance(text, str):
+        raise DTypeError(f"text must be a str, got {type(text).__name__}")
     lines = [s.strip() for s in split_lines(text.strip())]
     items = [s for s in lines if s]
     if len(items) < 100 or statistics.median(len(s) for s in items) > 40:

@@ -61,6 +61,8 @@ def read_labelled_csv(path: str | Path) -> tuple[list[str], list[str]]:
             t, y = row[col["text"]].strip(), row[col["label"]].strip()
             if not y:
                 raise DataError(f"{path} line {reader.line_num}: the label is empty; every row needs one")
+            if not t:  # refused up front: an empty text is no example (and would be the probe's input)
+                raise DataError(f"{path} line {reader.line_num}: the text is empty; fill it in or delete the row")
             texts.append(t)
             labels.append(y)
     except csv.Error as e:

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from scratchformer.errors import DataError, RunFileError
+from scratchformer.checks import check_id_sequence
+from scratchformer.errors import DataError, DTypeError, RunFileError
 from scratchformer.ops.loss import IGNORE_INDEX
 from scratchformer.runfiles import read_json_file, write_atomic
 
@@ -37,6 +38,10 @@ class CharTokenizer:
     """
 
     def __init__(self, chars: Iterable[str], special: str | None = None):
+        if not isinstance(chars, (str, list, tuple, set, frozenset)):
+            raise DTypeError(f"CharTokenizer chars must be a str or a list of characters, got {type(chars).__name__}")
+        if special is not None and not isinstance(special, str):
+            raise DTypeError(f"CharTokenizer special must be a str or None, got {type(special).__name__}")
         chars = list(chars)
         if any(not isinstance(c, str) or len(c) != 1 for c in chars):
             raise DataError("CharTokenizer chars must be single characters")
@@ -74,6 +79,8 @@ class CharTokenizer:
 
         `what` names the text in the error message ("prompt", "line 12 of names.txt").
         """
+        if not isinstance(text, str):
+            raise DTypeError(f"{what} must be a str, got {type(text).__name__}")
         try:
             return np.fromiter((self._stoi[c] for c in text), dtype=np.int64, count=len(text))
         except KeyError:
@@ -85,7 +92,7 @@ class CharTokenizer:
 
     def decode(self, ids) -> str:
         """ids (any int sequence/array) -> str; skips special tokens and IGNORE_INDEX."""
-        ids = np.asarray(ids, dtype=np.int64).ravel()
+        ids = check_id_sequence("ids", ids)
         ids = ids[ids != IGNORE_INDEX]
         bad = ids[(ids < 0) | (ids >= self.vocab_size)]
         if bad.size:

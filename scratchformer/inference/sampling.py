@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from scratchformer.checks import as_array
 from scratchformer.errors import ConfigError, DataError, DTypeError, ShapeError
 from scratchformer.ops.softmax import softmax_forward
 
@@ -46,8 +47,21 @@ def check_sampling_args(temperature, top_k, top_p) -> None:
         raise ConfigError(f"top_p must be None or a number in (0, 1], got {top_p!r}")
 
 
+def _check_rows(name: str, x) -> None:
+    """x must be a real (B, V) array with V >= 1."""
+    if not isinstance(x, np.ndarray) or x.dtype.kind not in "fiu":
+        raise DTypeError(f"{name} must be a real-valued numpy array, got "
+                         f"{type(x).__name__}{f' of dtype {x.dtype}' if isinstance(x, np.ndarray) else ''}")
+    if x.ndim != 2 or x.shape[-1] == 0:
+        raise ShapeError(f"{name} must have shape (B, V), got {x.shape}")
+
+
 def top_k_mask(logits: np.ndarray, k: int) -> np.ndarray:
     """(B, V) bool, True for the k largest logits of each row (ties at the k-th value kept)."""
+    _check_rows("logits", logits)
+    check_sampling_args(1.0, k, None)
+    if k is None:
+        raise ConfigError("top_k_mask needs k, an integer >= 1")
     V = logits.shape[-1]
     if k >= V:
         return np.ones(logits.shape, dtype=bool)
@@ -58,6 +72,10 @@ def top_k_mask(logits: np.ndarray, k: int) -> np.ndarray:
 def top_p_mask(probs: np.ndarray, p: float) -> np.ndarray:
     """(B, V) bool: the nucleus of each row -- the smallest set of most probable tokens whose
     total probability is >= p (at least one token; ties broken by index)."""
+    _check_rows("probs", probs)
+    check_sampling_args(1.0, None, p)
+    if p is None:
+        raise ConfigError("top_p_mask needs p, a number in (0, 1]")
     order = np.argsort(-probs, axis=-1, kind="stable")
     sorted_p = np.take_along_axis(probs, order, axis=-1)
     before = np.cumsum(sorted_p, axis=-1) - sorted_p  # mass of the more probable tokens
@@ -74,6 +92,10 @@ def filtered_probs(logits: np.ndarray, temperature: float = 1.0, top_k: int | No
 
     The row maximum is subtracted before dividing by the temperature, so even a temperature
     of 1e-320 gives finite scaled logits (0 at the maximum, -inf elsewhere: greedy)."""
+    _check_rows("logits", logits)
+    check_sampling_args(temperature, top_k, top_p)
+    if temperature == 0:
+        raise ConfigError("filtered_probs needs a temperature > 0 (0 is greedy: use sample_next)")
     x = np.asarray(logits, dtype=np.float64)
     with np.errstate(over="ignore"):  # a tiny temperature sends non-maximal logits to -inf
         x = (x - x.max(axis=-1, keepdims=True)) / temperature  # <= 0, never inf - inf
@@ -95,7 +117,9 @@ def sample_next(logits: np.ndarray, rng: np.random.Generator | int | None = None
     top_p: keep the smallest set of most likely tokens whose probability is >= top_p.
     rng: a numpy Generator (or int seed); exactly one uniform is drawn per row when sampling.
     """
-    logits = np.asarray(logits)
+    logits = as_array(logits, "logits")
+    if logits.dtype.kind not in "fiu":
+        raise DTypeError(f"sample_next expects real-valued logits, got dtype {logits.dtype}")
     if logits.ndim != 2 or logits.shape[-1] == 0:
         raise ShapeError(f"sample_next expects logits of shape (B, V), got {logits.shape}")
     check_sampling_args(temperature, top_k, top_p)

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from scratchformer.checks import config_flag, config_number
 from scratchformer.errors import CheckpointError, ConfigError, DTypeError
 from scratchformer.interop.hf_files import read_checkpoint
 from scratchformer.models.gpt import GPT, GPTConfig
@@ -92,10 +93,10 @@ def gpt2_config_from_hf(hf: dict, dtype: str = "float32") -> GPTConfig:
     return GPTConfig.from_dict(dict(
         vocab_size=hf["vocab_size"], block_size=hf["n_positions"], n_layer=hf["n_layer"],
         n_head=hf["n_head"], n_embd=hf["n_embd"], n_inner=hf.get("n_inner"),
-        dropout=float(hf.get("resid_pdrop", 0.1)), bias=True, norm_first=True,
+        dropout=config_number(hf, "resid_pdrop", 0.1), bias=True, norm_first=True,
         activation=_ACT_FROM_HF[act], positional="learned",
-        tie_weights=bool(hf.get("tie_word_embeddings", True)),
-        layer_norm_eps=float(hf.get("layer_norm_epsilon", 1e-5)), dtype=dtype,
+        tie_weights=config_flag(hf, "tie_word_embeddings", True),
+        layer_norm_eps=config_number(hf, "layer_norm_epsilon", 1e-5), dtype=dtype,
     ))
 
 

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
+from scratchformer.checks import config_flag, config_int, config_number
 from scratchformer.errors import CheckpointError, ConfigError, DTypeError
 from scratchformer.interop.hf_files import read_checkpoint
 from scratchformer.models.gpt import GPT, GPTConfig
@@ -54,7 +55,7 @@ def _rope_theta(hf: dict) -> float:
     if scaling not in (None, {}) or rope_type != "default":
         kind = rope_type if rope_type != "default" else scaling
         raise ConfigError(f"Llama config asks for rope scaling {kind!r}: scratchformer implements plain RoPE only")
-    return float(params.get("rope_theta", hf.get("rope_theta", 10000.0)))
+    return config_number(params if "rope_theta" in params else hf, "rope_theta", 10000.0)
 
 
 def llama_config_from_hf(hf: dict, dtype: str = "float32") -> GPTConfig:
@@ -73,18 +74,19 @@ def llama_config_from_hf(hf: dict, dtype: str = "float32") -> GPTConfig:
     for flag in ("attention_bias", "mlp_bias"):
         if hf.get(flag):
             raise ConfigError(f"Llama config {flag}=true is not supported (scratchformer's Llama has no biases)")
-    head_dim = hf.get("head_dim")
+    head_dim = config_int(hf, "head_dim")
     if head_dim is not None and isinstance(n_head, int) and n_head > 0 and head_dim * n_head != n_embd:
         raise ConfigError(f"Llama config head_dim={head_dim} is not hidden_size / num_attention_heads "
                           f"= {n_embd} / {n_head}: not supported")
-    if float(hf.get("attention_dropout") or 0.0) != 0.0:
+    if config_number(hf, "attention_dropout", 0.0) != 0.0:
         raise ConfigError(f"Llama config attention_dropout={hf['attention_dropout']} is not supported (use 0)")
     n_kv_head = hf.get("num_key_value_heads")
     return GPTConfig.from_dict(dict(
         vocab_size=hf["vocab_size"], block_size=hf.get("max_position_embeddings", 2048), n_layer=hf["num_hidden_layers"],
         n_head=n_head, n_embd=n_embd, n_inner=hf["intermediate_size"],
         n_kv_head=None if n_kv_head in (None, n_head) else n_kv_head, dropout=0.0,
-        tie_weights=bool(hf.get("tie_word_embeddings", False)), layer_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
+        tie_weights=config_flag(hf, "tie_word_embeddings", False),
+        layer_norm_eps=config_number(hf, "rms_norm_eps", 1e-6),
         rope_theta=_rope_theta(hf), dtype=dtype, **LLAMA_BLOCKS,
     ))
 

@@ -100,6 +100,7 @@ class WordPieceTokenizer:
             raise CheckpointError(f"tokenizer files not found: {tj} or {vocab}")
         from tokenizers.implementations import BertWordPieceTokenizer
 
+        _check_vocab_lines(vocab)
         lowercase = tc.get("do_lower_case", True)
         strip_accents = tc.get("strip_accents")  # None: follow lowercase
         chinese = tc.get("tokenize_chinese_chars", True)
@@ -188,3 +189,28 @@ class WordPieceTokenizer:
 
     def decode(self, ids, skip_special_tokens: bool = True) -> str:
         return self.tokenizer.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
+
+
+MAX_VOCAB_BYTES = 64 * 2**20  # bert-base's vocab.txt is 232 KB
+
+
+def _check_vocab_lines(vocab: Path) -> None:
+    """vocab.txt lists each token once, one a line (its line number is its id): a repeated
+    token would give the later line's id to both, ids past the model's vocabulary. One
+    CheckpointError line naming both lines."""
+    from scratchformer.runfiles import read_regular_file
+
+    data = read_regular_file(vocab, MAX_VOCAB_BYTES, hint="restore the model's vocab.txt")
+    try:
+        lines = data.decode("utf-8").split("\n")
+    except UnicodeDecodeError as e:
+        raise CheckpointError(f"{vocab}: not UTF-8 text (byte {e.start}); restore the model's vocab.txt") from None
+    if lines and lines[-1] == "":
+        lines.pop()
+    first: dict[str, int] = {}
+    for number, line in enumerate(lines, start=1):
+        token = line.rstrip()  # as the tokenizers library reads it
+        if token in first:
+            raise CheckpointError(f"{vocab} line {number} repeats the token {token!r} of line {first[token]}: each "
+                                  "token must be listed once (its line is its id); delete the repeated line")
+        first[token] = number

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from scratchformer.checks import (
+    as_array,
     NON_NEGATIVE,
     POSITIVE,
     PROBABILITY,
@@ -160,7 +161,7 @@ class TransformerClassifier(Model):
     def _padding_mask(self, x: np.ndarray, padding_mask) -> np.ndarray | None:
         if padding_mask is None:
             return None if self.config.pad_id is None else (x != self.config.pad_id)
-        padding_mask = np.asarray(padding_mask)
+        padding_mask = as_array(padding_mask, "padding_mask")
         if padding_mask.dtype != bool or padding_mask.shape != x.shape:
             raise ShapeError(f"padding_mask must be bool of shape {x.shape} (True = real token), "
                              f"got {padding_mask.dtype} {padding_mask.shape}")
@@ -171,7 +172,7 @@ class TransformerClassifier(Model):
         keep = self._padding_mask(x, padding_mask)
         if keep is not None and self.config.pooling == "mean" and not keep.any(axis=1).all():
             raise DataError("every sequence needs at least one real (non-padding) token")
-        if labels is not None and np.shape(labels) != (x.shape[0],):
+        if labels is not None and as_array(labels, "labels").shape != (x.shape[0],):
             raise ShapeError(f"labels must have shape ({x.shape[0]},), got {np.shape(labels)}")
 
     def forward(self, x, labels=None, padding_mask=None):

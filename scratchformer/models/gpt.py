@@ -43,6 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from scratchformer.checks import (
+    as_array,
     FLOAT_DTYPES,
     POSITIVE,
     PROBABILITY,
@@ -280,7 +281,7 @@ class GPT(Model):
     def check_input(self, idx, targets=None) -> None:
         check_token_ids(idx, "idx", self.config.vocab_size, max_len=self.config.block_size)
         if targets is not None:
-            targets = np.asarray(targets)
+            targets = as_array(targets, "targets")
             if targets.shape != np.shape(idx):
                 raise ShapeError(f"targets must have the shape of idx {np.shape(idx)}, got {targets.shape}")
             if not np.issubdtype(targets.dtype, np.integer):

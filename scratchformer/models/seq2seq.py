@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from scratchformer.checks import (
+    as_array,
     NON_NEGATIVE,
     POSITIVE,
     PROBABILITY,
@@ -43,7 +44,7 @@ from scratchformer.checks import (
     check_token_ids,
     setting,
 )
-from scratchformer.errors import ConfigError, ShapeError
+from scratchformer.errors import ConfigError, DataError, ShapeError
 from scratchformer.nn import (
     DecoderBlock,
     Dropout,
@@ -256,8 +257,12 @@ class Seq2SeqTransformer(Model):
         tgt_in = self._check_ids(tgt_in, "tgt_in", self.config.tgt_vocab_size)
         if src.shape[0] != tgt_in.shape[0]:
             raise ShapeError(f"src and tgt_in batch sizes differ: {src.shape[0]} vs {tgt_in.shape[0]}")
-        if tgt_out is not None and np.shape(tgt_out) != tgt_in.shape:
-            raise ShapeError(f"tgt_out must have the shape of tgt_in {tgt_in.shape}, got {np.shape(tgt_out)}")
+        if tgt_out is not None:
+            tgt_out = as_array(tgt_out, "tgt_out")
+            if tgt_out.shape != tgt_in.shape:
+                raise ShapeError(f"tgt_out must have the shape of tgt_in {tgt_in.shape}, got {tgt_out.shape}")
+            if not np.issubdtype(tgt_out.dtype, np.integer):
+                raise DataError(f"tgt_out must hold integer token ids, got dtype {tgt_out.dtype}")
 
     def forward(self, src, tgt_in, tgt_out=None):
         """Returns (logits (B, T, tgt_vocab), loss float or None).

@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from scratchformer.checks import check_float_array, check_heads, check_probability
+from scratchformer.checks import check_bool, check_float_array, check_heads, check_probability
 from scratchformer.errors import ConfigError, HookError, ShapeError
 from scratchformer.nn import init
 from scratchformer.nn.hooks import HookPoint
@@ -164,6 +164,7 @@ class MultiHeadAttention(Module):
 
     def check_input(self, x, context=None, mask=None, causal=False, kv_cache=None) -> None:
         check_float_array(x, "attention input x", ndim=3, last_dim=self.n_embd)
+        check_bool("causal", causal)
         if x.shape[1] == 0:
             raise ShapeError(f"attention input x has 0 positions (shape {x.shape}): give at least one")
         if context is not None and (self.rope_theta is not None or self.n_kv_head != self.n_head or self.alibi):

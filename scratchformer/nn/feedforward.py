@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from scratchformer.checks import check_choice, check_float_array
+from scratchformer.checks import check_bool, check_choice, check_float_array
 from scratchformer.nn.hooks import HookPoint
 from scratchformer.nn.layers import Dropout, Linear
 from scratchformer.nn.module import DEFAULT_DTYPE, Module
@@ -27,6 +27,7 @@ class FeedForward(Module):
     def __init__(self, n_embd: int, n_inner: int, activation: str = "gelu", dropout: float = 0.0,
                  bias: bool = True, dtype=DEFAULT_DTYPE, rng=None):
         super().__init__()
+        check_bool("bias", bias)
         check_choice("activation", activation, FEEDFORWARD_ACTIVATIONS)
         self.activation = activation
         self.gated = activation in GATED_ACTIVATIONS

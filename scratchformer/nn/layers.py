@@ -7,6 +7,10 @@ import math
 import numpy as np
 
 from scratchformer.checks import (
+    check_grad,
+    check_bool,
+    check_generator,
+    check_module,
     check_choice,
     check_float_array,
     check_positive_int,
@@ -37,6 +41,7 @@ class Linear(Module):
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, dtype=DEFAULT_DTYPE, rng=None):
         super().__init__()
+        check_bool("bias", bias)
         check_positive_int("in_features", in_features)
         check_positive_int("out_features", out_features)
         self.in_features, self.out_features = in_features, out_features
@@ -53,6 +58,7 @@ class Linear(Module):
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
         x = self._pop_cache()["x"]
+        check_grad(dy, "Linear.backward dy", (*x.shape[:-1], self.out_features))
         return linear_backward_into(dy, x, self.weight.data, self.weight.grad,
                                     None if self.bias is None else self.bias.grad)
 
@@ -115,6 +121,7 @@ class LayerNorm(Module):
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
         c = self._pop_cache()
+        check_grad(dy, "LayerNorm.backward dy", c["xhat"].shape)
         dx, dw, db = layernorm_backward(dy, c["xhat"], c["rstd"], self.weight.data)
         self.weight.grad += dw
         if self.bias is not None:
@@ -161,6 +168,8 @@ NORMALIZATIONS = {
 
 def make_norm(normalization: str, n_embd: int, eps: float = 1e-5, bias: bool = True, dtype=DEFAULT_DTYPE):
     """A LayerNorm or RMSNorm over n_embd channels, by name (see NORMALIZATIONS)."""
+    check_positive_int("n_embd", n_embd)
+    check_bool("bias", bias)
     check_choice("normalization", normalization, NORMALIZATIONS)
     return NORMALIZATIONS[normalization](n_embd, eps, bias, dtype)
 
@@ -192,6 +201,8 @@ class Dropout(Module):
 
 def set_dropout_rng(module: Module, rng: np.random.Generator) -> np.random.Generator:
     """Make every Dropout (and attention dropout) in `module` draw from `rng`; returns rng."""
+    check_module("module", module)
+    check_generator("rng", rng)
     for m in module.modules():
         if hasattr(m, "rng") and isinstance(m.rng, np.random.Generator):
             m.rng = rng

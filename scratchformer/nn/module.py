@@ -23,12 +23,12 @@ Contract of every layer (forward/backward pairs, llm.c style):
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 import numpy as np
 
-from scratchformer.checks import FLOAT_DTYPES
+from scratchformer.checks import DOOR, FLOAT_DTYPES, check_bool, check_module
 from scratchformer.errors import BackwardError, DTypeError, StateDictError
 
 __all__ = ["DEFAULT_DTYPE", "Module", "Parameter", "door", "eval_mode", "trusted_calls",
@@ -201,6 +201,10 @@ class Module:
         so is an array that is not real floating point (int, bool, complex: a cast would
         silently change the weights).
         """
+        if not isinstance(state_dict, Mapping) or not all(isinstance(k, str) for k in state_dict):
+            raise StateDictError(f"state_dict must be a dict of name -> array (model.state_dict()), "
+                                 f"got {type(state_dict).__name__}")
+        check_bool("strict", strict)
         own = dict(self.named_parameters())
         missing = sorted(set(own) - set(state_dict))
         unexpected = sorted(set(state_dict) - set(own))
@@ -237,23 +241,21 @@ def _first_few(items: list[str], sep: str | None = None, n: int = 3) -> str:
     return (str(items[:n]) if sep is None else sep.join(items[:n])) + more
 
 
-_inside_forward = False  # True while a door's forward runs: inner calls skip check_input
 
 
 @contextmanager
 def trusted_calls():
     """Run module calls without input checks (a door already checked). Models use it around
     public methods other than __call__ (generate, encode, decode) after checking their input."""
-    global _inside_forward
-    outer, _inside_forward = _inside_forward, True
+    outer, DOOR.inside = DOOR.inside, True  # checks.DOOR: the ops below nn read it too
     try:
         yield
     finally:
-        _inside_forward = outer
+        DOOR.inside = outer
 
 
 def _at_the_door(check, run, args, kwargs):
-    if _inside_forward:  # called from inside a model: the model checked its input
+    if DOOR.inside:  # called from inside a model: the model checked its input
         return run(*args, **kwargs)
     check(*args, **kwargs)
     with trusted_calls():
@@ -274,6 +276,7 @@ def door(check):
 @contextmanager
 def eval_mode(module: Module):
     """Run a block in eval mode and restore the module's previous mode, even on an error."""
+    check_module("module", module)
     was_training = module.training
     module.eval()
     try:

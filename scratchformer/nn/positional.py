@@ -11,12 +11,14 @@ import numpy as np
 from scratchformer.errors import ShapeError
 from scratchformer.nn import init
 from scratchformer.nn.hooks import HookPoint
-from scratchformer.checks import check_float_array
+from scratchformer.checks import check_float_array, check_int_in_range, check_positive_int
 from scratchformer.nn.module import DEFAULT_DTYPE, Module, Parameter
 
 
 def sinusoidal_table(max_len: int, n_embd: int) -> np.ndarray:
     """(max_len, n_embd): PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(same)."""
+    check_positive_int("max_len", max_len)
+    check_positive_int("n_embd", n_embd)
     pos = np.arange(max_len)[:, None]
     freq = np.exp(-np.log(10000.0) * np.arange(0, n_embd, 2) / n_embd)  # (ceil(d/2),)
     table = np.zeros((max_len, n_embd))
@@ -33,6 +35,7 @@ class _Positional(Module):
         self.hook_pos_embed = HookPoint()  # the positions added, (T, n_embd) (scratchformer.lens)
 
     def check_input(self, x, offset: int = 0) -> None:
+        check_int_in_range("offset", offset, 0, 2**63)
         check_float_array(x, "positional input", ndim=3, last_dim=self.n_embd)
         if offset + x.shape[1] > self.max_len:
             raise ShapeError(
@@ -67,6 +70,8 @@ class LearnedPositionalEmbedding(_Positional):
 
     def __init__(self, max_len: int, n_embd: int, dtype=DEFAULT_DTYPE, rng=None):
         super().__init__()
+        check_positive_int("max_len", max_len)
+        check_positive_int("n_embd", n_embd)
         self.max_len, self.n_embd = max_len, n_embd
         self.weight = Parameter(init.normal((max_len, n_embd), 0.02, dtype, rng))
 

@@ -17,6 +17,8 @@ import math
 import numpy as np
 
 from scratchformer import fast
+from scratchformer.checks import DOOR, op_fits, op_float
+from scratchformer.errors import DTypeError
 from scratchformer.fast import activations as fast_activations
 from scratchformer.ops.numerics import erf, normal_cdf
 
@@ -29,11 +31,18 @@ GELU_TANH_C = math.sqrt(2 / math.pi)
 
 def activation_backward(dy: np.ndarray, dydx: np.ndarray) -> np.ndarray:
     """dx = dy * dy/dx, elementwise: the backward of any activation below."""
+    if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
+        op_float("activation_backward", "dy", dy)
+        if not isinstance(dydx, np.ndarray) or dydx.dtype.kind not in "fb":  # a ReLU's slope is a bool mask
+            raise DTypeError(f"activation_backward: dydx must be a float or bool array, got {type(dydx).__name__}")
+        op_fits("activation_backward", dy.shape == dydx.shape, dy=dy, dydx=dydx)
     return dy * dydx
 
 
 # ReLU: y = max(x, 0)
 def relu_forward(x: np.ndarray) -> np.ndarray:
+    if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
+        op_float("relu_forward", "x", x)
     return np.maximum(x, 0)
 
 
@@ -44,6 +53,8 @@ def relu_with_grad(x: np.ndarray):
 
 # GELU, exact: y = x * Phi(x),  Phi(x) = (1 + erf(x / sqrt 2)) / 2
 def gelu_forward(x: np.ndarray) -> np.ndarray:
+    if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
+        op_float("gelu_forward", "x", x)
     if fast.enabled and x.dtype != np.float64:
         return fast_activations.gelu_forward(x)
     return x * normal_cdf(x)
@@ -64,6 +75,8 @@ def _tanh_u(x: np.ndarray) -> np.ndarray:
 
 
 def gelu_tanh_forward(x: np.ndarray) -> np.ndarray:
+    if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
+        op_float("gelu_tanh_forward", "x", x)
     return 0.5 * x * (1 + _tanh_u(x))
 
 
@@ -84,12 +97,24 @@ ACTIVATIONS = {
 
 # The plain functional backwards (they recompute what the forward would have kept).
 def relu_backward(dy, x):
+    if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
+        op_float("relu_backward", "dy", dy)
+        op_float("relu_backward", "x", x)
+        op_fits("relu_backward", dy.shape == x.shape, dy=dy, x=x)
     return activation_backward(dy, relu_with_grad(x)[1])
 
 
 def gelu_backward(dy, x):
+    if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
+        op_float("gelu_backward", "dy", dy)
+        op_float("gelu_backward", "x", x)
+        op_fits("gelu_backward", dy.shape == x.shape, dy=dy, x=x)
     return activation_backward(dy, gelu_with_grad(x)[1])
 
 
 def gelu_tanh_backward(dy, x):
+    if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
+        op_float("gelu_tanh_backward", "dy", dy)
+        op_float("gelu_tanh_backward", "x", x)
+        op_fits("gelu_tanh_backward", dy.shape == x.shape, dy=dy, x=x)
     return activation_backward(dy, gelu_tanh_with_grad(x)[1])

@@ -29,6 +29,8 @@ import math
 import numpy as np
 
 from scratchformer import fast
+from scratchformer.checks import (DOOR, as_array, check_bool, check_generator, check_positive_int, check_probability,
+                                  op_float)
 from scratchformer.errors import ConfigError, DTypeError, ShapeError
 from scratchformer.fast import attention as fast_attention
 from scratchformer.fast.attention import weights_nbytes
@@ -37,12 +39,19 @@ from scratchformer.ops.dropout import dropout_backward, dropout_forward
 __all__ = ["attention_backward", "attention_forward", "attention_mask", "causal_mask", "weights_nbytes"]
 
 
-@functools.lru_cache(maxsize=64)
 def causal_mask(Tq: int, Tk: int) -> np.ndarray:
     """(Tq, Tk) bool, True where query i may see key j: j <= i + (Tk - Tq).
 
     Aligned at the end, so with a KV cache (Tk = past + Tq) the new queries see the past.
     Made once per shape (read-only): every layer of every step asks for the same one."""
+    if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
+        check_positive_int("Tq", Tq)
+        check_positive_int("Tk", Tk)
+    return _causal_mask(Tq, Tk)
+
+
+@functools.lru_cache(maxsize=64)
+def _causal_mask(Tq: int, Tk: int) -> np.ndarray:
     mask = np.tri(Tq, Tk, k=Tk - Tq, dtype=bool)
     mask.flags.writeable = False
     return mask
@@ -50,8 +59,12 @@ def causal_mask(Tq: int, Tk: int) -> np.ndarray:
 
 def attention_mask(mask: np.ndarray | None, causal: bool, Tq: int, Tk: int) -> np.ndarray | None:
     """Combine a user mask (broadcastable to (B, H, Tq, Tk), True = may attend) with causality."""
+    if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
+        check_bool("causal", causal)
+        check_positive_int("Tq", Tq)
+        check_positive_int("Tk", Tk)
     if mask is not None:
-        mask = np.asarray(mask)
+        mask = as_array(mask, "attention mask")
         if mask.dtype != bool:
             raise DTypeError(f"attention mask must be boolean (True = may attend), got dtype {mask.dtype}")
         try:
@@ -82,6 +95,14 @@ def attention_forward(q, k, v, mask=None, causal=False, dropout_p=0.0, rng=None,
     keep less and recompute the weights in the backward (cache["weights"] is then None);
     the reference always keeps them.
     """
+    if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
+        for name, a in (("q", q), ("k", k), ("v", v)):
+            op_float("attention_forward", name, a, ndim=4)
+        check_bool("causal", causal)
+        check_bool("training", training)
+        check_probability("dropout_p", dropout_p)
+        if training and dropout_p:
+            check_generator("rng", rng)
     if mask_means != "attend":
         mask = _from_masked_convention(mask, mask_means)
     Tq, Tk, d = q.shape[-2], k.shape[-2], q.shape[-1]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from scratchformer import fast
+from scratchformer.checks import DOOR, check_eps, op_fits, op_float
 from scratchformer.fast import layernorm as fast_layernorm
 
 
@@ -16,6 +17,14 @@ def layernorm_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None
     x: (..., C); weight: (C,); bias: (C,) or None (no shift, as nanoGPT's bias=False).
     Returns (y, xhat, rstd) -- xhat (..., C) and rstd (..., 1) are the cache the backward needs.
     """
+    if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
+        op_float("layernorm_forward", "x", x)
+        op_float("layernorm_forward", "weight", weight, ndim=1)
+        if bias is not None:
+            op_float("layernorm_forward", "bias", bias, ndim=1)
+        op_fits("layernorm_forward", weight.shape == x.shape[-1:] and (bias is None or bias.shape == weight.shape),
+                x=x, weight=weight, bias=bias)
+        check_eps("eps", eps)
     if fast.enabled:
         return fast_layernorm.layernorm_forward(x, weight, bias, eps)
     C = x.shape[-1]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from scratchformer import fast
+from scratchformer.checks import DOOR, check_bool, op_fits, op_float
 from scratchformer.fast import linear as fast_linear
 
 
@@ -15,6 +16,13 @@ def linear_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None) -
     """x: (..., in); weight: (out, in); bias: (out,) or None -> (..., out).
 
     Leading axes are flattened so the product is one 2-D GEMM."""
+    if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
+        op_float("linear_forward", "x", x)
+        op_float("linear_forward", "weight", weight, ndim=2)
+        if bias is not None:
+            op_float("linear_forward", "bias", bias, ndim=1)
+        op_fits("linear_forward", x.shape[-1] == weight.shape[1] and (bias is None or bias.shape == weight.shape[:1]),
+                x=x, weight=weight, bias=bias)
     y = x.reshape(-1, x.shape[-1]) @ weight.T
     if bias is not None:
         y += bias
@@ -23,6 +31,13 @@ def linear_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None) -
 
 def linear_backward(dy: np.ndarray, x: np.ndarray, weight: np.ndarray, need_bias: bool = True):
     """Returns (dx, dweight, dbias): dx = dy W, dW = dy^T x, db = sum of dy over rows."""
+    if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
+        op_float("linear_backward", "dy", dy)
+        op_float("linear_backward", "x", x)
+        op_float("linear_backward", "weight", weight, ndim=2)
+        check_bool("need_bias", need_bias)
+        op_fits("linear_backward", x.shape[-1] == weight.shape[1] and dy.shape == (*x.shape[:-1], weight.shape[0]),
+                dy=dy, x=x, weight=weight)
     if fast.enabled:
         return fast_linear.linear_backward(dy, x, weight, need_bias)
     dy2 = dy.reshape(-1, dy.shape[-1])  # (N, out)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from scratchformer.checks import DOOR, as_array, check_int_in_range, op_float
 from scratchformer.errors import DataError, ShapeError
 from scratchformer.ops.softmax import log_softmax_forward
 
@@ -27,6 +28,12 @@ def cross_entropy_forward(
         (loss, cache) -- loss is a Python float (0.0 when every target is ignored);
         cache is what `cross_entropy_backward` needs.
     """
+    if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
+        op_float("cross_entropy_forward", "logits", logits)
+        targets = as_array(targets, "targets")
+        check_int_in_range("ignore_index", ignore_index, -2**62, 2**62)
+        if isinstance(label_smoothing, (bool, np.bool_)) or not isinstance(label_smoothing, (int, float, np.number)):
+            raise DataError(f"label_smoothing must be a number in [0, 1), got {label_smoothing!r}")
     if logits.ndim not in (2, 3) or targets.shape != logits.shape[:-1]:
         raise ShapeError(
             f"cross_entropy: logits (N, V) or (B, T, V) and targets of shape logits.shape[:-1] "

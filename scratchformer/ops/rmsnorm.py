@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from scratchformer.checks import DOOR, check_eps, op_fits, op_float
+
 __all__ = ["rmsnorm_forward", "rmsnorm_backward"]
 
 
@@ -17,6 +19,11 @@ def rmsnorm_forward(x: np.ndarray, weight: np.ndarray, eps: float = 1e-6):
     x: (..., C); weight: (C,). Returns (y, xhat, rstd): xhat = x * rstd (..., C) and
     rstd (..., 1) are the cache the backward needs.
     """
+    if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
+        op_float("rmsnorm_forward", "x", x)
+        op_float("rmsnorm_forward", "weight", weight, ndim=1)
+        op_fits("rmsnorm_forward", weight.shape == x.shape[-1:], x=x, weight=weight)
+        check_eps("eps", eps)
     rstd = 1.0 / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps)  # (..., 1)
     xhat = x * rstd  # (..., C)
     return xhat * weight, xhat, rstd

@@ -17,6 +17,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from scratchformer.checks import (DOOR, check_int_in_range, check_positive_int, check_positive_number, op_fits,
+                                  op_float)
+from scratchformer.errors import ConfigError
+
 __all__ = ["rope_tables", "rotate_half", "rope_forward", "rope_backward"]
 
 
@@ -25,6 +29,13 @@ def rope_tables(start: int, length: int, head_size: int, theta: float = 10000.0,
 
     Computed in float64 and then cast, so a float32 model rotates by the correctly rounded angle.
     """
+    if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
+        check_int_in_range("start", start, 0, 2**62)
+        check_int_in_range("length", length, 0, 2**31)
+        check_positive_int("head_size", head_size)
+        if head_size % 2:
+            raise ConfigError(f"rope_tables: head_size must be even (channels turn in pairs), got {head_size}")
+        check_positive_number("theta", theta)
     inv_freq = theta ** (-np.arange(0, head_size, 2, dtype=np.float64) / head_size)  # (hs/2,)
     angles = np.arange(start, start + length, dtype=np.float64)[:, None] * inv_freq  # (T, hs/2)
     angles = np.concatenate([angles, angles], axis=-1)  # (T, hs): plane i in channels i and i + hs/2
@@ -39,10 +50,20 @@ def rotate_half(x: np.ndarray) -> np.ndarray:
 
 def rope_forward(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
     """x (..., T, hs), cos / sin (T, hs) -> x rotated plane by plane, (..., T, hs)."""
+    if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
+        op_float("rope_forward", "x", x, min_ndim=2)
+        op_float("rope_forward", "cos", cos, ndim=2)
+        op_float("rope_forward", "sin", sin, ndim=2)
+        op_fits("rope_forward", cos.shape == sin.shape == x.shape[-2:], x=x, cos=cos, sin=sin)
     return x * cos + rotate_half(x) * sin
 
 
 def rope_backward(dy: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
     """dx for dy (..., T, hs). A rotation's inverse is its transpose, the rotation by -angle:
     y1 = x1 c - x2 s, y2 = x2 c + x1 s  =>  dx1 = dy1 c + dy2 s, dx2 = dy2 c - dy1 s."""
+    if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
+        op_float("rope_backward", "dy", dy, min_ndim=2)
+        op_float("rope_backward", "cos", cos, ndim=2)
+        op_float("rope_backward", "sin", sin, ndim=2)
+        op_fits("rope_backward", cos.shape == sin.shape == dy.shape[-2:], dy=dy, cos=cos, sin=sin)
     return dy * cos - rotate_half(dy) * sin

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from scratchformer.checks import DOOR, op_fits, op_float
+
 __all__ = ["sigmoid", "silu_forward", "swiglu_forward", "swiglu_backward"]
 
 
@@ -24,11 +26,16 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
 
 def silu_forward(x: np.ndarray) -> np.ndarray:
     """silu(x) = x * sigmoid(x) (also called swish)."""
+    if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
+        op_float("silu_forward", "x", x)
     return x * sigmoid(x)
 
 
 def swiglu_forward(h: np.ndarray) -> np.ndarray:
     """h (..., 2n) = [gate | up] -> silu(gate) * up, (..., n)."""
+    if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
+        op_float("swiglu_forward", "h", h)
+        op_fits("swiglu_forward", h.shape[-1] % 2 == 0, h=h)
     gate, up = np.split(h, 2, axis=-1)
     return silu_forward(gate) * up
 
@@ -39,6 +46,10 @@ def swiglu_backward(dy: np.ndarray, h: np.ndarray) -> np.ndarray:
     y = silu(gate) * up  =>  dup = dy * silu(gate),  dgate = dy * up * silu'(gate),
     silu'(g) = sigmoid(g) + g * sigmoid(g) * (1 - sigmoid(g)).
     """
+    if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
+        op_float("swiglu_backward", "dy", dy)
+        op_float("swiglu_backward", "h", h)
+        op_fits("swiglu_backward", h.shape[-1] % 2 == 0 and dy.shape == (*h.shape[:-1], h.shape[-1] // 2), dy=dy, h=h)
     gate, up = np.split(h, 2, axis=-1)
     s = sigmoid(gate)
     dgate = dy * up * (s + gate * s * (1 - s))

@@ -15,11 +15,20 @@ parent, so renames stay on one filesystem) and fsynced; then
     1. target -> backup    (".<name>.old", only if the target exists)
     2. temp   -> target
     3. backup is deleted
+    (2b. entries a user left in the old checkpoint -- an editor's swap file, figures written
+         into it -- are moved from the backup into the new one, so a save neither fails on
+         them nor deletes them)
 Each rename is atomic, so a crash at any point leaves either the old or the new complete
 checkpoint on disk: before 1 the old one is the target; between 1 and 2 the old one is the
 backup, which every reader reads when the target is missing and which the next writer
-(`recover`, under the run's lock) moves back; after 2 the new one is the target. Leftover
-temp directories are swept by the next save. One writer per directory at a time.
+(`recover`, under the run's lock) moves back; after 2 the new one is the target (and `recover`
+finishes step 2b). Leftover temp directories are swept by the next save. One writer per
+directory at a time.
+
+A checkpoint path that is a link to a directory (checkpoints kept on another disk) is
+followed: the save happens beside the link's target, and the link stays. A path no save can
+replace (a file, a link to a file or to nowhere reachable, a directory of other files) is
+refused by `check_checkpoint_path`, which a training calls at its start.
 
 Readers never see a save half done: `load_checkpoint` reads every file through one open
 descriptor of the directory, and starts again if a save renamed it away meanwhile.
@@ -29,6 +38,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -72,41 +82,92 @@ def backup_path(directory: Path) -> Path:
     return directory.parent / f".{directory.name}.old"
 
 
+def _located(directory: str | os.PathLike) -> Path:
+    """The absolute checkpoint path, a link in its last component followed (the save and its
+    backup then live beside the link's target, on its filesystem)."""
+    path = os.path.abspath(directory)
+    return Path(os.path.realpath(path) if os.path.islink(path) else path)
+
+
+def _foreign(directory: Path) -> list[str]:
+    """Entries of a checkpoint directory that no save writes."""
+    return sorted(p.name for p in directory.iterdir() if p.name not in CHECKPOINT_FILES)
+
+
+def _carry_foreign(backup: Path, directory: Path) -> None:
+    """Step 2b: move what a user left in the old checkpoint into the new one (a name the new
+    one already holds stays in the backup, which is then deleted: only checkpoint files are)."""
+    for name in _foreign(backup):
+        if not os.path.lexists(directory / name):
+            os.replace(backup / name, directory / name)
+
+
+def check_checkpoint_path(directory: str | os.PathLike) -> None:
+    """Refuse, in one line (CheckpointError), a path no save can replace: a file, a link that
+    loops or whose target's folder is missing, a link to a file, or a directory holding other
+    files but no checkpoint. A link to a directory, and a checkpoint holding extra entries,
+    are fine (module doc)."""
+    path = Path(os.path.abspath(directory))
+    if os.path.islink(path):
+        try:
+            os.stat(path)
+        except FileNotFoundError:
+            target = _located(path)
+            if not target.parent.is_dir():
+                raise CheckpointError(f"{path} is a link to {os.readlink(path)}, whose folder does not exist: "
+                                      "create it, or delete the link") from None
+            return
+        except OSError as e:
+            raise CheckpointError(f"{path} is a link that cannot be followed ({e.strerror}): delete the link, or "
+                                  "point it at a directory") from None
+    if not os.path.exists(path):
+        return
+    if not path.is_dir():
+        raise CheckpointError(f"checkpoint path {path} is {'a link to ' if path.is_symlink() else ''}a file, not a "
+                              "directory: move it away, or choose another --out")
+    target = _located(path)
+    try:
+        foreign = _foreign(target)
+    except OSError as e:
+        raise CheckpointError(f"cannot read checkpoint directory {path}: {e.strerror}") from None
+    if foreign and not (target / TRAINER_STATE_FILE).exists():
+        raise CheckpointError(f"{path} holds files that are not part of a checkpoint ({', '.join(foreign[:3])}) and "
+                              "no checkpoint: move them away, or choose another --out")
+
+
 def recover(directory: str | os.PathLike) -> None:
     """Settle what an interrupted save of `directory` left (the writer's lock held): a lone
-    backup is moved back, a backup beside a complete new checkpoint is deleted, temporary
-    directories are swept."""
-    directory = Path(os.path.abspath(directory))
+    backup is moved back, a backup beside a complete new checkpoint gives up the user's entries
+    to it (step 2b) and is deleted, temporary directories are swept."""
+    directory = _located(directory)
     backup = backup_path(directory)
-    if backup.exists():
-        if directory.exists():
-            shutil.rmtree(backup)  # crash after step 2: the target is the new, complete one
+    if backup.is_dir():
+        if directory.is_dir():  # crash after step 2: the target is the new, complete one
+            _carry_foreign(backup, directory)
+            shutil.rmtree(backup)
+        elif os.path.lexists(directory):  # a file or a broken link: check_checkpoint_path refuses it
+            pass
         else:
             os.replace(backup, directory)  # crash between steps 1 and 2: the backup is it
             fsync_dir(directory.parent)
+    own = re.compile(rf"\.{re.escape(directory.name)}\.tmp-\d+-\d+")  # runfiles._temp_name's, nothing else
     for tmp in directory.parent.glob(f".{directory.name}.tmp-*"):
-        shutil.rmtree(tmp, ignore_errors=True)
+        if own.fullmatch(tmp.name) and tmp.is_dir() and not tmp.is_symlink():
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def write_directory_atomic(directory: str | os.PathLike, files: dict[str, bytes]) -> Path:
-    """Make `directory` hold exactly `files` (name -> bytes), atomically (see module doc).
+    """Make `directory` hold `files` (name -> bytes) and the entries a user left in the checkpoint
+    it replaces, atomically (see module doc).
 
-    Refuses to replace an existing directory that holds anything but checkpoint files, so a
+    Refuses (check_checkpoint_path) a directory that holds other files but no checkpoint, so a
     wrong path cannot delete unrelated data. A failed write (a full disk) leaves the previous
     checkpoint in place and raises an OSError naming the file.
     """
-    directory = Path(os.path.abspath(directory))
+    check_checkpoint_path(directory)
+    directory = _located(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     recover(directory)
-    if directory.exists():
-        if not directory.is_dir():
-            raise CheckpointError(f"checkpoint path {directory} is a file: choose a directory path")
-        foreign = sorted(p.name for p in directory.iterdir() if p.name not in CHECKPOINT_FILES)
-        if foreign:
-            raise CheckpointError(
-                f"{directory} holds files that are not part of a checkpoint ({', '.join(foreign[:3])}): "
-                "choose another checkpoint directory, or move them away"
-            )
 
     tmp = new_temp_dir(directory)
     try:
@@ -126,6 +187,7 @@ def write_directory_atomic(directory: str | os.PathLike, files: dict[str, bytes]
     os.replace(tmp, directory)  # 2
     fsync_dir(directory.parent)
     if backup.exists():
+        _carry_foreign(backup, directory)  # 2b
         shutil.rmtree(backup)  # 3
     return directory
 
@@ -311,7 +373,7 @@ class _Reader:
 def checkpoint_exists(directory: str | os.PathLike) -> bool:
     """True if `load_checkpoint(directory)` has something to read: a model file in the directory
     or in the backup an interrupted save left (looked at twice, as `_open_directory` does)."""
-    directory = Path(os.path.abspath(directory))
+    directory = _located(directory)
     return any((path / MODEL_FILE).is_file() for path in (directory, backup_path(directory), directory))
 
 
@@ -336,7 +398,7 @@ def load_checkpoint(directory: str | os.PathLike, run_files: bool = True) -> Che
     (training/schema.py; RunFileError names the file and the field) and the weights must be
     finite. run_files=False reads any checkpoint `save_checkpoint` wrote (free-form config).
     """
-    directory = Path(os.path.abspath(directory))
+    directory = _located(directory)
     for attempt in range(_READ_ATTEMPTS):
         path, fd = _open_directory(directory)
         try:

@@ -120,17 +120,95 @@ def update_ratio(before: np.ndarray, after: np.ndarray) -> float | None:
     return _float(math.log10(update_std / data_std))
 
 
-def read_records(path: str | Path) -> tuple[dict, list[dict]]:
+_DIAG_HINT = "delete the file (diagnostics are optional) or train again"
+
+
+def _number(value, where: str) -> float:
+    """A number of a record; null (what the recorder writes for NaN and infinity) as NaN."""
+    if value is None:
+        return math.nan
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise RunFileError(f"{where}: {type(value).__name__} where a number belongs; {_DIAG_HINT}")
+    return float(value)
+
+
+def _numbers(value, where: str, length: int | None = None) -> list[float]:
+    if not isinstance(value, list) or (length is not None and len(value) != length):
+        raise RunFileError(f"{where}: not a list of {length or 'some'} numbers; {_DIAG_HINT}")
+    return [_number(v, where) for v in value]
+
+
+def _field(record: dict, key: str, kind: type, where: str):
+    value = record.get(key)
+    if not isinstance(value, kind):
+        raise RunFileError(f"{where}: `{key}` missing or not a {kind.__name__}; {_DIAG_HINT}")
+    return value
+
+
+def _checked_record(rec: dict, where: str) -> dict:
+    """A record as the figures read it, every field checked (RunFileError naming it) and every
+    null a NaN: a diverging run's records draw with gaps, a damaged one is one line."""
+    out = {"step": rec["step"], "lr": _number(rec.get("lr"), f"{where} `lr`")}
+    layers = []
+    for i, layer in enumerate(_field(rec, "layers", list, where)):
+        at = f"{where} `layers[{i}]`"
+        if not isinstance(layer, dict):
+            raise RunFileError(f"{at}: not an object; {_DIAG_HINT}")
+        stats = {k: _number(layer.get(k), f"{at}.{k}") for k in ("mean", "std", "saturation", "dead")}
+        layers.append({**stats, "hist": _numbers(layer.get("hist"), f"{at}.hist", HIST_BINS)})
+    out["layers"] = layers
+    for key in ("act_range", "grad_range"):
+        out[key] = _numbers(rec.get(key), f"{where} `{key}`", 2)
+    params = {}
+    for name, p in _field(rec, "params", dict, where).items():
+        at = f"{where} `params.{name}`"
+        if not isinstance(p, dict):
+            raise RunFileError(f"{at}: not an object; {_DIAG_HINT}")
+        params[name] = {k: _number(p.get(k), f"{at}.{k}") for k in ("grad_mean", "grad_std", "update_ratio")}
+        if "grad_hist" in p:
+            params[name]["grad_hist"] = _numbers(p["grad_hist"], f"{at}.grad_hist", HIST_BINS)
+    out["params"] = params
+    probe = _field(rec, "probe", dict, where)
+    tokens = probe.get("tokens")
+    if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+        raise RunFileError(f"{where} `probe.tokens`: not a list of strings; {_DIAG_HINT}")
+    try:
+        attention = np.array(probe.get("attention"), dtype=np.float64)  # null -> NaN
+    except (TypeError, ValueError):
+        raise RunFileError(f"{where} `probe.attention`: not an array of numbers; {_DIAG_HINT}") from None
+    if attention.ndim != 4 or attention.shape[0] != len(layers) or attention.shape[2:] != (len(tokens),) * 2:
+        raise RunFileError(f"{where} `probe.attention`: shape {attention.shape}, not (layers {len(layers)}, heads, "
+                           f"{len(tokens)}, {len(tokens)}); {_DIAG_HINT}")
+    out["probe"] = {"tokens": tokens, "attention": attention.tolist()}
+    if "ms" in rec:
+        out["ms"] = _number(rec["ms"], f"{where} `ms`")
+    return out
+
+
+def read_records(path: str | Path, nulls_as_nan: bool = False) -> tuple[dict, list[dict]]:
     """(header, records) of a diagnostics file; RunFileError (one line) for anything else.
+    Every record is checked field by field (the records must agree on the model's layers,
+    heads and parameters). The records come back as written, null for the recorder's NaN and
+    infinity; `nulls_as_nan`: as the figures read them, every number a float and null NaN.
     A missing file raises FileNotFoundError."""
     text = read_regular_file(path, MAX_BYTES, hint="delete it (diagnostics are optional) or train again")
     lines = text.decode("utf-8", "replace").splitlines()
     rows = [parse_json(line, path, "delete it (diagnostics are optional)") for line in lines if line.strip()]
     if not rows or not isinstance(rows[0], dict) or rows[0].get("format") != FORMAT:
         raise RunFileError(f"{path} is not a scratchformer diagnostics file: delete it or train again")
-    if not all(isinstance(r, dict) and isinstance(r.get("step"), int) for r in rows[1:]):
+    if not all(isinstance(r, dict) and isinstance(r.get("step"), int) and not isinstance(r.get("step"), bool)
+               for r in rows[1:]):
         raise RunFileError(f"{path}: a record without a step; delete the file (diagnostics are optional)")
-    return rows[0], rows[1:]
+    records = [_checked_record(r, f"{path} record {i}") for i, r in enumerate(rows[1:], start=1)]
+    if records:
+        last = records[-1]
+        shape = (len(last["layers"]), len(last["probe"]["attention"][0]) if last["layers"] else 0)
+        for i, r in enumerate(records, start=1):
+            heads = len(r["probe"]["attention"][0]) if r["layers"] else 0
+            if (len(r["layers"]), heads) != shape or set(r["params"]) != set(last["params"]):
+                raise RunFileError(f"{path} record {i}: its layers, heads or parameters differ from the last "
+                                   f"record's (records of another model?); {_DIAG_HINT}")
+    return rows[0], (records if nulls_as_nan else rows[1:])
 
 
 class Diagnostics:

@@ -2,7 +2,8 @@
 touches an existing one, a log that survives a full disk and a kill, and a fingerprint of the
 data the run was trained on.
 
-    out/.lock        locked while a training writes here (holds the pid)
+    out/.lock        holds the pid of the training writing here; the lock itself is on the
+                     directory (deleting .lock cannot let a second writer in)
     out/log.jsonl    one JSON object per line; only complete lines are ever left behind
     out/diagnostics.jsonl  training diagnostics over time (training/diagnostics.py), bounded
     out/last, best   checkpoints (training/checkpoint.py), and `.last.old` / `.best.old`, the
@@ -10,8 +11,12 @@ data the run was trained on.
 
 RunLock       `with RunLock(out): ...` -- a second writer fails at once (RunLockedError)
 run_files / check_fresh / clear_run   what of a run a directory holds; a fresh run refuses it
-              unless told to overwrite, and then removes only those entries
-recover_run   a writer (lock held) restores what an interrupted save left
+              unless told to overwrite, and then removes only those entries (and the run's own
+              temporary files), never another file of the directory
+recover_run   a writer (lock held) restores what an interrupted save left and deletes the
+              temporary files a kill left (`.log.jsonl.tmp-PID-N`, `.diagnostics.jsonl.tmp-PID-N`)
+check_checkpoint_paths   at the start of a training: last/ and best/ are paths a save can
+              replace (a link to a directory is followed; anything else is one line)
 LogWriter     appends whole rows; a failed write truncates the file back to its size before
 read_log      the one reader of log.jsonl: strict, except a torn last line (a kill mid-write),
               which is dropped with a note
@@ -25,6 +30,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -32,13 +38,14 @@ import numpy as np
 
 from scratchformer.errors import ConfigError, DataChangedError, DataError, RunFileError, RunLockedError
 from scratchformer.runfiles import parse_json, read_regular_file, write_atomic
-from scratchformer.training.checkpoint import backup_path, recover
+from scratchformer.training.checkpoint import check_checkpoint_path, recover
 from scratchformer.training.diagnostics import DIAG_FILE
 from scratchformer.training.schema import LOG_ROW, check_json
 
 LOCK_FILE = ".lock"
 LOG_FILE = "log.jsonl"
 CHECKPOINTS = ("last", "best")
+BACKUPS = tuple(f".{name}.old" for name in CHECKPOINTS)  # what an interrupted save leaves (checkpoint.backup_path)
 MAX_LOG_BYTES = 1 << 30  # a row is ~200 bytes: 5 million rows; a bigger file is not our log
 _LOCK_OFFSET = 1024  # msvcrt locks a byte here, past the pid, which other processes still read
 
@@ -85,47 +92,88 @@ def _make_directory(directory: Path) -> None:
 
 
 class RunLock:
-    """An exclusive, non-blocking lock on `directory/.lock` (created with the directory):
-    fcntl.flock on Linux and macOS, msvcrt.locking on Windows.
+    """An exclusive, non-blocking lock on the run directory itself (created if missing).
 
-    The lock belongs to the open file, so it is released when the process dies, however it
-    dies; the file itself stays (deleting it would race with the next writer) and holds the
-    pid of the last holder, for the message a second writer gets. Where neither exists, the
-    run is not locked and `note` says so.
+    With fcntl (Linux, macOS) the lock is flock on an open descriptor of the directory: it
+    belongs to the directory's inode, so deleting or replacing `.lock` meanwhile cannot let a
+    second writer in (a flock on a file only guards that file's inode: a new `.lock` is a new
+    inode, free to lock). `.lock` only holds the pid of the last holder, for the message a
+    second writer gets. Without fcntl (Windows), msvcrt locks a byte of `.lock`. The lock is
+    released when the process dies, however it dies. Where neither exists, the run is not
+    locked and `note` says so.
+
+    `check_held()` (before each save) refuses to go on when the locked directory is no longer
+    at its path (moved or deleted and made again), so a training never writes into a
+    directory another writer may hold.
     """
 
     def __init__(self, directory: str | os.PathLike):
         self.directory = Path(directory)
         self._fd: int | None = None
+        self._dir_fd: int | None = None
         self.note: str | None = None
+
+    def _refuse(self, fd: int) -> RunLockedError:
+        try:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+        except (OSError, AttributeError):
+            holder = "unknown"
+        return RunLockedError(f"{self.directory} is in use by another training (pid {holder}): "
+                              "wait for it to finish, or choose another --out")
 
     def acquire(self) -> RunLock:
         _make_directory(self.directory)
         fd = os.open(self.directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-        locked = _try_lock(fd)
+        try:
+            dir_fd = os.open(self.directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        except OSError:  # Windows cannot open a directory: the msvcrt lock on .lock does it
+            dir_fd = None
+        locked = _try_lock(dir_fd) if dir_fd is not None and _has_flock() else _try_lock(fd)
         if locked is False:
-            holder = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
-            os.close(fd)
-            raise RunLockedError(f"{self.directory} is in use by another training (pid {holder}): "
-                                 "wait for it to finish, or choose another --out")
+            error = self._refuse(fd)
+            for f in (fd, dir_fd):
+                if f is not None:
+                    os.close(f)
+            raise error
         if locked is None:
             self.note = (f"note: {self.directory} is not locked (this platform has neither fcntl nor msvcrt): "
                          "do not start a second training into it")
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
-        self._fd = fd
+        self._fd, self._dir_fd = fd, dir_fd
         return self
 
+    def check_held(self) -> None:
+        """RunLockedError when the run directory was moved or deleted since it was locked."""
+        if self._dir_fd is None:
+            return
+        try:
+            same = os.stat(self.directory).st_ino == os.fstat(self._dir_fd).st_ino
+        except OSError:
+            same = False
+        if not same:
+            raise RunLockedError(f"{self.directory} was moved or deleted during the training: stopped before "
+                                 "writing into a directory another training may hold; restore it and --resume")
+
     def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing the file releases flock and msvcrt locks alike
-            self._fd = None
+        for fd in (self._fd, self._dir_fd):
+            if fd is not None:
+                os.close(fd)  # closing the file releases flock and msvcrt locks alike
+        self._fd = self._dir_fd = None
 
     def __enter__(self) -> RunLock:
         return self.acquire()
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def _has_flock() -> bool:
+    try:
+        import fcntl  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 # -- what a run directory holds --------------------------------------------------------------
@@ -135,8 +183,8 @@ def run_files(directory: str | os.PathLike) -> list[str]:
     directory = Path(directory)
     if not directory.is_dir():
         return []
-    found = [f"{name}/" for name in CHECKPOINTS if (directory / name).exists()]
-    found += sorted(p.name for p in directory.glob(".*.old"))
+    found = [f"{name}/" for name in CHECKPOINTS if os.path.lexists(directory / name)]
+    found += [name for name in BACKUPS if os.path.lexists(directory / name)]
     return found + [name for name in (LOG_FILE, DIAG_FILE) if (directory / name).exists()]
 
 
@@ -148,25 +196,58 @@ def check_fresh(directory: str | os.PathLike) -> None:
                           "choose another --out, or pass --overwrite to delete it and start again")
 
 
+def _own_temporaries(directory: Path) -> list[Path]:
+    """The temporary entries this library's writers leave when killed: `.NAME.tmp-PID-N` for
+    NAME a checkpoint (a directory), log.jsonl or diagnostics.jsonl (runfiles._temp_name).
+    Only names of exactly that form: a user's `.last.tmp-notes` stays."""
+    names = "|".join(re.escape(n) for n in (*CHECKPOINTS, LOG_FILE, DIAG_FILE))
+    pattern = re.compile(rf"\.({names})\.tmp-\d+-\d+")
+    try:
+        entries = list(directory.iterdir())
+    except OSError:
+        return []
+    return sorted(p for p in entries if pattern.fullmatch(p.name))
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        path.unlink()
+
+
 def clear_run(directory: str | os.PathLike) -> None:
-    """--overwrite: delete the run's entries (run_files) and temporary directories of saves;
-    everything else in the directory stays."""
+    """--overwrite: delete the run's entries (run_files: last/, best/, .last.old, .best.old,
+    log.jsonl, diagnostics.jsonl) and the temporaries its writers leave; every other entry of
+    the directory stays (a user's `.bashrc.old` included). A link named last/ or best/ is
+    removed, never what it points to."""
     directory = Path(directory)
-    doomed = [directory / name for name in CHECKPOINTS]
-    doomed += [*directory.glob(".*.old"), *(p for name in CHECKPOINTS for p in directory.glob(f".{name}.tmp-*"))]
-    for path in doomed:
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        elif path.is_symlink() or path.exists():
+    for path in [*(directory / n for n in (*CHECKPOINTS, *BACKUPS, LOG_FILE, DIAG_FILE)), *_own_temporaries(directory)]:
+        _remove(path)
+
+
+def sweep_temporaries(directory: str | os.PathLike) -> None:
+    """A writer, its lock held: delete the temporaries a killed writer left (_own_temporaries)."""
+    for path in _own_temporaries(Path(directory)):
+        if path.name.startswith(tuple(f".{n}.tmp-" for n in CHECKPOINTS)):
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() and not path.is_symlink() else path.unlink()
+        elif path.is_file() or path.is_symlink():
             path.unlink()
-    (directory / LOG_FILE).unlink(missing_ok=True)
-    (directory / DIAG_FILE).unlink(missing_ok=True)
 
 
 def recover_run(directory: str | os.PathLike) -> None:
-    """A writer, its lock held: restore the backups an interrupted save left (checkpoint.recover)."""
+    """A writer, its lock held: restore the backups an interrupted save left (checkpoint.recover)
+    and delete the temporaries a kill left (sweep_temporaries)."""
     for name in CHECKPOINTS:
         recover(Path(directory) / name)
+    sweep_temporaries(directory)
+
+
+def check_checkpoint_paths(directory: str | os.PathLike) -> None:
+    """At the start of a training: refuse, in one line (ConfigError), a last/ or best/ that no
+    save can replace (checkpoint.check_checkpoint_path), rather than failing at the first save."""
+    for name in CHECKPOINTS:
+        check_checkpoint_path(Path(directory) / name)
 
 
 # -- log.jsonl -------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from scratchformer.checks import check_text
 from scratchformer.data.labelled import read_labelled_csv
 from scratchformer.errors import CheckpointError, ConfigError, DataError
 from scratchformer.interop.bert import BertEncoder, load_hf_bert
@@ -56,7 +57,10 @@ def base_model_dir(name: str) -> Path:
 
 
 def _encode(tokenizer: WordPieceTokenizer, texts: list[str], what: str) -> tuple[np.ndarray, np.ndarray]:
-    """texts -> ids, mask (N, T) int64, T <= max_length; one note on stderr when texts were cut."""
+    """texts -> ids, mask (N, T) int64, T <= max_length; one note on stderr when texts were cut.
+    A text that is not a str of valid Unicode (invalid UTF-8 in argv) is a one-line error."""
+    for t in texts:
+        check_text(what, t)
     enc = tokenizer.tokenizer.encode_batch(texts, add_special_tokens=True)
     cut = sum(1 for e in enc if e.overflowing)
     if cut:
@@ -121,6 +125,9 @@ class SentenceClassifierJob:
         check_model_fits(config, BertClassifier, training=True, option="a smaller --model")
         encoder = load_hf_bert(base, dtype=np.float32)
         tokenizer = WordPieceTokenizer.from_dir(base, max_length=config.max_length)
+        if tokenizer.vocab_size > config.vocab_size:  # an id past the embeddings: refused now, not on some input
+            raise CheckpointError(f"{base}: the tokenizer has {tokenizer.vocab_size:,} tokens but config.json's "
+                                  f"vocab_size is {config.vocab_size:,}: the vocabulary file belongs to another model")
         spec = {"path": str(path), "sha256": fingerprint_file(path), "base": str(base),
                 "val_fraction": data["val_fraction"], "seed": data["split_seed"]}
         return cls(_classifier(encoder, config, seed), tokenizer, spec)

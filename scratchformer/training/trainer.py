@@ -35,15 +35,16 @@ import numpy as np
 from scratchformer.allocator import keep_freed_memory
 from scratchformer.errors import (CheckpointError, ConfigError, ParallelWorkerError, TrainingDivergedError,
                                   TrainingInterrupted)
-from scratchformer.limits import check_training_fits, gemm_peak_flops, model_flops_per_token
+from scratchformer import limits
+from scratchformer.limits import check_training_fits, model_flops_per_token
 from scratchformer.nn import set_dropout_rng
 from scratchformer.optim import AdamW, clip_grad_norm, cosine_lr, param_groups
 from scratchformer.training.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from scratchformer.training.config import TrainConfig
 from scratchformer.training.diagnostics import DIAG_FILE, Diagnostics
 from scratchformer.training.parallel import DataParallel, WaitInterrupted, can_fork_workers, check_workers
-from scratchformer.training.rundir import (LogWriter, RunLock, check_fresh, clear_run, recover_run, start_log,
-                                          truncate_log)
+from scratchformer.training.rundir import (LogWriter, RunLock, check_checkpoint_paths, check_fresh, clear_run,
+                                          recover_run, start_log, sweep_temporaries, truncate_log)
 from scratchformer.training.schema import CONFIG, check_json
 
 LAST, BEST, LOG = "last", "best", "log.jsonl"
@@ -106,7 +107,21 @@ def resume_config(saved: dict, given: dict) -> tuple[TrainConfig, str | None]:
     rate does not jump back up, and the extra steps run at min_lr; pass decay_steps as well
     to stretch the cosine instead. The seed cannot change: a resumed run continues the saved
     random generators, so a new seed would change nothing but what the checkpoint records.
+    Another `workers` is allowed, with a line saying the run no longer repeats the uninterrupted
+    one bit for bit (a batch is split, summed and dropped out differently across processes).
     """
+    cfg, note = _resume_schedule(saved, given)
+    before = TrainConfig.from_dict(saved).workers
+    if cfg.workers != before:
+        change = (f"--workers {cfg.workers} instead of the run's {before}: the steps from here will not repeat the "
+                  f"uninterrupted run bit for bit (each batch is split, summed and dropped out another way); resume "
+                  f"with --workers {before} to repeat it")
+        note = change if note is None else f"{note}\n{change}"
+    return cfg, note
+
+
+def _resume_schedule(saved: dict, given: dict) -> tuple[TrainConfig, str | None]:
+    """resume_config's schedule part."""
     if "seed" in given:
         raise ConfigError(f"--seed cannot change a resumed run: it continues the random generators of its seed "
                           f"{saved.get('seed')}; drop --seed (or train a new run into another --out)")
@@ -196,9 +211,34 @@ def train(job, cfg: TrainConfig, out_dir: str | Path, resume: bool = False, prog
     with RunLock(out_dir) as lock:
         if lock.note:
             _say(lock.note)
-        return _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, overwrite)
+        started = {"log": False}  # set once a fresh run has started its own log
+        try:
+            return _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, overwrite, lock, started)
+        except BaseException:
+            if started["log"]:
+                _drop_unstarted_run(out_dir)
+            raise
 
 
+def _drop_unstarted_run(out_dir: Path) -> None:
+    """A fresh run that failed before logging a row or saving a checkpoint leaves nothing behind
+    (its empty log and header-only diagnostics would make the retry ask for --overwrite)."""
+    log = out_dir / LOG
+    if any(os.path.lexists(out_dir / name) for name in (LAST, BEST)):
+        return
+    try:
+        if not log.is_file() or log.stat().st_size:
+            return
+    except OSError:
+        return
+    log.unlink(missing_ok=True)
+    (out_dir / DIAG_FILE).unlink(missing_ok=True)
+
+
+# The GEMM rate MFU divides by is the best seen: measured at the start, then again at a log row
+# at most this often (and whenever the row's MFU would exceed 1), so load at the start cannot
+# make it read several times too high for the whole run.
+PEAK_REMEASURE_S = 30.0
 MAX_GRAD_ACCUM = 1 << 16  # micro-batches a step: more is a step nobody waits for (a larger batch does it)
 
 
@@ -230,7 +270,7 @@ def processes_that_run(cfg: TrainConfig) -> tuple[TrainConfig, str | None]:
     return cfg, None
 
 
-def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, overwrite) -> dict:
+def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, overwrite, lock, started) -> dict:
     keep_freed_memory()  # freed temporaries stay in the process (scratchformer/allocator.py)
     # Before any step: the settings and the model's config must be what a checkpoint can hold
     # (a field changed after the config was built, or a value beyond its declaration, would
@@ -278,7 +318,10 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, over
         if overwrite:
             clear_run(out_dir)
         check_fresh(out_dir)
+        sweep_temporaries(out_dir)
         start_log(out_dir / LOG)
+        started["log"] = True
+    check_checkpoint_paths(out_dir)  # what no save could replace is refused now, not at the first save
     check_training_fits(model, cfg.batch_size, cfg.workers)
     diag = None  # the diagnostics recorder; it runs only on its own steps
     if cfg.diagnostics_every > 0:
@@ -289,6 +332,7 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, over
         # losses are checked before any save; NaN here only means "not evaluated yet" (Ctrl-C)
         finite = {k: v for k, v in (("best_val_loss", best_val), ("val_loss", val_loss)) if math.isfinite(v)}
         with stop.held():
+            lock.check_held()  # the run directory is still the one locked
             save_checkpoint(
                 out_dir / which,
                 model_state=model.state_dict(),
@@ -301,7 +345,8 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, over
             )
 
     flops_per_step_token = model_flops_per_token(model)  # for MFU: 6N + the attention term
-    peak = gemm_peak_flops()
+    peak = limits.gemm_peak_flops()  # the best GEMM rate seen: measured again as the run goes (PEAK_REMEASURE_S)
+    peak_at = time.perf_counter()
     bar = None
     if progress:
         from tqdm import tqdm
@@ -361,10 +406,15 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, over
                     now = time.perf_counter()
                     seconds = max(now - t_since, 1e-9)
                     tok_s = tokens_since / seconds
-                    log.append({"step": step, "lr": lr, "train_loss": train_loss, "grad_norm": grad_norm,
-                                "tokens_per_s": round(tok_s, 1), "ms_per_step": round(1000 * seconds / steps_since, 2),
-                                "mfu": round(flops_per_step_token * tok_s / peak, 4)})
-                    tokens_since, steps_since, t_since = 0, 0, now
+                    row = {"step": step, "lr": lr, "train_loss": train_loss, "grad_norm": grad_norm,
+                           "tokens_per_s": round(tok_s, 1), "ms_per_step": round(1000 * seconds / steps_since, 2)}
+                    if now - peak_at >= PEAK_REMEASURE_S or limits.mfu(flops_per_step_token, tok_s, peak) is None:
+                        peak, peak_at = max(peak, limits.gemm_rate()), time.perf_counter()
+                    utilisation = limits.mfu(flops_per_step_token, tok_s, peak)
+                    if utilisation is not None:  # absent rather than wrong (limits.mfu)
+                        row["mfu"] = utilisation
+                    log.append(row)
+                    tokens_since, steps_since, t_since = 0, 0, time.perf_counter()
                     if bar is not None:
                         bar.set_postfix(loss=f"{train_loss:.4f}", tok_s=f"{tok_s:,.0f}")
                 if bar is not None:

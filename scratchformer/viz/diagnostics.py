@@ -31,7 +31,8 @@ GUIDE_RATIO = -3.0  # makemore's rule of thumb: updates about 1e-3 of the data
 
 def diag_records(run) -> list[dict] | None:
     """The records of `run`'s diagnostics.jsonl (`run`: the run directory, its log.jsonl or the
-    file itself); None when the run has none (trained with --diag-interval 0)."""
+    file itself), every field checked and every null (a diverging run's NaN) read as NaN; None
+    when the run has none (trained with --diag-interval 0). A damaged record: RunFileError."""
     path = Path(run)
     if path.is_dir():
         path = path / DIAG_FILE
@@ -39,7 +40,7 @@ def diag_records(run) -> list[dict] | None:
         path = path.parent / DIAG_FILE
     if not path.is_file():
         return None
-    return read_records(path)[1] or None
+    return read_records(path, nulls_as_nan=True)[1] or None
 
 
 def is_matrix(name: str, p: dict) -> bool:
