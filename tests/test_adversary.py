@@ -465,10 +465,12 @@ def test_export_on_a_full_disk_is_one_line_and_leaves_no_directory(bpe_run, tmp_
     if writer == "weights":  # the first file written
         monkeypatch.setattr(safetensors.numpy, "save_file", _full_disk)
     else:  # the last one, after every other file is written
-        real = pathlib.Path.write_text
-        monkeypatch.setattr(pathlib.Path, "write_text",
-                            lambda self, *a, **kw: _full_disk() if self.name == "tokenizer_config.json"
-                            else real(self, *a, **kw))
+        import scratchformer.runfiles as runfiles
+
+        real = runfiles.write_atomic
+        monkeypatch.setattr(runfiles, "write_atomic",
+                            lambda path, data: _full_disk() if pathlib.Path(path).name == "tokenizer_config.json"
+                            else real(path, data))
     hf = tmp_path / "exports" / "hf"
     code, _, err = cli(capsys, "export", bpe_run, "--hf", hf)
     assert code == 2 and len(err) == 1 and "No space left on device" in err[0], err

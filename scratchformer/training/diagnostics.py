@@ -155,10 +155,18 @@ def _checked_record(rec: dict, where: str) -> dict:
         if not isinstance(layer, dict):
             raise RunFileError(f"{at}: not an object; {_DIAG_HINT}")
         stats = {k: _number(layer.get(k), f"{at}.{k}") for k in ("mean", "std", "saturation", "dead")}
-        layers.append({**stats, "hist": _numbers(layer.get("hist"), f"{at}.hist", HIST_BINS)})
+        stats["hist"] = _numbers(layer.get("hist"), f"{at}.hist", HIST_BINS)
+        # version 2: the gradient at the activation (absent from version 1 records)
+        stats.update({k: _number(layer[k], f"{at}.{k}") for k in ("grad_mean", "grad_std", "grad_outside",
+                                                                     "grad_zero") if k in layer})
+        if "grad_hist" in layer:
+            stats["grad_hist"] = _numbers(layer["grad_hist"], f"{at}.grad_hist", HIST_BINS)
+        layers.append(stats)
     out["layers"] = layers
-    for key in ("act_range", "grad_range"):
-        out[key] = _numbers(rec.get(key), f"{where} `{key}`", 2)
+    out["act_range"] = _numbers(rec.get("act_range"), f"{where} `act_range`", 2)
+    for key in ("grad_range", "act_grad_range"):  # version 1 has the first, version 2 the second
+        if key in rec:
+            out[key] = _numbers(rec[key], f"{where} `{key}`", 2)
     params = {}
     for name, p in _field(rec, "params", dict, where).items():
         at = f"{where} `params.{name}`"
@@ -167,6 +175,14 @@ def _checked_record(rec: dict, where: str) -> dict:
         params[name] = {k: _number(p.get(k), f"{at}.{k}") for k in ("grad_mean", "grad_std", "update_ratio")}
         if "grad_hist" in p:
             params[name]["grad_hist"] = _numbers(p["grad_hist"], f"{at}.grad_hist", HIST_BINS)
+        if "grad_range" in p:  # version 2: each matrix on its own range
+            params[name]["grad_range"] = _numbers(p["grad_range"], f"{at}.grad_range", 2)
+        if "shape" in p:
+            shape = p["shape"]
+            if not isinstance(shape, list) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
+                                                      for n in shape):
+                raise RunFileError(f"{at}.shape: not a list of sizes; {_DIAG_HINT}")
+            params[name]["shape"] = shape
     out["params"] = params
     probe = _field(rec, "probe", dict, where)
     tokens = probe.get("tokens")
