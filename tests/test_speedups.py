@@ -357,7 +357,8 @@ def test_attention_in_pieces_covers_every_row_and_equals_one_piece(case, B, monk
     whole = _attention(q, k, v, dout, case)
     monkeypatch.setattr(fast_attention, "CHUNK_BYTES", 2 * fast_attention.weights_nbytes(q[:1], k[:1]))
     _, cache = ops.attention_forward(q, k, v, mask=c["mask"], causal=c["causal"])
-    spans = [range(B)[s] for s in cache["spans"]]
+    spans = [range(B)[p.rows] for p in cache["pieces"]]
+    assert all(p.queries == slice(None) and p.keys == c["Tk"] for p in cache["pieces"])  # whole rows
     assert [len(s) for s in spans] == [2] * (B // 2) + [1] * (B % 2)
     assert [i for s in spans for i in s] == list(range(B))  # every row, once, in order
     pieces = _attention(q, k, v, dout, case)
