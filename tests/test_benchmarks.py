@@ -141,12 +141,15 @@ def test_memory_sees_the_peak_of_the_processes_while_extra_steps_run():
 def test_fast_pieces_save_the_big_temporaries(monkeypatch):
     import fast_pieces
 
+    from scratchformer.fast import attention as fast_attention
     from scratchformer.fast import linear as fast_linear
 
     monkeypatch.setattr(fast_linear, "BLOCK_BYTES", 64 * 32 * 4)  # a (1000, 32) weight in blocks of 64 rows
+    monkeypatch.setattr(fast_attention, "CHUNK_BYTES", 2 * 256 * 4 * 16)  # (1, 2, 256, 8) in blocks of 16 queries
     rows = {row["piece"].split()[0]: row for row in fast_pieces.pieces(tokens=16, vocab=1000, width=32,
-                                                                         gelu_shape=(300, 500), repeats=1)}
-    assert set(rows) == {"log_softmax_forward", "linear_backward_into", "gelu_with_grad"}
+                                                                         gelu_shape=(300, 500),
+                                                                         attn_shape=(1, 2, 256, 8), repeats=1)}
+    assert set(rows) == {"log_softmax_forward", "linear_backward_into", "attention_forward+backward", "gelu_with_grad"}
     for row in rows.values():
         (_, before), (_, after) = row["before"], row["after"]
         assert after < before, row  # each fast form holds less at its peak than the form it replaces
