@@ -500,6 +500,41 @@ def test_grouped_query_attention_with_alibi_in_query_blocks_equals_the_reference
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
 
 
+@pytest.mark.parametrize("positional", ["learned", "alibi"])
+def test_a_gpt_trains_in_query_blocks_as_in_the_reference_lane(positional, monkeypatch):
+    """Three AdamW steps of a GPT (block 16, attention in blocks of 5 queries, the weights
+    recomputed in the backward) give the reference lane's losses and weights."""
+    from scratchformer.models import GPT, GPTConfig
+    from scratchformer.nn import attention as nn_attention
+
+    monkeypatch.setattr(fast_attention, "CHUNK_BYTES", 5 * 2 * 16 * 8)  # 5 queries x 2 heads x 16 keys, float64
+    monkeypatch.setattr(nn_attention, "KEEP_WEIGHTS_BYTES", 0)  # recompute, as long context does
+    cfg = GPTConfig(vocab_size=11, block_size=16, n_layer=2, n_head=2, n_embd=16, positional=positional,
+                    dtype="float64")
+    x = np.random.default_rng(1).integers(0, 11, size=(2, 16))
+
+    def train():
+        model = GPT(cfg, seed=0)
+        opt = AdamW(param_groups(model, 0.1), lr=1e-2)
+        losses = []
+        for _ in range(3):
+            opt.zero_grad()
+            losses.append(model(x, x)[1])
+            model.backward()
+            opt.step()
+        return losses, [p.data for p in model.parameters()]
+
+    blocks = []
+    monkeypatch.setattr(fast_attention, "_pieces",
+                        lambda *a, _real=fast_attention._pieces: blocks.append(_real(*a)) or blocks[-1])
+    (losses, params), (ref_losses, ref_params) = both_lanes(train)
+    assert blocks and all([p.queries for p in b] == [slice(0, 5), slice(5, 10), slice(10, 15), slice(15, 16)] * 2
+                          for b in blocks)  # each of the 2 rows in 4 blocks, the last partial
+    np.testing.assert_allclose(losses, ref_losses, rtol=1e-12)
+    for a, b in zip(params, ref_params):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+
+
 def test_query_blocks_hold_a_block_of_weights_not_the_whole(monkeypatch):
     """Peak memory of a forward and backward that recompute the weights: in blocks of 16 of
     512 queries, well below one (H, T, T) array; the reference lane holds several of them."""
