@@ -6,7 +6,7 @@ param_groups, clip_grad_norm), so the same file times any two checkouts against 
       (cd NEW && env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE PYTHONPATH=$PWD python benchmarks/ab_step.py names)
     done
 
-Random tokens, no dropout, 60 steps of which the first 10 are warm-up (medium: 16 and 4);
+Random tokens, no dropout, 60 steps of which the first 10 are warm-up (medium: 16 and 4; long-1024: 10 and 2);
 prints {"ms": ..., "peak_rss_mib": ...} (the process's peak resident memory).
 """
 
@@ -22,8 +22,8 @@ from scratchformer.models import GPT, GPTConfig
 from scratchformer.optim import AdamW, clip_grad_norm, param_groups
 
 CONFIGS = {"names": (27, 4, 4, 64, 16, 32), "shakespeare-cpu": (65, 4, 4, 128, 64, 12),  # V, L, H, C, T, B
-           "medium": (65, 6, 6, 384, 256, 16)}
-STEPS = {"names": (60, 10), "shakespeare-cpu": (60, 10), "medium": (16, 4)}  # (steps, of which warm-up)
+           "medium": (65, 6, 6, 384, 256, 16), "long-1024": (65, 4, 4, 128, 1024, 4)}  # long: suite.py's LONG_CONFIGS
+STEPS = {"names": (60, 10), "shakespeare-cpu": (60, 10), "medium": (16, 4), "long-1024": (10, 2)}  # (steps, of which warm-up)
 
 
 def main(name: str) -> None:

@@ -1,6 +1,7 @@
 """Time and peak memory of the fast lane's pieces for big arrays, each against the reference
 lane (or, for GELU's blocks, against one block): a GPT-2 head's log-softmax and weight
-gradient, and a fine-tuning step's GELU. One process, the allocator tuned as train() does;
+gradient, a fine-tuning step's GELU, and causal attention at T = 1024 (forward and backward,
+the weights recomputed: the fast lane's blocks of queries against the reference's whole weights). One process, the allocator tuned as train() does;
 peak memory is tracemalloc's (NumPy reports its arrays to it), above what the inputs hold.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OPENBLAS_NUM_THREADS=1 python benchmarks/fast_pieces.py
@@ -23,6 +24,7 @@ from scratchformer.fast import activations as fast_activations
 
 TOKENS, VOCAB, WIDTH = 256, 50257, 768  # half of the suite's init-from batch (4 x 128), as each process runs it
 GELU_SHAPE = (1024, 1536)  # half of a MiniLM fine-tuning batch (32 x 64 tokens), its feed-forward width
+ATTN_SHAPE = (4, 4, 1024, 32)  # (B, H, T, head size): suite.py's long-1024 layer, one process
 
 
 def measure(fn, repeats: int) -> tuple[float, float]:
@@ -41,7 +43,7 @@ def measure(fn, repeats: int) -> tuple[float, float]:
 
 
 def pieces(tokens: int = TOKENS, vocab: int = VOCAB, width: int = WIDTH, gelu_shape=GELU_SHAPE,
-           repeats: int = 5) -> list[dict]:
+           attn_shape=ATTN_SHAPE, repeats: int = 5) -> list[dict]:
     """One row per piece: {"piece", "before": (ms, MiB), "after": (ms, MiB), "labels"}."""
     rng = np.random.default_rng(0)
     logits = rng.standard_normal((tokens, vocab), dtype=np.float32)
@@ -50,9 +52,16 @@ def pieces(tokens: int = TOKENS, vocab: int = VOCAB, width: int = WIDTH, gelu_sh
     W = rng.standard_normal((vocab, width), dtype=np.float32) * 0.02
     grad = np.zeros_like(W)
     h = rng.standard_normal(gelu_shape, dtype=np.float32)
+    q, k, v, dout = (rng.standard_normal(attn_shape, dtype=np.float32) for _ in range(4))
+
+    def attention():  # a training layer's: causal, the weights not kept (recomputed in the backward)
+        _, cache = ops.attention_forward(q, k, v, causal=True, training=True, keep_weights=False)
+        ops.attention_backward(dout, cache)
+
     rows = []
     for name, fn in ((f"log_softmax_forward {logits.shape}", lambda: ops.log_softmax_forward(logits)),
-                     (f"linear_backward_into dW {W.shape}", lambda: ops.linear_backward_into(dy, x, W, grad))):
+                     (f"linear_backward_into dW {W.shape}", lambda: ops.linear_backward_into(dy, x, W, grad)),
+                     (f"attention_forward+backward causal {q.shape}", attention)):
         with fast.reference():
             before = measure(fn, repeats)
         rows.append({"piece": name, "before": before, "after": measure(fn, repeats),

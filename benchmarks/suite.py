@@ -3,6 +3,7 @@ table, one JSON file.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/suite.py          # headline
     python benchmarks/suite.py --quick                         # smoke run: seconds, not minutes
+    python benchmarks/suite.py --only long --pairs 3           # T = 1024: the library alone against PyTorch
     python benchmarks/suite.py --only train --configs names --pairs 5
     python benchmarks/suite.py --only finetune --pairs 1        # fine-tuning MiniLM, batch 32 x 64 tokens
     python benchmarks/suite.py --e2e                           # adds the whole training runs (long)
@@ -11,7 +12,9 @@ table, one JSON file.
 Unset both OpenBLAS variables *for the headline command only*: this project's machines set
 OPENBLAS_CORETYPE=Haswell, which makes NumPy's GEMMs 1.6-1.8x slower than the kernel OpenBLAS
 picks by itself on a user's machine (PyTorch does not use OpenBLAS). The suite prints them and
-the BLAS kernel that ran (threadpoolctl), and records both in the JSON.
+the BLAS kernel that ran (threadpoolctl), and records both in the JSON, with the CPU: its model,
+its vector flags (AVX2, AVX-512, AMX) and, for PyTorch, its BLAS (MKL, oneDNN) and the CPU
+capability its kernels chose.
 
 Method. Every measurement runs in a fresh process (this file with --worker), one at a time,
 alternating scratchformer, reference, scratchformer, reference ... (`--pairs` pairs); the
@@ -27,7 +30,12 @@ Sections:
   scaled_dot_product_attention and fused AdamW. Reports tokens/s, forward / backward /
   optimiser ms, peak RSS (VmHWM of each process), and MFU: model FLOPs (nanoGPT's
   6N + 12 L T C per token) per second over the float32 GEMM GFLOP/s NumPy reaches at the
-  model's own GEMM shapes, measured in the same process right after the steps.
+  model's own GEMM shapes, measured in the same process right after the steps (PyTorch's
+  rate at the same shapes, torch.mm in its own process, is reported beside it).
+- long: the train section's step at long context, T = 1024 (shakespeare-cpu's widths, batch 4),
+  scratchformer alone (one process, a user's own loop) against PyTorch: time and peak memory.
+  PyTorch's scaled_dot_product_attention never holds the (B, H, T, T) weights; scratchformer's
+  fast lane takes the queries in blocks (fast/attention.py).
 - sample: greedy generation of 200 new tokens with the KV cache at batch 1 and 32, GPT.generate
   against transformers' GPT2LMHeadModel.generate(use_cache=True, do_sample=False) on the same
   random GPT-2 weights (written by transformers, read by scratchformer.interop.load_hf_gpt2).
@@ -57,6 +65,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import resource
 import statistics
 import subprocess
@@ -75,8 +84,14 @@ TRAIN_CONFIGS = {
     "shakespeare-cpu": (65, 4, 4, 128, 64, 12),
     "medium": (65, 6, 6, 384, 256, 16),
 }
+# long context: the library alone (one process) at T = 1024
+LONG_CONFIGS = {"long-1024": (65, 4, 4, 128, 1024, 4)}
+LONG_QUICK = {"long-1024-quick": (65, 1, 2, 32, 1024, 1)}  # --quick: the same path (blocks of queries), cheap
+DEFAULT_DATA = REPO.parent / "shared" / "data" / "tinyshakespeare.txt"
+SECTIONS = ("train", "sample", "embed", "long", "finetune", "initfrom")
+DEFAULT_SECTIONS = "train,sample,embed,long"
 # timed steps per process (after WARMUP steps): about 5-10 s of work each on 2 cores
-TRAIN_STEPS = {"tiny": 300, "names": 60, "shakespeare-cpu": 40, "medium": 6}
+TRAIN_STEPS = {"tiny": 300, "names": 60, "shakespeare-cpu": 40, "medium": 6, "long-1024": 5}
 WARMUP = 3
 SAMPLE_SIZES = ["names", "shakespeare-cpu"]
 SAMPLE_BATCHES = [1, 32]
@@ -113,8 +128,9 @@ def _blas() -> list[dict]:
             for d in threadpool_info()]
 
 
-def _gemm_gflops(shapes: list[tuple[int, int, int]], seconds: float = 0.3) -> float:
-    """Best float32 GFLOP/s of NumPy's (M, K) @ (K, N) over `shapes`, each timed ~`seconds`."""
+def _gemm_gflops(shapes: list[tuple[int, int, int]], seconds: float = 0.3, lib: str = "numpy") -> float:
+    """Best float32 GFLOP/s of (M, K) @ (K, N) over `shapes`, each timed ~`seconds`: NumPy's
+    matmul (its BLAS), or with lib="torch", torch.mm (PyTorch's, on its threads)."""
     import numpy as np
     rng = np.random.default_rng(0)
     best = 0.0
@@ -122,10 +138,16 @@ def _gemm_gflops(shapes: list[tuple[int, int, int]], seconds: float = 0.3) -> fl
         a = rng.standard_normal((m, k), dtype=np.float32)
         b = rng.standard_normal((k, n), dtype=np.float32)
         out = np.empty((m, n), dtype=np.float32)
-        np.matmul(a, b, out=out)
+        if lib == "torch":
+            import torch
+            a, b, out = torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(out)
+            product = lambda: torch.mm(a, b, out=out)  # noqa: E731
+        else:
+            product = lambda: np.matmul(a, b, out=out)  # noqa: E731
+        product()
         reps, start = 0, time.perf_counter()
         while time.perf_counter() - start < seconds:
-            np.matmul(a, b, out=out)
+            product()
             reps += 1
         best = max(best, 2 * m * k * n * reps / (time.perf_counter() - start) / 1e9)
     return best
@@ -179,11 +201,10 @@ def _time_phases(phases, steps: int, warmup: int) -> dict:
 
 def worker_train(lib: str, config: str, steps: int, warmup: int, workers: int = 2) -> dict:
     import numpy as np
-    V, L, H, C, T, B = TRAIN_CONFIGS[config]
+    V, L, H, C, T, B = {**TRAIN_CONFIGS, **LONG_CONFIGS, **LONG_QUICK}[config]
     rng = np.random.default_rng(0)
     x = rng.integers(0, V, size=(B, T))
     y = rng.integers(0, V, size=(B, T))
-    rss_before = _peak_rss_mib()
     if lib == "scratchformer":
         from scratchformer.models import GPT, GPTConfig
         from scratchformer.training.parallel import DataParallel
@@ -191,6 +212,7 @@ def worker_train(lib: str, config: str, steps: int, warmup: int, workers: int = 
 
         from scratchformer.allocator import keep_freed_memory
 
+        rss_before = _peak_rss_mib()  # the imports' memory, not the model's
         keep_freed_memory()  # as train() does
         gpt = GPT(GPTConfig(vocab_size=V, block_size=T, n_layer=L, n_head=H, n_embd=C), seed=0)
         opt = AdamW(param_groups(gpt, 0.1), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)
@@ -213,6 +235,7 @@ def worker_train(lib: str, config: str, steps: int, warmup: int, workers: int = 
         sys.path.insert(0, str(HERE))
         from torch_gpt import TorchGPT
 
+        rss_before = _peak_rss_mib()
         torch.set_num_threads(2)
         torch.manual_seed(0)
         model = TorchGPT(V, T, n_layer=L, n_head=H, n_embd=C)
@@ -237,11 +260,13 @@ def worker_train(lib: str, config: str, steps: int, warmup: int, workers: int = 
     result["tokens_per_s"] = B * T / (result["step_ms"] / 1e3)
     _memory(result, ["self"] + (model.worker_pids() if lib == "scratchformer" and workers > 1 else []))
     result["rss_before_model_mib"] = rss_before
+    result["peak_rss_above_start_mib"] = result["peak_rss_mib"] - rss_before  # the model and its step, not the imports
     # nanoGPT's estimate_mfu: 6 N + 12 L T C FLOPs per token (position table not counted)
     n_flop_params = n_params - T * C
     result["model_gflop_per_s"] = (6 * n_flop_params + 12 * L * T * C) * result["tokens_per_s"] / 1e9
-    if lib == "scratchformer":  # the GEMM peak at this model's own shapes, in this process
-        result["gemm_gflops"] = _gemm_gflops([(B * T, C, 3 * C), (B * T, C, 4 * C), (B * T, 4 * C, C)])
+    # the GEMM peak at this model's own shapes, in this process: NumPy's BLAS or PyTorch's
+    result["gemm_gflops"] = _gemm_gflops([(B * T, C, 3 * C), (B * T, C, 4 * C), (B * T, 4 * C, C)],
+                                         lib="numpy" if lib == "scratchformer" else "torch")
     result["blas"] = _blas()
     return result
 
@@ -495,28 +520,31 @@ def _med(runs: list[dict], key: str) -> float:
     return statistics.median(r[key] for r in runs)
 
 
-def bench_train(configs, pairs: int, quick: bool, workers: int = 2) -> dict:
+def bench_train(configs, pairs: int, quick: bool, workers: int = 2, section: str = "train") -> dict:
     out = {}
     for name in configs:
-        steps = 3 if quick else TRAIN_STEPS[name]
+        steps = (1 if name in LONG_CONFIGS else 3) if quick else TRAIN_STEPS[name]
         warm = 1 if quick else WARMUP
         res = paired(lambda lib: ["train", lib, name, str(steps), str(warm), str(workers)], pairs, "tokens_per_s")
         res["workers"] = workers
         peak = _med(res["scratchformer"], "gemm_gflops")
+        res["torch_gemm_gflops"] = _med(res["reference"], "gemm_gflops")
         for side in ("scratchformer", "reference"):
             runs = res[side]
             res[f"{side}_summary"] = {k: _med(runs, k) for k in
                                       ("tokens_per_s", "forward_ms", "backward_ms", "optimiser_ms", "step_ms",
-                                       "peak_rss_mib", "pss_mib", "model_gflop_per_s")}
+                                       "peak_rss_mib", "pss_mib", "model_gflop_per_s", "peak_rss_above_start_mib")}
             res[f"{side}_summary"]["mfu"] = res[f"{side}_summary"]["model_gflop_per_s"] / peak
         res["gemm_gflops"] = peak
         out[name] = res
         s, r = res["scratchformer_summary"], res["reference_summary"]
-        print(f"train {name:16s} ratio {res['ratio']:5.2f}  tok/s {s['tokens_per_s']:9,.0f} vs {r['tokens_per_s']:9,.0f}"
+        print(f"{section} {name:16s} ratio {res['ratio']:5.2f}  tok/s {s['tokens_per_s']:9,.0f} vs {r['tokens_per_s']:9,.0f}"
               f"  fwd/bwd/opt ms {s['forward_ms']:.1f}/{s['backward_ms']:.1f}/{s['optimiser_ms']:.1f}"
               f" vs {r['forward_ms']:.1f}/{r['backward_ms']:.1f}/{r['optimiser_ms']:.1f}"
-              f"  RSS MiB {s['peak_rss_mib']:.0f} vs {r['peak_rss_mib']:.0f} (PSS {s['pss_mib']:.0f} vs {r['pss_mib']:.0f})"
-              f"  MFU {s['mfu']:.0%} vs {r['mfu']:.0%} of {peak:.0f} GFLOP/s", flush=True)
+              f"  RSS MiB {s['peak_rss_mib']:.0f} vs {r['peak_rss_mib']:.0f} (PSS {s['pss_mib']:.0f} vs {r['pss_mib']:.0f};"
+              f" above the imports {s['peak_rss_above_start_mib']:.0f} vs {r['peak_rss_above_start_mib']:.0f})"
+              f"  MFU {s['mfu']:.0%} vs {r['mfu']:.0%} of {peak:.0f} GFLOP/s (torch.mm: {res['torch_gemm_gflops']:.0f})",
+              flush=True)
     return out
 
 
@@ -579,16 +607,60 @@ def bench_e2e(tmp: Path, data: str) -> dict:
 def environment() -> dict:
     import numpy as np
     info = {"python": platform.python_version(), "numpy": np.__version__, "platform": platform.platform(),
-            "cpu": _cpu_name(), "cores": os.cpu_count(),
+            "cpu": _cpu_name(), "cpu_flags": _cpu_flags(), "cores": os.cpu_count(),
             "env": {k: os.environ.get(k) for k in OPENBLAS_VARS}, "blas": _blas(),
             "loadavg_at_start": os.getloadavg(), "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
     try:
         import torch
         import transformers
         info["torch"], info["transformers"] = torch.__version__, transformers.__version__
+        info["torch_blas"] = _torch_blas()
     except ImportError:
         pass
     return info
+
+
+# the vector and matrix extensions that decide which kernels a BLAS picks
+CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "avx512_fp16",
+             "amx_tile", "amx_bf16", "amx_int8", "amx_fp16")
+
+
+def _cpu_flags() -> list[str]:
+    """Which of CPU_FLAGS this CPU has (Linux's /proc/cpuinfo; empty elsewhere)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return []
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+    return [f for f in CPU_FLAGS if f in flags]
+
+
+def _torch_blas() -> dict:
+    """PyTorch's BLAS and kernels: BLAS_INFO from its build configuration (mkl, openblas, ...),
+    the MKL and oneDNN versions it was built with, whether both are available here, and the
+    CPU capability (vector width) its own kernels chose at run time."""
+    import torch
+    config = torch.__config__.show()
+    blas = re.search(r"\bBLAS_INFO=([^,\s]+)", config)
+    info = {"blas_info": blas.group(1) if blas else None,
+            "mkl": torch.backends.mkl.is_available(), "mkldnn": torch.backends.mkldnn.is_available(),
+            "built_with": [line.strip(" -") for line in config.splitlines()
+                           if "Math Kernel Library" in line or "MKL-DNN" in line or "oneDNN" in line]}
+    try:
+        info["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+    except AttributeError:  # older PyTorch
+        info["cpu_capability"] = None
+    return info
+
+
+def _environment_line(env: dict) -> str:
+    """The CPU, its flags and both sides' BLAS, in one line."""
+    kernels = ", ".join(f"{b['internal_api']} {b['version']} {b['architecture']}" for b in env["blas"])
+    tb = env.get("torch_blas") or {}
+    torch_side = (f"torch {env.get('torch')} (BLAS {tb.get('blas_info')}, oneDNN {'on' if tb.get('mkldnn') else 'off'}, "
+                  f"kernels {tb.get('cpu_capability')})")
+    return (f"{env['cpu']} ({' '.join(env.get('cpu_flags') or ['no flags read'])}), {env['cores']} cores; "
+            f"numpy {env['numpy']} ({kernels}); {torch_side}")
 
 
 def _cpu_name() -> str:
@@ -602,25 +674,28 @@ def _cpu_name() -> str:
 def markdown(results: dict) -> str:
     """The results as the markdown tables of docs/performance.md."""
     env = results["environment"]
-    kernels = ", ".join(f"{b['internal_api']} {b['version']} {b['architecture']}" for b in env["blas"])
-    lines = [f"{env['date_utc']} UTC, {env['cpu']}, {env['cores']} cores, numpy {env['numpy']} ({kernels}), "
-             f"torch {env.get('torch')}, transformers {env.get('transformers')}; "
+    lines = [f"{env['date_utc']} UTC, {_environment_line(env)}, transformers {env.get('transformers')}; "
              f"{' '.join(f'{k}={v}' for k, v in env['env'].items())}; load average "
              f"{env['loadavg_at_start'][0]:.1f} at the start, {results['loadavg_at_end'][0]:.1f} at the end; "
              f"{results['pairs']} pair(s) per figure, {results['seconds']:.0f} s.", ""]
-    if "train" in results:
-        lines += ["| training config (V, L, H, C, T, B) | ratio | tokens/s (ours / torch) | fwd / bwd / opt ms (ours) "
+    for section in ("train", "long"):
+        if section not in results:
+            continue
+        title = "training" if section == "train" else "long context, one process:"
+        lines += [f"| {title} config (V, L, H, C, T, B) | ratio | tokens/s (ours / torch) | fwd / bwd / opt ms (ours) "
                   "| fwd / bwd / opt ms (torch) | peak RSS MiB (ours / torch) | PSS MiB (ours / torch) | MFU (ours / torch) "
-                  "| GEMM GFLOP/s |",
+                  "| GEMM GFLOP/s (numpy / torch) |",
                   "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-        for name, r in results["train"].items():
+        for name, r in results[section].items():
             s, t = r["scratchformer_summary"], r["reference_summary"]
-            lines.append(f"| {name} {TRAIN_CONFIGS[name]} | **{r['ratio']:.2f}** | {s['tokens_per_s']:,.0f} / "
+            shape = {**TRAIN_CONFIGS, **LONG_CONFIGS, **LONG_QUICK}[name]
+            lines.append(f"| {name} {shape} | **{r['ratio']:.2f}** | {s['tokens_per_s']:,.0f} / "
                          f"{t['tokens_per_s']:,.0f} | {s['forward_ms']:.1f} / {s['backward_ms']:.1f} / "
                          f"{s['optimiser_ms']:.1f} | {t['forward_ms']:.1f} / {t['backward_ms']:.1f} / "
                          f"{t['optimiser_ms']:.1f} | {s['peak_rss_mib']:.0f} / {t['peak_rss_mib']:.0f} | "
                          f"{s.get('pss_mib', float('nan')):.0f} / {t.get('pss_mib', float('nan')):.0f} | "
-                         f"{s['mfu']:.0%} / {t['mfu']:.0%} | {r['gemm_gflops']:.0f} |")
+                         f"{s['mfu']:.0%} / {t['mfu']:.0%} | {r['gemm_gflops']:.0f} / "
+                         f"{r.get('torch_gemm_gflops', float('nan')):.0f} |")
         lines.append("")
     if "sample" in results or "embed" in results:
         lines += ["| inference | ratio | throughput (ours / transformers) | peak RSS MiB (ours / transformers) | agreement |",
@@ -644,11 +719,26 @@ def markdown(results: dict) -> str:
     return "\n".join(lines)
 
 
+def resolve_data(data: str | None, sections: set, named: bool, quick: bool, e2e: bool) -> tuple[str | None, str]:
+    """The text that embed and e2e read: (path or None, a note to print or ""). --data must
+    exist; without it, ../shared/data/tinyshakespeare.txt is used if there. A fresh clone has
+    none: --quick then embeds the lines of this repository's README.md (a smoke run needs no
+    particular text), a full run leaves embed out unless --only named it. e2e needs the file."""
+    path = Path(data) if data is not None else DEFAULT_DATA
+    if path.is_file() or not ("embed" in sections or e2e):
+        return str(path), ""
+    if data is None and not e2e and quick:
+        return str(REPO / "README.md"), f"embed reads README.md's lines ({DEFAULT_DATA} not found; --data PATH)"
+    if data is None and not e2e and not named:
+        sections.discard("embed")
+        return None, f"embed left out: {DEFAULT_DATA} not found (pass --data PATH/tinyshakespeare.txt)"
+    sys.exit(f"suite.py: {path} not found: pass --data PATH/tinyshakespeare.txt")
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", default="train,sample,embed",
-                    help="comma-separated sections of train, sample, embed, finetune, initfrom "
-                         "(default: train,sample,embed)")
+    ap.add_argument("--only", default=None,
+                    help=f"comma-separated sections of {', '.join(SECTIONS)} (default: {DEFAULT_SECTIONS})")
     ap.add_argument("--configs", default=",".join(TRAIN_CONFIGS),
                     help=f"training configs (default: {','.join(TRAIN_CONFIGS)})")
     ap.add_argument("--pairs", type=int, default=3, help="alternating process pairs per measurement (default 3)")
@@ -657,8 +747,10 @@ def main(argv=None) -> None:
                          "the commands run; 1: the model alone) (default 2)")
     ap.add_argument("--quick", action="store_true", help="smoke run: 1 pair, 3 steps, tiny inputs")
     ap.add_argument("--e2e", action="store_true", help="also the whole default training runs (minutes)")
-    ap.add_argument("--data", default=str(REPO.parent / "shared" / "data" / "tinyshakespeare.txt"),
-                    help="tinyshakespeare.txt (default: ../shared/data/tinyshakespeare.txt from the repo)")
+    ap.add_argument("--data", default=None,
+                    help="tinyshakespeare.txt, for embed and e2e (default: ../shared/data/tinyshakespeare.txt from "
+                         "the repo if there; without it --quick embeds README.md's lines and a full run leaves "
+                         "embed out)")
     ap.add_argument("--json", default="suite_results.json", help="where to write the results")
     ap.add_argument("--markdown", metavar="JSON", help="print the tables of a results file as markdown, and exit")
     ap.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
@@ -682,37 +774,40 @@ def main(argv=None) -> None:
         print(json.dumps(res))
         return
 
-    sections = {s.strip() for s in args.only.split(",") if s.strip()}
+    sections = {s.strip() for s in (args.only or DEFAULT_SECTIONS).split(",") if s.strip()}
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
-    bad = sorted((sections - {"train", "sample", "embed", "finetune", "initfrom"}) | (set(configs) - set(TRAIN_CONFIGS)))
+    bad = sorted((sections - set(SECTIONS)) | (set(configs) - set(TRAIN_CONFIGS)))
     if bad or args.pairs < 1 or args.workers < 1:
-        sys.exit(f"suite.py: unknown section/config {bad}, --pairs < 1 or --workers < 1: sections are train, sample, "
-                 f"embed, finetune, initfrom; configs are {', '.join(TRAIN_CONFIGS)}")
+        sys.exit(f"suite.py: unknown section/config {bad}, --pairs < 1 or --workers < 1: sections are "
+                 f"{', '.join(SECTIONS)}; configs are {', '.join(TRAIN_CONFIGS)}")
     if args.quick:
         args.pairs, configs = 1, [c for c in configs if c in ("tiny", "names")] or ["tiny"]
-    if ("embed" in sections or args.e2e) and not Path(args.data).is_file():
-        sys.exit(f"suite.py: {args.data} not found: pass --data PATH/tinyshakespeare.txt")
+    data, note = resolve_data(args.data, sections, args.only is not None, args.quick, args.e2e)
 
     start = time.perf_counter()
     results = {"environment": environment(), "pairs": args.pairs, "quick": args.quick}
     env = results["environment"]
-    kernels = ", ".join(f"{b['internal_api']} {b['version']} {b['architecture']}" for b in env["blas"])
-    print(f"{env['cpu']}, {env['cores']} cores; numpy {env['numpy']} ({kernels}); torch {env.get('torch')}; "
-          f"{' '.join(f'{k}={v}' for k, v in env['env'].items())}; load {env['loadavg_at_start'][0]:.2f}", flush=True)
+    print(f"{_environment_line(env)}; {' '.join(f'{k}={v}' for k, v in env['env'].items())}; "
+          f"load {env['loadavg_at_start'][0]:.2f}", flush=True)
+    if note:
+        print(note, flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         if "train" in sections:
             results["train"] = bench_train(configs, args.pairs, args.quick, args.workers)
+        if "long" in sections:  # the library alone: one process
+            results["long"] = bench_train(list(LONG_QUICK if args.quick else LONG_CONFIGS), args.pairs, args.quick,
+                                          workers=1, section="long")
         if "sample" in sections:
             results["sample"] = bench_sample(tmp, args.pairs, args.quick)
         if "embed" in sections:
-            results["embed"] = bench_embed(tmp, args.data, args.pairs, args.quick)
+            results["embed"] = bench_embed(tmp, data, args.pairs, args.quick)
         if "finetune" in sections:
             results["finetune"] = bench_finetune(args.pairs, args.quick, args.workers)
         if "initfrom" in sections:
             results["initfrom"] = bench_initfrom(tmp, args.pairs, args.quick, args.workers)
         if args.e2e:
-            results["e2e"] = bench_e2e(tmp, args.data)
+            results["e2e"] = bench_e2e(tmp, data)
     results["seconds"] = time.perf_counter() - start
     results["loadavg_at_end"] = os.getloadavg()
     Path(args.json).write_text(json.dumps(results, indent=1) + "\n")

@@ -151,16 +151,22 @@ def test_op_matches_torch_forward_and_backward(lane, Tq, Tk, padded):
     assert np.abs(plain - out).max() > 1e-2  # the bias matters here: the comparison has teeth
 
 
-def test_a_bias_takes_the_reference_formula_in_both_lanes():
-    """fast/ has no bias input: ops/attention.py runs the reference formula, the same in both lanes."""
-    q, k, v = x_of((B, H, T, 3), 1), x_of((B, H, T, 3), 2), x_of((B, H, T, 3), 3)
+def test_a_bias_takes_the_fast_lane_and_equals_the_reference():
+    """fast/attention.py adds the bias after the scale and recomputes it with the weights in the
+    backward: the fast lane's result equals the reference formula's (float64: 1e-12 relative)."""
+    from scratchformer.ops import attention_backward
+
+    q, k, v, dout = (x_of((B, H, T, 3), s) for s in (1, 2, 3, 4))
     bias = alibi_bias(H, T, T)
     with fast.reference(False):
         fast_out, fast_cache = attention_forward(q, k, v, causal=True, bias=bias, keep_weights=False)
+        fast_grads = attention_backward(dout, fast_cache)
     with fast.reference(True):
-        ref_out, _ = attention_forward(q, k, v, causal=True, bias=bias)
-    np.testing.assert_array_equal(fast_out, ref_out)
-    assert fast_cache.get("lane") != "fast" and fast_cache["weights"] is not None
+        ref_out, ref_cache = attention_forward(q, k, v, causal=True, bias=bias)
+        ref_grads = attention_backward(dout, ref_cache)
+    assert fast_cache["lane"] == "fast" and fast_cache["weights"] is None  # recomputed in the backward
+    for got, want in zip((fast_out, *fast_grads), (ref_out, *ref_grads)):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-13)
 
 
 def test_bad_biases_are_refused():

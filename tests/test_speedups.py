@@ -357,7 +357,8 @@ def test_attention_in_pieces_covers_every_row_and_equals_one_piece(case, B, monk
     whole = _attention(q, k, v, dout, case)
     monkeypatch.setattr(fast_attention, "CHUNK_BYTES", 2 * fast_attention.weights_nbytes(q[:1], k[:1]))
     _, cache = ops.attention_forward(q, k, v, mask=c["mask"], causal=c["causal"])
-    spans = [range(B)[s] for s in cache["spans"]]
+    spans = [range(B)[p.rows] for p in cache["pieces"]]
+    assert all(p.queries == slice(None) and p.keys == c["Tk"] for p in cache["pieces"])  # whole rows
     assert [len(s) for s in spans] == [2] * (B // 2) + [1] * (B % 2)
     assert [i for s in spans for i in s] == list(range(B))  # every row, once, in order
     pieces = _attention(q, k, v, dout, case)
@@ -384,6 +385,179 @@ def test_attention_in_pieces_with_dropout_matches_finite_differences(case, monke
     for x, grad in zip((q, k, v), got[2:]):
         numeric = numerical_gradient(lambda: float(np.sum(_attention(q, k, v, dout, case, 0.3)[0] * dout)), x)
         assert relative_error(grad, numeric) <= 5e-8
+
+
+def _query_blocks(monkeypatch, q, k, block):
+    """Set CHUNK_BYTES so that each batch row is split into blocks of `block` queries."""
+    row = q.itemsize * q.shape[1] * k.shape[-2]  # one query row of every head
+    monkeypatch.setattr(fast_attention, "CHUNK_BYTES", block * row)
+
+
+def _score_bias(kind, B, H, Tq, Tk, dtype):
+    g = np.random.default_rng(31)
+    shape = {"none": None, "heads": (H, Tq, Tk), "full": (B, H, Tq, Tk)}[kind]  # ALiBi's is (H, Tq, Tk)
+    return None if shape is None else g.standard_normal(shape).astype(dtype)
+
+
+def _attention_biased(q, k, v, dout, case, bias, dropout=0.0, keep=True):
+    """(out, weights, dq, dk, dv) with a score bias, the dropout drawn from the same seed every call."""
+    c = ATTN_CASES[case]
+    out, cache = ops.attention_forward(q, k, v, mask=c["mask"], causal=c["causal"], dropout_p=dropout,
+                                       rng=np.random.default_rng(9), training=True, keep_weights=keep, bias=bias)
+    return (out, cache["weights"], *ops.attention_backward(dout, cache))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("bias_kind", ["none", "heads", "full"])
+@pytest.mark.parametrize("case", list(ATTN_CASES) + ["long causal", "long"])
+def test_attention_in_query_blocks_equals_the_reference(case, bias_kind, dtype, monkeypatch):
+    """Blocks of 2 queries (a partial last block when Tq is odd), each batch row apart; causal
+    blocks stop at their last visible key. Equal to the reference lane within TOL (float64:
+    1e-12 relative; float32: 1e-5), with the weights kept or recomputed in the backward."""
+    monkeypatch.setitem(ATTN_CASES, "long causal", dict(Tq=7, Tk=7, mask=None, causal=True))
+    monkeypatch.setitem(ATTN_CASES, "long", dict(Tq=7, Tk=7, mask=_padding_mask([7, 5], 7), causal=False))
+    c = ATTN_CASES[case]
+    q, k, v, dout = _attn_inputs(2, c["Tq"], c["Tk"], dtype, H=3, d=4)
+    bias = _score_bias(bias_kind, 2, 3, c["Tq"], c["Tk"], dtype)
+    want = both_lanes(_attention_biased, q, k, v, dout, case, bias)[1]
+    _query_blocks(monkeypatch, q, k, block=2)
+    _, cache = ops.attention_forward(q, k, v, mask=c["mask"], causal=c["causal"], bias=bias)
+    pieces = cache["pieces"]
+    covered = [(b, i) for p in pieces for b in range(2)[p.rows] for i in range(c["Tq"])[p.queries]]
+    assert covered == [(b, i) for b in range(2) for i in range(c["Tq"])]  # every query of every row, once
+    assert [len(range(c["Tq"])[p.queries]) for p in pieces[:len(pieces) // 2]] == [2] * (c["Tq"] // 2) + [1] * (c["Tq"] % 2)
+    if case == "long causal":  # blocks 0-1, 2-3, 4-5, 6 see keys up to 1, 3, 5, 6 only
+        assert [p.keys for p in pieces] == [2, 4, 6, 7] * 2
+    got = _attention_biased(q, k, v, dout, case, bias)
+    assert_close(got, want, dtype)
+    recomputed = _attention_biased(q, k, v, dout, case, bias, keep=False)
+    assert recomputed[1] is None  # the same weights, bit for bit; the products of a block's kept
+    # weights (a strided view of the whole array) may take another BLAS path than a fresh array's
+    assert_close(recomputed[:1] + recomputed[2:], got[:1] + got[2:], dtype)
+    assert np.isfinite(got[0]).all() and all(np.isfinite(g).all() for g in got[2:])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", list(ATTN_CASES))
+def test_attention_with_a_score_bias_takes_the_fast_lane_and_equals_the_reference(case, dtype, monkeypatch):
+    c = ATTN_CASES[case]
+    q, k, v, dout = _attn_inputs(2, c["Tq"], c["Tk"], dtype)
+    bias = _score_bias("heads", 2, 2, c["Tq"], c["Tk"], dtype)
+    calls = []
+    monkeypatch.setattr(fast_attention, "_softmax_weights",
+                        lambda *a, _real=fast_attention._softmax_weights, **kw: calls.append(a[3]) or _real(*a, **kw))
+    got, want = both_lanes(_attention_biased, q, k, v, dout, case, bias)
+    assert calls and calls[0] is not None  # the fast form ran, with the bias
+    assert_close(got, want, dtype)
+    unbiased = _attention(q, k, v, dout, case)
+    assert not np.allclose(got[0], unbiased[0])  # the bias changed the output: it was added, not dropped
+
+
+def test_a_wider_bias_widens_the_fast_lanes_scores_as_the_reference():
+    q, k, v, dout = _attn_inputs(2, 4, 4, np.float32)
+    bias = _score_bias("heads", 2, 2, 4, 4, np.float64)
+    for keep in (True, False):
+        got, want = both_lanes(lambda: ops.attention_forward(q, k, v, causal=True, bias=bias, keep_weights=keep)[0])
+        assert got.dtype == want.dtype == np.float64
+        np.testing.assert_allclose(got, want, **TOL[np.float32])  # scores of float32 q, k: float32 rounding
+
+
+def test_query_blocks_with_dropout_match_finite_differences(monkeypatch):
+    """With dropout the blocks draw their masks in another order than one piece, so their
+    gradients are checked against finite differences instead."""
+    from scratchformer.gradcheck import numerical_gradient, relative_error
+
+    case = "causal+padding"
+    q, k, v, dout = _attn_inputs(2, 4, 4, np.float64)
+    bias = _score_bias("heads", 2, 2, 4, 4, np.float64)
+    _query_blocks(monkeypatch, q, k, block=3)  # blocks of 3 and 1 queries
+    got = _attention_biased(q, k, v, dout, case, bias, dropout=0.3, keep=False)
+    for x, grad in zip((q, k, v), got[2:]):
+        numeric = numerical_gradient(
+            lambda: float(np.sum(_attention_biased(q, k, v, dout, case, bias, 0.3)[0] * dout)), x)
+        assert relative_error(grad, numeric) <= 5e-8
+
+
+@pytest.mark.parametrize("n_kv_head", [1, 2, 4], ids=["MQA", "GQA", "MHA"])
+def test_grouped_query_attention_with_alibi_in_query_blocks_equals_the_reference(n_kv_head, monkeypatch):
+    """The layer's own path (expand_kv'd keys and values, ALiBi's bias, causal) in blocks of 3
+    of its 9 queries, against the reference lane: output, dx and every parameter's gradient."""
+    from scratchformer.nn.attention import MultiHeadAttention
+
+    rng = np.random.default_rng(5)
+    x, dy = rng.standard_normal((2, 9, 16)), rng.standard_normal((2, 9, 16))
+    results = []
+    for reference in (True, False):
+        if not reference:
+            monkeypatch.setattr(fast_attention, "CHUNK_BYTES", 3 * 4 * 9 * 8)  # 3 queries x 4 heads x 9 keys
+        attn = MultiHeadAttention(16, 4, n_kv_head=n_kv_head, alibi=True, dtype=np.float64,
+                                  rng=np.random.default_rng(0))
+        with fast.reference(reference):
+            y = attn(x, causal=True)
+            dx, _ = attn.backward(dy)
+        results.append((y, dx, *(p.grad.copy() for p in attn.parameters())))
+    for a, b in zip(*results):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("positional", ["learned", "alibi"])
+def test_a_gpt_trains_in_query_blocks_as_in_the_reference_lane(positional, monkeypatch):
+    """Three AdamW steps of a GPT (block 16, attention in blocks of 5 queries, the weights
+    recomputed in the backward) give the reference lane's losses and weights."""
+    from scratchformer.models import GPT, GPTConfig
+    from scratchformer.nn import attention as nn_attention
+
+    monkeypatch.setattr(fast_attention, "CHUNK_BYTES", 5 * 2 * 16 * 8)  # 5 queries x 2 heads x 16 keys, float64
+    monkeypatch.setattr(nn_attention, "KEEP_WEIGHTS_BYTES", 0)  # recompute, as long context does
+    cfg = GPTConfig(vocab_size=11, block_size=16, n_layer=2, n_head=2, n_embd=16, positional=positional,
+                    dtype="float64")
+    x = np.random.default_rng(1).integers(0, 11, size=(2, 16))
+
+    def train():
+        model = GPT(cfg, seed=0)
+        opt = AdamW(param_groups(model, 0.1), lr=1e-2)
+        losses = []
+        for _ in range(3):
+            opt.zero_grad()
+            losses.append(model(x, x)[1])
+            model.backward()
+            opt.step()
+        return losses, [p.data for p in model.parameters()]
+
+    blocks = []
+    monkeypatch.setattr(fast_attention, "_pieces",
+                        lambda *a, _real=fast_attention._pieces: blocks.append(_real(*a)) or blocks[-1])
+    (losses, params), (ref_losses, ref_params) = both_lanes(train)
+    assert blocks and all([p.queries for p in b] == [slice(0, 5), slice(5, 10), slice(10, 15), slice(15, 16)] * 2
+                          for b in blocks)  # each of the 2 rows in 4 blocks, the last partial
+    np.testing.assert_allclose(losses, ref_losses, rtol=1e-12)
+    for a, b in zip(params, ref_params):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+
+
+def test_query_blocks_hold_a_block_of_weights_not_the_whole(monkeypatch):
+    """Peak memory of a forward and backward that recompute the weights: in blocks of 16 of
+    512 queries, well below one (H, T, T) array; the reference lane holds several of them."""
+    import tracemalloc
+
+    B, H, T, d = 1, 2, 512, 8
+    q, k, v, dout = _attn_inputs(B, T, T, np.float64, H=H, d=d)
+    whole = fast_attention.weights_nbytes(q, k)  # 4 MiB
+
+    def peak():
+        tracemalloc.start()
+        try:
+            out, cache = ops.attention_forward(q, k, v, causal=True, keep_weights=False)
+            ops.attention_backward(dout, cache)
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    _query_blocks(monkeypatch, q, k, block=16)
+    blocks = peak()
+    with fast.reference():
+        reference = peak()
+    assert blocks < whole / 3 and reference > 2 * whole  # in blocks: (H, 16, T) scores a piece, the mask, the outputs
 
 
 # -- AdamW and clip_grad_norm (fast/optim.py) ------------------------------------------------

@@ -14,11 +14,9 @@ An additive bias on the scores (`bias=`, broadcastable to (B, H, Tq, Tk); ALiBi'
 ops/alibi.py) enters after the scale: scores = q k^T / sqrt(d) + bias. It is a constant, so the
 backward is unchanged: dscores passes through it to q and k as it is.
 
-Fast lane: `scratchformer/fast/attention.py` (the batch in cache-sized pieces, big weights
-recomputed in the backward instead of kept). A call with a bias takes the reference formula in
-both lanes: the fast form has no input for a bias, and one is not added to it here because a
-block option must not need a change in fast/ (the reference keeps the weights for the backward,
-as the fast lane does for any model below KEEP_WEIGHTS_BYTES a layer).
+Fast lane: `scratchformer/fast/attention.py` (the batch, or for long context each row's
+queries, in cache-sized pieces; big weights recomputed in the backward instead of kept), with
+or without a bias.
 """
 
 from __future__ import annotations
@@ -83,7 +81,7 @@ def attention_forward(q, k, v, mask=None, causal=False, dropout_p=0.0, rng=None,
                       keep_weights=True, mask_means="attend", bias=None):
     """q: (B, H, Tq, d); k, v: (B, H, Tk, d); mask: bool broadcastable to (B, H, Tq, Tk).
     bias: None, or floats broadcastable to (B, H, Tq, Tk) added to the scaled scores (ALiBi's
-    (H, Tq, Tk), ops/alibi.py); a call with a bias runs the reference formula in either lane.
+    (H, Tq, Tk), ops/alibi.py).
 
     mask_means: "attend" (the default): True = may attend. "masked": the ten-part NumPy
     series' convention, True or 1 = hidden, 0 = may attend (bool, or integers 0/1).
@@ -111,10 +109,10 @@ def attention_forward(q, k, v, mask=None, causal=False, dropout_p=0.0, rng=None,
     allowed = attention_mask(mask, causal, Tq, Tk)  # None: every key visible
     if bias is not None:
         bias = _check_bias(bias, Tq, Tk)
-    if fast.enabled and bias is None:  # the fast form takes no bias (see the module docstring)
+    if fast.enabled:
         hidden = None if allowed is None else ~allowed
         drop = functools.partial(dropout_forward, p=dropout_p, rng=rng, training=training)
-        return fast_attention.attention_forward(q, k, v, hidden, drop, keep_weights)
+        return fast_attention.attention_forward(q, k, v, hidden, drop, keep_weights, bias)
     scores = q @ k.swapaxes(-1, -2) / math.sqrt(d)  # (B, H, Tq, Tk)
     if bias is not None:
         scores = scores + bias  # a constant: d(scores + bias) / d(scores) = 1, nothing in the backward
