@@ -1,10 +1,11 @@
 """Every command on every model kind: the command x model-kind matrix (issue 25).
 
 One table, `EXPECTED`, says what each cell does: "ok" (exit 0 and a cheap check of the output),
-"refused: <reason>" (by design: exit 2 and exactly one line on stderr containing <reason>), or
-"bug: <what is broken>" (it should work but does not yet: the cell runs as a strict xfail, so it
-turns into a failure, to be updated here, the day the fix lands). "n/a: <why>" cells run nothing.
-No cell may end in a traceback. docs/model-kinds.md is generated from the table:
+"refused: <text> -- <why>" (by design: exit 2 and exactly one line on stderr, containing <text>;
+<why> explains it in the docs), or "bug: <what is broken>" (it should work but does not yet: the
+cell runs as a strict xfail, so it turns into a failure, to be updated here, the day the fix
+lands; a cell behind several bugs names them all, joined by " | "). "n/a: <why>" cells run
+nothing. No cell may end in a traceback. docs/model-kinds.md is generated from the table:
 
     python tests/test_matrix.py --markdown > docs/model-kinds.md
 
@@ -217,7 +218,7 @@ def cli(*argv) -> Result:
             rc = main([str(a) for a in argv])
         except SystemExit as e:  # argparse's usage errors
             rc = e.code if isinstance(e.code, int) else 1
-        except BaseException:  # noqa: BLE001 -- a bug: reported as the traceback a user would see
+        except Exception:  # noqa: BLE001 -- a bug: reported as the traceback a user would see
             traceback.print_exc(file=err)
             rc = 1
     return Result(rc, out.getvalue(), err.getvalue())
@@ -553,6 +554,31 @@ def test_cell(row, column, runs, tmp_path):
         return
     assert r.rc == 0, r
     check_output(row, column, r, runs, tmp_path)
+
+
+def test_the_cells_see_a_traceback_and_a_long_refusal(monkeypatch):
+    """The harness itself: a command that raises is a traceback; one that exits 2 is a refusal."""
+    from scratchformer.cli import main as cli_main
+    from scratchformer.errors import DataError
+
+    def boom(args):
+        raise KeyError("pos_embed")
+
+    monkeypatch.setitem(cli_main.COMMANDS, "eval", boom)
+    r = cli("eval", "somewhere")
+    assert r.rc == 1 and "Traceback" in r.err and "KeyError: 'pos_embed'" in r.err
+
+    def refuse(args):
+        raise DataError("no such thing: give another")
+
+    monkeypatch.setitem(cli_main.COMMANDS, "eval", refuse)
+    r = cli("eval", "somewhere")
+    assert r.rc == 2 and r.err == "scratchformer eval: error: no such thing: give another\n"
+    crashed = api(lambda: {}["pos_embed"])
+    assert crashed.rc == 1 and "Traceback" in crashed.err
+    refused = api(lambda: refuse(None))
+    assert refused.rc == 2 and refused.err == "error: no such thing: give another\n"
+    assert api(lambda: "printed\n").out == "printed\n"
 
 
 def test_every_cell_has_one_outcome():
