@@ -80,7 +80,8 @@ HF_DIR_IS_NO_RUN = ("refused: trainer_state.json is missing -- a Hugging Face di
 NOT_FROM_SCRATCH = ("refused: --compare-init needs a model trained from scratch -- a fine-tuned classifier starts "
                     "from pretrained weights")
 LENS_ROTARY = "bug: lens: KeyError 'pos_embed' in direct logit attribution (a rotary model has no position table)"
-COMPARE_INIT_ROTARY = "bug: viz --compare-init: TypeError in viz/bundle.py's init views (a rotary model has no position table)"
+COMPARE_INIT_ROTARY = ("bug: viz --compare-init: TypeError in viz/bundle.py's init views (a rotary model has no "
+                       "position table)")
 SUBCLASS_LENS = "bug: the lens refuses a subclass of GPT (lens/parts.py recognises models by class name)"
 FINETUNE_LENS = "bug: the lens refuses a fine-tuned BERT classifier ('got BertClassifier')"
 EXPORT_LLAMA = "bug: export writes GPT-2's layout only: a Llama-style run is refused"
@@ -170,7 +171,8 @@ def markdown() -> str:
                 if key not in notes:
                     notes[key] = len(notes) + 1
                     said = f"{why} (the message: “{part}”)" if why else f"“{part}”"
-                    footnotes.append(f"{notes[key]}. " + (f"Refused: {said}." if kind == "refused" else f"Bug: {part}."))
+                    line = f"Refused: {said}." if kind == "refused" else f"Bug: {part}."
+                    footnotes.append(f"{notes[key]}. {line}")
                 numbers.append(str(notes[key]))
             cells.append(f"{'no' if kind == 'refused' else 'not yet'} ({', '.join(numbers)})")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
@@ -284,6 +286,8 @@ def _hf_dir(files, row: str) -> Path:
 
 
 def _bert_files(files) -> dict:
+    """A tiny random BERT directory (tests/tiny_bert.py) and labelled CSVs for the finetune row."""
+    pytest.importorskip("transformers")
     from tiny_bert import make_bert_dir, make_csv
 
     root = files["root"]
@@ -379,8 +383,6 @@ def _lens_args(text: str) -> Namespace:
 
 def _subclass_cell(column: str, run: Path, state: dict, out: Path) -> Result:
     """The subclass row: the Python functions behind each command, on the MyGPT instance."""
-    import numpy as np
-
     from scratchformer.cli import lens as lens_cli
     from scratchformer.cli.viz import DEFAULT_FIGURES
     from scratchformer.training.trainer import train
