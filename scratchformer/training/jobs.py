@@ -5,7 +5,8 @@ the model and its data. The loop owns the rest (optimiser, schedule, checkpoints
 
     JOBS            model kind ("kind" in a checkpoint's config.json) -> job class
     RUN_DEFAULTS    run kind ("lines", "text", and each task of data.tasks.TASKS) -> the
-                    settings a run starts from, keyed by dataclass field names
+                    settings a run starts from, keyed by dataclass field names (a language
+                    model's "init_from": the training settings over them with --init-from)
     build_job       a fresh job + TrainConfig for a run kind, defaults overridden by the caller
     build_job_from_hf   the same, starting from a pretrained Hugging Face causal LM (--init-from)
     load_job        a run (or checkpoint) directory -> its job, the checkpoint read once
@@ -153,6 +154,15 @@ def _task_row(task: Task) -> dict:
             "data": {**base["data"], "max_len": task.max_len, **extra.get("data", {})}}
 
 
+# What `--init-from` (a pretrained language model) puts over a language-model row's "train":
+# fine-tuning rates. 5e-5 is transformers' Trainer default, the rate its causal-LM examples
+# continue GPT-2 with (nanoGPT continues GPT-2 XL at 3e-5). A from-scratch rate of 1e-3 moves every
+# weight by about 1e-3 a step (AdamW's steps are about lr in size), as far as GPT-2's initial
+# spread of 0.02 in twenty steps, so it overwrites what pretraining learned; at 5e-5 a 2,000-step
+# run moves a weight by at most 0.1 and usually far less. The floor is a tenth of the peak, as
+# in every row; 100 warmup steps let AdamW's moment estimates settle before the full rate.
+INIT_FROM_TRAIN = dict(lr=5e-5, min_lr=5e-6, warmup_steps=100)
+
 RUN_DEFAULTS: dict[str, dict] = {
     # The bundled names (one item per line): makemore's transformer size with its PyTorch-default
     # init and untied head; dropout against the overfitting a 200K-parameter model shows on 29K
@@ -167,6 +177,7 @@ RUN_DEFAULTS: dict[str, dict] = {
                       batch_size=64, lr=2e-3, min_lr=1e-4, warmup_steps=200,
                       weight_decay=0.1, beta2=0.99, grad_clip=1.0,  # nanoGPT's small-model AdamW
                       eval_interval=1000),             # 16 evaluations over the run
+        "init_from": INIT_FROM_TRAIN,                  # over "train" with --init-from
         "data": dict(block_size=None,                  # the longest name + 1
                      split_seed=DEFAULT_SEED,          # the same held-out names for every --seed
                      tokenizer="char", vocab_size=None),  # makemore's characters
@@ -180,6 +191,7 @@ RUN_DEFAULTS: dict[str, dict] = {
         "train": dict(max_steps=2000, batch_size=12, lr=1e-3, min_lr=1e-4, warmup_steps=100,  # nanoGPT's CPU run
                       weight_decay=0.1, beta2=0.99, grad_clip=1.0,
                       eval_interval=250),                            # 8 evaluations over the run
+        "init_from": INIT_FROM_TRAIN,                                # over "train" with --init-from
         "data": dict(block_size=64,                                  # nanoGPT's CPU context
                      split_seed=DEFAULT_SEED,                        # recorded; text splits are not shuffled
                      tokenizer="char", vocab_size=None),             # shakespeare_char's characters
@@ -208,6 +220,19 @@ RUN_DEFAULTS: dict[str, dict] = {
     },
 }
 FINETUNE_RUN_KINDS = ("finetune", "probe")  # the rows `scratchformer finetune` starts from (probe: --freeze-encoder)
+def _train_settings(row: dict, given: dict | None, init_from: bool = False) -> dict:
+    """A row's training settings (with its "init_from" ones on top when starting from a
+    pretrained model), the `given` ones over them. A peak `lr` given without `min_lr` takes the
+    row's floor at the row's ratio (lines: lr / 20), so the default floor never ends above a
+    peak the caller lowered (--lr 3e-5 on text: min_lr 3e-6, not the 1e-4 that would make the
+    cosine climb); TrainConfig refuses a floor above its peak in any other case."""
+    base = {**row["train"], **(row.get("init_from", {}) if init_from else {})}
+    given = dict(given or {})
+    if "lr" in given and "min_lr" not in given and base.get("min_lr") is not None:
+        given["min_lr"] = float(f"{base['min_lr'] * given['lr'] / base['lr']:.6g}")
+    return {**base, **given}
+
+
 def _row(run_kind: str) -> dict:
     if run_kind not in RUN_DEFAULTS:
         raise ConfigError(f"unknown run kind {run_kind!r}: choose one of {list(RUN_DEFAULTS)}")
@@ -215,16 +240,19 @@ def _row(run_kind: str) -> dict:
 
 
 def run_defaults(run_kind: str) -> dict:
-    """Every setting of a run kind, resolved: {"kind", "model", "train", "data"}, where "model"
-    and "train" hold every field of the config class and TrainConfig (the dataclass default
-    where RUN_DEFAULTS names none). Fields without a default (vocab sizes) are left out."""
+    """Every setting of a run kind, resolved: {"kind", "model", "train", "data", "init_from"},
+    where "model" and "train" hold every field of the config class and TrainConfig (the
+    dataclass default where RUN_DEFAULTS names none) and "init_from" the training settings
+    --init-from changes (empty where the kind has no pretrained form). Fields without a
+    default (vocab sizes) are left out."""
     row = _row(run_kind)
 
     def resolved(cls, table: dict) -> dict:
         return {**{f.name: f.default for f in fields(cls) if f.default is not MISSING}, **table}
 
     return {"kind": row["kind"], "model": resolved(JOBS[row["kind"]].config_class, row["model"]),
-            "train": resolved(TrainConfig, row["train"]), "data": dict(row["data"])}
+            "train": resolved(TrainConfig, row["train"]), "data": dict(row["data"]),
+            "init_from": dict(row.get("init_from", {}))}
 
 
 def build_job(run_kind: str, model: dict | None = None, train: dict | None = None,
@@ -232,7 +260,7 @@ def build_job(run_kind: str, model: dict | None = None, train: dict | None = Non
     """A fresh job and its TrainConfig: RUN_DEFAULTS[run_kind] with the given settings on top
     (only the ones given: the others keep the table's values)."""
     row = _row(run_kind)
-    cfg = TrainConfig.from_dict({**row["train"], **(train or {})})
+    cfg = TrainConfig.from_dict(_train_settings(row, train))
     job = JOBS[row["kind"]].create(run_kind, {**row["model"], **(model or {})}, {**row["data"], **(data or {})},
                                    seed=cfg.seed)
     return job, cfg
@@ -241,11 +269,12 @@ def build_job(run_kind: str, model: dict | None = None, train: dict | None = Non
 def build_job_from_hf(hf_dir: str | Path, run_kind: str, train: dict | None = None,
                       data: dict | None = None) -> tuple[Job, TrainConfig]:
     """A job that continues training a pretrained Hugging Face causal LM (its config and
-    tokenizer) on a data file read as `run_kind` ("lines" or "text"), and its TrainConfig."""
+    tokenizer) on a data file read as `run_kind` ("lines" or "text"), and its TrainConfig: the
+    row's training settings with its fine-tuning rates ("init_from") on top."""
     row = _row(run_kind)
     if row["kind"] != "gpt":
         raise ConfigError(f"--init-from continues a language model: the {run_kind} task has no pretrained form")
-    cfg = TrainConfig.from_dict({**row["train"], **(train or {})})
+    cfg = TrainConfig.from_dict(_train_settings(row, train, init_from=True))
     return LMJob.from_hf(hf_dir, run_kind, {**row["data"], **(data or {})}), cfg
 
 
