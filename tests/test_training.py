@@ -153,6 +153,35 @@ def test_a_lowered_peak_takes_the_default_floor_down_with_it(kind):
         build_job(kind, train={"lr": 3e-5, "min_lr": 1e-4}, data=small)
 
 
+def _scripted_val(job, losses):
+    """job.evaluate returns these validation losses in turn (the run's own weights decide nothing)."""
+    it = iter(losses)
+    job.evaluate = lambda split, batches=None, runner=None: {"loss": next(it)}
+    return job
+
+
+def test_patience_stops_after_evaluations_without_a_lower_val_loss(tmp_path):
+    cfg = tiny_cfg(max_steps=10, eval_interval=1, num_samples=0, patience=2, workers=1)
+    summary = train(_scripted_val(tiny_job(), [3.0, 2.0, 2.5, 2.4, 1.0]), cfg, tmp_path, progress=False, verbose=False)
+    assert summary["stopped_by"] == "patience" and summary["step"] == 4 and summary["best_val_loss"] == 2.0
+    assert load_checkpoint(tmp_path / "best").step == 2 and load_checkpoint(tmp_path / "last").step == 4
+    # without patience the same losses run to max_steps
+    summary = train(_scripted_val(tiny_job(), [3.0, 2.0, 2.5, 2.4, 1.0, 1, 1, 1, 1, 1]),
+                    tiny_cfg(max_steps=10, eval_interval=1, num_samples=0, workers=1), tmp_path / "all",
+                    progress=False, verbose=False)
+    assert summary["stopped_by"] == "max_steps" and summary["step"] == 10
+
+
+def test_patience_counts_across_a_resume(tmp_path):
+    """The evaluations since the best are saved: a resumed run stops where an uninterrupted one would."""
+    cfg = tiny_cfg(max_steps=3, decay_steps=10, eval_interval=1, num_samples=0, patience=2, workers=1)
+    train(_scripted_val(tiny_job(), [3.0, 2.0, 2.5]), cfg, tmp_path, progress=False, verbose=False)
+    cfg.max_steps = 10
+    job = _scripted_val(tiny_job(), [2.4, 1.0])
+    summary = train(job, cfg, tmp_path, resume=True, progress=False, verbose=False)
+    assert summary["stopped_by"] == "patience" and summary["step"] == 4
+
+
 def test_trimmed_batches_give_the_same_loss_as_full_blocks():
     job = tiny_job()
     ds = job.dataset.val

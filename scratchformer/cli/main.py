@@ -70,6 +70,8 @@ TRAIN_HELP = {
     "grad_clip": "global gradient-norm clip (0: off)",
     "eval_interval": "steps between evaluations and checkpoints",
     "eval_batches": ("evaluate on this many batches", "the whole split"),
+    "patience": ("stop after this many evaluations in a row without a lower validation loss (early stopping; "
+                 "best/ keeps the lowest)", "none: run to --max-steps"),
     "log_interval": "steps between log.jsonl rows",
     "num_samples": "samples printed at each evaluation",
     "seed": "seed of the initial weights, the batches and dropout",
@@ -196,7 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     from scratchformer.models import GPTConfig
     from scratchformer.training.config import TrainConfig
     from scratchformer.interop.bert_classifier import SentenceClassifierConfig
-    from scratchformer.training.jobs import FINETUNE_RUN_KINDS, RUN_DEFAULTS, run_defaults
+    from scratchformer.training.jobs import FINETUNE_RUN_KINDS, RUN_DEFAULTS, epochs_text, run_defaults
     from scratchformer.training.schema import CSV_DATA, LM_DATA
     from scratchformer.training.sentence import BASE_MODELS
 
@@ -209,7 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
             if (kind in FINETUNE_RUN_KINDS) != (kinds is not None) or (kinds is not None and kind not in kinds):
                 continue
             if name in d[section]:
-                out[kind] = d[section][name]
+                out[kind] = epochs_text(d["epochs"]).get(name, d[section][name]) if d["epochs"] else d[section][name]
         if section == "train" and kinds is None:  # train's fine-tuning rates, the same for every LM row
             out.update({"--init-from": d["init_from"][name] for d in resolved.values() if name in d["init_from"]})
         return out

@@ -37,6 +37,9 @@ class TrainConfig(DictConfig):
     grad_clip: float = setting(Num(min=0.0), 1.0)  # global-norm clipping; 0 disables it
     eval_interval: int = setting(POSITIVE, 250)
     eval_batches: int | None = setting(Maybe(POSITIVE), None)  # None: the whole split
+    # evaluations in a row without a lower validation loss after which the run stops (early
+    # stopping; best/ keeps the lowest); None: run to max_steps
+    patience: int | None = setting(Maybe(POSITIVE), None)
     log_interval: int = setting(POSITIVE, 10)
     num_samples: int = setting(NON_NEGATIVE, 5)  # samples printed at each evaluation (when the job can sample)
     seed: int = setting(SEED, DEFAULT_SEED)  # initial weights, batches (seed) and dropout (seed + 1)

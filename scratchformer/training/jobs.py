@@ -20,6 +20,7 @@ branches on the kind.
 
 from __future__ import annotations
 
+import math
 from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -38,7 +39,7 @@ from scratchformer.training.config import TrainConfig
 from scratchformer.training.trainer import BEST, LAST
 
 __all__ = ["DEFAULT_SEED", "JOBS", "RUN_DEFAULTS", "Job", "build_job", "build_job_from_hf", "checkpoint_dir",
-           "job_class", "load_job",
+           "epoch_settings", "epochs_text", "job_class", "load_job",
            "run_defaults"]
 
 
@@ -199,17 +200,25 @@ RUN_DEFAULTS: dict[str, dict] = {
     **{name: _task_row(task) for name, task in TASKS.items()},  # the toy tasks, from the task registry
     # `scratchformer finetune`: a pretrained BERT encoder as a sentence classifier. A short CPU run
     # needs more than BERT's usual 2e-5..5e-5, since the fresh head learns at the same rate (on the
-    # plays set, 100 steps of 16: val accuracy 31% at 5e-5, 46% at 2e-4); the probe
-    # (--freeze-encoder) trains the head alone on frozen mean embeddings and takes a larger one
-    # still (25% at 1e-3, 39% at 1e-2; docs/results.md). 190 steps of 32 are 2 epochs of 3,000 texts.
+    # plays set, 100 steps of 16: val accuracy 31% at 5e-5, 46% at 2e-4). Its length comes from the
+    # data ("epochs", below): BERT's 2-4 passes over the training split, not a fixed step count (190
+    # steps were 2 passes over the plays' 2,718 texts but 22 over 270 rows, which then lost to the
+    # probe on words training never showed: docs/results.md), and the run stops early once the
+    # validation loss has not fallen for 2 evaluations (best/ keeps the lowest).
     "finetune": {
         "kind": "sentence_classifier",
         "model": dict(max_length=64, freeze_encoder=False),
-        "train": dict(max_steps=190, batch_size=32, lr=2e-4, min_lr=2e-5, warmup_steps=20,
+        "train": dict(batch_size=32, lr=2e-4, min_lr=2e-5,
                       weight_decay=0.01, beta2=0.999, grad_clip=1.0,   # BERT's fine-tuning AdamW
-                      eval_interval=50, num_samples=0),
+                      patience=2, num_samples=0),
+        # max_steps: max_epochs passes over the training split; an evaluation every
+        # 1 / evals_per_epoch of a pass; warmup: warmup_fraction of max_steps (BERT's 10%)
+        "epochs": dict(max_epochs=3, evals_per_epoch=2, warmup_fraction=0.1),
         "data": dict(base="minilm", val_fraction=0.1, split_seed=DEFAULT_SEED),
     },
+    # --freeze-encoder: the head alone on frozen mean embeddings, a convex problem that does not
+    # overfit the way the encoder does, so it keeps a fixed length; it takes a larger rate (25% at
+    # 1e-3, 39% at 1e-2 on the plays; docs/results.md).
     "probe": {
         "kind": "sentence_classifier",
         "model": dict(max_length=64, freeze_encoder=True),
@@ -233,6 +242,24 @@ def _train_settings(row: dict, given: dict | None, init_from: bool = False) -> d
     return {**base, **given}
 
 
+def epoch_settings(epochs: dict, n_train: int, train: dict) -> dict:
+    """A row's "epochs" rule -> {"max_steps", "eval_interval", "warmup_steps"} for `n_train`
+    training examples and the settings `train` (batch_size, grad_accum; a max_steps given by
+    the caller is kept and sets the warmup)."""
+    per_step = train["batch_size"] * train.get("grad_accum", 1)
+    per_epoch = max(1, math.ceil(n_train / per_step))  # steps in one pass over the training split
+    max_steps = train.get("max_steps") or max(1, round(epochs["max_epochs"] * per_epoch))
+    return {"max_steps": max_steps, "eval_interval": max(1, per_epoch // epochs["evals_per_epoch"]),
+            "warmup_steps": round(epochs["warmup_fraction"] * max_steps)}
+
+
+def epochs_text(epochs: dict) -> dict[str, str]:
+    """The "epochs" rule in words, per setting it decides (for --help)."""
+    return {"max_steps": f"{epochs['max_epochs']} passes over the training split",
+            "eval_interval": f"1/{epochs['evals_per_epoch']} of a pass",
+            "warmup_steps": f"{epochs['warmup_fraction']:g} x max steps"}
+
+
 def _row(run_kind: str) -> dict:
     if run_kind not in RUN_DEFAULTS:
         raise ConfigError(f"unknown run kind {run_kind!r}: choose one of {list(RUN_DEFAULTS)}")
@@ -240,11 +267,12 @@ def _row(run_kind: str) -> dict:
 
 
 def run_defaults(run_kind: str) -> dict:
-    """Every setting of a run kind, resolved: {"kind", "model", "train", "data", "init_from"},
-    where "model" and "train" hold every field of the config class and TrainConfig (the
-    dataclass default where RUN_DEFAULTS names none) and "init_from" the training settings
-    --init-from changes (empty where the kind has no pretrained form). Fields without a
-    default (vocab sizes) are left out."""
+    """Every setting of a run kind, resolved: {"kind", "model", "train", "data", "init_from",
+    "epochs"}, where "model" and "train" hold every field of the config class and TrainConfig
+    (the dataclass default where RUN_DEFAULTS names none), "init_from" the training settings
+    --init-from changes (empty where the kind has no pretrained form) and "epochs" the rule
+    that sizes the run from its data (empty where the length is fixed; `epoch_settings`).
+    Fields without a default (vocab sizes) are left out."""
     row = _row(run_kind)
 
     def resolved(cls, table: dict) -> dict:
@@ -252,17 +280,23 @@ def run_defaults(run_kind: str) -> dict:
 
     return {"kind": row["kind"], "model": resolved(JOBS[row["kind"]].config_class, row["model"]),
             "train": resolved(TrainConfig, row["train"]), "data": dict(row["data"]),
-            "init_from": dict(row.get("init_from", {}))}
+            "init_from": dict(row.get("init_from", {})), "epochs": dict(row.get("epochs", {}))}
 
 
 def build_job(run_kind: str, model: dict | None = None, train: dict | None = None,
               data: dict | None = None) -> tuple[Job, TrainConfig]:
     """A fresh job and its TrainConfig: RUN_DEFAULTS[run_kind] with the given settings on top
-    (only the ones given: the others keep the table's values)."""
+    (only the ones given: the others keep the table's values). A row with an "epochs" rule
+    (finetune) takes max_steps, eval_interval and warmup_steps from the size of the job's
+    training split (`epoch_settings`), where the caller did not give them."""
     row = _row(run_kind)
-    cfg = TrainConfig.from_dict(_train_settings(row, train))
+    settings = _train_settings(row, train)
+    cfg = TrainConfig.from_dict(settings)
     job = JOBS[row["kind"]].create(run_kind, {**row["model"], **(model or {})}, {**row["data"], **(data or {})},
                                    seed=cfg.seed)
+    if "epochs" in row:  # a length from the data: the training split is read now
+        sized = epoch_settings(row["epochs"], job.train_size(), settings)
+        cfg = TrainConfig.from_dict({**settings, **sized, **(train or {})})
     return job, cfg
 
 
