@@ -6,7 +6,8 @@ the model and its data. The loop owns the rest (optimiser, schedule, checkpoints
     JOBS            model kind ("kind" in a checkpoint's config.json) -> job class
     RUN_DEFAULTS    run kind ("lines", "text", and each task of data.tasks.TASKS) -> the
                     settings a run starts from, keyed by dataclass field names (a language
-                    model's "init_from": the training settings over them with --init-from)
+                    model's "init_from": the training settings over them with --init-from;
+                    finetune's "epochs": the rule that sizes its run from the training split)
     build_job       a fresh job + TrainConfig for a run kind, defaults overridden by the caller
     build_job_from_hf   the same, starting from a pretrained Hugging Face causal LM (--init-from)
     load_job        a run (or checkpoint) directory -> its job, the checkpoint read once
@@ -229,6 +230,8 @@ RUN_DEFAULTS: dict[str, dict] = {
     },
 }
 FINETUNE_RUN_KINDS = ("finetune", "probe")  # the rows `scratchformer finetune` starts from (probe: --freeze-encoder)
+
+
 def _train_settings(row: dict, given: dict | None, init_from: bool = False) -> dict:
     """A row's training settings (with its "init_from" ones on top when starting from a
     pretrained model), the `given` ones over them. A peak `lr` given without `min_lr` takes the
