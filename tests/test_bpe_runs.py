@@ -224,6 +224,10 @@ def test_init_from_starts_from_the_checkpoint_weights(gpt2_dir, text_file):
     from scratchformer.training.jobs import build_job_from_hf
 
     job, cfg = build_job_from_hf(gpt2_dir, "text", {"max_steps": 2}, {"path": str(text_file), "block_size": 16})
+    # fine-tuning rates, not the from-scratch 1e-3 of the text row
+    assert (cfg.lr, cfg.min_lr, cfg.warmup_steps, cfg.max_steps) == (5e-5, 5e-6, 100, 2)
+    _, cfg = build_job_from_hf(gpt2_dir, "text", {"lr": 1e-4}, {"path": str(text_file), "block_size": 16})
+    assert (cfg.lr, cfg.min_lr) == (1e-4, 1e-5)  # the floor follows a given peak
     x, _ = job.train_batch(np.random.default_rng(0), 2)
     with eval_mode(job.model):
         ours, _ = job.model(x)

@@ -333,7 +333,8 @@ def test_every_train_option_at_its_boundaries_is_stored_and_read_back(tmp_path, 
     flag = "--" + name.replace("_", "-")
     for text in ok:
         value = _train_option(name).type(text)
-        cfg = TrainConfig.from_dict({name: value})
+        together = {"lr": max(value, 1e-3)} if name == "min_lr" else {}  # a floor is at most its peak
+        cfg = TrainConfig.from_dict({name: value, **together})
         save_run(tmp_path / "c", train_config=vars(cfg))
         saved = load_run_checkpoint(tmp_path / "c").extra["train_config"]
         assert TrainConfig.from_dict(saved) == cfg and saved[name] == value, (name, text)

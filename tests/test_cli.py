@@ -235,6 +235,24 @@ def test_resume_refuses_a_new_seed(run_dir, capsys):
     assert len(err.splitlines()) == 1 and "--seed cannot change a resumed run" in err and "1337" in err
 
 
+def test_a_floor_above_the_peak_is_one_line_for_every_run_kind(run_dir, tmp_path, capsys):
+    """--min-lr above --lr (given, or kept by --resume) is refused before anything trains; --lr
+    alone takes the default floor down with it (the text row's 1e-4 would be 3.3x a 3e-5 peak)."""
+    for argv in (["train", "--lr", "1e-4", "--min-lr", "1e-3", "--out", str(tmp_path / "a"), *TINY],
+                 ["train", "--task", "majority", "--lr", "1e-4", "--min-lr", "1e-3", "--out", str(tmp_path / "b"),
+                  *TINY],
+                 ["train", "--resume", "--out", str(run_dir), "--lr", "1e-5", "--max-steps", "30", "--no-progress"]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "is above lr" in err and "--min-lr" in err, err
+    data = tmp_path / "tiny.txt"
+    data.write_text("To be, or not to be: that is the question.\n" * 40)
+    assert main(["train", "--data", str(data), "--lr", "3e-5", "--max-steps", "2", "--eval-interval", "2",
+                 "--out", str(tmp_path / "text"), *TINY]) == 0
+    train = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("train: "))
+    assert "lr=3e-05 min_lr=3e-06" in train
+
+
 def test_options_come_from_the_declarations():
     """Choices and ranges of train's options are the config fields' specs: one home."""
     from scratchformer.cli.main import build_parser

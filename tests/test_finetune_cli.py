@@ -146,3 +146,26 @@ def test_minilm_two_steps(files, tmp_path):
                  "--eval-batches", "1", "--no-progress", "--quiet"]) == 0
     ck = load_checkpoint(tmp_path / "m" / "last")
     assert ck.config["model"]["hidden_size"] == 384 and ck.config["model"]["num_hidden_layers"] == 6
+
+
+def test_finetune_length_comes_from_the_training_split(files, tmp_path, capsys):
+    """3 passes over the training split at most (not a fixed 190 steps, 22 passes over 270 rows),
+    an evaluation every half pass, 10% warmup, early stopping; given settings are kept; the
+    probe keeps its fixed length; a floor above the peak is one line."""
+    from scratchformer.training.jobs import build_job
+
+    data = {"path": str(files["train"]), "base": str(files["bert"])}
+    job, cfg = build_job("finetune", model={"max_length": 16}, train={"batch_size": 8}, data=data)
+    n = job.train_size()
+    assert n == 54  # 60 rows, 6 held out for validation
+    per_pass = -(-n // 8)
+    assert (cfg.max_steps, cfg.eval_interval, cfg.warmup_steps, cfg.patience) == (3 * per_pass, per_pass // 2, 2, 2)
+    _, cfg = build_job("finetune", model={"max_length": 16}, train={"batch_size": 8, "max_steps": 50,
+                                                                     "eval_interval": 5}, data=data)
+    assert (cfg.max_steps, cfg.eval_interval, cfg.warmup_steps) == (50, 5, 5)
+    _, cfg = build_job("probe", model={"max_length": 16}, data=data)
+    assert (cfg.max_steps, cfg.patience) == (190, None)
+    capsys.readouterr()
+    assert finetune(files, tmp_path / "floor", "--lr", "1e-4", "--min-lr", "1e-3") == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "is above lr" in err

@@ -93,3 +93,25 @@ def test_random_bert_with_a_character_vocabulary_spells_words_out_and_trains(tmp
     assert load_checkpoint(tmp_path / "run" / "last").config["model"]["vocab_size"] == len(vocab)
     # its 512-position table is most of a small model: eval reads the run (config and weights agree)
     assert main(["eval", str(tmp_path / "run"), "--data", str(csv), "--json"]) == 0
+
+
+def test_unseen_words_set_keeps_every_test_noun_out_of_training(tmp_path):
+    """make_unseen_words_csv.py: the labels come equally often, and no word that decides a test
+    label (its noun) is a word of any training sentence; the same seed writes the same files."""
+    import csv
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from make_unseen_words_csv import NOUNS, main as make
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    assert make([str(tmp_path / "a")]) == 0 and make([str(tmp_path / "b")]) == 0
+    rows = {name: list(csv.DictReader(open(tmp_path / "a" / name, encoding="utf-8"))) for name in ("train.csv", "test.csv")}
+    assert [len(rows["train.csv"]), len(rows["test.csv"])] == [300, 120]
+    assert {r["label"] for r in rows["test.csv"]} == set(NOUNS)
+    assert all(sum(r["label"] == k for r in rows["train.csv"]) == 75 for k in NOUNS)
+    train_words = {w for r in rows["train.csv"] for w in re.findall(r"[a-z]+", r["text"].lower())}
+    for r in rows["test.csv"]:
+        noun = next(n for n in NOUNS[r["label"]][1].split() if re.search(rf"\b{n}\b", r["text"]))
+        assert noun not in train_words, r
+    assert (tmp_path / "a" / "test.csv").read_bytes() == (tmp_path / "b" / "test.csv").read_bytes()

@@ -128,6 +128,60 @@ def test_bad_train_config_is_rejected():
         TrainConfig(lr=-1.0)
 
 
+def test_a_floor_above_the_peak_is_refused():
+    """cosine_lr would climb from lr to min_lr: TrainConfig refuses it, whoever builds it."""
+    with pytest.raises(ConfigError, match="min_lr 0.0001 is above lr 3e-05"):
+        TrainConfig(lr=3e-5, min_lr=1e-4)
+    with pytest.raises(ConfigError, match="min_lr"):
+        TrainConfig.from_dict({"lr": 1e-3, "min_lr": 2e-3})  # what a resumed run is built from
+    assert TrainConfig(lr=1e-3, min_lr=1e-3).final_lr == 1e-3  # a constant rate is a schedule
+
+
+@pytest.mark.parametrize("kind", ["majority", "copy"])
+def test_a_lowered_peak_takes_the_default_floor_down_with_it(kind):
+    """Given lr alone, the row's min_lr keeps its ratio to the row's lr (never above the peak);
+    a given min_lr is kept."""
+    from scratchformer.training.jobs import RUN_DEFAULTS, build_job
+
+    row = RUN_DEFAULTS[kind]["train"]
+    small = {"n_train": 40, "n_test": 20}
+    _, cfg = build_job(kind, train={"lr": 3e-5}, data=small)
+    assert cfg.lr == 3e-5 and cfg.min_lr == pytest.approx(3e-5 * row["min_lr"] / row["lr"], rel=1e-6)
+    _, cfg = build_job(kind, train={"lr": 3e-5, "min_lr": 1e-6}, data=small)
+    assert cfg.min_lr == 1e-6
+    with pytest.raises(ConfigError, match="above lr"):
+        build_job(kind, train={"lr": 3e-5, "min_lr": 1e-4}, data=small)
+
+
+def _scripted_val(job, losses):
+    """job.evaluate returns these validation losses in turn (the run's own weights decide nothing)."""
+    it = iter(losses)
+    job.evaluate = lambda split, batches=None, runner=None: {"loss": next(it)}
+    return job
+
+
+def test_patience_stops_after_evaluations_without_a_lower_val_loss(tmp_path):
+    cfg = tiny_cfg(max_steps=10, eval_interval=1, num_samples=0, patience=2, workers=1)
+    summary = train(_scripted_val(tiny_job(), [3.0, 2.0, 2.5, 2.4, 1.0]), cfg, tmp_path, progress=False, verbose=False)
+    assert summary["stopped_by"] == "patience" and summary["step"] == 4 and summary["best_val_loss"] == 2.0
+    assert load_checkpoint(tmp_path / "best").step == 2 and load_checkpoint(tmp_path / "last").step == 4
+    # without patience the same losses run to max_steps
+    summary = train(_scripted_val(tiny_job(), [3.0, 2.0, 2.5, 2.4, 1.0, 1, 1, 1, 1, 1]),
+                    tiny_cfg(max_steps=10, eval_interval=1, num_samples=0, workers=1), tmp_path / "all",
+                    progress=False, verbose=False)
+    assert summary["stopped_by"] == "max_steps" and summary["step"] == 10
+
+
+def test_patience_counts_across_a_resume(tmp_path):
+    """The evaluations since the best are saved: a resumed run stops where an uninterrupted one would."""
+    cfg = tiny_cfg(max_steps=3, decay_steps=10, eval_interval=1, num_samples=0, patience=2, workers=1)
+    train(_scripted_val(tiny_job(), [3.0, 2.0, 2.5]), cfg, tmp_path, progress=False, verbose=False)
+    cfg.max_steps = 10
+    job = _scripted_val(tiny_job(), [2.4, 1.0])
+    summary = train(job, cfg, tmp_path, resume=True, progress=False, verbose=False)
+    assert summary["stopped_by"] == "patience" and summary["step"] == 4
+
+
 def test_trimmed_batches_give_the_same_loss_as_full_blocks():
     job = tiny_job()
     ds = job.dataset.val
@@ -179,9 +233,12 @@ def test_defaults_table_covers_every_run_kind_with_dataclass_field_names():
         assert set(row["data"]) == ({"block_size", "split_seed", "tokenizer", "vocab_size"} if row["kind"] == "gpt"
                                     else {"base", "val_fraction", "split_seed"} if kind in FINETUNE_RUN_KINDS
                                     else {"n_train", "n_test", "max_len"}), kind
+        assert set(row.get("init_from", {})) <= train_fields and (row["kind"] == "gpt" or "init_from" not in row)
         resolved = run_defaults(kind)
         assert resolved["train"]["seed"] == DEFAULT_SEED == 1337
         assert set(resolved["train"]) == train_fields
+        for train in (resolved["train"], {**resolved["train"], **resolved["init_from"]}):
+            TrainConfig.from_dict(train)  # every default schedule decays: its floor is at most its peak
     # values the published results depend on (docs/results.md)
     assert RUN_DEFAULTS["lines"]["train"]["max_steps"] == 16000 and RUN_DEFAULTS["sort"]["train"]["max_steps"] == 2500
     assert RUN_DEFAULTS["copy"]["train"]["max_steps"] == 1500 and RUN_DEFAULTS["text"]["data"]["block_size"] == 64

@@ -59,7 +59,8 @@ TRAIN_HELP = {
     "batch_size": "sequences per micro-batch",
     "grad_accum": "micro-batches per step",
     "lr": "peak learning rate",
-    "min_lr": ("learning rate at the end of the cosine", "lr / 10"),
+    "min_lr": ("learning rate at the end of the cosine, at most --lr; given --lr alone, the default scales with "
+               "it", "lr / 10"),
     "warmup_steps": "linear warmup before the cosine decay",
     "decay_steps": ("length of the cosine", "max steps"),
     "weight_decay": "AdamW decoupled decay (matrices only)",
@@ -69,6 +70,8 @@ TRAIN_HELP = {
     "grad_clip": "global gradient-norm clip (0: off)",
     "eval_interval": "steps between evaluations and checkpoints",
     "eval_batches": ("evaluate on this many batches", "the whole split"),
+    "patience": ("stop after this many evaluations in a row without a lower validation loss (early stopping; "
+                 "best/ keeps the lowest)", "none: run to --max-steps"),
     "log_interval": "steps between log.jsonl rows",
     "num_samples": "samples printed at each evaluation",
     "seed": "seed of the initial weights, the batches and dropout",
@@ -197,7 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     from scratchformer.models import GPTConfig
     from scratchformer.training.config import TrainConfig
     from scratchformer.interop.bert_classifier import SentenceClassifierConfig
-    from scratchformer.training.jobs import FINETUNE_RUN_KINDS, RUN_DEFAULTS, run_defaults
+    from scratchformer.training.jobs import FINETUNE_RUN_KINDS, RUN_DEFAULTS, epochs_text, run_defaults
     from scratchformer.training.schema import CSV_DATA, LM_DATA
     from scratchformer.training.sentence import BASE_MODELS
 
@@ -210,7 +213,9 @@ def build_parser() -> argparse.ArgumentParser:
             if (kind in FINETUNE_RUN_KINDS) != (kinds is not None) or (kinds is not None and kind not in kinds):
                 continue
             if name in d[section]:
-                out[kind] = d[section][name]
+                out[kind] = epochs_text(d["epochs"]).get(name, d[section][name]) if d["epochs"] else d[section][name]
+        if section == "train" and kinds is None:  # train's fine-tuning rates, the same for every LM row
+            out.update({"--init-from": d["init_from"][name] for d in resolved.values() if name in d["init_from"]})
         return out
 
     p = Parser(
@@ -251,8 +256,9 @@ def build_parser() -> argparse.ArgumentParser:
                            + _defaults_text(values("data", "vocab_size"), f"{DEFAULT_BPE_VOCAB} with --tokenizer bpe")
                            + ")")
     t.add_argument("--init-from", metavar="HF_DIR",
-                   help="continue training a Hugging Face GPT-2 directory (config.json, model.safetensors, its "
-                        "tokenizer) on --data, with its own config and tokenizer (default: none: a fresh model)")
+                   help="continue training a Hugging Face GPT-2 or Llama directory (config.json, model.safetensors, "
+                        "its tokenizer) on --data, with its own config and tokenizer and fine-tuning rates (--lr, "
+                        "--min-lr, --warmup-steps: see their --init-from defaults) (default: none: a fresh model)")
     t.add_argument("--out", metavar="DIR", help="output directory (default: out/<data name or task>)")
     t.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its last checkpoint, on its original schedule; a larger "

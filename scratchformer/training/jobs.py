@@ -5,7 +5,9 @@ the model and its data. The loop owns the rest (optimiser, schedule, checkpoints
 
     JOBS            model kind ("kind" in a checkpoint's config.json) -> job class
     RUN_DEFAULTS    run kind ("lines", "text", and each task of data.tasks.TASKS) -> the
-                    settings a run starts from, keyed by dataclass field names
+                    settings a run starts from, keyed by dataclass field names (a language
+                    model's "init_from": the training settings over them with --init-from;
+                    finetune's "epochs": the rule that sizes its run from the training split)
     build_job       a fresh job + TrainConfig for a run kind, defaults overridden by the caller
     build_job_from_hf   the same, starting from a pretrained Hugging Face causal LM (--init-from)
     load_job        a run (or checkpoint) directory -> its job, the checkpoint read once
@@ -19,6 +21,7 @@ branches on the kind.
 
 from __future__ import annotations
 
+import math
 from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -37,7 +40,7 @@ from scratchformer.training.config import TrainConfig
 from scratchformer.training.trainer import BEST, LAST
 
 __all__ = ["DEFAULT_SEED", "JOBS", "RUN_DEFAULTS", "Job", "build_job", "build_job_from_hf", "checkpoint_dir",
-           "job_class", "load_job",
+           "epoch_settings", "epochs_text", "job_class", "load_job",
            "run_defaults"]
 
 
@@ -154,6 +157,15 @@ def _task_row(task: Task) -> dict:
             "data": {**base["data"], "max_len": task.max_len, **extra.get("data", {})}}
 
 
+# What `--init-from` (a pretrained language model) puts over a language-model row's "train":
+# fine-tuning rates. 5e-5 is transformers' Trainer default, the rate its causal-LM examples
+# continue GPT-2 with (nanoGPT continues GPT-2 XL at 3e-5). A from-scratch rate of 1e-3 moves every
+# weight by about 1e-3 a step (AdamW's steps are about lr in size), as far as GPT-2's initial
+# spread of 0.02 in twenty steps, so it overwrites what pretraining learned; at 5e-5 a 2,000-step
+# run moves a weight by at most 0.1 and usually far less. The floor is a tenth of the peak, as
+# in every row; 100 warmup steps let AdamW's moment estimates settle before the full rate.
+INIT_FROM_TRAIN = dict(lr=5e-5, min_lr=5e-6, warmup_steps=100)
+
 RUN_DEFAULTS: dict[str, dict] = {
     # The bundled names (one item per line): makemore's transformer size with its PyTorch-default
     # init and untied head; dropout against the overfitting a 200K-parameter model shows on 29K
@@ -168,6 +180,7 @@ RUN_DEFAULTS: dict[str, dict] = {
                       batch_size=64, lr=2e-3, min_lr=1e-4, warmup_steps=200,
                       weight_decay=0.1, beta2=0.99, grad_clip=1.0,  # nanoGPT's small-model AdamW
                       eval_interval=1000),             # 16 evaluations over the run
+        "init_from": INIT_FROM_TRAIN,                  # over "train" with --init-from
         "data": dict(block_size=None,                  # the longest name + 1
                      split_seed=DEFAULT_SEED,          # the same held-out names for every --seed
                      tokenizer="char", vocab_size=None),  # makemore's characters
@@ -181,6 +194,7 @@ RUN_DEFAULTS: dict[str, dict] = {
         "train": dict(max_steps=2000, batch_size=12, lr=1e-3, min_lr=1e-4, warmup_steps=100,  # nanoGPT's CPU run
                       weight_decay=0.1, beta2=0.99, grad_clip=1.0,
                       eval_interval=250),                            # 8 evaluations over the run
+        "init_from": INIT_FROM_TRAIN,                                # over "train" with --init-from
         "data": dict(block_size=64,                                  # nanoGPT's CPU context
                      split_seed=DEFAULT_SEED,                        # recorded; text splits are not shuffled
                      tokenizer="char", vocab_size=None),             # shakespeare_char's characters
@@ -188,17 +202,25 @@ RUN_DEFAULTS: dict[str, dict] = {
     **{name: _task_row(task) for name, task in TASKS.items()},  # the toy tasks, from the task registry
     # `scratchformer finetune`: a pretrained BERT encoder as a sentence classifier. A short CPU run
     # needs more than BERT's usual 2e-5..5e-5, since the fresh head learns at the same rate (on the
-    # plays set, 100 steps of 16: val accuracy 31% at 5e-5, 46% at 2e-4); the probe
-    # (--freeze-encoder) trains the head alone on frozen mean embeddings and takes a larger one
-    # still (25% at 1e-3, 39% at 1e-2; docs/results.md). 190 steps of 32 are 2 epochs of 3,000 texts.
+    # plays set, 100 steps of 16: val accuracy 31% at 5e-5, 46% at 2e-4). Its length comes from the
+    # data ("epochs", below): BERT's 2-4 passes over the training split, not a fixed step count (190
+    # steps were 2 passes over the plays' 2,718 texts but 22 over 270 rows, which then lost to the
+    # probe on words training never showed: docs/results.md), and the run stops early once the
+    # validation loss has not fallen for 2 evaluations (best/ keeps the lowest).
     "finetune": {
         "kind": "sentence_classifier",
         "model": dict(max_length=64, freeze_encoder=False),
-        "train": dict(max_steps=190, batch_size=32, lr=2e-4, min_lr=2e-5, warmup_steps=20,
+        "train": dict(batch_size=32, lr=2e-4, min_lr=2e-5,
                       weight_decay=0.01, beta2=0.999, grad_clip=1.0,   # BERT's fine-tuning AdamW
-                      eval_interval=50, num_samples=0),
+                      patience=2, num_samples=0),
+        # max_steps: max_epochs passes over the training split; an evaluation every
+        # 1 / evals_per_epoch of a pass; warmup: warmup_fraction of max_steps (BERT's 10%)
+        "epochs": dict(max_epochs=3, evals_per_epoch=2, warmup_fraction=0.1),
         "data": dict(base="minilm", val_fraction=0.1, split_seed=DEFAULT_SEED),
     },
+    # --freeze-encoder: the head alone on frozen mean embeddings, a convex problem that does not
+    # overfit the way the encoder does, so it keeps a fixed length; it takes a larger rate (25% at
+    # 1e-3, 39% at 1e-2 on the plays; docs/results.md).
     "probe": {
         "kind": "sentence_classifier",
         "model": dict(max_length=64, freeze_encoder=True),
@@ -209,6 +231,39 @@ RUN_DEFAULTS: dict[str, dict] = {
     },
 }
 FINETUNE_RUN_KINDS = ("finetune", "probe")  # the rows `scratchformer finetune` starts from (probe: --freeze-encoder)
+
+
+def _train_settings(row: dict, given: dict | None, init_from: bool = False) -> dict:
+    """A row's training settings (with its "init_from" ones on top when starting from a
+    pretrained model), the `given` ones over them. A peak `lr` given without `min_lr` takes the
+    row's floor at the row's ratio (lines: lr / 20), so the default floor never ends above a
+    peak the caller lowered (--lr 3e-5 on text: min_lr 3e-6, not the 1e-4 that would make the
+    cosine climb); TrainConfig refuses a floor above its peak in any other case."""
+    base = {**row["train"], **(row.get("init_from", {}) if init_from else {})}
+    given = dict(given or {})
+    if "lr" in given and "min_lr" not in given and base.get("min_lr") is not None:
+        given["min_lr"] = float(f"{base['min_lr'] * given['lr'] / base['lr']:.6g}")
+    return {**base, **given}
+
+
+def epoch_settings(epochs: dict, n_train: int, train: dict) -> dict:
+    """A row's "epochs" rule -> {"max_steps", "eval_interval", "warmup_steps"} for `n_train`
+    training examples and the settings `train` (batch_size, grad_accum; a max_steps given by
+    the caller is kept and sets the warmup)."""
+    per_step = train["batch_size"] * train.get("grad_accum", 1)
+    per_epoch = max(1, math.ceil(n_train / per_step))  # steps in one pass over the training split
+    max_steps = train.get("max_steps") or max(1, round(epochs["max_epochs"] * per_epoch))
+    return {"max_steps": max_steps, "eval_interval": max(1, per_epoch // epochs["evals_per_epoch"]),
+            "warmup_steps": round(epochs["warmup_fraction"] * max_steps)}
+
+
+def epochs_text(epochs: dict) -> dict[str, str]:
+    """The "epochs" rule in words, per setting it decides (for --help)."""
+    return {"max_steps": f"{epochs['max_epochs']} passes over the training split",
+            "eval_interval": f"1/{epochs['evals_per_epoch']} of a pass",
+            "warmup_steps": f"{epochs['warmup_fraction']:g} x max steps"}
+
+
 def _row(run_kind: str) -> dict:
     if run_kind not in RUN_DEFAULTS:
         raise ConfigError(f"unknown run kind {run_kind!r}: choose one of {list(RUN_DEFAULTS)}")
@@ -216,37 +271,48 @@ def _row(run_kind: str) -> dict:
 
 
 def run_defaults(run_kind: str) -> dict:
-    """Every setting of a run kind, resolved: {"kind", "model", "train", "data"}, where "model"
-    and "train" hold every field of the config class and TrainConfig (the dataclass default
-    where RUN_DEFAULTS names none). Fields without a default (vocab sizes) are left out."""
+    """Every setting of a run kind, resolved: {"kind", "model", "train", "data", "init_from",
+    "epochs"}, where "model" and "train" hold every field of the config class and TrainConfig
+    (the dataclass default where RUN_DEFAULTS names none), "init_from" the training settings
+    --init-from changes (empty where the kind has no pretrained form) and "epochs" the rule
+    that sizes the run from its data (empty where the length is fixed; `epoch_settings`).
+    Fields without a default (vocab sizes) are left out."""
     row = _row(run_kind)
 
     def resolved(cls, table: dict) -> dict:
         return {**{f.name: f.default for f in fields(cls) if f.default is not MISSING}, **table}
 
     return {"kind": row["kind"], "model": resolved(JOBS[row["kind"]].config_class, row["model"]),
-            "train": resolved(TrainConfig, row["train"]), "data": dict(row["data"])}
+            "train": resolved(TrainConfig, row["train"]), "data": dict(row["data"]),
+            "init_from": dict(row.get("init_from", {})), "epochs": dict(row.get("epochs", {}))}
 
 
 def build_job(run_kind: str, model: dict | None = None, train: dict | None = None,
               data: dict | None = None) -> tuple[Job, TrainConfig]:
     """A fresh job and its TrainConfig: RUN_DEFAULTS[run_kind] with the given settings on top
-    (only the ones given: the others keep the table's values)."""
+    (only the ones given: the others keep the table's values). A row with an "epochs" rule
+    (finetune) takes max_steps, eval_interval and warmup_steps from the size of the job's
+    training split (`epoch_settings`), where the caller did not give them."""
     row = _row(run_kind)
-    cfg = TrainConfig.from_dict({**row["train"], **(train or {})})
+    settings = _train_settings(row, train)
+    cfg = TrainConfig.from_dict(settings)
     job = JOBS[row["kind"]].create(run_kind, {**row["model"], **(model or {})}, {**row["data"], **(data or {})},
                                    seed=cfg.seed)
+    if "epochs" in row:  # a length from the data: the training split is read now
+        sized = epoch_settings(row["epochs"], job.train_size(), settings)
+        cfg = TrainConfig.from_dict({**settings, **sized, **(train or {})})
     return job, cfg
 
 
 def build_job_from_hf(hf_dir: str | Path, run_kind: str, train: dict | None = None,
                       data: dict | None = None) -> tuple[Job, TrainConfig]:
     """A job that continues training a pretrained Hugging Face causal LM (its config and
-    tokenizer) on a data file read as `run_kind` ("lines" or "text"), and its TrainConfig."""
+    tokenizer) on a data file read as `run_kind` ("lines" or "text"), and its TrainConfig: the
+    row's training settings with its fine-tuning rates ("init_from") on top."""
     row = _row(run_kind)
     if row["kind"] != "gpt":
         raise ConfigError(f"--init-from continues a language model: the {run_kind} task has no pretrained form")
-    cfg = TrainConfig.from_dict({**row["train"], **(train or {})})
+    cfg = TrainConfig.from_dict(_train_settings(row, train, init_from=True))
     return LMJob.from_hf(hf_dir, run_kind, {**row["data"], **(data or {})}), cfg
 
 

@@ -216,6 +216,10 @@ class SentenceClassifierJob:
         return Examples(ids, mask, np.array([ids_of[y] for y in labels], dtype=np.int64), texts)
 
     # -- training ------------------------------------------------------------------------------
+    def train_size(self) -> int:
+        """Examples in the training split (what the finetune row's length is sized by)."""
+        return len(self.split("train"))
+
     def train_batch(self, rng: np.random.Generator, batch_size: int):
         train = self.split("train")
         return train.batch(rng.integers(0, len(train), size=batch_size))

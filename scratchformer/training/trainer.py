@@ -205,6 +205,8 @@ def train(job, cfg: TrainConfig, out_dir: str | Path, resume: bool = False, prog
     Stops with TrainingDivergedError on a non-finite loss or gradient norm, and with
     TrainingInterrupted (after saving out_dir/last; its exit_code 130, 143 or 141) on Ctrl-C,
     SIGTERM or a closed stdout.
+    With cfg.patience, the run stops early (stopped_by "patience") after that many evaluations
+    in a row without a lower validation loss.
     Returns a summary dict (step, train_loss, val_loss, best_val_loss, seconds, stopped_by).
     """
     out_dir = Path(out_dir)
@@ -295,6 +297,7 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, over
     data_rng = np.random.default_rng(cfg.seed)
     dropout_rng = set_dropout_rng(model, np.random.default_rng(cfg.seed + 1))
     step, best_val, val_loss = 0, math.inf, float("nan")
+    since_best = 0  # evaluations since the lowest validation loss (early stopping: cfg.patience)
 
     if resume:
         recover_run(out_dir)  # a backup an interrupted save left becomes last/ (or best/) again
@@ -308,6 +311,7 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, over
         dropout_rng.bit_generator.state = ck.rng_state["dropout"]
         step, best_val = ck.step, ck.extra.get("best_val_loss", math.inf)
         val_loss = ck.extra.get("val_loss", val_loss)
+        since_best = int(ck.extra.get("evals_since_best", 0))
         if step >= cfg.max_steps:
             return {"step": step, "train_loss": float("nan"), "val_loss": val_loss, "best_val_loss": best_val,
                     "seconds": 0.0, "stopped_by": "nothing to do"}
@@ -341,7 +345,7 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, over
                 optimizer_state=opt.state_dict(),
                 rng_state={"data": data_rng.bit_generator.state, "dropout": dropout_rng.bit_generator.state},
                 step=step,
-                extra={**finite, "train_config": asdict(cfg)},
+                extra={**finite, "evals_since_best": since_best, "train_config": asdict(cfg)},
             )
 
     flops_per_step_token = model_flops_per_token(model)  # for MFU: 6N + the attention term
@@ -426,6 +430,7 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, over
                     _finite_or_stop(step, cfg, val_loss=val_loss)
                     improved = val_loss < best_val
                     best_val = min(best_val, val_loss)
+                    since_best = 0 if improved else since_best + 1
                     log.append({"step": step, "lr": lr, "train_loss": train_loss, "val_loss": val_loss,
                                 **{f"val_{k}": v for k, v in metrics.items() if k != "loss"}})
                     if improved:
@@ -438,6 +443,9 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, over
                             _say(f"  {s}")
                 if time_up:
                     stopped_by = "time_limit"
+                    break
+                if cfg.patience is not None and since_best >= cfg.patience:
+                    stopped_by = "patience"  # best/ holds the lowest validation loss
                     break
         except (ParallelWorkerError, WaitInterrupted) as e:
             # the last good state: a step abandoned half-way restarts from its beginning (weights
