@@ -45,9 +45,12 @@ def add_parser(sub) -> None:
                         "(default: none)")
     p.add_argument("--steps", type=int, default=32,
                    help=f"integrated-gradients quadrature nodes, 1 to {MAX_STEPS} (default: 32)")
-    p.add_argument("--baseline", choices=("zero", "mean"), default="zero",
+    p.add_argument("--baseline", choices=("zero", "mean"),
                    help="integrated gradients start from zero embeddings or, at every position, the mean "
-                        "embedding of the vocabulary's tokens (default: zero)")
+                        "embedding of the vocabulary's tokens (default: zero where the model adds a position "
+                        "table to its token embeddings; mean where positions live inside attention (rotary, "
+                        "ALiBi): there every position of a zero baseline is the same zero vector, a point where "
+                        "the first norm divides by almost nothing)")
     p.add_argument("--baseline-text", metavar="TEXT",
                    help="integrated gradients start from the embeddings of TEXT, of --text's length in tokens "
                         "(default: --baseline)")
@@ -57,14 +60,14 @@ def add_parser(sub) -> None:
 def cmd_lens(args) -> int:
     if not 1 <= args.steps <= MAX_STEPS:
         raise CLIError(f"--steps must be in [1, {MAX_STEPS}], got {args.steps}")
-    if args.baseline_text is not None and args.baseline != "zero":
+    if args.baseline_text is not None and args.baseline is not None:
         raise CLIError("give --baseline or --baseline-text, not both")
     if args.bert is not None:
         if args.dir is not None or args.hf is not None:
             raise CLIError("give a run directory, --hf or --bert, not two of them")
         if not args.text or not args.text2:
             raise CLIError('--bert needs --text and --text2, e.g. --text "A cat sits." --text2 "A dog sits."')
-        if args.show or args.target or args.corrupt or args.baseline_text or args.baseline != "zero":
+        if args.show or args.target or args.corrupt or args.baseline_text or args.baseline is not None:
             raise CLIError("--show, --target, --corrupt, --baseline and --baseline-text apply to a run, not to --bert")
         report = _bert_report(args)
     else:
@@ -182,7 +185,8 @@ def _run_report(job, args) -> dict:
                                    baseline=_baseline(job, args, model, kind, ids, inputs))
     report["saliency"] = {"of": f"logit of {target_label!r} at the last position",
                           "baseline": f"the embeddings of {args.baseline_text!r}" if args.baseline_text is not None
-                          else {"zero": "zero embeddings", "mean": "the mean token embedding"}[args.baseline],
+                          else {"zero": "zero embeddings", "mean": "the mean token embedding"}[
+                              _baseline_kind(args, model)],
                           "grad_x_input": sal.grad_x_input[0].round(6).tolist(),
                           "integrated_gradients": ig.attributions[0].round(6).tolist()}
     report["checks"] += [str(sal.check), str(ig.check)]
@@ -221,6 +225,14 @@ def _run_report(job, args) -> dict:
     return report
 
 
+def _baseline_kind(args, model) -> str:
+    """--baseline, or its default: "zero" where the model adds a position table to the token
+    embeddings (the model's contract says), "mean" where positions live inside attention."""
+    if args.baseline is not None:
+        return args.baseline
+    return "zero" if model.position_table() is not None else "mean"
+
+
 def _baseline(job, args, model, kind, ids, inputs):
     """Integrated gradients' start: None (zero embeddings), the mean token embedding, or a text's."""
     from scratchformer import lens
@@ -231,7 +243,7 @@ def _baseline(job, args, model, kind, ids, inputs):
             raise DataError(f"--baseline-text gives {bids.shape[1]} tokens and --text {ids.shape[1]}: the baseline "
                             "needs the same number")
         return lens.token_embeddings(model, (bids,) + inputs[1:])
-    if args.baseline == "mean":
+    if _baseline_kind(args, model) == "mean":
         c = model.config
         return lens.mean_token_embedding(model, inputs, c.src_vocab_size if kind == "seq2seq" else c.vocab_size)
     return None

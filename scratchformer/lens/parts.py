@@ -19,6 +19,11 @@ def family(model) -> str:
     """"gpt" | "classifier" | "seq2seq" | "bert": the model's own `family` (ConfigError for
     anything else)."""
     name = getattr(model, "family", None) if isinstance(model, Model) else None
+    if name == "sentence_classifier":
+        raise ConfigError("the lens explains a GPT, a task classifier or an encoder-decoder, not a fine-tuned "
+                          "sentence classifier (its forward takes an attention mask and labels): draw its "
+                          "encoder's attention with 'scratchformer viz RUN --text ...', or explain MiniLM's "
+                          "similarities with 'scratchformer lens --bert'")
     if name not in LENS_FAMILIES:
         raise ConfigError(f"the lens studies GPT, TransformerClassifier, Seq2SeqTransformer or BertEncoder "
                           f"models (or subclasses), got {type(model).__name__}")
