@@ -1,4 +1,5 @@
-"""README.md's API tour runs as written: every ```python block is executed in a fresh process."""
+"""The README and the docs run as written: every ```python block of README.md and docs/*.md is
+executed in a fresh process, in an empty folder."""
 
 import re
 import subprocess
@@ -7,8 +8,11 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
+DOC_BLOCKS = [(doc.name, code) for doc in sorted((ROOT / "docs").glob("*.md"))
+              for code in re.findall(r"```python\n(.*?)```", doc.read_text(encoding="utf-8"), re.S)]
 
 
 def test_readme_has_python_examples():
@@ -20,3 +24,14 @@ def test_readme_python_block_runs(code, tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "False" not in proc.stdout  # the blocks print checks that must hold (e.g. gradcheck < bar)
+
+
+def test_docs_have_python_examples():
+    assert {name for name, _ in DOC_BLOCKS} >= {"lens.md", "exercises.md"}
+
+
+@pytest.mark.parametrize("name, code", DOC_BLOCKS, ids=[f"{n}-{i}" for i, (n, _) in enumerate(DOC_BLOCKS)])
+def test_docs_python_block_runs(name, code, tmp_path):
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, f"{name}: {proc.stderr[-2000:]}"
+    assert "False" not in proc.stdout
