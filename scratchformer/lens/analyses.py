@@ -141,7 +141,8 @@ def direct_logit_attribution(model, inputs: tuple, token: int, position: int = -
                 parts.append((f"{label} H{h}", heads[h] @ W[:, h * hs:(h + 1) * hs].T))
             if attn.out_proj.bias is not None:
                 parts.append((f"{label} bias", np.broadcast_to(attn.out_proj.bias.data, embed.shape)))
-        parts.append((f"L{i} mlp", cache[f"{p}blocks.{i}.mlp.out"][0]))
+        if f"{p}blocks.{i}.mlp.out" in cache:  # attention-only blocks have no feed-forward
+            parts.append((f"L{i} mlp", cache[f"{p}blocks.{i}.mlp.out"][0]))
     x = cache[f"{p}blocks.{un.n_layer - 1}.resid_post"][0][position]  # (C,)
     apply, shift = un.frozen_norm(x)  # the model's own final norm, its scale frozen at x
     w_u = un.W[token]

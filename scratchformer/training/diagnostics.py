@@ -172,7 +172,8 @@ class Diagnostics:
             params[name]["grad_hist"] = _histogram(g, -g_max, g_max)
 
         # the main stack's blocks, asked of the model's contract (models/base.py)
-        parts = [self.traced.block_parts(b) for b in self.traced.stacks()[self.traced.main_prefix()]]
+        all_parts = [self.traced.block_parts(b) for b in self.traced.stacks()[self.traced.main_prefix()]]
+        parts = [p for p in all_parts if p.feedforward is not None]  # attention-only blocks have no activations
         pres = [[] for _ in parts]
         for row in self.probe_rows:  # one sequence at a time: viz.trace runs batch row 0
             t = self._run(self.traced, row)
@@ -190,7 +191,7 @@ class Diagnostics:
             stats["hist"] = _histogram(post, lo, hi)
 
         self._run(self.traced, self.probe_ids)  # leaves each attention's weights on the probe
-        attention = [part.attentions["attn"].attn_weights[0].astype(np.float64).tolist() for part in parts]
+        attention = [part.attentions["attn"].attn_weights[0].astype(np.float64).tolist() for part in all_parts]
         if attention and len(attention[0][0]) == len(self.probe_tokens) + 1:  # a classifier's [CLS] comes first
             self.probe_tokens = ["[CLS]"] + self.probe_tokens
         rec = {"step": step, "lr": lr, "layers": layers, "act_range": [lo, hi], "params": params,

@@ -185,10 +185,12 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
     add("residual_heatmap", "Residual stream per token",
         "Tokens whose norm grows fast are the ones the blocks write most into.",
         lambda: I.residual_heatmap(tr, att_tokens))
-    add("ff_activations", "Feed-forward activations",
-        "The activation zeroes (ReLU) or shrinks (GELU) negative inputs. Firing rates are counted over "
-        "this input and a few more of the model's inputs; a neuron is called dead only on enough tokens.",
-        lambda: I.ff_activations(tr, layer=0, more=[T.trace(model, x) for x in _more_inputs(model, kind, ids)]))
+    has_ff = bool(tr.ff_pre)  # attention-only models have no feed-forward to draw
+    if has_ff:
+        add("ff_activations", "Feed-forward activations",
+            "The activation zeroes (ReLU) or shrinks (GELU) negative inputs. Firing rates are counted over "
+            "this input and a few more of the model's inputs; a neuron is called dead only on enough tokens.",
+            lambda: I.ff_activations(tr, layer=0, more=[T.trace(model, x) for x in _more_inputs(model, kind, ids)]))
     if getattr(model.config, "normalization", "layernorm") == "layernorm":  # the figure normalises as LayerNorm
         add("layernorm", "LayerNorm in and out",
             "The LayerNorm whose input is farthest from normalised: whatever its scale, each token comes out "
@@ -206,10 +208,11 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
         lambda: C.residual_variance(tr.residual[0], tr.attn_update[0], att_tokens))
     # the feed-forward's input: ff_norm's output (pre-norm), attn_norm's (post-norm)
     first = model.block_parts(T.blocks(model)[0])
-    ff_in = dict((name, y) for name, _, y in tr.layernorms)["0.ff_norm" if first.norm_first else "0.attn_norm"]
-    add("ff_scatter", "Feed-forward input against output",
-        "Block 0's feed-forward, channel by channel: each point a token. A straight line would be a linear map.",
-        lambda: C.ff_scatter(ff_in, tr.ff_update[0]))
+    if first.feedforward is not None:
+        ff_in = dict((name, y) for name, _, y in tr.layernorms)["0.ff_norm" if first.norm_first else "0.attn_norm"]
+        add("ff_scatter", "Feed-forward input against output",
+            "Block 0's feed-forward, channel by channel: each point a token. A straight line would be a linear map.",
+            lambda: C.ff_scatter(ff_in, tr.ff_update[0]))
 
     # -- the backward, step by step ---------------------------------------------------------
     loss_inputs = _loss_inputs(model, kind, ids, tgt_ids if kind == "seq2seq" else None, true_class)
