@@ -388,7 +388,7 @@ def integrated_gradients(model, inputs: tuple, objective: Objective, steps: int 
 @dataclass
 class HeadScores:
     """labels: one per attention; scores: name -> (n_attentions, n_head) mean attention weight
-    ("previous", "first", "same", and for cross attention "diagonal", "anti_diagonal")."""
+    ("previous", "first", "same", "induction", and for cross attention "diagonal", "anti_diagonal")."""
 
     labels: list[str]
     scores: dict[str, np.ndarray]
@@ -399,13 +399,15 @@ def head_scores(model, inputs: tuple, ids: np.ndarray | None = None) -> HeadScor
     """Where each head looks, averaged over the batch and the query positions:
     previous: weight on the position before (queries 1..T-1); first: on position 0 (an
     attention sink); same: on earlier positions holding the query's own token (`ids`, the
-    tokens the attention reads; default the first input; queries that have one); diagonal /
+    tokens the attention reads; default the first input; queries that have one); induction: on
+    the positions just after those earlier occurrences (prefix matching, Olsson et al. 2022: an
+    induction head looks there for the token to copy); diagonal /
     anti_diagonal (cross attention only): on key i / key S-1-i for query i (copy / reverse)."""
     atts = attentions(model)
     _, cache = run_with_cache(model, *inputs, names=[a[0] + ".pattern" for a in atts])
     ids = as_batch(inputs[0] if ids is None else ids)
     H = max(a[2].n_head for a in atts)
-    names = ("previous", "first", "same", "diagonal", "anti_diagonal")
+    names = ("previous", "first", "same", "induction", "diagonal", "anti_diagonal")
     scores = {k: np.full((len(atts), H), np.nan) for k in names}
     worst = 0.0
     for row, (prefix, _, attn) in enumerate(atts):
@@ -428,5 +430,9 @@ def head_scores(model, inputs: tuple, ids: np.ndarray | None = None) -> HeadScor
             if has.any():
                 on_same = (w * earlier[:, None]).sum(-1)  # (B, H, Tq)
                 scores["same"][row, : attn.n_head] = on_same.transpose(1, 0, 2)[:, has].mean(-1)
+                after = np.zeros_like(earlier)  # key j + 1 for each earlier occurrence j (j + 1 <= query)
+                after[:, :, 1:] = earlier[:, :, :-1]
+                on_next = (w * after[:, None]).sum(-1)  # (B, H, Tq)
+                scores["induction"][row, : attn.n_head] = on_next.transpose(1, 0, 2)[:, has].mean(-1)
     return HeadScores([a[1] for a in atts], scores,
                       Check("head scores", "every attention row sums to 1", worst, 1e-5))

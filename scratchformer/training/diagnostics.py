@@ -22,6 +22,8 @@ one record to `diagnostics.jsonl` beside log.jsonl:
                LayerNorm gain at init), and for matrices a gradient histogram over `grad_range`
     probe      the attention weights (n_layer, n_head, T, T) of the main stack on the probe
                text (the viz example input: "emma" for names) and its tokens
+    (task)     what the job measures of its own task, as extra keys (`job.progress_measures()`:
+               the induction job's loss on each half, head scores and ablations)
     ms         milliseconds the record took (a timing field: the only one that varies between runs)
 
 None of this runs on an ordinary step. The file is bounded: at most MAX_RECORDS records; when
@@ -196,12 +198,18 @@ class Diagnostics:
             self.probe_tokens = ["[CLS]"] + self.probe_tokens
         rec = {"step": step, "lr": lr, "layers": layers, "act_range": [lo, hi], "params": params,
                "grad_range": [-g_max, g_max], "probe": {"tokens": self.probe_tokens, "attention": attention},
-               "ms": round(1000 * (time.perf_counter() - t0), 1)}
+               **self._job_measures(), "ms": round(1000 * (time.perf_counter() - t0), 1)}
         self.records.append(rec)
         if len(self.records) > MAX_RECORDS:
             self._thin()
         self._write()
         return rec
+
+    def _job_measures(self) -> dict:
+        """What the job measures of its own task (the induction job's progress measures,
+        training/induction.py), as extra keys of the record; {} for jobs without any."""
+        measure = getattr(self.job, "progress_measures", None)
+        return measure() if measure is not None else {}
 
     def _thin(self) -> None:
         """Keep the records at multiples of twice the spacing, and the last; the spacing doubles."""

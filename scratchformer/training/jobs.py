@@ -30,6 +30,7 @@ from scratchformer.data.tasks import TASKS, Task
 from scratchformer.errors import CheckpointError, ConfigError
 from scratchformer.limits import param_count_bound
 from scratchformer.training.checkpoint import Checkpoint, checkpoint_exists, load_checkpoint
+from scratchformer.training.induction import InductionJob
 from scratchformer.training.lm import LMJob
 from scratchformer.training.sentence import SentenceClassifierJob
 from scratchformer.training.tasks import ClassifierJob, Seq2SeqJob
@@ -103,7 +104,7 @@ class Job(Protocol):
 
 # Model kind -> job class: the one place a kind string meets its code.
 JOBS: dict[str, type[Job]] = {"gpt": LMJob, "classifier": ClassifierJob, "seq2seq": Seq2SeqJob,
-                              "sentence_classifier": SentenceClassifierJob}
+                              "sentence_classifier": SentenceClassifierJob, "induction": InductionJob}
 
 # Run kind -> where its settings go. "model": fields of the kind's config class; "train": fields
 # of TrainConfig; "data": how much data and how it is cut. Settings not named here take the
@@ -186,6 +187,19 @@ RUN_DEFAULTS: dict[str, dict] = {
                      tokenizer="char", vocab_size=None),             # shakespeare_char's characters
     },
     **{name: _task_row(task) for name, task in TASKS.items()},  # the toy tasks, from the task registry
+    # Induction heads (Olsson et al. 2022): a 2-layer attention-only GPT on random segments
+    # repeated once; the measured run is in docs/results.md. Diagnostics every 50 steps give
+    # ~30 points of the progress measures (training/induction.py) across the phase change.
+    "induction": {
+        "kind": "induction",
+        "model": dict(n_layer=2, n_head=4, n_embd=64, attn_only=True,  # the papers' toy: attention only
+                      dropout=0.0),
+        "train": dict(max_steps=1500, batch_size=32, lr=1e-3, min_lr=1e-4, warmup_steps=100,
+                      weight_decay=0.01, beta2=0.98, grad_clip=1.0,
+                      eval_interval=250, diag_interval=50, num_samples=2),
+        "data": dict(symbols=32, block_size=32,      # 16 random tokens of 32 symbols, then the same 16 again
+                     repeats=2, n_train=20000, n_test=256),
+    },
     # `scratchformer finetune`: a pretrained BERT encoder as a sentence classifier. A short CPU run
     # needs more than BERT's usual 2e-5..5e-5, since the fresh head learns at the same rate (on the
     # plays set, 100 steps of 16: val accuracy 31% at 5e-5, 46% at 2e-4); the probe
