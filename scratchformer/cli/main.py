@@ -579,7 +579,7 @@ def cmd_sample(args) -> int:
         seen = job.in_training_data(texts)  # makemore's check: did the model just recall a training item?
     if args.seed is None:
         print(f"seed {seed} (--seed {seed} draws these samples again)", file=sys.stderr)
-    multiline = args.hf is not None or job.data_spec["format"] == "text"
+    multiline = args.hf is not None or job.data_spec.get("format") == "text"
     for i, text in enumerate(texts):
         if multiline:  # samples of continuous text hold newlines: a header line starts each one
             print(SAMPLE_HEADER.format(i=i + 1, n=len(texts)))

@@ -1,19 +1,24 @@
-"""The induction task (Olsson et al. 2022): random tokens whose second half repeats the first.
+"""The induction task (Olsson et al. 2022): random tokens, then a random segment repeated.
 
-A sequence of `length` tokens is `repeats` copies of one segment of length // repeats tokens
-drawn uniformly from `vocab` symbols (with repeats=2: its second half repeats the first). The
-model is a GPT language model reading the whole sequence:
+A sequence of `length` tokens (the model's block_size) is a prefix of random tokens followed by
+`repeats` copies of one random segment, every token drawn uniformly from `symbols` symbols. The
+segment's length s varies from sequence to sequence (uniform in [length // (2 repeats),
+length // repeats]) and the prefix fills the rest (length - repeats * s tokens), so a copy
+sits at no fixed distance from its original: only the content says where the previous
+occurrence of a token is (with a fixed distance, one layer attending by position alone would
+copy it, which is no induction head). The model is a GPT language model reading the whole
+sequence:
 
     x = seq (length,)            y = seq[1:] + [IGNORE_INDEX]   (nothing follows the last token)
 
-The tokens of the first segment are unpredictable (the loss there stays near log(vocab)); every
-later token is a copy of the token `segment` positions back, which a model can predict only by
-finding the previous occurrence of the current token and reading what followed it: an
-induction head. `target_masks` says which targets are which.
+The prefix and the first copy are unpredictable (the loss there stays near log(symbols)); every
+later token repeats the token s positions back, which a model predicts by finding the previous
+occurrence of the current token and reading what followed it: an induction head. `target_masks`
+says which targets are which.
 
-The symbols are the characters INDUCTION_SYMBOLS[:vocab] (digits, then A-Z, then a-z), so the
+The symbols are the characters INDUCTION_SYMBOLS[:symbols] (digits, then A-Z, then a-z), so the
 run's tokenizer is a plain `CharTokenizer` and `sample --prompt`, `viz --text` and the lens read
-sequences such as "3KQ03KQ0".
+sequences such as "7Q3KQ03KQ0".
 
 Held-out data are disjoint from the training data by construction (`make_induction_split`): the
 test set is drawn first from its own seed, the training set then from another, rejecting every
@@ -32,37 +37,57 @@ INDUCTION_SYMBOLS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvw
 MIN_SEGMENT = 2  # a segment of one token leaves nothing to copy after the first
 
 
-def check_induction_sizes(vocab: int, length: int, repeats: int) -> int:
-    """The segment length; ConfigError (one line) for sizes that make no induction task."""
-    if not 2 <= vocab <= len(INDUCTION_SYMBOLS):
-        raise ConfigError(f"--symbols for the induction task must be 2 to {len(INDUCTION_SYMBOLS)}, got {vocab}")
+def check_induction_sizes(symbols: int, length: int, repeats: int) -> tuple[int, int]:
+    """(shortest, longest) segment; ConfigError (one line) for sizes that make no induction task."""
+    if not 2 <= symbols <= len(INDUCTION_SYMBOLS):
+        raise ConfigError(f"--symbols for the induction task must be 2 to {len(INDUCTION_SYMBOLS)}, got {symbols}")
     if repeats < 2:
         raise ConfigError(f"--repeats must be at least 2 (a segment and its repeat), got {repeats}")
-    if length % repeats or length // repeats < MIN_SEGMENT:
-        raise ConfigError(f"--block-size {length} must be a multiple of --repeats {repeats} with segments of at "
-                          f"least {MIN_SEGMENT} tokens: try {repeats * max(MIN_SEGMENT, length // repeats)}")
-    return length // repeats
+    longest = length // repeats
+    if longest < MIN_SEGMENT:
+        raise ConfigError(f"--block-size {length} leaves segments shorter than {MIN_SEGMENT} tokens for "
+                          f"--repeats {repeats}: give at least {MIN_SEGMENT * repeats}")
+    return max(MIN_SEGMENT, length // (2 * repeats)), longest
 
 
-def induction_tokenizer(vocab: int) -> CharTokenizer:
-    """The task's tokenizer: one character per symbol, no special tokens (ids 0..vocab-1)."""
-    return CharTokenizer(INDUCTION_SYMBOLS[:vocab], special=None)
+def induction_tokenizer(symbols: int) -> CharTokenizer:
+    """The task's tokenizer: one character per symbol, no special tokens (ids 0..symbols-1)."""
+    return CharTokenizer(INDUCTION_SYMBOLS[:symbols], special=None)
 
 
-def make_induction(n: int, vocab: int, length: int, repeats: int, rng: np.random.Generator) -> np.ndarray:
-    """(n, length) int64: each row `repeats` copies of a random segment."""
-    seg = check_induction_sizes(vocab, length, repeats)
-    return np.tile(rng.integers(0, vocab, size=(n, seg)), (1, repeats)).astype(np.int64)
+def make_induction(n: int, symbols: int, length: int, repeats: int, rng: np.random.Generator) -> np.ndarray:
+    """(n, length) int64: a random prefix, then `repeats` copies of a random segment."""
+    lo, hi = check_induction_sizes(symbols, length, repeats)
+    seqs = rng.integers(0, symbols, size=(n, length)).astype(np.int64)
+    seg = rng.integers(lo, hi + 1, size=n)
+    for s in np.unique(seg):
+        rows = np.flatnonzero(seg == s)
+        start = length - repeats * s  # the prefix's length
+        block = seqs[np.ix_(rows, np.arange(start, start + s))]
+        seqs[np.ix_(rows, np.arange(start, length))] = np.tile(block, (1, repeats))
+    return seqs
 
 
-def make_induction_split(n_train: int, n_test: int, vocab: int, length: int, repeats: int,
+def segment_lengths(seqs: np.ndarray, repeats: int) -> np.ndarray:
+    """(n,) the segment length of each sequence: the shortest s whose last `repeats` copies of
+    s tokens agree (a random prefix that happens to extend the pattern is counted as prefix)."""
+    n, length = seqs.shape
+    found = np.zeros(n, dtype=np.int64)
+    for s in range(MIN_SEGMENT, length // repeats + 1):
+        tail = seqs[:, length - repeats * s:]
+        same = (tail[:, s:] == tail[:, :-s]).all(axis=1) & (found == 0)
+        found[same] = s
+    return found
+
+
+def make_induction_split(n_train: int, n_test: int, symbols: int, length: int, repeats: int,
                          seed: int) -> tuple[np.ndarray, np.ndarray]:
     """(train (n_train, length), test (n_test, length)), disjoint (see the module docstring)."""
-    test = np.unique(make_induction(n_test, vocab, length, repeats, np.random.default_rng([seed, 1])), axis=0)
+    test = make_induction(n_test, symbols, length, repeats, np.random.default_rng([seed, 1]))
     held = {row.tobytes() for row in test}
     rng, rows = np.random.default_rng([seed, 0]), []
     while sum(len(r) for r in rows) < n_train:
-        draw = make_induction(n_train, vocab, length, repeats, rng)
+        draw = make_induction(n_train, symbols, length, repeats, rng)
         rows.append(draw[[row.tobytes() not in held for row in draw]])
     return np.concatenate(rows)[:n_train], test
 
@@ -74,12 +99,16 @@ def inputs_targets(seqs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return seqs, y
 
 
-def target_masks(length: int, repeats: int) -> tuple[np.ndarray, np.ndarray]:
-    """(first, repeated), bool (length,) over target positions: `first` where the target is a
-    token of the first segment (unpredictable: t + 1 < segment), `repeated` where it is a copy
-    whose previous occurrence has a token before it (t + 1 > segment), so an induction head can
-    find it. The target at t = segment - 1 (the first token of the first repeat) is in neither:
-    only position, not content, says it starts again; the last position has no target."""
-    seg = length // repeats
-    t = np.arange(length)
-    return t + 1 < seg, (t + 1 > seg) & (t < length - 1)
+def target_masks(seqs: np.ndarray, repeats: int) -> tuple[np.ndarray, np.ndarray]:
+    """(first, repeated), bool (B, T) over target positions t (the target is token t + 1):
+    `first` where it is in the prefix or the first copy (unpredictable), `repeated` where it is
+    in a later copy and is not that copy's first token (its previous occurrence has a token
+    before it that the current token matches, so an induction head can find it). The first
+    token of each later copy is in neither (nothing in the content says the copy starts); the
+    last position has no target."""
+    B, T = seqs.shape
+    s = segment_lengths(seqs, repeats)[:, None]
+    first_copy_end = T - (repeats - 1) * s  # the first position of the second copy
+    target = np.arange(T)[None, :] + 1
+    repeated = (target > first_copy_end) & (target < T) & ((target - first_copy_end) % s != 0)
+    return target < first_copy_end, repeated

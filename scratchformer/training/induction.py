@@ -9,7 +9,7 @@ generates the same); the tokenizer is `induction_tokenizer(vocab)`, kept in toke
 `progress_measures()` is what the diagnostics recorder (training/diagnostics.py) adds to each
 record of diagnostics.jsonl, on a fixed batch of PROBE_SEQUENCES held-out sequences:
 
-    loss_first      mean loss on the targets of the first segment (random: about log(vocab))
+    loss_first      mean loss on the targets of the prefix and first copy (random: about log(symbols))
     loss_repeat     mean loss on the repeated targets (`target_masks`)
     icl_score       the in-context-learning score: mean loss on the last quarter of the target
                     positions minus the mean loss on the first quarter (Olsson et al.: loss at
@@ -32,6 +32,7 @@ from scratchformer.data.induction import (
     induction_tokenizer,
     inputs_targets,
     make_induction_split,
+    segment_lengths,
     target_masks,
 )
 from scratchformer.errors import ConfigError, DataError
@@ -117,8 +118,9 @@ class InductionJob(LMJob):
         train = self.splits["train"]
         return inputs_targets(train[rng.integers(0, len(train), size=batch_size)])
 
-    def masks(self) -> tuple[np.ndarray, np.ndarray]:
-        return target_masks(self.data_spec["block_size"], self.data_spec["repeats"])
+    def masks(self, seqs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(first, repeated) bool (B, T): data/induction.py `target_masks`."""
+        return target_masks(seqs, self.data_spec["repeats"])
 
     def evaluate(self, split: str = "val", batches: int | None = None, runner=None, **options) -> dict:
         """loss (every target), loss_first and loss_repeat (see `target_masks`) and
@@ -128,7 +130,7 @@ class InductionJob(LMJob):
             raise ConfigError(f"--{next(iter(options)).replace('_', '-')} applies to seq2seq models only")
         seqs = self.splits[split]
         n = len(seqs) if batches is None else min(len(seqs), batches * self.eval_batch_size)
-        first, rep = self.masks()
+        first, rep = self.masks(seqs[:n])
         losses, correct = [], []
         with eval_mode(self.model):
             for start in range(0, n, self.eval_batch_size):
@@ -137,23 +139,25 @@ class InductionJob(LMJob):
                 losses.append(token_losses(logits, y))
                 correct.append(logits.argmax(-1) == y)
         tl, ok = np.concatenate(losses), np.concatenate(correct)
-        return {"loss": float(np.nanmean(tl)), "loss_first": float(tl[:, first].mean()),
-                "loss_repeat": float(tl[:, rep].mean()), "repeat_accuracy": float(ok[:, rep].mean())}
+        return {"loss": float(np.nanmean(tl)), "loss_first": float(tl[first].mean()),
+                "loss_repeat": float(tl[rep].mean()), "repeat_accuracy": float(ok[rep].mean())}
 
     def in_training_data(self, texts: list[str]) -> list[bool] | None:
         return None
 
     def samples(self, n: int, rng: np.random.Generator, prompt: str = "", max_new_tokens: int | None = None,
                 **options) -> list[str]:
-        """Without a prompt: the first segment of n held-out sequences, continued greedily to the
-        sequence's length (a model with induction heads repeats it)."""
+        """Without a prompt: n held-out sequences up to the end of their first copy, continued
+        greedily to the sequence's length (a model with induction heads repeats the segment)."""
         if prompt:
             return super().samples(n, rng, prompt=prompt, max_new_tokens=max_new_tokens, **options)
-        seqs = self.splits["val"][rng.integers(0, len(self.splits["val"]), size=n)]
-        seg = self.data_spec["block_size"] // self.data_spec["repeats"]
-        new = max_new_tokens or self.data_spec["block_size"] - seg
-        out = self.model.generate(seqs[:, :seg], new, temperature=0.0)
-        return [self.tokenizer.decode(row) for row in out]
+        T, repeats = self.data_spec["block_size"], self.data_spec["repeats"]
+        out = []
+        for row in self.splits["val"][rng.integers(0, len(self.splits["val"]), size=n)]:
+            start = T - (repeats - 1) * int(segment_lengths(row[None], repeats)[0])  # the second copy's start
+            new = max_new_tokens or T - start
+            out.append(self.tokenizer.decode(self.model.generate(row[None, :start], new, temperature=0.0)[0]))
+        return out
 
     def viz_inputs(self, text: str | None) -> dict:
         """--text in the task's symbols; by default the first held-out sequence."""
@@ -173,13 +177,13 @@ class InductionJob(LMJob):
         from scratchformer import lens
 
         x, y = inputs_targets(self.splits["test"][:PROBE_SEQUENCES])
-        first, rep = self.masks()
+        first, rep = self.masks(x)
         T = x.shape[1]
         quarter = max(1, (T - 1) // 4)
         model = self.model
 
         def repeat_loss(out) -> float:
-            return float(token_losses(out[0] if isinstance(out, tuple) else out, y)[:, rep].mean())
+            return float(token_losses(out[0] if isinstance(out, tuple) else out, y)[rep].mean())
 
         with eval_mode(model):
             tl = token_losses(model(x)[0], y)
@@ -198,7 +202,7 @@ class InductionJob(LMJob):
                 return repeat_loss(lens.run_with_hooks(model, x, hooks={names[layer] + ".head_out": zero})) - base
 
             by_position = tl[:, :-1].mean(axis=0)  # (T - 1,): the last position has no target
-            return {"loss_first": float(tl[:, first].mean()), "loss_repeat": float(tl[:, rep].mean()),
+            return {"loss_first": float(tl[first].mean()), "loss_repeat": float(tl[rep].mean()),
                     "icl_score": float(by_position[-quarter:].mean() - by_position[:quarter].mean()),
                     "heads": list(hs.labels), "prefix_matching": prefix.tolist(), "previous_token": previous.tolist(),
                     "best_head": [int(best[0]), int(best[1])], "worst_head": [int(worst[0]), int(worst[1])],

@@ -20,6 +20,7 @@ from scratchformer.viz import basics as B
 from scratchformer.viz import closeups as C
 from scratchformer.viz import diagnostics as D
 from scratchformer.viz import embeddings as E
+from scratchformer.viz import induction as IND
 from scratchformer.viz import internals as I
 from scratchformer.viz import lens as LF
 from scratchformer.viz import trace as T
@@ -59,7 +60,8 @@ def _prepare(model, kind, ids, tokens, text, tokenizer):
     return ids, tokens
 
 
-DIAGNOSTICS_FIGURES = ("diag_activations", "diag_gradients", "diag_update_ratio", "diag_saturation")  # diagnostics.jsonl
+DIAGNOSTICS_FIGURES = ("diag_activations", "diag_gradients", "diag_update_ratio", "diag_saturation",
+                       "diag_induction")  # diagnostics.jsonl
 FIGURES = ("attention_seq2seq", "attention_grid", "classifier_attention", "causal_vs_bidirectional",
            "attention_steps", "positions_learned", "positions_sinusoidal", "position_similarity",
            "embedding_norms", "embedding_pca", "residual_norms", "residual_heatmap", "ff_activations",
@@ -279,6 +281,19 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
 def _add_diagnostics(add, records) -> None:
     """The training diagnostics of the run (its diagnostics.jsonl), when it has them."""
     if not records:
+        return
+    if IND.has_measures(records):  # an induction run: its progress measures
+        add("diag_induction", "Induction heads forming (progress measures)",
+            "Loss on the first copy and on the repeat over training, the steepest fall of the repeat loss "
+            "shaded; every head's prefix-matching score (attention from a token to the token after its "
+            "previous occurrence). Titles are computed from the recorded numbers.",
+            lambda: IND.progress_figure(records))
+    if not records[-1].get("layers"):  # attention-only blocks: no feed-forward to draw
+        add("diag_gradients", "Gradients per weight matrix (training diagnostics)",
+            "The gradient the optimiser stepped with at the last record.", lambda: D.gradient_histograms(records))
+        add("diag_update_ratio", "Update:data ratio over training",
+            "log10 of std(update) / std(weights) at each record; makemore's guide: about -3.",
+            lambda: D.update_ratios(records))
         return
     add("diag_activations", "Activations per layer (training diagnostics)",
         "The feed-forward activations on the probe batch at the last record: a layer piled up at the "
