@@ -48,6 +48,7 @@ MODEL_HELP = {
     "tie_weights": "reuse the token embedding as the LM head",
     "bias": "biases in Linear and LayerNorm layers (off: nanoGPT's bias=False)",
     "init": "gpt2: N(0, 0.02) weights; pytorch: each layer's PyTorch default (as makemore)",
+    "attn_only": "attention-only blocks: no feed-forward sub-layer (the induction-heads toy models; GPT only)",
 }
 FINETUNE_HELP = {  # `finetune`'s model settings (SentenceClassifierConfig fields)
     "max_length": "tokens per text, [CLS] and [SEP] included; longer texts are truncated",
