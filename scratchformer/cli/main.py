@@ -196,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
     from scratchformer.models import GPTConfig
     from scratchformer.training.config import TrainConfig
     from scratchformer.interop.bert_classifier import SentenceClassifierConfig
-    from scratchformer.training.jobs import FINETUNE_RUN_KINDS, RUN_DEFAULTS, run_defaults
+    from scratchformer.training.jobs import FINETUNE_RUN_KINDS, LM_TASKS, RUN_DEFAULTS, run_defaults
     from scratchformer.training.schema import CSV_DATA, INDUCTION_DATA, LM_DATA
     from scratchformer.training.sentence import BASE_MODELS
 
@@ -233,7 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
                            "or shakespeare (tinyshakespeare, 1.1M characters)")
     data.add_argument("--format", choices=FORMATS,
                       help="lines: one item per line (like names); text: continuous text. Guessed when omitted")
-    data.add_argument("--task", choices=["lm", *TASKS, "induction"],
+    data.add_argument("--task", choices=["lm", *TASKS, *LM_TASKS],
                       help="lm (default): language model on --data; the others are toy tasks for an "
                            "encoder classifier (majority), an encoder-decoder (copy, reverse, sort) or a GPT "
                            "(induction: random tokens repeated, the induction-heads setting)")

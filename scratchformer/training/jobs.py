@@ -37,7 +37,7 @@ from scratchformer.training.tasks import ClassifierJob, Seq2SeqJob
 from scratchformer.training.config import TrainConfig
 from scratchformer.training.trainer import BEST, LAST
 
-__all__ = ["DEFAULT_SEED", "JOBS", "RUN_DEFAULTS", "Job", "build_job", "build_job_from_hf", "checkpoint_dir",
+__all__ = ["DEFAULT_SEED", "JOBS", "LM_TASKS", "RUN_DEFAULTS", "Job", "build_job", "build_job_from_hf", "checkpoint_dir",
            "job_class", "load_job",
            "run_defaults"]
 
@@ -222,6 +222,7 @@ RUN_DEFAULTS: dict[str, dict] = {
         "data": dict(base="minilm", val_fraction=0.1, split_seed=DEFAULT_SEED),
     },
 }
+LM_TASKS = ("induction",)  # generated-data tasks a GPT learns (`train --task`), each with its own job
 FINETUNE_RUN_KINDS = ("finetune", "probe")  # the rows `scratchformer finetune` starts from (probe: --freeze-encoder)
 def _row(run_kind: str) -> dict:
     if run_kind not in RUN_DEFAULTS:
