@@ -103,7 +103,7 @@ def test_cli_run_records_progress_measures_and_every_command_reads_it(tmp_path, 
     assert [r["step"] for r in records] == [2, 4, 6]
     rec = records[-1]
     assert np.asarray(rec["prefix_matching"]).shape == np.asarray(rec["previous_token"]).shape == (2, 2)
-    for key in ("loss_first", "loss_repeat", "icl_score", "ablate_best", "ablate_worst"):
+    for key in ("loss_first", "loss_repeat", "icl_score", "ablate_best", "ablate_worst", "ablate_induction"):
         assert np.isfinite(rec[key])
     assert rec["layers"] == []  # no feed-forward to measure
     job = load_job(out)
@@ -125,7 +125,7 @@ def test_options_of_other_tasks_are_refused(capsys):
 
 def _records(losses, prefix):
     return [{"step": 10 * (i + 1), "loss_first": 3.4, "loss_repeat": loss, "heads": ["L0", "L1"],
-             "prefix_matching": p, "ablate_best": 1.0, "ablate_worst": 0.0}
+             "prefix_matching": p, "ablate_best": 1.0, "ablate_worst": 0.0, "ablate_induction": 2.0}
             for i, (loss, p) in enumerate(zip(losses, prefix))]
 
 
@@ -139,3 +139,34 @@ def test_figure_titles_follow_the_data():
     claims = IND.induction_claims(flat)
     assert "no phase change" in claims["loss"] and "no induction head" in claims["heads"]
     IND.progress_figure(formed)
+
+
+# -- the bars, on a tiny model (seconds of CPU) ---------------------------------------------------
+BAR_MODEL = dict(n_embd=32, n_head=2)
+BAR_TRAIN = dict(max_steps=600, diag_interval=100, eval_interval=300, workers=1, num_samples=0)
+BAR_DATA = dict(symbols=16, block_size=24, n_train=4000, n_test=64)
+
+
+def _bar_run(tmp_path, n_layer):
+    from scratchformer.training.trainer import train
+
+    job, cfg = build_job("induction", model={**BAR_MODEL, "n_layer": n_layer}, train=BAR_TRAIN, data=BAR_DATA)
+    train(job, cfg, tmp_path / f"l{n_layer}", progress=False, verbose=False)
+    return read_records(tmp_path / f"l{n_layer}" / DIAG_FILE)[1]
+
+
+def test_two_layers_form_an_induction_head_and_one_layer_does_not(tmp_path):
+    """Olsson et al.'s bars: a 2-layer attention-only model's best head prefix-matches above
+    0.5, the repeat's loss falls well below the first copy's, zeroing the induction heads brings
+    most of it back (every head of the last layer may share the work: one alone brings back
+    less, docs/results.md); 1 layer fails."""
+    last = _bar_run(tmp_path, 2)[-1]
+    best = np.asarray(last["prefix_matching"])[tuple(last["best_head"])]
+    advantage = last["loss_first"] - last["loss_repeat"]
+    assert best > 0.5, last["prefix_matching"]
+    assert last["loss_repeat"] < 0.5 * last["loss_first"], (last["loss_repeat"], last["loss_first"])
+    assert last["best_head"] in last["induction_heads"] and last["best_head"][0] == 1
+    assert last["ablate_induction"] > 0.5 * advantage, (last["ablate_induction"], advantage)
+    assert last["ablate_best"] > 0  # the best head alone matters too
+    one = _bar_run(tmp_path, 1)[-1]
+    assert np.max(one["prefix_matching"]) < 0.5 and one["loss_repeat"] > 2 * last["loss_repeat"]

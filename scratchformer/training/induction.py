@@ -18,9 +18,14 @@ record of diagnostics.jsonl, on a fixed batch of PROBE_SEQUENCES held-out sequen
     prefix_matching (n_layer, n_head): attention from each query to the position just after an
                     earlier occurrence of its token (lens.head_scores "induction")
     previous_token  (n_layer, n_head): attention to the position before (lens.head_scores "previous")
-    best_head       [layer, head] of the highest prefix-matching score; worst_head the lowest
+    best_head       [layer, head] of the highest prefix-matching score; worst_head: the lowest
+                    in the same layer (an earlier layer's previous-token head, which the
+                    induction head reads, scores low on prefix matching but is no bystander)
     ablate_best     loss_repeat with the best head's output zeroed (lens.run_with_hooks on its
-                    head_out) minus loss_repeat without; ablate_worst the same for the lowest
+                    head_out) minus loss_repeat without; ablate_worst the same for worst_head
+    induction_heads [layer, head] of every head prefix-matching above INDUCTION_HEAD (0.5)
+    ablate_induction the same ablation with all of them zeroed together (0 when there are none):
+                    several heads may share the work, so that one alone brings back little
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from scratchformer.ops.loss import IGNORE_INDEX
 from scratchformer.training.lm import LMJob
 
 PROBE_SEQUENCES = 64  # held-out sequences the progress measures are taken on
+INDUCTION_HEAD = 0.5  # prefix-matching score above which a head counts as an induction head
 DATA_KEYS = ("symbols", "block_size", "repeats", "n_train", "n_test")
 
 
@@ -190,20 +196,30 @@ class InductionJob(LMJob):
             hs = lens.head_scores(model, (x,))
             prefix, previous = hs.scores["induction"], hs.scores["previous"]
             best = np.unravel_index(int(np.nanargmax(prefix)), prefix.shape)
-            worst = np.unravel_index(int(np.nanargmin(prefix)), prefix.shape)
+            worst = (best[0], int(np.nanargmin(prefix[best[0]])))  # the weakest head of the best one's layer
             names = [name for name, _, _ in lens.parts.attentions(model)]
             base = repeat_loss(model(x))
 
-            def ablated(layer: int, head: int) -> float:
-                def zero(out, name, h=head):
+            def ablated(*heads: tuple[int, int]) -> float:
+                """loss_repeat with these (layer, head)s zeroed together, minus without."""
+                by_layer: dict[int, list[int]] = {}
+                for layer, head in heads:
+                    by_layer.setdefault(int(layer), []).append(int(head))
+
+                def zero(out, name):
                     out = out.copy()
-                    out[:, h] = 0.0
+                    out[:, by_layer[names.index(name.removesuffix(".head_out"))]] = 0.0
                     return out
-                return repeat_loss(lens.run_with_hooks(model, x, hooks={names[layer] + ".head_out": zero})) - base
+                return repeat_loss(lens.run_with_hooks(model, x, hooks={names[layer] + ".head_out": zero
+                                                                        for layer in by_layer})) - base
+
+            induction = [tuple(int(i) for i in lh) for lh in np.argwhere(prefix > INDUCTION_HEAD)]
 
             by_position = tl[:, :-1].mean(axis=0)  # (T - 1,): the last position has no target
             return {"loss_first": float(tl[first].mean()), "loss_repeat": float(tl[rep].mean()),
                     "icl_score": float(by_position[-quarter:].mean() - by_position[:quarter].mean()),
                     "heads": list(hs.labels), "prefix_matching": prefix.tolist(), "previous_token": previous.tolist(),
                     "best_head": [int(best[0]), int(best[1])], "worst_head": [int(worst[0]), int(worst[1])],
-                    "ablate_best": ablated(*best), "ablate_worst": ablated(*worst)}
+                    "ablate_best": ablated(best), "ablate_worst": ablated(worst),
+                    "induction_heads": [list(h) for h in induction],
+                    "ablate_induction": ablated(*induction) if induction else 0.0}

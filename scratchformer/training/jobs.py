@@ -192,9 +192,11 @@ RUN_DEFAULTS: dict[str, dict] = {
     # ~30 points of the progress measures (training/induction.py) across the phase change.
     "induction": {
         "kind": "induction",
-        "model": dict(n_layer=2, n_head=4, n_embd=64, attn_only=True,  # the papers' toy: attention only
-                      dropout=0.0),
-        "train": dict(max_steps=1500, batch_size=32, lr=1e-3, min_lr=1e-4, warmup_steps=100,
+        "model": dict(n_layer=2, n_head=2, n_embd=64, attn_only=True,  # the papers' toy: attention only
+                      dropout=0.0,
+                      init="pytorch", tie_weights=False),  # N(0, 1) positions: a previous-token head
+                                                           # forms at once (GPT-2's 0.02 init: no head in 2,000 steps)
+        "train": dict(max_steps=1000, batch_size=32, lr=3e-3, min_lr=3e-4, warmup_steps=100,
                       weight_decay=0.01, beta2=0.98, grad_clip=1.0,
                       eval_interval=250, diag_interval=50, num_samples=2),
         "data": dict(symbols=32, block_size=32,      # 16 random tokens of 32 symbols, then the same 16 again

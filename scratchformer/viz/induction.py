@@ -60,8 +60,10 @@ def induction_claims(records) -> dict[str, str]:
     best = float(scores[layer, head])
     name = head_label(records, layer, head)
     if best > INDUCTION_HEAD:
+        n = int((scores > INDUCTION_HEAD).sum())
         heads = (f"{name} prefix-matches at {best:.2f} (> {INDUCTION_HEAD}); ablating it costs "
-                 f"{last['ablate_best']:+.2f} nats on the repeat")
+                 f"{last['ablate_best']:+.2f} nats on the repeat, all {n} such heads "
+                 f"{last.get('ablate_induction', float('nan')):+.2f}")
     else:
         heads = f"no induction head: the best, {name}, prefix-matches at {best:.2f} (<= {INDUCTION_HEAD})"
     return {"loss": loss, "heads": heads}
