@@ -61,12 +61,18 @@ print(f"loss on the first copy {last['loss_first']:.3f}, on the repeat {last['lo
       f"{last['icl_score']:+.3f}")
 print("prefix-matching score per head (rows: layers): " + json.dumps(np.round(scores, 2).tolist()))
 print("previous-token score per head (rows: layers): " + json.dumps(np.round(last["previous_token"], 2).tolist()))
-advantage = max(last["loss_first"] - last["loss_repeat"], 1e-9)
-kept = last["ablate_induction"] / advantage
+advantage = last["loss_first"] - last["loss_repeat"]  # what the context is worth on the repeat
+
+
+def share(cost: float) -> str:
+    return f"{100 * cost / advantage:.0f}% of the repeat's advantage" if advantage > 0.05 else "no advantage yet"
+
+
+kept = last["ablate_induction"] / advantage if advantage > 0.05 else 0.0
 print(f"best induction head L{layer}H{head} ({scores[layer, head]:.2f}): ablating it costs "
-      f"{last['ablate_best']:+.3f} nats on the repeat ({100 * last['ablate_best'] / advantage:.0f}% of the repeat's "
-      f"advantage); the weakest of its layer, L{wl}H{wh} ({scores[wl, wh]:.2f}): {last['ablate_worst']:+.3f}; all "
-      f"{len(last['induction_heads'])} heads above 0.5 together: {last['ablate_induction']:+.3f} ({100 * kept:.0f}%)")
+      f"{last['ablate_best']:+.3f} nats on the repeat ({share(last['ablate_best'])}); the weakest of its layer, "
+      f"L{wl}H{wh} ({scores[wl, wh]:.2f}): {last['ablate_worst']:+.3f}; all {len(last['induction_heads'])} heads "
+      f"above 0.5 together: {last['ablate_induction']:+.3f} ({share(last['ablate_induction'])})")
 pc = IND.phase_change(records)
 print("phase change: " + ("none (the repeat loss never fell by 0.5)" if pc is None else
                           f"the repeat loss fell fastest between steps {pc[0]} and {pc[1]} (by {pc[2]:.2f})"))
@@ -81,7 +87,7 @@ print(f"1 layer: loss on the repeat {one['loss_repeat']:.3f}, first copy {one['l
 formed = scores[layer, head] > 0.5
 halves = last["loss_repeat"] < 0.5 * last["loss_first"]
 back = kept > 0.5
-alone = last["ablate_best"] > 0.5 * advantage
+alone = advantage > 0.05 and last["ablate_best"] > 0.5 * advantage
 shared = abs(last["ablate_worst"]) >= 0.1 * max(last["ablate_best"], 1e-9)
 fails = np.max(one["prefix_matching"]) <= 0.5 and one["loss_repeat"] > 2 * last["loss_repeat"]
 print(f"the repeat's loss is {'below half' if halves else 'not below half'} of the first copy's; "
