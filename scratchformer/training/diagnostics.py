@@ -7,7 +7,7 @@ hands this module the parameters just before and just after the optimiser step, 
 one record to `diagnostics.jsonl` beside log.jsonl:
 
     step, lr
-    layers     per block, the feed-forward hidden units on a fixed probe batch (PROBE_ROWS
+    layers     per block with a feed-forward (none for attention-only blocks), its hidden units on a fixed probe batch (PROBE_ROWS
                training sequences drawn with the run's seed, run in eval mode through
                `viz.trace`): mean and std of the activation f(h), `saturation` (the fraction of
                units where |f'(h)| < SATURATED_SLOPE: little gradient passes back; makemore's
