@@ -96,9 +96,9 @@ def test_help_shows_every_default_per_run_kind():
     r = subprocess.run([sys.executable, "-m", "scratchformer", "train", "--help"], capture_output=True, text=True)
     text = " ".join(r.stdout.split())
     assert "--max-steps N optimiser steps (default: 16000 for lines; 2000 for text; 600 for majority; " \
-           "1500 for copy, reverse; 2500 for sort)" in text
-    assert "--n-embd N model width (channels per token) (default: 64 for lines, majority, copy, reverse, sort; " \
-           "128 for text)" in text
+           "1500 for copy, reverse, induction; 2500 for sort)" in text
+    assert "--n-embd N model width (channels per token) (default: 64 for lines, majority, copy, reverse, sort, " \
+           "induction; 128 for text)" in text
     assert "--seed N seed of the initial weights, the batches and dropout (default: 1337)" in text
     assert "--norm {pre,post}" in text and "(default: pre)" in text
     from scratchformer.cli.main import build_parser
@@ -265,7 +265,9 @@ def test_options_come_from_the_declarations():
     assert tuple(actions["positional"].choices) == GPTConfig.spec("positional").choices
     assert tuple(actions["normalization"].choices) == GPTConfig.spec("normalization").choices
     assert tuple(actions["init"].choices) == GPTConfig.spec("init").choices
-    assert tuple(actions["task"].choices) == ("lm", *TASKS)
+    from scratchformer.training.jobs import LM_TASKS
+
+    assert tuple(actions["task"].choices) == ("lm", *TASKS, *LM_TASKS)
 
 
 # -- issue 18 items 7, 12, 20 and cosmetic; issue 17 item 6 --------------------------------------

@@ -57,6 +57,14 @@ EXPECTED = {
          r'mask_means="masked"',
          r"held-out exact match after 40 steps: greedy [01]\.\d{4}, beam search \(4\) [01]\.\d{4}",
          r"greedy and beam search decode \d+ of 40 held-out sequences differently", r"verdict: "]),
+    "f_induction_heads": (
+        ["induction_progress", "attention_grid"],
+        [r"39,808 parameters, attention only: True; 2 records of the progress measures, every 10 steps",
+         r"loss on the first copy \d\.\d{3}, on the repeat \d\.\d{3} \(log of the symbols: 3\.466\)",
+         r"prefix-matching score per head \(rows: layers\): \[\[",
+         r"best induction head L\dH\d \(0\.\d\d\): ablating it costs [+-]\d\.\d{3} nats",
+         r"phase change: (none|the repeat loss fell fastest)", r"1 layer: loss on the repeat \d\.\d{3}",
+         r"the repeat's loss is (below|not below) half", r"verdict: \d of 4 bars hold"]),
 }
 
 

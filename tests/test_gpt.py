@@ -154,7 +154,9 @@ def _loss_fn(m, idx, tgt):
     {"positional": "sinusoidal", "norm_first": False},
     {"tie_weights": False, "activation": "gelu_tanh"},
     {"bias": False, "activation": "relu", "n_inner": 12},
-], ids=["default", "sinusoidal-postnorm", "untied-geluTanh", "nobias-relu"])
+    {"attn_only": True},  # no feed-forward (the induction-heads toy model)
+    {"attn_only": True, "norm_first": False, "tie_weights": False},
+], ids=["default", "sinusoidal-postnorm", "untied-geluTanh", "nobias-relu", "attn-only", "attn-only-postnorm"])
 def test_gradcheck_whole_gpt_float64(overrides):
     m = GPT(GPTConfig(**TINY, dtype="float64", **overrides), seed=0)
     rng = np.random.default_rng(0)

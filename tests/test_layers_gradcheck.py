@@ -197,6 +197,18 @@ def test_decoder_block(cross, norm_first, activation):
         assert not any(n.startswith("cross") for n in r.errors)
 
 
+@pytest.mark.parametrize("norm_first", [True, False], ids=["pre-norm", "post-norm"])
+def test_attention_only_decoder_block(norm_first):
+    """feedforward=False: x + attn(norm(x)) alone; no ff or ff_norm parameters, and the
+    gradient still reaches the attention and its norm."""
+    manual_seed(7)
+    m = randomize(DecoderBlock(D, H, FF, norm_first=norm_first, cross_attention=False, feedforward=False), 7)
+    assert m.ff is None and m.ff_norm is None
+    r = gradcheck(m, x_of((B, T, D), 11), kwargs={"self_mask": padding_mask([4, 3], T)})
+    assert_ok(r, ["input0"] + param_names(m))
+    assert not any(n.startswith("ff") for n in r.errors) and len(param_names(m)) == 6
+
+
 def test_gradcheck_detects_a_wrong_backward():
     """The checker must be able to fail: break LayerNorm's backward and watch it report."""
 

@@ -21,7 +21,8 @@ GPT_CONFIGS = [dict(), dict(tie_weights=True), dict(n_inner=40, bias=False),
                # Llama blocks: SwiGLU's third matrix, grouped-query key/value heads, RMSNorm, no biases
                dict(positional="rope", normalization="rmsnorm", activation="swiglu", bias=False, n_head=4,
                     n_kv_head=2, tie_weights=False),
-               dict(positional="sinusoidal", activation="swiglu", n_kv_head=1, norm_first=False)]
+               dict(positional="sinusoidal", activation="swiglu", n_kv_head=1, norm_first=False),
+               dict(attn_only=True), dict(attn_only=True, bias=False, normalization="rmsnorm", tie_weights=False)]
 
 
 @pytest.mark.parametrize("kw", GPT_CONFIGS)

@@ -122,11 +122,11 @@ def test_unknown_task_is_refused_by_name():
 
 def test_the_registry_feeds_run_defaults_jobs_and_validation():
     from scratchformer.data.datasets import FORMATS
-    from scratchformer.training.jobs import FINETUNE_RUN_KINDS, JOBS, RUN_DEFAULTS, build_job
+    from scratchformer.training.jobs import FINETUNE_RUN_KINDS, JOBS, LM_TASKS, RUN_DEFAULTS, build_job
     from scratchformer.training.schema import CONFIG
 
     # a language model's run kind is its data format; `finetune` starts from its own rows
-    assert set(RUN_DEFAULTS) == {*FORMATS, *TASKS, *FINETUNE_RUN_KINDS}
+    assert set(RUN_DEFAULTS) == {*FORMATS, *TASKS, *LM_TASKS, *FINETUNE_RUN_KINDS}
     for name, task in TASKS.items():
         assert task.kind in JOBS and RUN_DEFAULTS[name]["kind"] == task.kind
         assert RUN_DEFAULTS[name]["data"]["max_len"] == task.max_len

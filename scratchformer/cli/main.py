@@ -48,6 +48,7 @@ MODEL_HELP = {
     "tie_weights": "reuse the token embedding as the LM head",
     "bias": "biases in Linear and LayerNorm layers (off: nanoGPT's bias=False)",
     "init": "gpt2: N(0, 0.02) weights; pytorch: each layer's PyTorch default (as makemore)",
+    "attn_only": "attention-only blocks: no feed-forward sub-layer (the induction-heads toy models; GPT only)",
 }
 FINETUNE_HELP = {  # `finetune`'s model settings (SentenceClassifierConfig fields)
     "max_length": "tokens per text, [CLS] and [SEP] included; longer texts are truncated",
@@ -200,8 +201,8 @@ def build_parser() -> argparse.ArgumentParser:
     from scratchformer.models import GPTConfig
     from scratchformer.training.config import TrainConfig
     from scratchformer.interop.bert_classifier import SentenceClassifierConfig
-    from scratchformer.training.jobs import FINETUNE_RUN_KINDS, RUN_DEFAULTS, epochs_text, run_defaults
-    from scratchformer.training.schema import CSV_DATA, LM_DATA
+    from scratchformer.training.jobs import FINETUNE_RUN_KINDS, LM_TASKS, RUN_DEFAULTS, epochs_text, run_defaults
+    from scratchformer.training.schema import CSV_DATA, INDUCTION_DATA, LM_DATA
     from scratchformer.training.sentence import BASE_MODELS
 
     resolved = {kind: run_defaults(kind) for kind in RUN_DEFAULTS}
@@ -242,9 +243,16 @@ def build_parser() -> argparse.ArgumentParser:
                            "or shakespeare (tinyshakespeare, 1.1M characters)")
     data.add_argument("--format", choices=FORMATS,
                       help="lines: one item per line (like names); text: continuous text. Guessed when omitted")
-    data.add_argument("--task", choices=["lm", *TASKS],
+    data.add_argument("--task", choices=["lm", *TASKS, *LM_TASKS],
                       help="lm (default): language model on --data; the others are toy tasks for an "
-                           "encoder classifier (majority) or an encoder-decoder (copy, reverse, sort)")
+                           "encoder classifier (majority), an encoder-decoder (copy, reverse, sort) or a GPT "
+                           "(induction: random tokens repeated, the induction-heads setting)")
+    data.add_argument("--symbols", type=_spec_type(INDUCTION_DATA.fields["symbols"]), metavar="N",
+                      help="induction task: symbols the random tokens are drawn from "
+                           f"({_defaults_text(values('data', 'symbols'))})")
+    data.add_argument("--repeats", type=_spec_type(INDUCTION_DATA.fields["repeats"]), metavar="N",
+                      help="induction task: copies of the random segment in each sequence of --block-size "
+                           f"tokens ({_defaults_text(values('data', 'repeats'))})")
     data.add_argument("--split-seed", type=_spec_type(LM_DATA.fields["seed"]), metavar="N",
                       help="seed of the train/val/test split of a lines file "
                            f"({_defaults_text(values('data', 'split_seed'))})")
@@ -423,7 +431,10 @@ def cmd_train(args) -> int:
     model_settings = _given(args, MODEL_HELP)
     if "norm_first" in model_settings:
         model_settings["norm_first"] = model_settings["norm_first"] == "pre"
-    data_settings = _given(args, ["block_size", "split_seed", "tokenizer", "vocab_size"])
+    data_settings = _given(args, ["block_size", "split_seed", "tokenizer", "vocab_size", "symbols", "repeats"])
+    for name in ("symbols", "repeats"):
+        if name in data_settings and run_kind != "induction":
+            raise CLIError(f"--{name} applies to --task induction only")
 
     if args.init_from is not None:
         if args.resume:
@@ -601,7 +612,7 @@ def cmd_sample(args) -> int:
         seen = job.in_training_data(texts)  # makemore's check: did the model just recall a training item?
     if args.seed is None:
         print(f"seed {seed} (--seed {seed} draws these samples again)", file=sys.stderr)
-    multiline = args.hf is not None or job.data_spec["format"] == "text"
+    multiline = args.hf is not None or job.data_spec.get("format") == "text"
     for i, text in enumerate(texts):
         if multiline:  # samples of continuous text hold newlines: a header line starts each one
             print(SAMPLE_HEADER.format(i=i + 1, n=len(texts)))

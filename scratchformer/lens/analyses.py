@@ -233,7 +233,8 @@ def direct_logit_attribution(model, inputs: tuple, token: int, position: int = -
             parts += _head_parts(label, cache[prefix + ".head_out"][0], attn.out_proj.weight.data, attn.head_size)
             if attn.out_proj.bias is not None:
                 parts.append((f"{label} bias", np.broadcast_to(attn.out_proj.bias.data, embed.shape)))
-        parts.append((f"L{i} mlp", cache[f"{p}blocks.{i}.mlp.out"][0]))
+        if f"{p}blocks.{i}.mlp.out" in cache:  # attention-only blocks have no feed-forward
+            parts.append((f"L{i} mlp", cache[f"{p}blocks.{i}.mlp.out"][0]))
     x = cache[f"{p}blocks.{un.n_layer - 1}.resid_post"][0][position]  # (C,)
     apply, shift = un.frozen_norm(x)  # the model's own final norm, its scale frozen at x
     w_u = un.W[token]
@@ -752,14 +753,14 @@ def integrated_gradients(model, inputs: tuple, objective: Objective, steps: int 
 @dataclass
 class HeadScores:
     """labels: one per attention; scores: name -> (n_attentions, n_head) mean attention weight
-    ("previous", "first", "same", and for cross attention "diagonal", "anti_diagonal")."""
+    ("previous", "first", "same", "induction", and for cross attention "diagonal", "anti_diagonal")."""
 
     labels: list[str]
     scores: dict[str, np.ndarray]
     check: Check
 
 
-SCORES = ("previous", "first", "same", "diagonal", "anti_diagonal")
+SCORES = ("previous", "first", "same", "induction", "diagonal", "anti_diagonal")
 
 
 def _previous_score(w: np.ndarray) -> np.ndarray | None:
@@ -783,6 +784,21 @@ def _same_score(w: np.ndarray, ids: np.ndarray) -> np.ndarray | None:
         return None
     on_same = (w * earlier[:, None]).sum(-1)  # (B, H, Tq)
     return on_same.transpose(1, 0, 2)[:, has].mean(-1)
+
+
+def _induction_score(w: np.ndarray, ids: np.ndarray) -> np.ndarray | None:
+    """Prefix matching (Olsson et al. 2022): mean weight on the keys just after the earlier
+    occurrences of the query's token (key j + 1 for each earlier j), over the queries that have
+    one: where an induction head looks for the token to copy."""
+    B, _, Tq, Tk = w.shape
+    earlier = (ids[:, :, None] == ids[:, None, :]) & np.tril(np.ones((Tq, Tk), bool), -1)  # (B, Tq, Tk)
+    has = earlier.any(-1)  # (B, Tq)
+    if not has.any():
+        return None
+    after = np.zeros_like(earlier)  # key j + 1 for each earlier occurrence j (j + 1 <= query)
+    after[:, :, 1:] = earlier[:, :, :-1]
+    on_next = (w * after[:, None]).sum(-1)  # (B, H, Tq)
+    return on_next.transpose(1, 0, 2)[:, has].mean(-1)
 
 
 def _diagonal_scores(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -811,24 +827,26 @@ def _scores_of(patterns: dict, atts, ids: np.ndarray) -> dict[str, np.ndarray]:
             same = _same_score(w, ids)
             if same is not None:
                 scores["same"][row, :n] = same
+                scores["induction"][row, :n] = _induction_score(w, ids)
     return scores
 
 
 def _planted(kind: str, shape: tuple, ids: np.ndarray) -> np.ndarray:
     """An exact attention pattern (B, H, Tq, Tk) of one kind, each row one 1: "previous" (query
     q on key q-1, query 0 on itself), "self" (q on q), "first" (on key 0), "same" (on the
-    latest earlier key with the query's token, else itself), "diagonal" (q on q), "anti"
-    (q on Tk-1-q); queries beyond the keys on key 0."""
+    latest earlier key with the query's token, else itself), "induction" (on the key after that
+    latest earlier one, else itself), "diagonal" (q on q), "anti" (q on Tk-1-q); queries
+    beyond the keys on key 0."""
     B, H, Tq, Tk = shape
     key = np.zeros((B, Tq), int)
     for b in range(B):
         for q in range(Tq):
             if kind == "previous":
                 key[b, q] = max(q - 1, 0)
-            elif kind == "same" and ids.shape[1] == Tq == Tk:
+            elif kind in ("same", "induction") and ids.shape[1] == Tq == Tk:
                 earlier = [k for k in range(q) if ids[b, k] == ids[b, q]]
-                key[b, q] = earlier[-1] if earlier else q
-            elif kind in ("self", "diagonal", "same"):
+                key[b, q] = (earlier[-1] + (kind == "induction")) if earlier else q
+            elif kind in ("self", "diagonal", "same", "induction"):
                 key[b, q] = q if q < Tk else 0
             elif kind == "anti":
                 key[b, q] = Tk - 1 - q if q < Tk else 0
@@ -839,7 +857,7 @@ def _planted(kind: str, shape: tuple, ids: np.ndarray) -> np.ndarray:
 
 # planted pattern -> (score, what it must read) for self- and cross attention
 _PLANTS = {"self": [("previous", "previous", 1.0), ("self", "previous", 0.0), ("first", "first", 1.0),
-                    ("same", "same", 1.0), ("self", "same", 0.0)],
+                    ("same", "same", 1.0), ("self", "same", 0.0), ("induction", "induction", 1.0)],
            "cross": [("diagonal", "diagonal", 1.0), ("anti", "anti_diagonal", 1.0)]}
 
 
@@ -847,13 +865,15 @@ def head_scores(model, inputs: tuple, ids: np.ndarray | None = None) -> HeadScor
     """Where each head looks, averaged over the batch and the query positions:
     previous: weight on the position before (queries 1..T-1); first: on position 0 (an
     attention sink); same: on earlier positions holding the query's own token (`ids`, the
-    tokens the attention reads; default the first input; queries that have one); diagonal /
-    anti_diagonal (cross attention only): on key i / key S-1-i for query i (copy / reverse).
+    tokens the attention reads; default the first input; queries that have one); induction: on
+    the positions just after those earlier occurrences (prefix matching, Olsson et al. 2022: an
+    induction head looks there for the token to copy); diagonal / anti_diagonal (cross attention
+    only): on key i / key S-1-i for query i (copy / reverse).
 
     Check: the same scoring of a run whose pattern hooks plant an exact pattern gives 1 for
-    that pattern's score (previous-token, first-token, same-token, diagonal, anti-diagonal) and
-    0 for a query-on-itself pattern's previous and same scores (read back through the hooks);
-    and every attention row of the real run sums to 1 (REPLAY tolerance)."""
+    that pattern's score (previous-token, first-token, same-token, induction, diagonal,
+    anti-diagonal) and 0 for a query-on-itself pattern's previous and same scores (read back
+    through the hooks); and every attention row of the real run sums to 1 (REPLAY tolerance)."""
     atts = attentions(model)
     names = [a[0] + ".pattern" for a in atts]
     _, cache = run_with_cache(model, *inputs, names=names)
@@ -875,8 +895,8 @@ def _applies(atts, cache, ids) -> dict[str, np.ndarray]:
         out["diagonal"][row, :n] = out["anti_diagonal"][row, :n] = cross
         out["first"][row, :n] = not cross
         out["previous"][row, :n] = not cross and Tq >= 2
-        out["same"][row, :n] = (not cross and not prefix.startswith("decoder.") and ids.shape[1] == Tq == Tk
-                                and repeats)
+        out["same"][row, :n] = out["induction"][row, :n] = (
+            not cross and not prefix.startswith("decoder.") and ids.shape[1] == Tq == Tk and repeats)
     return out
 
 
@@ -885,7 +905,7 @@ def _scores_check(model, inputs, atts, ids, cache) -> Check:
     worst = max(_max_abs(cache[a[0] + ".pattern"].sum(-1) - 1) for a in atts)
     applies = _applies(atts, cache, ids)
     checked: list[str] = []
-    for kind in ("previous", "self", "first", "same", "diagonal", "anti"):
+    for kind in ("previous", "self", "first", "same", "induction", "diagonal", "anti"):
         def plant(x, name, kind=kind):
             return _planted(kind, x.shape, ids) if (".cross_attn" in name) == (kind in ("diagonal", "anti")) else None
         _, back = run_with_cache(model, *inputs, names=[a[0] + ".pattern" for a in atts],

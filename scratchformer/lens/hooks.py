@@ -67,7 +67,8 @@ def _contract_names(model: Module) -> dict[int, str]:
         for i, block in enumerate(blocks):
             base = f"{prefix}blocks.{i}."
             parts = model.block_parts(block)
-            for sub, module in [*parts.attentions.items(), ("mlp", parts.feedforward)]:
+            subs = [*parts.attentions.items()] + ([("mlp", parts.feedforward)] if parts.feedforward is not None else [])
+            for sub, module in subs:
                 for path, hp in module.named_modules():
                     if isinstance(hp, HookPoint):
                         names.setdefault(id(hp), base + sub + "." + _plain(path))

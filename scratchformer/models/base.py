@@ -67,7 +67,7 @@ class BlockParts:
     sum (post-norm); norm_first: which of the two."""
 
     attentions: dict
-    feedforward: Module
+    feedforward: Module | None  # None: an attention-only block (no feed-forward, no "ff_norm")
     norms: dict
     norm_first: bool
 
@@ -90,7 +90,8 @@ def nn_block_parts(block) -> BlockParts:
     if getattr(block, "cross_attention", False):
         attentions["cross_attn"] = block.cross_attn
         norms["cross_norm"] = block.cross_norm
-    norms["ff_norm"] = block.ff_norm
+    if block.ff_norm is not None:  # attention-only blocks have no feed-forward
+        norms["ff_norm"] = block.ff_norm
     return BlockParts(attentions, block.ff, norms, bool(block.norm_first))
 
 
@@ -119,13 +120,16 @@ def feedforward_params(n_embd: int, n_inner: int, gated: bool, bias: bool) -> in
 
 def block_params(n_embd: int, n_head: int, n_inner: int, gated: bool = False, bias: bool = True,
                  normalization: str = "layernorm", n_kv_head: int | None = None,
-                 cross_attention: bool = False) -> int:
+                 cross_attention: bool = False, feedforward: bool = True) -> int:
     """`EncoderBlock` / `DecoderBlock`: self-attention, (cross-attention,) feed-forward and a
-    norm before (or after) each."""
-    n = attention_params(n_embd, n_head, bias, n_kv_head) + feedforward_params(n_embd, n_inner, gated, bias)
+    norm before (or after) each; feedforward=False: an attention-only block (neither the
+    feed-forward nor its norm)."""
+    n = attention_params(n_embd, n_head, bias, n_kv_head)
+    if feedforward:
+        n += feedforward_params(n_embd, n_inner, gated, bias) + norm_params(normalization, n_embd, bias)
     if cross_attention:
-        n += attention_params(n_embd, n_head, bias)
-    return n + (3 if cross_attention else 2) * norm_params(normalization, n_embd, bias)
+        n += attention_params(n_embd, n_head, bias) + norm_params(normalization, n_embd, bias)
+    return n + norm_params(normalization, n_embd, bias)
 
 
 class Model(Module):

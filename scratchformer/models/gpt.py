@@ -99,6 +99,8 @@ class GPTConfig(TransformerConfig):
     n_inner: hidden size of the feed-forward; None means 4 * n_embd, or 8 * n_embd // 3 with a
         gated activation, whose three matrices then hold as many weights as two (LLaMA, section 2)
         (see `inner_size`).
+    attn_only: True builds attention-only blocks (no feed-forward sub-layer and no ff_norm), the
+        toy models of the induction-heads papers; activation and n_inner are then unused.
     dtype: "float32" (default) or "float64" (gradient checks).
     init: "gpt2" (default): weights N(0, 0.02), residual projections N(0, 0.02 / sqrt(2 n_layer)),
         zero biases. "pytorch": each layer's PyTorch default (Linear U(+-1/sqrt(in)), Embedding
@@ -127,6 +129,7 @@ class GPTConfig(TransformerConfig):
     normalization: str = setting(Str(tuple(NORMALIZATIONS)), "layernorm")
     rope_theta: float = setting(Num(above=0.0), 10000.0)  # base of the rotary frequencies (positional="rope")
     n_kv_head: int | None = setting(Maybe(POSITIVE), None)
+    attn_only: bool = setting(Bool(), False)  # attention-only blocks: no feed-forward (Olsson et al. 2022)
 
     def __post_init__(self) -> None:
         if isinstance(self.dtype, (np.dtype, type)):  # GPTConfig(dtype=np.float64) is stored by name
@@ -185,7 +188,7 @@ class GPT(Model):
                          norm_first=c.norm_first, cross_attention=False, eps=c.layer_norm_eps,
                          bias=c.bias, dtype=dtype, normalization=c.normalization,
                          rope_theta=c.rope_theta if c.positional == "rope" else None, n_kv_head=c.n_kv_head,
-                         alibi=c.positional == "alibi")
+                         alibi=c.positional == "alibi", feedforward=not c.attn_only)
             for _ in range(c.n_layer)
         ]
         self.ln_f = make_norm(c.normalization, c.n_embd, c.layer_norm_eps, c.bias, dtype)
@@ -229,10 +232,11 @@ class GPT(Model):
     def param_count(cls, config: GPTConfig) -> int:
         """The parameters `GPT(config)` holds: the token table, the learned positions (if any),
         n_layer blocks (SwiGLU's third matrix and grouped-query key/value heads included),
-        ln_f, and an untied head."""
+        ln_f, and an untied head; attention-only blocks hold no feed-forward and no ff_norm."""
         c = config
         gated = c.activation in GATED_ACTIVATIONS
-        block = block_params(c.n_embd, c.n_head, c.inner_size, gated, c.bias, c.normalization, c.n_kv_head)
+        block = block_params(c.n_embd, c.n_head, c.inner_size, gated, c.bias, c.normalization, c.n_kv_head,
+                             feedforward=not c.attn_only)
         positions = c.block_size * c.n_embd if c.positional == "learned" else 0
         head = 0 if c.tie_weights else linear_params(c.n_embd, c.vocab_size, False)
         return (c.vocab_size * c.n_embd + positions + c.n_layer * block
@@ -262,9 +266,10 @@ class GPT(Model):
             attn, ff = block.self_attn, block.ff
             normal(attn.in_proj_weight, std)
             normal(attn.out_proj.weight, resid_std)
-            normal(ff.fc1.weight, std)
-            normal(ff.fc2.weight, resid_std)
-            for p in (attn.in_proj_bias, attn.out_proj.bias, ff.fc1.bias, ff.fc2.bias):
+            if ff is not None:  # attention-only blocks have none
+                normal(ff.fc1.weight, std)
+                normal(ff.fc2.weight, resid_std)
+            for p in (attn.in_proj_bias, attn.out_proj.bias, *((ff.fc1.bias, ff.fc2.bias) if ff is not None else ())):
                 if p is not None:
                     p.data[...] = 0
         if not self.config.tie_weights:

@@ -92,12 +92,15 @@ class DecoderBlock(Module):
     (None: none, the positions come from the input); n_kv_head: the self-attention's key/value
     heads (None: n_head; fewer: grouped-query attention); alibi: ALiBi's linear biases on the
     self-attention's scores (positions without a table); see `MultiHeadAttention`.
+    feedforward=False: an attention-only block (Olsson et al. 2022): no feed-forward sub-layer,
+    no ff_norm (`ff` and `ff_norm` are None), so x = x + attn(norm(x)) and nothing more.
     """
 
     def __init__(self, n_embd: int, n_head: int, n_inner: int, dropout: float = 0.0,
                  activation: str = "gelu", norm_first: bool = True, cross_attention: bool = True,
                  eps: float = 1e-5, bias: bool = True, dtype=DEFAULT_DTYPE, normalization: str = "layernorm",
-                 rope_theta: float | None = None, n_kv_head: int | None = None, alibi: bool = False):
+                 rope_theta: float | None = None, n_kv_head: int | None = None, alibi: bool = False,
+                 feedforward: bool = True):
         super().__init__()
         self.norm_first, self.cross_attention = norm_first, cross_attention
         self.self_attn = MultiHeadAttention(n_embd, n_head, bias=bias, dropout=dropout, dtype=dtype,
@@ -108,8 +111,8 @@ class DecoderBlock(Module):
             self.cross_attn = MultiHeadAttention(n_embd, n_head, bias=bias, dropout=dropout, dtype=dtype)
             self.cross_norm = make_norm(normalization, n_embd, eps, bias, dtype)
             self.cross_dropout = Dropout(dropout)
-        self.ff = FeedForward(n_embd, n_inner, activation, dropout=dropout, bias=bias, dtype=dtype)
-        self.ff_norm = make_norm(normalization, n_embd, eps, bias, dtype)
+        self.ff = FeedForward(n_embd, n_inner, activation, dropout=dropout, bias=bias, dtype=dtype) if feedforward else None
+        self.ff_norm = make_norm(normalization, n_embd, eps, bias, dtype) if feedforward else None
         self.ff_dropout = Dropout(dropout)
         # hook points (scratchformer.lens): the residual stream before the block, after the
         # self-attention, after the cross-attention (cross_attention=True only), after the block
@@ -122,7 +125,7 @@ class DecoderBlock(Module):
         return [KVCache(capacity)] + ([KVCache()] if self.cross_attention else [])
 
     def check_input(self, x, memory=None, self_mask=None, memory_mask=None, cache=None) -> None:
-        C = self.ff_norm.weight.shape[0]
+        C = self.self_attn.n_embd
         check_float_array(x, "DecoderBlock input", ndim=3, last_dim=C)
         if self.cross_attention and memory is None:
             raise ShapeError("DecoderBlock with cross-attention needs memory (the encoder output), got None")
@@ -141,12 +144,15 @@ class DecoderBlock(Module):
             x = self.hook_resid_cross(residual_forward(x, self.cross_norm, self.cross_attn, self.cross_dropout,
                                                        self.norm_first, context=memory, mask=memory_mask,
                                                        kv_cache=cross_cache))
-        return self.hook_resid_post(residual_forward(x, self.ff_norm, self.ff, self.ff_dropout, self.norm_first))
+        if self.ff is not None:  # an attention-only block has none
+            x = residual_forward(x, self.ff_norm, self.ff, self.ff_dropout, self.norm_first)
+        return self.hook_resid_post(x)
 
     def backward(self, dy):
         """Returns (dx, dmemory); dmemory is None without cross-attention (a GPT block)."""
         dmemory = None
-        dy, _ = residual_backward(dy, self.ff_norm, self.ff, self.ff_dropout, self.norm_first)
+        if self.ff is not None:
+            dy, _ = residual_backward(dy, self.ff_norm, self.ff, self.ff_dropout, self.norm_first)
         if self.cross_attention:
             dy, dmemory = residual_backward(dy, self.cross_norm, self.cross_attn, self.cross_dropout,
                                             self.norm_first)

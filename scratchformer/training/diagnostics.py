@@ -9,7 +9,7 @@ record of its last step). The trainer hands this module the parameters just befo
 after the optimiser step, and it appends one record to `diagnostics.jsonl` beside log.jsonl:
 
     step, lr
-    layers     per block, the feed-forward hidden units on a fixed probe batch (PROBE_ROWS
+    layers     per block with a feed-forward (none for attention-only blocks), its hidden units on a fixed probe batch (PROBE_ROWS
                training sequences drawn with the run's seed, run by the job's own forward
                and backward in training mode with dropout off): mean and std of the
                activation f(h), `saturation` (the fraction of units where |f'(h)| <
@@ -34,6 +34,8 @@ after the optimiser step, and it appends one record to `diagnostics.jsonl` besid
                largest |gradient|)
     probe      the attention weights (n_layer, n_head, T, T) of the main stack on the probe
                text (the viz example input: "emma" for names) and its tokens
+    (task)     what the job measures of its own task, as extra keys (`job.progress_measures()`:
+               the induction job's loss on each half, head scores and ablations)
     ms         milliseconds the record took (a timing field: the only one that varies between runs)
 
 None of this runs on an ordinary step. The file is bounded: at most MAX_RECORDS records; when
@@ -192,12 +194,15 @@ def _checked_record(rec: dict, where: str) -> dict:
         attention = np.array(probe.get("attention"), dtype=np.float64)  # null -> NaN
     except (TypeError, ValueError):
         raise RunFileError(f"{where} `probe.attention`: not an array of numbers; {_DIAG_HINT}") from None
-    if attention.ndim != 4 or attention.shape[0] != len(layers) or attention.shape[2:] != (len(tokens),) * 2:
-        raise RunFileError(f"{where} `probe.attention`: shape {attention.shape}, not (layers {len(layers)}, heads, "
-                           f"{len(tokens)}, {len(tokens)}); {_DIAG_HINT}")
+    # one map per block (attention-only blocks have attention and no feed-forward layer stats)
+    if attention.ndim != 4 or attention.shape[0] < len(layers) or attention.shape[2:] != (len(tokens),) * 2:
+        raise RunFileError(f"{where} `probe.attention`: shape {attention.shape}, not (blocks >= {len(layers)}, "
+                           f"heads, {len(tokens)}, {len(tokens)}); {_DIAG_HINT}")
     out["probe"] = {"tokens": tokens, "attention": attention.tolist()}
     if "ms" in rec:
         out["ms"] = _number(rec["ms"], f"{where} `ms`")
+    for key, value in rec.items():  # what a job measures of its own task (`Job.progress_measures`),
+        out.setdefault(key, value)  # kept as written; its figure checks what it reads
     return out
 
 
@@ -283,7 +288,8 @@ class Diagnostics:
                 params[name]["grad_range"] = [-g_max, g_max]
 
         # the main stack's blocks, asked of the model's contract (models/base.py)
-        parts = [self.traced.block_parts(b) for b in self.traced.stacks()[self.traced.main_prefix()]]
+        all_parts = [self.traced.block_parts(b) for b in self.traced.stacks()[self.traced.main_prefix()]]
+        parts = [p for p in all_parts if p.feedforward is not None]  # attention-only blocks have no activations
         feedforwards = [part.feedforward for part in parts]
         pres, all_grads = self._probe_pass(feedforwards)
         layers, posts = [], []
@@ -306,12 +312,12 @@ class Diagnostics:
                          grad_hist=hist, grad_outside=int(g.size - sum(hist)), grad_zero=int(full.size - g.size))
 
         self._run(self.traced, self.probe_ids)  # leaves each attention's weights on the probe
-        attention = [part.attentions["attn"].attn_weights[0].astype(np.float64).tolist() for part in parts]
+        attention = [part.attentions["attn"].attn_weights[0].astype(np.float64).tolist() for part in all_parts]
         if attention and len(attention[0][0]) == len(self.probe_tokens) + 1:  # a classifier's [CLS] comes first
             self.probe_tokens = ["[CLS]"] + self.probe_tokens
         rec = {"step": step, "lr": lr, "layers": layers, "act_range": [lo, hi], "act_grad_range": [-g_lim, g_lim],
                "params": params, "probe": {"tokens": self.probe_tokens, "attention": attention},
-               "ms": round(1000 * (time.perf_counter() - t0), 1)}
+               **self._job_measures(), "ms": round(1000 * (time.perf_counter() - t0), 1)}
         self.records.append(rec)
         if len(self.records) > MAX_RECORDS:
             self._thin()
@@ -352,6 +358,12 @@ class Diagnostics:
                 p.grad[...] = g
         return ([np.concatenate(p) if p else np.zeros((0, 1)) for p in pres],
                 [np.concatenate([g.reshape(-1) for g in c]) if c else np.zeros(0) for c in caught])
+
+    def _job_measures(self) -> dict:
+        """What the job measures of its own task (the induction job's progress measures,
+        training/induction.py), as extra keys of the record; {} for jobs without any."""
+        measure = getattr(self.job, "progress_measures", None)
+        return measure() if measure is not None else {}
 
     def _thin(self) -> None:
         """Keep the records at multiples of twice the spacing, and the last; the spacing doubles."""

@@ -33,14 +33,15 @@ from scratchformer.data.tasks import TASKS, Task
 from scratchformer.errors import CheckpointError, ConfigError
 from scratchformer.limits import param_count_bound
 from scratchformer.training.checkpoint import Checkpoint, checkpoint_exists, load_checkpoint
+from scratchformer.training.induction import InductionJob
 from scratchformer.training.lm import LMJob
 from scratchformer.training.sentence import SentenceClassifierJob
 from scratchformer.training.tasks import ClassifierJob, Seq2SeqJob
 from scratchformer.training.config import TrainConfig
 from scratchformer.training.trainer import BEST, LAST
 
-__all__ = ["DEFAULT_SEED", "JOBS", "RUN_DEFAULTS", "Job", "build_job", "build_job_from_hf", "checkpoint_dir",
-           "epoch_settings", "epochs_text", "job_class", "load_job",
+__all__ = ["DEFAULT_SEED", "JOBS", "LM_TASKS", "RUN_DEFAULTS", "Job", "build_job", "build_job_from_hf",
+           "checkpoint_dir", "epoch_settings", "epochs_text", "job_class", "load_job",
            "run_defaults"]
 
 
@@ -106,7 +107,7 @@ class Job(Protocol):
 
 # Model kind -> job class: the one place a kind string meets its code.
 JOBS: dict[str, type[Job]] = {"gpt": LMJob, "classifier": ClassifierJob, "seq2seq": Seq2SeqJob,
-                              "sentence_classifier": SentenceClassifierJob}
+                              "sentence_classifier": SentenceClassifierJob, "induction": InductionJob}
 
 # Run kind -> where its settings go. "model": fields of the kind's config class; "train": fields
 # of TrainConfig; "data": how much data and how it is cut. Settings not named here take the
@@ -200,6 +201,21 @@ RUN_DEFAULTS: dict[str, dict] = {
                      tokenizer="char", vocab_size=None),             # shakespeare_char's characters
     },
     **{name: _task_row(task) for name, task in TASKS.items()},  # the toy tasks, from the task registry
+    # Induction heads (Olsson et al. 2022): a 2-layer attention-only GPT on random segments
+    # repeated once; the measured run is in docs/results.md. Diagnostics every 50 steps give
+    # ~30 points of the progress measures (training/induction.py) across the phase change.
+    "induction": {
+        "kind": "induction",
+        "model": dict(n_layer=2, n_head=2, n_embd=64, attn_only=True,  # the papers' toy: attention only
+                      dropout=0.0,
+                      init="pytorch", tie_weights=False),  # N(0, 1) positions: a previous-token head
+                                                           # forms at once (GPT-2's 0.02 init: no head in 2,000 steps)
+        "train": dict(max_steps=1000, batch_size=32, lr=3e-3, min_lr=3e-4, warmup_steps=100,
+                      weight_decay=0.01, beta2=0.98, grad_clip=1.0,
+                      eval_interval=250, diag_interval=50, num_samples=2),
+        "data": dict(symbols=32, block_size=32,      # 16 random tokens of 32 symbols, then the same 16 again
+                     repeats=2, n_train=20000, n_test=256),
+    },
     # `scratchformer finetune`: a pretrained BERT encoder as a sentence classifier. A short CPU run
     # needs more than BERT's usual 2e-5..5e-5, since the fresh head learns at the same rate (on the
     # plays set, 100 steps of 16: val accuracy 31% at 5e-5, 46% at 2e-4). Its length comes from the
@@ -230,6 +246,7 @@ RUN_DEFAULTS: dict[str, dict] = {
         "data": dict(base="minilm", val_fraction=0.1, split_seed=DEFAULT_SEED),
     },
 }
+LM_TASKS = ("induction",)  # generated-data tasks a GPT learns (`train --task`), each with its own job
 FINETUNE_RUN_KINDS = ("finetune", "probe")  # the rows `scratchformer finetune` starts from (probe: --freeze-encoder)
 
 

@@ -134,6 +134,10 @@ CSV_DATA = Obj({"path": Str(), "sha256": Str(), "base": Str(), "val_fraction": N
 TASK_DATA = Obj({"n_train": POS, "n_test": POS, "max_len": POS, "seed": SEED}, extra=Int())
 
 
+INDUCTION_DATA = Obj({"symbols": Int(min=2, max=62), "block_size": POS, "repeats": Int(min=2), "n_train": POS,
+                      "n_test": POS, "seed": SEED})  # data/induction.py: what generates the sequences again
+
+
 def _tasks_of(kind: str) -> Str:
     return Str(tuple(name for name, task in TASKS.items() if task.kind == kind))
 
@@ -144,6 +148,7 @@ CONFIG = Tagged("kind", {
                        "data": TASK_DATA}),
     "seq2seq": Obj({"kind": Str(), "task": _tasks_of("seq2seq"), "model": Seq2SeqConfig.schema(), "data": TASK_DATA}),
     "sentence_classifier": Obj({"kind": Str(), "model": SentenceClassifierConfig.schema(), "data": CSV_DATA}),
+    "induction": Obj({"kind": Str(), "task": Str(("induction",)), "model": GPTConfig.schema(), "data": INDUCTION_DATA}),
 })
 
 # numpy's PCG64 state, exactly as `Generator.bit_generator.state` gives it; a state of another

@@ -20,6 +20,7 @@ from scratchformer.viz import basics as B
 from scratchformer.viz import closeups as C
 from scratchformer.viz import diagnostics as D
 from scratchformer.viz import embeddings as E
+from scratchformer.viz import induction as IND
 from scratchformer.viz import internals as I
 from scratchformer.viz import lens as LF
 from scratchformer.viz import trace as T
@@ -60,7 +61,7 @@ def _prepare(model, kind, ids, tokens, text, tokenizer):
 
 
 DIAGNOSTICS_FIGURES = ("diag_activations", "diag_activation_gradients", "diag_gradients", "diag_update_ratio",
-                       "diag_saturation")  # diagnostics.jsonl
+                       "diag_saturation", "diag_induction")  # diagnostics.jsonl
 FIGURES = ("attention_seq2seq", "attention_grid", "classifier_attention", "causal_vs_bidirectional",
            "attention_steps", "positions_learned", "positions_sinusoidal", "position_similarity",
            "embedding_norms", "embedding_pca", "residual_norms", "residual_heatmap", "ff_activations",
@@ -186,10 +187,12 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
     add("residual_heatmap", "Residual stream per token",
         "Tokens whose norm grows fast are the ones the blocks write most into.",
         lambda: I.residual_heatmap(tr, att_tokens))
-    add("ff_activations", "Feed-forward activations",
-        "The activation zeroes (ReLU) or shrinks (GELU) negative inputs. Firing rates are counted over "
-        "this input and a few more of the model's inputs; a neuron is called dead only on enough tokens.",
-        lambda: I.ff_activations(tr, layer=0, more=[T.trace(model, x) for x in _more_inputs(model, kind, ids)]))
+    has_ff = bool(tr.ff_pre)  # attention-only models have no feed-forward to draw
+    if has_ff:
+        add("ff_activations", "Feed-forward activations",
+            "The activation zeroes (ReLU) or shrinks (GELU) negative inputs. Firing rates are counted over "
+            "this input and a few more of the model's inputs; a neuron is called dead only on enough tokens.",
+            lambda: I.ff_activations(tr, layer=0, more=[T.trace(model, x) for x in _more_inputs(model, kind, ids)]))
     if getattr(model.config, "normalization", "layernorm") == "layernorm":  # the figure normalises as LayerNorm
         add("layernorm", "LayerNorm in and out",
             "The LayerNorm whose input is farthest from normalised: whatever its scale, each token comes out "
@@ -207,10 +210,11 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
         lambda: C.residual_variance(tr.residual[0], tr.attn_update[0], att_tokens))
     # the feed-forward's input: ff_norm's output (pre-norm), attn_norm's (post-norm)
     first = model.block_parts(T.blocks(model)[0])
-    ff_in = dict((name, y) for name, _, y in tr.layernorms)["0.ff_norm" if first.norm_first else "0.attn_norm"]
-    add("ff_scatter", "Feed-forward input against output",
-        "Block 0's feed-forward, channel by channel: each point a token. A straight line would be a linear map.",
-        lambda: C.ff_scatter(ff_in, tr.ff_update[0]))
+    if first.feedforward is not None:
+        ff_in = dict((name, y) for name, _, y in tr.layernorms)["0.ff_norm" if first.norm_first else "0.attn_norm"]
+        add("ff_scatter", "Feed-forward input against output",
+            "Block 0's feed-forward, channel by channel: each point a token. A straight line would be a linear map.",
+            lambda: C.ff_scatter(ff_in, tr.ff_update[0]))
 
     # -- the backward, step by step ---------------------------------------------------------
     loss_inputs = _loss_inputs(model, kind, ids, tgt_ids if kind == "seq2seq" else None, true_class)
@@ -277,6 +281,19 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
 def _add_diagnostics(add, records) -> None:
     """The training diagnostics of the run (its diagnostics.jsonl), when it has them."""
     if not records:
+        return
+    if IND.has_measures(records):  # an induction run: its progress measures
+        add("diag_induction", "Induction heads forming (progress measures)",
+            "Loss on the first copy and on the repeat over training, the steepest fall of the repeat loss "
+            "shaded; every head's prefix-matching score (attention from a token to the token after its "
+            "previous occurrence). Titles are computed from the recorded numbers.",
+            lambda: IND.progress_figure(records))
+    if not records[-1].get("layers"):  # attention-only blocks: no feed-forward to draw
+        add("diag_gradients", "Gradients per weight matrix (training diagnostics)",
+            "The gradient the optimiser stepped with at the last record.", lambda: D.gradient_histograms(records))
+        add("diag_update_ratio", "Update:data ratio over training",
+            "log10 of std(update) / std(weights) at each record; makemore's guide: about -3.",
+            lambda: D.update_ratios(records))
         return
     add("diag_activations", "Activations per layer (training diagnostics)",
         "The feed-forward activations on the probe batch at the last record: a layer piled up at the "

@@ -162,7 +162,8 @@ class Trace:
     residual: n_layer + 1 arrays (1, T, C): the stream before block 0 and after each block.
     attn_update / ff_update: n_layer arrays (1, T, C): what each sub-layer adds to the stream.
     ff_pre / ff_post: n_layer arrays (1, T, n_inner): feed-forward hidden before / after the
-        activation (with SwiGLU, ff_pre is (1, T, 2 n_inner): [gate | up]).
+        activation (with SwiGLU, ff_pre is (1, T, 2 n_inner): [gate | up]); attention-only blocks
+        have none (these lists are then shorter, and their ff_update is zero).
         layernorms: (name, input, output) for every LayerNorm or RMSNorm that ran."""
 
     residual: list = field(default_factory=list)
@@ -193,16 +194,21 @@ def trace(model, ids) -> Trace:
         t.residual.append(x)
         for i, block in enumerate(blocks(model)):
             b = model.block_parts(block)
-            attn_norm, ff_norm, ff = b.norms["attn_norm"], b.norms["ff_norm"], b.feedforward
+            attn_norm, ff = b.norms["attn_norm"], b.feedforward
             h = norm(attn_norm, x, f"{i}.attn_norm") if b.norm_first else x
             a = b.attentions["attn"](h, mask=mask, causal=is_causal(model))
             x = x + a if b.norm_first else norm(attn_norm, x + a, f"{i}.attn_norm")
+            t.attn_update.append(a)
+            if ff is None:  # an attention-only block: it adds nothing more (no ff_pre / ff_post)
+                t.ff_update.append(np.zeros_like(a))
+                t.residual.append(x)
+                continue
+            ff_norm = b.norms["ff_norm"]
             h = norm(ff_norm, x, f"{i}.ff_norm") if b.norm_first else x
             pre = ff.fc1(h)                   # (1, T, n_inner)
             post = ff.activate(pre)           # GELU, ReLU, SwiGLU...
             f = ff.fc2(post)
             x = x + f if b.norm_first else norm(ff_norm, x + f, f"{i}.ff_norm")
-            t.attn_update.append(a)
             t.ff_update.append(f)
             t.ff_pre.append(pre)
             t.ff_post.append(post)
