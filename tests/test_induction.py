@@ -78,10 +78,11 @@ def test_prefix_matching_score_is_attention_to_the_token_after_the_previous_occu
 
     from scratchformer.lens import analyses
 
-    monkeypatch.setattr(analyses, "run_with_cache", lambda model, *inputs, names: (None, {names[0]: pattern}))
-    scores = head_scores(m, (ids,))
-    assert scores.scores["induction"][0, 0] == pytest.approx(0.7)  # only query 4 has an earlier copy
-    assert scores.scores["same"][0, 0] == pytest.approx(0.0)
+    atts = analyses.attentions(m)
+    scores = analyses._scores_of({atts[0][0]: pattern}, atts, ids)  # the scoring head_scores runs
+    assert scores["induction"][0, 0] == pytest.approx(0.7)  # only query 4 has an earlier copy
+    assert scores["same"][0, 0] == pytest.approx(0.0)
+    assert head_scores(m, (ids,)).check.ok  # and the model's own patterns pass the planted-pattern check
 
 
 def _train_tiny(tmp_path, *extra):
@@ -100,7 +101,7 @@ def test_cli_run_records_progress_measures_and_every_command_reads_it(tmp_path, 
     assert config["data"] == {"symbols": 8, "block_size": 12, "repeats": 2, "n_train": 20000, "n_test": 256,
                               "seed": 1337}
     _, records = read_records(out / DIAG_FILE)
-    assert [r["step"] for r in records] == [2, 4, 6]
+    assert [r["step"] for r in records] == [0, 2, 4, 6]  # step 0: the initialisation
     rec = records[-1]
     assert np.asarray(rec["prefix_matching"]).shape == np.asarray(rec["previous_token"]).shape == (2, 2)
     for key in ("loss_first", "loss_repeat", "icl_score", "ablate_best", "ablate_worst", "ablate_induction"):
@@ -113,7 +114,7 @@ def test_cli_run_records_progress_measures_and_every_command_reads_it(tmp_path, 
     assert main(["lens", str(out), "--json"]) == 0
     capsys.readouterr()
     assert main(["train", "--resume", "--out", str(out), "--max-steps", "8", "--no-progress", "--quiet"]) == 0
-    assert [r["step"] for r in read_records(out / DIAG_FILE)[1]] == [2, 4, 6, 8]
+    assert [r["step"] for r in read_records(out / DIAG_FILE)[1]] == [0, 2, 4, 6, 8]
 
 
 def test_options_of_other_tasks_are_refused(capsys):

@@ -273,7 +273,8 @@ def _attribution_check(model, inputs, un, labels, contributions, bias, logit, to
     for prefix, label, attn in attentions(model):
         if prefix.startswith(p):
             routes += [(f"{label} H{h}", prefix + ".head_out", h) for h in range(attn.n_head)]
-    routes += [(f"L{i} mlp", f"{p}blocks.{i}.mlp.out", None) for i in range(un.n_layer)]
+    routes += [(f"L{i} mlp", f"{p}blocks.{i}.mlp.out", None) for i in range(un.n_layer)
+               if f"{p}blocks.{i}.mlp.out" in names]  # attention-only blocks have no feed-forward
     scale = max(1.0, abs(logit), _max_abs(contributions))
     worst = abs(float(np.sum(contributions)) + bias - logit)
     for label, name, head in routes:
