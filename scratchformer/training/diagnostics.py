@@ -106,6 +106,14 @@ def update_ratio(before: np.ndarray, after: np.ndarray) -> float | None:
     return _float(math.log10(update_std / data_std))
 
 
+def job_measures(job) -> dict:
+    """What a job adds to each record beside the common measures: {name: its measures} from
+    `job.progress_measures()` where the job has them (modadd: {"modadd": the grokking
+    progress measures, training/modadd.py}), else {}."""
+    measure = getattr(job, "progress_measures", None)
+    return {} if measure is None else {job.task: measure()}
+
+
 def read_records(path: str | Path) -> tuple[dict, list[dict]]:
     """(header, records) of a diagnostics file; RunFileError (one line) for anything else.
     A missing file raises FileNotFoundError."""
@@ -196,6 +204,7 @@ class Diagnostics:
         rec = {"step": step, "lr": lr, "layers": layers, "act_range": [lo, hi], "params": params,
                "grad_range": [-g_max, g_max], "probe": {"tokens": self.probe_tokens, "attention": attention},
                "ms": round(1000 * (time.perf_counter() - t0), 1)}
+        rec.update(job_measures(self.job))
         self.records.append(rec)
         if len(self.records) > MAX_RECORDS:
             self._thin()
