@@ -198,7 +198,10 @@ class ModAddJob:
             raise ConfigError(f"--{next(iter(options))} applies to seq2seq models only")
         return str(int(self._last_logits(self._parse(text)[None])[0].argmax()))
 
-    example_input = "5 7"
+    @property
+    def example_input(self) -> str:
+        """`viz`'s input when none is given: 5 + 7 (1 + 2 for p <= 7)."""
+        return "5 7" if self.p > 7 else "1 2"
 
     def viz_inputs(self, text: str | None) -> dict:
         text = self.example_input if text is None else text
