@@ -57,6 +57,14 @@ EXPECTED = {
          r'mask_means="masked"',
          r"held-out exact match after 40 steps: greedy [01]\.\d{4}, beam search \(4\) [01]\.\d{4}",
          r"greedy and beam search decode \d+ of 40 held-out sequences differently", r"verdict: "]),
+    "g_grokking": (
+        ["grokking"],
+        [r"p = 11: 60 training pairs, 61 held out; [\d,]+ parameters, normalization=none",
+         r"trained 20 steps; 4 records of the progress measures",
+         r"sum of their 2-D Fourier components\| over the run: \d\.\de-1\d \(exact: True\)",
+         r"key frequencies at step 20: \[\d, \d, \d, \d, \d\]",
+         r"excluded loss rises before the test loss falls: (True|False|None)",
+         r"verdict: (grokked|not grokked) -- test accuracy [01]\.\d{4} at step 20"]),
 }
 
 

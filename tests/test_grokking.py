@@ -157,3 +157,29 @@ def _exit_code(args) -> int:
         return main(args)
     except SystemExit as e:  # argparse's refusals
         return e.code
+
+
+def _records(p, steps, test_loss, train_loss, excluded):
+    norms = [1.0] * ((p - 1) // 2)
+    return [{"step": s, "modadd": {"train_loss": a, "test_loss": t, "train_accuracy": 1.0,
+                                   "test_accuracy": 1.0 if t < 0.05 else 0.0, "restricted_loss": 1.0,
+                                   "excluded_loss": e, "weight_norm": 1.0, "fourier_check": 1e-14,
+                                   "freq_norms": norms, "key_freqs": [1, 2]}}
+            for s, t, a, e in zip(steps, test_loss, train_loss, excluded)]
+
+
+def test_grokking_summary_reads_the_steps_from_the_data(tmp_path):
+    from scratchformer.errors import DataError
+    from scratchformer.viz.grokking import grokking_figure, grokking_summary
+
+    recs = _records(7, [0, 100, 200, 300, 400], [5, 20, 8, 0.5, 0.005], [4, 0.01, 0.01, 0.01, 0.001],
+                    [4, 0.01, 3.0, 0.2, 0.1])
+    s = grokking_summary(recs)
+    assert (s["train_below_0.04"], s["test_below_1"], s["test_below_0.01"], s["grokked_step"]) == (100, 300, 400, 400)
+    assert (s["test_peak"], s["test_peak_step"], s["excluded_rose_first"]) == (20, 100, True)
+    flat = _records(7, [0, 100, 200, 300], [5, 20, 8, 0.5], [4, 0.01, 0.01, 0.01], [4, 0.01, 0.01, 0.01])
+    assert grokking_summary(flat)["excluded_rose_first"] is False
+    fig = grokking_figure(recs, tmp_path / "g.png")
+    assert "step 300" in fig.axes[0].get_title() and (tmp_path / "g.png").stat().st_size > 5000
+    with pytest.raises(DataError, match="modadd"):
+        grokking_summary([{"step": 1}])
