@@ -9,7 +9,7 @@ frequencies of the token embedding's Fourier transform, the restricted loss (the
 only on those frequencies) and the excluded loss (those frequencies removed), the weight norm.
 
 This script trains the fast preset (`FAST_PRESET` in scratchformer/training/modadd.py: p = 31,
-half of the pairs, lr 3e-3; the paper's p = 113, 30% and lr 1e-3 take ~14,000 steps, see
+70% of the pairs, lr 3e-3; the paper's p = 113, 30% and lr 1e-3 take ~14,000 steps, see
 docs/results.md) through the same `train` as `scratchformer train --task modadd`.
 
 What it shows: train/test loss on a log scale with the step where test loss falls below 1

@@ -59,7 +59,7 @@ EXPECTED = {
          r"greedy and beam search decode \d+ of 40 held-out sequences differently", r"verdict: "]),
     "g_grokking": (
         ["grokking"],
-        [r"p = 11: 60 training pairs, 61 held out; [\d,]+ parameters, normalization=none",
+        [r"p = 11: 85 training pairs, 36 held out; [\d,]+ parameters, normalization=none",
          r"trained 20 steps; 4 records of the progress measures",
          r"sum of their 2-D Fourier components\| over the run: \d\.\de-1\d \(exact: True\)",
          r"key frequencies at step 20: \[\d, \d, \d, \d, \d\]",
