@@ -95,9 +95,9 @@ def test_help_shows_every_default_per_run_kind():
     r = subprocess.run([sys.executable, "-m", "scratchformer", "train", "--help"], capture_output=True, text=True)
     text = " ".join(r.stdout.split())
     assert "--max-steps N optimiser steps (default: 16000 for lines; 2000 for text; 600 for majority; " \
-           "1500 for copy, reverse; 2500 for sort)" in text
+           "1500 for copy, reverse; 2500 for sort; 16000 for modadd)" in text
     assert "--n-embd N model width (channels per token) (default: 64 for lines, majority, copy, reverse, sort; " \
-           "128 for text)" in text
+           "128 for text, modadd)" in text
     assert "--seed N seed of the initial weights, the batches and dropout (default: 1337)" in text
     assert "--norm {pre,post}" in text and "(default: pre)" in text
     from scratchformer.cli.main import build_parser
