@@ -73,10 +73,10 @@ def grokking_figure(records: list[dict], path=None):
     if grok is not None:
         ax_loss.axvline(grok, color="k", ls="--", lw=1, label=f"test loss < 1 (step {grok})")
         ax_loss.set_title(f"grokking: test loss below 1 at step {grok} (peak {summary['test_peak']:.1f} "
-                          f"at step {summary['test_peak_step']})")
+                          f"at step {summary['test_peak_step']})", fontsize=9)
     else:
         ax_loss.set_title(f"not grokked by step {summary['last_step']}: test loss "
-                          f"{s['test_loss'][-1]:.2f}, peak {summary['test_peak']:.1f}")
+                          f"{s['test_loss'][-1]:.2f}, peak {summary['test_peak']:.1f}", fontsize=9)
     ax_loss.legend(fontsize=8)
 
     ax_fourier.plot(st, s["restricted_loss"], label="restricted loss (key frequencies only)")
@@ -86,7 +86,7 @@ def grokking_figure(records: list[dict], path=None):
     ax_fourier.set_xlabel("step")
     rose = summary["excluded_rose_first"]
     ax_fourier.set_title("excluded loss " + {True: "rises before test loss falls", False: "does not rise first",
-                                             None: "(no fall of the test loss to compare)"}[rose])
+                                             None: "(no fall of the test loss to compare)"}[rose], fontsize=9)
     ax_fourier.legend(fontsize=8)
 
     norms = s["freq_norms"][-1]
@@ -97,5 +97,5 @@ def grokking_figure(records: list[dict], path=None):
     ax_spec.set_ylabel("norm of the embedding's Fourier component")
     share = float((norms[[k - 1 for k in sorted(key)]] ** 2).sum() / max((norms ** 2).sum(), 1e-300))
     ax_spec.set_title(f"embedding spectrum at step {summary['last_step']}: key k = {sorted(key)} "
-                      f"hold {share:.0%} of it")
+                      f"hold {share:.0%} of it", fontsize=9)
     return finish(fig, path)
