@@ -95,10 +95,10 @@ def test_usage_errors_are_one_line_without_the_usage_block(argv, command, capsys
 def test_help_shows_every_default_per_run_kind():
     r = subprocess.run([sys.executable, "-m", "scratchformer", "train", "--help"], capture_output=True, text=True)
     text = " ".join(r.stdout.split())
-    assert "--max-steps N optimiser steps (default: 16000 for lines; 2000 for text; 600 for majority; " \
+    assert "--max-steps N optimiser steps (default: 16000 for lines, modadd; 2000 for text; 600 for majority; " \
            "1500 for copy, reverse; 2500 for sort; 1000 for induction)" in text
     assert "--n-embd N model width (channels per token) (default: 64 for lines, majority, copy, reverse, sort, " \
-           "induction; 128 for text)" in text
+           "induction; 128 for text, modadd)" in text
     assert "--seed N seed of the initial weights, the batches and dropout (default: 1337)" in text
     assert "--norm {pre,post}" in text and "(default: pre)" in text
     from scratchformer.cli.main import build_parser

@@ -65,6 +65,14 @@ EXPECTED = {
          r"best induction head L\dH\d \(0\.\d\d\): ablating it costs [+-]\d\.\d{3} nats",
          r"phase change: (none|the repeat loss fell fastest)", r"1 layer: loss on the repeat \d\.\d{3}",
          r"the repeat's loss is (below|not below) half", r"verdict: \d of 4 bars hold"]),
+    "g_grokking": (
+        ["grokking"],
+        [r"p = 11: 85 training pairs, 36 held out; [\d,]+ parameters, normalization=none",
+         r"trained 20 steps; 4 records of the progress measures",
+         r"sum of their 2-D Fourier components\| over the run: \d\.\de-1\d \(exact: True\)",
+         r"key frequencies at step 20: \[\d, \d, \d, \d, \d\]",
+         r"excluded loss rises before the test loss falls: (True|False|None)",
+         r"verdict: (grokked|not grokked) -- test accuracy [01]\.\d{4} at step 20"]),
 }
 
 

@@ -232,6 +232,7 @@ def test_defaults_table_covers_every_run_kind_with_dataclass_field_names():
         assert set(row["train"]) <= train_fields and "seed" not in row["train"], kind
         assert set(row["data"]) == ({"block_size", "split_seed", "tokenizer", "vocab_size"} if row["kind"] == "gpt"
                                     else {"base", "val_fraction", "split_seed"} if kind in FINETUNE_RUN_KINDS
+                                    else {"modulus", "train_fraction", "max_len"} if kind == "modadd"
                                     else {"n_train", "n_test", "max_len"}), kind
         assert set(row.get("init_from", {})) <= train_fields and (row["kind"] == "gpt" or "init_from" not in row)
         resolved = run_defaults(kind)

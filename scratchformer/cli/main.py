@@ -43,7 +43,7 @@ MODEL_HELP = {
     "dropout": "dropout probability in [0, 1)",
     "activation": "feed-forward activation (swiglu: gated, as Llama)",
     "positional": "position encoding (rope: rotary, inside attention; GPT only)",
-    "normalization": "normalisation layer (rmsnorm: as Llama; GPT only)",
+    "normalization": "normalisation layer (rmsnorm: as Llama; none: no norm at all, as the grokking model; GPT only)",
     "norm_first": "pre: LayerNorm before each sublayer (GPT-2); post: after the residual (Vaswani)",
     "tie_weights": "reuse the token embedding as the LM head",
     "bias": "biases in Linear and LayerNorm layers (off: nanoGPT's bias=False)",
@@ -202,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     from scratchformer.training.config import TrainConfig
     from scratchformer.interop.bert_classifier import SentenceClassifierConfig
     from scratchformer.training.jobs import FINETUNE_RUN_KINDS, LM_TASKS, RUN_DEFAULTS, epochs_text, run_defaults
-    from scratchformer.training.schema import CSV_DATA, INDUCTION_DATA, LM_DATA
+    from scratchformer.training.schema import CSV_DATA, INDUCTION_DATA, LM_DATA, MODADD_DATA
     from scratchformer.training.sentence import BASE_MODELS
 
     resolved = {kind: run_defaults(kind) for kind in RUN_DEFAULTS}
@@ -245,14 +245,21 @@ def build_parser() -> argparse.ArgumentParser:
                       help="lines: one item per line (like names); text: continuous text. Guessed when omitted")
     data.add_argument("--task", choices=["lm", *TASKS, *LM_TASKS],
                       help="lm (default): language model on --data; the others are toy tasks for an "
-                           "encoder classifier (majority), an encoder-decoder (copy, reverse, sort) or a GPT "
-                           "(induction: random tokens repeated, the induction-heads setting)")
+                           "encoder classifier (majority), an encoder-decoder (copy, reverse, sort), a GPT "
+                           "(induction: random tokens repeated, the induction-heads setting) or a 1-layer GPT "
+                           "that groks modular addition (modadd, Nanda et al. 2023)")
     data.add_argument("--symbols", type=_spec_type(INDUCTION_DATA.fields["symbols"]), metavar="N",
                       help="induction task: symbols the random tokens are drawn from "
                            f"({_defaults_text(values('data', 'symbols'))})")
     data.add_argument("--repeats", type=_spec_type(INDUCTION_DATA.fields["repeats"]), metavar="N",
                       help="induction task: copies of the random segment in each sequence of --block-size "
                            f"tokens ({_defaults_text(values('data', 'repeats'))})")
+    data.add_argument("--modulus", type=_spec_type(MODADD_DATA.fields["modulus"]), metavar="P",
+                      help="--task modadd: learn (a + b) mod P, P odd "
+                           f"({_defaults_text(values('data', 'modulus'))})")
+    data.add_argument("--train-fraction", type=_spec_type(MODADD_DATA.fields["train_fraction"]), metavar="X",
+                      help="--task modadd: the part of the P^2 pairs trained on, the rest held out "
+                           f"({_defaults_text(values('data', 'train_fraction'))})")
     data.add_argument("--split-seed", type=_spec_type(LM_DATA.fields["seed"]), metavar="N",
                       help="seed of the train/val/test split of a lines file "
                            f"({_defaults_text(values('data', 'split_seed'))})")
@@ -426,12 +433,16 @@ def cmd_train(args) -> int:
                   file=sys.stderr)
         run_kind = args.format or (guess_format(read_text(data_file)[0]) if data_file else "lines")
         default_out = "out/names" if data_file is None else f"out/{data_file.stem}"
+    for flag in ("modulus", "train_fraction"):
+        if getattr(args, flag, None) is not None and args.task != "modadd":
+            raise CLIError(f"--{flag.replace('_', '-')} applies to --task modadd only")
     out = Path(args.out or default_out)
     train_settings = _given(args, TRAIN_HELP)
     model_settings = _given(args, MODEL_HELP)
     if "norm_first" in model_settings:
         model_settings["norm_first"] = model_settings["norm_first"] == "pre"
-    data_settings = _given(args, ["block_size", "split_seed", "tokenizer", "vocab_size", "symbols", "repeats"])
+    data_settings = _given(args, ["block_size", "split_seed", "tokenizer", "vocab_size", "symbols", "repeats",
+                                  "modulus", "train_fraction"])
     for name in ("symbols", "repeats"):
         if name in data_settings and run_kind != "induction":
             raise CLIError(f"--{name} applies to --task induction only")

@@ -19,7 +19,7 @@ from scratchformer.errors import CLIError, DataError
 
 # The figures drawn by default: the ones that say most about a trained model, kept lean so that
 # `viz` on the default names model takes a few seconds. --all draws every figure that applies.
-DEFAULT_FIGURES = ("attention_grid", "attention_seq2seq", "classifier_attention", "attention_steps",
+DEFAULT_FIGURES = ("grokking", "attention_grid", "attention_seq2seq", "classifier_attention", "attention_steps",
                    "embedding_pca", "residual_norms", "training_curves")
 
 

@@ -19,6 +19,13 @@ Classification task:
               numpy.argmax(numpy.bincount(x)) does (the smallest token).
 `make_task("majority", n, rng)` -> ClassificationData(x (n, 8), y (n,)).
 
+Modular addition (Nanda et al. 2023, "Progress measures for grokking"):
+    modadd    inputs `a b =` with a, b in 0..p-1 (ids a, b) and '=' the id p; the answer
+              (a + b) mod p, read at the last position (a GPT over p + 1 tokens).
+`make_task("modadd", n, rng)` -> ClassificationData(x (n, 3), y (n,)) for p = MODADD_P; the run
+itself uses `modadd_split(p, train_fraction, seed)`: all p^2 pairs, a seeded fraction of them
+for training and the rest held out (the paper's split).
+
 `TASKS` is the registry (name -> `Task`: the model kind that learns it, its rule, symbols,
 length and classes); `get_task(name)` refuses a name it does not hold.
 
@@ -44,6 +51,7 @@ from scratchformer.errors import ConfigError, DataError
 
 PAD, BOS, EOS = 10, 11, 12
 VOCAB_SIZE = 13
+MODADD_P = 113  # the paper's modulus (the default of `train --task modadd`)
 
 
 @dataclass(frozen=True)
@@ -81,6 +89,9 @@ TASKS: dict[str, Task] = {t.name: t for t in (
     Task("copy", "seq2seq", list),
     Task("reverse", "seq2seq", lambda x: x[::-1]),
     Task("sort", "seq2seq", sorted),  # minGPT's demo task, here on variable-length digits
+    # Nanda et al.'s modular addition: a GPT reads `a b =` and answers (a + b) mod p at '='
+    Task("modadd", "modadd", lambda x: (x[0] + x[1]) % MODADD_P, symbols=MODADD_P, max_len=3,
+         fixed_length=True, n_classes=MODADD_P),
 )}
 
 
@@ -116,7 +127,7 @@ class ClassificationData(NamedTuple):
 
 # -- generators ----------------------------------------------------------------------------------
 def _key(seq: np.ndarray) -> bytes:
-    return np.asarray(seq, dtype=np.int8).tobytes()
+    return np.asarray(seq, dtype=np.int16).tobytes()  # int16: modadd's ids reach p
 
 
 def _draw_sequences(task: Task, n: int, rng: np.random.Generator, max_len: int, min_len: int,
@@ -171,6 +182,8 @@ def make_task(name: str, n: int, rng: np.random.Generator | int, max_len: int | 
     if n < 0 or max_len < 1 or not 1 <= min_len <= max_len:
         raise ConfigError(f"make_task needs n >= 0 and 1 <= min_len <= max_len, got n={n}, "
                           f"min_len={min_len}, max_len={max_len}")
+    if task.kind == "modadd":
+        return _modadd_draw(task, n, rng, exclude, unique)
     seqs = _draw_sequences(task, n, rng, max_len, min_len, exclude, unique)
     if task.kind == "classifier":
         x = np.array(seqs, dtype=np.int64).reshape(n, max_len)
@@ -188,6 +201,46 @@ def make_task(name: str, n: int, rng: np.random.Generator | int, max_len: int | 
         tgt_out[i, :L] = y
         tgt_out[i, L] = EOS
     return Seq2SeqData(src, tgt_in, tgt_out)
+
+
+def _modadd_draw(task: Task, n: int, rng: np.random.Generator, exclude: set[bytes] | None,
+                 unique: bool) -> ClassificationData:
+    """n rows `a b =` (the '=' id is p) drawn uniformly, and their answers (a + b) mod p."""
+    p = task.symbols
+    if unique and n > p * p // 2:
+        raise DataError(f"at most {p * p // 2} distinct held-out modadd pairs exist (half of {p}^2)")
+    rows, seen = [], set()
+    while len(rows) < n:
+        for a, b in rng.integers(0, p, size=(max(2 * (n - len(rows)), 64), 2)):
+            row = np.array([a, b, p], dtype=np.int64)
+            key = _key(row)
+            if (exclude is not None and key in exclude) or (unique and key in seen):
+                continue
+            seen.add(key)
+            rows.append(row)
+            if len(rows) == n:
+                break
+    x = np.array(rows, dtype=np.int64).reshape(n, 3)
+    return ClassificationData(x, (x[:, 0] + x[:, 1]) % p)
+
+
+def modadd_split(p: int, train_fraction: float, seed: int) -> tuple[ClassificationData, ClassificationData]:
+    """(train, test) of modular addition mod p: every pair (a, b) once, rows `a b =` (x (n, 3),
+    '=' is the id p) and answers (a + b) mod p (y (n,)); the pairs are shuffled by
+    default_rng([seed, 2]) and the first round(train_fraction * p^2) train, the rest are held out."""
+    if not isinstance(p, (int, np.integer)) or p < 3 or p % 2 == 0:
+        raise ConfigError(f"--modulus must be an odd integer >= 3 (the Fourier measures pair a cosine and a sine "
+                          f"per frequency), got {p!r}")
+    if not 0 < train_fraction < 1:
+        raise ConfigError(f"--train-fraction must be in (0, 1), got {train_fraction!r}")
+    a, b = np.divmod(np.arange(p * p), p)
+    x = np.stack([a, b, np.full(p * p, p)], axis=1).astype(np.int64)
+    order = np.random.default_rng([seed, 2]).permutation(p * p)
+    n_train = int(round(train_fraction * p * p))
+    if not 0 < n_train < p * p:
+        raise ConfigError(f"--train-fraction {train_fraction} leaves no training or no held-out pair of {p * p}")
+    data = ClassificationData(x[order], (x[order, 0] + x[order, 1]) % p)
+    return data.subset(slice(0, n_train)), data.subset(slice(n_train, None))
 
 
 def sequence_keys(data) -> set[bytes]:

@@ -51,7 +51,7 @@ import numpy as np
 from scratchformer.checks import check_backward_args
 from scratchformer.errors import BackwardError, ConfigError
 from scratchformer.limits import Sizes
-from scratchformer.nn import Embedding, LayerNorm, LearnedPositionalEmbedding, RMSNorm, SinusoidalPositionalEncoding
+from scratchformer.nn import Embedding, LayerNorm, LearnedPositionalEmbedding, NoNorm, RMSNorm, SinusoidalPositionalEncoding
 from scratchformer.nn.module import Module
 from scratchformer.ops.loss import IGNORE_INDEX, cross_entropy_backward
 
@@ -102,7 +102,9 @@ def linear_params(n_in: int, n_out: int, bias: bool) -> int:
 
 
 def norm_params(normalization: str, n_embd: int, bias: bool) -> int:
-    """`make_norm`: LayerNorm weight (+ bias), RMSNorm weight only."""
+    """`make_norm`: LayerNorm weight (+ bias), RMSNorm weight only, "none" nothing."""
+    if normalization == "none":
+        return 0
     return n_embd + (n_embd if bias and normalization == "layernorm" else 0)
 
 
@@ -249,8 +251,8 @@ class Model(Module):
 
 
 def norm_kind(norm) -> str | None:
-    """"layernorm", "rmsnorm" or None (no norm)."""
-    if norm is None:
+    """"layernorm", "rmsnorm" or None (no norm, or a NoNorm: normalization="none")."""
+    if norm is None or isinstance(norm, NoNorm):
         return None
     if isinstance(norm, RMSNorm):
         return "rmsnorm"

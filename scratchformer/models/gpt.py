@@ -68,6 +68,7 @@ from scratchformer.nn import (
     Embedding,
     LearnedPositionalEmbedding,
     Linear,
+    NoNorm,
     SinusoidalPositionalEncoding,
     make_norm,
     manual_seed,
@@ -92,8 +93,8 @@ class GPTConfig(TransformerConfig):
     positional: "learned" (GPT-2's table), "sinusoidal" (fixed, added to the input), "rope"
         (rotary, inside each self-attention; rope_theta is its base) or "alibi" (linear biases on
         each self-attention's scores, no parameters; block_size stays the longest context).
-    normalization: "layernorm" or "rmsnorm" (Llama's: no centring, no bias); layer_norm_eps is
-        the eps of either.
+    normalization: "layernorm", "rmsnorm" (Llama's: no centring, no bias) or "none" (no norm
+        anywhere, ln_f included: Nanda et al.'s grokking model); layer_norm_eps is the eps of either.
     n_kv_head: key/value heads of each self-attention; None means n_head, fewer is grouped-query
         attention (each key/value head serves n_head / n_kv_head query heads).
     n_inner: hidden size of the feed-forward; None means 4 * n_embd, or 8 * n_embd // 3 with a
@@ -204,7 +205,7 @@ class GPT(Model):
         return {"": self.h}
 
     def final_norm(self, prefix: str = ""):
-        return self.ln_f
+        return None if isinstance(self.ln_f, NoNorm) else self.ln_f  # normalization="none": no norm
 
     def unembedding(self) -> Head:
         return Head("", self.lm_head.weight.data, None if self.lm_head.bias is None else self.lm_head.bias.data)

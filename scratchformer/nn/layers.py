@@ -1,4 +1,4 @@
-"""The basic layers: Linear, Embedding, LayerNorm, RMSNorm, Dropout -- each a forward/backward pair."""
+"""The basic layers: Linear, Embedding, LayerNorm, RMSNorm, NoNorm, Dropout -- each a forward/backward pair."""
 
 from __future__ import annotations
 
@@ -158,16 +158,38 @@ class RMSNorm(Module):
         return dx
 
 
+class NoNorm(Module):
+    """normalization="none": the identity in place of a norm, y = x, no parameters; its
+    backward passes dy through. (..., C) -> (..., C). The models' contract reports no norm
+    where a NoNorm stands (`models.base.norm_kind` gives None), so the lens needs no norm
+    to undo (Nanda et al.'s grokking model has no LayerNorm)."""
+
+    def __init__(self, normalized_shape: int):
+        super().__init__()
+        check_positive_int("normalized_shape", normalized_shape)
+        self.normalized_shape = normalized_shape
+
+    def check_input(self, x) -> None:
+        check_float_array(x, "NoNorm input", last_dim=self.normalized_shape)
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        return x
+
+    def backward(self, dy: np.ndarray) -> np.ndarray:
+        return dy
+
+
 # The normalisation layers a block can use: name -> how to build one over `n_embd` channels.
-# RMSNorm has no bias whatever `bias` says (it has no shift to learn).
+# RMSNorm has no bias whatever `bias` says (it has no shift to learn); "none" builds a NoNorm.
 NORMALIZATIONS = {
     "layernorm": lambda n_embd, eps, bias, dtype: LayerNorm(n_embd, eps=eps, bias=bias, dtype=dtype),
     "rmsnorm": lambda n_embd, eps, bias, dtype: RMSNorm(n_embd, eps=eps, dtype=dtype),
+    "none": lambda n_embd, eps, bias, dtype: NoNorm(n_embd),
 }
 
 
 def make_norm(normalization: str, n_embd: int, eps: float = 1e-5, bias: bool = True, dtype=DEFAULT_DTYPE):
-    """A LayerNorm or RMSNorm over n_embd channels, by name (see NORMALIZATIONS)."""
+    """A LayerNorm, RMSNorm or NoNorm over n_embd channels, by name (see NORMALIZATIONS)."""
     check_positive_int("n_embd", n_embd)
     check_bool("bias", bias)
     check_choice("normalization", normalization, NORMALIZATIONS)

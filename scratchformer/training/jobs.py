@@ -35,6 +35,7 @@ from scratchformer.limits import param_count_bound
 from scratchformer.training.checkpoint import Checkpoint, checkpoint_exists, load_checkpoint
 from scratchformer.training.induction import InductionJob
 from scratchformer.training.lm import LMJob
+from scratchformer.training.modadd import ModAddJob
 from scratchformer.training.sentence import SentenceClassifierJob
 from scratchformer.training.tasks import ClassifierJob, Seq2SeqJob
 from scratchformer.training.config import TrainConfig
@@ -107,7 +108,8 @@ class Job(Protocol):
 
 # Model kind -> job class: the one place a kind string meets its code.
 JOBS: dict[str, type[Job]] = {"gpt": LMJob, "classifier": ClassifierJob, "seq2seq": Seq2SeqJob,
-                              "sentence_classifier": SentenceClassifierJob, "induction": InductionJob}
+                              "sentence_classifier": SentenceClassifierJob, "induction": InductionJob,
+                              "modadd": ModAddJob}
 
 # Run kind -> where its settings go. "model": fields of the kind's config class; "train": fields
 # of TrainConfig; "data": how much data and how it is cut. Settings not named here take the
@@ -144,6 +146,19 @@ TASK_DEFAULTS: dict[str, dict] = {
             grad_clip=1.0,
         ),
         "data": dict(n_train=50000, n_test=1000),  # 1000 held out for val and for test
+    },
+    # Nanda et al. 2023 (the TransformerLens Grokking demo): p = 113, 30% of the pairs, 1 layer,
+    # 4 heads, width 128, ReLU MLP 512, no LayerNorm, learned positions, untied; full-batch AdamW
+    # lr 1e-3 (10 warmup steps, then constant), weight decay 1.0 on every weight, betas
+    # (0.9, 0.98), no clipping. The paper's log ends its grokking near step 14,400.
+    "modadd": {
+        "model": dict(n_layer=1, n_head=4, n_embd=128, n_inner=512, activation="relu", normalization="none",
+                      positional="learned", tie_weights=False, bias=True, dropout=0.0, init="pytorch"),
+        "train": dict(max_steps=16000, batch_size=113 * 113,  # >= every pair: the whole training split
+                      lr=1e-3, min_lr=1e-3, warmup_steps=10, weight_decay=1.0, decay_embeddings=True,
+                      beta1=0.9, beta2=0.98, grad_clip=0.0,
+                      eval_interval=500, diag_interval=100, num_samples=0),
+        "data": dict(modulus=113, train_fraction=0.3),
     },
 }
 TASK_OVERRIDES: dict[str, dict] = {

@@ -132,6 +132,7 @@ LM_DATA = Obj({"path": Maybe(Str()), "format": Str(FORMATS), "seed": SEED, "bloc
 CSV_DATA = Obj({"path": Str(), "sha256": Str(), "base": Str(), "val_fraction": Num(above=0.0, below=1.0),
                 "seed": SEED})  # a fine-tuned classifier's training CSV and pretrained encoder
 TASK_DATA = Obj({"n_train": POS, "n_test": POS, "max_len": POS, "seed": SEED}, extra=Int())
+MODADD_DATA = Obj({"modulus": Int(min=3), "train_fraction": Num(above=0.0, below=1.0), "max_len": POS, "seed": SEED})
 
 
 INDUCTION_DATA = Obj({"symbols": Int(min=2, max=62), "block_size": POS, "repeats": Int(min=2), "n_train": POS,
@@ -149,6 +150,7 @@ CONFIG = Tagged("kind", {
     "seq2seq": Obj({"kind": Str(), "task": _tasks_of("seq2seq"), "model": Seq2SeqConfig.schema(), "data": TASK_DATA}),
     "sentence_classifier": Obj({"kind": Str(), "model": SentenceClassifierConfig.schema(), "data": CSV_DATA}),
     "induction": Obj({"kind": Str(), "task": Str(("induction",)), "model": GPTConfig.schema(), "data": INDUCTION_DATA}),
+    "modadd": Obj({"kind": Str(), "task": _tasks_of("modadd"), "model": GPTConfig.schema(), "data": MODADD_DATA}),
 })
 
 # numpy's PCG64 state, exactly as `Generator.bit_generator.state` gives it; a state of another

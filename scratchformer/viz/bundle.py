@@ -61,7 +61,7 @@ def _prepare(model, kind, ids, tokens, text, tokenizer):
 
 
 DIAGNOSTICS_FIGURES = ("diag_activations", "diag_activation_gradients", "diag_gradients", "diag_update_ratio",
-                       "diag_saturation", "diag_induction")  # diagnostics.jsonl
+                       "diag_saturation", "diag_induction", "grokking")  # diagnostics.jsonl
 FIGURES = ("attention_seq2seq", "attention_grid", "classifier_attention", "causal_vs_bidirectional",
            "attention_steps", "positions_learned", "positions_sinusoidal", "position_similarity",
            "embedding_norms", "embedding_pca", "residual_norms", "residual_heatmap", "ff_activations",
@@ -314,6 +314,13 @@ def _add_diagnostics(add, records) -> None:
     add("diag_saturation", "Saturated and dead units over training",
         "Saturated: the activation's slope is below 0.05 there, so little gradient passes. Dead: a unit "
         "never positive on any probe token.", lambda: D.saturation_dead(records))
+    if any("modadd" in r for r in records):  # a modadd run: its grokking progress measures
+        from scratchformer.viz.grokking import grokking_figure
+
+        add("grokking", "Grokking progress measures (modular addition)",
+            "Train and test loss with the step test loss falls below 1; restricted loss (the logits kept "
+            "on the embedding's key Fourier frequencies) and excluded loss (those removed); the embedding's "
+            "Fourier spectrum at the last record (Nanda et al. 2023).", lambda: grokking_figure(records))
 
 
 def _marked(fig, label: str):
