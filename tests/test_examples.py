@@ -59,7 +59,7 @@ EXPECTED = {
          r"greedy and beam search decode \d+ of 40 held-out sequences differently", r"verdict: "]),
     "f_induction_heads": (
         ["induction_progress", "attention_grid"],
-        [r"39,808 parameters, attention only: True; 2 records of the progress measures, every 10 steps",
+        [r"39,808 parameters, attention only: True; 3 records of the progress measures, every 10 steps",
          r"loss on the first copy \d\.\d{3}, on the repeat \d\.\d{3} \(log of the symbols: 3\.466\)",
          r"prefix-matching score per head \(rows: layers\): \[\[",
          r"best induction head L\dH\d \(0\.\d\d\): ablating it costs [+-]\d\.\d{3} nats",
@@ -68,7 +68,7 @@ EXPECTED = {
     "g_grokking": (
         ["grokking"],
         [r"p = 11: 85 training pairs, 36 held out; [\d,]+ parameters, normalization=none",
-         r"trained 20 steps; 4 records of the progress measures",
+         r"trained 20 steps; 5 records of the progress measures",
          r"sum of their 2-D Fourier components\| over the run: \d\.\de-1\d \(exact: True\)",
          r"key frequencies at step 20: \[\d, \d, \d, \d, \d\]",
          r"excluded loss rises before the test loss falls: (True|False|None)",

@@ -137,10 +137,10 @@ def test_cli_trains_resumes_and_evaluates_modadd(tmp_path, capsys):
     assert config["kind"] == "modadd" and config["data"]["modulus"] == 7
     assert config["model"]["normalization"] == "none" and config["model"]["vocab_size"] == 8
     rows = [json.loads(line) for line in (out / "diagnostics.jsonl").read_text().splitlines()[1:]]
-    assert [r["step"] for r in rows] == [2, 4] and rows[-1]["modadd"]["fourier_check"] < 1e-9
+    assert [r["step"] for r in rows] == [0, 2, 4] and rows[-1]["modadd"]["fourier_check"] < 1e-9  # 0: the init
     assert main(["train", "--resume", "--max-steps", "6", "--out", str(out), "--no-progress"]) == 0
     rows = [json.loads(line) for line in (out / "diagnostics.jsonl").read_text().splitlines()[1:]]
-    assert [r["step"] for r in rows] == [2, 4, 6]
+    assert [r["step"] for r in rows] == [0, 2, 4, 6]
     capsys.readouterr()
     assert main(["eval", str(out)]) == 0
     assert "accuracy" in capsys.readouterr().out

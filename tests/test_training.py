@@ -221,9 +221,9 @@ def test_defaults_table_covers_every_run_kind_with_dataclass_field_names():
 
     from scratchformer.data import DEFAULT_SEED
     from scratchformer.data.tasks import TASKS
-    from scratchformer.training.jobs import FINETUNE_RUN_KINDS, JOBS, RUN_DEFAULTS, run_defaults
+    from scratchformer.training.jobs import FINETUNE_RUN_KINDS, JOBS, LM_TASKS, RUN_DEFAULTS, run_defaults
 
-    assert set(RUN_DEFAULTS) == {"lines", "text", *TASKS, *FINETUNE_RUN_KINDS}
+    assert set(RUN_DEFAULTS) == {"lines", "text", *TASKS, *LM_TASKS, *FINETUNE_RUN_KINDS}
     train_fields = {f.name for f in fields(TrainConfig)}
     for kind, row in RUN_DEFAULTS.items():
         job_cls = JOBS[row["kind"]]
@@ -233,6 +233,7 @@ def test_defaults_table_covers_every_run_kind_with_dataclass_field_names():
         assert set(row["data"]) == ({"block_size", "split_seed", "tokenizer", "vocab_size"} if row["kind"] == "gpt"
                                     else {"base", "val_fraction", "split_seed"} if kind in FINETUNE_RUN_KINDS
                                     else {"modulus", "train_fraction", "max_len"} if kind == "modadd"
+                                    else {"symbols", "block_size", "repeats", "n_train", "n_test"} if kind == "induction"
                                     else {"n_train", "n_test", "max_len"}), kind
         assert set(row.get("init_from", {})) <= train_fields and (row["kind"] == "gpt" or "init_from" not in row)
         resolved = run_defaults(kind)
