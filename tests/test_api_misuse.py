@@ -277,10 +277,7 @@ def call(name, arg, bad):
 # Entry points that still raise untyped errors for some misuse (each listed, strict: the test
 # fails once one is fixed, so it leaves this list). The lens is being reworked under the
 # model-contract issue.
-NOT_YET = {
-    **dict.fromkeys(["hook_names", "run_with_cache", "logit_lens", "direct_logit_attribution", "head_scores"],
-                    "the lens's arguments are not checked yet"),
-}
+NOT_YET: dict[str, str] = {}  # entry -> why its misuses are not typed yet (none today)
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=NOT_YET[n], strict=True))

@@ -466,7 +466,6 @@ CASES += [
     ("export-no-out", ["export", "@lm"]),
     ("export-no-run", ["export", "@tmp/none", "--hf", "@tmp/hf"]),
     # the command itself
-    ("no-command", []),
     ("unknown-command", ["finetune"]),
     ("unknown-global-option", ["--verbose", "train"]),
 ]

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scratchformer.errors import ConfigError, DataError
+from scratchformer.errors import ConfigError, DataError, DTypeError, ShapeError
 from scratchformer.lens.hooks import hook_names, hooked, run_with_cache, run_with_hooks
 from scratchformer.lens.parts import as_batch, attentions, dropouts_off, family, stacks, unembedding
 from scratchformer.nn.layers import LayerNorm, RMSNorm
@@ -132,6 +132,17 @@ def _lens_logits(un, residuals: list[np.ndarray]) -> np.ndarray:
     return np.stack([un(r[0]) for r in residuals])
 
 
+
+def _check_inputs(inputs, name: str = "inputs") -> tuple:
+    """The model's inputs as a tuple of arrays, e.g. (ids,) or (src, tgt_in): a typed error for
+    anything else (the model's own door then checks the arrays)."""
+    if not isinstance(inputs, (tuple, list)) or not inputs:
+        raise DTypeError(f"{name} must be a tuple of the model's inputs, e.g. (ids,), got {type(inputs).__name__}")
+    if any(np.size(x) == 0 for x in inputs if isinstance(x, np.ndarray)):
+        raise ShapeError(f"{name} holds an empty array: give at least one token")
+    return tuple(inputs)
+
+
 def logit_lens(model, inputs: tuple, k: int = 5) -> LogitLens:
     """Each layer's residual stream (the embeddings, then after each block) put through the
     final norm and the unembedding, for a batch of one sequence.
@@ -139,6 +150,7 @@ def logit_lens(model, inputs: tuple, k: int = 5) -> LogitLens:
     Check: layer i's lens equals the model's own logits in a run whose last residual hook
     returns layer i's residual (read in that run), for every layer (REPLAY tolerance, relative
     to the largest logit)."""
+    inputs = _check_inputs(inputs, "inputs")
     _one_sequence(as_batch(inputs[0]), "the logit lens")
     un = unembedding(model)
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= un.W.shape[0]:
@@ -211,6 +223,7 @@ def direct_logit_attribution(model, inputs: tuple, token: int, position: int = -
     each MLP) equals the logit's change, with the final norm's scale frozen, in a run where
     the hooks remove that part alone and hold every sub-layer's output at its value in the
     unablated run (REPLAY tolerance x 10, relative to the largest of the logit and the parts)."""
+    inputs = _check_inputs(inputs, "inputs")
     _one_sequence(as_batch(inputs[0]), "direct logit attribution")
     un = unembedding(model)
     if not un.pre_norm:
@@ -333,6 +346,7 @@ def head_ablation(model, inputs: tuple, metric: Callable = loss_metric, mode: st
     unablated run), every other head unchanged; the table's entry for that head is that run's
     metric minus the baseline (REPLAY tolerance, relative to the activations' and the metric's
     scale)."""
+    inputs = _check_inputs(inputs, "inputs")
     if mode not in ("zero", "mean"):
         raise ConfigError(f"mode must be 'zero' or 'mean', got {mode!r}")
     if which not in ("all", "self", "cross"):
@@ -430,6 +444,8 @@ def activation_patching(model, clean: tuple, corrupt: tuple, metric: Callable) -
     patched cells and the corrupted run's everywhere else (both from runs of their own), each
     table entry is that run's fraction, and patching the stack's last residual stream (every
     position) recovers exactly 1 (REPLAY tolerance)."""
+    clean = _check_inputs(clean, "clean")
+    corrupt = _check_inputs(corrupt, "corrupt")
     a, b = [as_batch(x) for x in clean], [as_batch(x) for x in corrupt]
     if len(a) != len(b):
         raise DataError(f"clean and corrupted inputs differ in number: {len(a)} and {len(b)}")
@@ -618,6 +634,7 @@ def saliency(model, inputs: tuple, objective: Objective) -> Saliency:
     each token's embedding scaled by a random weight per token equal the weighted sum of
     gradient x input (FINITE_DIFFERENCE tolerance, relative to the gradient's norm times the
     direction's)."""
+    inputs = _check_inputs(inputs, "inputs")
     name = _embed_name(model)
     saved = [p.grad.copy() for p in model.parameters()]
     try:
@@ -653,6 +670,7 @@ def _saliency_check(model, inputs, objective, name, gradient, gxi) -> Check:
 def token_embeddings(model, inputs: tuple) -> np.ndarray:
     """The input embeddings saliency differentiates by (B, T, C) for `inputs`: an integrated-
     gradients baseline from a text (tokenized to the input's length)."""
+    inputs = _check_inputs(inputs, "inputs")
     name = _embed_name(model)
     _, cache = run_with_cache(model, *inputs, names=[name])
     return cache[name]
@@ -665,6 +683,7 @@ class _Stop(Exception):
 def mean_token_embedding(model, inputs: tuple, vocab_size: int) -> np.ndarray:
     """The mean of the input embeddings of every token id 0 .. vocab_size - 1 (C,), read at the
     embedding hook: rows of the input's length are run until the hook, then stopped."""
+    inputs = _check_inputs(inputs, "inputs")
     name = _embed_name(model)
     first = as_batch(inputs[0])
     T, rows = first.shape[1], []
@@ -714,6 +733,7 @@ def integrated_gradients(model, inputs: tuple, objective: Objective, steps: int 
     Check (completeness): the attributions sum to f(input) - f(baseline), both from eval-mode
     forwards of their own, within 1% of |f(input) - f(baseline)| (a quadrature error; the
     default 32 nodes measured 1e-13 on random GPT-2-shaped models and 9e-5 on MiniLM, docs/lens.md)."""
+    inputs = _check_inputs(inputs, "inputs")
     if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or not 1 <= steps <= MAX_STEPS:
         raise ConfigError(f"steps must be an integer in [1, {MAX_STEPS}], got {steps!r}")
     name = _embed_name(model)
@@ -875,6 +895,7 @@ def head_scores(model, inputs: tuple, ids: np.ndarray | None = None) -> HeadScor
     that pattern's score (previous-token, first-token, same-token, induction, diagonal,
     anti-diagonal) and 0 for a query-on-itself pattern's previous and same scores (read back
     through the hooks); and every attention row of the real run sums to 1 (REPLAY tolerance)."""
+    inputs = _check_inputs(inputs, "inputs")
     atts = attentions(model)
     names = [a[0] + ".pattern" for a in atts]
     _, cache = run_with_cache(model, *inputs, names=names)

@@ -40,7 +40,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from scratchformer.errors import HookError
+from scratchformer.errors import DTypeError, HookError
 from scratchformer.nn.hooks import HookPoint
 from scratchformer.nn.module import Module, eval_mode
 
@@ -105,9 +105,17 @@ def _known_order(name: str) -> tuple:
 
 def hook_points(model: Module) -> dict[str, HookPoint]:
     """Stable name -> HookPoint, in the order a forward meets them."""
+    check_model(model)
     known = _contract_names(model)
     points = {known.get(id(hp)) or _plain(path): hp for path, hp in model.named_modules() if isinstance(hp, HookPoint)}
     return dict(sorted(points.items(), key=lambda kv: _forward_order(kv[0])))
+
+
+def check_model(model) -> None:
+    """The lens studies scratchformer models: anything else is one typed error, not an
+    AttributeError from deep inside."""
+    if not isinstance(model, Module):
+        raise DTypeError(f"model must be a scratchformer model (a Module such as GPT), got {type(model).__name__}")
 
 
 def hook_names(model: Module) -> list[str]:
@@ -127,6 +135,8 @@ def resolve_names(model: Module, names) -> list[str]:
     """Expand `*` patterns; HookError naming the closest names for a name nothing matches."""
     known = hook_names(model)
     out: list[str] = []
+    if not isinstance(names, (str, list, tuple, set)):
+        raise HookError(f"names must be a hook name or a list of them, got {type(names).__name__}")
     for name in [names] if isinstance(names, str) else names:
         if not isinstance(name, str):
             raise HookError(f"hook names are strings, got {type(name).__name__}")
