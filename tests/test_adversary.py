@@ -428,7 +428,8 @@ def test_a_hf_config_with_a_bad_value_anywhere_is_a_typed_error(family, bad):
 
 
 @pytest.mark.parametrize("key,bad", [("tie_word_embeddings", "false"), ("layer_norm_epsilon", "1e-5"),
-                                     ("resid_pdrop", "0.1")])
+                                     ("resid_pdrop", "0.1"), ("scale_attn_by_inverse_layer_idx", "false"),
+                                     ("scale_attn_weights", "true"), ("add_cross_attention", 0)])
 def test_a_string_where_hf_config_wants_a_number_or_flag_is_refused_not_guessed(key, bad):
     from scratchformer.errors import ConfigError
     from scratchformer.interop.gpt2 import gpt2_config_from_hf

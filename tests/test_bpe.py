@@ -175,3 +175,15 @@ def test_sample_hf_bad_input_is_one_line(gpt2_dir, tmp_path):
     (tmp_path / "config.json").write_text("[1, 2]")
     with pytest.raises(CheckpointError):
         load_hf_causal_lm(tmp_path)
+
+
+def test_a_literal_end_of_text_in_a_text_is_text():
+    """Training text may hold the characters "<|endoftext|>" (a scraped page, a code comment):
+    they are encoded byte by byte like any other word, never as the end token, and come back in
+    the decoded text."""
+    tok = BPETokenizer.train(["the cat sat on the mat. " * 50 + "a literal <|endoftext|> here"], 300)
+    text = "before <|endoftext|> after"
+    ids = tok.encode(text, what="text")
+    assert tok.end_id not in ids.tolist()
+    assert tok.decode(ids) == text
+    assert tok.decode(np.concatenate([ids, [tok.end_id]])) == text  # the real end token: never printed

@@ -285,3 +285,13 @@ def test_export_of_a_bpe_run_trained_here(text_file, tmp_path):
     with eval_mode(job.model):
         ours, _ = job.model(ids)
     np.testing.assert_allclose(_hf_logits(tmp_path / "hf", ids), ours, rtol=1e-4, atol=1e-5)
+
+
+def test_samples_of_a_lines_run_are_one_per_line(bpe_names_run, capsys, monkeypatch):
+    """A byte-level BPE can emit a line break in a lines run (its items never hold one): each
+    sample still takes one output line, the break shown as \\n."""
+    from scratchformer.training.lm import LMJob
+
+    monkeypatch.setattr(LMJob, "samples", lambda self, n, rng, **kw: ["ab\ncd", "e\r\nf", "gh"][:n])
+    assert _run("sample", str(bpe_names_run), "-n", "3", "--seed", "1") == 0
+    assert capsys.readouterr().out.splitlines() == ["ab\\ncd", "e\\r\\nf", "gh"]

@@ -339,3 +339,32 @@ def test_every_model_family_records_its_probe(tmp_path, run_kind, model):
         assert att.shape[-1] == att.shape[-2] == len(tokens)
         np.testing.assert_allclose(att.sum(-1), 1, rtol=1e-5)
     assert (records[0]["probe"]["tokens"][0] == "[CLS]") == (run_kind == "majority")
+
+
+def test_a_fine_tuned_classifiers_padding_is_left_out_of_the_statistics(tmp_path):
+    """A batch of sentences is padded to its longest; the [PAD] positions' activations are
+    computed but mean nothing (the attention mask hides them): the record's statistics are
+    those of the real tokens alone."""
+    from tiny_bert import make_bert_dir, make_csv
+
+    from scratchformer.training.jobs import build_job
+    from scratchformer.training.sentence import SentenceClassifierJob
+
+    job, _ = build_job("finetune", {"max_length": 32}, {"max_steps": 1},
+                       {"path": str(make_csv(tmp_path / "t.csv", n=40)), "base": str(make_bert_dir(tmp_path / "b"))})
+    assert isinstance(job, SentenceClassifierJob)
+    diag = Diagnostics(job, interval=1, max_steps=1, seed=3, path=tmp_path / DIAG_FILE)
+    real = job.real_tokens(diag.probe_batch)
+    assert 0 < real.mean() < 1  # the probe batch holds padding
+    ff = diag.traced.block_parts(diag.traced.stacks()[diag.traced.main_prefix()][0]).feedforward
+    seen = []
+    ff.hook_pre.set_hooks("test", lambda h, _n: seen.append(np.array(h, np.float64)))
+    try:
+        job.model.eval()
+        job.model(*diag.probe_batch[:2])
+    finally:
+        ff.hook_pre.remove_hooks()
+    post = ff.activate(seen[0])[real]  # (real tokens, n_inner)
+    rec = diag.record(0, 0.0, None)
+    assert rec["layers"][0]["mean"] == pytest.approx(float(post.mean()), rel=1e-6)
+    assert abs(float(ff.activate(seen[0]).mean()) - float(post.mean())) > 1e-6  # the padding would change it

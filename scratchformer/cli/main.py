@@ -627,6 +627,8 @@ def cmd_sample(args) -> int:
     for i, text in enumerate(texts):
         if multiline:  # samples of continuous text hold newlines: a header line starts each one
             print(SAMPLE_HEADER.format(i=i + 1, n=len(texts)))
+        else:  # one sample per line: a line break the model made (a byte-level BPE can) is shown as \n
+            text = text.replace("\r", "\\r").replace("\n", "\\n")
         print(text + (SEEN_MARK if seen and seen[i] else ""))
     return 0
 

@@ -149,15 +149,23 @@ class BPETokenizer:
         return self._size
 
     def encode(self, text: str, what: str = "prompt") -> np.ndarray:
-        """str -> (n,) int64 ids (no special tokens added). `what` names the text in errors."""
+        """str -> (n,) int64 ids (no special tokens added, none read out of the text). `what`
+        names the text in errors."""
         if not isinstance(text, str):
             raise DataError(f"{what} must be a str, got {type(text).__name__}")
         if len(text) > CHECKED_CHARS:  # the library aborts the process when memory runs out
             check_bpe_fits(len(text.encode("utf-8", "surrogatepass")), what, f"give a shorter {what}")
+        # A literal "<|endoftext|>" in a text is text: encoded byte by byte like any other word,
+        # so it stays in the decoded text (the end token is only ever put in by id, never read
+        # out of the data). `encode_prompt` reads a prompt as transformers' tokenizer(prompt) does.
+        before = self._tok.encode_special_tokens
+        self._tok.encode_special_tokens = True
         try:
             ids = self._tok.encode(text, add_special_tokens=False).ids
         except Exception as e:  # e.g. a lone surrogate, which has no UTF-8 bytes
             raise DataError(f"{what} cannot be encoded: {str(e).splitlines()[0]}") from None
+        finally:
+            self._tok.encode_special_tokens = before
         return np.asarray(ids, dtype=np.int64)
 
     def decode(self, ids) -> str:

@@ -85,8 +85,11 @@ def gpt2_config_from_hf(hf: dict, dtype: str = "float32") -> GPTConfig:
         raise ConfigError(f"activation_function {act!r} is not supported (use one of {sorted(_ACT_FROM_HF)})")
     for flag, bad in (("scale_attn_by_inverse_layer_idx", True), ("reorder_and_upcast_attn", True),
                       ("add_cross_attention", True), ("scale_attn_weights", False)):
-        if bool(hf.get(flag, not bad)) == bad:
-            raise ConfigError(f"GPT-2 config {flag}={hf.get(flag)!r} is not supported")
+        value = hf.get(flag, not bad)
+        if not isinstance(value, bool):  # "false" is a true string: a flag is JSON true or false
+            raise ConfigError(f"GPT-2 config {flag}={value!r} must be true or false")
+        if value == bad:
+            raise ConfigError(f"GPT-2 config {flag}={value!r} is not supported")
     missing = [k for k in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head") if k not in hf]
     if missing:
         raise ConfigError(f"GPT-2 config.json lacks {missing}")

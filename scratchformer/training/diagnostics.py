@@ -356,8 +356,16 @@ class Diagnostics:
             model.train(was_training)
             for p, g in grads:
                 p.grad[...] = g
-        return ([np.concatenate(p) if p else np.zeros((0, 1)) for p in pres],
-                [np.concatenate([g.reshape(-1) for g in c]) if c else np.zeros(0) for c in caught])
+        # positions the job says hold no token (a fine-tuned classifier's [PAD]s, which its
+        # attention mask hides) are left out: their activations are computed but mean nothing
+        real = getattr(self.job, "real_tokens", lambda batch: None)(self.probe_batch)  # (B, T) bool or None
+        keep = None if real is None else np.asarray(real, bool).reshape(-1)
+
+        def real_rows(a: np.ndarray) -> np.ndarray:  # (B * T, width) -> the rows of real tokens
+            return a[keep] if keep is not None and a.shape[0] == keep.size else a
+        return ([real_rows(np.concatenate(p)) if p else np.zeros((0, 1)) for p in pres],
+                [np.concatenate([real_rows(g.reshape(-1, g.shape[-1])).reshape(-1) for g in c]) if c
+                 else np.zeros(0) for c in caught])
 
     def _job_measures(self) -> dict:
         """What the job measures of its own task (the induction job's progress measures,

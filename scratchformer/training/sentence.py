@@ -224,6 +224,12 @@ class SentenceClassifierJob:
         train = self.split("train")
         return train.batch(rng.integers(0, len(train), size=batch_size))
 
+    @staticmethod
+    def real_tokens(batch) -> np.ndarray:
+        """(B, T) bool: the positions of a batch that hold a token, not [PAD] (the attention
+        mask); the diagnostics leave the others out of their statistics."""
+        return np.asarray(batch[1]).astype(bool)
+
     def forward_backward(self, batch, runner=None) -> tuple[float, int]:
         """One batch, forward and backward, through `runner` (the trainer's DataParallel: each
         process takes a slice of the rows, all trimmed to the batch's longest text) or the model."""
