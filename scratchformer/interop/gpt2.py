@@ -87,7 +87,7 @@ def gpt2_config_from_hf(hf: dict, dtype: str = "float32") -> GPTConfig:
                       ("add_cross_attention", True), ("scale_attn_weights", False)):
         value = hf.get(flag, not bad)
         if not isinstance(value, bool):  # "false" is a true string: a flag is JSON true or false
-            raise ConfigError(f"GPT-2 config {flag}={value!r} must be true or false")
+            raise ConfigError(f"GPT-2 config.json's {flag} must be true or false, got {value!r}")
         if value == bad:
             raise ConfigError(f"GPT-2 config {flag}={value!r} is not supported")
     missing = [k for k in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head") if k not in hf]
