@@ -45,7 +45,7 @@ from scratchformer.limits import check_model_fits
 from scratchformer.models import GPT, GPTConfig
 from scratchformer.nn import eval_mode
 from scratchformer.ops.loss import IGNORE_INDEX
-from scratchformer.training.lm import LMJob
+from scratchformer.training.lm import LMJob, gpt_from_checkpoint
 
 PROBE_SEQUENCES = 64  # held-out sequences the progress measures are taken on
 INDUCTION_HEAD = 0.5  # prefix-matching score above which a head counts as an induction head
@@ -93,10 +93,7 @@ class InductionJob(LMJob):
         if data is not None:
             raise ConfigError("--data applies to language models on a file: the induction task generates its data "
                               "from the recorded seed")
-        config = GPTConfig.from_dict(ck.config["model"])
-        check_model_fits(config, GPT, training=False)
-        model = GPT(config)
-        model.load_state_dict(ck.model_state)
+        model = gpt_from_checkpoint(ck)
         return cls(model, dict(ck.config["data"]))
 
     @property

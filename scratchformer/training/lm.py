@@ -62,6 +62,16 @@ def _read_data(run_kind: str, data: dict, tokenizer) -> tuple:
 EXAMPLE_NAME = "emma"  # `viz`'s input for a names-like run when none is given: names.txt's first line
 
 
+def gpt_from_checkpoint(ck) -> GPT:
+    """The GPT of a read checkpoint: its config checked (`from_dict`: unknown fields are a
+    ConfigError) and its memory estimated before the weights are built and loaded."""
+    config = GPTConfig.from_dict(ck.config["model"])
+    check_model_fits(config, GPT, training=False)
+    model = GPT(config)
+    model.load_state_dict(ck.model_state)
+    return model
+
+
 class LMJob:
     kind, config_class, model_class = "gpt", GPTConfig, GPT
     eval_batch_size = 64  # sequences per forward when evaluating a whole split
@@ -111,10 +121,7 @@ class LMJob:
     def from_checkpoint(cls, ck, data: str | Path | None = None, allow_changed_data: bool = False) -> LMJob:
         """The job of an already-read checkpoint; `data` replaces the recorded data file path
         (checked: a file whose sha256 differs from the recorded one needs allow_changed_data)."""
-        config = GPTConfig.from_dict(ck.config["model"])  # from_dict: unknown fields are a ConfigError
-        check_model_fits(config, GPT, training=False)
-        model = GPT(config)
-        model.load_state_dict(ck.model_state)
+        model = gpt_from_checkpoint(ck)
         spec = dict(ck.config["data"])
         if data is not None:  # checked now: a resume that finds nothing to do must still refuse it
             spec["path"] = str(resolve_data(data).resolve())

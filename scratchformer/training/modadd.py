@@ -33,6 +33,7 @@ from scratchformer.limits import check_model_fits
 from scratchformer.models import GPT, GPTConfig
 from scratchformer.nn import eval_mode
 from scratchformer.ops.loss import IGNORE_INDEX
+from scratchformer.training.lm import gpt_from_checkpoint
 
 N_KEY = 5  # key frequencies: the paper finds 5 for p = 113 (k = 14, 35, 41, 42, 52 in its run)
 EVAL_ROWS = 4096  # pairs per forward when evaluating
@@ -130,10 +131,7 @@ class ModAddJob:
         if data is not None:
             raise ConfigError("--data applies to language models only: the modadd task generates its pairs from the "
                               "recorded seed")
-        config = GPTConfig.from_dict(ck.config["model"])
-        check_model_fits(config, GPT, training=False)
-        model = GPT(config)
-        model.load_state_dict(ck.model_state)
+        model = gpt_from_checkpoint(ck)
         return cls(ck.config["task"], model, ck.config["data"])
 
     def config_dict(self) -> dict:
