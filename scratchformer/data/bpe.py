@@ -148,9 +148,11 @@ class BPETokenizer:
         """Number of ids: the largest id + 1 (the rows a model's embedding needs)."""
         return self._size
 
-    def encode(self, text: str, what: str = "prompt") -> np.ndarray:
-        """str -> (n,) int64 ids (no special tokens added, none read out of the text). `what`
-        names the text in errors."""
+    def encode(self, text: str, what: str = "prompt", specials_as_text: bool = True) -> np.ndarray:
+        """str -> (n,) int64 ids (no special tokens added). `what` names the text in errors.
+        specials_as_text: a special token's text inside `text` ("<|endoftext|>") is encoded as
+        text (the data's default); False reads it as that token, as transformers' tokenizer(text)
+        does (`encode_prompt`, for a Hugging Face model's prompt)."""
         if not isinstance(text, str):
             raise DataError(f"{what} must be a str, got {type(text).__name__}")
         if len(text) > CHECKED_CHARS:  # the library aborts the process when memory runs out
@@ -159,7 +161,7 @@ class BPETokenizer:
         # so it stays in the decoded text (the end token is only ever put in by id, never read
         # out of the data). `encode_prompt` reads a prompt as transformers' tokenizer(prompt) does.
         before = self._tok.encode_special_tokens
-        self._tok.encode_special_tokens = True
+        self._tok.encode_special_tokens = specials_as_text
         try:
             ids = self._tok.encode(text, add_special_tokens=False).ids
         except Exception as e:  # e.g. a lone surrogate, which has no UTF-8 bytes
@@ -183,7 +185,7 @@ class BPETokenizer:
         as transformers' tokenizer(text) adds them, then the text's ids. A text that already
         starts with those tokens (written out, such as "<s>Hello") does not get them twice.
         Tokens a post-processor appends (an end token) are left off: the text goes on."""
-        ids = self.encode(text, what=what).tolist()
+        ids = self.encode(text, what=what, specials_as_text=False).tolist()
         with_special = self._tok.encode(text, add_special_tokens=True)
         start = []
         for i, seq in zip(with_special.ids, with_special.sequence_ids):
