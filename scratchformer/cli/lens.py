@@ -182,7 +182,7 @@ def _run_report(job, args) -> dict:
     objective = lens.logit_objective(-1, target)
     sal = lens.saliency(model, inputs, objective)
     ig = lens.integrated_gradients(model, inputs, objective, steps=args.steps,
-                                   baseline=_baseline(job, args, model, kind, ids, inputs))
+                                   baseline=_baseline(job, args, model, ids, inputs))
     report["saliency"] = {"of": f"logit of {target_label!r} at the last position",
                           "baseline": f"the embeddings of {args.baseline_text!r}" if args.baseline_text is not None
                           else {"zero": "zero embeddings", "mean": "the mean token embedding"}[
@@ -233,7 +233,7 @@ def _baseline_kind(args, model) -> str:
     return "zero" if model.position_table() is not None else "mean"
 
 
-def _baseline(job, args, model, kind, ids, inputs):
+def _baseline(job, args, model, ids, inputs):
     """Integrated gradients' start: None (zero embeddings), the mean token embedding, or a text's."""
     from scratchformer import lens
 
@@ -243,9 +243,8 @@ def _baseline(job, args, model, kind, ids, inputs):
             raise DataError(f"--baseline-text gives {bids.shape[1]} tokens and --text {ids.shape[1]}: the baseline "
                             "needs the same number")
         return lens.token_embeddings(model, (bids,) + inputs[1:])
-    if _baseline_kind(args, model) == "mean":
-        c = model.config
-        return lens.mean_token_embedding(model, inputs, c.src_vocab_size if kind == "seq2seq" else c.vocab_size)
+    if _baseline_kind(args, model) == "mean":  # over the vocabulary of the stack the input enters
+        return lens.mean_token_embedding(model, inputs, model.token_table(model.main_prefix()).shape[0])
     return None
 
 

@@ -368,8 +368,9 @@ class Diagnostics:
                  else np.zeros(0) for c in caught])
 
     def _job_measures(self) -> dict:
-        """What the job measures of its own task (the induction job's progress measures,
-        training/induction.py), as extra keys of the record; {} for jobs without any."""
+        """What the job measures of its own task (`progress_measures()`: the induction job's
+        flat keys, training/induction.py; the modadd job's one "modadd" key, training/modadd.py),
+        as extra keys of the record; {} for jobs without any."""
         measure = getattr(self.job, "progress_measures", None)
         return measure() if measure is not None else {}
 
