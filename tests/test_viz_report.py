@@ -258,3 +258,35 @@ def test_the_step_slider_replays_the_training_diagnostics(tmp_path):
         np.testing.assert_allclose(first, expected(records[0]), rtol=2e-2, atol=2e-3)  # step 0: the initialisation
         assert first != last, "another step, the same numbers"
         assert all(a != b for a, b in zip(canvases(page), last_pixels)), "another step, the same histograms"
+
+
+def test_hover_shows_the_stored_weight_of_the_cell_under_the_mouse(tmp_path):
+    """TEST-GAPS rows 5-6: the page decodes each stored weight (q / 255) and indexes (query,
+    key) in the order the tab stores them. On the cross tab (4 targets x 5 sources, not square)
+    every cell the mouse finds must show the model's own weight to the 3 decimals printed."""
+    from scratchformer.viz import trace as T
+
+    model, src, tgt = tiny_seq2seq(), np.array([3, 4, 5, 6, 7]), np.array([1, 7, 6, 5])
+    path = viz.report(model, tmp_path, src, tgt_ids=tgt, only=[])[-1]
+    cross = T.attention_maps(model, src, tgt)["cross"][0, 0]  # (4 targets, 5 sources), layer 0 head 0
+    with opened(path) as page:
+        page.click("#sf-tabs button >> text=cross")
+        page.select_option("#sf-layer", "0")
+        page.select_option("#sf-head", "0")
+        box = page.locator("#sf-matrix").bounding_box()
+        seen = {}
+        for y in range(0, int(box["height"]), 8):
+            for x in range(0, int(box["width"]), 8):
+                page.mouse.move(box["x"] + x, box["y"] + y)
+                text = page.inner_text("#sf-hover")
+                if "\u2192" in text:
+                    pair, value = text.rsplit(": ", 1)
+                    seen[pair] = float(value)
+        tab = next(t for t in page_data(path.read_text(encoding="utf-8"))["tabs"] if t["name"] == "cross")
+        queries, keys = tab["queries"], tab["keys"]  # the labels the page prints, in stored order
+        assert len(set(queries)) == len(queries) and len(set(keys)) == len(keys)
+        assert len(seen) == cross.size, sorted(seen)  # every cell found, each with its own labels
+        for pair, value in seen.items():
+            q, k = (s.strip() for s in pair.split("\u2192"))
+            want = cross[queries.index(q), keys.index(k)]
+            assert abs(value - want) <= 0.5 / 255 + 0.0005, (pair, value, want)  # uint8 + 3 decimals
