@@ -47,7 +47,7 @@ Sections:
   AdamW over every parameter): scratchformer's BertClassifier as `scratchformer finetune` runs
   it (DataParallel over `--workers` processes with train_outputs=False, the allocator tuned)
   against transformers' BertModel with the same head and torch.optim.AdamW, the loop of
-  tests/test_finetune.py. Reports tokens/s, forward+backward / optimiser ms, peak RSS summed
+  tests/training/test_finetune.py. Reports tokens/s, forward+backward / optimiser ms, peak RSS summed
   over the processes and peak PSS (shared pages once, read every 10 ms over two extra steps).
 - initfrom: one training step of a pretrained GPT-2 (`train --init-from`'s model: a random
   distilgpt2-shaped checkpoint, 6 layers, 768 wide, GPT-2's 50,257-token vocabulary, written by

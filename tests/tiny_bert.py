@@ -1,5 +1,5 @@
 """A tiny random BERT directory saved by transformers, and a small labelled CSV, for the
-fine-tuning command's tests (tests/test_finetune_cli.py, tests/test_bad_inputs.py)."""
+fine-tuning command's tests (tests/cli/test_finetune_cli.py, tests/cli/test_bad_inputs.py)."""
 
 import csv
 from pathlib import Path

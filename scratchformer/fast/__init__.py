@@ -1,6 +1,6 @@
 """The fast lane: faster forms of a few ops and of AdamW, each equal to its reference in `ops/`
 or `optim/` (bit for bit where the arithmetic is the same, within float32 rounding otherwise;
-tests/test_speedups.py proves each pair equal).
+tests/ops/test_fast_lane.py proves each pair equal).
 
 The reference is the code a reader checks against the paper: `ops/attention.py` is
 scores -> mask -> softmax -> weights @ v, a sum is `x.sum(-1, keepdims=True)`, AdamW is the

@@ -1,7 +1,7 @@
 """Experiments on a model's insides, each returning arrays and a `Check`: a one-line statement
 that the analysis's result agrees with a second computation that takes another path through
 the model (its own forward, read back through the hooks, or finite differences), with the
-measured error and the tolerance. Each check is proven able to fail: tests/test_lens_planted.py
+measured error and the tolerance. Each check is proven able to fail: tests/lens/test_lens_planted.py
 plants a bug of each kind in each analysis and watches its check fail.
 
 `inputs` is the tuple the model's forward takes: ``(ids,)`` or ``(ids, targets)`` for a GPT,

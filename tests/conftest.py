@@ -1,0 +1,36 @@
+"""Fixtures shared by the test folders, and the test helpers' folder on the import path.
+
+Tests live in one folder per unit they test (tests/ops, tests/nn, tests/models, ... as the
+package's layers, docs/architecture.md); the helpers beside this file (tiny_bert.py,
+model_state.py, json_edits.py, torch_ablation.py) are imported by name from any of them.
+"""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from scratchformer import fast  # noqa: E402
+
+
+@pytest.fixture(params=["fast", "reference"])
+def lane(request):
+    """Runs the test once in each lane (docs/performance.md): the fast variants, then the
+    reference formulas alone. Files where every test runs in both lanes say
+    `pytestmark = pytest.mark.usefixtures("lane")`."""
+    with fast.reference(request.param == "reference"):
+        yield request.param
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """PyTorch on one thread for a module whose comparisons are tiny: its thread pool costs
+    more than the arithmetic, and the float64 references need no speed."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

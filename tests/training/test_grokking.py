@@ -1,0 +1,179 @@
+"""Grokking modular addition (Nanda et al. 2023): normalization="none" (nn/layers.py NoNorm),
+the modadd task (data/tasks.py, training/modadd.py) and its progress measures.
+
+NoNorm is gradchecked inside a whole GPT in float64 in both lanes (bar 5e-8, as
+tests/nn/test_layers_gradcheck.py); the model contract reports no final norm and the lens
+attributes logits without one; the Fourier decomposition of the logits sums back exactly and
+a planted error is caught; the CLI trains, resumes and evaluates a tiny modadd run.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from scratchformer import fast
+from scratchformer.cli.main import main
+from scratchformer.data.tasks import make_split, modadd_split
+from scratchformer.errors import ConfigError
+from scratchformer.gradcheck import numerical_gradient, relative_error
+from scratchformer.lens import direct_logit_attribution
+from scratchformer.models import GPT, GPTConfig
+from scratchformer.nn import NoNorm
+from scratchformer.ops import IGNORE_INDEX
+from scratchformer.training import modadd
+
+GRAD_TOL = 5e-8
+NONE = dict(vocab_size=8, block_size=3, n_layer=1, n_head=2, n_embd=8, n_inner=16, activation="relu",
+            normalization="none", tie_weights=False)
+
+
+def test_no_norm_gpt_gradcheck_float64(lane):
+    m = GPT(GPTConfig(**NONE, dtype="float64"), seed=0)
+    assert isinstance(m.ln_f, NoNorm) and isinstance(m.h[0].attn_norm, NoNorm)
+    rng = np.random.default_rng(0)
+    for p in m.parameters():
+        p.data[...] = rng.normal(0, 0.5, p.shape)
+    idx = rng.integers(0, 8, (4, 3))
+    tgt = np.full((4, 3), IGNORE_INDEX)
+    tgt[:, -1] = rng.integers(0, 8, 4)  # the loss on the last position only, as modadd's
+    m.zero_grad()
+    m(idx, tgt)
+    m.backward()
+    errors = {name: relative_error(p.grad, numerical_gradient(lambda: m(idx, tgt)[1], p.data))
+              for name, p in m.named_parameters()}
+    worst = max(errors, key=errors.get)
+    assert errors[worst] <= GRAD_TOL, f"{lane}: {worst}: {errors[worst]:.2e}"
+
+
+def test_no_norm_contract_params_and_lens():
+    m = GPT(GPTConfig(**NONE), seed=0)
+    assert GPT.param_count(m.config) == m.num_parameters()
+    assert not any("norm" in n or "ln_f" in n for n, _ in m.named_parameters())
+    assert m.final_norm() is None and m.final_norm_kind() is None
+    ids = np.array([[1, 2, 7]])
+    dla = direct_logit_attribution(m, (ids,), token=3)
+    assert dla.check.ok and dla.check.error < 1e-5
+    with_norm = GPT(GPTConfig(**{**NONE, "normalization": "layernorm"}), seed=0)
+    assert with_norm.num_parameters() - m.num_parameters() == 3 * 2 * 8  # 3 LayerNorms, weight and bias
+    with pytest.raises(ConfigError, match="normalization"):
+        GPTConfig(**{**NONE, "normalization": "batchnorm"})
+
+
+def test_modadd_split_covers_every_pair_once_and_is_seeded():
+    tr, te = modadd_split(7, 0.3, seed=1)
+    assert len(tr) == 15 and len(tr) + len(te) == 49
+    pairs = {tuple(r[:2]) for r in np.concatenate([tr.x, te.x])}
+    assert len(pairs) == 49 and set(np.concatenate([tr.x, te.x])[:, 2]) == {7}
+    assert np.array_equal(np.concatenate([tr.y, te.y]), np.concatenate([tr.x, te.x])[:, :2].sum(1) % 7)
+    tr2, _ = modadd_split(7, 0.3, seed=1)
+    tr3, _ = modadd_split(7, 0.3, seed=2)
+    assert np.array_equal(tr.x, tr2.x) and not np.array_equal(tr.x, tr3.x)
+    for bad in ((8, 0.3), (7, 1.0), (7, 0.0)):
+        with pytest.raises(ConfigError):
+            modadd_split(*bad, seed=0)
+    train, test = make_split("modadd", 50, 20, seed=0)  # the registry's generic draw keeps them apart
+    assert not {tuple(r) for r in train.x} & {tuple(r) for r in test.x}
+
+
+def test_targets_ignore_all_but_the_last_position():
+    tr, _ = modadd_split(7, 0.5, seed=0)
+    t = modadd.targets_of(tr)
+    assert (t[:, :2] == IGNORE_INDEX).all() and np.array_equal(t[:, 2], tr.y)
+    m = GPT(GPTConfig(**{**NONE, "dtype": "float64"}), seed=0)
+    logits, loss = m(tr.x % 8, t)
+    z = logits[:, -1] - logits[:, -1].max(1, keepdims=True)
+    manual = -(z[np.arange(len(t)), t[:, 2]] - np.log(np.exp(z).sum(1))).mean()
+    assert abs(loss - manual) < 1e-12 and m.loss_count() == len(t)
+
+
+def test_fourier_decomposition_sums_back_and_a_planted_error_is_caught():
+    rng = np.random.default_rng(0)
+    p = 11
+    F = modadd.fourier_basis(p)
+    assert np.abs(F @ F.T - np.eye(p)).max() < 1e-12
+    logits = rng.normal(size=(p, p, p + 1))
+    coef = modadd.fourier_decompose(logits)
+    assert np.abs(modadd.fourier_recompose(coef) - logits).max() < 1e-12
+    coef[3, 4, 0] += 1e-6  # a lost component shows in the check
+    assert np.abs(modadd.fourier_recompose(coef) - logits).max() > 1e-7
+    # a pure cos(w_3 (a + b)) logit pattern is all key component, and has frequency 3 alone
+    s = np.add.outer(np.arange(p), np.arange(p))
+    pattern = np.cos(2 * np.pi * 3 * s / p)[:, :, None] * np.ones(p + 1)
+    assert np.abs(modadd.key_components(pattern, [3]) - pattern).max() < 1e-12
+    assert np.abs(modadd.key_components(pattern, [2, 4])).max() < 1e-12
+    table = np.stack([np.cos(2 * np.pi * 2 * np.arange(p) / p), np.sin(2 * np.pi * 5 * np.arange(p) / p)], 1)
+    norms = modadd.frequency_norms(table)
+    assert norms.shape == ((p - 1) // 2,) and set(np.flatnonzero(norms > 1e-9) + 1) == {2, 5}
+
+
+def test_progress_measures_of_a_model():
+    from scratchformer.data.tasks import ClassificationData  # noqa: F401
+
+    p = 7
+    tr, te = modadd_split(p, 0.5, seed=0)
+    m = GPT(GPTConfig(**{**NONE, "vocab_size": p + 1}), seed=0)
+    out = modadd.progress_measures(m, p, {"train": tr, "test": te})
+    assert out["fourier_check"] < 1e-12 and len(out["freq_norms"]) == 3 and len(out["key_freqs"]) == 3
+    weights = np.sqrt(sum(float((q.data.astype(np.float64) ** 2).sum()) for q in m.parameters()))
+    assert abs(out["weight_norm"] - weights) < 1e-9
+    assert 0 <= out["test_accuracy"] <= 1 and out["restricted_loss"] > 0 and out["excluded_loss"] > 0
+
+
+def test_cli_trains_resumes_and_evaluates_modadd(tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["train", "--task", "modadd", "--modulus", "7", "--n-embd", "16", "--max-steps", "4",
+            "--eval-interval", "2", "--diag-interval", "2", "--workers", "1", "--no-progress", "--out", str(out)]
+    assert main(args) == 0
+    config = json.loads((out / "last" / "config.json").read_text())
+    assert config["kind"] == "modadd" and config["data"]["modulus"] == 7
+    assert config["model"]["normalization"] == "none" and config["model"]["vocab_size"] == 8
+    rows = [json.loads(line) for line in (out / "diagnostics.jsonl").read_text().splitlines()[1:]]
+    assert [r["step"] for r in rows] == [0, 2, 4] and rows[-1]["modadd"]["fourier_check"] < 1e-9  # 0: the init
+    assert main(["train", "--resume", "--max-steps", "6", "--out", str(out), "--no-progress"]) == 0
+    rows = [json.loads(line) for line in (out / "diagnostics.jsonl").read_text().splitlines()[1:]]
+    assert [r["step"] for r in rows] == [0, 2, 4, 6]
+    capsys.readouterr()
+    assert main(["eval", str(out)]) == 0
+    assert "accuracy" in capsys.readouterr().out
+    assert main(["predict", str(out), "3 5"]) == 0
+    assert int(capsys.readouterr().out.strip()) in range(8)
+    for bad in (["--modulus", "8"], ["--train-fraction", "1.5"]):
+        assert _exit_code(["train", "--task", "modadd", *bad, "--out", str(tmp_path / "x")]) == 2
+    assert _exit_code(["train", "--task", "copy", "--modulus", "7", "--out", str(tmp_path / "y")]) == 2
+    assert "--modulus applies to --task modadd only" in capsys.readouterr().err
+
+
+def _exit_code(args) -> int:
+    try:
+        return main(args)
+    except SystemExit as e:  # argparse's refusals
+        return e.code
+
+
+def _records(p, steps, test_loss, train_loss, excluded):
+    norms = [1.0] * ((p - 1) // 2)
+    return [{"step": s, "modadd": {"train_loss": a, "test_loss": t, "train_accuracy": 1.0,
+                                   "test_accuracy": 1.0 if t < 0.05 else 0.0, "restricted_loss": 1.0,
+                                   "excluded_loss": e, "weight_norm": 1.0, "fourier_check": 1e-14,
+                                   "freq_norms": norms, "key_freqs": [1, 2]}}
+            for s, t, a, e in zip(steps, test_loss, train_loss, excluded)]
+
+
+def test_grokking_summary_reads_the_steps_from_the_data(tmp_path):
+    from scratchformer.errors import DataError
+    from scratchformer.viz.grokking import grokking_figure, grokking_summary
+
+    recs = _records(7, [0, 100, 200, 300, 400], [5, 20, 8, 0.5, 0.005], [4, 0.01, 0.01, 0.01, 0.001],
+                    [4, 0.01, 3.0, 0.2, 0.1])
+    s = grokking_summary(recs)
+    assert (s["train_below_0.04"], s["test_below_1"], s["test_below_0.01"], s["grokked_step"]) == (100, 300, 400, 400)
+    assert (s["test_peak"], s["test_peak_step"], s["excluded_rose_first"]) == (20, 100, True)
+    flat = _records(7, [0, 100, 200, 300], [5, 20, 8, 0.5], [4, 0.01, 0.01, 0.01], [4, 0.01, 0.01, 0.01])
+    assert grokking_summary(flat)["excluded_rose_first"] is False
+    fig = grokking_figure(recs, tmp_path / "g.png")
+    assert "step 300" in fig.axes[0].get_title() and (tmp_path / "g.png").stat().st_size > 5000
+    with pytest.raises(DataError, match="modadd"):
+        grokking_summary([{"step": 1}])
