@@ -49,7 +49,7 @@ import numpy as np
 
 from scratchformer.errors import ConfigError, DataError
 from scratchformer.exercises.catalogue import EXERCISES, MISSING_BATCH_SUM, Case, Exercise
-from scratchformer.gradcheck import relative_error
+from scratchformer.gradcheck import numerical_gradient, relative_error
 
 SOLUTIONS = Path(__file__).resolve().parent / "solutions"
 BEGIN, END = "        # BEGIN SOLUTION\n", "        # END SOLUTION\n"
@@ -230,24 +230,10 @@ def finite_differences(cls: type, case: Case, upstream=None) -> dict[str, np.nda
     grads = {}
     for name, a in zip(_input_names(cls), inputs):
         if _is_float(a):
-            grads["d" + name] = _numerical(loss, a)
+            grads["d" + name] = numerical_gradient(loss, a, FD_EPS)
     for name, p in _parameters(obj):
-        grads[f"{name}.grad"] = _numerical(loss, p.data)
+        grads[f"{name}.grad"] = numerical_gradient(loss, p.data, FD_EPS)
     return grads
-
-
-def _numerical(loss, a: np.ndarray) -> np.ndarray:
-    grad = np.zeros(a.shape)
-    flat, gflat = a.reshape(-1), grad.reshape(-1)
-    for i in range(flat.size):
-        orig = flat[i]
-        flat[i] = orig + FD_EPS
-        plus = loss()
-        flat[i] = orig - FD_EPS
-        minus = loss()
-        flat[i] = orig
-        gflat[i] = (plus - minus) / (2 * FD_EPS)
-    return grad
 
 
 def _is_float(a) -> bool:
