@@ -48,7 +48,7 @@ def add_parser(sub) -> None:
 
 
 def cmd_exercise(args) -> int:
-    from scratchformer.exercises import check, list_exercises, stub_source
+    from scratchformer.exercises import EXERCISES, check, list_exercises, stub_source
     from scratchformer.exercises.catalogue import HINTS
     from scratchformer.exercises.progress import PROGRESS_FILE, passed, record_pass
 
@@ -90,7 +90,7 @@ def cmd_exercise(args) -> int:
     if out.exists():
         raise CLIError(f"{out} exists (your work?): pass --out ANOTHER.py, or --check {out} to grade it")
     _write_atomic(out, stub_source(args.name, str(out)))
-    print(f"wrote {out}: write the backward, then run: scratchformer exercise {args.name} --check {out}")
+    print(f"wrote {out}: {EXERCISES[args.name].todo}, then run: scratchformer exercise {args.name} --check {out}")
     return 0
 
 

@@ -46,11 +46,27 @@ class Case:
 
 @dataclass(frozen=True)
 class Exercise:
+    """kind "backward": a layer's backward, graded by finite differences on `cases`. Any other
+    kind names the module of this package that grades the exercise: its `grade(answer,
+    progress) -> Verdict` is given the object the learner's file defines under `class_name`."""
+
     name: str
     title: str  # one line, for the list
-    class_name: str  # the class the learner's file defines
+    class_name: str  # the class (or function, or value) the learner's file defines
     cases: tuple[Case, ...]  # graded in this order; the first is the one the stub's docstring shows
     mistakes: tuple[Mistake, ...]
+    kind: str = "backward"
+    todo: str = "write the backward"  # what the stub's NotImplementedError says
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a grader module (an exercise of another kind than "backward") found: right or
+    not, the one line that says so, and the likely cause where the grader itself sees it."""
+
+    right: bool
+    text: str
+    cause: str | None = None
 
 
 MISSING_BATCH_SUM = "a missing sum over the batch: a parameter's gradient sums over every row (all batch and time positions)"
@@ -381,6 +397,24 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in [
                 "unmasked scores, so future keys get gradient"),
         Mistake("w * (dw - (dw * w).sum(axis=-1, keepdims=True))", "w * (1 - w) * dw", DIAGONAL_ONLY),
     )),
+    Exercise("bpe_merge", "one BPE merge step: count the pairs, merge the most frequent", "merge_step", (), (
+        Mistake("counts[pair] = counts.get(pair, 0) + n", "counts[pair] = counts.get(pair, 0) + 1",
+                "each word is counted once: a word that occurs n times in the text adds n to each of its pairs"),
+        Mistake("for pair in zip(word, word[1:]):", "for pair in set(zip(word, word[1:])):",
+                "a pair is counted once per word: a pair that occurs twice in a word (\"aaaa\", \"tattoo\") "
+                "counts twice"),
+        Mistake("pair = max(counts, key=counts.get)", "pair = min(counts, key=counts.get)",
+                "the least frequent pair is merged: BPE merges the most frequent"),
+        Mistake("                i += 2  # the pair is used up", "                i += 1  # the pair is used up",
+                "a symbol is used in two merges: after merging a pair the scan goes on past both its symbols, "
+                "so with (a, a) \"aaaa\" becomes (aa, aa), not (aa, aa, aa, a)"),
+        Mistake("new_words[tuple(out)] = new_words.get(tuple(out), 0) + n",
+                "new_words[tuple(out)] = 1",
+                "the words' counts are lost: each new word keeps the count of the word it came from"),
+        Mistake("pair = max(counts, key=counts.get)", "pair = max(counts)",
+                "max(counts) picks the largest pair in alphabetical order: pick by count, "
+                "max(counts, key=counts.get)"),
+    ), kind="bpe", todo="write merge_step"),
 ]}
 
 # A first hint per exercise, before the likely cause (`scratchformer exercise NAME --hint`): where
@@ -408,6 +442,9 @@ HINTS: dict[str, str] = {
     "swiglu": "split dy's way back into the two halves: y = silu(gate) * up is a product, and silu(g) = "
               "g * sigmoid(g) is a product too",
     "rope": "each plane (x1[i], x2[i]) is rotated by a 2 x 2 matrix R; the backward of y = R x is dx = R^T dy",
+    "bpe_merge": "two loops over the words: one adds each word's count to every adjacent pair it holds; "
+                 "the other rebuilds each word left to right, taking two symbols at a time where the pair "
+                 "starts and one elsewhere",
     "gqa": "do attention's backward with the repeated keys and values first; then undo np.repeat: each "
            "key/value head was used by several query heads",
 }
