@@ -415,6 +415,11 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in [
                 "max(counts) picks the largest pair in alphabetical order: pick by count, "
                 "max(counts, key=counts.get)"),
     ), kind="bpe", todo="write merge_step"),
+    Exercise("induction_head", "find the induction head of a trained 2-layer model", "find_induction_head", (), (
+        Mistake("(cache[name] * target[:, None])", "(cache[name].swapaxes(-1, -2) * target[:, None])",
+                "the pattern is read as [key, query]: lens's pattern is (B, H, T_query, T_key), row i the "
+                "attention of query i over the keys, and a causal head's row i is zero past column i"),
+    ), kind="induction", todo="write find_induction_head"),
 ]}
 
 # A first hint per exercise, before the likely cause (`scratchformer exercise NAME --hint`): where
@@ -445,6 +450,8 @@ HINTS: dict[str, str] = {
     "bpe_merge": "two loops over the words: one adds each word's count to every adjacent pair it holds; "
                  "the other rebuilds each word left to right, taking two symbols at a time where the pair "
                  "starts and one elsewhere",
+    "induction_head": "on the second copy, an induction head at a token attends to the position just after that "
+                      "token's first occurrence: score each head's pattern by the attention it puts there",
     "gqa": "do attention's backward with the repeated keys and values first; then undo np.repeat: each "
            "key/value head was used by several query heads",
 }
