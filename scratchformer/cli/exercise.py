@@ -90,7 +90,12 @@ def cmd_exercise(args) -> int:
     if out.exists():
         raise CLIError(f"{out} exists (your work?): pass --out ANOTHER.py, or --check {out} to grade it")
     _write_atomic(out, stub_source(args.name, str(out)))
+    from scratchformer.exercises.grading import setup
+
+    made = setup(args.name, out)  # what the exercise needs beside the stub (diagnose_runs: its runs)
     print(f"wrote {out}: {EXERCISES[args.name].todo}, then run: scratchformer exercise {args.name} --check {out}")
+    if made:
+        print(made)
     return 0
 
 

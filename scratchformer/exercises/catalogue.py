@@ -420,6 +420,11 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in [
                 "the pattern is read as [key, query]: lens's pattern is (B, H, T_query, T_key), row i the "
                 "attention of query i over the keys, and a causal head's row i is zero past column i"),
     ), kind="induction", todo="write find_induction_head"),
+    Exercise("diagnose_runs", "diagnose four recorded runs, each with one planted fault", "diagnose", (), (
+        Mistake('"b": "lr_too_high", "c": "init_too_large"', '"b": "init_too_large", "c": "lr_too_high"',
+                "init_too_large shows as the first loss, far above -log(1/vocab), with every gradient large from "
+                "step 0; run b's records do not: look at the other readings"),
+    ), kind="diagnose", todo="write diagnose"),
 ]}
 
 # A first hint per exercise, before the likely cause (`scratchformer exercise NAME --hint`): where
@@ -452,6 +457,9 @@ HINTS: dict[str, str] = {
                  "starts and one elsewhere",
     "induction_head": "on the second copy, an induction head at a token attends to the position just after that "
                       "token's first occurrence: score each head's pattern by the attention it puts there",
+    "diagnose_runs": "compare the runs with each other at step 0 and over the run: the first loss (log.jsonl) "
+                     "against -log(1/27), the dead fraction and the gradient reaching each layer's hidden units "
+                     "(figures diag_activation_gradients and diag_saturation), the update:data ratios (diag_update_ratio)",
     "gqa": "do attention's backward with the repeated keys and values first; then undo np.repeat: each "
            "key/value head was used by several query heads",
 }

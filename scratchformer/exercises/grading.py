@@ -616,6 +616,14 @@ def _wrong(ex: Exercise, k: int, finding: Finding, o: Outcome, names, ref_cls, f
 
 
 # -- the exercises of other kinds: a grader module's verdict ---------------------------------------
+def setup(name: str, stub: Path) -> str | None:
+    """Make what the exercise needs beside its stub (its grader module's `setup`), and say what."""
+    ex = exercise(name)
+    if ex.kind == "backward" or not hasattr(_grader(ex), "setup"):
+        return None
+    return _grader(ex).setup(Path(stub))
+
+
 def _grader(ex: Exercise):
     return importlib.import_module(f"scratchformer.exercises.{ex.kind}")
 
