@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from scratchformer.exercises.catalogue import Verdict
+from scratchformer.exercises.catalogue import BPE_ACROSS, BPE_OVERLAP, Verdict
 
 MERGES = 8
 TEXT = ("low then sat potato aaaa that cat wider wider banana tattoo lower cat bandana aaaa lower then that "
@@ -63,6 +63,21 @@ def merged(words: dict, pair: tuple[str, str]) -> dict:
     return dict(out)
 
 
+def _letters(words: dict) -> int:
+    return sum(len("".join(w)) * n for w, n in words.items() if isinstance(w, tuple))
+
+
+def _cause(before: dict, right: dict, got: dict) -> str | None:
+    """What the learner's new words show: letters doubled (a symbol in two merges), or the
+    same letters cut into other symbols than any merge of the pair gives (a string replace)."""
+    if _letters(got) > _letters(right):
+        return BPE_OVERLAP
+    joined = {"".join(w) for w in got if isinstance(w, tuple)}
+    if set(got) != set(right) and joined == {"".join(w) for w in right} and len(got) == len(right):
+        return BPE_ACROSS
+    return None
+
+
 def _times(n: int) -> str:
     return "once" if n == 1 else f"{n} times"
 
@@ -93,7 +108,8 @@ def grade(merge_step, progress) -> Verdict:
                                   f"the most frequent pair ({_times(counts[want])})")
         right = merged(words, want)
         if new_words != right:
-            return Verdict(False, f"merge {k} of {want!r}: " + _first_difference(words, want, right, new_words))
+            return Verdict(False, f"merge {k} of {want!r}: " + _first_difference(words, want, right, new_words),
+                           _cause(words, right, new_words))
         words = right
     return Verdict(True, f"your {MERGES} merges are the trainer's ({', '.join(map(repr, expected))}), "
                          f"each with the words it makes, on a text of {sum(text_words().values())} words")
@@ -109,7 +125,8 @@ def _first_difference(before: dict, pair: tuple[str, str], right: dict, got: dic
             return f"the word {_show(new)} occurs {_times(right[new])} in the text; yours says {got[new]}"
         same = [w for w in got if "".join(w) == "".join(new)]
         if same:
-            return f"the word {_show(word)} becomes {_show(new)}; yours has {_show(same[0])}"
+            becomes = "stays" if new == word else f"becomes {_show(new)}"
+            return f"the word {_show(word)} {becomes}; yours has {_show(same[0])}"
         return f"the word {_show(word)} becomes {_show(new)} ({_times(right[new])}); new_words lacks it"
     extra = sorted(set(got) - set(right), key=str)
     return f"new_words holds {_show(extra[0])}, which is no word of the text" if extra else "new_words differs"

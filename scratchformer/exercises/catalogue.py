@@ -70,6 +70,10 @@ class Verdict:
 
 
 MISSING_BATCH_SUM = "a missing sum over the batch: a parameter's gradient sums over every row (all batch and time positions)"
+BPE_OVERLAP = ("a symbol is used in two merges: after merging a pair the scan goes on past both its symbols, so "
+               "with (a, a) \"aaaa\" becomes (aa, aa), with no symbol counted twice")
+BPE_ACROSS = ("a merge across symbols: a string replace of \"a b\" in the space-joined word also matches where one "
+              "symbol ends in a and the next starts with b; compare the symbols as a tuple, pair by pair")
 UNMASKED_SOFTMAX = ("np.exp(self.scores - self.scores.max(axis=-1, keepdims=True)) / "
                     "np.exp(self.scores - self.scores.max(axis=-1, keepdims=True)).sum(axis=-1, keepdims=True)")
 DIAGONAL_ONLY = ("only the softmax Jacobian's diagonal y_i (1 - y_i) is used: the off-diagonal terms -y_i y_k tie "
@@ -406,8 +410,7 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in [
         Mistake("pair = max(counts, key=counts.get)", "pair = min(counts, key=counts.get)",
                 "the least frequent pair is merged: BPE merges the most frequent"),
         Mistake("                i += 2  # the pair is used up", "                i += 1  # the pair is used up",
-                "a symbol is used in two merges: after merging a pair the scan goes on past both its symbols, "
-                "so with (a, a) \"aaaa\" becomes (aa, aa), not (aa, aa, aa, a)"),
+                BPE_OVERLAP),
         Mistake("new_words[tuple(out)] = new_words.get(tuple(out), 0) + n",
                 "new_words[tuple(out)] = 1",
                 "the words' counts are lost: each new word keeps the count of the word it came from"),
