@@ -43,6 +43,7 @@ SKIP = [  # (a regular expression a command matches, why it is not run here)
     (r"--positional|--activation", "another names architecture: a full training of minutes"),
     (r"--out out/quick", "a second names training like `scratchformer train` here (each about 5 s at TINY "
                          "settings, most of it drawing the loss curve)"),
+    (r"exercise diagnose_runs$", "trains four small runs (10-20 s); tests/test_exercises_more.py runs this command"),
     (r"^scratchformer viz", "draws figures: 8-40 s each even on a tiny run; tests/test_viz_cli.py runs viz on "
                             "tiny runs (a GPT with --all, the toy tasks, --bert)"),
 ]

@@ -10,8 +10,8 @@ one:
     vanishing_gradient   one layer's gradient vanishes
     init_too_large       the initialisation is far too large
 
-Read their diagnostics (`scratchformer viz diagnose_runs/a` draws a run's figures, the
-diagnostics among them; `scratchformer.training.diagnostics.read_records(path)` reads
+Read their diagnostics (`scratchformer viz diagnose_runs/a --all` draws a run's figures, the
+diagnostics among them: diag_*.png; `scratchformer.training.diagnostics.read_records(path)` reads
 diagnose_runs/a/diagnostics.jsonl, and log.jsonl has the loss) and write `diagnose()`: return
 {"a": FAULT, "b": FAULT, "c": FAULT, "d": FAULT}, each FAULT one of the four names above.
 """
