@@ -22,7 +22,11 @@ sum(out * R); a number output gets R = 0.7). It is right when, on every case,
     differences of the given forward (relative error at most TOLERANCE, as
     `scratchformer.gradcheck` measures it),
   - and a second backward ADDS into .grad (starting from a non-zero .grad).
-When it is wrong, the first wrong element of the first failing case is named, and the cause is
+An exercise of another kind (`Exercise.kind`: "bpe", "diagnose", "induction") is graded by the
+module of that name (`grade(answer, progress) -> Verdict`, run in the same child); a known
+mistake that gets the same verdict names the cause, where the grader itself names none.
+
+When a backward is wrong, the first wrong element of the first failing case is named, and the cause is
 looked up: each known mistake of the exercise (`catalogue.py`, edits of the reference solution)
 is run on that case, and one that fails exactly as the learner's did names the cause; else a
 file right on an earlier case and wrong on a later one depends on the shape; else generic
