@@ -15,8 +15,6 @@ import re
 import shlex
 from pathlib import Path
 
-import pytest
-
 from scratchformer.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 from scratchformer.cli.main import main
-from scratchformer.exercises import EXERCISES, check, solution_source
-from scratchformer.exercises import bpe, diagnose, induction
+from scratchformer.exercises import EXERCISES, bpe, check, diagnose, induction, solution_source
 
 
 def _write(tmp_path, name, source):
@@ -157,7 +156,8 @@ def test_the_runs_are_made_once_and_graded(runs, tmp_path):
     assert "diagnose_runs/" in diagnose.setup(runs.parent / "x.py")  # already there: kept
     assert (runs / "a" / "diagnostics.jsonl").stat().st_mtime_ns == stamp
     assert check("diagnose_runs", _write(tmp_path, "d", solution_source("diagnose_runs"))).passed
-    wrong = "def diagnose():\n    return {'a': 'dead_relu', 'b': 'lr_too_high', 'c': 'init_too_large', 'd': 'dead_relu'}\n"
+    wrong = ("def diagnose():\n"
+             "    return {'a': 'dead_relu', 'b': 'lr_too_high', 'c': 'init_too_large', 'd': 'dead_relu'}\n")
     grade = check("diagnose_runs", _write(tmp_path, "w", wrong))
     assert grade.report().startswith("wrong: diagnose_runs: run a: not dead_relu") and "fraction of dead" in grade.cause
 

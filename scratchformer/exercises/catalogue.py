@@ -462,7 +462,8 @@ HINTS: dict[str, str] = {
                       "token's first occurrence: score each head's pattern by the attention it puts there",
     "diagnose_runs": "compare the runs with each other at step 0 and over the run: the first loss (log.jsonl) "
                      "against -log(1/27), the dead fraction and the gradient reaching each layer's hidden units "
-                     "(figures diag_activation_gradients and diag_saturation), the update:data ratios (diag_update_ratio)",
+                     "(figures diag_activation_gradients and diag_saturation), the update:data ratios "
+                     "(diag_update_ratio)",
     "gqa": "do attention's backward with the repeated keys and values first; then undo np.repeat: each "
            "key/value head was used by several query heads",
 }

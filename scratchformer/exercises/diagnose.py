@@ -5,7 +5,8 @@ each with one planted fault, and the learner names each run's fault.
 feed-forwards, 40 steps of 16 names, a diagnostics record every 4 steps and at step 0; about 2 s
 each on a core) into directory/a .. directory/d; `scratchformer exercise diagnose_runs` makes
 them beside the stub. Each is an ordinary run directory: `scratchformer viz DIR --all` draws
-its figures (diag_*.png: the diagnostics) and `training.diagnostics.read_records(DIR / "diagnostics.jsonl")` reads its records.
+its figures (diag_*.png: the diagnostics) and
+`training.diagnostics.read_records(DIR / "diagnostics.jsonl")` reads its records.
 The faults, and the records that show them (makemore part 3's readings):
 
     lr_too_high         lr 1.0: the update:data ratios sit near 10^-1 (the guide is ~10^-3),
@@ -71,7 +72,8 @@ def setup(stub: Path) -> str:
     runs = stub.parent / RUNS_DIR
     if not all((runs / name / "diagnostics.jsonl").is_file() for name in RUNS):
         make_runs(runs)
-    return f"the runs to diagnose are in {runs}/ (a, b, c, d): scratchformer viz {runs}/a --all draws one's figures, the diagnostics among them"
+    return (f"the runs to diagnose are in {runs}/ (a, b, c, d): scratchformer viz {runs}/a --all draws one's "
+            "figures, the diagnostics among them")
 
 
 def grade(diagnose, progress) -> Verdict:

@@ -9,10 +9,11 @@ zeroes each head's output in turn (lens.run_with_hooks on `blocks.L.attn.head_ou
 of the loss on the repeated targets is what the head does for induction. The learner's
 `find_induction_head(model, tokens)` must answer a head whose ablation raises that loss by at
 least MOST of what the best head's does, among the heads of the layers after the first: a
-first-layer head sees each token alone (an induction head needs what an earlier head wrote,
-the previous token), and zeroing the previous-token head the induction head reads raises the
-loss most of all (3x the induction head's on this model), so it is refused with that cause. It is asked twice: of the model, and of the same model
-with the heads of every layer given in another order (the same function, the rows of W_q,
+first-layer head reads only the tokens and their positions (an induction head needs what an
+earlier head wrote, the previous token), and zeroing the previous-token head the induction
+head reads raises the loss most of all (3x the induction head's on this model), so it is
+refused with that cause. It is asked twice: of the model, and of the same model with the
+heads of every layer given in another order (the same function, the rows of W_q,
 W_k, W_v and the columns of W_O permuted), so an answer written in, not found, fails one.
 """
 
@@ -134,9 +135,10 @@ def grade(find_induction_head, progress) -> Verdict:
         answers.append(got)
         rise, top = table[got], table[best]
         if got[0] == 0:
-            return Verdict(False, f"{what}: head {got} is in the first layer, which sees each token alone: an "
-                                  "induction head needs an earlier head's output (zeroing it raises the repeated "
-                                  f"half's loss by {rise:.3f}, head {best} of a later layer by {top:.3f})",
+            return Verdict(False, f"{what}: head {got} is in the first layer, which reads only the tokens and "
+                                  "their positions: an induction head needs an earlier head's output (zeroing it "
+                                  f"raises the repeated half's loss by {rise:.3f}, head {best} of a later layer by "
+                                  f"{top:.3f})",
                            _cause(m, tokens, got, table))
         if rise < MOST * top:
             return Verdict(False, f"{what}: zeroing head {got} raises the repeated half's loss by {rise:.3f}; "
