@@ -16,6 +16,7 @@ import shlex
 from pathlib import Path
 
 from scratchformer.cli.main import main
+from scratchformer.exercises import solution_source
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
@@ -97,10 +98,10 @@ def test_every_command_is_run_or_skipped_with_a_reason():
         assert any(re.search(pattern, c) for d, c in COMMANDS if d not in SKIP_DOCS), (pattern, why)
 
 
-def test_the_docs_commands_run(tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
+def _walk(commands, capsys) -> list[str]:
+    """Run each command not skipped, once, in order, in the current folder; the failures."""
     done, failed = set(), []
-    for doc, command in COMMANDS:
+    for doc, command in commands:
         if why_skipped(doc, command) is not None or command in done:
             continue
         done.add(command)
@@ -112,5 +113,22 @@ def test_the_docs_commands_run(tmp_path, monkeypatch, capsys):
         out = capsys.readouterr()
         if code != _exit_code(argv):
             failed.append(f"{doc}: {command} -> exit {code}: {out.err.strip()[-300:]}")
+    return failed
+
+
+def test_the_docs_commands_run(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    failed = _walk(COMMANDS, capsys)
     assert not failed, "\n".join(failed)
     assert (tmp_path / "out" / "names").is_dir() and (tmp_path / "attn.py").is_file()
+
+
+def test_a_command_that_fails_is_reported(tmp_path, monkeypatch, capsys):
+    # a run the docs name but nothing made, a flag that does not exist, a stub graded right
+    monkeypatch.chdir(tmp_path)
+    planted = [("x.md", "scratchformer eval out/nowhere --json"), ("x.md", "scratchformer sample --no-such-flag"),
+               ("x.md", "scratchformer exercise gelu --check gelu.py")]
+    (tmp_path / "gelu.py").write_text(solution_source("gelu"))
+    failed = _walk(planted, capsys)
+    assert [f.split(" -> ")[0] for f in failed] == [f"x.md: {c}" for _, c in planted]
+    assert "exit 0" in failed[2]  # graded right where the docs say the untouched stub is wrong
