@@ -63,6 +63,12 @@ def merged(words: dict, pair: tuple[str, str]) -> dict:
     return dict(out)
 
 
+def _word_and_count(word, n) -> bool:
+    """A tuple of str, and an int count."""
+    return (isinstance(word, tuple) and all(isinstance(s, str) for s in word)
+            and isinstance(n, int) and not isinstance(n, bool))
+
+
 def _letters(words: dict) -> int:
     return sum(len("".join(w)) * n for w, n in words.items() if isinstance(w, tuple))
 
@@ -101,6 +107,13 @@ def grade(merge_step, progress) -> Verdict:
                                   "it must return (pair, new_words), new_words a dict", None)
         pair, new_words = result
         pair = tuple(pair) if isinstance(pair, (tuple, list)) else pair
+        if not (isinstance(pair, tuple) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
+            return Verdict(False, f"merge {k}: merge_step returned the pair {pair!r}; it must be a tuple of two "
+                                  "symbols (str), as they appear in the words")
+        bad = next((w for w, n in new_words.items() if not _word_and_count(w, n)), None)
+        if bad is not None:
+            return Verdict(False, f"merge {k}: new_words maps {bad!r} to {new_words[bad]!r}; it must map each word, a "
+                                  "tuple of symbols (str), to its count (int)")
         counts = pair_counts(words)
         if pair != want:
             theirs = f" (it occurs {_times(counts[pair])})" if pair in counts else " (no word holds it)"

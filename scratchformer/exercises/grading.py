@@ -78,8 +78,9 @@ def solution_source(name: str) -> str:
 
 
 def stub_source(name: str, path: str = "FILE") -> str:
-    """The file a learner starts from: the solution with the backward's body taken out
-    (`path`: where it will be, for the command that checks it)."""
+    """The file a learner starts from: the solution with the part between its BEGIN SOLUTION and
+    END SOLUTION markers (the backward's body, or the function's) taken out (`path`: where it
+    will be, for the command that checks it)."""
     source, ex = solution_source(name), exercise(name)
     m = SOLUTION_BLOCK.search(source)
     pad = m.group(1)
@@ -638,10 +639,12 @@ def _verdict(ex: Exercise, answer, filename: str, progress: Callable[[str], None
         with _quiet_numpy():
             return _grader(ex).grade(answer, progress)
     except BaseException as e:  # noqa: BLE001 - the learner's code: whatever it raised is the finding
-        message = _message(e)
+        message, where = _message(e), _where(e, filename)
+        if not where:  # raised by the grader on what the learner's code returned
+            return Verdict(False, f"what your {ex.class_name} returned cannot be graded: {message}", None)
         cause = (f"{ex.class_name} is not written yet" if message.startswith("NotImplementedError")
                  else _exception_cause(message))
-        return Verdict(False, f"your {ex.class_name} raised {message}{_where(e, filename)}", cause)
+        return Verdict(False, f"your {ex.class_name} raised {message}{where}", cause)
 
 
 def _grade_other(ex: Exercise, path, progress: Callable[[str], None]) -> Grade:
