@@ -11,6 +11,7 @@ so that counting each word once, or each pair once per word, picks another pair 
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 
 from scratchformer.exercises.catalogue import BPE_ACROSS, BPE_OVERLAP, Verdict
@@ -30,12 +31,18 @@ def text_words(text: str = TEXT) -> dict[tuple[str, ...], int]:
     return dict(Counter(tuple(piece) for piece, _ in pre.pre_tokenize_str(text)))
 
 
+@functools.lru_cache(maxsize=4)
 def trainer_merges(text: str = TEXT, merges: int = MERGES) -> list[tuple[str, str]]:
-    """The library's trainer's first `merges` merges on `text`, in order."""
+    """The library's trainer's first `merges` merges on `text`, in order (once per process)."""
     from scratchformer.data.bpe import MIN_VOCAB, BPETokenizer
 
     listed = BPETokenizer.train([text], MIN_VOCAB + merges).to_json()["hf"]["model"]["merges"]
     return [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in listed]
+
+
+def prepare() -> None:
+    """Train before the child that grades starts (it inherits the merges)."""
+    trainer_merges()
 
 
 def pair_counts(words: dict) -> Counter:
@@ -95,7 +102,7 @@ def _show(word) -> str:
 def grade(merge_step, progress) -> Verdict:
     """Apply the learner's `merge_step` MERGES times; the first step that differs is the finding."""
     progress("the trainer's merges")
-    expected = trainer_merges()
+    expected = list(trainer_merges())
     words = text_words()
     for k, want in enumerate(expected, 1):
         progress(f"your merge_step, merge {k}")

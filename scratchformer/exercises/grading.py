@@ -688,6 +688,8 @@ def check(name: str, path: str | Path, *, time_limit: float = TIME_LIMIT, memory
         raise _missing_file(path, ex)
     if ex.kind == "backward":
         _reference(ex)  # here, before the child starts: it inherits the cache, or computes its own
+    elif hasattr(_grader(ex), "prepare"):
+        _grader(ex).prepare()  # likewise: the trainer's merges, the ablations
     return run_isolated(name, path, time_limit, memory_limit)
 
 

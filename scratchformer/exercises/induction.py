@@ -19,6 +19,7 @@ W_k, W_v and the columns of W_O permuted), so an answer written in, not found, f
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -117,19 +118,35 @@ def _answer(find, model, tokens, what: str):
     return layer, head
 
 
-def grade(find_induction_head, progress) -> Verdict:
+@functools.lru_cache(maxsize=1)
+def _prepared() -> tuple[np.ndarray, int, list[tuple[str, object, np.ndarray]]]:
+    """The probe tokens, the repeat count and, for the model and its head-reordered copy, the
+    ablation table (computed once per process)."""
     model, data = load_model()
     tokens = probe_tokens(data)
     order = list(range(model.config.n_head))[::-1]
+    models = (("the model", model), ("the model with its heads reordered", permuted_heads(model, order)))
+    return tokens, data["repeats"], [(what, m, ablations(m, tokens, data["repeats"])) for what, m in models]
+
+
+def prepare() -> None:
+    """Compute the ablations before the child that grades starts (it inherits them, as the
+    backward exercises' finite differences)."""
+    _prepared()
+
+
+def grade(find_induction_head, progress) -> Verdict:
+    import copy
+
+    progress("the ablations of the model")
+    tokens, _, cases = _prepared()
     shown, answers = [], []
-    for what, m in (("the model", model), ("the model with its heads reordered", permuted_heads(model, order))):
-        progress(f"the ablations of {what}")
-        table = ablations(m, tokens, data["repeats"])
+    for what, m, table in cases:
         later = table[1:]
         best = np.unravel_index(int(np.argmax(later)), later.shape)
         best = (int(best[0]) + 1, int(best[1]))
         progress(f"your find_induction_head on {what}")
-        got = _answer(find_induction_head, m, tokens, what)
+        got = _answer(find_induction_head, copy.deepcopy(m), tokens, what)  # a copy: the learner's to change
         if isinstance(got, Verdict):
             return got
         answers.append(got)
