@@ -1,4 +1,5 @@
-"""`scratchformer exercise`: graded exercises, write a layer's backward and have it checked.
+"""`scratchformer exercise`: graded exercises, write a layer's backward (or a BPE merge step, a
+diagnosis of recorded runs, an induction-head finder) and have it checked.
 
     scratchformer exercise                          # list them, the passed ones marked
     scratchformer exercise NAME [--out FILE]        # write the stub (default: NAME.py)
@@ -27,7 +28,7 @@ def add_parser(sub) -> None:
     from scratchformer.exercises.grading import MEMORY_LIMIT, TIME_LIMIT
 
     e = sub.add_parser(
-        "exercise", help="graded exercises: write a layer's backward, have it checked",
+        "exercise", help="graded exercises: write a layer's backward (and three more), have it checked",
         description="Graded exercises. Without NAME: the list. With NAME: write a stub file whose forward is "
                     "given and whose backward is yours to write; then --check FILE grades it by finite "
                     "differences (float64, on inputs of several shapes) and the layer contract (returned shapes and "
@@ -36,7 +37,9 @@ def add_parser(sub) -> None:
                     "Exit codes of --check: "
                     "0 right, 1 wrong, 2 bad input (a missing file, a file that does not load). A right --check is "
                     "recorded in .scratchformer-exercises.json in the current directory; the list marks the "
-                    "exercises passed there.")
+                    "exercises passed there. Three exercises are not a backward: bpe_merge (one BPE merge step, "
+                    "graded against the library's trainer), diagnose_runs (its stub comes with four recorded runs to "
+                    "diagnose) and induction_head (graded by ablation); docs/exercises.md.")
     e.add_argument("name", nargs="?", choices=list(EXERCISES), metavar="NAME",
                    help=f"one of: {', '.join(EXERCISES)} (default: list them)")
     what = e.add_mutually_exclusive_group()
@@ -48,7 +51,7 @@ def add_parser(sub) -> None:
 
 
 def cmd_exercise(args) -> int:
-    from scratchformer.exercises import check, list_exercises, stub_source
+    from scratchformer.exercises import EXERCISES, check, list_exercises, stub_source
     from scratchformer.exercises.catalogue import HINTS
     from scratchformer.exercises.progress import PROGRESS_FILE, passed, record_pass
 
@@ -90,7 +93,12 @@ def cmd_exercise(args) -> int:
     if out.exists():
         raise CLIError(f"{out} exists (your work?): pass --out ANOTHER.py, or --check {out} to grade it")
     _write_atomic(out, stub_source(args.name, str(out)))
-    print(f"wrote {out}: write the backward, then run: scratchformer exercise {args.name} --check {out}")
+    from scratchformer.exercises.grading import setup
+
+    made = setup(args.name, out)  # what the exercise needs beside the stub (diagnose_runs: its runs)
+    print(f"wrote {out}: {EXERCISES[args.name].todo}, then run: scratchformer exercise {args.name} --check {out}")
+    if made:
+        print(made)
     return 0
 
 

@@ -46,14 +46,34 @@ class Case:
 
 @dataclass(frozen=True)
 class Exercise:
+    """kind "backward": a layer's backward, graded by finite differences on `cases`. Any other
+    kind names the module of this package that grades the exercise: its `grade(answer,
+    progress) -> Verdict` is given the object the learner's file defines under `class_name`."""
+
     name: str
     title: str  # one line, for the list
-    class_name: str  # the class the learner's file defines
+    class_name: str  # the class (or function, or value) the learner's file defines
     cases: tuple[Case, ...]  # graded in this order; the first is the one the stub's docstring shows
     mistakes: tuple[Mistake, ...]
+    kind: str = "backward"
+    todo: str = "write the backward"  # what the stub's NotImplementedError says
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a grader module (an exercise of another kind than "backward") found: right or
+    not, the one line that says so, and the likely cause where the grader itself sees it."""
+
+    right: bool
+    text: str
+    cause: str | None = None
 
 
 MISSING_BATCH_SUM = "a missing sum over the batch: a parameter's gradient sums over every row (all batch and time positions)"
+BPE_OVERLAP = ("a symbol is used in two merges: after merging a pair the scan goes on past both its symbols, so "
+               "with (a, a) \"aaaa\" becomes (aa, aa), with no symbol counted twice")
+BPE_ACROSS = ("a merge across symbols: a string replace of \"a b\" in the space-joined word also matches where one "
+              "symbol ends in a and the next starts with b; compare the symbols as a tuple, pair by pair")
 UNMASKED_SOFTMAX = ("np.exp(self.scores - self.scores.max(axis=-1, keepdims=True)) / "
                     "np.exp(self.scores - self.scores.max(axis=-1, keepdims=True)).sum(axis=-1, keepdims=True)")
 DIAGONAL_ONLY = ("only the softmax Jacobian's diagonal y_i (1 - y_i) is used: the off-diagonal terms -y_i y_k tie "
@@ -381,6 +401,33 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in [
                 "unmasked scores, so future keys get gradient"),
         Mistake("w * (dw - (dw * w).sum(axis=-1, keepdims=True))", "w * (1 - w) * dw", DIAGONAL_ONLY),
     )),
+    Exercise("bpe_merge", "one BPE merge step: count the pairs, merge the most frequent", "merge_step", (), (
+        Mistake("counts[pair] = counts.get(pair, 0) + n", "counts[pair] = counts.get(pair, 0) + 1",
+                "each word is counted once: a word that occurs n times in the text adds n to each of its pairs"),
+        Mistake("for pair in zip(word, word[1:]):", "for pair in set(zip(word, word[1:])):",
+                "a pair is counted once per word: a pair that occurs twice in a word (\"aaaa\", \"tattoo\") "
+                "counts twice"),
+        Mistake("pair = max(counts, key=counts.get)", "pair = min(counts, key=counts.get)",
+                "the least frequent pair is merged: BPE merges the most frequent"),
+        Mistake("                i += 2  # the pair is used up", "                i += 1  # the pair is used up",
+                BPE_OVERLAP),
+        Mistake("new_words[tuple(out)] = new_words.get(tuple(out), 0) + n",
+                "new_words[tuple(out)] = 1",
+                "the words' counts are lost: each new word keeps the count of the word it came from"),
+        Mistake("pair = max(counts, key=counts.get)", "pair = max(counts)",
+                "max(counts) picks the largest pair in alphabetical order: pick by count, "
+                "max(counts, key=counts.get)"),
+    ), kind="bpe", todo="write merge_step"),
+    Exercise("induction_head", "find the induction head of a trained 2-layer model", "find_induction_head", (), (
+        Mistake("(cache[name] * target[:, None])", "(cache[name].swapaxes(-1, -2) * target[:, None])",
+                "the pattern is read as [key, query]: lens's pattern is (B, H, T_query, T_key), row i the "
+                "attention of query i over the keys, and a causal head's row i is zero past column i"),
+    ), kind="induction", todo="write find_induction_head"),
+    Exercise("diagnose_runs", "diagnose four recorded runs, each with one planted fault", "diagnose", (), (
+        Mistake('"b": "lr_too_high", "c": "init_too_large"', '"b": "init_too_large", "c": "lr_too_high"',
+                "init_too_large shows as the first loss, far above -log(1/vocab), with every gradient large from "
+                "step 0; run b's records do not: look at the other readings"),
+    ), kind="diagnose", todo="write diagnose"),
 ]}
 
 # A first hint per exercise, before the likely cause (`scratchformer exercise NAME --hint`): where
@@ -408,6 +455,15 @@ HINTS: dict[str, str] = {
     "swiglu": "split dy's way back into the two halves: y = silu(gate) * up is a product, and silu(g) = "
               "g * sigmoid(g) is a product too",
     "rope": "each plane (x1[i], x2[i]) is rotated by a 2 x 2 matrix R; the backward of y = R x is dx = R^T dy",
+    "bpe_merge": "two loops over the words: one adds each word's count to every adjacent pair it holds; "
+                 "the other rebuilds each word left to right, taking two symbols at a time where the pair "
+                 "starts and one elsewhere",
+    "induction_head": "on the second copy, an induction head at a token attends to the position just after that "
+                      "token's first occurrence: score each head's pattern by the attention it puts there",
+    "diagnose_runs": "compare the runs with each other at step 0 and over the run: the first loss (log.jsonl) "
+                     "against -log(1/27), the dead fraction and the gradient reaching each layer's hidden units "
+                     "(figures diag_activation_gradients and diag_saturation), the update:data ratios "
+                     "(diag_update_ratio)",
     "gqa": "do attention's backward with the repeated keys and values first; then undo np.repeat: each "
            "key/value head was used by several query heads",
 }

@@ -22,7 +22,11 @@ sum(out * R); a number output gets R = 0.7). It is right when, on every case,
     differences of the given forward (relative error at most TOLERANCE, as
     `scratchformer.gradcheck` measures it),
   - and a second backward ADDS into .grad (starting from a non-zero .grad).
-When it is wrong, the first wrong element of the first failing case is named, and the cause is
+An exercise of another kind (`Exercise.kind`: "bpe", "diagnose", "induction") is graded by the
+module of that name (`grade(answer, progress) -> Verdict`, run in the same child); a known
+mistake that gets the same verdict names the cause, where the grader itself names none.
+
+When a backward is wrong, the first wrong element of the first failing case is named, and the cause is
 looked up: each known mistake of the exercise (`catalogue.py`, edits of the reference solution)
 is run on that case, and one that fails exactly as the learner's did names the cause; else a
 file right on an earlier case and wrong on a later one depends on the shape; else generic
@@ -48,11 +52,11 @@ from pathlib import Path
 import numpy as np
 
 from scratchformer.errors import ConfigError, DataError
-from scratchformer.exercises.catalogue import EXERCISES, MISSING_BATCH_SUM, Case, Exercise
-from scratchformer.gradcheck import relative_error
+from scratchformer.exercises.catalogue import EXERCISES, MISSING_BATCH_SUM, Case, Exercise, Verdict
+from scratchformer.gradcheck import numerical_gradient, relative_error
 
 SOLUTIONS = Path(__file__).resolve().parent / "solutions"
-BEGIN, END = "        # BEGIN SOLUTION\n", "        # END SOLUTION\n"
+SOLUTION_BLOCK = re.compile(r"^( *)# BEGIN SOLUTION\n.*?^\1# END SOLUTION\n", re.S | re.M)  # the stub's hole
 TOLERANCE = 1e-6  # float64 central differences (eps 1e-6) agree to 1e-8 on these sizes
 FD_EPS = 1e-6
 SCALAR_UPSTREAM = 0.7  # dloss for a forward that returns a number (not 1, so a missing factor shows)
@@ -74,15 +78,16 @@ def solution_source(name: str) -> str:
 
 
 def stub_source(name: str, path: str = "FILE") -> str:
-    """The file a learner starts from: the solution with the backward's body taken out
-    (`path`: where it will be, for the command that checks it)."""
-    source = solution_source(name)
-    head, rest = source.split(BEGIN)
-    _, tail = rest.split(END)
-    todo = (f"        # your code here; then: scratchformer exercise {name} --check {path}\n"
-            f"        # (stuck? scratchformer exercise {name} --hint)\n"
-            f"        raise NotImplementedError(\"write the backward\")\n")
-    return head + todo + tail
+    """The file a learner starts from: the solution with the part between its BEGIN SOLUTION and
+    END SOLUTION markers (the backward's body, or the function's) taken out (`path`: where it
+    will be, for the command that checks it)."""
+    source, ex = solution_source(name), exercise(name)
+    m = SOLUTION_BLOCK.search(source)
+    pad = m.group(1)
+    todo = (f"{pad}# your code here; then: scratchformer exercise {name} --check {path}\n"
+            f"{pad}# (stuck? scratchformer exercise {name} --hint)\n"
+            f"{pad}raise NotImplementedError(\"{ex.todo}\")\n")
+    return source[:m.start()] + todo + source[m.end():]
 
 
 def _class_from_source(source: str, class_name: str, filename: str) -> type:
@@ -99,6 +104,14 @@ def _missing_file(path: Path, ex: Exercise) -> DataError:
 def load_class(path: str | Path, ex: Exercise) -> type:
     """The class the exercise asks for, from the learner's file imported by its path (their own
     code: run it in the child, `check` does)."""
+    cls = load_answer(path, ex)
+    if not isinstance(cls, type):
+        raise DataError(f"{path} defines no class {ex.class_name}: keep the stub's class name")
+    return cls
+
+
+def load_answer(path: str | Path, ex: Exercise):
+    """What the learner's file defines under the stub's name (`ex.class_name`)."""
     path, class_name = Path(path), ex.class_name
     if not path.is_file():
         raise _missing_file(path, ex)
@@ -110,10 +123,10 @@ def load_class(path: str | Path, ex: Exercise) -> type:
         raise DataError(f"{path}, line {e.lineno}: syntax error: {e.msg}") from None
     except BaseException as e:  # noqa: BLE001 - the learner's module-level code, exit() included: one line
         raise DataError(f"{path} does not load: {_message(e)}{_where(e, module.__file__)}") from None
-    cls = getattr(module, class_name, None)
-    if not isinstance(cls, type):
-        raise DataError(f"{path} defines no class {class_name}: keep the stub's class name")
-    return cls
+    if not hasattr(module, class_name):
+        raise DataError(f"{path} defines no {'class ' if ex.kind == 'backward' else ''}{class_name}: "
+                        "keep the stub's name")
+    return getattr(module, class_name)
 
 
 def _message(e: BaseException) -> str:
@@ -230,24 +243,10 @@ def finite_differences(cls: type, case: Case, upstream=None) -> dict[str, np.nda
     grads = {}
     for name, a in zip(_input_names(cls), inputs):
         if _is_float(a):
-            grads["d" + name] = _numerical(loss, a)
+            grads["d" + name] = numerical_gradient(loss, a, FD_EPS)
     for name, p in _parameters(obj):
-        grads[f"{name}.grad"] = _numerical(loss, p.data)
+        grads[f"{name}.grad"] = numerical_gradient(loss, p.data, FD_EPS)
     return grads
-
-
-def _numerical(loss, a: np.ndarray) -> np.ndarray:
-    grad = np.zeros(a.shape)
-    flat, gflat = a.reshape(-1), grad.reshape(-1)
-    for i in range(flat.size):
-        orig = flat[i]
-        flat[i] = orig + FD_EPS
-        plus = loss()
-        flat[i] = orig - FD_EPS
-        minus = loss()
-        flat[i] = orig
-        gflat[i] = (plus - minus) / (2 * FD_EPS)
-    return grad
 
 
 def _is_float(a) -> bool:
@@ -560,6 +559,8 @@ def grade_file(name: str, path: str | Path, progress: Callable[[str], None] = _q
     this in a child with limits; call it directly only on trusted files. `progress` is told
     where the grading is ("your backward on Linear(4, 3) on x (2, 3, 4)"), for a verdict on a kill."""
     ex = exercise(name)
+    if ex.kind != "backward":
+        return _grade_other(ex, path, progress)
     ref_cls, references = _reference(ex)
     names = _input_names(ref_cls)
     progress("loading your file")
@@ -619,6 +620,57 @@ def _wrong(ex: Exercise, k: int, finding: Finding, o: Outcome, names, ref_cls, f
     return Grade(ex.name, False, lines, cause)
 
 
+# -- the exercises of other kinds: a grader module's verdict ---------------------------------------
+def setup(name: str, stub: Path) -> str | None:
+    """Make what the exercise needs beside its stub (its grader module's `setup`), and say what."""
+    ex = exercise(name)
+    if ex.kind == "backward" or not hasattr(_grader(ex), "setup"):
+        return None
+    return _grader(ex).setup(Path(stub))
+
+
+def _grader(ex: Exercise):
+    return importlib.import_module(f"scratchformer.exercises.{ex.kind}")
+
+
+def _verdict(ex: Exercise, answer, filename: str, progress: Callable[[str], None] = _quiet) -> Verdict:
+    """The grader's verdict on `answer`; what the learner's code raised is a wrong verdict."""
+    try:
+        with _quiet_numpy():
+            return _grader(ex).grade(answer, progress)
+    except BaseException as e:  # noqa: BLE001 - the learner's code: whatever it raised is the finding
+        message, where = _message(e), _where(e, filename)
+        if not where:  # raised by the grader on what the learner's code returned
+            return Verdict(False, f"what your {ex.class_name} returned cannot be graded: {message}", None)
+        cause = (f"{ex.class_name} is not written yet" if message.startswith("NotImplementedError")
+                 else _exception_cause(message))
+        return Verdict(False, f"your {ex.class_name} raised {message}{where}", cause)
+
+
+def _grade_other(ex: Exercise, path, progress: Callable[[str], None]) -> Grade:
+    """Grade an exercise of a kind other than "backward"; a known mistake (an edit of the
+    solution) that gets the same verdict names the cause."""
+    progress("loading your file")
+    answer = load_answer(path, ex)
+    code = getattr(answer, "__code__", None)
+    verdict = _verdict(ex, answer, code.co_filename if code else str(path), progress)
+    if verdict.right:
+        return Grade(ex.name, True, [f"right: {ex.name}: {verdict.text}"])
+    cause = verdict.cause
+    if cause is None:
+        progress("looking up the likely cause")
+        source = solution_source(ex.name)
+        for i, mistake in enumerate(ex.mistakes):
+            wrong_file = f"<{ex.name}: known mistake {i}>"
+            known = _class_from_source(source.replace(mistake.old, mistake.new, 1), ex.class_name, wrong_file)
+            if _verdict(ex, known, wrong_file).text == verdict.text:
+                cause = mistake.cause
+                break
+    return Grade(ex.name, False, [f"wrong: {ex.name}: {verdict.text}",
+                                  f"likely cause: {cause}" if cause else
+                                  "likely cause: not one this checker knows; " + _grader(ex).UNKNOWN], cause)
+
+
 def check(name: str, path: str | Path, *, time_limit: float = TIME_LIMIT, memory_limit: int = MEMORY_LIMIT) -> Grade:
     """Grade the learner's file at `path` for exercise `name`, in a child process limited to
     `time_limit` seconds and `memory_limit` bytes more than it starts with. A file that does not
@@ -634,7 +686,10 @@ def check(name: str, path: str | Path, *, time_limit: float = TIME_LIMIT, memory
     path = Path(path)
     if not path.is_file():
         raise _missing_file(path, ex)
-    _reference(ex)  # here, before the child starts: it inherits the cache, or computes its own
+    if ex.kind == "backward":
+        _reference(ex)  # here, before the child starts: it inherits the cache, or computes its own
+    elif hasattr(_grader(ex), "prepare"):
+        _grader(ex).prepare()  # likewise: the trainer's merges, the ablations
     return run_isolated(name, path, time_limit, memory_limit)
 
 
