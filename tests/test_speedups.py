@@ -87,7 +87,7 @@ def test_use_reference_and_the_context_manager_flip_one_flag():
     assert fast.enabled  # restored even on an error
 
 
-FAST_MODULES = ["activations", "attention", "layernorm", "linear", "optim", "reductions", "softmax"]
+FAST_MODULES = ["activations", "attention", "embedding", "layernorm", "linear", "optim", "reductions", "softmax"]
 
 
 def _trap_fast_lane(monkeypatch, calls):
@@ -134,7 +134,7 @@ def test_the_switch_runs_the_reference_everywhere_and_the_fast_lane_by_default(a
     fast_losses = _train_two_steps(activation)
     entry_points = {"attention.attention_forward", "attention.attention_backward", "layernorm.layernorm_forward",
                     "layernorm.layernorm_backward", "linear.linear_backward_into", "softmax.log_softmax_forward",
-                    "optim.FlatAdamW", "optim.clip_grad_norm"}
+                    "embedding.embedding_backward_into", "optim.FlatAdamW", "optim.clip_grad_norm"}
     assert entry_points <= set(calls)  # each op the GPT's step uses handed over to its fast form
     assert ("activations.gelu_with_grad" in calls) == (activation == "gelu")
     np.testing.assert_allclose(fast_losses, reference_losses, rtol=1e-5)
@@ -505,10 +505,9 @@ def test_a_gpt_trains_in_query_blocks_as_in_the_reference_lane(positional, monke
     """Three AdamW steps of a GPT (block 16, attention in blocks of 5 queries, the weights
     recomputed in the backward) give the reference lane's losses and weights."""
     from scratchformer.models import GPT, GPTConfig
-    from scratchformer.nn import attention as nn_attention
 
     monkeypatch.setattr(fast_attention, "CHUNK_BYTES", 5 * 2 * 16 * 8)  # 5 queries x 2 heads x 16 keys, float64
-    monkeypatch.setattr(nn_attention, "KEEP_WEIGHTS_BYTES", 0)  # recompute, as long context does
+    monkeypatch.setattr(fast_attention, "KEEP_WEIGHTS_BYTES", 0)  # recompute, as long context does
     cfg = GPTConfig(vocab_size=11, block_size=16, n_layer=2, n_head=2, n_embd=16, positional=positional,
                     dtype="float64")
     x = np.random.default_rng(1).integers(0, 11, size=(2, 16))
