@@ -3,9 +3,9 @@ or `optim/` (bit for bit where the arithmetic is the same, within float32 roundi
 tests/ops/test_fast_lane.py proves each pair equal).
 
 The reference is the code a reader checks against the paper: `ops/attention.py` is
-scores -> mask -> softmax -> weights @ v, a sum is `x.sum(-1, keepdims=True)`, AdamW is the
-update per parameter. Each op that has a faster form asks `fast.enabled` before its formula and
-hands over to the function of the same name in this package:
+scores -> mask -> softmax -> weights @ v, a sum is `x.sum(-1, keepdims=True)`, the embedding's
+gradient is `np.add.at`, AdamW is the update per parameter. The faster forms, each under the name
+of the op it replaces:
 
     reductions.py   sums as BLAS matrix-vector products, a short row's max through a transposed copy
     softmax.py      softmax and log-softmax with those reductions; log-softmax in one array
@@ -14,25 +14,38 @@ hands over to the function of the same name in this package:
     activations.py  float32 GELU: Phi interpolated in a table, its derivative computed in place,
                     a cache-sized block at a time
     attention.py    attention over the batch in cache-sized pieces; big weights recomputed in the backward
+                    (when to keep them is this lane's rule: KEEP_WEIGHTS_BYTES)
+    embedding.py    the embedding's gradient by sorted runs (one `np.add.reduceat`) instead of `np.add.at`
     optim.py        AdamW on one flat buffer, in cache-sized in-place pieces; clip_grad_norm on it
 
 What each buys is measured in docs/performance.md.
+
+Where the lane is chosen, for an op: here, in `lane` and nowhere else. An op of `ops/` with a
+faster form is written as its formula alone and decorated `@fast.lane(module)`; the decorator
+registers the pair in `VARIANTS` and returns the op the rest of the library calls, which checks a
+direct call's arguments, then runs the formula or, while `enabled`, the function of the same
+name in `module`. A backward that takes its forward's cache runs in the lane its forward ran in
+(a fast forward's cache holds lane="fast"), whatever the switch says by then. (The optimiser
+takes its lane when it is built: `optim/`.)
 
 The switch, one flag for the whole process: `enabled` is True unless the environment sets
 SCRATCHFORMER_REFERENCE to anything but "0" or "" (read once, at import; forked workers
 inherit the flag).
 `use_reference()` / `use_reference(False)` flips it in a running process, and
-`with reference():` runs a block in the reference lane. An optimiser takes its lane when it is
-built (the flat buffer is a layout of the parameters), an op at each call. A run is
-reproducible bit for bit within a lane; the two lanes differ by float rounding.
+`with reference():` runs a block in the reference lane. A run is reproducible bit for bit
+within a lane; the two lanes differ by float rounding.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+from typing import NamedTuple
 
-__all__ = ["enabled", "reference", "use_reference"]
+from scratchformer.checks import DOOR
+
+__all__ = ["VARIANTS", "Variant", "enabled", "lane", "reference", "use_reference"]
 
 enabled: bool = os.environ.get("SCRATCHFORMER_REFERENCE", "0").strip() in ("", "0")
 
@@ -54,3 +67,55 @@ def reference(on: bool = True):
         yield
     finally:
         enabled = before
+
+
+class Variant(NamedTuple):
+    """One op with a faster form: `formula` (the reference, in ops/), run in the fast lane as
+    `module.<name>` (looked up at each call, so a test may replace it)."""
+    formula: object
+    module: object
+    name: str
+
+
+VARIANTS: dict[str, Variant] = {}  # "ops module.op name" -> its variant, filled as ops/ is imported
+
+
+def lane(module, *, name: str | None = None, check=None, serves=None, by_cache: bool = False):
+    """Decorator for a formula of ops/ that has a faster form, the function `name` (default: the
+    formula's own name) of `module` (a module of this package), with the same parameters.
+
+    check(*args, **kwargs): raises on bad arguments; run on a direct call only (a layer's call
+    was checked at its door, checks.DOOR). serves(*args, **kwargs) -> bool: the inputs the
+    faster form takes (None: all); the others run the formula in either lane. by_cache: a
+    backward whose second argument is its forward's cache; it runs the faster form exactly when
+    that cache came from the faster forward (cache["lane"] == "fast").
+    """
+    def decorate(formula):
+        variant = Variant(formula, module, name or formula.__name__)
+        if not callable(getattr(module, variant.name, None)):
+            raise AttributeError(f"{module.__name__} has no function {variant.name} for {formula.__qualname__}")
+        VARIANTS[f"{formula.__module__}.{formula.__qualname__}"] = variant
+        fast_name = variant.name
+
+        if by_cache:
+            if check is not None or serves is not None:
+                raise TypeError("lane(by_cache=True): the forward checked the arguments and chose the lane")
+            cache_name = formula.__code__.co_varnames[1]  # its second parameter
+
+            @functools.wraps(formula)
+            def op(*args, **kwargs):
+                cache = args[1] if len(args) > 1 else kwargs[cache_name]
+                if cache.get("lane") == "fast":  # the lane its forward ran in
+                    return getattr(module, fast_name)(*args, **kwargs)
+                return formula(*args, **kwargs)
+        else:
+            @functools.wraps(formula)
+            def op(*args, **kwargs):
+                if check is not None and not DOOR.inside:
+                    check(*args, **kwargs)
+                if enabled and (serves is None or serves(*args, **kwargs)):  # the lane, chosen per call
+                    return getattr(module, fast_name)(*args, **kwargs)
+                return formula(*args, **kwargs)
+        op.variant = variant
+        return op
+    return decorate

@@ -1,6 +1,6 @@
 """Fast lane of `ops/activations.py`: exact GELU in float32 (and smaller) with Phi from a
 table, and its derivative computed in place. float64 has nothing faster than the reference's
-erf polynomial (`ops/numerics.py`), so `ops/activations.py` hands only lower precisions here.
+erf polynomial (`ops/numerics.py`): `serves` says which inputs come here (`fast.lane` asks it).
 
 Phi for float32 (and other low precisions): linear interpolation in a table.
     Phi(x) = (1 + erf(x / sqrt 2)) / 2 sampled on [-9, 9] with step 1/512 from `math.erf`;
@@ -53,6 +53,11 @@ def normal_cdf(x: np.ndarray) -> np.ndarray:
     d *= s  # NaN for NaN input, so y is NaN too: NaN in, NaN out
     y += d
     return y
+
+
+def serves(x: np.ndarray) -> bool:
+    """True for the inputs this module's GELU takes: float32 and smaller (not float64)."""
+    return x.dtype != np.float64
 
 
 def gelu_forward(x: np.ndarray) -> np.ndarray:

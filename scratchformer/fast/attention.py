@@ -12,10 +12,14 @@ block of queries attends only to the keys up to the last one any of its rows may
 causal mask's blocks skip the keys after their diagonal: half the products at long T).
 Training dropout's mask is still kept whole: (B, H, Tq, Tk), the weights' dtype.
 
-`ops/attention.py` checks the arguments and builds the mask, then hands over here with
-`hidden` (True = masked key, broadcastable to (B, H, Tq, Tk), or None), `bias` (added to the
-scaled scores, broadcastable to (B, H, Tq, Tk), or None: ALiBi's) and `drop(w) -> (dropped,
-mask)`, its dropout with p, rng and training bound.
+`ops/attention.py` checks the arguments and builds the mask, then (`fast.lane` choosing this
+lane) hands over to `attention_forward` here, with the arguments of its formula `attend`:
+`allowed` (True = may attend, broadcastable to (B, H, Tq, Tk), or None), `bias` (added to the
+scaled scores, broadcastable to (B, H, Tq, Tk), or None: ALiBi's), `drop(w) -> (dropped, mask)`,
+its dropout with p, rng and training bound, and `training`, `keep_weights` for this lane's rule:
+a training forward keeps weights up to KEEP_WEIGHTS_BYTES and recomputes bigger ones in the
+backward (the reference always keeps them). Its cache holds lane="fast", which sends the
+backward here too.
 """
 
 from __future__ import annotations
@@ -33,6 +37,11 @@ from scratchformer.fast.reductions import max_last, sum_last
 # 21.6 ms a layer); a model small enough runs in one piece. At T = 1024 with 6 heads one query
 # row of every head is 24 KB in float32, so a piece is a block of 85 queries.
 CHUNK_BYTES = 2 << 20
+
+# a training-mode forward keeps its attention weights for the backward up to this size; above
+# it the backward recomputes them (keep_weights=False): 12.6 MB a layer at medium size
+# (8 x 6 x 256 x 256 a process), 75 MB of a process's 400 MB of activations
+KEEP_WEIGHTS_BYTES = 4 << 20
 
 
 class Piece(NamedTuple):
@@ -132,15 +141,19 @@ def _softmax_weights(q, k, hidden, bias, scale, out=None, stats=None):
     return weights, row_max, denom
 
 
-def attention_forward(q, k, v, hidden, drop, keep_weights=True, bias=None):
-    """q: (B, H, Tq, d); k, v: (B, H, Tk, d); bias: None or broadcastable to (B, H, Tq, Tk).
-    Returns (out (B, H, Tq, d), cache), as the reference.
+def attention_forward(q, k, v, allowed, bias, drop, training, keep_weights):
+    """q: (B, H, Tq, d); k, v: (B, H, Tk, d); allowed, bias: None or broadcastable to
+    (B, H, Tq, Tk). Returns (out (B, H, Tq, d), cache), as the reference `ops.attention.attend`.
 
     keep_weights=False keeps only each row's max and denominator (B, H, Tq, 1), and the
     backward recomputes the weights from q and k, bit for bit (as flash attention does, and
     PyTorch's scaled_dot_product_attention): cache["weights"] is then None. At 8 x 6 x 256 x
     256 that is 12.6 MB a layer not kept, for one (q s) k^T product again in the backward.
+    keep_weights=None: kept unless training and over KEEP_WEIGHTS_BYTES.
     """
+    if keep_weights is None:  # big weights are not kept for a training backward: it recomputes them
+        keep_weights = not training or weights_nbytes(q, k) <= KEEP_WEIGHTS_BYTES
+    hidden = None if allowed is None else ~allowed
     B, Tq, Tk = q.shape[0], q.shape[-2], k.shape[-2]
     scale = np.asarray(1.0 / math.sqrt(q.shape[-1]), dtype=q.dtype)
     pieces = _pieces(q, k, v, hidden, bias)

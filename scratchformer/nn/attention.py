@@ -41,12 +41,6 @@ from scratchformer.ops import (
     rope_forward,
     rope_tables,
 )
-from scratchformer.ops.attention import weights_nbytes
-
-# a training-mode forward keeps its attention weights for the backward up to this size; above
-# it the backward recomputes them (ops.attention_forward(keep_weights=False)): 12.6 MB a layer
-# at medium size (8 x 6 x 256 x 256 a process), 75 MB of a process's 400 MB of activations
-KEEP_WEIGHTS_BYTES = 4 << 20
 
 
 class KVCache:
@@ -105,9 +99,9 @@ class MultiHeadAttention(Module):
     """x: (B, Tq, n_embd), context: (B, Tk, n_embd) or None -> (B, Tq, n_embd).
 
     After each forward, `attn_weights` (B, H, Tq, Tk) holds the attention weights (for plots),
-    except after a training-mode forward whose weights take more than KEEP_WEIGHTS_BYTES (4 MB):
-    those are not kept, the backward recomputes them, and `attn_weights` is None (run the
-    model in eval mode to look at them).
+    except in the fast lane after a training-mode forward whose weights take more than
+    fast/attention.py's KEEP_WEIGHTS_BYTES (4 MB): those are not kept, the backward recomputes
+    them, and `attn_weights` is None (run the model in eval mode to look at them).
 
     rope_theta: None (default) for no positions inside attention; a base such as 10000.0 for
     rotary position embeddings on self-attention (head_size must then be even).
@@ -236,12 +230,10 @@ class MultiHeadAttention(Module):
                 k, v = self.hook_k(k), self.hook_v(v)
                 if kv_cache is not None:
                     kv_cache.store(k, v)
-        # big weights are not kept for the backward in training mode: it recomputes them
-        keep = not self.training or weights_nbytes(q, k) <= KEEP_WEIGHTS_BYTES
         # ALiBi (self-attention only): queries at positions offset .. offset + Tq - 1 of the Tk keys
         bias = self.score_bias(q.shape[2], k.shape[2], q.dtype) if context is None else None
         out, att_cache = attention_forward(q, k, v, mask=mask, causal=causal, dropout_p=self.dropout_p, rng=self.rng,
-                                           training=self.training, keep_weights=keep, bias=bias)
+                                           training=self.training, bias=bias)
         if self.hook_pattern.active:
             out = self._hook_pattern(att_cache, v, out)
         self.attn_weights = att_cache["weights"]

@@ -1,7 +1,10 @@
 """Functional forward/backward pairs on plain NumPy arrays (the math of every layer).
 
-Each op is first its reference formula; an op with a faster form hands over to
-`scratchformer.fast` before its formula while `fast.enabled` (the default)."""
+Each op is its reference formula. An op with a faster form is decorated `@fast.lane(...)`,
+which is where the lane is chosen (`scratchformer/fast/__init__.py`, for every op): while
+`fast.enabled` (the default) it runs the function of the same name in `scratchformer.fast`.
+The ops that have one: softmax.py, layernorm.py, linear.py (backwards), activations.py (GELU),
+attention.py (`attend`, `attention_backward`), embedding.py; `fast.VARIANTS` lists them."""
 
 from scratchformer.ops.activations import (
     ACTIVATIONS,
@@ -17,6 +20,7 @@ from scratchformer.ops.activations import (
 from scratchformer.ops.alibi import alibi_bias, alibi_slopes
 from scratchformer.ops.attention import attention_backward, attention_forward, attention_mask, causal_mask
 from scratchformer.ops.dropout import dropout_backward, dropout_forward
+from scratchformer.ops.embedding import embedding_backward_into
 from scratchformer.ops.layernorm import layernorm_backward, layernorm_forward
 from scratchformer.ops.linear import linear_backward, linear_backward_into, linear_forward
 from scratchformer.ops.loss import IGNORE_INDEX, cross_entropy_backward, cross_entropy_forward
@@ -49,6 +53,7 @@ __all__ = [
     "causal_mask",
     "dropout_backward",
     "dropout_forward",
+    "embedding_backward_into",
     "layernorm_backward",
     "layernorm_forward",
     "linear_backward",

@@ -7,7 +7,9 @@ both), for training. The backward of every activation is then one product,
 backward instead of x and Phi. `*_backward(dy, x)` are the plain functional forms. The
 numerics of erf and Phi live in `scratchformer.ops.numerics`.
 
-Fast lane: `scratchformer/fast/activations.py` (float32 GELU with Phi from a table).
+`gelu_forward` and `gelu_with_grad` are their formulas; `@fast.lane` runs their faster forms in
+the fast lane for the dtypes those serve (`scratchformer/fast/activations.py`: float32 GELU with
+Phi from a table; float64 runs the formula in both lanes). The lane is chosen in `fast.lane` alone.
 """
 
 from __future__ import annotations
@@ -51,19 +53,19 @@ def relu_with_grad(x: np.ndarray):
     return np.maximum(x, 0), x > 0
 
 
+def _check_gelu(x):
+    op_float("gelu_forward", "x", x)
+
+
 # GELU, exact: y = x * Phi(x),  Phi(x) = (1 + erf(x / sqrt 2)) / 2
+@fast.lane(fast_activations, check=_check_gelu, serves=fast_activations.serves)
 def gelu_forward(x: np.ndarray) -> np.ndarray:
-    if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
-        op_float("gelu_forward", "x", x)
-    if fast.enabled and x.dtype != np.float64:
-        return fast_activations.gelu_forward(x)
     return x * normal_cdf(x)
 
 
+@fast.lane(fast_activations, serves=fast_activations.serves)
 def gelu_with_grad(x: np.ndarray):
     # dy/dx = Phi(x) + x * phi(x),  phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
-    if fast.enabled and x.dtype != np.float64:
-        return fast_activations.gelu_with_grad(x)
     cdf = normal_cdf(x)
     return x * cdf, cdf + x * (np.exp(-0.5 * x * x) * INV_SQRT_2PI)
 

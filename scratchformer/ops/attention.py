@@ -14,9 +14,12 @@ An additive bias on the scores (`bias=`, broadcastable to (B, H, Tq, Tk); ALiBi'
 ops/alibi.py) enters after the scale: scores = q k^T / sqrt(d) + bias. It is a constant, so the
 backward is unchanged: dscores passes through it to q and k as it is.
 
-Fast lane: `scratchformer/fast/attention.py` (the batch, or for long context each row's
-queries, in cache-sized pieces; big weights recomputed in the backward instead of kept), with
-or without a bias.
+`attention_forward` checks its arguments and builds the mask, then hands them to `attend`, the
+formula. `attend` and `attention_backward` are decorated `@fast.lane`: in the fast lane they run
+`scratchformer/fast/attention.py` (the batch, or for long context each row's queries, in
+cache-sized pieces; big weights recomputed in the backward instead of kept, by that lane's rule),
+with or without a bias; the backward runs in the lane its forward's cache came from. The lane is
+chosen in `fast.lane` alone.
 """
 
 from __future__ import annotations
@@ -31,10 +34,9 @@ from scratchformer.checks import (DOOR, as_array, check_bool, check_generator, c
                                   op_float)
 from scratchformer.errors import ConfigError, DTypeError, ShapeError
 from scratchformer.fast import attention as fast_attention
-from scratchformer.fast.attention import weights_nbytes
 from scratchformer.ops.dropout import dropout_backward, dropout_forward
 
-__all__ = ["attention_backward", "attention_forward", "attention_mask", "causal_mask", "weights_nbytes"]
+__all__ = ["attend", "attention_backward", "attention_forward", "attention_mask", "causal_mask"]
 
 
 def causal_mask(Tq: int, Tk: int) -> np.ndarray:
@@ -78,7 +80,7 @@ def attention_mask(mask: np.ndarray | None, causal: bool, Tq: int, Tk: int) -> n
 
 
 def attention_forward(q, k, v, mask=None, causal=False, dropout_p=0.0, rng=None, training=False,
-                      keep_weights=True, mask_means="attend", bias=None):
+                      keep_weights=None, mask_means="attend", bias=None):
     """q: (B, H, Tq, d); k, v: (B, H, Tk, d); mask: bool broadcastable to (B, H, Tq, Tk).
     bias: None, or floats broadcastable to (B, H, Tq, Tk) added to the scaled scores (ALiBi's
     (H, Tq, Tk), ops/alibi.py).
@@ -89,9 +91,10 @@ def attention_forward(q, k, v, mask=None, causal=False, dropout_p=0.0, rng=None,
     Returns (out (B, H, Tq, d), cache); cache["weights"] (B, H, Tq, Tk) are the attention
     weights before dropout (for plots). A query whose keys are all masked gets zero weights
     and a zero output (never NaN; a NaN input still gives NaN). Dropout, when training, acts
-    on the weights (as torch.nn.MultiheadAttention). keep_weights=False lets the fast lane
-    keep less and recompute the weights in the backward (cache["weights"] is then None);
-    the reference always keeps them.
+    on the weights (as torch.nn.MultiheadAttention). The reference keeps the weights always;
+    the fast lane may keep less and recompute them in the backward (cache["weights"] is then
+    None): keep_weights=None leaves that to its rule (fast/attention.py: kept unless training
+    and bigger than KEEP_WEIGHTS_BYTES), True or False decides it.
     """
     if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
         for name, a in (("q", q), ("k", k), ("v", v)):
@@ -109,11 +112,17 @@ def attention_forward(q, k, v, mask=None, causal=False, dropout_p=0.0, rng=None,
     allowed = attention_mask(mask, causal, Tq, Tk)  # None: every key visible
     if bias is not None:
         bias = _check_bias(bias, Tq, Tk)
-    if fast.enabled:
-        hidden = None if allowed is None else ~allowed
-        drop = functools.partial(dropout_forward, p=dropout_p, rng=rng, training=training)
-        return fast_attention.attention_forward(q, k, v, hidden, drop, keep_weights, bias)
-    scores = q @ k.swapaxes(-1, -2) / math.sqrt(d)  # (B, H, Tq, Tk)
+    drop = functools.partial(dropout_forward, p=dropout_p, rng=rng, training=training)
+    return attend(q, k, v, allowed, bias, drop, training, keep_weights)
+
+
+@fast.lane(fast_attention, name="attention_forward")
+def attend(q, k, v, allowed, bias, drop, training, keep_weights):
+    """The formula of `attention_forward`, on its checked arguments: allowed (True = may
+    attend, broadcastable to (B, H, Tq, Tk)) or None; bias or None; drop(weights) ->
+    (dropped, mask or None), the dropout. `training` and `keep_weights` are read by the fast
+    lane only (whether to keep the weights); the reference keeps them."""
+    scores = q @ k.swapaxes(-1, -2) / math.sqrt(q.shape[-1])  # (B, H, Tq, Tk)
     if bias is not None:
         scores = scores + bias  # a constant: d(scores + bias) / d(scores) = 1, nothing in the backward
     if allowed is not None:
@@ -124,7 +133,7 @@ def attention_forward(q, k, v, mask=None, causal=False, dropout_p=0.0, rng=None,
     e = np.exp(scores - row_max)
     denom = e.sum(axis=-1, keepdims=True)
     weights = e / np.where(denom == 0, 1, denom)  # ... and its weights 0, not 0 / 0
-    dropped, drop_mask = dropout_forward(weights, dropout_p, rng, training)
+    dropped, drop_mask = drop(weights)
     out = dropped @ v  # (B, H, Tq, d)
     return out, dict(q=q, k=k, v=v, weights=weights, drop_mask=drop_mask)
 
@@ -155,6 +164,7 @@ def _from_masked_convention(mask, mask_means: str):
     return mask == 0
 
 
+@fast.lane(fast_attention, by_cache=True)
 def attention_backward(dout: np.ndarray, cache: dict):
     """Returns (dq, dk, dv), the derivative of the forward above. With W the softmax weights,
     A = dropout(W) what multiplied v, and s = 1 / sqrt(d):
@@ -163,8 +173,6 @@ def attention_backward(dout: np.ndarray, cache: dict):
         W = softmax(S)           =>  dS = W * (dW - sum_j dW_j W_j)    (per query row)
         S = q k^T s              =>  dq = dS k s,  dk = dS^T q s
     """
-    if cache.get("lane") == "fast":  # made by the fast lane's forward
-        return fast_attention.attention_backward(dout, cache)
     q, k, v, weights, drop_mask = cache["q"], cache["k"], cache["v"], cache["weights"], cache["drop_mask"]
     sqrt_d = math.sqrt(q.shape[-1])
     dropped = weights if drop_mask is None else weights * drop_mask  # A

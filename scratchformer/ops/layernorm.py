@@ -1,32 +1,35 @@
 """Layer normalisation over the last axis, with its closed-form backward.
 
-Fast lane: `scratchformer/fast/layernorm.py` (the same arithmetic in place, BLAS sums)."""
+Each op below is its formula; `@fast.lane` runs its faster form in the fast lane
+(`scratchformer/fast/layernorm.py`: the same arithmetic in place, BLAS sums) and checks a direct
+call's arguments with `check=`. The lane is chosen in `fast.lane` alone."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from scratchformer import fast
-from scratchformer.checks import DOOR, check_eps, op_fits, op_float
+from scratchformer.checks import check_eps, op_fits, op_float
 from scratchformer.fast import layernorm as fast_layernorm
 
 
+def _check_forward(x, weight, bias, eps=1e-5):
+    op_float("layernorm_forward", "x", x)
+    op_float("layernorm_forward", "weight", weight, ndim=1)
+    if bias is not None:
+        op_float("layernorm_forward", "bias", bias, ndim=1)
+    op_fits("layernorm_forward", weight.shape == x.shape[-1:] and (bias is None or bias.shape == weight.shape),
+            x=x, weight=weight, bias=bias)
+    check_eps("eps", eps)
+
+
+@fast.lane(fast_layernorm, check=_check_forward)
 def layernorm_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, eps: float = 1e-5):
     """y = (x - mean) * rstd * weight + bias, with rstd = 1 / sqrt(var + eps) over the last axis.
 
     x: (..., C); weight: (C,); bias: (C,) or None (no shift, as nanoGPT's bias=False).
     Returns (y, xhat, rstd) -- xhat (..., C) and rstd (..., 1) are the cache the backward needs.
     """
-    if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
-        op_float("layernorm_forward", "x", x)
-        op_float("layernorm_forward", "weight", weight, ndim=1)
-        if bias is not None:
-            op_float("layernorm_forward", "bias", bias, ndim=1)
-        op_fits("layernorm_forward", weight.shape == x.shape[-1:] and (bias is None or bias.shape == weight.shape),
-                x=x, weight=weight, bias=bias)
-        check_eps("eps", eps)
-    if fast.enabled:
-        return fast_layernorm.layernorm_forward(x, weight, bias, eps)
     C = x.shape[-1]
     xc = x - x.sum(axis=-1, keepdims=True) / C  # centred: (..., C)
     var = (xc * xc).sum(axis=-1, keepdims=True) / C  # biased variance, as PyTorch: (..., 1)
@@ -36,14 +39,13 @@ def layernorm_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None
     return y, xhat, rstd
 
 
+@fast.lane(fast_layernorm)
 def layernorm_backward(dy, xhat, rstd, weight):
     """Returns (dx, dweight, dbias).
 
     With g = dy * weight:  dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
     (the mean and variance both depend on x, hence the two subtracted means).
     """
-    if fast.enabled:
-        return fast_layernorm.layernorm_backward(dy, xhat, rstd, weight)
     C = xhat.shape[-1]
     g = dy * weight
     dx = rstd * (g - g.sum(axis=-1, keepdims=True) / C - xhat * ((g * xhat).sum(axis=-1, keepdims=True) / C))

@@ -1,7 +1,8 @@
 """Affine map y = x W^T + b with PyTorch's weight layout (out_features, in_features).
 
-Fast lane: `scratchformer/fast/linear.py` (the bias gradient as a BLAS sum; a big weight's
-gradient added in blocks of rows)."""
+`linear_backward` and `linear_backward_into` are their formulas; `@fast.lane` runs their faster
+forms in the fast lane (`scratchformer/fast/linear.py`: the bias gradient as a BLAS sum; a big
+weight's gradient added in blocks of rows). The lane is chosen in `fast.lane` alone."""
 
 from __future__ import annotations
 
@@ -29,17 +30,18 @@ def linear_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None) -
     return y.reshape(*x.shape[:-1], weight.shape[0])
 
 
+def _check_backward(dy, x, weight, need_bias=True):
+    op_float("linear_backward", "dy", dy)
+    op_float("linear_backward", "x", x)
+    op_float("linear_backward", "weight", weight, ndim=2)
+    check_bool("need_bias", need_bias)
+    op_fits("linear_backward", x.shape[-1] == weight.shape[1] and dy.shape == (*x.shape[:-1], weight.shape[0]),
+            dy=dy, x=x, weight=weight)
+
+
+@fast.lane(fast_linear, check=_check_backward)
 def linear_backward(dy: np.ndarray, x: np.ndarray, weight: np.ndarray, need_bias: bool = True):
     """Returns (dx, dweight, dbias): dx = dy W, dW = dy^T x, db = sum of dy over rows."""
-    if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
-        op_float("linear_backward", "dy", dy)
-        op_float("linear_backward", "x", x)
-        op_float("linear_backward", "weight", weight, ndim=2)
-        check_bool("need_bias", need_bias)
-        op_fits("linear_backward", x.shape[-1] == weight.shape[1] and dy.shape == (*x.shape[:-1], weight.shape[0]),
-                dy=dy, x=x, weight=weight)
-    if fast.enabled:
-        return fast_linear.linear_backward(dy, x, weight, need_bias)
     dy2 = dy.reshape(-1, dy.shape[-1])  # (N, out)
     x2 = x.reshape(-1, x.shape[-1])  # (N, in)
     dx = (dy2 @ weight).reshape(x.shape)
@@ -48,12 +50,11 @@ def linear_backward(dy: np.ndarray, x: np.ndarray, weight: np.ndarray, need_bias
     return dx, dweight, dbias
 
 
+@fast.lane(fast_linear)
 def linear_backward_into(dy: np.ndarray, x: np.ndarray, weight: np.ndarray, weight_grad: np.ndarray,
                          bias_grad: np.ndarray | None = None) -> np.ndarray:
     """`linear_backward`, with dW added into weight_grad (out, in) and db into bias_grad (out,)
     (None: no bias), as a layer accumulates them. Returns dx (..., in)."""
-    if fast.enabled:
-        return fast_linear.linear_backward_into(dy, x, weight, weight_grad, bias_grad)
     dx, dweight, dbias = linear_backward(dy, x, weight, bias_grad is not None)
     weight_grad += dweight
     if bias_grad is not None:

@@ -1,55 +1,54 @@
 """Softmax and log-softmax over the last axis, numerically stable, with backwards.
 
-Fast lane: `scratchformer/fast/softmax.py` (the same formulas with BLAS sums)."""
+Each op below is its formula; `@fast.lane` runs its faster form in the fast lane
+(`scratchformer/fast/softmax.py`: the same formulas with BLAS sums) and checks a direct call's
+arguments with the `_check_*` function above it. The lane is chosen in `fast.lane` alone."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from scratchformer import fast
-from scratchformer.checks import DOOR, op_fits, op_float
+from scratchformer.checks import op_fits, op_float
 from scratchformer.fast import softmax as fast_softmax
 
 
+def _check_forward(fn: str):
+    def check(x):
+        op_float(fn, "x", x)
+        op_fits(fn, x.shape[-1] > 0, x=x)
+    return check
+
+
+def _check_backward(fn: str):
+    def check(dy, y):
+        op_float(fn, "dy", dy)
+        op_float(fn, "y", y)
+        op_fits(fn, dy.shape == y.shape, dy=dy, y=y)
+    return check
+
+
+@fast.lane(fast_softmax, check=_check_forward("softmax_forward"))
 def softmax_forward(x: np.ndarray) -> np.ndarray:
     """y = exp(x - max x) / sum exp(x - max x) over the last axis. Any shape (..., N)."""
-    if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
-        op_float("softmax_forward", "x", x)
-        op_fits("softmax_forward", x.shape[-1] > 0, x=x)
-    if fast.enabled:
-        return fast_softmax.softmax_forward(x)
     e = np.exp(x - x.max(axis=-1, keepdims=True))  # the shift leaves y unchanged and exp finite
     return e / e.sum(axis=-1, keepdims=True)
 
 
+@fast.lane(fast_softmax, check=_check_backward("softmax_backward"))
 def softmax_backward(dy: np.ndarray, y: np.ndarray) -> np.ndarray:
     # dx_i = y_i * (dy_i - sum_j dy_j y_j)   (the Jacobian diag(y) - y y^T applied to dy)
-    if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
-        op_float("softmax_backward", "dy", dy)
-        op_float("softmax_backward", "y", y)
-        op_fits("softmax_backward", dy.shape == y.shape, dy=dy, y=y)
-    if fast.enabled:
-        return fast_softmax.softmax_backward(dy, y)
     return y * (dy - (dy * y).sum(axis=-1, keepdims=True))
 
 
+@fast.lane(fast_softmax, check=_check_forward("log_softmax_forward"))
 def log_softmax_forward(x: np.ndarray) -> np.ndarray:
     """y = x - logsumexp(x) over the last axis. Any shape (..., N)."""
-    if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
-        op_float("log_softmax_forward", "x", x)
-        op_fits("log_softmax_forward", x.shape[-1] > 0, x=x)
-    if fast.enabled:
-        return fast_softmax.log_softmax_forward(x)
     shifted = x - x.max(axis=-1, keepdims=True)
     return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
 
 
+@fast.lane(fast_softmax, check=_check_backward("log_softmax_backward"))
 def log_softmax_backward(dy: np.ndarray, y: np.ndarray) -> np.ndarray:
     # dx_i = dy_i - softmax_i * sum_j dy_j,  with softmax = exp(y)
-    if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
-        op_float("log_softmax_backward", "dy", dy)
-        op_float("log_softmax_backward", "y", y)
-        op_fits("log_softmax_backward", dy.shape == y.shape, dy=dy, y=y)
-    if fast.enabled:
-        return fast_softmax.log_softmax_backward(dy, y)
     return dy - np.exp(y) * dy.sum(axis=-1, keepdims=True)

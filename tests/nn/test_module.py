@@ -353,12 +353,12 @@ def test_erf_matches_math_erf_over_minus8_to_8():
 
 
 def test_attention_over_the_size_limit_recomputes_its_weights_with_the_same_gradients(monkeypatch):
-    import scratchformer.nn.attention as attention_module
+    import scratchformer.fast.attention as fast_attention
 
     x, dy = randn(B, T, D), randn(B, T, D, seed=3)
     results = []
-    for limit in (1 << 30, 0):  # everything kept; nothing kept
-        monkeypatch.setattr(attention_module, "KEEP_WEIGHTS_BYTES", limit)
+    for limit in (1 << 30, 0):  # everything kept; nothing kept (the fast lane's rule)
+        monkeypatch.setattr(fast_attention, "KEEP_WEIGHTS_BYTES", limit)
         manual_seed(0)
         m = MultiHeadAttention(D, H)
         out = m(x, causal=True)

@@ -87,7 +87,7 @@ def test_use_reference_and_the_context_manager_flip_one_flag():
     assert fast.enabled  # restored even on an error
 
 
-FAST_MODULES = ["activations", "attention", "layernorm", "linear", "optim", "reductions", "softmax"]
+FAST_MODULES = ["activations", "attention", "embedding", "layernorm", "linear", "optim", "reductions", "softmax"]
 
 
 def _trap_fast_lane(monkeypatch, calls):
@@ -134,10 +134,122 @@ def test_the_switch_runs_the_reference_everywhere_and_the_fast_lane_by_default(a
     fast_losses = _train_two_steps(activation)
     entry_points = {"attention.attention_forward", "attention.attention_backward", "layernorm.layernorm_forward",
                     "layernorm.layernorm_backward", "linear.linear_backward_into", "softmax.log_softmax_forward",
-                    "optim.FlatAdamW", "optim.clip_grad_norm"}
+                    "embedding.embedding_backward_into", "optim.FlatAdamW", "optim.clip_grad_norm"}
     assert entry_points <= set(calls)  # each op the GPT's step uses handed over to its fast form
     assert ("activations.gelu_with_grad" in calls) == (activation == "gelu")
     np.testing.assert_allclose(fast_losses, reference_losses, rtol=1e-5)
+
+
+# -- the one dispatch point (fast.lane) ----------------------------------------------------------
+FAST_OPS = {"softmax_forward", "softmax_backward", "log_softmax_forward", "log_softmax_backward",
+            "layernorm_forward", "layernorm_backward", "linear_backward", "linear_backward_into",
+            "gelu_forward", "gelu_with_grad", "attend", "attention_backward", "embedding_backward_into"}
+
+
+def test_each_op_with_a_fast_form_is_registered_with_the_same_parameters():
+    import inspect
+
+    assert {key.rsplit(".", 1)[1] for key in fast.VARIANTS} == FAST_OPS
+    for key, variant in fast.VARIANTS.items():
+        fast_form = getattr(variant.module, variant.name)
+        assert variant.module.__name__.startswith("scratchformer.fast."), key
+        assert list(inspect.signature(variant.formula).parameters) == list(inspect.signature(fast_form).parameters), key
+
+
+def test_no_op_or_layer_reads_the_switch_itself():
+    """`fast.enabled` and the attention cache's lane tag are read in fast/__init__.py (`lane`)
+    only: ops/, nn/, models/ and the rest hold formulas and call ops (optim/ chooses its own)."""
+    import ast
+    from pathlib import Path
+
+    def reads_the_lane(node) -> bool:  # fast.enabled, `from scratchformer.fast import enabled`, cache.get("lane")
+        return ((isinstance(node, ast.Attribute) and node.attr == "enabled" and getattr(node.value, "id", "") == "fast")
+                or (isinstance(node, ast.ImportFrom) and any(a.name == "enabled" for a in node.names))
+                or (isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "get"
+                    and any(getattr(a, "value", None) == "lane" for a in node.args)))
+
+    def reads(source: str) -> bool:
+        return any(map(reads_the_lane, ast.walk(ast.parse(source))))
+
+    package = Path(fast.__file__).resolve().parents[1]
+    readers = sorted(str(path.relative_to(package)) for path in package.rglob("*.py")
+                     if path.parts[-2] not in ("fast", "optim") and reads(path.read_text(encoding="utf-8")))
+    assert readers == []
+    # what it looks for: the forms the lane was chosen in before fast.lane
+    assert reads("if fast.enabled:\n    pass") and reads('if cache.get("lane") == "fast":\n    pass')
+
+
+@pytest.mark.parametrize("reference", [False, True], ids=["fast", "reference"])
+def test_a_direct_call_is_checked_in_either_lane_and_a_layers_call_is_not(reference):
+    from scratchformer.checks import DOOR
+    from scratchformer.errors import DTypeError, ShapeError
+
+    ints, x = np.arange(6).reshape(2, 3), np.ones((2, 3))
+    calls = [lambda: ops.softmax_forward(ints), lambda: ops.log_softmax_backward(x, x[:1]),
+             lambda: ops.layernorm_forward(x, np.ones(4), None), lambda: ops.linear_backward(x, x, np.ones((3, 4))),
+             lambda: ops.gelu_forward(ints)]
+    with fast.reference(reference):
+        for call in calls:
+            with pytest.raises((DTypeError, ShapeError)):
+                call()
+        outer, DOOR.inside = DOOR.inside, True  # as inside a model's forward: the model checked its input
+        try:
+            assert ops.softmax_forward(ints).shape == ints.shape  # the formula ran, unchecked
+        finally:
+            DOOR.inside = outer
+
+
+def test_an_attention_backward_runs_in_the_lane_its_forward_ran_in():
+    """A cache made in the fast lane (the weights not kept) is differentiated by the fast
+    backward even in the reference lane, and a reference cache by the reference backward."""
+    q, k, v, dout = _attn_inputs(2, 4, 4, np.float64)
+    _, fast_cache = ops.attention_forward(q, k, v, causal=True, keep_weights=False)
+    with fast.reference():
+        _, ref_cache = ops.attention_forward(q, k, v, causal=True)
+        from_fast = ops.attention_backward(dout, fast_cache)
+    from_ref = ops.attention_backward(dout, ref_cache)
+    assert fast_cache["lane"] == "fast" and fast_cache["weights"] is None and "lane" not in ref_cache
+    assert_close(from_fast, from_ref, np.float64)
+
+
+def test_the_fast_lane_keeps_the_weights_unless_training_and_over_the_limit(monkeypatch):
+    q, k, v, _ = _attn_inputs(2, 4, 4, np.float32)
+    monkeypatch.setattr(fast_attention, "KEEP_WEIGHTS_BYTES", fast_attention.weights_nbytes(q, k) - 1)
+    kept = {}
+    for reference in (False, True):
+        with fast.reference(reference):
+            for training in (False, True):
+                cache = ops.attention_forward(q, k, v, causal=True, training=training)[1]
+                kept[reference, training] = cache["weights"] is not None
+    assert kept == {(False, False): True, (False, True): False, (True, False): True, (True, True): True}
+    assert ops.attention_forward(q, k, v, training=True, keep_weights=True)[1]["weights"] is not None
+
+
+# -- the embedding's gradient (fast/embedding.py) ----------------------------------------------
+def _embedding_grad(dy, ids, start):
+    grad = start.copy()
+    assert ops.embedding_backward_into(dy, ids, grad) is None
+    return grad
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("ids_shape", [(3, 40), (1, 1), (2, 0)], ids=["repeats", "one", "none"])
+def test_embedding_backward_by_sorted_runs_equals_np_add_at(dtype, ids_shape):
+    """The reference is np.add.at (every occurrence of an id adds its row); the fast lane sums each
+    id's run of rows first: equal within float rounding, onto a gradient that already holds values."""
+    rng = np.random.default_rng(12)
+    ids = rng.integers(0, 7, size=ids_shape)
+    dy = rng.standard_normal(ids_shape + (5,)).astype(dtype)
+    start = rng.standard_normal((7, 5)).astype(dtype)
+    got, want = both_lanes(_embedding_grad, dy, ids, start)
+    plain = start.copy()
+    np.add.at(plain, ids.reshape(-1), dy.reshape(-1, 5))
+    np.testing.assert_array_equal(want, plain)  # the reference lane is np.add.at itself
+    assert_close(got, want, dtype)
+    if ids.size > 7:  # ids repeat: a buffered `grad[ids] += dy` (each id's last row only) fails here
+        buffered = start.copy()
+        buffered[ids.reshape(-1)] += dy.reshape(-1, 5)
+        assert not np.allclose(buffered, want, **TOL[dtype])
 
 
 # -- reductions (fast/reductions.py) ---------------------------------------------------------
@@ -505,10 +617,9 @@ def test_a_gpt_trains_in_query_blocks_as_in_the_reference_lane(positional, monke
     """Three AdamW steps of a GPT (block 16, attention in blocks of 5 queries, the weights
     recomputed in the backward) give the reference lane's losses and weights."""
     from scratchformer.models import GPT, GPTConfig
-    from scratchformer.nn import attention as nn_attention
 
     monkeypatch.setattr(fast_attention, "CHUNK_BYTES", 5 * 2 * 16 * 8)  # 5 queries x 2 heads x 16 keys, float64
-    monkeypatch.setattr(nn_attention, "KEEP_WEIGHTS_BYTES", 0)  # recompute, as long context does
+    monkeypatch.setattr(fast_attention, "KEEP_WEIGHTS_BYTES", 0)  # recompute, as long context does
     cfg = GPTConfig(vocab_size=11, block_size=16, n_layer=2, n_head=2, n_embd=16, positional=positional,
                     dtype="float64")
     x = np.random.default_rng(1).integers(0, 11, size=(2, 16))

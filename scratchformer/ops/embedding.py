@@ -1,0 +1,24 @@
+"""The embedding's backward: y = W[ids] (a lookup, `nn.Embedding.forward`) adds dy into the rows
+of W's gradient that the ids picked.
+
+`embedding_backward_into` is its formula, `np.add.at` (unbuffered: an id that occurs several
+times gets every one of its rows of dy); `@fast.lane` runs its faster form in the fast lane
+(`scratchformer/fast/embedding.py`: each id's rows summed by sorted runs with one
+`np.add.reduceat`, then added once). The lane is chosen in `fast.lane` alone."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from scratchformer import fast
+from scratchformer.fast import embedding as fast_embedding
+
+__all__ = ["embedding_backward_into"]
+
+
+@fast.lane(fast_embedding)
+def embedding_backward_into(dy: np.ndarray, ids: np.ndarray, weight_grad: np.ndarray) -> None:
+    """dW[i] += the sum of dy over the positions where ids == i.
+
+    dy: (..., D); ids: integers (...), dy's leading shape; weight_grad: (V, D), added into."""
+    np.add.at(weight_grad, ids.reshape(-1), dy.reshape(-1, weight_grad.shape[-1]))
