@@ -47,8 +47,11 @@ MODEL_HELP = {
     "norm_first": "pre: LayerNorm before each sublayer (GPT-2); post: after the residual (Vaswani)",
     "tie_weights": "reuse the token embedding as the LM head",
     "bias": "biases in Linear and LayerNorm layers (off: nanoGPT's bias=False)",
-    "init": "gpt2: N(0, 0.02) weights; pytorch: each layer's PyTorch default (as makemore)",
+    "init": ("gpt2: N(0, 0.02) weights; pytorch: each layer's PyTorch default (as makemore); grokking: "
+             "N(0, 1/n-embd), the grokking paper's"),
     "attn_only": "attention-only blocks: no feed-forward sub-layer (the induction-heads toy models; GPT only)",
+    "loss_dtype": ("the dtype of the loss's log-softmax (float64: as the grokking paper, so a loss near 0 is "
+                   "not float32 rounding; GPT only)", "the model's"),
 }
 FINETUNE_HELP = {  # `finetune`'s model settings (SentenceClassifierConfig fields)
     "max_length": "tokens per text, [CLS] and [SEP] included; longer texts are truncated",

@@ -247,7 +247,8 @@ class Model(Module):
         if cache.get("loss") is None:
             raise BackwardError(f"{type(self).__name__}.backward() needs a forward with {self._targets_name} (or "
                                 "pass grad_output, the gradient of the output)")
-        return cache, cross_entropy_backward(cache["loss"], dloss)
+        # astype: a loss computed in a wider dtype (GPTConfig.loss_dtype) hands back the model's
+        return cache, cross_entropy_backward(cache["loss"], dloss).astype(self.dtype, copy=False)
 
 
 def norm_kind(norm) -> str | None:

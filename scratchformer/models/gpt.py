@@ -106,7 +106,12 @@ class GPTConfig(TransformerConfig):
     init: "gpt2" (default): weights N(0, 0.02), residual projections N(0, 0.02 / sqrt(2 n_layer)),
         zero biases. "pytorch": each layer's PyTorch default (Linear U(+-1/sqrt(in)), Embedding
         and learned positions N(0, 1)), as makemore's transformer; with a tiny vocabulary and an
-        untied head it trains faster (measured on names.txt, docs/results.md).
+        untied head it trains faster (measured on names.txt, docs/results.md). "grokking": the
+        grokking paper's (Nanda et al. 2023): every weight N(0, 1 / n_embd), the untied
+        unembedding N(0, 1 / vocab_size), zero biases.
+    loss_dtype: the dtype the cross-entropy is computed in; None (default) means the model's.
+        "float64" keeps a loss near zero from float32 rounding, as the grokking paper computes
+        its log-softmax; the gradient handed back to the logits is in the model's dtype.
 
     Each field's `setting` declares its type, range and choices: the one place to add a choice
     (then the CLI offers it and checkpoints accept it; see docs/architecture.md).
@@ -126,11 +131,12 @@ class GPTConfig(TransformerConfig):
     n_inner: int | None = setting(Maybe(POSITIVE), None)
     layer_norm_eps: float = setting(Num(above=0.0), 1e-5)
     dtype: str = setting(Str(FLOAT_DTYPES), "float32")
-    init: str = setting(Str(("gpt2", "pytorch")), "gpt2")
+    init: str = setting(Str(("gpt2", "pytorch", "grokking")), "gpt2")
     normalization: str = setting(Str(tuple(NORMALIZATIONS)), "layernorm")
     rope_theta: float = setting(Num(above=0.0), 10000.0)  # base of the rotary frequencies (positional="rope")
     n_kv_head: int | None = setting(Maybe(POSITIVE), None)
     attn_only: bool = setting(Bool(), False)  # attention-only blocks: no feed-forward (Olsson et al. 2022)
+    loss_dtype: str | None = setting(Maybe(Str(FLOAT_DTYPES)), None)
 
     def __post_init__(self) -> None:
         if isinstance(self.dtype, (np.dtype, type)):  # GPTConfig(dtype=np.float64) is stored by name
@@ -256,6 +262,8 @@ class GPT(Model):
             return
         rng, std = nn_init.get_rng(), 0.02
         resid_std = std / math.sqrt(2 * self.config.n_layer)
+        if self.config.init == "grokking":  # every weight reads a width-n_embd stream at unit scale
+            std = resid_std = 1.0 / math.sqrt(self.config.n_embd)
 
         def normal(p, s):
             p.data[...] = rng.standard_normal(p.shape) * s
@@ -274,7 +282,8 @@ class GPT(Model):
                 if p is not None:
                     p.data[...] = 0
         if not self.config.tie_weights:
-            normal(self.lm_head.weight, std)
+            grokking = self.config.init == "grokking"
+            normal(self.lm_head.weight, 1.0 / math.sqrt(self.config.vocab_size) if grokking else std)
 
     def to(self, dtype) -> GPT:
         """Convert the weights (Module.to) and record the dtype in a copy of the config: a config
@@ -313,7 +322,9 @@ class GPT(Model):
         logits = self.lm_head(self._trunk(np.asarray(idx)))  # (B, T, V)
         loss, ce_cache = None, None
         if targets is not None:
-            loss, ce_cache = cross_entropy_forward(logits, np.asarray(targets))
+            wide = self.config.loss_dtype is not None and logits.dtype != self.config.loss_dtype
+            loss, ce_cache = cross_entropy_forward(logits.astype(self.config.loss_dtype) if wide else logits,
+                                                   np.asarray(targets))
         self._save(loss=ce_cache, out_shape=logits.shape)
         self._note_loss(ce_cache)
         return logits, loss
