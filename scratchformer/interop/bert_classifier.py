@@ -24,19 +24,9 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from scratchformer.checks import (
-    NON_NEGATIVE,
-    POSITIVE,
-    Bool,
-    DictConfig,
-    Int,
-    List,
-    Num,
-    Str,
-    check_positive_int,
-    check_seed,
-    setting,
-)
+from scratchformer.checks import check_positive_int, check_seed
+from scratchformer.specs import NON_NEGATIVE, POSITIVE, Bool, Int, List, Num, Str
+from scratchformer.settings import DictConfig, setting
 from scratchformer.errors import ConfigError, DataError
 from scratchformer.interop.bert import _ACTIVATIONS, BertConfig, BertEncoder, bert_param_count
 from scratchformer.models.base import Model, Sizes, linear_params

@@ -19,21 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scratchformer.checks import (
-    as_array,
-    NON_NEGATIVE,
-    POSITIVE,
-    PROBABILITY,
-    Bool,
-    Maybe,
-    Str,
-    TransformerConfig,
-    check_config_type,
-    check_heads,
-    check_int_in_range,
-    check_token_ids,
-    setting,
-)
+from scratchformer.checks import as_array, check_config_type, check_heads, check_int_in_range, check_token_ids
+from scratchformer.specs import NON_NEGATIVE, POSITIVE, PROBABILITY, Bool, Maybe, Str
+from scratchformer.settings import TransformerConfig, setting
 from scratchformer.errors import DataError, ShapeError
 from scratchformer.nn import (
     Dropout,

@@ -43,21 +43,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from scratchformer.checks import (
-    as_array,
     FLOAT_DTYPES,
-    POSITIVE,
-    PROBABILITY,
-    Bool,
-    Maybe,
-    Num,
-    Str,
-    TransformerConfig,
+    as_array,
     check_config_type,
     check_heads,
     check_int_in_range,
     check_token_ids,
-    setting,
 )
+from scratchformer.specs import POSITIVE, PROBABILITY, Bool, Maybe, Num, Str
+from scratchformer.settings import TransformerConfig, setting
 from scratchformer.errors import ConfigError, DataError, ShapeError
 from scratchformer.inference.sampling import as_rng, check_sampling_args, sample_next
 from scratchformer.nn import (

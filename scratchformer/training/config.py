@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scratchformer.checks import NON_NEGATIVE, POSITIVE, SEED, Bool, DictConfig, Maybe, Num, setting
+from scratchformer.specs import NON_NEGATIVE, POSITIVE, SEED, Bool, Maybe, Num
+from scratchformer.settings import DictConfig, setting
 from scratchformer.data import DEFAULT_SEED
 from scratchformer.errors import ConfigError
 
