@@ -141,10 +141,10 @@ def test_a_layer_does_not_import_its_neighbour(tmp_path):
 
 
 def test_architecture_md_lists_the_same_order():
-    """docs/architecture.md's table names every unit in the order LAYERS enforces (the package's
-    own __init__.py and __main__.py aside)."""
-    rows = [line.split("|")[1].strip().strip("`") for line in ARCHITECTURE.read_text(encoding="utf-8").splitlines()
-            if line.startswith("| `scratchformer")]
-    named = [row.removeprefix("scratchformer.") for row in rows]
-    order = [unit for layer in LAYERS for unit in layer if unit not in ("scratchformer", "__main__")]
-    assert named == order
+    """docs/architecture.md's table names every unit in the order LAYERS enforces, with its layer
+    number (the package's own __init__.py and __main__.py aside)."""
+    rows = [[cell.strip() for cell in line.split("|")[1:3]]
+            for line in ARCHITECTURE.read_text(encoding="utf-8").splitlines() if line.startswith("| `scratchformer")]
+    documented = [(name.strip("`").removeprefix("scratchformer."), int(layer)) for name, layer in rows]
+    layers = [layer for layer in LAYERS if layer not in (("scratchformer",), ("__main__",))]
+    assert documented == [(unit, number) for number, layer in enumerate(layers, 1) for unit in layer]
