@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scratchformer.specs import Int, Maybe, Num
 from scratchformer.errors import CheckpointError, ConfigError, RunFileError
 from scratchformer.models import GPTConfig
+from scratchformer.specs import Int, Maybe, Num
 from scratchformer.training.config import TrainConfig
 from scratchformer.training import checkpoint as ckpt_mod
 from scratchformer.runfiles import write_atomic

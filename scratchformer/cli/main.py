@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 
 from scratchformer.allocator import keep_freed_memory
-from scratchformer.specs import Bool, Int, Maybe, SchemaMismatch, Str
 from scratchformer.cli.exercise import add_parser as add_exercise_parser
 from scratchformer.cli.exercise import cmd_exercise
 from scratchformer.cli.lens import add_parser as add_lens_parser
@@ -24,6 +23,7 @@ from scratchformer.cli.lens import cmd_lens
 from scratchformer.cli.viz import add_parser as add_viz_parser
 from scratchformer.cli.viz import cmd_viz, write_training_curves
 from scratchformer.errors import CheckpointError, CLIError, ScratchformerError
+from scratchformer.specs import Bool, Int, Maybe, SchemaMismatch, Str
 
 SEEN_MARK = " (in training data)"  # sample: appended to a sample that is an item of the training split
 # sample: the line before each sample of a text run or --hf model, whose samples hold newlines

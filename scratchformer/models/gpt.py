@@ -50,8 +50,6 @@ from scratchformer.checks import (
     check_int_in_range,
     check_token_ids,
 )
-from scratchformer.specs import POSITIVE, PROBABILITY, Bool, Maybe, Num, Str
-from scratchformer.settings import TransformerConfig, setting
 from scratchformer.errors import ConfigError, DataError, ShapeError
 from scratchformer.inference.sampling import as_rng, check_sampling_args, sample_next
 from scratchformer.nn import (
@@ -73,6 +71,8 @@ from scratchformer.nn.feedforward import GATED_ACTIVATIONS
 from scratchformer.nn.module import eval_mode, trusted_calls
 from scratchformer.models.base import Head, Model, Sizes, block_params, linear_params, norm_params
 from scratchformer.ops import cross_entropy_forward
+from scratchformer.settings import TransformerConfig, setting
+from scratchformer.specs import POSITIVE, PROBABILITY, Bool, Maybe, Num, Str
 
 __all__ = ["GPT", "GPTConfig"]
 

@@ -7,12 +7,12 @@ import math
 import numpy as np
 
 from scratchformer.checks import (
+    check_grad,
     check_bool,
+    check_generator,
+    check_module,
     check_choice,
     check_float_array,
-    check_generator,
-    check_grad,
-    check_module,
     check_positive_int,
     check_positive_number,
     check_probability,

@@ -27,15 +27,8 @@ import math
 import numpy as np
 
 from scratchformer import fast
-from scratchformer.checks import (
-    DOOR,
-    as_array,
-    check_bool,
-    check_generator,
-    check_positive_int,
-    check_probability,
-    op_float,
-)
+from scratchformer.checks import (DOOR, as_array, check_bool, check_generator, check_positive_int, check_probability,
+                                  op_float)
 from scratchformer.errors import ConfigError, DTypeError, ShapeError
 from scratchformer.fast import attention as fast_attention
 from scratchformer.fast.attention import weights_nbytes

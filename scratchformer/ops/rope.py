@@ -17,14 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from scratchformer.checks import (
-    DOOR,
-    check_int_in_range,
-    check_positive_int,
-    check_positive_number,
-    op_fits,
-    op_float,
-)
+from scratchformer.checks import (DOOR, check_int_in_range, check_positive_int, check_positive_number, op_fits,
+                                  op_float)
 from scratchformer.errors import ConfigError
 
 __all__ = ["rope_tables", "rotate_half", "rope_forward", "rope_backward"]

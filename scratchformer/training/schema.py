@@ -35,6 +35,11 @@ import json
 import math
 import os
 
+from scratchformer.data.bpe import MAX_VOCAB, MIN_VOCAB
+from scratchformer.data.datasets import FORMATS, TOKENIZERS
+from scratchformer.data.tasks import TASKS
+from scratchformer.errors import RunFileError
+from scratchformer.models import ClassifierConfig, GPTConfig, Seq2SeqConfig
 from scratchformer.specs import (
     BIG,
     NON_NEGATIVE,
@@ -50,11 +55,6 @@ from scratchformer.specs import (
     Str,
     Tagged,
 )
-from scratchformer.data.bpe import MAX_VOCAB, MIN_VOCAB
-from scratchformer.data.datasets import FORMATS, TOKENIZERS
-from scratchformer.data.tasks import TASKS
-from scratchformer.errors import RunFileError
-from scratchformer.models import ClassifierConfig, GPTConfig, Seq2SeqConfig
 from scratchformer.training.config import TrainConfig
 from scratchformer.interop.bert_classifier import SentenceClassifierConfig
 
