@@ -76,7 +76,9 @@ def imports(root: Path) -> list[tuple[str, str, str]]:
                 if node.level:
                     base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
                 # `from scratchformer import lens` imports the subpackage, not the package's __init__ alone
-                names = [f"{base}.{alias.name}" for alias in node.names] if base == "scratchformer" else [base]
+                names = [base]
+                if base == "scratchformer":
+                    names = [f"{base}.{alias.name}" for alias in node.names]
             else:
                 continue
             for name in names:
@@ -92,7 +94,8 @@ def upward_edges(root: Path) -> list[str]:
     for src, dst, where in imports(root):
         for unit in (src, dst):
             if unit not in LEVEL:
-                bad.append(f"{where}: scratchformer.{unit} is in no layer: add it to LAYERS and docs/architecture.md")
+                bad.append(f"{where}: scratchformer.{unit} is in no layer: "
+                           "add it to LAYERS and docs/architecture.md")
         if src in LEVEL and dst in LEVEL and LEVEL[dst] >= LEVEL[src]:
             bad.append(f"{where}: {src} imports {dst}, which is not below it")
     return sorted(set(bad))
@@ -118,8 +121,8 @@ def test_the_checker_sees_imports_anywhere(tmp_path):
         shutil.copyfile(source, root / source.relative_to(PACKAGE))
     assert upward_edges(root) == []
     diag = root / "training" / "diagnostics.py"
-    diag.write_text(diag.read_text(encoding="utf-8") + "\n\ndef planted():\n    from scratchformer.viz import trace\n",
-                    encoding="utf-8")
+    planted = "\n\ndef planted():\n    from scratchformer.viz import trace\n"
+    diag.write_text(diag.read_text(encoding="utf-8") + planted, encoding="utf-8")
     lines = len(diag.read_text(encoding="utf-8").splitlines())
     (root / "ops" / "planted.py").write_text("from ..nn import Linear\n", encoding="utf-8")
     (root / "models" / "planted.py").write_text("from scratchformer import training\n", encoding="utf-8")
@@ -128,7 +131,8 @@ def test_the_checker_sees_imports_anywhere(tmp_path):
         f"training/diagnostics.py:{lines}: training imports viz, which is not below it",
         "ops/planted.py:1: ops imports nn, which is not below it",
         "models/planted.py:1: models imports training, which is not below it",
-        "errors_extra.py:1: scratchformer.errors_extra is in no layer: add it to LAYERS and docs/architecture.md",
+        "errors_extra.py:1: scratchformer.errors_extra is in no layer: "
+        "add it to LAYERS and docs/architecture.md",
     ])
 
 
@@ -145,8 +149,9 @@ def test_a_layer_does_not_import_its_neighbour(tmp_path):
 def test_architecture_md_lists_the_same_order():
     """docs/architecture.md's table names every unit in the order LAYERS enforces, with its layer
     number (the package's own __init__.py and __main__.py aside)."""
+    lines = ARCHITECTURE.read_text(encoding="utf-8").splitlines()
     rows = [[cell.strip() for cell in line.split("|")[1:3]]
-            for line in ARCHITECTURE.read_text(encoding="utf-8").splitlines() if line.startswith("| `scratchformer")]
+            for line in lines if line.startswith("| `scratchformer")]
     documented = [(name.strip("`").removeprefix("scratchformer."), int(layer)) for name, layer in rows]
     layers = [layer for layer in LAYERS if layer not in (("scratchformer",), ("__main__",))]
     assert documented == [(unit, number) for number, layer in enumerate(layers, 1) for unit in layer]

@@ -46,7 +46,8 @@ def _writes(root: Path) -> dict[str, list[str]]:
 
 def _to_buffer(node: ast.Call) -> bool:
     """fig.savefig(buffer, ...) into an in-memory io.BytesIO named in the call's first argument."""
-    return bool(node.args) and isinstance(node.args[0], ast.Name) and node.args[0].id in ("png", "buf", "buffer")
+    first = node.args[0] if node.args else None
+    return isinstance(first, ast.Name) and first.id in ("png", "buf", "buffer")
 
 
 def _unexpected(root: Path) -> list[str]:
@@ -74,7 +75,8 @@ def test_a_direct_write_is_found(tmp_path):
         "from pathlib import Path\n\ndef save(p, s):\n    Path(p).write_text(s)\n\n"
         "def save2(p, s):\n    with open(p, 'w') as f:\n        f.write(s)\n", encoding="utf-8")
     main = root / "cli" / "main.py"
-    main.write_text(main.read_text(encoding="utf-8") + "\n\ndef planted(a, b):\n    os.replace(a, b)\n", encoding="utf-8")
+    planted = "\n\ndef planted(a, b):\n    os.replace(a, b)\n"
+    main.write_text(main.read_text(encoding="utf-8") + planted, encoding="utf-8")
     bad = _unexpected(root)
     assert "viz/planted.py:4: write_text" in bad and "viz/planted.py:7: open" in bad
     assert any(b.startswith("cli/main.py:") and b.endswith(": replace") for b in bad)

@@ -239,7 +239,7 @@ def save_hf_causal_lm(model: GPT, tokenizer, path: str | Path) -> Path:
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": model.config.block_size}
     if (isinstance(tok.model, tokenizers.models.BPE) and isinstance(tok.pre_tokenizer, tokenizers.pre_tokenizers.ByteLevel)
             and len(tokenizer.encode_prompt("")) == 0):  # GPT-2's own tokenizer: its two files too
-        with tempfile.TemporaryDirectory() as tmp:  # the tokenizers library writes them; we replace atomically
+        with tempfile.TemporaryDirectory() as tmp:  # written by the tokenizers library, then moved atomically
             for written in tok.model.save(tmp):  # vocab.json + merges.txt
                 write_atomic(path / Path(written).name, Path(written).read_bytes())
         config.update(tokenizer_class="GPT2Tokenizer", add_prefix_space=False)
