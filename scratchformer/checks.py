@@ -1,17 +1,19 @@
-"""Input checks, written once and used at every door (nanoGPT checks its input once, at the
-model's entry; so do we).
+"""Input checks: the typed one-line errors every door raises for a bad argument, written once.
+
+nanoGPT checks its input once, at the model's entry; so do we.
 
 A *door* is a public entry point: a model's `forward` / `generate` / `encode` / `decode`, a
 layer called directly by a user, a config's constructor. Doors call these helpers and raise
 the typed errors of `scratchformer.errors`, naming the argument and the allowed values.
 Calls made from inside a model trust their caller and check nothing (see
 `scratchformer.nn.module.Module.__call__`).
+
+The value specs a config field is declared with are `scratchformer.specs`; the config base
+class is `scratchformer.settings`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import math
 
 import numpy as np
@@ -76,7 +78,7 @@ def check_grad(dy, name: str, shape: tuple) -> None:
 
 def check_eps(name: str, value) -> None:
     """A normalisation's eps: a finite number >= 0 (0 is the bare formula)."""
-    if not _is_number(value) or not (value >= 0 and math.isfinite(value)):
+    if not is_number(value) or not (value >= 0 and math.isfinite(value)):
         raise ConfigError(f"{name} must be a finite number >= 0, got {value!r}")
 
 
@@ -132,47 +134,49 @@ def check_float_array(x, name: str, ndim: int | None = None, last_dim: int | Non
 
 
 # -- scalars (config fields and arguments) ---------------------------------------------------------
-def _is_int(value) -> bool:
+def is_int(value) -> bool:
+    """An integer, NumPy's included, and not a bool (True is an int to Python, never a size)."""
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
-def _is_number(value) -> bool:
+def is_number(value) -> bool:
+    """A real number (int or float, NumPy's included), not a bool."""
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
 
 
 def check_positive_int(name: str, value) -> None:
-    if not _is_int(value) or value <= 0:
+    if not is_int(value) or value <= 0:
         raise ConfigError(f"{name} must be a positive integer, got {value!r}")
 
 
 def check_int_in_range(name: str, value, low: int, high: int) -> None:
     """value must be an integer in [low, high)."""
-    if not _is_int(value) or not low <= value < high:
+    if not is_int(value) or not low <= value < high:
         raise ConfigError(f"{name} must be an integer in [{low}, {high}), got {value!r}")
 
 
 def check_probability(name: str, value) -> None:
     """A dropout rate or a label-smoothing weight: a number in [0, 1)."""
-    if not _is_number(value) or not 0.0 <= value < 1.0:
+    if not is_number(value) or not 0.0 <= value < 1.0:
         raise ConfigError(f"{name} must be a number in [0, 1), got {value!r}")
 
 
 def check_positive_number(name: str, value) -> None:
     """A finite number > 0 (LayerNorm's eps)."""
-    if not _is_number(value) or not (value > 0 and math.isfinite(value)):
+    if not is_number(value) or not (value > 0 and math.isfinite(value)):
         raise ConfigError(f"{name} must be a finite number > 0, got {value!r}")
 
 
 def check_seed(name: str, value) -> None:
     """A seed: None (fresh entropy) or an integer in SEED's range."""
-    if value is not None and not (_is_int(value) and 0 <= value <= 2**63 - 1):
+    if value is not None and not (is_int(value) and 0 <= value <= 2**63 - 1):
         raise ConfigError(f"{name} must be None or an integer in [0, 2**63 - 1], got {value!r}")
 
 
 def check_backward_args(dloss, grad=None, out_shape=None, grad_name: str = "grad") -> None:
     """A model's backward: `dloss` a finite real scalar (it scales the loss gradient); `grad`,
     when given, a float array of the forward output's shape `out_shape` (when known)."""
-    if not _is_number(dloss) and not (isinstance(dloss, np.ndarray) and dloss.ndim == 0 and _is_number(dloss.item())):
+    if not is_number(dloss) and not (isinstance(dloss, np.ndarray) and dloss.ndim == 0 and is_number(dloss.item())):
         shape = f" of shape {dloss.shape}" if isinstance(dloss, np.ndarray) else ""
         raise DTypeError(f"dloss must be a real number (a scalar), got {type(dloss).__name__}{shape}")
     if not math.isfinite(float(dloss)):
@@ -189,7 +193,7 @@ def config_number(config: dict, key: str, default, where: str = "config.json"):
     value = config.get(key)
     if value is None:
         return default
-    if not _is_number(value):
+    if not is_number(value):
         raise ConfigError(f"{where}: {key} must be a number, got {value!r}: fix the file")
     return float(value)
 
@@ -199,7 +203,7 @@ def config_int(config: dict, key: str, default=None, where: str = "config.json")
     value = config.get(key)
     if value is None:
         return default
-    if not _is_int(value):
+    if not is_int(value):
         raise ConfigError(f"{where}: {key} must be an integer, got {value!r}: fix the file")
     return int(value)
 
@@ -256,254 +260,3 @@ def check_heads(n_embd, n_head) -> None:
     check_positive_int("n_head", n_head)
     if n_embd % n_head:
         raise ConfigError(f"n_embd ({n_embd}) must be divisible by n_head ({n_head})")
-
-
-# -- value specs: one declaration per setting ---------------------------------------------------
-# A spec says which values one setting may hold. The same spec object checks the setting when a
-# config is built (a ConfigError naming the field), when a run file is read or written
-# (training/schema.py: a RunFileError naming the file and the field) and when the command line
-# parses the option (`parse` + `check`: one line naming the option). So a value the command
-# line accepts is always a value the checkpoint can hold, and a choice added to a config's
-# declaration is accepted everywhere at once.
-BIG = 2**31 - 1  # upper bound for sizes, counts and step numbers: far beyond any run that fits
-
-
-class SchemaMismatch(Exception):
-    """Raised by a spec with the field path, what was expected and the value."""
-
-    def __init__(self, where: str, expected: str, value):
-        super().__init__(f"{where} must be {expected}, got {value!r}")
-        self.where, self.expected, self.value = where, expected, value
-
-
-class Int:
-    """An integer (not a bool) in [min, max]."""
-
-    def __init__(self, min: int | None = None, max: int | None = BIG):
-        self.min, self.max = min, max
-
-    def describe(self) -> str:
-        lo = "" if self.min is None else f" >= {self.min}"
-        hi = "" if self.max is None else f" <= {self.max}"
-        return f"an integer{lo}{' and' if lo and hi else ''}{hi}"
-
-    def parse(self, text: str) -> int:
-        return int(text)
-
-    def check(self, value, where: str) -> None:
-        if not _is_int(value):
-            raise SchemaMismatch(where, self.describe(), value)
-        if (self.min is not None and value < self.min) or (self.max is not None and value > self.max):
-            raise SchemaMismatch(where, self.describe(), value)
-
-
-class Num:
-    """An int or float in [min, max] (and > above, < below, when given); NaN and infinity only
-    where finite=False."""
-
-    def __init__(self, min: float | None = None, max: float | None = None, finite: bool = True,
-                 above: float | None = None, below: float | None = None):
-        self.min, self.max, self.finite, self.above, self.below = min, max, finite, above, below
-
-    def describe(self) -> str:
-        parts = [f">= {self.min:g}"] if self.min is not None else []
-        parts += [f"> {self.above:g}"] if self.above is not None else []
-        parts += [f"<= {self.max:g}"] if self.max is not None else []
-        parts += [f"< {self.below:g}"] if self.below is not None else []
-        return "a " + ("finite " if self.finite else "") + "number" + (" " + " and ".join(parts) if parts else "")
-
-    def parse(self, text: str) -> float:
-        return float(text)
-
-    def check(self, value, where: str) -> None:
-        if not _is_number(value):
-            raise SchemaMismatch(where, self.describe(), value)
-        if self.finite and not math.isfinite(value):
-            raise SchemaMismatch(where, self.describe(), value)
-        if ((self.min is not None and not value >= self.min) or (self.max is not None and not value <= self.max)
-                or (self.above is not None and not value > self.above)
-                or (self.below is not None and not value < self.below)):
-            raise SchemaMismatch(where, self.describe(), value)
-
-
-class Str:
-    """A string, optionally one of `choices` (a config's choices: the CLI offers exactly these)."""
-
-    def __init__(self, choices: tuple[str, ...] | None = None, max_len: int = 4096):
-        self.choices, self.max_len = (None if choices is None else tuple(choices)), max_len
-
-    def describe(self) -> str:
-        return "one of " + ", ".join(map(repr, self.choices)) if self.choices else "a string"
-
-    def parse(self, text: str) -> str:
-        return text
-
-    def check(self, value, where: str) -> None:
-        if not isinstance(value, str) or len(value) > self.max_len:
-            raise SchemaMismatch(where, self.describe(), value)
-        if self.choices is not None and value not in self.choices:
-            raise SchemaMismatch(where, self.describe(), value)
-
-
-class Bool:
-    def describe(self) -> str:
-        return "true or false"
-
-    def check(self, value, where: str) -> None:
-        if not isinstance(value, (bool, np.bool_)):
-            raise SchemaMismatch(where, self.describe(), value)
-
-
-class Maybe:
-    """None (JSON null), or a value matching spec."""
-
-    def __init__(self, spec):
-        self.spec = spec
-
-    def describe(self) -> str:
-        return f"null or {self.spec.describe()}"
-
-    def parse(self, text: str):
-        return self.spec.parse(text)
-
-    def check(self, value, where: str) -> None:
-        if value is not None:
-            self.spec.check(value, where)
-
-
-class List:
-    def __init__(self, item, max_len: int = 2**20, unique: bool = False):
-        self.item, self.max_len, self.unique = item, max_len, unique
-
-    def describe(self) -> str:
-        return f"a list of {self.item.describe()}" + (" without repeats" if self.unique else "")
-
-    def check(self, value, where: str) -> None:
-        if not isinstance(value, list) or len(value) > self.max_len:
-            raise SchemaMismatch(where, self.describe(), value)
-        for i, v in enumerate(value):
-            self.item.check(v, f"{where}[{i}]")
-        if self.unique and len(set(map(json.dumps, value))) != len(value):
-            raise SchemaMismatch(where, self.describe(), value)
-
-
-class Obj:
-    """A JSON object with exactly these keys (`optional` ones may be absent; `extra`: a spec
-    for any other key, or None to reject other keys)."""
-
-    def __init__(self, fields: dict, optional: tuple[str, ...] = (), extra=None):
-        self.fields, self.optional, self.extra = fields, set(optional), extra
-
-    def describe(self) -> str:
-        return "an object"
-
-    def check(self, value, where: str) -> None:
-        if not isinstance(value, dict):
-            raise SchemaMismatch(where, "an object {...}", value)
-        prefix = f"{where}." if where else ""
-        for name, spec in self.fields.items():
-            if name in value:
-                spec.check(value[name], prefix + name)
-            elif name not in self.optional:
-                raise SchemaMismatch(prefix + name, f"present ({spec.describe()})", "missing")
-        for name in value.keys() - self.fields.keys():
-            if self.extra is None:
-                raise SchemaMismatch(prefix + name, "absent (not a known field)", value[name])
-            self.extra.check(value[name], prefix + name)
-
-
-class Tagged:
-    """An object whose schema is picked by the value of one key, e.g. config.json's "kind"."""
-
-    def __init__(self, key: str, variants: dict[str, Obj]):
-        self.key, self.variants = key, variants
-
-    def describe(self) -> str:
-        return "an object"
-
-    def check(self, value, where: str) -> None:
-        if not isinstance(value, dict):
-            raise SchemaMismatch(where, "an object {...}", value)
-        tag_where = f"{where}.{self.key}" if where else self.key
-        Str(tuple(self.variants)).check(value.get(self.key), tag_where)
-        self.variants[value[self.key]].check(value, where)
-
-
-# The specs many settings share.
-POSITIVE = Int(min=1)
-NON_NEGATIVE = Int(min=0)
-PROBABILITY = Num(min=0.0, below=1.0)  # a dropout rate or a label-smoothing weight
-SEED = Int(min=0, max=2**63 - 1)  # numpy seeds any non-negative int; the bound keeps seed + 1 an int64
-
-
-# -- config dataclasses ----------------------------------------------------------------------------
-def setting(spec, default=dataclasses.MISSING):
-    """A config field declared with the spec its values must meet: the one home of the
-    setting's type, range and choices (the config checks it, the checkpoint schema and the
-    command line read it). Usage: ``n_layer: int = setting(POSITIVE, 12)``."""
-    return dataclasses.field(default=default, metadata={"spec": spec})
-
-
-class DictConfig:
-    """Base of the config dataclasses (GPTConfig, ClassifierConfig, Seq2SeqConfig, TrainConfig):
-    every field declared with `setting`, checked against its spec when the config is built
-    (`validate`), and `to_dict()` / a strict `from_dict(d)` for checkpoints.
-
-    `check_together()` holds the rules that tie fields together (n_embd divisible by n_head).
-    Checkpoints that spell a field the old way are upgraded before they reach `from_dict`
-    (`scratchformer.training.schema.upgrade_run_files`).
-    """
-
-    def __post_init__(self) -> None:
-        self.validate()
-
-    def validate(self) -> None:
-        """Raise ConfigError naming the first field that breaks its declaration."""
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            try:
-                self.spec(f.name).check(value, f.name)
-            except SchemaMismatch as e:
-                raise ConfigError(f"{type(self).__name__}.{f.name} must be {e.expected}, got {value!r}") from None
-        self.check_together()
-
-    def check_together(self) -> None:
-        """Rules between fields; configs override this."""
-
-    @classmethod
-    def spec(cls, name: str):
-        """The declared spec of field `name`."""
-        return {f.name: f for f in dataclasses.fields(cls)}[name].metadata["spec"]
-
-    @classmethod
-    def schema(cls) -> Obj:
-        """The JSON object a checkpoint stores for this config: every field, with its spec;
-        fields with a default may be absent (a checkpoint written before they existed)."""
-        return Obj({f.name: f.metadata["spec"] for f in dataclasses.fields(cls)},
-                   optional=tuple(f.name for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING))
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict):
-        """Build from a dict (e.g. a checkpoint's config); unknown or missing fields are a ConfigError."""
-        if not isinstance(d, dict):
-            raise ConfigError(f"{cls.__name__}.from_dict needs a dict, got {type(d).__name__}")
-        unknown = sorted(set(d) - {f.name for f in dataclasses.fields(cls)})
-        if unknown:
-            raise ConfigError(f"unknown {cls.__name__} fields {unknown}")
-        missing = [f.name for f in dataclasses.fields(cls)
-                   if f.name not in d and f.default is dataclasses.MISSING]
-        if missing:
-            raise ConfigError(f"{cls.__name__} needs the fields {missing}")
-        return cls(**d)
-
-
-class TransformerConfig(DictConfig):
-    """What the model configs share: the feed-forward's hidden size rule."""
-
-    @property
-    def inner_size(self) -> int:
-        """The feed-forward's hidden size: n_inner, or 4 * n_embd when n_inner is None."""
-        return 4 * self.n_embd if self.n_inner is None else self.n_inner

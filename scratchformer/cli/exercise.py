@@ -12,12 +12,11 @@ A right --check is recorded in ./.scratchformer-exercises.json (`exercises/progr
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 from scratchformer.errors import CLIError, ScratchformerError
+from scratchformer.runfiles import write_atomic
 
 EXIT_WRONG = 1
 
@@ -92,7 +91,7 @@ def cmd_exercise(args) -> int:
     out = Path(args.out or f"{args.name}.py")
     if out.exists():
         raise CLIError(f"{out} exists (your work?): pass --out ANOTHER.py, or --check {out} to grade it")
-    _write_atomic(out, stub_source(args.name, str(out)))
+    write_atomic(out, stub_source(args.name, str(out)).encode("utf-8"))
     from scratchformer.exercises.grading import setup
 
     made = setup(args.name, out)  # what the exercise needs beside the stub (diagnose_runs: its runs)
@@ -100,15 +99,3 @@ def cmd_exercise(args) -> int:
     if made:
         print(made)
     return 0
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 is for secrets; this is the learner's own file
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise

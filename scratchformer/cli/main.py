@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 
 from scratchformer.allocator import keep_freed_memory
-from scratchformer.checks import Bool, Int, Maybe, SchemaMismatch, Str
 from scratchformer.cli.exercise import add_parser as add_exercise_parser
 from scratchformer.cli.exercise import cmd_exercise
 from scratchformer.cli.lens import add_parser as add_lens_parser
@@ -24,6 +23,7 @@ from scratchformer.cli.lens import cmd_lens
 from scratchformer.cli.viz import add_parser as add_viz_parser
 from scratchformer.cli.viz import cmd_viz, write_training_curves
 from scratchformer.errors import CheckpointError, CLIError, ScratchformerError
+from scratchformer.specs import Bool, Int, Maybe, SchemaMismatch, Str
 
 SEEN_MARK = " (in training data)"  # sample: appended to a sample that is an item of the training split
 # sample: the line before each sample of a text run or --hf model, whose samples hold newlines
@@ -31,7 +31,7 @@ SAMPLE_HEADER = "=== sample {i} of {n} ==="
 
 # Help text of each setting the command line exposes, keyed by dataclass field (GPTConfig for the
 # model, TrainConfig for training). The option itself (--n-layer), its type, range and choices
-# come from the field's declared spec (`scratchformer.checks.setting`: the values a checkpoint
+# come from the field's declared spec (`scratchformer.settings.setting`: the values a checkpoint
 # can hold), and the defaults shown in --help from scratchformer.training.jobs.RUN_DEFAULTS.
 # A value: help, or (help, what None means).
 MODEL_HELP = {
@@ -165,7 +165,7 @@ def _defaults_text(values: dict[str, object], none_means: str | None = None) -> 
 
 
 def _spec_type(spec):
-    """An argparse type from a declared spec (scratchformer.checks): the option's text parsed
+    """An argparse type from a declared spec (scratchformer.specs): the option's text parsed
     and checked exactly as the config and the checkpoint check the value, so every value the
     command line accepts is one the run's checkpoint can hold."""
     def convert(text: str):

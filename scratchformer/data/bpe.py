@@ -27,7 +27,7 @@ from scratchformer.checks import check_id_sequence
 from scratchformer.data.tokenizer import IGNORE_INDEX
 from scratchformer.errors import ConfigError, DataError, DTypeError, RunFileError
 from scratchformer.limits import check_bpe_fits
-from scratchformer.runfiles import read_json_file
+from scratchformer.runfiles import read_json_file, write_atomic
 
 END_OF_TEXT = "<|endoftext|>"  # GPT-2's one special token
 MIN_VOCAB = 256 + 1  # the byte alphabet and the end-of-text token
@@ -235,7 +235,7 @@ class BPETokenizer:
 
     def save_hf(self, path: str | Path) -> None:
         """Write the Hugging Face `tokenizer.json` (what `from_hf_dir` and transformers read)."""
-        Path(path).write_text(self._tok.to_str(), encoding="utf-8")
+        write_atomic(path, self._tok.to_str().encode("utf-8"))
 
     def __eq__(self, other) -> bool:
         return isinstance(other, BPETokenizer) and self.to_json() == other.to_json()

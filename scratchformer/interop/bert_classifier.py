@@ -24,24 +24,14 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from scratchformer.checks import (
-    NON_NEGATIVE,
-    POSITIVE,
-    Bool,
-    DictConfig,
-    Int,
-    List,
-    Num,
-    Str,
-    check_positive_int,
-    check_seed,
-    setting,
-)
+from scratchformer.checks import check_positive_int, check_seed
 from scratchformer.errors import ConfigError, DataError
 from scratchformer.interop.bert import _ACTIVATIONS, BertConfig, BertEncoder, bert_param_count
 from scratchformer.models.base import Model, Sizes, linear_params
 from scratchformer.nn import Linear
 from scratchformer.ops import cross_entropy_forward
+from scratchformer.settings import DictConfig, setting
+from scratchformer.specs import NON_NEGATIVE, POSITIVE, Bool, Int, List, Num, Str
 
 __all__ = ["BertClassifier", "SentenceClassifierConfig", "mean_pool_forward", "mean_pool_backward"]
 

@@ -187,7 +187,7 @@ def save_hf_gpt2(model: GPT, path, token_ids: dict[str, int] | None = None) -> P
     token_ids: {"bos_token_id": ..., "eos_token_id": ..., "pad_token_id": ...} for config.json
     (where generate stops). Weights keep the model's dtype. Returns the directory.
     """
-    from safetensors.numpy import save_file
+    from safetensors.numpy import save
 
     if not isinstance(model, GPT):
         raise DTypeError(f"save_hf_gpt2 needs a GPT, got {type(model).__name__}")
@@ -201,7 +201,7 @@ def save_hf_gpt2(model: GPT, path, token_ids: dict[str, int] | None = None) -> P
             t = sd[f"h.{i}.{ours}"]
             tensors[f"transformer.h.{i}.{theirs}"] = t.T if transpose else t
     tensors = {k: np.ascontiguousarray(v) for k, v in tensors.items()}
-    save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
+    write_atomic(path / "model.safetensors", save(tensors, metadata={"format": "pt"}))
     hf_cfg.update(token_ids or {})
     write_atomic(path / "config.json", (json.dumps(hf_cfg, indent=2) + "\n").encode())
     return path

@@ -16,6 +16,7 @@ continues training such a model, and `scratchformer export RUN --hf OUT` writes 
 from __future__ import annotations
 
 import dataclasses
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -238,7 +239,9 @@ def save_hf_causal_lm(model: GPT, tokenizer, path: str | Path) -> Path:
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": model.config.block_size}
     if (isinstance(tok.model, tokenizers.models.BPE) and isinstance(tok.pre_tokenizer, tokenizers.pre_tokenizers.ByteLevel)
             and len(tokenizer.encode_prompt("")) == 0):  # GPT-2's own tokenizer: its two files too
-        tok.model.save(str(path))  # vocab.json + merges.txt
+        with tempfile.TemporaryDirectory() as tmp:  # written by the tokenizers library, then moved atomically
+            for written in tok.model.save(tmp):  # vocab.json + merges.txt
+                write_atomic(path / Path(written).name, Path(written).read_bytes())
         config.update(tokenizer_class="GPT2Tokenizer", add_prefix_space=False)
     names = {key: tok.id_to_token(i) for key, i in token_ids.items()}
     config.update({key.replace("_id", ""): name for key, name in names.items() if name is not None})

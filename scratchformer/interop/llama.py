@@ -175,7 +175,7 @@ def save_hf_llama(model: GPT, path, token_ids: dict[str, int] | None = None) -> 
     (where generate stops). Weights keep the model's dtype; a tied head is written once, as the embedding (as
     transformers does). Returns the directory.
     """
-    from safetensors.numpy import save_file
+    from safetensors.numpy import save
 
     if not isinstance(model, GPT):
         raise DTypeError(f"save_hf_llama needs a GPT, got {type(model).__name__}")
@@ -191,8 +191,8 @@ def save_hf_llama(model: GPT, path, token_ids: dict[str, int] | None = None) -> 
         tensors.update(zip(theirs, parts))
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, str(path / "model.safetensors"),
-              metadata={"format": "pt"})
+    write_atomic(path / "model.safetensors",
+                 save({k: np.ascontiguousarray(v) for k, v in tensors.items()}, metadata={"format": "pt"}))
     hf_cfg.update(token_ids or {})
     write_atomic(path / "config.json", (json.dumps(hf_cfg, indent=2) + "\n").encode())
     return path

@@ -1,9 +1,11 @@
 """Experiments inside a model: named hooks and a cache (`hooks.py`), the logit lens, direct
 logit attribution, head ablation, activation patching, saliency and head scores
-(`analyses.py`, each checked by a second computation along another path). Their figures are in `scratchformer.viz.lens`.
-See docs/lens.md.
+(`analyses.py`, each checked by a second computation along another path), and what the figures
+and the training diagnostics read of a model (`trace.py`). Their figures are in
+`scratchformer.viz.lens`. See docs/lens.md.
 
-Layering: after `scratchformer.models` and `scratchformer.interop`, before `scratchformer.viz`."""
+Layering: after `scratchformer.models` and `scratchformer.interop`, before `scratchformer.training`
+(whose diagnostics and induction measures use it) and `scratchformer.viz`."""
 
 from scratchformer.lens.analyses import (
     Check,

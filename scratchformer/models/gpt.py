@@ -43,20 +43,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from scratchformer.checks import (
-    as_array,
     FLOAT_DTYPES,
-    POSITIVE,
-    PROBABILITY,
-    Bool,
-    Maybe,
-    Num,
-    Str,
-    TransformerConfig,
+    as_array,
     check_config_type,
     check_heads,
     check_int_in_range,
     check_token_ids,
-    setting,
 )
 from scratchformer.errors import ConfigError, DataError, ShapeError
 from scratchformer.inference.sampling import as_rng, check_sampling_args, sample_next
@@ -79,6 +71,8 @@ from scratchformer.nn.feedforward import GATED_ACTIVATIONS
 from scratchformer.nn.module import eval_mode, trusted_calls
 from scratchformer.models.base import Head, Model, Sizes, block_params, linear_params, norm_params
 from scratchformer.ops import cross_entropy_forward
+from scratchformer.settings import TransformerConfig, setting
+from scratchformer.specs import POSITIVE, PROBABILITY, Bool, Maybe, Num, Str
 
 __all__ = ["GPT", "GPTConfig"]
 

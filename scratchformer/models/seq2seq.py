@@ -29,21 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scratchformer.checks import (
-    as_array,
-    NON_NEGATIVE,
-    POSITIVE,
-    PROBABILITY,
-    Bool,
-    Maybe,
-    Str,
-    TransformerConfig,
-    check_config_type,
-    check_heads,
-    check_int_in_range,
-    check_token_ids,
-    setting,
-)
+from scratchformer.checks import as_array, check_config_type, check_heads, check_int_in_range, check_token_ids
 from scratchformer.errors import ConfigError, DataError, ShapeError
 from scratchformer.nn import (
     DecoderBlock,
@@ -61,6 +47,8 @@ from scratchformer.nn.hooks import HookPoint
 from scratchformer.nn.module import door
 from scratchformer.models.base import IGNORE_INDEX, Head, Model, Sizes, block_params, linear_params, norm_params
 from scratchformer.ops import ACTIVATIONS, cross_entropy_forward
+from scratchformer.settings import TransformerConfig, setting
+from scratchformer.specs import NON_NEGATIVE, POSITIVE, PROBABILITY, Bool, Maybe, Str
 
 
 @dataclass

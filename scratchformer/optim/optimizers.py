@@ -32,7 +32,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from scratchformer import fast
-from scratchformer.checks import _is_number, check_bool, check_module
+from scratchformer.checks import check_bool, check_module, is_number
 from scratchformer.errors import CheckpointError, ConfigError
 from scratchformer.fast import optim as fast_optim
 from scratchformer.nn import Embedding, LearnedPositionalEmbedding
@@ -104,7 +104,7 @@ def param_groups(model: Module, weight_decay: float, decay_embeddings: bool = Fa
         [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     """
     check_module("model", model)
-    if not _is_number(weight_decay) or not (weight_decay >= 0 and math.isfinite(weight_decay)):
+    if not is_number(weight_decay) or not (weight_decay >= 0 and math.isfinite(weight_decay)):
         raise ConfigError(f"weight_decay must be a finite number >= 0, got {weight_decay!r}")
     check_bool("decay_embeddings", decay_embeddings)
     embedding_ids: set[int] = set()
@@ -133,7 +133,7 @@ class _Optimizer:
 
     def __init__(self, params, lr: float, weight_decay: float):
         for name, value in (("lr", lr), ("weight_decay", weight_decay)):
-            if not _is_number(value):
+            if not is_number(value):
                 raise ConfigError(f"{self.kind} {name} must be a number, got {value!r}")
         if not (lr >= 0 and math.isfinite(lr)):
             raise ConfigError(f"{self.kind} lr must be a finite number >= 0, got {lr}")
@@ -228,9 +228,9 @@ class AdamW(_Optimizer):
     def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.01):
         super().__init__(params, lr, weight_decay)
-        if not (isinstance(betas, (tuple, list)) and len(betas) == 2 and all(_is_number(b) for b in betas)):
+        if not (isinstance(betas, (tuple, list)) and len(betas) == 2 and all(is_number(b) for b in betas)):
             raise ConfigError(f"AdamW betas must be two numbers in [0, 1), got {betas!r}")
-        if not _is_number(eps):
+        if not is_number(eps):
             raise ConfigError(f"AdamW eps must be a number > 0, got {eps!r}")
         b1, b2 = (float(b) for b in betas)
         if not (0.0 <= b1 < 1.0 and 0.0 <= b2 < 1.0):
@@ -305,7 +305,7 @@ class SGD(_Optimizer):
 
     def __init__(self, params, lr: float, momentum: float = 0.0, weight_decay: float = 0.0):
         super().__init__(params, lr, weight_decay)
-        if not _is_number(momentum) or not 0.0 <= momentum < 1.0:
+        if not is_number(momentum) or not 0.0 <= momentum < 1.0:
             raise ConfigError(f"SGD momentum must be in [0, 1), got {momentum}")
         self.momentum = float(momentum)
         # Like torch, buffers exist only with momentum, from the first step on.
@@ -361,7 +361,7 @@ def clip_grad_norm(params: Iterable[Parameter], max_norm: float) -> float:
         raise ConfigError(f"clip_grad_norm params must be an iterable of Parameters, got {type(params).__name__}") from None
     if not all(isinstance(p, Parameter) for p in params):
         raise ConfigError("clip_grad_norm params must be Parameters (model.parameters())")
-    if not _is_number(max_norm) or not max_norm > 0:
+    if not is_number(max_norm) or not max_norm > 0:
         raise ConfigError(f"clip_grad_norm max_norm must be a number > 0 (inf: no clipping), got {max_norm!r}")
     if fast.enabled:
         return fast_optim.clip_grad_norm(params, max_norm)

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scratchformer.checks import NON_NEGATIVE, POSITIVE, SEED, Bool, DictConfig, Maybe, Num, setting
 from scratchformer.data import DEFAULT_SEED
 from scratchformer.errors import ConfigError
+from scratchformer.settings import DictConfig, setting
+from scratchformer.specs import NON_NEGATIVE, POSITIVE, SEED, Bool, Maybe, Num
 
 __all__ = ["TrainConfig", "DIAG_RECORDS"]
 

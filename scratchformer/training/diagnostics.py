@@ -55,6 +55,7 @@ from pathlib import Path
 import numpy as np
 
 from scratchformer.errors import DataError, RunFileError
+from scratchformer.lens.trace import trace
 from scratchformer.nn.layers import Dropout
 from scratchformer.runfiles import parse_json, read_regular_file, write_atomic
 
@@ -241,10 +242,8 @@ class Diagnostics:
 
     def __init__(self, job, interval: int, max_steps: int, seed: int, path: str | Path,
                  resume_step: int | None = None):
-        from scratchformer.viz.trace import trace
-
         self.job, self.model, self.path, self.max_steps = job, job.model, Path(path), max_steps
-        self._run = trace  # viz.trace: the model run block by block
+        self._run = trace  # lens.trace: the model run block by block
         self.header = {"format": FORMAT, "version": 2, "interval": interval, "every": interval}
         self.records: list[dict] = []
         if resume_step is not None and self.path.exists():

@@ -40,6 +40,7 @@ from scratchformer.data.induction import (
     segment_lengths,
     target_masks,
 )
+from scratchformer import lens
 from scratchformer.errors import ConfigError, DataError
 from scratchformer.limits import check_model_fits
 from scratchformer.models import GPT, GPTConfig
@@ -175,10 +176,7 @@ class InductionJob(LMJob):
     # -- progress measures (training/diagnostics.py records them) ---------------------------------
     def progress_measures(self) -> dict:
         """The induction measures of the module docstring, on the first PROBE_SEQUENCES test
-        sequences, in eval mode. The lens is imported here, when a record is taken (it sits
-        above training in the layering, as viz.trace does for the diagnostics)."""
-        from scratchformer import lens
-
+        sequences, in eval mode."""
         x, y = inputs_targets(self.splits["test"][:PROBE_SEQUENCES])
         first, rep = self.masks(x)
         T = x.shape[1]

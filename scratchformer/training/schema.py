@@ -3,7 +3,7 @@ tokenizer.json and each row of log.jsonl.
 
 A hand-edited or damaged run file must end as one line naming the file and the field
 (`RunFileError`), never as a KeyError or a wrong result deep inside the trainer. A schema is
-a tree of small spec objects (scratchformer/checks.py), each of which checks one JSON value:
+a tree of small spec objects (scratchformer/specs.py), each of which checks one JSON value:
 
     Int(min, max)     an int (not a bool), in range
     Num(min, finite)  an int or float; NaN/inf only where finite=False
@@ -35,7 +35,12 @@ import json
 import math
 import os
 
-from scratchformer.checks import (
+from scratchformer.data.bpe import MAX_VOCAB, MIN_VOCAB
+from scratchformer.data.datasets import FORMATS, TOKENIZERS
+from scratchformer.data.tasks import TASKS
+from scratchformer.errors import RunFileError
+from scratchformer.models import ClassifierConfig, GPTConfig, Seq2SeqConfig
+from scratchformer.specs import (
     BIG,
     NON_NEGATIVE,
     POSITIVE,
@@ -50,11 +55,6 @@ from scratchformer.checks import (
     Str,
     Tagged,
 )
-from scratchformer.data.bpe import MAX_VOCAB, MIN_VOCAB
-from scratchformer.data.datasets import FORMATS, TOKENIZERS
-from scratchformer.data.tasks import TASKS
-from scratchformer.errors import RunFileError
-from scratchformer.models import ClassifierConfig, GPTConfig, Seq2SeqConfig
 from scratchformer.training.config import TrainConfig
 from scratchformer.interop.bert_classifier import SentenceClassifierConfig
 

@@ -5,11 +5,12 @@ Figure, saving a PNG when given `path=`. `report(...)` draws them all for one mo
 and writes report.html (self-contained, with the interactive attention explorer).
 matplotlib is imported only when a figure is drawn (Agg canvas, no pyplot).
 
-Reading a model: `scratchformer.viz.trace` (`attention_maps`, `head_qkv`, `trace`, and the
-accessors that know each model's attribute names).
+Reading a model: `scratchformer.viz.trace`, which is `scratchformer.lens.trace` (`attention_maps`,
+`head_qkv`, `trace`, and the accessors that ask each model's contract), kept below `training`
+because the training diagnostics read models with it too.
 """
 
-from scratchformer.viz import trace
+from scratchformer.lens import trace
 from scratchformer.viz.attention import (
     attention_grid,
     attention_steps,

@@ -29,7 +29,7 @@ SKIP_DOCS = {
 SKIP = [  # (a regular expression a command matches, why it is not run here)
     (r"^pip install", "installs packages: a download"),
     (r"python -m pytest", "the test suite itself"),
-    (r"^python examples/", "a whole example, 1-7 minutes; tests/test_examples.py runs each with --quick"),
+    (r"^python examples/", "a whole example, 1-7 minutes; tests/docs/test_examples.py runs each with --quick"),
     (r"^python scripts/make_plays_csv\.py", "writes a data set into data/plays for the finetune commands"),
     (r"^printf ", "samples from out/tinyshakespeare, a full tinyshakespeare training"),
     (r"--data shakespeare|--data data/|--data mytext", "a training on another data set: minutes at its settings, "
@@ -43,7 +43,7 @@ SKIP = [  # (a regular expression a command matches, why it is not run here)
     (r"--out out/quick", "a second names training like `scratchformer train` here (each about 5 s at TINY "
                          "settings, most of it drawing the loss curve)"),
     (r"exercise diagnose_runs$", "trains four small runs (10-20 s); tests/exercises/test_exercises_more.py runs this command"),
-    (r"^scratchformer viz", "draws figures: 8-40 s each even on a tiny run; tests/test_viz_cli.py runs viz on "
+    (r"^scratchformer viz", "draws figures: 8-40 s each even on a tiny run; tests/viz/test_viz_cli.py runs viz on "
                             "tiny runs (a GPT with --all, the toy tasks, --bert)"),
 ]
 TINY = ["--max-steps", "12", "--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--eval-interval", "12",

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scratchformer.checks import Int, Maybe, Num
 from scratchformer.errors import CheckpointError, ConfigError, RunFileError
 from scratchformer.models import GPTConfig
+from scratchformer.specs import Int, Maybe, Num
 from scratchformer.training.config import TrainConfig
 from scratchformer.training import checkpoint as ckpt_mod
 from scratchformer.runfiles import write_atomic
@@ -358,7 +358,7 @@ DATA_OPTIONS = {"split_seed": "seed", "tokenizer": "tokenizer", "vocab_size": "v
 def test_model_and_data_options_at_their_boundaries_are_stored_and_read_back(tmp_path, dest):
     """Every value a model or data option accepts at its edges (every choice, both bools) is
     written into config.json and read back unchanged."""
-    from scratchformer.checks import Bool, Str
+    from scratchformer.specs import Bool, Str
     from scratchformer.training.schema import LM_DATA
 
     spec = LM_DATA.fields[DATA_OPTIONS[dest]] if dest in DATA_OPTIONS else GPTConfig.spec(dest)

@@ -1,5 +1,7 @@
-"""What the figures read from a model, asked through its contract (models/base.py): no file in
-`scratchformer.viz` knows a family's attribute names, and a subclass is drawn as its family.
+"""What the figures and the training diagnostics read from a model, asked through its contract
+(models/base.py): no file in `scratchformer.viz` or `scratchformer.training` knows a family's
+attribute names, and a subclass is drawn as its family. It sits below `training` (whose
+diagnostics run `trace`) and `viz` (which re-exports it as `scratchformer.viz.trace`).
 
     kind(model)               -> "gpt" | "classifier" | "seq2seq" | "bert" (the model's `family`)
     blocks(model)             -> the main stack's blocks (seq2seq: the encoder)
