@@ -14,7 +14,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scratchformer import fast
 from scratchformer.gradcheck import gradcheck
 from scratchformer.nn import (
     DecoderBlock,

@@ -14,7 +14,6 @@ import math
 import numpy as np
 import pytest
 
-from scratchformer import fast
 from scratchformer.errors import DataError, ShapeError
 from scratchformer.gradcheck import numerical_gradient, relative_error
 from scratchformer.ops import (

@@ -6,7 +6,6 @@ import math
 import numpy as np
 import pytest
 
-from scratchformer import fast
 from scratchformer.errors import CheckpointError, ConfigError
 from scratchformer.nn import Embedding, LearnedPositionalEmbedding
 from scratchformer.nn.module import Module, Parameter

@@ -14,7 +14,6 @@ import json
 import numpy as np
 import pytest
 
-from scratchformer import fast
 from scratchformer.cli.main import main
 from scratchformer.data.tasks import make_split, modadd_split
 from scratchformer.errors import ConfigError
