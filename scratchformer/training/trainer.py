@@ -38,7 +38,7 @@ from scratchformer.errors import (CheckpointError, ConfigError, ParallelWorkerEr
 from scratchformer import limits
 from scratchformer.limits import check_training_fits, model_flops_per_token
 from scratchformer.nn import set_dropout_rng
-from scratchformer.optim import AdamW, clip_grad_norm, cosine_lr, param_groups
+from scratchformer.optim import clip_grad_norm, cosine_lr, make_adamw, param_groups
 from scratchformer.training.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from scratchformer.training.config import TrainConfig
 from scratchformer.training.diagnostics import DIAG_FILE, Diagnostics
@@ -272,6 +272,20 @@ def processes_that_run(cfg: TrainConfig) -> tuple[TrainConfig, str | None]:
     return cfg, None
 
 
+def _progress_bar(total: int, initial: int):
+    """A tqdm bar that starts no monitor thread: DataParallel forks its workers after the bar
+    exists, and forking a process with a second Python thread risks a deadlock in the child
+    (Python 3.12+ warns). tqdm starts the thread when a bar is created and monitor_interval is
+    not 0, so the setting is 0 for this creation only."""
+    from tqdm import tqdm
+
+    interval, tqdm.monitor_interval = tqdm.monitor_interval, 0
+    try:
+        return tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True, file=sys.stderr)
+    finally:
+        tqdm.monitor_interval = interval
+
+
 def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, overwrite, lock, started) -> dict:
     keep_freed_memory()  # freed temporaries stay in the process (scratchformer/allocator.py)
     # Before any step: the settings and the model's config must be what a checkpoint can hold
@@ -289,8 +303,9 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, over
     if hasattr(model, "trainable_parameters"):  # a frozen encoder: neither updated nor decayed
         trainable = {id(p) for p in model.trainable_parameters()}
         groups = [{**g, "params": [p for p in g["params"] if id(p) in trainable]} for g in groups]
-    opt = AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
-                eps=1e-8, weight_decay=cfg.weight_decay)
+    # the lane's AdamW: in the fast lane a FlatAdamW, whose binding makes the parameters' arrays
+    # views of its flat buffers (values unchanged; optim/flat.py)
+    opt = make_adamw(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=1e-8, weight_decay=cfg.weight_decay)
     # runs each batch (with workers=1, the model alone); a pending Ctrl-C or SIGTERM ends a wait for a worker
     runner = DataParallel(model, cfg.workers, optimizer=opt, train_outputs=False,  # the steps use the loss alone
                           interrupted=lambda: stop.reason is not None)
@@ -353,14 +368,7 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, over
     peak_at = time.perf_counter()
     bar = None
     if progress:
-        from tqdm import tqdm
-
-        class ProgressBar(tqdm):
-            # no monitor thread: DataParallel forks its workers after the bar exists, and forking a
-            # process with a second Python thread risks a deadlock in the child (Python 3.12+ warns)
-            monitor_interval = 0
-
-        bar = ProgressBar(total=cfg.max_steps, initial=step, unit="step", dynamic_ncols=True, file=sys.stderr)
+        bar = _progress_bar(cfg.max_steps, step)
     start = time.perf_counter()
     stopped_by, train_loss = "max_steps", float("nan")
     tokens_since, steps_since, t_since = 0, 0, time.perf_counter()
