@@ -190,11 +190,12 @@ def test_eval_mode_splits_too_and_no_targets_give_outputs_only():
     model.close()
 
 
-def test_job_evaluate_through_the_runner_equals_the_model_alone():
+def test_job_evaluation_through_the_runner_equals_the_model_alone():
+    from scratchformer.training.evaluation import run_evaluation
     from scratchformer.training.lm import LMJob
     job = LMJob.create("lines", dict(n_layer=1, n_head=2, n_embd=16), {"split_seed": 1337}, 0)
     runner = DataParallel(job.model)
-    alone, split = job.evaluate("val"), job.evaluate("val", runner=runner)
+    alone, split = job.evaluate("val"), run_evaluation(job.evaluation("val"), job.model, runner)
     assert runner.worker_pids() and job.model.training  # split over the workers, mode restored
     assert split["loss"] == pytest.approx(alone["loss"], rel=1e-6)
     runner.close()

@@ -1,9 +1,11 @@
 """The training loop: one straight-line function, nanoGPT style, shared by every model family.
 
 What is trained is described by a *job* (the `Job` protocol in `scratchformer.training.jobs`):
-it owns the model, hands out training batches, runs forward + backward on one, evaluates a
-split and shows samples. The loop owns everything else: optimiser, learning-rate schedule,
-gradient accumulation and clipping, evaluation, checkpoints, logs, progress, time limits.
+it owns the model, hands out training batches (the model's arguments), says what an evaluation
+reads and measures (training/evaluation.py) and shows samples. The loop owns everything else:
+how batches run (forward + backward through `DataParallel`, one process or several),
+optimiser, learning-rate schedule, gradient accumulation and clipping, checkpoints, logs,
+progress, time limits.
 
 Resuming is exact: the last checkpoint stores the model, the optimiser, the step and the
 state of both random generators (batches and dropout), so a resumed run takes the same
@@ -42,6 +44,7 @@ from scratchformer.optim import clip_grad_norm, cosine_lr, make_adamw, param_gro
 from scratchformer.training.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from scratchformer.training.config import TrainConfig
 from scratchformer.training.diagnostics import DIAG_FILE, Diagnostics
+from scratchformer.training.evaluation import run_evaluation
 from scratchformer.training.parallel import DataParallel, WaitInterrupted, can_fork_workers, check_workers
 from scratchformer.training.rundir import (LogWriter, RunLock, check_checkpoint_paths, check_fresh, clear_run,
                                           recover_run, start_log, sweep_temporaries, truncate_log)
@@ -391,9 +394,11 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, over
                 step_start = (data_rng.bit_generator.state, dropout_rng.bit_generator.state)
                 for micro in range(cfg.grad_accum):
                     t_micro = time.perf_counter()
-                    loss, n_tokens = job.forward_backward(job.train_batch(data_rng, cfg.batch_size), runner)
+                    batch = job.train_batch(data_rng, cfg.batch_size)
+                    _, loss = runner(*batch)
+                    runner.backward()
                     loss_sum += loss
-                    tokens_since += n_tokens
+                    tokens_since += job.batch_tokens(batch)
                     if micro == 0 and first_step:  # nothing saved yet: a step that outlasts the limit is refused
                         first_step = False
                         _check_step_can_end(cfg, time.perf_counter() - t_micro)
@@ -433,7 +438,7 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, over
                     bar.update(1)
 
                 if step % cfg.eval_interval == 0 or step == cfg.max_steps or time_up:
-                    metrics = job.evaluate("val", cfg.eval_batches, runner=runner)
+                    metrics = run_evaluation(job.evaluation("val", cfg.eval_batches), model, runner)
                     val_loss = metrics["loss"]
                     _finite_or_stop(step, cfg, val_loss=val_loss)
                     improved = val_loss < best_val
