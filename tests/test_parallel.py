@@ -201,6 +201,28 @@ def test_job_evaluation_through_the_runner_equals_the_model_alone():
     runner.close()
 
 
+@pytest.mark.parametrize("run_kind,data", [("reverse", {"n_train": 40, "n_test": 24}),
+                                           ("induction", {"n_train": 40, "n_test": 24}),
+                                           ("modadd", {"modulus": 13})])
+def test_every_kinds_evaluation_runs_through_the_runner_as_alone(run_kind, data):
+    """A job never sees how its batches run: seq2seq (its scores decode with the model itself),
+    and the kinds whose forwards take no targets (their outputs come back joined)."""
+    from scratchformer.training.evaluation import run_evaluation
+    from scratchformer.training.jobs import build_job
+
+    job, _ = build_job(run_kind, model={"n_layer": 1}, data=data)
+    runner = DataParallel(job.model, min_tokens=1)
+    try:
+        split = run_evaluation(job.evaluation("val"), job.model, runner)
+        assert runner.worker_pids() and job.model.training  # split over the workers, mode restored
+    finally:
+        runner.close()
+    alone = job.evaluate("val")
+    assert split.keys() == alone.keys()
+    for k, v in alone.items():
+        assert split[k] == pytest.approx(v, rel=1e-5, abs=1e-7), k
+
+
 def test_small_batches_run_the_model_alone_and_bad_workers():
     for rows, min_tokens in ((1, 1), (6, 25)):  # one row; or 6 x 8 = 48 tokens, under 2 x 25
         x, y = gpt_batch(rows)
