@@ -29,7 +29,8 @@ def adamw_update(data: np.ndarray, grad: np.ndarray, m: np.ndarray, v: np.ndarra
         # cache-sized pieces: the ten passes below then reread data still in L2
         for lo in range(start, stop, UPDATE_CHUNK):
             s = slice(lo, min(lo + UPDATE_CHUNK, stop))
-            _update(data[s], grad[s], m[s], v[s], tmp[:s.stop - s.start], wd, lr, betas, eps, step_size, bc2_sqrt)
+            _update(data[s], grad[s], m[s], v[s], tmp[:s.stop - s.start], wd, lr, betas, eps, step_size,
+                    bc2_sqrt)
 
 
 def _update(p, g, m, v, tmp, wd, lr, betas, eps, step_size, bc2_sqrt) -> None:

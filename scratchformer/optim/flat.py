@@ -58,8 +58,8 @@ class FlatAdamW(AdamW):
         self (`opt = FlatAdamW(...).bind()`)."""
         dtypes = {p.data.dtype for p in self.params}
         if len(dtypes) != 1:
-            raise ConfigError(f"FlatAdamW needs parameters of one dtype, got {sorted(map(str, dtypes))}: convert "
-                              "the model first, e.g. model.to(np.float32)")
+            raise ConfigError(f"FlatAdamW needs parameters of one dtype, got {sorted(map(str, dtypes))}: "
+                              "convert the model first, e.g. model.to(np.float32)")
         dtype = dtypes.pop()
         offsets = np.concatenate([[0], np.cumsum([p.data.size for p in self.params])]).tolist()
         data, grad = np.empty(offsets[-1], dtype=dtype), np.empty(offsets[-1], dtype=dtype)
@@ -93,11 +93,11 @@ class FlatAdamW(AdamW):
 
     def _check_bound(self) -> None:
         if self.data is None:
-            raise ConfigError("FlatAdamW is not bound to its parameters yet: call opt.bind() once after building it "
-                              "(or use make_adamw, which does)")
+            raise ConfigError("FlatAdamW is not bound to its parameters yet: call opt.bind() once after "
+                              "building it (or use make_adamw, which does)")
         if any(p.data is not d or p.grad is not g for p, (d, g) in zip(self.params, self._views)):
-            raise ConfigError("FlatAdamW: a parameter's arrays were replaced after bind() (model.to(), or another "
-                              "FlatAdamW bound to them): call opt.bind() again")
+            raise ConfigError("FlatAdamW: a parameter's arrays were replaced after bind() (model.to(), or "
+                              "another FlatAdamW bound to them): call opt.bind() again")
 
     # -- the optimiser ------------------------------------------------------------------------
     def zero_grad(self) -> None:
@@ -107,8 +107,8 @@ class FlatAdamW(AdamW):
     def step(self) -> None:
         self._check_bound()
         step_size, bc2_sqrt = self._bias_corrections()
-        fast_optim.adamw_update(self.data, self.grad, self.flat_m, self.flat_v, self.tmp, self._groups, self.lr,
-                                self.betas, self.eps, step_size, bc2_sqrt)
+        fast_optim.adamw_update(self.data, self.grad, self.flat_m, self.flat_v, self.tmp, self._groups,
+                                self.lr, self.betas, self.eps, step_size, bc2_sqrt)
 
     def state_dict(self) -> dict:
         self._check_bound()

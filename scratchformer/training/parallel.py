@@ -52,7 +52,8 @@ workers=1). A training-mode forward without targets returns the slices' outputs 
 
 Workers start at the first forward that splits, as many as that batch has slices (a batch with
 more slices later forks the rest), and are restarted if the model's parameters change shape or
-dtype, or if weights they read in place are replaced (a new optimiser builds a new flat buffer).
+dtype, or if weights they read in place are replaced (a FlatAdamW bound again makes new flat
+buffers).
 
 Failures end in one `ParallelWorkerError`, never a hang: a worker that fails or dies; a worker
 that has not answered `timeout` seconds (default 60) after this process finished its own slice
@@ -293,7 +294,7 @@ class _WorkerPool:
 
     def stale(self) -> bool:
         """True if the parameters changed shape or dtype, or a weight the workers read in place was
-        replaced (the optimiser rebuilt its buffer): fresh workers are forked then."""
+        replaced (a FlatAdamW bound again): fresh workers are forked then."""
         if all(p.data is seen for p, seen in zip(self.params, self.seen)):
             return False  # the same arrays as at the last check (the usual step): nothing to compare
         if any(d is not None and p.data is not d for p, d in zip(self.params, self.direct)):
