@@ -22,9 +22,9 @@ branches on the kind.
 from __future__ import annotations
 
 import math
+from collections.abc import Generator
 from dataclasses import MISSING, fields
 from pathlib import Path
-from collections.abc import Generator
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
