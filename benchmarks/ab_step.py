@@ -1,4 +1,4 @@
-"""Median milliseconds of one GPT training step through the public API only (GPT, AdamW,
+"""Median milliseconds of one GPT training step through the public API only (GPT, make_adamw,
 param_groups, clip_grad_norm), so the same file times any two checkouts against each other:
 
     for i in 1 2 3 4; do
@@ -19,7 +19,12 @@ import numpy as np
 
 from scratchformer.allocator import keep_freed_memory
 from scratchformer.models import GPT, GPTConfig
-from scratchformer.optim import AdamW, clip_grad_norm, param_groups
+from scratchformer.optim import clip_grad_norm, param_groups
+
+try:
+    from scratchformer.optim import make_adamw  # the lane's AdamW: FlatAdamW, bound, in the fast lane
+except ImportError:  # a checkout from before FlatAdamW, whose AdamW took the fast lane itself
+    from scratchformer.optim import AdamW as make_adamw
 
 CONFIGS = {"names": (27, 4, 4, 64, 16, 32), "shakespeare-cpu": (65, 4, 4, 128, 64, 12),  # V, L, H, C, T, B
            "medium": (65, 6, 6, 384, 256, 16), "long-1024": (65, 4, 4, 128, 1024, 4)}  # long: suite.py's LONG_CONFIGS
@@ -30,7 +35,7 @@ def main(name: str) -> None:
     V, L, H, C, T, B = CONFIGS[name]
     keep_freed_memory()  # as train() and the CLI do (older checkouts made this call when a layer was built)
     model = GPT(GPTConfig(vocab_size=V, block_size=T, n_layer=L, n_head=H, n_embd=C), seed=0)
-    opt = AdamW(param_groups(model, 0.1), lr=1e-3)
+    opt = make_adamw(param_groups(model, 0.1), lr=1e-3)
     rng = np.random.default_rng(0)
     times = []
     steps, warmup = STEPS[name]

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from suite import TRAIN_CONFIGS  # noqa: E402
 
 from scratchformer.models import GPT, GPTConfig  # noqa: E402
-from scratchformer.optim import AdamW, clip_grad_norm, param_groups  # noqa: E402
+from scratchformer.optim import clip_grad_norm, make_adamw, param_groups  # noqa: E402
 
 
 def main() -> None:
@@ -43,7 +43,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     x, y = rng.integers(0, V, size=(B, T)), rng.integers(0, V, size=(B, T))
     model = GPT(GPTConfig(vocab_size=V, block_size=T, n_layer=L, n_head=H, n_embd=C), seed=0)
-    opt = AdamW(param_groups(model, 0.1), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)
+    opt = make_adamw(param_groups(model, 0.1), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)
     params = model.parameters()
 
     def step():

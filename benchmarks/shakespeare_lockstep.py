@@ -22,7 +22,7 @@ from torch_gpt import TorchGPT, nanogpt_adamw, scratchformer_state, whole_split_
 
 from scratchformer.data import load_dataset
 from scratchformer.models import GPT, GPTConfig
-from scratchformer.optim import AdamW, clip_grad_norm, cosine_lr, param_groups
+from scratchformer.optim import clip_grad_norm, cosine_lr, make_adamw, param_groups
 from scratchformer.training.lm import LMJob
 
 BATCH, LR, MIN_LR, WARMUP, WD, CLIP = 12, 1e-3, 1e-4, 100, 0.1, 1.0
@@ -42,7 +42,7 @@ def main() -> None:
     ours.load_state_dict(scratchformer_state(theirs))
 
     their_opt = nanogpt_adamw(theirs, lr=LR, betas=(0.9, 0.99), weight_decay=WD)
-    our_opt = AdamW(param_groups(ours, WD, decay_embeddings=True), lr=LR, betas=(0.9, 0.99), eps=1e-8)
+    our_opt = make_adamw(param_groups(ours, WD, decay_embeddings=True), lr=LR, betas=(0.9, 0.99), eps=1e-8)
     rng = np.random.default_rng(args.seed)
     their_losses, our_losses = [], []
     for step in range(args.steps):

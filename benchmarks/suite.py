@@ -208,14 +208,14 @@ def worker_train(lib: str, config: str, steps: int, warmup: int, workers: int = 
     if lib == "scratchformer":
         from scratchformer.models import GPT, GPTConfig
         from scratchformer.training.parallel import DataParallel
-        from scratchformer.optim import AdamW, clip_grad_norm, param_groups
+        from scratchformer.optim import clip_grad_norm, make_adamw, param_groups
 
         from scratchformer.allocator import keep_freed_memory
 
         rss_before = _peak_rss_mib()  # the imports' memory, not the model's
         keep_freed_memory()  # as train() does
         gpt = GPT(GPTConfig(vocab_size=V, block_size=T, n_layer=L, n_head=H, n_embd=C), seed=0)
-        opt = AdamW(param_groups(gpt, 0.1), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)
+        opt = make_adamw(param_groups(gpt, 0.1), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)
         # as the trainer: the optimiser's state moves into shared memory when the workers fork
         model = DataParallel(gpt, workers, optimizer=opt, train_outputs=False) if workers > 1 else gpt
         params = gpt.parameters()
@@ -376,13 +376,13 @@ def worker_finetune(lib: str, steps: int, warmup: int, workers: int = 2) -> dict
         from scratchformer.allocator import keep_freed_memory
         from scratchformer.interop.bert import load_hf_bert
         from scratchformer.interop.bert_classifier import BertClassifier
-        from scratchformer.optim import AdamW
+        from scratchformer.optim import make_adamw
         from scratchformer.training.parallel import DataParallel
 
         keep_freed_memory()  # as `scratchformer finetune` does
         model = BertClassifier(load_hf_bert(path), FINETUNE_CLASSES, seed=0)
         model.train()
-        opt = AdamW(model.trainable_parameters(), lr=5e-5)
+        opt = make_adamw(model.trainable_parameters(), lr=5e-5)
         # as the trainer: DataParallel over `workers` processes, the optimiser's state shared
         runner = DataParallel(model, workers, optimizer=opt, train_outputs=False)
 
@@ -450,12 +450,12 @@ def worker_initfrom(lib: str, path: str, steps: int, warmup: int, workers: int =
     if lib == "scratchformer":
         from scratchformer.allocator import keep_freed_memory
         from scratchformer.interop import load_hf_gpt2
-        from scratchformer.optim import AdamW
+        from scratchformer.optim import make_adamw
         from scratchformer.training.parallel import DataParallel
 
         keep_freed_memory()  # as train() does
         model = load_hf_gpt2(path).train()
-        opt = AdamW(model.parameters(), lr=3e-5)
+        opt = make_adamw(model.parameters(), lr=3e-5)
         runner = DataParallel(model, workers, optimizer=opt, train_outputs=False)  # as train() runs it
 
         def forward_backward():

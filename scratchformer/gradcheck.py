@@ -82,8 +82,8 @@ def gradcheck(module: Module, *inputs, kwargs: dict | None = None, eps: float = 
     out = forward()
     R = np.random.default_rng(seed).standard_normal(out.shape)
     m.zero_grad()
-    # a model (models/base.py: it has loss_count) takes the output's gradient by name; a layer positionally
-    grads = m.backward(grad_output=R) if hasattr(m, "loss_count") else m.backward(R)
+    # a model (models/base.py: it has loss_terms) takes the output's gradient by name; a layer positionally
+    grads = m.backward(grad_output=R) if hasattr(m, "loss_terms") else m.backward(R)
     grads = grads if isinstance(grads, tuple) else (grads,)
     float_idx = [i for i, x in enumerate(xs) if _is_float(x)]
 

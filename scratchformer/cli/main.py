@@ -637,8 +637,9 @@ def cmd_sample(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from scratchformer.training.parallel import DataParallel, check_workers
+    from scratchformer.training.evaluation import run_evaluation
     from scratchformer.training.jobs import load_job
+    from scratchformer.training.parallel import DataParallel, check_workers
     from scratchformer.training.schema import strict_json
 
     job = load_job(args.dir, data=args.data, allow_changed_data=args.allow_changed_data)
@@ -647,7 +648,7 @@ def cmd_eval(args) -> int:
     check_workers(args.workers)
     runner = DataParallel(job.model, args.workers)  # with workers=1, the model alone
     try:
-        metrics = job.evaluate(split, runner=runner, **_given(args, ["beam"]))
+        metrics = run_evaluation(job.evaluation(split, **_given(args, ["beam"])), job.model, runner)
     finally:
         runner.close()  # stop the worker processes
     result = {"split": split, **{k: float(v) for k, v in metrics.items()}}

@@ -16,7 +16,8 @@ of the op it replaces:
     attention.py    attention over the batch in cache-sized pieces; big weights recomputed in the backward
                     (when to keep them is this lane's rule: KEEP_WEIGHTS_BYTES)
     embedding.py    the embedding's gradient by sorted runs (one `np.add.reduceat`) instead of `np.add.at`
-    optim.py        AdamW on one flat buffer, in cache-sized in-place pieces; clip_grad_norm on it
+    optim.py        the kernels of optim.FlatAdamW (AdamW on one flat buffer, in cache-sized in-place
+                    pieces) and clip_grad_norm on that buffer
 
 What each buys is measured in docs/performance.md.
 
@@ -25,8 +26,9 @@ faster form is written as its formula alone and decorated `@fast.lane(module)`; 
 registers the pair in `VARIANTS` and returns the op the rest of the library calls, which checks a
 direct call's arguments, then runs the formula or, while `enabled`, the function of the same
 name in `module`. A backward that takes its forward's cache runs in the lane its forward ran in
-(a fast forward's cache holds lane="fast"), whatever the switch says by then. (The optimiser
-takes its lane when it is built: `optim/`.)
+(a fast forward's cache holds lane="fast"), whatever the switch says by then. For the optimiser
+the trainer chooses: `optim.make_adamw` builds `FlatAdamW` (bound to the model in one explicit
+step) in the fast lane and the per-parameter `AdamW` in the reference lane.
 
 The switch, one flag for the whole process: `enabled` is True unless the environment sets
 SCRATCHFORMER_REFERENCE to anything but "0" or "" (read once, at import; forked workers

@@ -35,7 +35,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from scratchformer.checks import check_int_in_range, check_token_ids
-from scratchformer.errors import ConfigError, DTypeError
+from scratchformer.errors import ConfigError
 from scratchformer.limits import check_fits
 from scratchformer.nn.module import eval_mode
 from scratchformer.ops import log_softmax_forward

@@ -35,7 +35,6 @@ from scratchformer.checks import check_positive_int, check_positive_number, chec
 from scratchformer.errors import CheckpointError, ConfigError, DataError
 from scratchformer.interop.hf_files import read_json, read_safetensors
 from scratchformer.limits import check_fits
-from scratchformer.nn.module import Module
 from scratchformer.models.base import Model, Sizes
 
 __all__ = ["BertConfig", "BertEncoder", "load_hf_bert", "hf_to_scratch_state_dict"]

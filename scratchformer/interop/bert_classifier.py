@@ -160,8 +160,11 @@ class BertClassifier(Model):
         if labels is not None:
             loss, ce = cross_entropy_forward(logits, np.asarray(labels, dtype=np.int64))
         self._save(loss=ce, weights=weights, out_shape=logits.shape)
-        self._note_loss(ce)
         return logits, loss
+
+    def loss_terms(self, input_ids, attention_mask=None, labels=None) -> int:
+        """The labels forward(input_ids, attention_mask, labels) averages over: those not IGNORE_INDEX."""
+        return self._counted(labels)
 
     def backward(self, dloss: float = 1.0, grad_output: np.ndarray | None = None) -> None:
         """After a training-mode forward with labels: the gradient of dloss * loss (or dloss *

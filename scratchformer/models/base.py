@@ -12,8 +12,9 @@ on top: a loss, and one meaning of `backward`.
 
 The BERT encoder has no loss (its output is the hidden states), so it always takes grad_output.
 Every backward consumes the cache of one training-mode forward and returns None: the inputs are
-integer ids. `loss_count()` says how many terms the last loss averaged (its valid targets); a
-caller splitting a batch (training/parallel.py) weighs the slices' losses by it.
+integer ids. `loss_terms(inputs..., targets)` says how many terms the loss of a forward on those
+arguments averages (its targets that count), from the arguments alone: a caller splitting a
+batch (training/parallel.py) weighs the slices' losses by it. A model keeps no count of its own.
 
 The same class is the one place the tools (lens, viz, limits, beam search, diagnostics, the
 CLI) learn a model's parts. Every family answers on its own class, so a subclass
@@ -219,17 +220,21 @@ class Model(Module):
     def backward(self, dloss: float = 1.0, grad_output: np.ndarray | None = None) -> None:  # pragma: no cover
         raise NotImplementedError(f"{type(self).__name__} does not implement backward")
 
-    def _note_loss(self, loss_cache: dict | None) -> None:
-        """Forwards call this: how many terms the loss averaged (None: no loss)."""
-        self._loss_terms = None if loss_cache is None else loss_cache["n_valid"]
+    def loss_terms(self, *args, **kwargs) -> int:
+        """How many terms the loss of `self(*args, **kwargs)` averages: its targets that count
+        (not IGNORE_INDEX), 0 without targets. Each family takes its forward's arguments."""
+        raise NotImplementedError(f"{type(self).__name__} has no loss")
 
-    def loss_count(self) -> int:
-        """How many terms the loss of the last forward averaged (its valid targets), in training
-        or eval mode."""
-        terms = getattr(self, "_loss_terms", None)
-        if terms is None:
-            raise BackwardError(f"{type(self).__name__}: no loss in the last forward (pass {self._targets_name})")
-        return terms
+    @staticmethod
+    def _counted(targets, ignored=()) -> int:
+        """The entries of `targets` (None: none) that are neither IGNORE_INDEX nor in `ignored`."""
+        if targets is None:
+            return 0
+        t = np.asarray(targets)
+        counted = t != IGNORE_INDEX
+        for value in ignored:
+            counted &= t != value
+        return int(np.count_nonzero(counted))
 
     def _start_backward(self, dloss, grad_output) -> tuple[dict, np.ndarray]:
         """Where backward starts: (the cache of the last forward, consumed, and the gradient of

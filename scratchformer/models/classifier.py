@@ -197,8 +197,11 @@ class TransformerClassifier(Model):
         if labels is not None:
             loss, loss_cache = cross_entropy_forward(logits, np.asarray(labels))
         self._save(weights=weights, shape=h.shape, loss=loss_cache, out_shape=logits.shape)
-        self._note_loss(loss_cache)
         return logits, loss
+
+    def loss_terms(self, x, labels=None, padding_mask=None) -> int:
+        """The labels forward(x, labels, padding_mask) averages over: those not IGNORE_INDEX."""
+        return self._counted(labels)
 
     def backward(self, dloss: float = 1.0, grad_output: np.ndarray | None = None) -> None:
         """Backpropagate dloss * the loss of the last training-mode forward (or dloss *

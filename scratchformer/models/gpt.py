@@ -320,8 +320,11 @@ class GPT(Model):
             loss, ce_cache = cross_entropy_forward(logits.astype(self.config.loss_dtype) if wide else logits,
                                                    np.asarray(targets))
         self._save(loss=ce_cache, out_shape=logits.shape)
-        self._note_loss(ce_cache)
         return logits, loss
+
+    def loss_terms(self, idx, targets=None) -> int:
+        """The targets forward(idx, targets) averages over: those not IGNORE_INDEX."""
+        return self._counted(targets)
 
     def backward(self, dloss: float = 1.0, grad_output: np.ndarray | None = None) -> None:
         """Backpropagate dloss * the loss of the last training-mode forward (or dloss *

@@ -268,8 +268,11 @@ class Seq2SeqTransformer(Model):
             loss, loss_cache = cross_entropy_forward(logits, targets,
                                                      label_smoothing=self.config.label_smoothing)
         self._save(loss=loss_cache, out_shape=logits.shape)
-        self._note_loss(loss_cache)
         return logits, loss
+
+    def loss_terms(self, src, tgt_in, tgt_out=None) -> int:
+        """The targets forward(src, tgt_in, tgt_out) averages over: neither pad_id nor IGNORE_INDEX."""
+        return self._counted(tgt_out, (self.config.pad_id,))
 
     def backward(self, dloss: float = 1.0, grad_output: np.ndarray | None = None) -> None:
         """Backpropagate dloss * the loss of the last training-mode forward (or dloss *

@@ -18,10 +18,14 @@ concatenated in order), so the same model built the same way maps back one-to-on
 training checkpoint (`scratchformer.training.checkpoint`) stores the arrays in
 `optimizer.safetensors` and the scalars under `"optimizer"` in `trainer_state.json`.
 
-Fast lane (`scratchformer/fast/optim.py`, docs/performance.md): an AdamW built while the fast
-lane is on (the default) keeps every parameter, gradient and moment in one flat buffer and
-updates it in cache-sized in-place pieces, bit-identical to the per-parameter update below;
-`clip_grad_norm` then takes the norm of that buffer in one pass.
+Declared state (`state_arrays()`, `adopt_state_arrays()`): every array an optimiser keeps
+from step to step and updates in place, by name, and a way to take over copies of them (same
+values). training/parallel.py moves them into shared memory through these two calls, before
+it forks its workers.
+
+The fast lane's AdamW is an optimiser of its own (`optim/flat.py`, `FlatAdamW`): the same
+update on one flat buffer, bit for bit. Building an `AdamW` never touches the parameters'
+arrays; `make_adamw` picks the lane's optimiser (the trainer's choice).
 """
 
 from __future__ import annotations
@@ -125,6 +129,16 @@ def param_groups(model: Module, weight_decay: float, decay_embeddings: bool = Fa
     ]
 
 
+def _check_adopted(kind: str, name: str, own, new) -> None:
+    """ConfigError unless `new` can stand in for the state array `own` named `name`."""
+    if own is None:
+        raise ConfigError(f"{kind}.adopt_state_arrays: no state array named {name!r} (state_arrays() names them)")
+    if not isinstance(new, np.ndarray) or new.shape != own.shape or new.dtype != own.dtype:
+        got = f"{new.shape} {new.dtype}" if isinstance(new, np.ndarray) else type(new).__name__
+        raise ConfigError(f"{kind}.adopt_state_arrays: {name} must be an array of shape {own.shape} and dtype "
+                          f"{own.dtype}, got {got}")
+
+
 # -- shared base -----------------------------------------------------------------------------
 class _Optimizer:
     """Holds the groups, the flat parameter list, `lr` and the step counter."""
@@ -148,9 +162,29 @@ class _Optimizer:
         for p in self.params:
             p.grad[...] = 0
 
-    # Subclasses list their per-parameter buffers: name -> list of arrays (one per param).
+    # Subclasses list their per-parameter buffers: name -> the list of arrays (one per param)
+    # the optimiser itself holds, so that replacing an entry replaces its buffer.
     def _buffers(self) -> dict[str, list[np.ndarray]]:
         return {}
+
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        """Every array this optimiser keeps between steps, by name ("m.0", "v.0", ... as in
+        state_dict): what a process that forks workers may move into shared memory
+        (`adopt_state_arrays`). The arrays themselves, not copies. (The per-parameter optimisers
+        replace some of them at each step, so sharing them saves little; FlatAdamW's are updated
+        in place.)"""
+        return {f"{name}.{i}": b for name, bufs in self._buffers().items() for i, b in enumerate(bufs)}
+
+    def adopt_state_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        """Use `arrays` (some of state_arrays()' names -> an array of the same shape, dtype and
+        values, e.g. a copy in shared memory) in place of the arrays held now."""
+        own = self.state_arrays()
+        for name, a in arrays.items():
+            _check_adopted(self.kind, name, own.get(name), a)
+        buffers = self._buffers()
+        for name, a in arrays.items():
+            buf, i = name.rsplit(".", 1)
+            buffers[buf][int(i)] = a
 
     def state_dict(self) -> dict:
         """Flat dict of scalars and arrays (copies); see the module docstring for the format."""
@@ -219,8 +253,8 @@ class AdamW(_Optimizer):
         m = b1 * m + (1 - b1) * g
         v = b2 * v + (1 - b2) * g^2
         p -= (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
-    Built while the fast lane is on, it runs the same arithmetic on one flat buffer
-    (`scratchformer/fast/optim.py`); `m` and `v` are then views of it.
+    m and v are `self.m`, `self.v`: one array of each parameter's shape. The fast lane's form of
+    the same update is `FlatAdamW` (optim/flat.py).
     """
 
     kind = "AdamW"
@@ -239,43 +273,29 @@ class AdamW(_Optimizer):
             raise ConfigError(f"AdamW eps must be > 0, got {eps}")
         self.betas = (b1, b2)
         self.eps = float(eps)
-        self._flat = fast_optim.FlatAdamW(self.params) if fast.enabled else None
-        if self._flat is None:  # the first and second moments, one array per parameter
-            self._m = [np.zeros_like(p.data) for p in self.params]
-            self._v = [np.zeros_like(p.data) for p in self.params]
+        self.m, self.v = self._new_moments()
 
-    @property
-    def m(self) -> list[np.ndarray]:
-        """First moments, one array of each parameter's shape."""
-        return self._m if self._flat is None else self._flat.per_param(self._flat.m)
+    def _new_moments(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """The first and second moments at step 0: zeros, one array per parameter."""
+        return [np.zeros_like(p.data) for p in self.params], [np.zeros_like(p.data) for p in self.params]
 
-    @property
-    def v(self) -> list[np.ndarray]:
-        """Second moments, one array of each parameter's shape."""
-        return self._v if self._flat is None else self._flat.per_param(self._flat.v)
-
-    def zero_grad(self) -> None:
-        if self._flat is None:
-            super().zero_grad()
-        else:
-            self._flat.zero_grad()
+    def _bias_corrections(self) -> tuple[float, float]:
+        """Count this step; (step_size, bc2_sqrt): lr / (1 - b1^t), m's bias correction folded
+        into the step, and sqrt(1 - b2^t), v's."""
+        self.step_count += 1
+        t, (b1, b2) = self.step_count, self.betas
+        return self.lr / (1.0 - b1**t), math.sqrt(1.0 - b2**t)
 
     def step(self) -> None:
-        self.step_count += 1
-        t, lr, (b1, b2), eps = self.step_count, self.lr, self.betas, self.eps
-        step_size = lr / (1.0 - b1**t)  # m's bias correction, folded into the step
-        bc2_sqrt = math.sqrt(1.0 - b2**t)  # v's
-        if self._flat is not None:
-            sizes = [(len(g["params"]), g["weight_decay"]) for g in self.param_groups]
-            self._flat.step(sizes, lr, self.betas, eps, step_size, bc2_sqrt)
-            return
+        step_size, bc2_sqrt = self._bias_corrections()
+        lr, (b1, b2), eps = self.lr, self.betas, self.eps
         decays = [group["weight_decay"] for group in self.param_groups for _ in group["params"]]
         for i, (p, wd) in enumerate(zip(self.params, decays)):
             g = p.grad
             p.data *= 1.0 - lr * wd  # decoupled weight decay
-            self._m[i] = b1 * self._m[i] + (1.0 - b1) * g  # first moment
-            self._v[i] = b2 * self._v[i] + (1.0 - b2) * g**2  # second moment
-            p.data -= step_size * (self._m[i] / (np.sqrt(self._v[i]) / bc2_sqrt + eps))
+            self.m[i] = b1 * self.m[i] + (1.0 - b1) * g  # first moment
+            self.v[i] = b2 * self.v[i] + (1.0 - b2) * g**2  # second moment
+            p.data -= step_size * (self.m[i] / (np.sqrt(self.v[i]) / bc2_sqrt + eps))
 
     def _buffers(self):
         return {"m": self.m, "v": self.v}
@@ -284,12 +304,7 @@ class AdamW(_Optimizer):
         return ["m", "v"]
 
     def _load_buffers(self, buffers):
-        if self._flat is None:
-            self._m, self._v = buffers["m"], buffers["v"]
-            return
-        for name, flat in (("m", self._flat.m), ("v", self._flat.v)):
-            for arr, lo, hi in zip(buffers[name], self._flat.offsets, self._flat.offsets[1:]):
-                flat[lo:hi] = arr.ravel()
+        self.m, self.v = buffers["m"], buffers["v"]
 
 
 # -- SGD -------------------------------------------------------------------------------------

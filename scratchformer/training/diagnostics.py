@@ -345,7 +345,8 @@ class Diagnostics:
                 ff.hook_post.set_hooks(f"diagnostics {i}", None,
                                        lambda g, _name, i=i: caught[i].append(np.array(g, np.float64)))
             model.train()
-            self.job.forward_backward(self.probe_batch)
+            model(*self.probe_batch)
+            model.backward()
         finally:
             for ff in feedforwards:
                 ff.hook_pre.remove_hooks()

@@ -126,22 +126,21 @@ class InductionJob(LMJob):
         """(first, repeated) bool (B, T): data/induction.py `target_masks`."""
         return target_masks(seqs, self.data_spec["repeats"])
 
-    def evaluate(self, split: str = "val", batches: int | None = None, runner=None, **options) -> dict:
+    def evaluation(self, split: str = "val", batches: int | None = None, **options):
         """loss (every target), loss_first and loss_repeat (see `target_masks`) and
         repeat_accuracy (argmax on the repeated targets) over a split, or its first `batches`
-        batches."""
+        batches. A generator of inputs (x,), sent (logits, None): training/evaluation.py."""
         if options:
             raise ConfigError(f"--{next(iter(options)).replace('_', '-')} applies to seq2seq models only")
         seqs = self.splits[split]
         n = len(seqs) if batches is None else min(len(seqs), batches * self.eval_batch_size)
         first, rep = self.masks(seqs[:n])
         losses, correct = [], []
-        with eval_mode(self.model):
-            for start in range(0, n, self.eval_batch_size):
-                x, y = inputs_targets(seqs[start:start + self.eval_batch_size])
-                logits, _ = self.model(x)
-                losses.append(token_losses(logits, y))
-                correct.append(logits.argmax(-1) == y)
+        for start in range(0, n, self.eval_batch_size):
+            x, y = inputs_targets(seqs[start:start + self.eval_batch_size])
+            logits, _ = yield (x,)
+            losses.append(token_losses(logits, y))
+            correct.append(logits.argmax(-1) == y)
         tl, ok = np.concatenate(losses), np.concatenate(correct)
         return {"loss": float(np.nanmean(tl)), "loss_first": float(tl[first].mean()),
                 "loss_repeat": float(tl[rep].mean()), "repeat_accuracy": float(ok[rep].mean())}

@@ -22,6 +22,7 @@ branches on the kind.
 from __future__ import annotations
 
 import math
+from collections.abc import Generator
 from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -71,18 +72,23 @@ class Job(Protocol):
         the run recorded (language models; jobs without a data file refuse it). A data file that
         changed since training (sha256) is refused when first read, unless allow_changed_data."""
 
-    def train_batch(self, rng: np.random.Generator, batch_size: int) -> Any:
-        """A random training batch of `batch_size` examples, e.g. (x, y) each (B, T) int64."""
+    def train_batch(self, rng: np.random.Generator, batch_size: int) -> tuple:
+        """A random training batch of `batch_size` examples: the positional arguments of
+        `model(...)`, targets included, e.g. (x, y) each (B, T) int64. The training loop runs
+        it (`_, loss = model(*batch); model.backward()`, or through its DataParallel)."""
 
-    def forward_backward(self, batch, runner=None) -> tuple[float, int]:
-        """Forward with targets, then backward (gradients added into the parameters):
-        -> (mean loss, number of input tokens). `runner` runs the batch instead of the model
-        itself: the trainer's `DataParallel(model)`."""
+    def batch_tokens(self, batch) -> int:
+        """The input tokens of a training batch (the log's tokens per second)."""
 
-    def evaluate(self, split: str, batches: int | None = None, runner=None, **options) -> dict[str, float]:
-        """{"loss": ..., and the kind's scores} on split "val" or "test", in eval mode; the whole
-        split, or its first `batches` batches. `runner` computes the loss instead of the model
-        itself (the trainer's `DataParallel(model)`). Options: `beam` (seq2seq only)."""
+    def evaluation(self, split: str, batches: int | None = None, **options) -> Generator[tuple, tuple, dict]:
+        """The evaluation on split "val" or "test" (the whole split, or its first `batches`
+        batches) as a generator: it yields the positional arguments of `model(...)` for each
+        batch, is sent back what that call returned (output, loss) in eval mode, and returns
+        {"loss": ..., and the kind's scores}; `training.evaluation.run_evaluation` drives it,
+        through the model or the trainer's DataParallel. Options: `beam` (seq2seq only)."""
+
+    def evaluate(self, split: str, batches: int | None = None, **options) -> dict[str, float]:
+        """`evaluation(...)` run on the model alone: run_evaluation(evaluation(...), model)."""
 
     def samples(self, n: int, rng: np.random.Generator, **options) -> list[str]:
         """n strings to show: generated text (language models; options prompt, max_new_tokens,

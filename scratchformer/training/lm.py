@@ -23,7 +23,7 @@ from scratchformer.data.datasets import tokenizer_from_json
 from scratchformer.errors import CheckpointError, ConfigError, DataError
 from scratchformer.limits import check_fits, check_model_fits, generation_bytes
 from scratchformer.models import GPT, GPTConfig
-from scratchformer.nn import eval_mode
+from scratchformer.training.evaluation import run_evaluation
 from scratchformer.training.rundir import check_data_unchanged, fingerprint_file
 
 
@@ -172,18 +172,19 @@ class LMJob:
     def train_batch(self, rng: np.random.Generator, batch_size: int):
         return self.dataset.train.batch(rng, batch_size)
 
-    def forward_backward(self, batch, runner=None) -> tuple[float, int]:
-        x, y = batch
-        runner = self.model if runner is None else runner
-        _, loss = runner(x, y)
-        runner.backward()
-        return loss, int(x.size)
+    @staticmethod
+    def batch_tokens(batch) -> int:
+        return int(batch[0].size)
 
-    def evaluate(self, split: str = "val", batches: int | None = None, runner=None, **options) -> dict:
+    def evaluate(self, split: str = "val", batches: int | None = None, **options) -> dict:
+        return run_evaluation(self.evaluation(split, batches, **options), self.model)
+
+    def evaluation(self, split: str = "val", batches: int | None = None, **options):
         """Token-weighted mean loss over the split (padding excluded, nats per token);
         perplexity = exp(loss); bits_per_char = loss * tokens / (chars * ln 2), with the split's
         target tokens and the characters they cover, so character and BPE runs compare (for a
-        character run tokens = chars: loss / ln 2). With `batches`, the split's ratio is used."""
+        character run tokens = chars: loss / ln 2). With `batches`, the split's ratio is used.
+        A generator of batches (x, y), sent (logits, loss): training/evaluation.py."""
         if options:
             raise ConfigError(f"--{next(iter(options)).replace('_', '-')} applies to seq2seq models only")
         if split == "test" and self.data_spec["format"] == "text":
@@ -192,15 +193,13 @@ class LMJob:
             raise DataError("text data have only train and val splits (the last 10% of the file is val): "
                             "use --split val")
         data = getattr(self.dataset, split)
-        runner = self.model if runner is None else runner
         total, count = 0.0, 0
-        with eval_mode(self.model):
-            for i, (x, y) in enumerate(data.all_batches(self.eval_batch_size)):
-                if batches is not None and i >= batches:
-                    break
-                _, loss = runner(x, y)
-                n = int((y != IGNORE_INDEX).sum())
-                total, count = total + loss * n, count + n
+        for i, (x, y) in enumerate(data.all_batches(self.eval_batch_size)):
+            if batches is not None and i >= batches:
+                break
+            _, loss = yield x, y
+            n = int((y != IGNORE_INDEX).sum())
+            total, count = total + loss * n, count + n
         loss = total / max(count, 1)
         bits_per_char = loss * data.n_targets / (max(data.chars, 1) * math.log(2))
         return {"loss": loss, "perplexity": float(np.exp(loss)), "bits_per_char": float(bits_per_char)}

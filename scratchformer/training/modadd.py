@@ -33,6 +33,7 @@ from scratchformer.limits import check_model_fits
 from scratchformer.models import GPT, GPTConfig
 from scratchformer.nn import eval_mode
 from scratchformer.ops.loss import IGNORE_INDEX
+from scratchformer.training.evaluation import run_evaluation
 from scratchformer.training.lm import gpt_from_checkpoint
 
 N_KEY = 5  # key frequencies: the paper finds 5 for p = 113 (k = 14, 35, 41, 42, 52 in its run)
@@ -153,11 +154,9 @@ class ModAddJob:
         picked = train if batch_size >= len(train) else train.subset(rng.integers(0, len(train), size=batch_size))
         return picked.x, targets_of(picked)
 
-    def forward_backward(self, batch, runner=None) -> tuple[float, int]:
-        runner = self.model if runner is None else runner
-        _, loss = runner(*batch)
-        runner.backward()
-        return loss, int(batch[0].size)
+    @staticmethod
+    def batch_tokens(batch) -> int:
+        return int(batch[0].size)
 
     def _last_logits(self, x: np.ndarray) -> np.ndarray:
         """x (n, 3) -> (n, V) float64 logits at '=', eval mode."""
@@ -167,13 +166,21 @@ class ModAddJob:
             return np.concatenate([self.model(x[i:i + EVAL_ROWS])[0][:, -1].astype(np.float64)
                                    for i in range(0, len(x), EVAL_ROWS)])
 
-    def evaluate(self, split: str = "val", batches: int | None = None, runner=None, **options) -> dict:
-        """{"loss", "accuracy"} at '=' on a whole split (batches: its first batches * EVAL_ROWS pairs)."""
+    def evaluate(self, split: str = "val", batches: int | None = None, **options) -> dict:
+        return run_evaluation(self.evaluation(split, batches, **options), self.model)
+
+    def evaluation(self, split: str = "val", batches: int | None = None, **options):
+        """{"loss", "accuracy"} at '=' on a whole split (batches: its first batches * EVAL_ROWS pairs).
+        A generator of inputs (x,), sent (logits, None): training/evaluation.py."""
         if options:
             raise ConfigError(f"--{next(iter(options))} applies to seq2seq models only")
         data = self.splits[split]
         n = len(data) if batches is None else min(len(data), batches * EVAL_ROWS)
-        loss, acc = _loss_acc(self._last_logits(data.x[:n]), data.y[:n])
+        last = [np.zeros((0, self.p + 1))]  # the logits at '=', (n, V) float64 once joined
+        for i in range(0, n, EVAL_ROWS):
+            logits, _ = yield (data.x[i:min(i + EVAL_ROWS, n)],)
+            last.append(logits[:, -1].astype(np.float64))
+        loss, acc = _loss_acc(np.concatenate(last), data.y[:n])
         return {"loss": loss, "accuracy": acc}
 
     def samples(self, n: int, rng: np.random.Generator, **options) -> list[str]:

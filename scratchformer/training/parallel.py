@@ -8,7 +8,8 @@ So `DataParallel` forks worker processes, each holding a replica of the model, a
 each batch into slices, one per process (this one runs the first):
 
     forward:   loss = sum_i n_i * loss_i / N        process i on rows [s_i, s_{i+1}) of the batch,
-                                                    n_i its loss terms (valid targets), N = sum n_i
+                                                    n_i its loss terms (the model's `loss_terms` of
+                                                    the slice: its targets that count), N = sum n_i
     backward:  grad = sum_i d(n_i * loss_i / N)     process i's backward with dloss * n_i / N; the
                                                     workers' gradients are added into the model's
 
@@ -20,18 +21,19 @@ there before each forward; after each backward this process adds each worker's g
 into the model's. Batches, losses and outputs go through pipes as raw bytes with a JSON header:
 nothing is pickled.
 
-    opt = AdamW(param_groups(gpt, 0.1))                   # the optimiser sees the GPT's parameters
+    opt = make_adamw(param_groups(gpt, 0.1))              # the optimiser sees the GPT's parameters
     model = DataParallel(gpt, workers=2, optimizer=opt)   # model.module is the GPT
     logits, loss = model(x, y)                     # x, y: (B, T); logits (B, T, V) as the GPT's
     model.backward()                               # gradients land in the GPT's parameters
     model.close()                                  # or let it be garbage-collected
 
-The optimiser is optional. Given, its state (every array it holds: AdamW's flat weights,
-gradients and moments) is moved into shared memory before the first fork (`share_arrays`), with
-the parameters' views following: the workers then read the weights in place, and the
-optimiser's writes each step do not leave each worker a stale copy of every page it inherited
-(measured at medium size: 172 MB a worker). Nothing outside this module knows about it: layers,
-models and optimisers import no process code.
+The optimiser is optional. Given, what it and the model declare is moved into shared memory
+before the first fork, by one call (`share_memory`): the optimiser's `state_arrays()` (a
+FlatAdamW's flat weights, gradients and moments), which it takes back as shared copies through
+`adopt_state_arrays()` (its parameters' views following), then every parameter's `.data` and
+`.grad` not yet there. The workers then read the weights in place, and the optimiser's writes
+each step do not leave each worker a stale copy of every page it inherited (measured at medium
+size: 172 MB a worker). Layers, models and optimisers import no process code.
 
 This is the only module of scratchformer that forks; the trainer and `scratchformer eval` opt in.
 
@@ -50,7 +52,8 @@ workers=1). A training-mode forward without targets returns the slices' outputs 
 
 Workers start at the first forward that splits, as many as that batch has slices (a batch with
 more slices later forks the rest), and are restarted if the model's parameters change shape or
-dtype, or if weights they read in place are replaced (a new optimiser builds a new flat buffer).
+dtype, or if weights they read in place are replaced (a FlatAdamW bound again makes new flat
+buffers).
 
 Failures end in one `ParallelWorkerError`, never a hang: a worker that fails or dies; a worker
 that has not answered `timeout` seconds (default 60) after this process finished its own slice
@@ -77,9 +80,9 @@ from collections.abc import Callable
 import numpy as np
 
 from scratchformer.errors import BackwardError, ConfigError, ParallelWorkerError
-from scratchformer.nn.module import Module, Parameter, trusted_calls
+from scratchformer.nn.module import Module, trusted_calls
 
-__all__ = ["DataParallel", "WaitInterrupted", "can_fork_workers", "check_workers", "max_workers", "share_arrays"]
+__all__ = ["DataParallel", "WaitInterrupted", "can_fork_workers", "check_workers", "max_workers", "share_memory"]
 
 WORKER_TIMEOUT_S = 60.0  # a worker silent this long after this process's own slice is stopped or stuck
 _POLL_S = 0.1  # how often a wait for a worker checks the time and a pending Ctrl-C
@@ -111,11 +114,12 @@ class DataParallel(Module):
     """Train `module` on `workers` slices of each batch at once (see the module docstring).
 
     module: a model (models/base.py's contract) whose forward takes batch-first arrays and
-    returns (output, loss), whose loss is a mean of `loss_count()` terms (GPT,
-    TransformerClassifier, Seq2SeqTransformer). Positional array arguments whose first axis is
+    returns (output, loss), whose loss is a mean of `loss_terms(...)` terms (GPT,
+    TransformerClassifier, Seq2SeqTransformer, BertClassifier). Positional array arguments whose first axis is
     the batch are split; keyword arguments (numbers, strings) go to every slice. Outputs are
     concatenated along the batch axis, so `(output, loss)` is what the module alone returns.
-    optimizer: its arrays move into shared memory before the first fork (see the module docstring).
+    optimizer: an optimiser declaring its state (`state_arrays()`, `adopt_state_arrays()`): its
+        arrays move into shared memory before the first fork (see the module docstring).
     train_outputs: False makes a training-mode forward return (None, loss): the workers send
         back their losses alone (eval mode still returns outputs). The trainer's steps use the
         loss only, and a GPT-2's logits (B, T, 50257) are 100 MB a step to send and join.
@@ -174,6 +178,7 @@ class DataParallel(Module):
             return self._split_forward(n, slices, kwargs, outputs)
 
     def _split_forward(self, n, slices, kwargs, outputs):
+        """Slice 0 here, slices 1..n-1 in the workers; (joined outputs or None, weighted loss)."""
         with self._one_blas_thread():  # also while forking: a child then starts no BLAS threads
             pool = self._start_pool(n)
             pool.sync_weights()
@@ -186,7 +191,7 @@ class DataParallel(Module):
         if loss is None or any(r["loss"] is None for r in replies):  # no targets: outputs only
             self.module._cache = None
             return np.concatenate([out] + [r["output"] for r in replies]) if outputs else None, None
-        counts = [self.module.loss_count()] + [r["count"] for r in replies]
+        counts = [self.module.loss_terms(*s, **kwargs) for s in slices]
         total = sum(counts)
         weights = [c / max(total, 1) for c in counts]
         if self.module.training:  # what backward needs
@@ -234,7 +239,7 @@ class DataParallel(Module):
             self.close()  # the parameters changed (model.to(float64), ...) or more slices: fork fresh replicas
         if self._pool is None:
             if self.optimizer is not None:
-                share_arrays(self.optimizer, self.module.parameters())
+                share_memory(self.optimizer, self.module.parameters())
             self._pool = _WorkerPool(self.module, n, self.timeout, self.interrupted)
             weakref.finalize(self, self._pool.close)
         return self._pool
@@ -259,7 +264,7 @@ class _WorkerPool:
         self.params = params = module.parameters()
         self.layout = _layout(params)
         self.rng_modules = _rng_modules(module)
-        # weights already in shared memory (an optimiser's, moved by share_arrays) are read by the
+        # weights already in shared memory (moved there by share_memory) are read by the
         # workers in place; the others are copied into a shared buffer before each forward
         self.direct = [p.data if is_shared(p.data) else None for p in params]
         self.copied = [p for p, direct in zip(params, self.direct) if direct is None]
@@ -289,7 +294,7 @@ class _WorkerPool:
 
     def stale(self) -> bool:
         """True if the parameters changed shape or dtype, or a weight the workers read in place was
-        replaced (the optimiser rebuilt its buffer): fresh workers are forked then."""
+        replaced (a FlatAdamW bound again): fresh workers are forked then."""
         if all(p.data is seen for p, seen in zip(self.params, self.seen)):
             return False  # the same arrays as at the last check (the usual step): nothing to compare
         if any(d is not None and p.data is not d for p, d in zip(self.params, self.direct)):
@@ -417,8 +422,7 @@ def _worker_main(module: Module, conn, inherited, weights: _SharedParams, grads:
                     if module.training != header["training"]:  # the mode of the model, as it runs now
                         module.train(header["training"])
                     out, loss = module(*arrays, **header["kwargs"])
-                    count = module.loss_count() if loss is not None else 0
-                    _send(conn, {"loss": loss, "count": count}, [out] if header["outputs"] else [])
+                    _send(conn, {"loss": loss}, [out] if header["outputs"] else [])
                     del out  # not kept while the backward runs: a GPT-2's logits are 100 MB
                 else:
                     for g in grads.arrays:
@@ -510,70 +514,34 @@ def _owner(a: np.ndarray) -> np.ndarray:
 
 
 def is_shared(a: np.ndarray) -> bool:
-    """Whether a's memory was made by this module's shared memory (share_arrays)."""
+    """Whether a's memory was made by this module's shared memory (share_memory)."""
     base = _owner(a).base
     if isinstance(base, memoryview):
         base = base.obj
     return base is not None and base in _SHARED
 
 
-def _holds_state(value) -> bool:
-    """An object of scratchformer's own (not a layer or a parameter) whose attributes may hold
-    an optimiser's arrays."""
-    return (hasattr(value, "__dict__") and type(value).__module__.startswith("scratchformer.")
-            and not isinstance(value, (Module, Parameter, type)))
+def _shared_copy(a: np.ndarray) -> np.ndarray:
+    """a's values in a new array of its shape and dtype in shared memory."""
+    copy = _shared_empty(a.shape, a.dtype)
+    np.copyto(copy, a)
+    return copy
 
 
-def share_arrays(holder, params) -> int:
-    """Move every array `holder` (an optimiser) holds into shared memory, keeping views views:
-    each array that owns its memory gets a shared copy (bit for bit), and each array found in
-    holder's attributes (directly, in lists, tuples and dicts, or in scratchformer objects it holds) or in the params' `.data` and
-    `.grad` that lives in such an owner is replaced by the same view of the copy. So an AdamW's
-    flat buffers and the parameters viewing them stay one memory, now shared. Returns the bytes
-    moved. Arrays already shared are left alone."""
-    moved: dict[int, tuple] = {}  # id(owner) -> (owner, its shared copy)
-    done: dict[int, tuple] = {}  # id(array) -> (array, its replacement): one replacement per array object
-
-    def rehome(a):
-        if not isinstance(a, np.ndarray) or is_shared(a):
-            return a
-        if id(a) in done:
-            return done[id(a)][1]
-        done[id(a)] = (a, _rehomed(a))
-        return done[id(a)][1]
-
-    def _rehomed(a):
-        owner = _owner(a)
-        if not owner.flags.c_contiguous or owner.size == 0:
-            return a
-        if id(owner) not in moved:
-            copy = _shared_empty(owner.shape, owner.dtype)
-            np.copyto(copy, owner)
-            moved[id(owner)] = (owner, copy)  # owner kept alive: ids stay unique
-        copy = moved[id(owner)][1]
-        offset = a.__array_interface__["data"][0] - owner.__array_interface__["data"][0]
-        if a is owner:
-            return copy
-        return np.ndarray(a.shape, a.dtype, buffer=copy, offset=offset, strides=a.strides)
-
-    seen: set[int] = set()
-
-    def walk(value):
-        if isinstance(value, np.ndarray):
-            return rehome(value)
-        if isinstance(value, list):
-            return [walk(v) for v in value]
-        if isinstance(value, tuple):
-            return tuple(walk(v) for v in value)
-        if isinstance(value, dict):
-            return {k: walk(v) for k, v in value.items()}
-        if _holds_state(value) and id(value) not in seen:  # e.g. the fast lane's FlatAdamW
-            seen.add(id(value))
-            for name, inner in list(vars(value).items()):
-                setattr(value, name, walk(inner))
-        return value
-
-    walk(holder)
+def share_memory(optimizer, params) -> int:
+    """Move what a forked worker should share instead of copy into shared memory, bit for bit:
+    first the arrays `optimizer` declares (`state_arrays()`), which it takes back as shared
+    copies (`adopt_state_arrays()`; a FlatAdamW points its parameters' views at them), then the
+    `.data` and `.grad` of each of `params` not in shared memory yet. Arrays already shared are
+    left alone. Returns the bytes moved."""
+    moved = {name: _shared_copy(a) for name, a in optimizer.state_arrays().items() if not is_shared(a)}
+    optimizer.adopt_state_arrays(moved)
+    nbytes = sum(a.nbytes for a in moved.values())
     for p in params:
-        p.data, p.grad = rehome(p.data), rehome(p.grad)
-    return sum(owner.nbytes for owner, _ in moved.values())
+        if not is_shared(p.data):
+            p.data = _shared_copy(p.data)
+            nbytes += p.data.nbytes
+        if not is_shared(p.grad):
+            p.grad = _shared_copy(p.grad)
+            nbytes += p.grad.nbytes
+    return nbytes

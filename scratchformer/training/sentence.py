@@ -31,6 +31,7 @@ from scratchformer.interop.hf_files import read_json
 from scratchformer.interop.wordpiece import WordPieceTokenizer
 from scratchformer.limits import check_model_fits
 from scratchformer.nn import eval_mode
+from scratchformer.training.evaluation import run_evaluation
 from scratchformer.training.rundir import check_data_unchanged, fingerprint_file
 
 __all__ = ["BASE_MODELS", "SentenceClassifierConfig", "SentenceClassifierJob"]
@@ -230,30 +231,27 @@ class SentenceClassifierJob:
         mask); the diagnostics leave the others out of their statistics."""
         return np.asarray(batch[1]).astype(bool)
 
-    def forward_backward(self, batch, runner=None) -> tuple[float, int]:
-        """One batch, forward and backward, through `runner` (the trainer's DataParallel: each
-        process takes a slice of the rows, all trimmed to the batch's longest text) or the model."""
-        ids, mask, y = batch
-        runner = self.model if runner is None else runner
-        _, loss = runner(ids, mask, y)
-        runner.backward()
-        return loss, int(mask.sum())
+    @staticmethod
+    def batch_tokens(batch) -> int:
+        """The texts' tokens: the attention mask's ones (the rows are padded to the longest)."""
+        return int(batch[1].sum())
 
-    def evaluate(self, split: str = "val", batches: int | None = None, runner=None, **options) -> dict:
-        """Mean loss and accuracy over a split (or its first `batches` batches), through `runner`
-        (DataParallel splits an eval batch too) or the model."""
+    def evaluate(self, split: str = "val", batches: int | None = None, **options) -> dict:
+        return run_evaluation(self.evaluation(split, batches, **options), self.model)
+
+    def evaluation(self, split: str = "val", batches: int | None = None, **options):
+        """Mean loss and accuracy over a split (or its first `batches` batches). A generator of
+        batches (ids, mask, y), sent (logits, loss): training/evaluation.py."""
         if options:
             raise ConfigError(f"--{next(iter(options))} applies to seq2seq models only")
         data = self.split(split)
         n = len(data) if batches is None else min(len(data), batches * self.eval_batch_size)
-        runner = self.model if runner is None else runner
         total, hits = 0.0, 0
-        with eval_mode(self.model):
-            for start in range(0, n, self.eval_batch_size):
-                ids, mask, y = data.batch(slice(start, min(start + self.eval_batch_size, n)))
-                logits, loss = runner(ids, mask, y)
-                total += loss * len(y)
-                hits += int((logits.argmax(axis=1) == y).sum())
+        for start in range(0, n, self.eval_batch_size):
+            ids, mask, y = data.batch(slice(start, min(start + self.eval_batch_size, n)))
+            logits, loss = yield ids, mask, y
+            total += loss * len(y)
+            hits += int((logits.argmax(axis=1) == y).sum())
         return {"loss": total / max(n, 1), "accuracy": hits / max(n, 1)}
 
     def _classify(self, texts: list[str]) -> list[str]:

@@ -32,7 +32,7 @@ from scratchformer.errors import CheckpointError, ConfigError, DataError
 from scratchformer.inference.beam import beam_search, greedy_decode
 from scratchformer.limits import check_model_fits
 from scratchformer.models import ClassifierConfig, Seq2SeqConfig, Seq2SeqTransformer, TransformerClassifier
-from scratchformer.nn import eval_mode
+from scratchformer.training.evaluation import run_evaluation
 
 
 
@@ -102,26 +102,26 @@ class TaskJob:
         train = self.splits["train"]
         return train.subset(rng.integers(0, len(train), size=batch_size))
 
-    def forward_backward(self, batch, runner=None) -> tuple[float, int]:
-        runner = self.model if runner is None else runner
-        _, loss = runner(*batch)
-        runner.backward()
-        return loss, int(batch[0].size)
+    @staticmethod
+    def batch_tokens(batch) -> int:
+        return int(batch[0].size)
 
-    def evaluate(self, split: str = "val", batches: int | None = None, runner=None, **options) -> dict:
-        """Loss and the task's scores (see `_score`) on a whole split, or its first `batches` batches."""
+    def evaluate(self, split: str = "val", batches: int | None = None, **options) -> dict:
+        return run_evaluation(self.evaluation(split, batches, **options), self.model)
+
+    def evaluation(self, split: str = "val", batches: int | None = None, **options):
+        """Loss and the task's scores (see `_score`) on a whole split, or its first `batches`
+        batches. A generator of batches, sent (logits, loss): training/evaluation.py."""
         data = self.splits[split]
         n = len(data) if batches is None else min(len(data), batches * self.eval_batch_size)
-        runner = self.model if runner is None else runner
         total, count, scores = 0.0, 0, {}
-        with eval_mode(self.model):
-            for start in range(0, n, self.eval_batch_size):
-                batch = data.subset(slice(start, min(start + self.eval_batch_size, n)))
-                _, loss = runner(*batch)
-                weight = self._loss_weight(batch)
-                total, count = total + loss * weight, count + weight
-                for k, v in self._score(batch, **options).items():
-                    scores[k] = scores.get(k, 0) + v
+        for start in range(0, n, self.eval_batch_size):
+            batch = data.subset(slice(start, min(start + self.eval_batch_size, n)))
+            _, loss = yield tuple(batch)
+            weight = self._loss_weight(batch)
+            total, count = total + loss * weight, count + weight
+            for k, v in self._score(batch, **options).items():
+                scores[k] = scores.get(k, 0) + v
         return {"loss": total / max(count, 1), **self._finish(scores, n)}
 
     def samples(self, n: int, rng: np.random.Generator, **options) -> list[str]:

@@ -1,9 +1,11 @@
 """The training loop: one straight-line function, nanoGPT style, shared by every model family.
 
 What is trained is described by a *job* (the `Job` protocol in `scratchformer.training.jobs`):
-it owns the model, hands out training batches, runs forward + backward on one, evaluates a
-split and shows samples. The loop owns everything else: optimiser, learning-rate schedule,
-gradient accumulation and clipping, evaluation, checkpoints, logs, progress, time limits.
+it owns the model, hands out training batches (the model's arguments), says what an evaluation
+reads and measures (training/evaluation.py) and shows samples. The loop owns everything else:
+how batches run (forward + backward through `DataParallel`, one process or several),
+optimiser, learning-rate schedule, gradient accumulation and clipping, checkpoints, logs,
+progress, time limits.
 
 Resuming is exact: the last checkpoint stores the model, the optimiser, the step and the
 state of both random generators (batches and dropout), so a resumed run takes the same
@@ -38,10 +40,11 @@ from scratchformer.errors import (CheckpointError, ConfigError, ParallelWorkerEr
 from scratchformer import limits
 from scratchformer.limits import check_training_fits, model_flops_per_token
 from scratchformer.nn import set_dropout_rng
-from scratchformer.optim import AdamW, clip_grad_norm, cosine_lr, param_groups
+from scratchformer.optim import clip_grad_norm, cosine_lr, make_adamw, param_groups
 from scratchformer.training.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from scratchformer.training.config import TrainConfig
 from scratchformer.training.diagnostics import DIAG_FILE, Diagnostics
+from scratchformer.training.evaluation import run_evaluation
 from scratchformer.training.parallel import DataParallel, WaitInterrupted, can_fork_workers, check_workers
 from scratchformer.training.rundir import (LogWriter, RunLock, check_checkpoint_paths, check_fresh, clear_run,
                                           recover_run, start_log, sweep_temporaries, truncate_log)
@@ -272,6 +275,20 @@ def processes_that_run(cfg: TrainConfig) -> tuple[TrainConfig, str | None]:
     return cfg, None
 
 
+def _progress_bar(total: int, initial: int):
+    """A tqdm bar that starts no monitor thread: DataParallel forks its workers after the bar
+    exists, and forking a process with a second Python thread risks a deadlock in the child
+    (Python 3.12+ warns). tqdm starts the thread when a bar is created and monitor_interval is
+    not 0, so the setting is 0 for this creation only."""
+    from tqdm import tqdm
+
+    interval, tqdm.monitor_interval = tqdm.monitor_interval, 0
+    try:
+        return tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True, file=sys.stderr)
+    finally:
+        tqdm.monitor_interval = interval
+
+
 def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, overwrite, lock, started) -> dict:
     keep_freed_memory()  # freed temporaries stay in the process (scratchformer/allocator.py)
     # Before any step: the settings and the model's config must be what a checkpoint can hold
@@ -289,8 +306,9 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, over
     if hasattr(model, "trainable_parameters"):  # a frozen encoder: neither updated nor decayed
         trainable = {id(p) for p in model.trainable_parameters()}
         groups = [{**g, "params": [p for p in g["params"] if id(p) in trainable]} for g in groups]
-    opt = AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
-                eps=1e-8, weight_decay=cfg.weight_decay)
+    # the lane's AdamW: in the fast lane a FlatAdamW, whose binding makes the parameters' arrays
+    # views of its flat buffers (values unchanged; optim/flat.py)
+    opt = make_adamw(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=1e-8, weight_decay=cfg.weight_decay)
     # runs each batch (with workers=1, the model alone); a pending Ctrl-C or SIGTERM ends a wait for a worker
     runner = DataParallel(model, cfg.workers, optimizer=opt, train_outputs=False,  # the steps use the loss alone
                           interrupted=lambda: stop.reason is not None)
@@ -353,14 +371,7 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, over
     peak_at = time.perf_counter()
     bar = None
     if progress:
-        from tqdm import tqdm
-
-        class ProgressBar(tqdm):
-            # no monitor thread: DataParallel forks its workers after the bar exists, and forking a
-            # process with a second Python thread risks a deadlock in the child (Python 3.12+ warns)
-            monitor_interval = 0
-
-        bar = ProgressBar(total=cfg.max_steps, initial=step, unit="step", dynamic_ncols=True, file=sys.stderr)
+        bar = _progress_bar(cfg.max_steps, step)
     start = time.perf_counter()
     stopped_by, train_loss = "max_steps", float("nan")
     tokens_since, steps_since, t_since = 0, 0, time.perf_counter()
@@ -383,9 +394,11 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, over
                 step_start = (data_rng.bit_generator.state, dropout_rng.bit_generator.state)
                 for micro in range(cfg.grad_accum):
                     t_micro = time.perf_counter()
-                    loss, n_tokens = job.forward_backward(job.train_batch(data_rng, cfg.batch_size), runner)
+                    batch = job.train_batch(data_rng, cfg.batch_size)
+                    _, loss = runner(*batch)
+                    runner.backward()
                     loss_sum += loss
-                    tokens_since += n_tokens
+                    tokens_since += job.batch_tokens(batch)
                     if micro == 0 and first_step:  # nothing saved yet: a step that outlasts the limit is refused
                         first_step = False
                         _check_step_can_end(cfg, time.perf_counter() - t_micro)
@@ -425,7 +438,7 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, over
                     bar.update(1)
 
                 if step % cfg.eval_interval == 0 or step == cfg.max_steps or time_up:
-                    metrics = job.evaluate("val", cfg.eval_batches, runner=runner)
+                    metrics = run_evaluation(job.evaluation("val", cfg.eval_batches), model, runner)
                     val_loss = metrics["loss"]
                     _finite_or_stop(step, cfg, val_loss=val_loss)
                     improved = val_loss < best_val

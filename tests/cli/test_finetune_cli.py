@@ -109,29 +109,33 @@ def test_eval_refuses_a_label_training_never_saw(files, tmp_path, capsys):
 
 
 def test_batches_run_through_the_trainers_data_parallel(files):
-    """The job hands its batches to the runner it is given: worker processes fork, and the loss,
+    """The job's batches run through the trainer's runner: worker processes fork, and the loss,
     the gradients and the evaluation equal the model's alone (up to float rounding)."""
+    from scratchformer.training.evaluation import run_evaluation
     from scratchformer.training.jobs import build_job
     from scratchformer.training.parallel import DataParallel
 
     job, _ = build_job("finetune", model={"max_length": 16}, data={"path": str(files["train"]), "base": str(files["bert"])})
     job.model.train()
     batch = job.train_batch(np.random.default_rng(0), 12)
-    loss_alone, tokens = job.forward_backward(batch)
+    _, loss_alone = job.model(*batch)
+    job.model.backward()
+    assert job.batch_tokens(batch) == int(batch[1].sum())  # the texts' tokens, padding not counted
     grads = {n: p.grad.copy() for n, p in job.model.named_parameters()}
     scores_alone = job.evaluate("val")
     job.model.zero_grad()
     runner = DataParallel(job.model, 2, min_tokens=1, train_outputs=False)
     try:
-        loss, tokens_split = job.forward_backward(batch, runner)
-        assert runner.worker_pids() and tokens_split == tokens
+        _, loss = runner(*batch)
+        runner.backward()
+        assert runner.worker_pids()
         assert loss == pytest.approx(loss_alone, rel=1e-5)
         for n, p in job.model.named_parameters():
             np.testing.assert_allclose(p.grad, grads[n], rtol=1e-4, atol=1e-6, err_msg=n)
         calls = []
         forward = runner.forward
         runner.forward = lambda *args, **kwargs: (calls.append(args[0].shape), forward(*args, **kwargs))[1]
-        scores = job.evaluate("val", runner=runner)
+        scores = run_evaluation(job.evaluation("val"), job.model, runner)
         assert [shape[0] for shape in calls] == [6]  # the 6 validation texts, one batch, through the runner
         assert scores["accuracy"] == scores_alone["accuracy"]
         assert scores["loss"] == pytest.approx(scores_alone["loss"], rel=1e-5)

@@ -25,7 +25,7 @@ from scratchformer.fast import attention as fast_attention
 from scratchformer.fast import optim as fast_optim
 from scratchformer.fast.reductions import GEMV_MAX_SIZE, max_last, sum_last, sum_leading
 from scratchformer.nn.module import Parameter
-from scratchformer.optim import AdamW, clip_grad_norm, param_groups
+from scratchformer.optim import SGD, AdamW, FlatAdamW, clip_grad_norm, make_adamw, optimizers, param_groups
 
 TOL = {np.float32: dict(rtol=1e-5, atol=1e-6), np.float64: dict(rtol=1e-12, atol=1e-13)}
 
@@ -111,7 +111,7 @@ def _train_two_steps(activation):
     cfg = GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=16, dropout=0.1,
                     activation=activation)
     model = GPT(cfg, seed=0)
-    opt = AdamW(param_groups(model, 0.1), lr=1e-2)
+    opt = make_adamw(param_groups(model, 0.1), lr=1e-2)  # the lane's AdamW, as the trainer builds it
     x = np.random.default_rng(1).integers(0, 11, size=(3, 8))
     losses = []
     for _ in range(2):
@@ -134,7 +134,7 @@ def test_the_switch_runs_the_reference_everywhere_and_the_fast_lane_by_default(a
     fast_losses = _train_two_steps(activation)
     entry_points = {"attention.attention_forward", "attention.attention_backward", "layernorm.layernorm_forward",
                     "layernorm.layernorm_backward", "linear.linear_backward_into", "softmax.log_softmax_forward",
-                    "embedding.embedding_backward_into", "optim.FlatAdamW", "optim.clip_grad_norm"}
+                    "embedding.embedding_backward_into", "optim.adamw_update", "optim.clip_grad_norm"}
     assert entry_points <= set(calls)  # each op the GPT's step uses handed over to its fast form
     assert ("activations.gelu_with_grad" in calls) == (activation == "gelu")
     np.testing.assert_allclose(fast_losses, reference_losses, rtol=1e-5)
@@ -671,11 +671,12 @@ def test_query_blocks_hold_a_block_of_weights_not_the_whole(monkeypatch):
     assert blocks < whole / 3 and reference > 2 * whole  # in blocks: (H, 16, T) scores a piece, the mask, the outputs
 
 
-# -- AdamW and clip_grad_norm (fast/optim.py) ------------------------------------------------
+# -- AdamW and clip_grad_norm (fast/optim.py, optim/flat.py) ----------------------------------
 def _adamw_run(init, steps, dtype):
+    """The weights and moments after `steps` of make_adamw's optimiser (the lane's)."""
     params = [Parameter(a.copy()) for a in init]
-    opt = AdamW([{"params": params[:2], "weight_decay": 0.1}, {"params": params[2:], "weight_decay": 0.0}],
-                lr=1e-2, betas=(0.9, 0.95), eps=1e-8)
+    opt = make_adamw([{"params": params[:2], "weight_decay": 0.1}, {"params": params[2:], "weight_decay": 0.0}],
+                     lr=1e-2, betas=(0.9, 0.95), eps=1e-8)
     for grads in steps:
         opt.zero_grad()
         for p, g in zip(params, grads):
@@ -696,18 +697,35 @@ def test_flat_adamw_is_bit_identical_to_the_per_parameter_reference(dtype, monke
     assert_close(got, _adamw_run(init, steps, dtype), dtype, exact=True)  # run to run
 
 
+def test_make_adamw_chooses_the_lane_and_only_binding_moves_the_parameters():
+    params = [Parameter(np.ones((2, 3), dtype=np.float32)), Parameter(np.zeros(4, dtype=np.float32))]
+    arrays = [(p.data, p.grad) for p in params]
+    with fast.reference():
+        assert type(make_adamw(params)) is AdamW
+    AdamW(params)  # the reference never touches the parameters' arrays
+    flat = FlatAdamW(params)  # nor does building the flat one: binding is a step of its own
+    assert all(p.data is d and p.grad is g for p, (d, g) in zip(params, arrays))
+    with pytest.raises(ConfigError, match="call opt.bind"):
+        flat.step()
+    assert flat.bind() is flat and all(p.data.base is flat.data and p.grad.base is flat.grad for p in params)
+    np.testing.assert_array_equal(params[0].data, 1.0)  # values unchanged
+    assert isinstance(make_adamw(params), FlatAdamW)  # the fast lane: bound at once
+    with pytest.raises(ConfigError, match="replaced after bind"):
+        flat.step()  # the second optimiser took the parameters over
+
+
 def test_a_gpt_trains_through_the_flat_views_exactly_as_with_its_own_arrays():
     from scratchformer.models import GPT, GPTConfig
 
     cfg = GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=16)
     x = np.random.default_rng(1).integers(0, 11, size=(3, 8))
     flat_model, ref_model = GPT(cfg, seed=0), GPT(cfg, seed=0)
-    opt = AdamW(param_groups(flat_model, 0.1), lr=1e-2, betas=(0.9, 0.95))
+    opt = FlatAdamW(param_groups(flat_model, 0.1), lr=1e-2, betas=(0.9, 0.95)).bind()
     with fast.reference():
         ref_opt = AdamW(param_groups(ref_model, 0.1), lr=1e-2, betas=(0.9, 0.95))
-    for k, v in ref_model.state_dict().items():  # building the optimizer changed no value
+    for k, v in ref_model.state_dict().items():  # binding the optimizer changed no value
         np.testing.assert_array_equal(flat_model.state_dict()[k], v)
-    assert all(p.grad.base is opt._flat.grad and p.data.base is opt._flat.data for p in flat_model.parameters())
+    assert all(p.grad.base is opt.grad and p.data.base is opt.data for p in flat_model.parameters())
     for _ in range(3):
         losses = []
         for model, optimizer in ((flat_model, opt), (ref_model, ref_opt)):
@@ -721,17 +739,39 @@ def test_a_gpt_trains_through_the_flat_views_exactly_as_with_its_own_arrays():
         np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6, err_msg=k)  # clip's norm sums differently
 
 
-def test_adamw_rebuilds_its_flat_buffer_when_parameters_are_replaced():
+def test_flat_adamw_binds_again_after_the_parameters_are_replaced_keeping_its_moments():
     params = [Parameter(np.ones((2, 3), dtype=np.float32)), Parameter(np.ones(4, dtype=np.float32))]
-    opt = AdamW(params, lr=0.1, weight_decay=0.0)
-    params[0].data = params[0].data.astype(np.float64)  # as model.to(np.float64) does
-    params[0].grad = np.full((2, 3), 1.0)
-    params[1].data, params[1].grad = params[1].data.astype(np.float64), np.full(4, 1.0)
+    opt = FlatAdamW(params, lr=0.1, weight_decay=0.0).bind()
+    opt.grad[...] = 1.0
     opt.step()
-    assert all(p.data.dtype == np.float64 and p.data.base is opt._flat.data for p in params)
-    np.testing.assert_allclose(params[0].data, 0.9, rtol=1e-6)  # first Adam step moves by lr
+    for p in params:  # as model.to(np.float64) does
+        p.data, p.grad = p.data.astype(np.float64), np.full(p.data.shape, 1.0)
+    opt.bind()
+    assert all(p.data.dtype == np.float64 and p.data.base is opt.data for p in params)
+    assert opt.flat_m.dtype == np.float64 and (opt.flat_m == np.float32(0.1)).all()  # m after one step
+    opt.step()
+    np.testing.assert_allclose(params[0].data, 0.8, rtol=1e-6)  # two Adam steps of lr on a constant gradient
     with pytest.raises(ConfigError, match="one dtype"):
-        AdamW([Parameter(np.ones(2, dtype=np.float32)), Parameter(np.ones(2))])
+        FlatAdamW([Parameter(np.ones(2, dtype=np.float32)), Parameter(np.ones(2))]).bind()
+
+
+def test_a_flat_and_a_reference_state_dict_load_into_each_other():
+    """The same "AdamW" state: a run saved in one lane resumes in the other."""
+    rng = np.random.default_rng(0)
+    init = [rng.standard_normal(s).astype(np.float32) for s in [(3, 4), (5,)]]
+    opts = []
+    for kind in (AdamW, FlatAdamW):
+        params = [Parameter(a.copy()) for a in init]
+        opt = kind(params, lr=1e-2)
+        opts.append(opt.bind() if isinstance(opt, FlatAdamW) else opt)
+        for p in params:
+            p.grad += 0.5
+        opt.step()
+    state = opts[0].state_dict()
+    assert state.keys() == opts[1].state_dict().keys()
+    opts[1].load_state_dict(state)
+    for name, a in opts[1].state_dict().items():
+        np.testing.assert_array_equal(a, state[name])
 
 
 def test_clip_grad_norm_flat_and_per_parameter_equal_the_reference(monkeypatch):
@@ -742,7 +782,7 @@ def test_clip_grad_norm_flat_and_per_parameter_equal_the_reference(monkeypatch):
 
     def clipped(params, flat):
         if flat:
-            AdamW(params)  # grads become views of one flat array
+            FlatAdamW(params).bind()  # grads become views of one flat array
         for p, g in zip(params, grads):
             p.grad += g
         return clip_grad_norm(params, 1.0), tuple(p.grad for p in params)
@@ -757,7 +797,7 @@ def test_clip_grad_norm_flat_and_per_parameter_equal_the_reference(monkeypatch):
         assert norm == pytest.approx(ref_norm, rel=1e-12)
         assert_close(got, ref_grads, np.float32)
     params = new()
-    AdamW(params)
+    FlatAdamW(params).bind()
     for p, g in zip(params, grads):
         p.grad += g
     subset = math.sqrt(sum(float(np.sum(p.grad.astype(np.float64) ** 2)) for p in params[:2]))

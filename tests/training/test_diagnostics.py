@@ -43,7 +43,8 @@ def test_recorded_values_equal_a_direct_computation(tmp_path, activation):
     job = tiny_job(activation=activation)
     model = job.model
     diag = Diagnostics(job, interval=1, max_steps=10, seed=3, path=tmp_path / DIAG_FILE)
-    job.forward_backward(job.train_batch(np.random.default_rng(0), 8))
+    job.model(*job.train_batch(np.random.default_rng(0), 8))
+    job.model.backward()
     before = diag.snapshot()
     rng = np.random.default_rng(1)
     deltas = {}
@@ -114,7 +115,8 @@ def test_activation_gradients_are_the_probe_losss_gradient_at_each_activation(tm
     for m in (job.model, plain.model):
         m.to("float64")  # finite differences below
     diag = Diagnostics(job, interval=1, max_steps=10, seed=3, path=tmp_path / DIAG_FILE)
-    job.forward_backward(job.train_batch(np.random.default_rng(0), 8))
+    job.model(*job.train_batch(np.random.default_rng(0), 8))
+    job.model.backward()
     step_grads = {n: p.grad.copy() for n, p in job.model.named_parameters()}
     rngs = [m.rng for m in job.model.modules() if hasattr(m, "rng")]
     rng_states = [r.bit_generator.state for r in rngs]
@@ -222,7 +224,8 @@ def test_train_40_steps_records_step_0_and_at_least_20_records_over_time(tmp_pat
     # step 0 measures the initial weights: the same as a recorder on the untrained model, not the
     # record after the first update
     direct = Diagnostics(untrained, 1, 40, 3, tmp_path / "direct.jsonl")
-    untrained.forward_backward(untrained.train_batch(np.random.default_rng(0), 8))
+    untrained.model(*untrained.train_batch(np.random.default_rng(0), 8))
+    untrained.model.backward()
     init_layers = direct.record(0, 0.0, None)["layers"]
     for got, want, after in zip(first["layers"], init_layers, records[1]["layers"]):
         assert got["mean"] == pytest.approx(want["mean"], rel=1e-6) and got["hist"] == want["hist"]

@@ -15,7 +15,7 @@ from scratchformer.nn import eval_mode, manual_seed, set_dropout_rng
 from scratchformer.training.parallel import DataParallel
 from scratchformer.nn import Parameter
 from scratchformer.ops import IGNORE_INDEX
-from scratchformer.optim import AdamW, param_groups
+from scratchformer.optim import AdamW, FlatAdamW, make_adamw, param_groups
 from scratchformer.training.trainer import TrainConfig, resume_config
 
 RNG = np.random.default_rng(0)
@@ -102,12 +102,12 @@ def test_train_outputs_false_gives_the_loss_alone_in_training_mode_and_outputs_i
 
 
 def test_replicas_follow_the_optimiser_and_dloss_scales():
-    """After AdamW moved the weights into its flat buffer and updated them, the replicas see the
-    new weights; dloss scales every gradient."""
+    """After the lane's AdamW took the weights into its flat buffer and updated them, the replicas
+    see the new weights; dloss scales every gradient."""
     x, y = gpt_batch(8)
     alone, parallel = GPT(GPT_CFG, seed=2), DataParallel(GPT(GPT_CFG, seed=2), min_tokens=1)
     for model in (alone, parallel.module):
-        opt = AdamW(param_groups(model, 0.1), lr=1e-2)
+        opt = make_adamw(param_groups(model, 0.1), lr=1e-2)
         runner = parallel if model is parallel.module else model
         parallel.optimizer = opt if runner is parallel else None
         for _ in range(3):
@@ -190,14 +190,37 @@ def test_eval_mode_splits_too_and_no_targets_give_outputs_only():
     model.close()
 
 
-def test_job_evaluate_through_the_runner_equals_the_model_alone():
+def test_job_evaluation_through_the_runner_equals_the_model_alone():
+    from scratchformer.training.evaluation import run_evaluation
     from scratchformer.training.lm import LMJob
     job = LMJob.create("lines", dict(n_layer=1, n_head=2, n_embd=16), {"split_seed": 1337}, 0)
     runner = DataParallel(job.model)
-    alone, split = job.evaluate("val"), job.evaluate("val", runner=runner)
+    alone, split = job.evaluate("val"), run_evaluation(job.evaluation("val"), job.model, runner)
     assert runner.worker_pids() and job.model.training  # split over the workers, mode restored
     assert split["loss"] == pytest.approx(alone["loss"], rel=1e-6)
     runner.close()
+
+
+@pytest.mark.parametrize("run_kind,data", [("reverse", {"n_train": 40, "n_test": 24}),
+                                           ("induction", {"n_train": 40, "n_test": 24}),
+                                           ("modadd", {"modulus": 13})])
+def test_every_kinds_evaluation_runs_through_the_runner_as_alone(run_kind, data):
+    """A job never sees how its batches run: seq2seq (its scores decode with the model itself),
+    and the kinds whose forwards take no targets (their outputs come back joined)."""
+    from scratchformer.training.evaluation import run_evaluation
+    from scratchformer.training.jobs import build_job
+
+    job, _ = build_job(run_kind, model={"n_layer": 1}, data=data)
+    runner = DataParallel(job.model, min_tokens=1)
+    try:
+        split = run_evaluation(job.evaluation("val"), job.model, runner)
+        assert runner.worker_pids() and job.model.training  # split over the workers, mode restored
+    finally:
+        runner.close()
+    alone = job.evaluate("val")
+    assert split.keys() == alone.keys()
+    for k, v in alone.items():
+        assert split[k] == pytest.approx(v, rel=1e-5, abs=1e-7), k
 
 
 def test_small_batches_run_the_model_alone_and_bad_workers():
@@ -270,19 +293,19 @@ def test_weights_are_copied_or_read_in_place_and_a_rebuilt_buffer_forks_fresh_wo
     x, y = gpt_batch(8)
     for optimiser_first in (False, True):
         alone, parallel = GPT(GPT_CFG, seed=2), DataParallel(GPT(GPT_CFG, seed=2), min_tokens=1)
-        opts = [AdamW(param_groups(alone, 0.1), lr=1e-2), None]
+        opts = [make_adamw(param_groups(alone, 0.1), lr=1e-2), None]
         if optimiser_first:
-            opts[1] = parallel.optimizer = AdamW(param_groups(parallel.module, 0.1), lr=1e-2)
+            opts[1] = parallel.optimizer = make_adamw(param_groups(parallel.module, 0.1), lr=1e-2)
         parallel(x, y)
         pool, n_params = parallel._pool, len(parallel.module.parameters())
         # forked before any optimiser: copies; after AdamW: its shared flat buffer, read in place
         assert len(pool.copied) == (0 if optimiser_first else n_params)
         parallel.module.zero_grad()
-        opts[1] = opts[1] or AdamW(param_groups(parallel.module, 0.1), lr=1e-2)
+        opts[1] = opts[1] or make_adamw(param_groups(parallel.module, 0.1), lr=1e-2)
         for step in range(4):
             if step == 2:  # new optimisers: a new flat buffer, which workers reading in place do not map
                 pids = parallel.worker_pids()
-                opts = [AdamW(param_groups(m, 0.1), lr=1e-2) for m in (alone, parallel.module)]
+                opts = [make_adamw(param_groups(m, 0.1), lr=1e-2) for m in (alone, parallel.module)]
                 parallel.optimizer = opts[1] if optimiser_first else None
             for opt, runner in zip(opts, (alone, parallel)):
                 opt.zero_grad()
@@ -304,18 +327,20 @@ def _fill_with_ones(arrays):
         a[...] = 1
 
 
-@pytest.mark.parametrize("kind", ["AdamW", "SGD", "SGD-resumed"])
-def test_share_arrays_puts_the_optimiser_state_where_a_forked_worker_shares_it(kind):
+@pytest.mark.parametrize("kind", ["FlatAdamW", "AdamW", "SGD", "SGD-resumed"])
+def test_share_memory_puts_the_declared_state_where_a_forked_worker_shares_it(kind):
     import multiprocessing
 
     from scratchformer.optim import SGD
-    from scratchformer.training.parallel import can_fork_workers, share_arrays
+    from scratchformer.training.parallel import can_fork_workers, is_shared, share_memory
 
     if not can_fork_workers():
         pytest.skip("fork is Linux-only here")
     params = [Parameter(np.arange(12, dtype=np.float32).reshape(3, 4)), Parameter(np.ones(5, dtype=np.float32))]
     twins = [Parameter(p.data.copy()) for p in params]
-    if kind == "AdamW":
+    if kind == "FlatAdamW":
+        opt, twin = FlatAdamW(params, lr=0.1).bind(), FlatAdamW(twins, lr=0.1).bind()
+    elif kind == "AdamW":
         opt, twin = AdamW(params, lr=0.1), AdamW(twins, lr=0.1)
     else:
         opt, twin = SGD(params, lr=0.1, momentum=0.9), SGD(twins, lr=0.1, momentum=0.9)
@@ -325,12 +350,15 @@ def test_share_arrays_puts_the_optimiser_state_where_a_forked_worker_shares_it(k
             o.step()  # the momentum buffers exist from the first step on
             if kind == "SGD-resumed":
                 o.load_state_dict(o.state_dict())
-    assert share_arrays(opt, params) > 0
-    # the same values, and the parameters still view the optimiser's flat buffer
+    assert share_memory(opt, params) > 0
+    assert share_memory(opt, params) == 0  # already there: nothing moves twice
+    # the same values; what the optimiser declares and every parameter array now in shared memory
     for p, q in zip(params, twins):
         np.testing.assert_array_equal(p.data, q.data)
-    if kind == "AdamW":
-        assert all(p.grad.base is opt._flat.grad and p.data.base is opt._flat.data for p in params)
+    assert all(is_shared(a) for a in opt.state_arrays().values())
+    assert all(is_shared(p.data) and is_shared(p.grad) for p in params)
+    if kind == "FlatAdamW":  # and the parameters still view the optimiser's flat buffers
+        assert all(p.grad.base is opt.grad and p.data.base is opt.data for p in params)
     # a step after the move is the step without it, bit for bit
     for o, ps in ((opt, params), (twin, twins)):
         for p in ps:
@@ -338,7 +366,9 @@ def test_share_arrays_puts_the_optimiser_state_where_a_forked_worker_shares_it(k
         o.step()
     for p, q in zip(params, twins):
         np.testing.assert_array_equal(p.data, q.data)
-    state = [opt._flat.data, opt._flat.grad, opt._flat.m, opt._flat.v] if kind == "AdamW" else opt.momentum_buffer
+    if kind == "AdamW":
+        return  # the per-parameter update replaces its moments at each step: nothing to write through
+    state = list(opt.state_arrays().values())
     child = multiprocessing.get_context("fork").Process(target=_fill_with_ones, args=(state,))
     child.start()
     child.join(10)
@@ -346,6 +376,19 @@ def test_share_arrays_puts_the_optimiser_state_where_a_forked_worker_shares_it(k
     # the child's writes are ours: shared pages, not copy-on-write copies (which a worker would
     # otherwise keep, stale, once this process writes the state at each step)
     assert all((a == 1).all() for a in state)
+
+
+def test_share_memory_reads_what_the_optimiser_declares_and_nothing_else():
+    """Only state_arrays() moves: an array the optimiser keeps elsewhere stays where it is."""
+    from scratchformer.training.parallel import is_shared, share_memory
+
+    params = [Parameter(np.ones(3, dtype=np.float32))]
+    opt = FlatAdamW(params).bind()
+    opt.undeclared = np.zeros(4)
+    share_memory(opt, params)
+    assert not is_shared(opt.undeclared) and is_shared(opt.flat_m)
+    with pytest.raises(ConfigError, match="shape"):
+        opt.adopt_state_arrays({"m": np.zeros(2, dtype=np.float32)})
 
 
 def test_three_processes_draw_three_dropout_streams():

@@ -154,9 +154,14 @@ def test_a_lowered_peak_takes_the_default_floor_down_with_it(kind):
 
 
 def _scripted_val(job, losses):
-    """job.evaluate returns these validation losses in turn (the run's own weights decide nothing)."""
+    """job's evaluations return these validation losses in turn (the run's own weights decide nothing)."""
     it = iter(losses)
-    job.evaluate = lambda split, batches=None, runner=None: {"loss": next(it)}
+
+    def evaluation(split, batches=None):
+        yield from ()  # reads no batch
+        return {"loss": next(it)}
+
+    job.evaluation = evaluation
     return job
 
 
@@ -250,7 +255,7 @@ def test_every_job_class_implements_the_protocol():
     from scratchformer.training.jobs import JOBS, Job
 
     methods = [name for name in vars(Job) if not name.startswith("_") and callable(getattr(Job, name))]
-    assert {"create", "from_checkpoint", "train_batch", "forward_backward", "evaluate", "samples", "predict",
+    assert {"create", "from_checkpoint", "train_batch", "batch_tokens", "evaluation", "evaluate", "samples", "predict",
             "config_dict", "tokenizer_dict", "check_compatible"} <= set(methods)
     for kind, cls in JOBS.items():
         missing = [name for name in methods if not callable(getattr(cls, name, None))]
