@@ -25,7 +25,7 @@ from scratchformer.fast import attention as fast_attention
 from scratchformer.fast import optim as fast_optim
 from scratchformer.fast.reductions import GEMV_MAX_SIZE, max_last, sum_last, sum_leading
 from scratchformer.nn.module import Parameter
-from scratchformer.optim import SGD, AdamW, FlatAdamW, clip_grad_norm, make_adamw, optimizers, param_groups
+from scratchformer.optim import AdamW, FlatAdamW, clip_grad_norm, make_adamw, param_groups
 
 TOL = {np.float32: dict(rtol=1e-5, atol=1e-6), np.float64: dict(rtol=1e-12, atol=1e-13)}
 
