@@ -157,7 +157,7 @@ Hover the matrix for values. Colours are scaled to each map's largest weight.</p
 <h3 id="sf-progress-title"></h3>
 <p id="sf-progress-note"></p>
 <table id="sf-progress-table"></table>
-<div class="panel"><h3>over training (the line: this step)</h3><canvas id="sf-progress-curves"></canvas></div>
+<div class="panel"><h3>over training (the dashed line: this step)</h3><canvas id="sf-progress-curves"></canvas></div>
 <div class="panel"><h3 id="sf-progress-bars-title"></h3><canvas id="sf-progress-bars"></canvas></div>
 </div>
 <div id="sf-diag" style="display:none">
@@ -287,7 +287,8 @@ _SCRIPT = r"""
       g.fillStyle = "#222"; g.font = "10px sans-serif"; g.textAlign = "left"; g.textBaseline = "middle";
       g.fillText(s[0], x0 + w + 24, y0 + 9 + 14 * i);
     });
-    g.strokeStyle = "#d62728"; g.lineWidth = 2; g.beginPath(); g.moveTo(X(d.step), y0); g.lineTo(X(d.step), y0 + h); g.stroke();
+    g.strokeStyle = "#000"; g.lineWidth = 1.5; g.setLineDash([4, 3]); g.beginPath(); g.moveTo(X(d.step), y0);
+    g.lineTo(X(d.step), y0 + h); g.stroke(); g.setLineDash([]);
     g.fillStyle = "#222"; g.font = "10px sans-serif"; g.textBaseline = "top"; g.textAlign = "left";
     g.fillText(String(s0), x0, y0 + h + 3); g.textAlign = "right"; g.fillText(String(s1) + " (step)", x0 + w, y0 + h + 3);
     g.fillText((p.log ? "1e" : "") + tick(hi), x0 - 3, y0); g.fillText((p.log ? "1e" : "") + tick(lo), x0 - 3, y0 + h - 10);
