@@ -121,7 +121,7 @@ def slider_frames(records) -> list[dict]:
         flat = scores.ravel()
         best = head_label([r], *r["best_head"])
         note = (f"best head {best}: prefix matching {scores[tuple(r['best_head'])]:.2f}, ablating it costs "
-                f"{r['ablate_best']:+.2f} nats on the repeat; the weakest of its layer "
+                f"{r['ablate_best']:+.2f} nats on the repeat; the weakest other head "
                 f"{head_label([r], *r['worst_head'])}: {r['ablate_worst']:+.2f}")
         frames.append({"title": "Induction progress measures",
                        "series": [[name, _finite(r[key])] for name, key in
