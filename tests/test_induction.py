@@ -171,7 +171,8 @@ def test_two_layers_form_an_induction_head_and_one_layer_does_not(tmp_path):
     assert last["best_head"] == [1, 0] and last["best_head"] in last["induction_heads"]
     assert last["ablate_best"] > 0.5 * advantage, (last["ablate_best"], advantage)  # one head does it
     worst = last["worst_head"]
-    assert worst == [0, 0] and last["previous_token"][0][0] > 0.3  # the previous-token head it reads
+    pt = np.asarray(last["previous_token"])  # 0.35 for L0H0 at 700 steps, 0.03 for L1H0
+    assert worst == [0, 0] and pt[0, 0] == pt.max() > 0.25  # the previous-token head it reads
     assert last["ablate_worst"] > 0.5 * advantage, (last["ablate_worst"], advantage)  # no bystander
     one = _bar_run(tmp_path, 1)[-1]
     assert np.max(one["prefix_matching"]) < 0.5 and one["loss_repeat"] > 2 * last["loss_repeat"]
