@@ -19,8 +19,9 @@ record of diagnostics.jsonl, on a fixed batch of PROBE_SEQUENCES held-out sequen
                     earlier occurrence of its token (lens.head_scores "induction")
     previous_token  (n_layer, n_head): attention to the position before (lens.head_scores "previous")
     best_head       [layer, head] of the highest prefix-matching score; worst_head: the lowest
-                    in the same layer (an earlier layer's previous-token head, which the
-                    induction head reads, scores low on prefix matching but is no bystander)
+                    of the other heads (the best itself in a one-head model). In the default
+                    model (one head per layer) that is layer 0's previous-token head, which the
+                    induction head reads: low on prefix matching, but no bystander
     ablate_best     loss_repeat with the best head's output zeroed (lens.run_with_hooks on its
                     head_out) minus loss_repeat without; ablate_worst the same for worst_head
     induction_heads [layer, head] of every head prefix-matching above INDUCTION_HEAD (0.5)
@@ -190,7 +191,10 @@ class InductionJob(LMJob):
             hs = lens.head_scores(model, (x,))
             prefix, previous = hs.scores["induction"], hs.scores["previous"]
             best = np.unravel_index(int(np.nanargmax(prefix)), prefix.shape)
-            worst = (best[0], int(np.nanargmin(prefix[best[0]])))  # the weakest head of the best one's layer
+            others = prefix.astype(np.float64).copy()
+            if others.size > 1:
+                others[best] = np.inf  # the weakest of the other heads
+            worst = np.unravel_index(int(np.nanargmin(others)), others.shape)
             names = [name for name, _, _ in lens.parts.attentions(model)]
             base = repeat_loss(model(x))
 

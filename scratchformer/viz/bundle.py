@@ -261,8 +261,12 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
     if diag_records:  # the probe's attention at every diagnostics record, behind a step slider
         probe = [r for r in diag_records if r["probe"]["tokens"] == diag_records[-1]["probe"]["tokens"]]
         tokens_p = diag_records[-1]["probe"]["tokens"]
+        frames = [diag_frame(r) for r in probe]
+        for frame, progress in zip(frames, _progress_frames(probe)):  # the task's progress measures, if any
+            if progress is not None:
+                frame["progress"] = progress
         tabs.append((f"probe over training: {''.join(tokens_p)[:30]}", np.array([r["probe"]["attention"] for r in probe]),
-                     tokens_p, tokens_p, [r["step"] for r in probe], [diag_frame(r) for r in probe]))
+                     tokens_p, tokens_p, [r["step"] for r in probe], frames))
     lens = None
     if only is None or "lens" in only:
         lens_figures, checks = _lens_part(model, kind, ids, tokens, tgt_ids, tgt_tokens, vocab_labels)
@@ -276,6 +280,18 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
     paths.append(write_report(out_dir / "report.html", title or f"scratchformer: {kind} on {''.join(tokens)[:60]!r}",
                               tabs, embedded, config, summary, lens))
     return paths
+
+
+def _progress_frames(records) -> list:
+    """Per record, what the step slider draws of an induction or modadd run's progress measures
+    (viz/induction.py, viz/grokking.py `slider_frames`); None per record for other runs."""
+    if IND.has_measures(records):
+        return IND.slider_frames(records)
+    if any("modadd" in r for r in records):
+        from scratchformer.viz.grokking import slider_frames
+
+        return slider_frames(records)
+    return [None] * len(records)
 
 
 def _add_diagnostics(add, records) -> None:

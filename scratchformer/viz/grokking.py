@@ -2,7 +2,8 @@
 "modadd" entries of diagnostics.jsonl: train and test loss on a log scale with the step where
 test loss first falls below 1 marked (found in the data, not assumed), restricted and excluded
 loss, and the token embedding's Fourier spectrum at the last record with its key frequencies.
-Titles are computed from the records.
+Titles are computed from the records. `slider_frames` gives report.html's step slider the same
+measures per record.
 """
 
 from __future__ import annotations
@@ -99,3 +100,35 @@ def grokking_figure(records: list[dict], path=None):
     ax_spec.set_title(f"embedding spectrum at step {summary['last_step']}: key k = {sorted(key)} "
                       f"hold {share:.0%} of it", fontsize=9)
     return finish(fig, path)
+
+
+def _finite(v) -> float | None:
+    """A number for the page's JSON: NaN and infinity (a diverging run's) as None (null)."""
+    return float(v) if v is not None and np.isfinite(v) else None
+
+
+def slider_frames(records: list[dict]) -> list[dict | None]:
+    """Per record, the grokking measures report.html's step slider replays (the `progress` entry
+    of viz/html.py's frames; None for a record without them): train, test, restricted and
+    excluded loss as curves over training (log scale) with the step test loss first falls below
+    1 marked, and the embedding's Fourier spectrum at that step as bars (red: its key
+    frequencies)."""
+    below1 = grokking_summary(records)["test_below_1"]
+    frames = []
+    for r in records:
+        m = r.get("modadd")
+        if not isinstance(m, dict):
+            frames.append(None)
+            continue
+        norms, key = [_finite(v) or 0.0 for v in m["freq_norms"]], set(m["key_freqs"])
+        frames.append({"title": "Grokking progress measures",
+                       "series": [[name.replace("_", " "), _finite(m[name])] for name in
+                                  ("train_loss", "test_loss", "restricted_loss", "excluded_loss")],
+                       "log": True, "span": None if below1 is None else [below1, below1],
+                       "span_label": None if below1 is None else f"test loss below 1 at step {below1}",
+                       "bars": {"title": "the embedding's Fourier spectrum at this step (red: key frequencies)",
+                                "labels": [str(k) for k in range(1, len(norms) + 1)], "values": norms,
+                                "on": [k in key for k in range(1, len(norms) + 1)], "line": None},
+                       "note": (f"test accuracy {m['test_accuracy']:.1%}, train accuracy {m['train_accuracy']:.1%}; "
+                                f"key frequencies {sorted(key)}; total weight norm {m['weight_norm']:.1f}")})
+    return frames

@@ -5,7 +5,16 @@ Attention is stored quantised: uint8 q = round(255 w), base64-encoded, one block
 (layer, head, query, key order); the page decodes w = q / 255 (error <= 0.5 / 255).
 A tab with a step slider may carry the training diagnostics of each step (`diag_frame`): the
 slider then replays the activation, activation-gradient and weight-gradient histograms and the
-per-layer numbers with the attention. The page sets `window.scratchformerReady = true` once
+per-layer numbers with the attention. A frame may also hold a task's progress measures
+(`frame["progress"]`, made by viz/induction.py and viz/grokking.py `slider_frames`):
+
+    {"title", "series": [[name, value], ...], "log": bool, "span": [step a, step b] or None,
+     "span_label", "bars": {"title", "labels", "values", "on": [bool], "line": float or None},
+     "note"}
+
+the page then draws each series over all the frames' steps with the slider's step marked (and
+the span the data put there: a phase change, the step test loss falls below 1), the bars at
+this step, and the numbers at this step in a table. The page sets `window.scratchformerReady = true` once
 the explorer is drawn.
 """
 
@@ -144,6 +153,13 @@ Hover the matrix for values. Colours are scaled to each map's largest weight.</p
 <div class="panel"><h3>matrix <button data-export="sf-matrix">PNG</button></h3><canvas id="sf-matrix"></canvas></div>
 <div class="panel"><h3>lines <button data-export="sf-lines">PNG</button></h3><canvas id="sf-lines"></canvas></div>
 <div class="panel"><h3>all layers x heads <button data-export="sf-grid">PNG</button></h3><canvas id="sf-grid"></canvas></div>
+<div id="sf-progress" style="display:none">
+<h3 id="sf-progress-title"></h3>
+<p id="sf-progress-note"></p>
+<table id="sf-progress-table"></table>
+<div class="panel"><h3>over training (the dashed line: this step)</h3><canvas id="sf-progress-curves"></canvas></div>
+<div class="panel"><h3 id="sf-progress-bars-title"></h3><canvas id="sf-progress-bars"></canvas></div>
+</div>
 <div id="sf-diag" style="display:none">
 <h3>Training diagnostics at this step (the slider replays them)</h3>
 <p>As makemore part 3: the feed-forward activations and the gradient arriving at them, per layer,
@@ -234,7 +250,73 @@ _SCRIPT = r"""
       g.fillStyle = "#222"; g.fillText("layer " + i, 24 + i * 60, 191);
     }
   }
+  function drawProgress(t) {  // a task's progress measures (frame.progress), when the frames hold them
+    var box = $("sf-progress"), d = t.diag ? t.diag[t.frame] : null, p = d ? d.progress : null;
+    if (!p) { box.style.display = "none"; return; }
+    box.style.display = "";
+    $("sf-progress-title").textContent = p.title + " at step " + d.step;
+    $("sf-progress-note").textContent = p.note || "";
+    $("sf-progress-table").innerHTML = "<tr>" + p.series.map(function (s) { return "<th>" + s[0] + "</th>"; }).join("") +
+      "</tr><tr>" + p.series.map(function (s) { return "<td>" + num(s[1], 4) + "</td>"; }).join("") + "</tr>";
+    var steps = t.diag.map(function (f) { return f.step; });
+    var c = $("sf-progress-curves"), g = c.getContext("2d"), x0 = 50, y0 = 10, w = 380, h = 170;
+    c.width = 560; c.height = 210;
+    g.fillStyle = "#fff"; g.fillRect(0, 0, c.width, c.height);
+    var ys = function (v) { return p.log ? Math.log10(v) : v; }, lo = Infinity, hi = -Infinity;
+    t.diag.forEach(function (f) { f.progress.series.forEach(function (s) {
+      if (s[1] !== null && isFinite(ys(s[1]))) { lo = Math.min(lo, ys(s[1])); hi = Math.max(hi, ys(s[1])); } }); });
+    if (!(hi > lo)) { lo -= 1; hi += 1; }
+    var s0 = steps[0], s1 = Math.max(steps[steps.length - 1], s0 + 1);
+    var X = function (s) { return x0 + (s - s0) / (s1 - s0) * w; }, Y = function (v) { return y0 + h - (ys(v) - lo) / (hi - lo) * h; };
+    if (p.span) {
+      g.fillStyle = "rgba(255,165,0,0.3)"; g.fillRect(X(p.span[0]) - 1, y0, Math.max(2, X(p.span[1]) - X(p.span[0]) + 2), h);
+    }
+    g.strokeStyle = "#999"; g.lineWidth = 1; g.strokeRect(x0, y0, w, h);
+    p.series.forEach(function (s, i) {
+      var colour = LAYER_COLOURS[i % LAYER_COLOURS.length];
+      g.strokeStyle = colour; g.lineWidth = 1.5; g.beginPath();
+      var started = false;
+      t.diag.forEach(function (f, k) {
+        var v = f.progress.series[i][1];
+        if (v === null || !isFinite(ys(v))) { started = false; return; }
+        if (started) g.lineTo(X(steps[k]), Y(v)); else g.moveTo(X(steps[k]), Y(v));
+        started = true;
+      });
+      g.stroke();
+      g.fillStyle = colour; g.fillRect(x0 + w + 10, y0 + 4 + 14 * i, 10, 10);
+      g.fillStyle = "#222"; g.font = "10px sans-serif"; g.textAlign = "left"; g.textBaseline = "middle";
+      g.fillText(s[0], x0 + w + 24, y0 + 9 + 14 * i);
+    });
+    g.strokeStyle = "#000"; g.lineWidth = 1.5; g.setLineDash([4, 3]); g.beginPath(); g.moveTo(X(d.step), y0);
+    g.lineTo(X(d.step), y0 + h); g.stroke(); g.setLineDash([]);
+    g.fillStyle = "#222"; g.font = "10px sans-serif"; g.textBaseline = "top"; g.textAlign = "left";
+    g.fillText(String(s0), x0, y0 + h + 3); g.textAlign = "right"; g.fillText(String(s1) + " (step)", x0 + w, y0 + h + 3);
+    g.fillText((p.log ? "1e" : "") + tick(hi), x0 - 3, y0); g.fillText((p.log ? "1e" : "") + tick(lo), x0 - 3, y0 + h - 10);
+    if (p.span && p.span_label) { g.textAlign = "left"; g.fillText(p.span_label, x0 + 4, y0 + h + 14); }
+    var b = p.bars, cb = $("sf-progress-bars"), gb = cb.getContext("2d"), n = b.values.length;
+    var bw = Math.max(4, Math.min(40, Math.floor(480 / n))), top = Math.max.apply(null, b.values.concat([b.line || 0, 1e-12]));
+    cb.width = 40 + n * bw + 10; cb.height = 210;
+    gb.fillStyle = "#fff"; gb.fillRect(0, 0, cb.width, cb.height);
+    $("sf-progress-bars-title").textContent = b.title;
+    b.values.forEach(function (v, k) {
+      gb.fillStyle = b.on[k] ? "#d62728" : "#888";
+      var bh = Math.max(0, v) / top * 160;
+      gb.fillRect(40 + k * bw + 1, 10 + 160 - bh, bw - 2, bh);
+      if (n <= 16 || k % 5 === 4) {
+        gb.fillStyle = "#222"; gb.font = "9px sans-serif"; gb.textAlign = "center"; gb.textBaseline = "top";
+        gb.fillText(b.labels[k], 40 + k * bw + bw / 2, 174);
+      }
+    });
+    if (b.line !== null && b.line !== undefined) {
+      gb.strokeStyle = "#444"; gb.setLineDash([3, 3]); gb.beginPath();
+      gb.moveTo(40, 10 + 160 - b.line / top * 160); gb.lineTo(40 + n * bw, 10 + 160 - b.line / top * 160); gb.stroke();
+      gb.setLineDash([]);
+    }
+    gb.fillStyle = "#222"; gb.font = "10px sans-serif"; gb.textAlign = "right"; gb.textBaseline = "top";
+    gb.fillText(tick(top), 36, 10); gb.fillText("0", 36, 162);
+  }
   function drawDiag(t) {
+    drawProgress(t);
     var box = $("sf-diag");
     if (!t.diag) { box.style.display = "none"; return; }
     box.style.display = "";

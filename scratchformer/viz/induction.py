@@ -6,6 +6,7 @@ marked where the data put it, and every head's prefix-matching score over the st
                                    repeat loss, or None when it never falls by PHASE_MIN_FALL
     induction_claims(records)      the titles' phrases, computed from the numbers
     progress_figure(records)       the figure
+    slider_frames(records)         per record, what report.html's step slider draws of them
 """
 
 from __future__ import annotations
@@ -99,3 +100,37 @@ def progress_figure(records, path=None):
     b.set_title(claims["heads"], fontsize=8, wrap=True)
     fig.suptitle("Induction heads forming: progress measures recorded during training", fontsize=10)
     return finish(fig, path)
+
+
+def _finite(v) -> float | None:
+    """A number for the page's JSON: NaN and infinity (a diverging run's) as None (null)."""
+    return float(v) if v is not None and np.isfinite(v) else None
+
+
+def slider_frames(records) -> list[dict]:
+    """Per record, the induction measures report.html's step slider replays (the `progress`
+    entry of viz/html.py's frames): the two losses and the best and weakest heads' ablation
+    costs as curves over training with the phase change shaded where `phase_change` finds it,
+    and each head's prefix-matching score at that step as bars (red: above INDUCTION_HEAD)."""
+    pc = phase_change(records)
+    span = None if pc is None else [pc[0], pc[1]]
+    frames = []
+    for r in records:
+        scores = np.asarray(r["prefix_matching"], dtype=np.float64)  # (L, H)
+        labels = [f"{r['heads'][layer]}H{head}" for layer in range(scores.shape[0]) for head in range(scores.shape[1])]
+        flat = scores.ravel()
+        best = head_label([r], *r["best_head"])
+        note = (f"best head {best}: prefix matching {scores[tuple(r['best_head'])]:.2f}, ablating it costs "
+                f"{r['ablate_best']:+.2f} nats on the repeat; the weakest other head "
+                f"{head_label([r], *r['worst_head'])}: {r['ablate_worst']:+.2f}")
+        frames.append({"title": "Induction progress measures",
+                       "series": [[name, _finite(r[key])] for name, key in
+                                  (("loss first copy", "loss_first"), ("loss repeat", "loss_repeat"),
+                                   ("ablate best head", "ablate_best"), ("ablate weakest head", "ablate_worst"))],
+                       "log": False, "span": span,
+                       "span_label": None if pc is None else f"steepest fall of the repeat loss: steps {pc[0]}-{pc[1]}",
+                       "bars": {"title": "prefix-matching score per head at this step (red: > 0.5)", "labels": labels,
+                                "values": [_finite(v) or 0.0 for v in flat], "on": [bool(v > INDUCTION_HEAD) for v in flat],
+                                "line": INDUCTION_HEAD},
+                       "note": note})
+    return frames

@@ -153,3 +153,24 @@ def test_fast_pieces_save_the_big_temporaries(monkeypatch):
     for row in rows.values():
         (_, before), (_, after) = row["before"], row["after"]
         assert after < before, row  # each fast form holds less at its peak than the form it replaces
+
+
+def test_modadd_step_quick_runs_both_sides_on_the_same_model(tmp_path):
+    """benchmarks/modadd_step.py --quick: the modadd step in scratchformer and in PyTorch (the same
+    weights: the same loss at init) and its GEMM floor, with the CPU and the BLAS kernel printed.
+    No timing is asserted."""
+    out = tmp_path / "modadd.json"
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "modadd_step.py"), "--quick", "--threads", "1",
+                           "--json", str(out)], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "OPENBLAS_CORETYPE=" in proc.stdout and "openblas" in proc.stdout.lower()  # the kernel, threadpoolctl
+    assert "GEMM floor" in proc.stdout and "scratchformer / PyTorch step time" in proc.stdout
+    res = json.loads(out.read_text())
+    assert res["quick"] and res["data"]["modulus"] == 13 and res["environment"]["cpu"] and res["environment"]["blas"]
+    ours, theirs = res["scratchformer"][0], res["torch"][0]
+    assert ours["pairs"] == theirs["pairs"] == round(0.3 * 13 ** 2) and ours["positions"] == 3
+    assert (ours["n_embd"], ours["n_head"], ours["n_inner"], ours["dtype"]) == (128, 4, 512, "float32")
+    assert ours["loss_at_init"] == pytest.approx(theirs["loss_at_init"], rel=1e-5)  # the same model and weights
+    for side in (ours, theirs):
+        assert min(side["forward_ms"], side["backward_ms"], side["optimiser_ms"], side["floor_ms"]) > 0
+        assert side["step_gflop"] > 0 and side["gemm_gflops"] > 0

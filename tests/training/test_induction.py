@@ -158,17 +158,33 @@ def _bar_run(tmp_path, n_layer):
 
 def test_two_layers_form_an_induction_head_and_one_layer_does_not(tmp_path):
     """Olsson et al.'s bars: a 2-layer attention-only model's best head prefix-matches above
-    0.5, the repeat's loss falls well below the first copy's, zeroing the induction heads brings
-    most of it back (every head of the last layer may share the work: one alone brings back
-    less, docs/results.md); 1 layer fails. The run is seeded (the default seed), so this is one
-    fixed trajectory, not a race against the clock."""
+    0.5, the repeat's loss falls well below the first copy's, zeroing that head alone brings
+    most of it back (the default model has one head per layer; with two, both heads of layer 1
+    share the work: docs/results.md); 1 layer fails. The weakest other head is layer 0's
+    previous-token head, which the induction head reads: its ablation costs as much. The run is
+    seeded (the default seed), so this is one fixed trajectory, not a race against the clock."""
     last = _bar_run(tmp_path, 2)[-1]
     best = np.asarray(last["prefix_matching"])[tuple(last["best_head"])]
     advantage = last["loss_first"] - last["loss_repeat"]
     assert best > 0.5, last["prefix_matching"]
     assert last["loss_repeat"] < 0.5 * last["loss_first"], (last["loss_repeat"], last["loss_first"])
-    assert last["best_head"] in last["induction_heads"] and last["best_head"][0] == 1
-    assert last["ablate_induction"] > 0.5 * advantage, (last["ablate_induction"], advantage)
-    assert last["ablate_best"] > 0  # the best head alone matters too
+    assert last["best_head"] == [1, 0] and last["best_head"] in last["induction_heads"]
+    assert last["ablate_best"] > 0.5 * advantage, (last["ablate_best"], advantage)  # one head does it
+    worst = last["worst_head"]
+    pt = np.asarray(last["previous_token"])  # 0.35 for L0H0 at 700 steps, 0.03 for L1H0
+    assert worst == [0, 0] and pt[0, 0] == pt.max() > 0.25  # the previous-token head it reads
+    assert last["ablate_worst"] > 0.5 * advantage, (last["ablate_worst"], advantage)  # no bystander
     one = _bar_run(tmp_path, 1)[-1]
     assert np.max(one["prefix_matching"]) < 0.5 and one["loss_repeat"] > 2 * last["loss_repeat"]
+
+
+def test_the_weakest_head_is_the_lowest_of_the_others(tmp_path):
+    """worst_head: the lowest prefix-matching head other than the best, over the whole model
+    (with two heads per layer it may sit in either layer)."""
+    job, cfg = build_job("induction", model={"n_head": 2, "n_embd": 16},
+                         train={"max_steps": 1, "workers": 1, "num_samples": 0}, data={"n_test": 64, "n_train": 100})
+    rec = job.progress_measures()
+    scores = np.asarray(rec["prefix_matching"])
+    others = [(scores[layer, head], [layer, head]) for layer in range(2) for head in range(2)
+              if [layer, head] != rec["best_head"]]
+    assert rec["worst_head"] == min(others)[1] and scores[tuple(rec["best_head"])] == scores.max()

@@ -1,0 +1,100 @@
+"""report.html's step slider draws a task's progress measures (issue 27's item 4): the
+induction run's losses, ablation costs and per-head prefix-matching scores, and the modadd
+run's losses and Fourier spectrum, each frame's numbers the record's own, in a real browser
+(tests/viz/test_viz_report.py's `opened`: chromium through playwright, skipped with a reason
+elsewhere, a failure with CI=true)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from scratchformer import viz
+from scratchformer.cli.main import main
+from scratchformer.training.diagnostics import DIAG_FILE, read_records
+from scratchformer.training.jobs import load_job
+from scratchformer.viz import grokking as G
+from scratchformer.viz import induction as IND
+from test_viz_report import _canvas, opened, page_data
+
+
+def _induction_run(tmp_path):
+    out = tmp_path / "ind"
+    assert main(["train", "--task", "induction", "--out", str(out), "--no-progress", "--quiet", "--symbols", "8",
+                 "--block-size", "12", "--n-embd", "16", "--n-head", "2", "--max-steps", "6", "--eval-interval", "6",
+                 "--diag-interval", "2", "--batch-size", "8", "--workers", "1", "--num-samples", "0"]) == 0
+    return out
+
+
+def _modadd_run(tmp_path):
+    out = tmp_path / "modadd"
+    assert main(["train", "--task", "modadd", "--modulus", "7", "--n-embd", "16", "--max-steps", "6",
+                 "--eval-interval", "6", "--diag-interval", "2", "--workers", "1", "--no-progress", "--quiet",
+                 "--out", str(out)]) == 0
+    return out
+
+
+def _report(run, tmp_path):
+    job = load_job(run)
+    v = job.viz_inputs(None)
+    return viz.report(job.model, tmp_path / f"fig-{run.name}", np.asarray(v["ids"]), list(v["tokens"]),
+                      vocab_labels=v["vocab_labels"], log=run, only=[])[-1]
+
+
+def test_frames_hold_each_records_measures(tmp_path):
+    records = read_records(_induction_run(tmp_path) / DIAG_FILE)[1]
+    frames = IND.slider_frames(records)
+    assert len(frames) == len(records) == 4
+    for f, r in zip(frames, records):
+        assert dict(f["series"])["loss repeat"] == r["loss_repeat"]
+        assert f["bars"]["values"] == np.asarray(r["prefix_matching"]).ravel().tolist()
+        assert f["bars"]["labels"] == ["L0H0", "L0H1", "L1H0", "L1H1"]
+        assert f["bars"]["on"] == [v > 0.5 for v in f["bars"]["values"]]
+    records = read_records(_modadd_run(tmp_path) / DIAG_FILE)[1]
+    frames = G.slider_frames(records)
+    for f, r in zip(frames, records):
+        assert dict(f["series"])["test loss"] == r["modadd"]["test_loss"] and f["log"]
+        assert f["bars"]["values"] == r["modadd"]["freq_norms"] and len(f["bars"]["labels"]) == 3
+        assert [int(k) for k, on in zip(f["bars"]["labels"], f["bars"]["on"]) if on] == sorted(r["modadd"]["key_freqs"])
+    json.dumps(frames, allow_nan=False)  # strict JSON: the page parses it
+
+
+def test_a_diverged_record_is_null_not_nan():
+    rec = {"step": 0, "loss_first": float("nan"), "loss_repeat": 1.0, "heads": ["L0"], "prefix_matching": [[float("nan")]],
+           "best_head": [0, 0], "worst_head": [0, 0], "ablate_best": float("inf"), "ablate_worst": 0.0}
+    (frame,) = IND.slider_frames([rec])
+    json.dumps(frame, allow_nan=False)
+    assert dict(frame["series"])["loss first copy"] is None and frame["bars"]["values"] == [0.0]
+
+
+@pytest.mark.parametrize("task", ["induction", "modadd"])
+def test_the_step_slider_draws_the_progress_measures(tmp_path, task):
+    run = _induction_run(tmp_path) if task == "induction" else _modadd_run(tmp_path)
+    records = read_records(run / DIAG_FILE)[1]
+    path = _report(run, tmp_path)
+    tab = page_data(path.read_text(encoding="utf-8"))["tabs"][-1]
+    assert [f["step"] for f in tab["diag"]] == [r["step"] for r in records] and all("progress" in f for f in tab["diag"])
+
+    def shown(page):  # the numbers of the table at this step
+        return [float(c) for c in page.evaluate(
+            "Array.from(document.querySelectorAll('#sf-progress-table tr')[1].cells).map(c => c.textContent)")]
+
+    def expected(r):
+        return ([r["loss_first"], r["loss_repeat"], r["ablate_best"], r["ablate_worst"]] if task == "induction" else
+                [r["modadd"][k] for k in ("train_loss", "test_loss", "restricted_loss", "excluded_loss")])
+
+    with opened(path) as page:
+        assert page.locator("#sf-progress").is_hidden()  # the model's own tab: no slider
+        page.click("#sf-tabs button >> text=probe over training")
+        assert page.locator("#sf-progress").is_visible()
+        assert page.inner_text("#sf-progress-title").endswith(f"at step {records[-1]['step']}")
+        np.testing.assert_allclose(shown(page), expected(records[-1]), rtol=1e-3, atol=1e-4)
+        last = [_canvas(page, c) for c in ("sf-progress-curves", "sf-progress-bars")]
+        assert all(c["colours"] > 3 for c in last), "blank canvas"
+        page.fill("#sf-step", "0")
+        page.dispatch_event("#sf-step", "input")
+        assert page.inner_text("#sf-progress-title").endswith("at step 0")
+        np.testing.assert_allclose(shown(page), expected(records[0]), rtol=1e-3, atol=1e-4)
+        first = [_canvas(page, c)["png"] for c in ("sf-progress-curves", "sf-progress-bars")]
+        assert first[0] != last[0]["png"], "another step, the same step marker"
+        assert first[1] != last[1]["png"], "another step, the same bars"
