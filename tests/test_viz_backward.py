@@ -10,7 +10,8 @@ import pytest
 from scratchformer import fast
 from scratchformer.data.tasks import BOS, EOS, PAD, VOCAB_SIZE, make_task
 from scratchformer.models import GPT, ClassifierConfig, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer, TransformerClassifier
-from scratchformer.nn import FeedForward, LayerNorm, MultiHeadAttention
+from scratchformer.nn import FeedForward, LayerNorm, Linear, MultiHeadAttention
+from scratchformer.nn import feedforward as nn_feedforward
 from scratchformer.ops.loss import cross_entropy_backward, cross_entropy_forward
 from scratchformer.models import classifier as classifier_module
 from scratchformer.nn import attention as nn_attention
@@ -32,10 +33,10 @@ def _gpt_names(n_layer):
     names = ["loss", "lm_head", "ln_f"]
     for i in reversed(range(n_layer)):
         b = f"h.{i}"
-        names += [f"{b}.ff residual: split", f"{b}.ff", f"{b}.ff_norm", f"{b}.ff residual: add",
-                  f"{b}.self_attn residual: split", f"{b}.self_attn.out_proj"]
+        names += [f"{b}.ff residual: split", f"{b}.ff.fc2", f"{b}.ff.act", f"{b}.ff.fc1", f"{b}.ff: wiring",
+                  f"{b}.ff_norm", f"{b}.ff residual: add", f"{b}.self_attn residual: split", f"{b}.self_attn.out_proj"]
         names += [f"{b}.self_attn.{op}" for op in ("dv", "dA", "dS", "dq", "dk", "in_proj")]
-        names += [f"{b}.attn_norm", f"{b}.self_attn residual: add"]
+        names += [f"{b}.self_attn: wiring", f"{b}.attn_norm", f"{b}.self_attn residual: add"]
     return names + ["wpe", "wte"]
 
 
@@ -49,6 +50,7 @@ def test_every_step_agrees_on_a_correct_model(tie):
     assert where["dS"] == "scratchformer/ops/softmax.py" and where["in_proj"] == "scratchformer/ops/linear.py"
     assert {where[op] for op in ("dv", "dA", "dq", "dk")} == {"scratchformer/ops/attention.py"}
     assert where["lm_head"] == "scratchformer/ops/linear.py" and where["ln_f"] == "scratchformer/ops/layernorm.py"
+    assert where["act"] == "scratchformer/ops/activations.py" and where["fc1"] == "scratchformer/ops/linear.py"
     lines = {s.name.rpartition(".")[2]: int(s.where.split(":")[1]) for s in steps}
     source = open(ops_attention.__file__).read().splitlines()  # each points at its own formula's line
     assert source[lines["dv"] - 1].strip().startswith("dv = ") and source[lines["dk"] - 1].strip().startswith("dk = ")
@@ -91,6 +93,7 @@ def _gpt_variant(**kw):
 
 
 @pytest.mark.parametrize("kw, extra", [({"positional": "rope", "n_head": 4, "n_kv_head": 2}, ["rope (q)", "rope (k)"]),
+                                       ({"activation": "swiglu", "normalization": "rmsnorm"}, []),
                                        ({"norm_first": False}, []), ({"positional": "alibi"}, [])])
 def test_rotary_grouped_post_norm_and_alibi_steps_agree(kw, extra):
     steps = backward_steps(_gpt_variant(**kw), IDS, TARGETS)
@@ -99,7 +102,7 @@ def test_rotary_grouped_post_norm_and_alibi_steps_agree(kw, extra):
     assert all(f"h.0.self_attn.{e}" in names for e in extra)
     if kw.get("norm_first") is False:  # post-norm: the norm's backward first, then the split at z
         i = names.index("h.0.ff_norm")
-        assert names[i + 1:i + 3] == ["h.0.ff residual: split", "h.0.ff"]
+        assert names[i + 1:i + 3] == ["h.0.ff residual: split", "h.0.ff.fc2"]
 
 
 def test_the_fast_lane_is_named_and_its_fused_attention_checked():
@@ -139,6 +142,10 @@ def _forgot_the_skip(dy, norm, sublayer, drop, norm_first):
     return 0.5 * dy + norm.backward(ds), dcontext  # half the skip's gradient
 
 
+def _wrong_activation(dy, dydx):
+    return dy * dydx + 1e-3 * np.sign(dy)  # a planted bug: a small offset on every entry
+
+
 def _wrong_pool(dpooled, weights):
     return np.ones_like(weights)[:, :, None] * dpooled[:, None, :]  # every position the whole gradient
 
@@ -148,6 +155,7 @@ def _wrong_pool(dpooled, weights):
     (ops_attention, "weighted_sum_backward", _wrong_dv_only, ["h.0.self_attn.dv"]),
     (ops_attention, "scores_backward", _wrong_dk, ["h.0.self_attn.dk"]),
     (nn_blocks, "residual_backward", _forgot_the_skip, ["h.0.ff residual: add", "h.0.self_attn residual: add"]),
+    (nn_feedforward, "activation_backward", _wrong_activation, ["h.0.ff.act"]),
 ])
 def test_a_planted_bug_in_one_op_turns_exactly_that_step_red(monkeypatch, owner, attr, bug, red):
     monkeypatch.setattr(owner, attr, bug)
@@ -169,19 +177,33 @@ class _WrongGainLayerNorm(LayerNorm):
         return super().backward(dy)
 
 
-@pytest.mark.parametrize("where, bug", [("h.0.ff", _ScaledFeedForward), ("h.1.attn_norm", _WrongGainLayerNorm)])
-def test_a_planted_bug_turns_that_step_red_and_no_other(where, bug, tmp_path):
+FIVE = [7, 23, 41, 58, 90]  # of the 96 entries of dx: (1 sequence, 6 positions, 16 wide)
+
+
+class _FiveEntriesAttention(MultiHeadAttention):
+    def backward(self, grad_output):
+        dx, dcontext = super().backward(grad_output)
+        dx = dx.copy()
+        dx.reshape(-1)[FIVE] += 0.01 * np.abs(dx).max()  # a planted bug in the layer's own code, after its ops
+        return dx, dcontext
+
+
+@pytest.mark.parametrize("where, bug, red", [("h.0.ff", _ScaledFeedForward, "h.0.ff: wiring"),
+                                             ("h.1.attn_norm", _WrongGainLayerNorm, "h.1.attn_norm"),
+                                             ("h.1.self_attn", _FiveEntriesAttention, "h.1.self_attn: wiring")])
+def test_a_planted_bug_turns_that_step_red_and_no_other(where, bug, red, tmp_path):
+    """A bug in a layer's own code between its ops (what it returns, what it adds to .grad)
+    turns its wiring step red; a bug in a layer shown whole, that layer's step."""
     model = _gpt()
     block, layer = where.rsplit(".", 1)
     getattr(model.h[int(block.split(".")[1])], layer).__class__ = bug
     steps = backward_steps(model, IDS, TARGETS)
-    assert [s.name for s in steps if not s.ok] == [where]
+    assert [s.name for s in steps if not s.ok] == [red]
     fig = backward_walkthrough(steps, path=tmp_path / "backward.png")
-    assert f"1 step(s) disagree with finite differences: {where}" in fig._suptitle.get_text()
+    assert f"1 step(s) disagree with finite differences: {red}" in fig._suptitle.get_text()
     assert (tmp_path / "backward.png").stat().st_size > 5000
 
 
-FIVE = [7, 23, 41, 58, 90]  # of the 96 entries of dx: (1 sequence, 6 positions, 16 wide)
 
 
 def test_a_bug_in_5_of_96_entries_turns_the_step_red(monkeypatch, tmp_path):
@@ -207,7 +229,7 @@ def test_a_bug_in_5_of_96_entries_turns_the_step_red(monkeypatch, tmp_path):
 
 def test_the_figure_says_what_was_checked():
     steps = {s.name: s for s in backward_steps(_gpt(), IDS[:1], TARGETS[:1])}
-    ff = steps["h.0.ff"]
+    ff = steps["h.0.ff.fc1"]
     assert ff.checked["dx"] == "all 96"  # (1, 6, 16): small, every entry
     params = {k: v for k, v in ff.checked.items() if k != "dx"}
     big = {k: v for k, v in params.items() if v != f"all {ff.param_grads[k[1:]].size:,}"}
@@ -220,20 +242,19 @@ def test_the_figure_says_what_was_checked():
 
 
 def test_the_largest_entry_of_a_sampled_array_is_always_checked():
-    class _LargestWrong(FeedForward):
+    class _LargestWrong(Linear):
         def backward(self, dy):
-            before = {n: p.grad.copy() for n, p in self.named_parameters()}
+            before = self.weight.grad.copy()
             dx = super().backward(dy)
-            p = dict(self.named_parameters())["fc1.weight"]
-            added = p.grad - before["fc1.weight"]
-            p.grad.reshape(-1)[int(np.argmax(np.abs(added)))] *= 1.01  # one entry of 1,024: the largest
+            added = self.weight.grad - before
+            self.weight.grad.reshape(-1)[int(np.argmax(np.abs(added)))] *= 1.01  # one entry of 1,024: the largest
             return dx
 
     model = _gpt()
-    model.h[0].ff.__class__ = _LargestWrong
+    model.h[0].ff.fc1.__class__ = _LargestWrong
     steps = {s.name: s for s in backward_steps(model, IDS[:1], TARGETS[:1])}
-    assert [n for n, s in steps.items() if not s.ok] == ["h.0.ff"]
-    assert steps["h.0.ff"].checked["dfc1.weight"] == "64 random + 8 largest of 1,024"
+    assert [n for n, s in steps.items() if not s.ok] == ["h.0.ff.fc1"]
+    assert steps["h.0.ff.fc1"].checked["dweight"] == "64 random + 8 largest of 1,024"
 
 
 @pytest.mark.parametrize("pooling", ["mean", "cls"])

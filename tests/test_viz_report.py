@@ -70,7 +70,10 @@ def check_self_contained(paths, n_figures=13):
     page = html_path.read_text(encoding="utf-8")
     pngs = [p for p in paths if p.suffix == ".png"]
     assert len(pngs) == n_figures
-    for p in pngs:  # every figure is embedded, byte for byte
+    walk = [p for p in pngs if p.name == "backward.png"]  # shown in the page's interactive Backward part
+    assert ('id="sf-backward"' in page) == bool(walk)
+    pngs = [p for p in pngs if p.name != "backward.png"]
+    for p in pngs:  # every other figure is embedded, byte for byte
         assert base64.b64encode(p.read_bytes()).decode() in page, p.name
     assert page.count("data:image/png;base64,") == len(pngs)
     for pattern in (r"""(?:src|href)\s*=\s*["']?\s*(?!data:)[a-z]+:""", r"https?://", r"\bfetch\s*\(",
@@ -82,6 +85,9 @@ def check_self_contained(paths, n_figures=13):
 def test_gpt_report_is_self_contained_and_decodes(shakespeare):
     model, tok, paths = shakespeare
     page = check_self_contained(paths, n_figures=23)  # 19 figures + the Lens part's 4
+    steps = page_data(page)["backward"]  # the Backward part: every step of the walk-through, each checked
+    assert len(steps) == len((paths[0].parent / "backward.txt").read_text().splitlines()) - 1
+    assert all(s["ok"] for s in steps) and "h.3.self_attn.dS" in [s["name"] for s in steps]
     assert "training_curves.png" in {p.name for p in paths} and "best val loss" in page
     (tab,) = page_data(page)["tabs"]
     assert tab["keys"][5] == "\u2423" and (tab["L"], tab["H"], tab["Tq"]) == (4, 4, 64)

@@ -86,6 +86,9 @@ FORMULAS = {
     "in_proj": "[q k v] = x W_in^T + b  =>  dx = [dq dk dv] W_in;  dW_in += [dq dk dv]^T x;  db += sum",
     "fused": "the fused fast-lane backward of attention(q, k, v), checked against attention's forward",
     "pool": "pooled = sum_t w_t h_t  =>  dh_t = w_t dpooled",
+    "act": "a = act(h)  =>  dh = da * act'(h)   (act'(h) computed beside the forward)",
+    "wiring": "the layer's backward hands each op's gradient to the next, returns its last op's dx, and adds to "
+              ".grad exactly what its ops computed",
 }
 FD_EPS, FD_TOL = 1e-6, 1e-6  # float64 central differences; relative to max(1, the array's largest |entry|)
 LANES = ("reference", "fast")
@@ -118,6 +121,7 @@ class _Check:
     x: np.ndarray | None
     params: dict = field(default_factory=dict)
     frozen: object = None  # the input loss_of is given while a parameter is perturbed (None: x)
+    pairs: list | None = None  # a wiring step: (name, the library's array, what its ops gave), compared as they are
 
 
 @dataclass
@@ -137,6 +141,9 @@ class BackwardStep:
     lane: str = "reference"  # the lane that ran it: "reference" or "fast"
     lane_where: str = ""  # file:line of the fast lane's form, when lane == "fast"
     also_in: np.ndarray | None = None  # a second gradient received: the branch's, at a residual's add
+    against: str = "finite differences"  # what the checks compare with ("its ops" for a wiring step)
+    extra: dict = field(default_factory=dict, repr=False)  # other checked arrays, by check name (their scales)
+    into: dict = field(default_factory=dict, repr=False)  # param key -> (the parameter's full name, rows or None)
     spec: _Check | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -150,11 +157,12 @@ class BackwardStep:
                    default=0.0)
 
     def _scales(self) -> list[float]:
-        arrays = {"dx": self.grad_out, **{f"d{k}": v for k, v in self.param_grads.items()}}
-        return [float(np.max(np.abs(arrays[name]), initial=0.0)) for name, *_ in self.checks]
+        arrays = {"dx": self.grad_out, **{f"d{k}": v for k, v in self.param_grads.items()}, **self.extra}
+        return [0.0 if arrays.get(name) is None else float(np.max(np.abs(arrays[name]), initial=0.0))
+                for name, *_ in self.checks]
 
     def failures(self) -> list[str]:
-        return [f"{name}{list(i)}: backward {a:.6g}, finite differences {n:.6g}"
+        return [f"{name}{list(i)}: backward {a:.6g}, {self.against} {n:.6g}"
                 for (name, i, a, n), scale in zip(self.checks, self._scales()) if not _agrees(a, n, scale)]
 
 
@@ -192,20 +200,21 @@ def _layer_ops() -> dict:
 
 
 def _shown_layers(model) -> list[tuple[str, object]]:
-    """The layers shown whole: the model's direct layers, each block's (attention excepted:
-    shown op by op), and each attention's output projection."""
+    """The layers shown whole: the model's direct layers, each block's (attention and the
+    feed-forward excepted: shown op by op), and the linear layers inside those two."""
     from scratchformer.nn.attention import MultiHeadAttention
     from scratchformer.nn.blocks import DecoderBlock, EncoderBlock
+    from scratchformer.nn.feedforward import FeedForward
     from scratchformer.nn.hooks import HookPoint
     from scratchformer.nn.layers import Dropout
 
     modules = dict(model.named_modules())
     shown = []
     for name, m in modules.items():
-        if not name or isinstance(m, (DecoderBlock, EncoderBlock, Dropout, HookPoint, MultiHeadAttention)):
-            continue  # hook points: identities; dropout is off
+        if not name or isinstance(m, (DecoderBlock, EncoderBlock, Dropout, HookPoint, MultiHeadAttention, FeedForward)):
+            continue  # hook points: identities; dropout is off; attention and feed-forward: op by op
         parent = modules.get(name.rpartition(".")[0], model)  # "h.0" -> "h", a list: the model's own
-        if parent is model or isinstance(parent, (DecoderBlock, EncoderBlock, MultiHeadAttention)):
+        if parent is model or isinstance(parent, (DecoderBlock, EncoderBlock, MultiHeadAttention, FeedForward)):
             shown.append((name, m))
     return shown
 
@@ -236,6 +245,7 @@ class _Recorder:
         self._undo: list[tuple] = []
         self.attn, self.att_cache, self.calls = "", None, {"proj": 0, "rope": 0}
         self.branch = None  # (received, returned) by the last residual branch
+        self.ff, self.inputs = None, {}  # the feed-forward whose backward runs; each composite's forward input
 
     def patch(self, owner, attr: str, make):
         """owner.attr = make(the original); returns the original."""
@@ -299,21 +309,102 @@ def _record_layer(rec: _Recorder, name: str, layer) -> None:
             step = rec.add(name, type(layer).__name__, _where_function(op_fn, formula), grad, out, spec,
                            params=added, fast_form=fast_form)
             step.formula = FORMULAS.get(kind, "")
+            step.into = {p_name: (f"{name}.{p_name}", None) for p_name in added}
             return result
         return recording_backward
 
     rec.patch(layer, "backward", make_backward)
 
 
-def _record_attention(rec: _Recorder, name: str, layer) -> None:
-    """Name the attention whose backward runs, for the op steps inside it."""
-    def make(backward):
-        def named_backward(grad):
-            rec.attn, rec.attn_layer, rec.calls = name, layer, {"proj": 0, "rope": 0}
-            return backward(grad)
-        return named_backward
+def _record_composite(rec: _Recorder, name: str, layer) -> None:
+    """An attention or feed-forward layer, shown op by op: name it for the op steps inside, and
+    after its backward add its wiring step (`_wiring`)."""
+    params = list(layer.named_parameters())
 
+    def make_forward(forward):
+        def recording_forward(*args, **kwargs):
+            rec.inputs[name] = args[0]
+            return forward(*args, **kwargs)
+        return recording_forward
+
+    def make(backward):
+        def composite_backward(grad):
+            before = {p_name: p.grad.copy() for p_name, p in params}
+            base = len(rec.steps)
+            rec.attn, rec.attn_layer, rec.calls = name, layer, {"proj": 0, "rope": 0}
+            rec.ff = (name, layer)
+            result = backward(grad)
+            added = {p_name: p.grad - before[p_name] for p_name, p in params}
+            _wiring(rec, name, layer, grad, result, added, rec.steps[base:])
+            return result
+        return composite_backward
+
+    rec.patch(layer, "forward", make_forward)
     rec.patch(layer, "backward", make)
+    if getattr(layer, "gated", False):  # a gated feed-forward's activation (SwiGLU): its own backward
+        def gated(orig):
+            def f(da, h):
+                dh = orig(da, h)
+                rec.add(f"{name}.act", "act", _where_function(orig), da, dh,
+                        _Check(_sum_against(da, layer.activate), np.array(h, dtype=np.float64)))
+                return dh
+            return f
+
+        rec.patch(layer, "_gated_backward", gated)
+
+
+def _record_activation(rec: _Recorder) -> None:
+    """A feed-forward's activation (nn/feedforward.py calls ops/activations.py's backward with the
+    derivative its forward computed), checked against the activation's forward at fc1's output."""
+    from scratchformer.nn import feedforward
+    from scratchformer.ops.linear import linear_forward
+
+    def act(orig):
+        def f(da, dadh):
+            dh = orig(da, dadh)
+            name, layer = rec.ff
+            fc1 = layer.fc1
+            h = linear_forward(np.array(rec.inputs[name], dtype=np.float64), fc1.weight.data,
+                               None if fc1.bias is None else fc1.bias.data)
+            rec.add(f"{name}.act", "act", _where_function(layer._act_with_grad), da, dh,
+                    _Check(_sum_against(da, layer.activate), h))
+            return dh
+        return f
+
+    rec.patch(feedforward, "activation_backward", act)
+
+
+def _wiring(rec: _Recorder, name: str, layer, grad, result, added: dict, inner: list) -> None:
+    """The step that checks what the op steps cannot: that the layer's backward handed each op's
+    gradient to the next, returned its last op's dx, and added to each .grad exactly the sum of
+    what its ops computed (compared entry by entry with the library's arrays, no differences)."""
+    from scratchformer.nn.feedforward import FeedForward
+
+    expected = {p_name: np.zeros(a.shape) for p_name, a in added.items()}
+    for s in inner:
+        for key, (full, rows) in s.into.items():
+            rel = full[len(name) + 1:]
+            if full.startswith(name + ".") and rel in expected and key in s.param_grads:
+                expected[rel][slice(None) if rows is None else rows] += s.param_grads[key]
+    outs = result if isinstance(result, tuple) else (result, None)
+    by = {s.name: s for s in inner}
+    if isinstance(layer, FeedForward):
+        pairs = [("dx", outs[0], by[f"{name}.fc1"].grad_out),
+                 ("act received", by[f"{name}.act"].grad_in, by[f"{name}.fc2"].grad_out),
+                 ("fc1 received", by[f"{name}.fc1"].grad_in, by[f"{name}.act"].grad_out)]
+    else:  # attention: dx (and dcontext) from in_proj; the heads' split of out_proj's dx into dv's dout
+        proj = [s for s in inner if s.op == "in_proj"]
+        pairs = [("dx", outs[0], proj[0].grad_out)] + (
+            [("dcontext", outs[1], proj[1].grad_out)] if outs[1] is not None else [])
+        dy = by[f"{name}.out_proj"].grad_out
+        B, T, C = dy.shape
+        first = next(s for s in inner if s.op in ("dv", "fused"))
+        pairs.append(("dv received", first.grad_in,
+                      dy.reshape(B, T, layer.n_head, C // layer.n_head).transpose(0, 2, 1, 3)))
+    pairs += [(f"d{p_name}", added[p_name], expected[p_name]) for p_name in added]
+    step = rec.add(f"{name}: wiring", "wiring", _where_function(type(layer).backward), grad, outs[0],
+                   _Check(None, None, pairs=[(n, _copy(a), e) for n, a, e in pairs]), params=added)
+    step.against, step.extra = "its ops", {n: _copy(a) for n, a, _ in pairs if n not in ("dx",) and n[1:] not in added}
 
 
 def _record_attention_ops(rec: _Recorder) -> None:
@@ -398,8 +489,11 @@ def _record_attention_ops(rec: _Recorder) -> None:
             spec = _Check(_sum_against(dy, lambda t: linear_forward(t, weight, bias)), X,
                           {"weight": weight, "bias": bias}, frozen=X)
             from scratchformer.fast import linear as fast_linear
-            rec.add(f"{rec.attn}.in_proj{part}", "in_proj", _where_function(linear_backward, "dx = "), dy, dx, spec,
-                    params=added, fast_form=fast_linear.linear_backward_into)
+            step = rec.add(f"{rec.attn}.in_proj{part}", "in_proj", _where_function(linear_backward, "dx = "), dy, dx,
+                           spec, params=added, fast_form=fast_linear.linear_backward_into)
+            start = weight.shape[1] if part == " (k, v)" else 0  # cross-attention's W[d:] for the context
+            rows = slice(start, start + weight.shape[0])
+            step.into = {"weight": (f"{rec.attn}.in_proj_weight", rows), "bias": (f"{rec.attn}.in_proj_bias", rows)}
             return dx
         return f
 
@@ -486,6 +580,7 @@ def backward_steps(model, *inputs, seed: int = 0, sampling: Sampling = THOROUGH,
     tgt_out). lane: "reference" (the ops' formulas, attention op by op) or "fast" (the fast
     lane, attention's backward one fused op)."""
     from scratchformer.nn.attention import MultiHeadAttention
+    from scratchformer.nn.feedforward import FeedForward
     from scratchformer.nn.layers import Dropout
 
     if lane not in LANES:
@@ -502,9 +597,10 @@ def backward_steps(model, *inputs, seed: int = 0, sampling: Sampling = THOROUGH,
         for name, layer in _shown_layers(m):
             _record_layer(rec, name, layer)
         for name, layer in m.named_modules():
-            if isinstance(layer, MultiHeadAttention):
-                _record_attention(rec, name, layer)
+            if isinstance(layer, (MultiHeadAttention, FeedForward)):
+                _record_composite(rec, name, layer)
         _record_attention_ops(rec)
+        _record_activation(rec)
         _record_residuals(rec)
         _record_pooling(rec)
         with fast.reference(lane == "reference"):
@@ -544,6 +640,9 @@ def _check(step: BackwardStep, rng, sampling: Sampling) -> None:
     """Central differences of the step's own loss at the entries `sampling` picks of its input
     and of what it added to each parameter."""
     spec, step.sampling = step.spec, sampling
+    if spec.pairs is not None:
+        _compare(step, spec.pairs, rng, sampling)
+        return
     if spec.x is not None and step.grad_out is not None:
         picks, step.checked["dx"] = _picks(step.grad_out, rng, sampling)
         for i in picks:
@@ -645,7 +744,8 @@ def backward_table(steps: list[BackwardStep]) -> str:
     red = [s.name for s in steps if not s.ok]
     total = sum(len(s.checks) for s in steps)
     lines.append(f"{len(red)} of {len(steps)} steps disagree with finite differences: {', '.join(red)}" if red else
-                 f"all {len(steps)} steps agree with finite differences at the {total:,} entries checked")
+                 f"all {len(steps)} steps agree with finite differences (the wiring steps: with their ops) at the "
+                 f"{total:,} entries checked")
     return "\n".join(lines)
 
 
@@ -653,3 +753,18 @@ def _shape(g) -> str:
     if g is None:
         return "ids"
     return "()" if np.ndim(g) == 0 else str(tuple(np.shape(g))).replace(" ", "")
+
+
+def _compare(step: BackwardStep, pairs, rng, sampling: Sampling) -> None:
+    """A wiring step: each library array against what its ops gave, at the entries `sampling`
+    picks and at the largest difference (so any entry that differs is among those checked)."""
+    for name, got, want in pairs:
+        if got is None or np.shape(got) != np.shape(want):
+            step.checks.append((name, (), float("nan"), 0.0))  # never agrees: the shapes do not even fit
+            step.checked[name] = f"shape {np.shape(got)} against {np.shape(want)}"
+            continue
+        picks, what = _picks(got, rng, sampling)
+        worst = tuple(int(j) for j in np.unravel_index(int(np.argmax(np.abs(got - want))), got.shape))
+        step.checked[name] = f"{what} and the largest difference"
+        for i in [*picks, worst]:
+            step.checks.append((name, i, float(got[i]), float(want[i])))
