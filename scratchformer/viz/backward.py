@@ -14,9 +14,9 @@ runs: the gradient each step received, the gradient it returned, and what it add
 parameter's `.grad`. The arrays are the library's, not recomputed. The steps, for a GPT:
 
 - `loss`: dlogits from the cross-entropy (ops/loss.py);
-- each layer the model or a block holds directly (`lm_head`, `ln_f`, `h.1.ff`, `h.1.ff_norm`,
-  ..., `wpe`, `wte`), at the op holding its formula (Linear: ops/linear.py, LayerNorm:
-  ops/layernorm.py, ...);
+- each layer the model or a block holds directly (`lm_head`, `ln_f`, `h.1.ff_norm`, ..., `wpe`,
+  `wte`), at the op holding its formula (Linear: ops/linear.py, LayerNorm: ops/layernorm.py, ...);
+- the feed-forward op by op: `h.1.ff.fc2`, `h.1.ff.act` (ops/activations.py), `h.1.ff.fc1`;
 - each residual sum, twice: `h.1.ff residual: split` (y = x + branch(x): dy goes on unchanged
   to the skip and into the branch) and `h.1.ff residual: add` (x fed both, so dx = the skip's
   gradient + the branch's), from nn/blocks.py's `residual_backward`;
@@ -24,6 +24,10 @@ parameter's `.grad`. The arrays are the library's, not recomputed. The steps, fo
   `dS` through the softmax's Jacobian (ops/softmax.py), `dq` and `dk` (S = q k^T / sqrt d),
   `rope (q)` / `rope (k)` with rotary positions, and `in_proj` (dx = [dq dk dv] W_in); in the
   fast lane the fused op's `dv`, `dq` and `dk` (fast/attention.py);
+- after each attention and feed-forward, its wiring (`h.1.ff: wiring`): the layer's own code
+  between its ops (nn/attention.py, nn/feedforward.py) handed each op's gradient to the next,
+  returned its last op's dx and added to each `.grad` exactly what its ops computed; compared
+  entry by entry with what the ops gave, not by finite differences;
 - a classifier's pooling (ops/pooling.py): the (B, C) gradient of the pooled vector spread
   over the (B, T, C) positions.
 
@@ -42,7 +46,8 @@ An entry agrees when |backward - finite difference| <= FD_TOL * max(1, the array
 |entry|); float64 central differences (eps 1e-6) agree with a right backward to 1e-10 to 5e-9
 (`scratchformer.gradcheck`), so the tolerance leaves room and a wrong entry shows. A wrong
 backward in one op therefore turns that step red and no other (the steps before it receive
-a wrong gradient, but handle it right).
+a wrong gradient, but handle it right); a wrong line between two ops turns that layer's
+wiring step red.
 """
 
 from __future__ import annotations
@@ -677,7 +682,7 @@ def backward_walkthrough(steps: list[BackwardStep], path=None):
     text_ax.set_axis_off()
     text_ax.set_xlim(0, 1)
     text_ax.set_ylim(n, -1)
-    text_ax.text(0, -0.6, "step (layer)", fontsize=8, weight="bold")
+    text_ax.text(0, -0.6, "step (op)", fontsize=8, weight="bold")
     text_ax.text(0.2, -0.6, "formula  /  backward at", fontsize=8, weight="bold")
     text_ax.text(0.6, -0.6, "in -> out (shape, norm)", fontsize=8, weight="bold")
     text_ax.text(0.775, -0.6, "out, row 0", fontsize=8, weight="bold")
@@ -685,7 +690,7 @@ def backward_walkthrough(steps: list[BackwardStep], path=None):
     for r, s in enumerate(steps):
         colour = "tab:green" if s.ok else "tab:red"
         text_ax.text(0, r, f"{r}. {s.name} ({s.op})", fontsize=7, va="center")
-        text_ax.text(0.2, r - 0.18, s.formula, fontsize=6, va="center")
+        text_ax.text(0.2, r - 0.18, _clip(s.formula, 100), fontsize=6, va="center")
         text_ax.text(0.2, r + 0.2, f"{s.where}  ({s.lane} lane)", fontsize=6, va="center", color="grey")
         text_ax.text(0.6, r, f"{_describe(s.grad_in)} -> {_describe(s.grad_out)}", fontsize=6, va="center")
         if s.grad_out is not None and np.ndim(s.grad_out) >= 2:  # a thumbnail of the gradient it returned
@@ -698,12 +703,13 @@ def backward_walkthrough(steps: list[BackwardStep], path=None):
             thumb.set_axis_off()
         bad = s.failures()
         verdict = f"{len(s.checks):,} entries agree" if s.ok else f"{len(bad)} of {len(s.checks):,} disagree: {bad[0]}"
-        text_ax.text(0.86, r - 0.18, verdict, fontsize=6, va="center", color=colour, weight="bold")
-        text_ax.text(0.86, r + 0.2, "; ".join(f"{k} {v}" for k, v in s.checked.items()), fontsize=5, va="center",
-                     color="grey")
+        text_ax.text(0.86, r - 0.18, _clip(verdict, 70), fontsize=6, va="center", color=colour, weight="bold")
+        text_ax.text(0.86, r + 0.2, _clip("; ".join(f"{k} {v}" for k, v in s.checked.items()), 80), fontsize=5,
+                     va="center", color="grey")
     y = np.arange(n)
     out = [0.0 if s.grad_out is None else float(np.linalg.norm(s.grad_out)) for s in steps]
-    par = [float(np.sqrt(sum(np.sum(g * g) for g in s.param_grads.values()))) for s in steps]
+    par = [0.0 if s.op == "wiring" else float(np.sqrt(sum(np.sum(g * g) for g in s.param_grads.values())))
+           for s in steps]  # a wiring step's are its ops', already shown
     bars.barh(y - 0.2, out, height=0.4, label="|returned gradient|",
               color=["tab:blue" if s.ok else "tab:red" for s in steps])
     bars.barh(y + 0.2, par, height=0.4, label="|added to parameters|", color="tab:orange")
@@ -720,6 +726,11 @@ def backward_walkthrough(steps: list[BackwardStep], path=None):
                  + f"\nchecked: {steps[0].sampling.describe()} (per row, in grey); agree: |backward - central difference (float64, eps "
                    f"{FD_EPS:g})| <= {FD_TOL:g} x max(1, the array's largest |entry|)", fontsize=9)
     return finish(fig, path)
+
+
+def _clip(text: str, n: int) -> str:
+    """At most n characters (the figure's columns stay apart; backward_table and the report say it all)."""
+    return text if len(text) <= n else text[: n - 3] + "..."
 
 
 def _describe(g) -> str:

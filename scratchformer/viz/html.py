@@ -201,7 +201,8 @@ each on its own range. Step 0 is the initialisation.</p>
 _BACKWARD_PART = """<h2 id="sf-backward">Backward</h2>
 <p>The backward pass on this input and its loss, step by step in the order it ran (viz/backward.py): each
 op's formula, where it lives (file:line) and the lane that ran it, the gradient it received and returned,
-and a finite-difference check of the step on its own (green: agrees; red: it does not). Click a step for
+and a finite-difference check of the step on its own (green: agrees; red: it does not); a "wiring" step
+compares a layer's own code between its ops with what its ops gave. Click a step for
 its returned gradient (first batch row and head) as a heatmap, red positive, blue negative; hover for values.</p>
 <div id="sf-bw-summary"></div>
 <div><div id="sf-bw-list"><table><thead><tr><th>#</th><th>step</th><th>received &rarr; returned</th>
