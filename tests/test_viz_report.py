@@ -319,6 +319,8 @@ def test_the_backward_part_lists_the_steps_and_shows_each_ones_values(tmp_path):
                         backward=steps)
     names = [s.name for s in steps]
     with opened(path) as page:
+        page.click("nav >> text=Backward")  # the link at the top of the page
+        assert page.evaluate("location.hash") == "#sf-backward"
         rows = page.locator("#sf-bw-rows tr")
         assert rows.count() == len(steps) == len(reference)
         assert "1 step(s) disagree with finite differences: h.0.self_attn.dS" in page.inner_text("#sf-bw-summary")

@@ -132,9 +132,17 @@ def write_report(path, title: str, attention: list[tuple], figures: list[tuple],
     page = (_PAGE.replace("%TITLE%", html.escape(title)).replace("%CONFIG%", table(config))
             .replace("%SUMMARY%", table(summary) if summary else "<p>no training log</p>")
             .replace("%FIGURES%", figs).replace("%LENS%", lens_part)
-            .replace("%BACKWARD%", _BACKWARD_PART if backward is not None else "").replace("%DATA%", payload)
+            .replace("%BACKWARD%", _BACKWARD_PART if backward is not None else "")
+            .replace("%NAV%", _nav(backward is not None, lens is not None)).replace("%DATA%", payload)
             .replace("%SCRIPT%", _SCRIPT))
     return write_atomic(path, page.encode("utf-8"))
+
+
+def _nav(backward: bool, lens: bool) -> str:
+    """Links to the page's parts, at its top."""
+    parts = [("sf-explorer", "Attention explorer")] + ([("sf-backward", "Backward")] if backward else []) + [
+        ("sf-figures", "Figures")] + ([("sf-lens", "Lens")] if lens else [])
+    return " ".join(f'<a class="tab" href="#{i}">{name}</a>' for i, name in parts)
 
 
 def notebook_iframe(path, height: int = 900) -> str:
@@ -166,8 +174,9 @@ table{border-collapse:collapse;font-size:.85em;margin:.5em 0} th,td{border:1px s
 figure{margin:1em 0} figure img{max-width:100%;border:1px solid #eee} figcaption{margin-bottom:.3em}
 </style></head><body>
 <h1>%TITLE%</h1>
+<nav class="bar">%NAV%</nav>
 <div class="cols"><div><h2>Model</h2>%CONFIG%</div><div><h2>Training</h2>%SUMMARY%</div></div>
-<h2>Attention explorer</h2>
+<h2 id="sf-explorer">Attention explorer</h2>
 <p>Pick a tab, a layer and a head (or the average over heads). Lines: each query token (left)
 is joined to the keys (right) it reads, darker = more weight. Click a thumbnail to open it.
 Hover the matrix for values. Colours are scaled to each map's largest weight.</p>
@@ -189,7 +198,7 @@ each on its own range. Step 0 is the initialisation.</p>
 <div class="panel"><h3>gradient at the activations</h3><canvas id="sf-diag-grad"></canvas></div>
 <div class="panel"><h3>weight-matrix gradients (own ranges)</h3><canvas id="sf-diag-weights"></canvas></div>
 </div>
-<h2>Figures</h2>
+<h2 id="sf-figures">Figures</h2>
 %BACKWARD%
 %FIGURES%
 %LENS%
