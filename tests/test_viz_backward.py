@@ -3,20 +3,28 @@ residual sums, the pooling), checks each step on its own, and a wrong backward i
 that step red and no other."""
 
 import copy
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from scratchformer import fast
 from scratchformer.data.tasks import BOS, EOS, PAD, VOCAB_SIZE, make_task
-from scratchformer.models import GPT, ClassifierConfig, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer, TransformerClassifier
-from scratchformer.nn import FeedForward, LayerNorm, Linear, MultiHeadAttention
-from scratchformer.nn import feedforward as nn_feedforward
-from scratchformer.ops.loss import cross_entropy_backward, cross_entropy_forward
+from scratchformer.models import (
+    GPT,
+    ClassifierConfig,
+    GPTConfig,
+    Seq2SeqConfig,
+    Seq2SeqTransformer,
+    TransformerClassifier,
+)
 from scratchformer.models import classifier as classifier_module
+from scratchformer.nn import FeedForward, LayerNorm, Linear, MultiHeadAttention
 from scratchformer.nn import attention as nn_attention
 from scratchformer.nn import blocks as nn_blocks
+from scratchformer.nn import feedforward as nn_feedforward
 from scratchformer.ops import attention as ops_attention
+from scratchformer.ops.loss import cross_entropy_backward, cross_entropy_forward
 from scratchformer.viz import backward_steps, backward_walkthrough
 from scratchformer.viz.backward import backward_table
 
@@ -52,7 +60,7 @@ def test_every_step_agrees_on_a_correct_model(tie):
     assert where["lm_head"] == "scratchformer/ops/linear.py" and where["ln_f"] == "scratchformer/ops/layernorm.py"
     assert where["act"] == "scratchformer/ops/activations.py" and where["fc1"] == "scratchformer/ops/linear.py"
     lines = {s.name.rpartition(".")[2]: int(s.where.split(":")[1]) for s in steps}
-    source = open(ops_attention.__file__).read().splitlines()  # each points at its own formula's line
+    source = Path(ops_attention.__file__).read_text().splitlines()  # each points at its own formula's line
     assert source[lines["dv"] - 1].strip().startswith("dv = ") and source[lines["dk"] - 1].strip().startswith("dk = ")
 
 
@@ -124,7 +132,7 @@ def _wrong_softmax(dy, y):
 
 
 def _wrong_dk(dscores, q, k):
-    dq, dk = scores_backward_reference(dscores, q, k)
+    dq, _ = scores_backward_reference(dscores, q, k)
     return dq, dscores @ q  # dS q instead of dS^T q, and no 1 / sqrt(d): Tq == Tk, so the shape fits
 
 
