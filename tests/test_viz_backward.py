@@ -291,3 +291,15 @@ def test_seq2seq_steps_agree():
     assert all(s.ok for s in steps), [(s.name, s.failures()[:1]) for s in steps if not s.ok]
     assert "decoder.0.cross_attn.in_proj (q)" in names and "decoder.0.cross_attn.in_proj (k, v)" in names
     assert "decoder.0.cross_attn.dS" in names and names[-1] == "src_emb"
+
+
+def test_a_wrong_line_between_two_ops_turns_the_wiring_step_red(monkeypatch):
+    """Grouped-query attention sums each key/value head's group in the layer's own code, between
+    dk, dv and in_proj: a bug there is no op's, and only the wiring step sees it."""
+    summed = MultiHeadAttention._sum_groups
+    monkeypatch.setattr(MultiHeadAttention, "_sum_groups", lambda self, g: 1.01 * summed(self, g))
+    steps = backward_steps(_gpt_variant(positional="rope", n_head=4, n_kv_head=2), IDS, TARGETS)
+    wiring = {s.name: s for s in steps}["h.0.self_attn: wiring"]
+    assert [s.name for s in steps if not s.ok] == ["h.0.self_attn: wiring"]
+    assert {f.split("[")[0] for f in wiring.failures()} == {"rope (k) received", "in_proj received"}
+    assert all(", its ops " in f for f in wiring.failures())  # compared with what the ops gave

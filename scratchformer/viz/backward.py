@@ -96,6 +96,7 @@ FORMULAS = {
               ".grad exactly what its ops computed",
 }
 FD_EPS, FD_TOL = 1e-6, 1e-6  # float64 central differences; relative to max(1, the array's largest |entry|)
+WIRING_TOL = 1e-12  # a wiring step compares the same arithmetic done twice: equal up to float64 rounding
 LANES = ("reference", "fast")
 
 
@@ -147,13 +148,14 @@ class BackwardStep:
     lane_where: str = ""  # file:line of the fast lane's form, when lane == "fast"
     also_in: np.ndarray | None = None  # a second gradient received: the branch's, at a residual's add
     against: str = "finite differences"  # what the checks compare with ("its ops" for a wiring step)
+    tol: float = FD_TOL  # an entry agrees when |backward - reference| <= tol * max(1, the array's largest |entry|)
     extra: dict = field(default_factory=dict, repr=False)  # other checked arrays, by check name (their scales)
     into: dict = field(default_factory=dict, repr=False)  # param key -> (the parameter's full name, rows or None)
     spec: _Check | None = field(default=None, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
-        return all(_agrees(a, n, scale) for (_, _, a, n), scale in zip(self.checks, self._scales()))
+        return all(_agrees(a, n, scale, self.tol) for (_, _, a, n), scale in zip(self.checks, self._scales()))
 
     @property
     def max_error(self) -> float:
@@ -168,11 +170,11 @@ class BackwardStep:
 
     def failures(self) -> list[str]:
         return [f"{name}{list(i)}: backward {a:.6g}, {self.against} {n:.6g}"
-                for (name, i, a, n), scale in zip(self.checks, self._scales()) if not _agrees(a, n, scale)]
+                for (name, i, a, n), scale in zip(self.checks, self._scales()) if not _agrees(a, n, scale, self.tol)]
 
 
-def _agrees(analytic: float, numeric: float, scale: float) -> bool:
-    return abs(analytic - numeric) <= FD_TOL * max(scale, 1.0)
+def _agrees(analytic: float, numeric: float, scale: float, tol: float = FD_TOL) -> bool:
+    return abs(analytic - numeric) <= tol * max(scale, 1.0)
 
 
 def _where_function(fn, formula: str | None = None) -> str:
@@ -358,6 +360,46 @@ def _record_composite(rec: _Recorder, name: str, layer) -> None:
         rec.patch(layer, "_gated_backward", gated)
 
 
+def _attention_pairs(name: str, layer, outs, inner: list, by: dict) -> list[tuple]:
+    """An attention's hand-offs, (name, what the library passed, what the steps before gave):
+    out_proj's dx split into heads is dout; dA on to dS (dropout is off), dS on to dq and dk;
+    dq, dk, dv (rotated back, each key/value head's group summed) merged into what in_proj
+    received; in_proj's dx (and the context's) is what the layer returned."""
+    proj = [s for s in inner if s.op == "in_proj"]
+    pairs = [("dx", outs[0], proj[0].grad_out)] + (
+        [("dcontext", outs[1], proj[1].grad_out)] if outs[1] is not None else [])
+    dy = by[f"{name}.out_proj"].grad_out
+    B, T, C = dy.shape
+    H = layer.n_head
+
+    def heads_last(g):  # (B, heads, T, hs) -> (B, T, heads, hs): the layout of [q k v] in in_proj's output
+        return g.transpose(0, 2, 1, 3)
+
+    first = next(s for s in inner if s.op in ("dv", "fused"))
+    pairs.append(("dv received", first.grad_in, dy.reshape(B, T, H, C // H).transpose(0, 2, 1, 3)))
+    dq, dk, dv = (next(s for s in inner if s.name.startswith(f"{name}.{d}")).grad_out for d in ("dq", "dk", "dv"))
+    if first.op == "dv":  # the reference lane's ops
+        pairs += [("dS received", by[f"{name}.dS"].grad_in, by[f"{name}.dA"].grad_out),
+                  ("dq received", by[f"{name}.dq"].grad_in, by[f"{name}.dS"].grad_out)]
+    if len(proj) == 2:  # cross-attention: q from x, k and v from the context
+        return pairs + [("in_proj (q) received", proj[0].grad_in, heads_last(dq).reshape(B, T, -1)),
+                        ("in_proj (k, v) received", proj[1].grad_in,
+                         np.concatenate([heads_last(dk).reshape(B, dk.shape[2], -1),
+                                         heads_last(dv).reshape(B, dv.shape[2], -1)], axis=-1))]
+    group = H // layer.n_kv_head
+
+    def summed(g):  # each key/value head receives its group of query heads' gradients
+        return g if group == 1 else g.reshape(B, layer.n_kv_head, group, *g.shape[2:]).sum(axis=2)
+
+    dk, dv = summed(dk), summed(dv)
+    if f"{name}.rope (q)" in by:  # rotated back
+        pairs += [("rope (q) received", by[f"{name}.rope (q)"].grad_in, dq),
+                  ("rope (k) received", by[f"{name}.rope (k)"].grad_in, dk)]
+        dq, dk = by[f"{name}.rope (q)"].grad_out, by[f"{name}.rope (k)"].grad_out
+    merged = np.concatenate([heads_last(dq), heads_last(dk), heads_last(dv)], axis=2).reshape(B, T, -1)
+    return pairs + [("in_proj received", proj[0].grad_in, merged)]
+
+
 def _record_activation(rec: _Recorder) -> None:
     """A feed-forward's activation (nn/feedforward.py calls ops/activations.py's backward with the
     derivative its forward computed), checked against the activation's forward at fc1's output."""
@@ -397,19 +439,12 @@ def _wiring(rec: _Recorder, name: str, layer, grad, result, added: dict, inner: 
         pairs = [("dx", outs[0], by[f"{name}.fc1"].grad_out),
                  ("act received", by[f"{name}.act"].grad_in, by[f"{name}.fc2"].grad_out),
                  ("fc1 received", by[f"{name}.fc1"].grad_in, by[f"{name}.act"].grad_out)]
-    else:  # attention: dx (and dcontext) from in_proj; the heads' split of out_proj's dx into dv's dout
-        proj = [s for s in inner if s.op == "in_proj"]
-        pairs = [("dx", outs[0], proj[0].grad_out)] + (
-            [("dcontext", outs[1], proj[1].grad_out)] if outs[1] is not None else [])
-        dy = by[f"{name}.out_proj"].grad_out
-        B, T, C = dy.shape
-        first = next(s for s in inner if s.op in ("dv", "fused"))
-        pairs.append(("dv received", first.grad_in,
-                      dy.reshape(B, T, layer.n_head, C // layer.n_head).transpose(0, 2, 1, 3)))
+    else:
+        pairs = _attention_pairs(name, layer, outs, inner, by)
     pairs += [(f"d{p_name}", added[p_name], expected[p_name]) for p_name in added]
     step = rec.add(f"{name}: wiring", "wiring", _where_function(type(layer).backward), grad, outs[0],
                    _Check(None, None, pairs=[(n, _copy(a), e) for n, a, e in pairs]), params=added)
-    step.against, step.extra = "its ops", {n: _copy(a) for n, a, _ in pairs if n not in ("dx",) and n[1:] not in added}
+    step.against, step.tol, step.extra = "its ops", WIRING_TOL, {n: _copy(a) for n, a, _ in pairs if n not in ("dx",) and n[1:] not in added}
 
 
 def _record_attention_ops(rec: _Recorder) -> None:
