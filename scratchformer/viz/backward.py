@@ -448,14 +448,12 @@ def _wiring(rec: _Recorder, name: str, layer, grad, result, added: dict, inner: 
 
 
 def _record_attention_ops(rec: _Recorder) -> None:
-    """dv, dA, dS, dq, dk (ops/attention.py, ops/softmax.py), in_proj and rope (nn/attention.py's
-    calls), or the fast lane's fused backward."""
+    """The fast lane's fused attention backward, checked against attention's forward; in the
+    reference lane, the cache its ops read (`_record_attention_math`)."""
     from scratchformer.fast import attention as fast_attention
     from scratchformer.nn import attention as nn_attention
     from scratchformer.ops import attention as ops_attention
     from scratchformer.ops.attention import attention_forward
-    from scratchformer.ops.linear import linear_backward, linear_forward
-    from scratchformer.ops.rope import rope_forward
 
     def attention(orig):
         def f(dout, cache):
@@ -476,6 +474,16 @@ def _record_attention_ops(rec: _Recorder) -> None:
                     step.formula = FORMULAS[label] + ";  " + FORMULAS["fused"]
             return dq, dk, dv
         return f
+
+    rec.patch(nn_attention, "attention_backward", attention)
+    _record_attention_math(rec)
+    _record_projections(rec)
+
+
+def _record_attention_math(rec: _Recorder) -> None:
+    """dv, dA (out = A v), dS (the softmax, ops/softmax.py), dq, dk (S = q k^T / sqrt d): the
+    reference lane's attention backward, op by op (ops/attention.py)."""
+    from scratchformer.ops import attention as ops_attention
 
     def weighted_sum(orig):
         def f(dout, a, v):
@@ -513,6 +521,17 @@ def _record_attention_ops(rec: _Recorder) -> None:
             return dq, dk
         return f
 
+    rec.patch(ops_attention, "weighted_sum_backward", weighted_sum)
+    rec.patch(ops_attention, "softmax_backward", softmax)
+    rec.patch(ops_attention, "scores_backward", scores)
+
+
+def _record_projections(rec: _Recorder) -> None:
+    """in_proj (dx = [dq dk dv] W_in) and the rotary positions' backward: nn/attention.py's calls."""
+    from scratchformer.nn import attention as nn_attention
+    from scratchformer.ops.linear import linear_backward, linear_forward
+    from scratchformer.ops.rope import rope_forward
+
     def in_proj(orig):
         def f(dy, x, weight, weight_grad, bias_grad=None):
             before_w = weight_grad.copy()
@@ -547,10 +566,6 @@ def _record_attention_ops(rec: _Recorder) -> None:
             return dx
         return f
 
-    rec.patch(nn_attention, "attention_backward", attention)
-    rec.patch(ops_attention, "weighted_sum_backward", weighted_sum)
-    rec.patch(ops_attention, "softmax_backward", softmax)
-    rec.patch(ops_attention, "scores_backward", scores)
     rec.patch(nn_attention, "linear_backward_into", in_proj)
     rec.patch(nn_attention, "rope_backward", rope)
 
