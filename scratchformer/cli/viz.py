@@ -1,6 +1,6 @@
 """`scratchformer viz`: the figures and report.html of a trained run, or of a BERT directory.
 
-    scratchformer viz RUN_DIR [--text TEXT] [--out FIGDIR] [--all]
+    scratchformer viz RUN_DIR [--text TEXT] [--out FIGDIR] [--all] [--backward]
     scratchformer viz --bert [PATH] --text "A sentence." [--out FIGDIR] [--all]
 
 The run is read once with `load_job`; the input is checked here, at the door (characters in
@@ -47,13 +47,17 @@ def add_parser(sub) -> None:
                    help="also draw the attention grid, positions, embedding PCA and residual stream of the run's "
                         "initial weights as NAME_init.png: its untrained model (its config and seed), or the "
                         "pretrained directory an --init-from run started from (default: off)")
+    v.add_argument("--backward", action="store_true",
+                   help="the backward walk-through alone (with --all: as well): every step of the backward on the "
+                        "input and its loss, op by op, each checked by finite differences; printed, drawn as "
+                        "backward.png and shown in report.html's Backward part")
     v.add_argument("--all", action="store_true",
                    help="draw every figure that applies (default: those among " + ", ".join(DEFAULT_FIGURES)
                         + " that apply to the model)")
 
 
 def cmd_viz(args) -> int:
-    only = None if args.all else DEFAULT_FIGURES
+    only = None if args.all else ("backward",) if args.backward else DEFAULT_FIGURES
     if args.out == "":
         raise CLIError("--out is empty: give a directory, or omit --out (default: RUN_DIR/viz; out/viz-bert "
                        "with --bert)")
@@ -75,6 +79,12 @@ def cmd_viz(args) -> int:
         paths = _into(args.out or "out/viz-bert", draw)
     else:
         paths = _report_run(Path(args.dir or "out/names"), args.text, args.out, only, args.compare_init)
+    steps = next((p for p in paths if p.name == "backward.txt"), None)
+    if args.backward and steps is not None:
+        print(steps.read_text(encoding="utf-8"), end="")
+    elif args.backward:  # a one-token input has no loss; a model too big for the float64 copy
+        print("note: no backward walk-through for this input and model (a loss needs at least two tokens; "
+              "models of up to 5,000,000 parameters)", file=sys.stderr)
     for p in paths:
         print(p)
     return 0

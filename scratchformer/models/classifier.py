@@ -37,6 +37,7 @@ from scratchformer.nn.hooks import HookPoint
 from scratchformer.models.base import Model, Sizes, block_params, linear_params, norm_params
 from scratchformer.nn.module import eval_mode
 from scratchformer.ops import ACTIVATIONS, cross_entropy_forward
+from scratchformer.ops.pooling import pool_backward, pool_forward
 from scratchformer.settings import TransformerConfig, setting
 from scratchformer.specs import NON_NEGATIVE, POSITIVE, PROBABILITY, Bool, Maybe, Str
 
@@ -183,15 +184,14 @@ class TransformerClassifier(Model):
         if self.config.norm_first:
             h = self.ln_f(h)
         h = self.hook_ln_final(h)
-        if self.config.pooling == "cls":
-            pooled = h[:, 0]
-            weights = None
+        if self.config.pooling == "cls":  # the [CLS] position alone
+            weights = np.zeros((B, h.shape[1]), dtype=h.dtype)
+            weights[:, 0] = 1
+        elif keep is None:
+            weights = np.full((B, h.shape[1]), 1.0 / h.shape[1], dtype=h.dtype)
         else:
-            if keep is None:
-                weights = np.full((B, h.shape[1]), 1.0 / h.shape[1], dtype=h.dtype)
-            else:
-                weights = (keep / keep.sum(axis=1, keepdims=True)).astype(h.dtype)
-            pooled = np.einsum("bt,btc->bc", weights, h)
+            weights = (keep / keep.sum(axis=1, keepdims=True)).astype(h.dtype)
+        pooled = pool_forward(h, weights)  # (B, C)
         logits = self.head(pooled)
         loss, loss_cache = None, None
         if labels is not None:
@@ -208,11 +208,7 @@ class TransformerClassifier(Model):
         grad_output, a gradient of the logits (B, n_classes)): models/base.py's contract."""
         c, grad_logits = self._start_backward(dloss, grad_output)
         dpooled = self.head.backward(grad_logits)  # (B, C)
-        if self.config.pooling == "cls":
-            dh = np.zeros(c["shape"], dtype=dpooled.dtype)
-            dh[:, 0] = dpooled
-        else:
-            dh = c["weights"][:, :, None] * dpooled[:, None, :]
+        dh = pool_backward(dpooled, c["weights"])  # (B, T, C)
         if self.config.norm_first:
             dh = self.ln_f.backward(dh)
         for blk in reversed(self.blocks):

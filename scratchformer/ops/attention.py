@@ -35,8 +35,10 @@ from scratchformer.checks import (DOOR, as_array, check_bool, check_generator, c
 from scratchformer.errors import ConfigError, DTypeError, ShapeError
 from scratchformer.fast import attention as fast_attention
 from scratchformer.ops.dropout import dropout_backward, dropout_forward
+from scratchformer.ops.softmax import softmax_backward
 
-__all__ = ["attend", "attention_backward", "attention_forward", "attention_mask", "causal_mask"]
+__all__ = ["attend", "attention_backward", "attention_forward", "attention_mask", "causal_mask", "scores_backward",
+           "weighted_sum_backward"]
 
 
 def causal_mask(Tq: int, Tk: int) -> np.ndarray:
@@ -135,7 +137,8 @@ def attend(q, k, v, allowed, bias, drop, training, keep_weights):
     weights = e / np.where(denom == 0, 1, denom)  # ... and its weights 0, not 0 / 0
     dropped, drop_mask = drop(weights)
     out = dropped @ v  # (B, H, Tq, d)
-    return out, dict(q=q, k=k, v=v, weights=weights, drop_mask=drop_mask)
+    # allowed and bias: not needed by the backward; kept (references) for the walk-through's checks
+    return out, dict(q=q, k=k, v=v, weights=weights, drop_mask=drop_mask, allowed=allowed, bias=bias)
 
 
 def _check_bias(bias, Tq: int, Tk: int) -> np.ndarray:
@@ -168,17 +171,34 @@ def _from_masked_convention(mask, mask_means: str):
 def attention_backward(dout: np.ndarray, cache: dict):
     """Returns (dq, dk, dv), the derivative of the forward above. With W the softmax weights,
     A = dropout(W) what multiplied v, and s = 1 / sqrt(d):
-        out = A v                =>  dv = A^T dout,  dA = dout v^T
-        A = W * mask             =>  dW = dA * mask
-        W = softmax(S)           =>  dS = W * (dW - sum_j dW_j W_j)    (per query row)
-        S = q k^T s              =>  dq = dS k s,  dk = dS^T q s
+        out = A v                =>  dv = A^T dout,  dA = dout v^T      (weighted_sum_backward)
+        A = W * mask             =>  dW = dA * mask                     (dropout_backward)
+        W = softmax(S)           =>  dS = W * (dW - sum_j dW_j W_j)     (softmax_backward, per query row)
+        S = q k^T s              =>  dq = dS k s,  dk = dS^T q s        (scores_backward)
+    Each line is its own op, so the backward walk-through (viz/backward.py) shows and checks
+    each on its own.
     """
     q, k, v, weights, drop_mask = cache["q"], cache["k"], cache["v"], cache["weights"], cache["drop_mask"]
-    sqrt_d = math.sqrt(q.shape[-1])
     dropped = weights if drop_mask is None else weights * drop_mask  # A
-    dv = dropped.swapaxes(-1, -2) @ dout  # (B, H, Tk, d)
-    dweights = dropout_backward(dout @ v.swapaxes(-1, -2), drop_mask)  # (B, H, Tq, Tk)
-    dscores = weights * (dweights - (dweights * weights).sum(axis=-1, keepdims=True))  # hidden keys: W = 0
-    dq = dscores @ k / sqrt_d  # (B, H, Tq, d)
-    dk = dscores.swapaxes(-1, -2) @ q / sqrt_d  # (B, H, Tk, d)
+    ddropped, dv = weighted_sum_backward(dout, dropped, v)  # (B, H, Tq, Tk), (B, H, Tk, d)
+    dweights = dropout_backward(ddropped, drop_mask)  # (B, H, Tq, Tk)
+    dscores = softmax_backward(dweights, weights)  # hidden keys: W = 0, so dS = 0
+    dq, dk = scores_backward(dscores, q, k)  # (B, H, Tq, d), (B, H, Tk, d)
     return dq, dk, dv
+
+
+def weighted_sum_backward(dout: np.ndarray, a: np.ndarray, v: np.ndarray):
+    """out = a v, a: (B, H, Tq, Tk) weights, v: (B, H, Tk, d). Returns (da, dv) for dout
+    (B, H, Tq, d): da = dout v^T (B, H, Tq, Tk), dv = a^T dout (B, H, Tk, d)."""
+    dv = a.swapaxes(-1, -2) @ dout  # each key's value receives what every query that read it passed back
+    da = dout @ v.swapaxes(-1, -2)
+    return da, dv
+
+
+def scores_backward(dscores: np.ndarray, q: np.ndarray, k: np.ndarray):
+    """S = q k^T / sqrt(d) (+ a constant bias), q: (B, H, Tq, d), k: (B, H, Tk, d). Returns
+    (dq, dk) for dscores (B, H, Tq, Tk): dq = dS k / sqrt(d), dk = dS^T q / sqrt(d)."""
+    sqrt_d = math.sqrt(q.shape[-1])
+    dq = dscores @ k / sqrt_d
+    dk = dscores.swapaxes(-1, -2) @ q / sqrt_d
+    return dq, dk

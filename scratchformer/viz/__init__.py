@@ -18,7 +18,7 @@ from scratchformer.viz.attention import (
     classifier_attention,
     seq2seq_attention,
 )
-from scratchformer.viz.backward import backward_steps, backward_walkthrough
+from scratchformer.viz.backward import backward_steps, backward_table, backward_walkthrough
 from scratchformer.viz.basics import activation_functions, softmax_temperatures, training_curves
 from scratchformer.viz.closeups import attention_bars, ff_scatter, residual_variance, token_ids
 from scratchformer.viz.embeddings import (
@@ -38,5 +38,5 @@ __all__ = [
     "embedding_norms", "embedding_pca", "learned_positions", "position_similarity", "sinusoidal_encoding",
     "decode_attention", "encode_attention", "notebook_iframe", "write_report", "ff_activations",
     "layernorm_histograms", "residual_heatmap", "residual_norms", "report", "report_bert",
-    "backward_steps", "backward_walkthrough", "token_ids", "attention_bars", "residual_variance", "ff_scatter",
+    "backward_steps", "backward_table", "backward_walkthrough", "token_ids", "attention_bars", "residual_variance", "ff_scatter",
 ]

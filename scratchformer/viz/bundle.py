@@ -9,11 +9,13 @@ print the paths.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from scratchformer.errors import DataError
+from scratchformer.runfiles import write_atomic
 from scratchformer.viz import attention as A
 from scratchformer.viz import backward as BW
 from scratchformer.viz import basics as B
@@ -70,6 +72,21 @@ FIGURES = ("attention_seq2seq", "attention_grid", "classifier_attention", "causa
            *DIAGNOSTICS_FIGURES)
 
 
+@dataclass
+class _Input:
+    """What every part of the report draws from: the model and its one input, prepared."""
+
+    model: object
+    kind: str
+    ids: np.ndarray
+    tokens: list
+    vocab_labels: list | None
+    tgt_ids: np.ndarray | None = None  # seq2seq: the decoder input
+    tgt_tokens: list | None = None
+    att_tokens: list | None = None  # the labels of the attention's positions ([CLS] first, when pooled so)
+    maps: dict | None = None  # trace.attention_maps
+
+
 def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, tgt_ids=None,
            tgt_tokens=None, class_names=None, vocab_labels=None, log=None, title=None,
            only=None, true_class=None, accuracy=None, token_ids=None, init_model=None,
@@ -87,7 +104,9 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
     the lens analyses' figures and check lines); the attention explorer is always written.
     classifier: `true_class` (the input's class) and `accuracy` (held-out) go in its title.
     token_ids: the vocabulary ids the model's data use (the embedding PCA shows only these).
-    The backward figure is drawn for models up to BACKWARD_MAX_PARAMETERS parameters.
+    "backward": the backward walk-through (viz/backward.py), for models up to
+    BACKWARD_MAX_PARAMETERS parameters: backward.png and backward.txt (its steps as text) beside
+    the figures, and the report's interactive Backward part (not embedded as a figure).
     init_model: the run's initial weights (an untrained model of the same configuration and
     seed, or the pretrained model it started from): the attention grid, positions (when the
     model adds a position table), embedding PCA and residual stream are drawn for it too, as
@@ -101,35 +120,50 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
     out_dir = Path(out_dir)
     if vocab_labels is None and tokenizer is not None and hasattr(tokenizer, "decode"):
         vocab_labels = [tokenizer.decode([i]) or "<eot>" for i in range(tokenizer.vocab_size)]
+    inp = _Input(model, kind, ids, tokens, vocab_labels, tgt_ids, tgt_tokens)
     figures = []  # (file stem, title, caption, figure)
 
     def add(stem, title, caption, draw):  # draw: a function returning the Figure
         if only is None or stem.removesuffix("_init") in only:
             figures.append((stem, title, caption, draw()))
 
-    # -- attention --------------------------------------------------------------------------
-    maps = None
+    _add_attention(add, inp, class_names, true_class, accuracy)
+    _add_positions(add, inp, token_ids)
+    _add_inside(add, inp)
+    steps = _backward_steps(inp, true_class) if only is None or "backward" in only else None
+    if steps is not None:
+        add("backward", "Backward, step by step", "", lambda: BW.backward_walkthrough(steps))
+    summary, diag_records = _add_training(add, log)
+    if init_model is not None:  # the same views of the untrained model
+        _add_init_views(add, init_model, kind, inp.ids, inp.att_tokens, inp.tokens, vocab_labels, token_ids,
+                        inp.tgt_ids if kind == "seq2seq" else None, init_source)
+    return _write(out_dir, inp, figures, steps, diag_records, summary, only, title)
+
+
+def _add_attention(add, inp: _Input, class_names, true_class, accuracy) -> None:
+    """The attention figures; sets inp.maps, inp.att_tokens (and a seq2seq's target)."""
+    model, kind, ids, tokens = inp.model, inp.kind, inp.ids, inp.tokens
     if kind == "seq2seq":
-        if tgt_ids is None:
+        if inp.tgt_ids is None:
             from scratchformer.inference.beam import greedy_decode
             out = greedy_decode(model, ids[None])[0]
-            tgt_ids = np.concatenate([[model.config.bos_id], out])[: model.config.max_len]
-        tgt_ids = np.asarray(tgt_ids, dtype=np.int64).ravel()
-        if tgt_tokens is None:  # vocab_labels, else the ids, with BOS / EOS / PAD named
+            inp.tgt_ids = np.concatenate([[model.config.bos_id], out])[: model.config.max_len]
+        inp.tgt_ids = np.asarray(inp.tgt_ids, dtype=np.int64).ravel()
+        if inp.tgt_tokens is None:  # vocab_labels, else the ids, with BOS / EOS / PAD named
             c = model.config
             special = {c.bos_id: "<bos>", c.eos_id: "<eos>", c.pad_id: "<pad>"}
-            tgt_tokens = [vocab_labels[i] if vocab_labels is not None else special.get(i, str(i)) for i in tgt_ids]
-        tgt_tokens = list(tgt_tokens)
-        maps = T.attention_maps(model, ids, tgt_ids)
+            inp.tgt_tokens = [inp.vocab_labels[i] if inp.vocab_labels is not None else special.get(i, str(i))
+                              for i in inp.tgt_ids]
+        inp.tgt_tokens = list(inp.tgt_tokens)
+        maps = inp.maps = T.attention_maps(model, ids, inp.tgt_ids)
         add("attention_seq2seq", "Encoder, decoder and cross attention",
             "Decoder self-attention is lower-triangular (causal); in cross-attention each target "
             "row shows which source tokens it reads: on a copy or reversal task, a diagonal.",
-            lambda: A.seq2seq_attention(maps, tokens, tgt_tokens))
+            lambda: A.seq2seq_attention(maps, tokens, inp.tgt_tokens))
     else:
-        maps = T.attention_maps(model, ids)
-    att_tokens = tokens
-    if kind == "classifier" and model.config.pooling == "cls":
-        att_tokens = ["[CLS]"] + tokens
+        maps = inp.maps = T.attention_maps(model, ids)
+    att_tokens = inp.att_tokens = (["[CLS]"] + tokens if kind == "classifier" and model.config.pooling == "cls"
+                                   else tokens)
     add("attention_grid", "Every layer and head",
         "Rows are queries, columns keys; each row sums to 1. Look for heads that attend to the "
         "previous token (a sub-diagonal), to the first token, or to identical tokens.",
@@ -154,7 +188,10 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
         lambda: A.attention_steps(q[:n], k[:n], v[:n], att_tokens[:n], causal=T.is_causal(model), layer=0, head=0,
                                   bias=bias))
 
-    # -- positions and embeddings -----------------------------------------------------------
+
+def _add_positions(add, inp: _Input, token_ids) -> None:
+    """Positions and embeddings."""
+    model, ids, tokens = inp.model, inp.ids, inp.tokens
     table, tok = T.position_table(model), T.token_table(model)
     # rotary positions (table None) add nothing to the tokens: no table to draw
     if table is not None and T.learned_positions(model):
@@ -177,9 +214,12 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
         add("embedding_pca", "PCA of the embeddings",
             "Vowels, digits or punctuation may cluster; the title says whether consecutive positions lie "
             "close together (a curve) or not.",
-            lambda: E.embedding_pca(tok, table, ids, tokens, vocab_labels, token_ids=token_ids))
+            lambda: E.embedding_pca(tok, table, ids, tokens, inp.vocab_labels, token_ids=token_ids))
 
-    # -- inside the stack -------------------------------------------------------------------
+
+def _add_inside(add, inp: _Input) -> None:
+    """Inside the stack, and the close-ups (the decoder-only names tutorial's)."""
+    model, kind, ids, tokens, att_tokens, maps = inp.model, inp.kind, inp.ids, inp.tokens, inp.att_tokens, inp.maps
     tr = T.trace(model, ids)
     add("residual_norms", "Residual stream", "The stream's mean token norm after each block (the title "
         "says how it changes); the bars show how much each attention and feed-forward sub-layer adds.",
@@ -187,8 +227,7 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
     add("residual_heatmap", "Residual stream per token",
         "Tokens whose norm grows fast are the ones the blocks write most into.",
         lambda: I.residual_heatmap(tr, att_tokens))
-    has_ff = bool(tr.ff_pre)  # attention-only models have no feed-forward to draw
-    if has_ff:
+    if tr.ff_pre:  # attention-only models have no feed-forward to draw
         add("ff_activations", "Feed-forward activations",
             "The activation zeroes (ReLU) or shrinks (GELU) negative inputs. Firing rates are counted over "
             "this input and a few more of the model's inputs; a neuron is called dead only on enough tokens.",
@@ -198,8 +237,6 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
             "The LayerNorm whose input is farthest from normalised: whatever its scale, each token comes out "
             "with mean 0 and std 1 before the gain and bias.",
             lambda: I.layernorm_histograms(tr))
-
-    # -- close-ups (the decoder-only names tutorial's) ----------------------------------------
     add("token_ids", "Token ids", "The id of each token of the input: what the embedding table is indexed by.",
         lambda: C.token_ids(ids, tokens))
     add("attention_bars", "Each query's attention, as bars",
@@ -216,69 +253,63 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
             "Block 0's feed-forward, channel by channel: each point a token. A straight line would be a linear map.",
             lambda: C.ff_scatter(ff_in, tr.ff_update[0]))
 
-    # -- the backward, step by step ---------------------------------------------------------
-    loss_inputs = _loss_inputs(model, kind, ids, tgt_ids if kind == "seq2seq" else None, true_class)
-    if loss_inputs is not None and model.num_parameters() <= BACKWARD_MAX_PARAMETERS:
-        add("backward", "Backward, step by step",
-            "Every layer's backward as the library ran it on this input and its loss, in the order it ran: "
-            "the formula and file:line, the gradient received and returned, and a finite-difference check of "
-            f"a sample of entries ({BW.QUICK.describe()}; each row names its own) "
-            "(green: agrees; red: it does not, with the numbers). Bars: the gradient's flow.",
-            lambda: BW.backward_walkthrough(BW.backward_steps(model, *loss_inputs, sampling=BW.QUICK)))
 
-    # -- basics and training ----------------------------------------------------------------
+def _backward_steps(inp: _Input, true_class):
+    """The backward walk-through's steps on this input and its loss (None: no loss, or a model
+    too big for its float64 copy)."""
+    loss_inputs = _loss_inputs(inp.model, inp.kind, inp.ids, inp.tgt_ids if inp.kind == "seq2seq" else None,
+                               true_class)
+    if loss_inputs is None or inp.model.num_parameters() > BACKWARD_MAX_PARAMETERS:
+        return None
+    return BW.backward_steps(inp.model, *loss_inputs, sampling=BW.QUICK)
+
+
+def _add_training(add, log):
+    """The basics, and the training curves and diagnostics of the run's log: (summary, records)."""
     add("activations", "Activation functions", "GELU is smooth and slightly negative for x < 0; "
         "ReLU's derivative jumps from 0 to 1.", B.activation_functions)
     add("softmax_temperature", "Softmax and temperature",
         "Sampling temperature divides the logits: T < 1 sharpens, T > 1 flattens.",
         B.softmax_temperatures)
-    summary, diag_records = None, None
-    if log is not None:
-        rows = B.log_rows(log)
-        summary = _summary(rows)
-        add("training_curves", "Training curves",
-            "Validation loss should follow training loss; a widening gap means overfitting.",
-            lambda: B.training_curves(rows))
-        diag_records = D.diag_records(log)
-        _add_diagnostics(add, diag_records)
+    if log is None:
+        return None, None
+    rows = B.log_rows(log)
+    add("training_curves", "Training curves",
+        "Validation loss should follow training loss; a widening gap means overfitting.",
+        lambda: B.training_curves(rows))
+    diag_records = D.diag_records(log)
+    _add_diagnostics(add, diag_records)
+    return _summary(rows), diag_records
 
-    # -- the same views of the untrained model ------------------------------------------------
-    if init_model is not None:
-        _add_init_views(add, init_model, kind, ids, att_tokens, tokens, vocab_labels, token_ids,
-                        tgt_ids if kind == "seq2seq" else None, init_source)
 
-    # -- write ------------------------------------------------------------------------------
+def _write(out_dir: Path, inp: _Input, figures, steps, diag_records, summary, only, title) -> list[Path]:
+    """The PNGs (and backward.txt), then report.html; the paths, report.html last."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths, embedded = [], []
     for stem, ftitle, caption, fig in figures:
         p = out_dir / f"{stem}.png"
         finish(fig, p)
         paths.append(p)
-        embedded.append((ftitle, caption, p.read_bytes()))
-    tabs = [("encoder" if kind == "seq2seq" else "self-attention", maps["encoder"], att_tokens, att_tokens)]
-    if kind == "seq2seq":
-        tabs += [("decoder", maps["decoder"], tgt_tokens, tgt_tokens), ("cross", maps["cross"], tokens, tgt_tokens)]
-    if diag_records:  # the probe's attention at every diagnostics record, behind a step slider
-        probe = [r for r in diag_records if r["probe"]["tokens"] == diag_records[-1]["probe"]["tokens"]]
-        tokens_p = diag_records[-1]["probe"]["tokens"]
-        frames = [diag_frame(r) for r in probe]
-        for frame, progress in zip(frames, _progress_frames(probe)):  # the task's progress measures, if any
-            if progress is not None:
-                frame["progress"] = progress
-        tabs.append((f"probe over training: {''.join(tokens_p)[:30]}", np.array([r["probe"]["attention"] for r in probe]),
-                     tokens_p, tokens_p, [r["step"] for r in probe], frames))
+        if stem != "backward":  # the page shows the walk-through in its interactive Backward part
+            embedded.append((ftitle, caption, p.read_bytes()))
+    if steps is not None:
+        paths.append(write_atomic(out_dir / "backward.txt", (BW.backward_table(steps) + "\n").encode("utf-8")))
+    tabs = _explorer_tabs(inp, diag_records)
     lens = None
     if only is None or "lens" in only:
-        lens_figures, checks = _lens_part(model, kind, ids, tokens, tgt_ids, tgt_tokens, vocab_labels)
+        lens_figures, checks = _lens_part(inp.model, inp.kind, inp.ids, inp.tokens, inp.tgt_ids, inp.tgt_tokens,
+                                          inp.vocab_labels)
         lens = ([], checks)
         for stem, ftitle, caption, fig in lens_figures:
             p = out_dir / f"{stem}.png"
             finish(fig, p)
             paths.append(p)
             lens[0].append((ftitle, caption, p.read_bytes()))
+    model = inp.model
     config = {"model": type(model).__name__, "parameters": model.num_parameters(), **T.config_dict(model)}
-    paths.append(write_report(out_dir / "report.html", title or f"scratchformer: {kind} on {''.join(tokens)[:60]!r}",
-                              tabs, embedded, config, summary, lens))
+    paths.append(write_report(out_dir / "report.html",
+                              title or f"scratchformer: {inp.kind} on {''.join(inp.tokens)[:60]!r}",
+                              tabs, embedded, config, summary, lens, backward=steps))
     return paths
 
 
@@ -292,6 +323,25 @@ def _progress_frames(records) -> list:
 
         return slider_frames(records)
     return [None] * len(records)
+
+
+def _explorer_tabs(inp: _Input, diag_records) -> list[tuple]:
+    """The attention explorer's tabs (see html.write_report)."""
+    maps, att_tokens = inp.maps, inp.att_tokens
+    tabs = [("encoder" if inp.kind == "seq2seq" else "self-attention", maps["encoder"], att_tokens, att_tokens)]
+    if inp.kind == "seq2seq":
+        tabs += [("decoder", maps["decoder"], inp.tgt_tokens, inp.tgt_tokens),
+                 ("cross", maps["cross"], inp.tokens, inp.tgt_tokens)]
+    if diag_records:  # the probe's attention at every diagnostics record, behind a step slider
+        probe = [r for r in diag_records if r["probe"]["tokens"] == diag_records[-1]["probe"]["tokens"]]
+        tokens_p = diag_records[-1]["probe"]["tokens"]
+        frames = [diag_frame(r) for r in probe]
+        for frame, progress in zip(frames, _progress_frames(probe)):  # the task's progress measures, if any
+            if progress is not None:
+                frame["progress"] = progress
+        tabs.append((f"probe over training: {''.join(tokens_p)[:30]}", np.array([r["probe"]["attention"] for r in probe]),
+                     tokens_p, tokens_p, [r["step"] for r in probe], frames))
+    return tabs
 
 
 def _add_diagnostics(add, records) -> None:

@@ -79,8 +79,35 @@ def _tab(name, weights, keys, queries, steps=None, diag=None) -> dict:
             "keys": [show_token(t) for t in keys], "queries": [show_token(t) for t in queries]}
 
 
+BACKWARD_CELLS = 64  # a step's values on the page: at most 64 x 64 of the returned gradient's first row (and head)
+
+
+def backward_step_data(step) -> dict:
+    """What the Backward part shows of one `viz.backward.BackwardStep`: its name, op, formula,
+    file:line and lane, the shapes received and returned, the largest error against finite
+    differences and what was checked, and the returned gradient's first batch row (and head),
+    at most BACKWARD_CELLS x BACKWARD_CELLS, as float32 in base64 (row-major, `rows` x `cols`)."""
+    def shape(g):
+        return None if g is None else list(np.shape(g))
+
+    out = {"name": step.name, "op": step.op, "formula": step.formula, "where": step.where, "lane": step.lane,
+           "lane_where": step.lane_where, "in": shape(step.grad_in), "out": shape(step.grad_out),
+           "ok": bool(step.ok), "max_error": float(step.max_error), "n_checks": len(step.checks),
+           "checked": step.checked, "failures": step.failures()[:3],
+           "norm": None if step.grad_out is None else float(np.linalg.norm(step.grad_out))}
+    g = step.grad_in if step.grad_out is None else step.grad_out  # token ids return nothing: show what came in
+    g = np.atleast_2d(np.asarray(g, dtype=np.float64))
+    while g.ndim > 2:
+        g = g[0]
+    g = g[:BACKWARD_CELLS, :BACKWARD_CELLS]
+    out.update(rows=g.shape[0], cols=g.shape[1], shown="received" if step.grad_out is None else "returned",
+               values=base64.b64encode(g.astype("<f4").tobytes()).decode("ascii"))
+    return out
+
+
 def write_report(path, title: str, attention: list[tuple], figures: list[tuple], config: dict,
-                 summary: dict | None = None, lens: tuple[list[tuple], list[str]] | None = None) -> Path:
+                 summary: dict | None = None, lens: tuple[list[tuple], list[str]] | None = None,
+                 backward: list | None = None) -> Path:
     """Write report.html atomically and return its path.
 
     attention: (tab name, (L, H, Tq, Tk) weights, key tokens, query tokens) per tab, or
@@ -88,8 +115,12 @@ def write_report(path, title: str, attention: list[tuple], figures: list[tuple],
     with a step slider (which also replays the diagnostics, when given).
     figures: (title, caption, png bytes) per static figure. config / summary: shown as tables.
     lens: (figures as above, check lines) of the lens analyses, shown in a "Lens" part.
+    backward: the backward walk-through's steps (`viz.backward.backward_steps`), shown in an
+    interactive "Backward" part: a list of the steps (click one for its values as a heatmap,
+    hover for each value).
     """
-    data = {"tabs": [_tab(*a) for a in attention]}
+    data = {"tabs": [_tab(*a) for a in attention],
+            "backward": None if backward is None else [backward_step_data(s) for s in backward]}
     payload = json.dumps(data).replace("</", "<\\/")  # safe inside <script>
 
     def figs_html(figures):
@@ -109,9 +140,18 @@ def write_report(path, title: str, attention: list[tuple], figures: list[tuple],
 
     page = (_PAGE.replace("%TITLE%", html.escape(title)).replace("%CONFIG%", table(config))
             .replace("%SUMMARY%", table(summary) if summary else "<p>no training log</p>")
-            .replace("%FIGURES%", figs).replace("%LENS%", lens_part).replace("%DATA%", payload)
+            .replace("%FIGURES%", figs).replace("%LENS%", lens_part)
+            .replace("%BACKWARD%", _BACKWARD_PART if backward is not None else "")
+            .replace("%NAV%", _nav(backward is not None, lens is not None)).replace("%DATA%", payload)
             .replace("%SCRIPT%", _SCRIPT))
     return write_atomic(path, page.encode("utf-8"))
+
+
+def _nav(backward: bool, lens: bool) -> str:
+    """Links to the page's parts, at its top."""
+    parts = [("sf-explorer", "Attention explorer")] + ([("sf-backward", "Backward")] if backward else []) + [
+        ("sf-figures", "Figures")] + ([("sf-lens", "Lens")] if lens else [])
+    return " ".join(f'<a class="tab" href="#{i}">{name}</a>' for i, name in parts)
 
 
 def notebook_iframe(path, height: int = 900) -> str:
@@ -137,11 +177,15 @@ table{border-collapse:collapse;font-size:.85em;margin:.5em 0} th,td{border:1px s
 .panel{display:inline-block;vertical-align:top;margin:0 1em 1em 0}
 .panel h3{font-size:.95em;margin:.2em 0} canvas{border:1px solid #ccc}
 #sf-hover{font-family:monospace;min-height:1.3em}
+#sf-bw-list{max-height:480px;overflow:auto;display:inline-block;vertical-align:top;margin-right:1em}
+#sf-bw-list tr{cursor:pointer} #sf-bw-list tr.on{background:#dbe8f6} .bad{color:#b00;font-weight:bold}
+.good{color:#070} #sf-bw-detail{display:inline-block;vertical-align:top;max-width:560px}
 figure{margin:1em 0} figure img{max-width:100%;border:1px solid #eee} figcaption{margin-bottom:.3em}
 </style></head><body>
 <h1>%TITLE%</h1>
+<nav class="bar">%NAV%</nav>
 <div class="cols"><div><h2>Model</h2>%CONFIG%</div><div><h2>Training</h2>%SUMMARY%</div></div>
-<h2>Attention explorer</h2>
+<h2 id="sf-explorer">Attention explorer</h2>
 <p>Pick a tab, a layer and a head (or the average over heads). Lines: each query token (left)
 is joined to the keys (right) it reads, darker = more weight. Click a thumbnail to open it.
 Hover the matrix for values. Colours are scaled to each map's largest weight.</p>
@@ -170,12 +214,28 @@ each on its own range. Step 0 is the initialisation.</p>
 <div class="panel"><h3>gradient at the activations</h3><canvas id="sf-diag-grad"></canvas></div>
 <div class="panel"><h3>weight-matrix gradients (own ranges)</h3><canvas id="sf-diag-weights"></canvas></div>
 </div>
-<h2>Figures</h2>
+<h2 id="sf-figures">Figures</h2>
+%BACKWARD%
 %FIGURES%
 %LENS%
 <script type="application/json" id="sf-data">%DATA%</script>
 <script>%SCRIPT%</script>
 </body></html>
+"""
+
+_BACKWARD_PART = """<h2 id="sf-backward">Backward</h2>
+<p>The backward pass on this input and its loss, step by step in the order it ran (viz/backward.py): each
+op's formula, where it lives (file:line) and the lane that ran it, the gradient it received and returned,
+and a finite-difference check of the step on its own (green: agrees; red: it does not); a "wiring" step
+compares a layer's own code between its ops with what its ops gave. Click a step for
+its returned gradient (first batch row and head) as a heatmap, red positive, blue negative; hover for values.</p>
+<div id="sf-bw-summary"></div>
+<div><div id="sf-bw-list"><table><thead><tr><th>#</th><th>step</th><th>received &rarr; returned</th>
+<th>max error</th></tr></thead><tbody id="sf-bw-rows"></tbody></table></div>
+<div id="sf-bw-detail"><h3 id="sf-bw-name"></h3><div id="sf-bw-formula" style="font-family:monospace"></div>
+<div id="sf-bw-where" style="font-family:monospace;color:#555"></div><div id="sf-bw-check"></div>
+<canvas id="sf-bw-heat"></canvas><div id="sf-bw-hover" style="font-family:monospace;min-height:1.3em"></div>
+</div></div>
 """
 
 _SCRIPT = r"""
@@ -456,6 +516,58 @@ _SCRIPT = r"""
     };
   });
   if (data.tabs.length) selectTab(0);
+  if (data.backward) drawBackward(data.backward);
   window.scratchformerReady = true;
+  function floats(text) {  // base64 of little-endian float32 -> Float32Array
+    var b = bytes(text);
+    return new Float32Array(b.buffer, b.byteOffset, b.length / 4);
+  }
+  function drawBackward(steps) {
+    var red = steps.filter(function (s) { return !s.ok; });
+    $("sf-bw-summary").innerHTML = red.length ?
+      '<span class="bad">' + red.length + " step(s) disagree with finite differences: " +
+      red.map(function (s) { return s.name; }).join(", ") + "</span>" :
+      '<span class="good">all ' + steps.length + " steps agree with finite differences</span>";
+    var shape = function (a) { return a ? "(" + a.join(", ") + ")" : "ids"; };
+    steps.forEach(function (s, i) {
+      var tr = document.createElement("tr");
+      tr.className = "sf-bw-step";
+      [String(i), s.name, shape(s.in) + " \u2192 " + shape(s.out), s.max_error.toExponential(1)].forEach(
+        function (text, j) {
+          var td = document.createElement("td"); td.textContent = text;
+          if (j === 3) td.className = s.ok ? "good" : "bad";
+          tr.appendChild(td);
+        });
+      tr.onclick = function () { showBackwardStep(steps, i); };
+      $("sf-bw-rows").appendChild(tr);
+    });
+    showBackwardStep(steps, red.length ? steps.indexOf(red[0]) : 0);
+  }
+  function showBackwardStep(steps, i) {
+    var s = steps[i], c = $("sf-bw-heat"), v = floats(s.values), lim = 0;
+    Array.prototype.forEach.call($("sf-bw-rows").children, function (r, j) { r.className = j === i ? "on" : ""; });
+    $("sf-bw-name").textContent = i + ". " + s.name + " (" + s.op + ")";
+    $("sf-bw-formula").textContent = s.formula;
+    $("sf-bw-where").textContent = s.where + "  \u2014  " + s.lane + " lane" + (s.lane_where ? " (" + s.lane_where + ")" : "");
+    var checked = Object.keys(s.checked).map(function (k) { return k + " " + s.checked[k]; }).join("; ");
+    $("sf-bw-check").innerHTML = (s.ok ? '<span class="good">' + s.n_checks + " entries agree" :
+      '<span class="bad">disagrees: ' + s.failures.join("; ")) + "</span> (max error " +
+      s.max_error.toExponential(2) + "; checked: " + checked + ")";
+    for (var k = 0; k < v.length; k++) lim = Math.max(lim, Math.abs(v[k]));
+    var cell = Math.max(4, Math.min(24, Math.floor(512 / Math.max(s.rows, s.cols))));
+    c.width = s.cols * cell; c.height = s.rows * cell;
+    var g = c.getContext("2d");
+    for (var r = 0; r < s.rows; r++) for (var q = 0; q < s.cols; q++) {
+      var t = lim ? v[r * s.cols + q] / lim : 0, w = Math.round(255 * (1 - Math.abs(t)));
+      g.fillStyle = t >= 0 ? "rgb(255," + w + "," + w + ")" : "rgb(" + w + "," + w + ",255)";
+      g.fillRect(q * cell, r * cell, cell, cell);
+    }
+    c.onmousemove = function (e) {
+      var b = c.getBoundingClientRect(), q = Math.floor((e.clientX - b.left) / cell), r = Math.floor((e.clientY - b.top) / cell);
+      if (r >= 0 && r < s.rows && q >= 0 && q < s.cols)
+        $("sf-bw-hover").textContent = s.shown + "[" + r + ", " + q + "] = " + v[r * s.cols + q].toPrecision(6);
+    };
+    window.scratchformerBackwardStep = i;
+  }
 })();
 """

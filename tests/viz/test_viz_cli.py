@@ -49,10 +49,13 @@ def printed_paths(capsys) -> list[Path]:
 
 def check_pngs(paths):
     assert paths[-1].name == "report.html" and paths[-1].stat().st_size > 10_000
-    for p in paths[:-1]:
+    pngs = [p for p in paths[:-1] if p.name != "backward.txt"]  # the walk-through's steps as text
+    for p in pngs:
         assert p.suffix == ".png" and p.read_bytes().startswith(PNG) and p.stat().st_size > 5000, p
     html = paths[-1].read_text()
-    assert html.count('src="data:image/png;base64,') == len(paths) - 1  # every figure embedded
+    walk = "backward" in {p.stem for p in pngs}  # shown in the page's interactive Backward part instead
+    assert html.count('src="data:image/png;base64,') == len(pngs) - walk  # every other figure embedded
+    assert ('id="sf-backward"' in html) == walk
     return html
 
 
@@ -87,6 +90,25 @@ def test_viz_task_runs(task_run, tmp_path, capsys):
     assert kind_figure in {p.stem for p in paths}
     if task_run.name == "reverse":  # the explorer's three tabs; the decoder rows start at <bos>
         assert '"name": "cross"' in html and '"queries": ["<bos>"' in html
+
+
+@pytest.mark.parametrize("which", ["gpt", "majority"])
+def test_viz_backward_prints_and_draws_the_walk_through_alone(which, gpt_run, task_runs, tmp_path, capsys):
+    run = gpt_run if which == "gpt" else task_runs[which]
+    text = ["--text", "2 0 2 1"] if which == "majority" else []
+    assert main(["viz", str(run), "--backward", "--out", str(tmp_path), *text]) == 0
+    out = capsys.readouterr().out.splitlines()
+    table, paths = out[:-3], [Path(line) for line in out[-3:]]
+    assert [p.name for p in paths] == ["backward.png", "backward.txt", "report.html"]
+    check_pngs(paths)
+    assert "\n".join(table) + "\n" == paths[1].read_text()  # what was printed is what was written
+    assert table[-1].startswith("all ") and "steps agree with finite differences" in table[-1]
+    names = [line.split()[1] for line in table[:-1]]
+    attention = "h.0.self_attn" if which == "gpt" else "blocks.0.self_attn"
+    assert [f"{attention}.{op}" for op in ("dv", "dA", "dS", "dq", "dk")] == [n for n in names if n.startswith(
+        attention + ".d")]
+    assert ("pool" in names) == (which == "majority")
+    assert all(" [reference]" in line for line in table[:-1])
 
 
 def test_viz_task_default_text(task_run, capsys):

@@ -70,7 +70,10 @@ def check_self_contained(paths, n_figures=13):
     page = html_path.read_text(encoding="utf-8")
     pngs = [p for p in paths if p.suffix == ".png"]
     assert len(pngs) == n_figures
-    for p in pngs:  # every figure is embedded, byte for byte
+    walk = [p for p in pngs if p.name == "backward.png"]  # shown in the page's interactive Backward part
+    assert ('id="sf-backward"' in page) == bool(walk)
+    pngs = [p for p in pngs if p.name != "backward.png"]
+    for p in pngs:  # every other figure is embedded, byte for byte
         assert base64.b64encode(p.read_bytes()).decode() in page, p.name
     assert page.count("data:image/png;base64,") == len(pngs)
     for pattern in (r"""(?:src|href)\s*=\s*["']?\s*(?!data:)[a-z]+:""", r"https?://", r"\bfetch\s*\(",
@@ -82,6 +85,9 @@ def check_self_contained(paths, n_figures=13):
 def test_gpt_report_is_self_contained_and_decodes(shakespeare):
     model, tok, paths = shakespeare
     page = check_self_contained(paths, n_figures=23)  # 19 figures + the Lens part's 4
+    steps = page_data(page)["backward"]  # the Backward part: every step of the walk-through, each checked
+    assert len(steps) == len((paths[0].parent / "backward.txt").read_text().splitlines()) - 1
+    assert all(s["ok"] for s in steps) and "h.3.self_attn.dS" in [s["name"] for s in steps]
     assert "training_curves.png" in {p.name for p in paths} and "best val loss" in page
     (tab,) = page_data(page)["tabs"]
     assert tab["keys"][5] == "\u2423" and (tab["L"], tab["H"], tab["Tq"]) == (4, 4, 64)
@@ -179,7 +185,8 @@ def opened(report_path):
 
 def test_report_in_chromium(shakespeare_report, tmp_path):
     with opened(shakespeare_report) as page:
-        assert page.evaluate("document.querySelectorAll('img').length") == 23  # 19 figures + the Lens part's 4
+        # 18 figures + the Lens part's 4; the backward walk-through is the interactive Backward part
+        assert page.evaluate("document.querySelectorAll('img').length") == 22
         checks = page.evaluate("document.getElementById('sf-checks').textContent")
         assert checks.count(" ok") == 4 and "FAILED" not in checks
         assert page.evaluate("Array.from(document.images).every(i => i.complete && i.naturalWidth > 0)")
@@ -290,3 +297,47 @@ def test_hover_shows_the_stored_weight_of_the_cell_under_the_mouse(tmp_path):
             q, k = (s.strip() for s in pair.split("\u2192"))
             want = cross[queries.index(q), keys.index(k)]
             assert abs(value - want) <= 0.5 / 255 + 0.0005, (pair, value, want)  # uint8 + 3 decimals
+
+
+def test_the_backward_part_lists_the_steps_and_shows_each_ones_values(tmp_path):
+    """The Backward part: one row per step, a planted bug's step red and first shown, a click
+    on another row shows that step's formula, file:line, lane and values (hover: the stored value)."""
+    from scratchformer.ops import attention as ops_attention
+    from scratchformer.viz.backward import backward_steps
+    from scratchformer.viz.html import write_report
+    from test_viz_backward import IDS, TARGETS, _gpt_variant, _wrong_softmax
+
+    reference = backward_steps(_gpt_variant(), IDS[:1], TARGETS[:1])
+    original = ops_attention.softmax_backward
+    ops_attention.softmax_backward = _wrong_softmax
+    try:
+        steps = backward_steps(_gpt_variant(), IDS[:1], TARGETS[:1])
+    finally:
+        ops_attention.softmax_backward = original
+    maps = np.full((1, 1, 2, 2), 0.5)
+    path = write_report(tmp_path / "report.html", "t", [("self-attention", maps, ["a", "b"], ["a", "b"])], [], {},
+                        backward=steps)
+    names = [s.name for s in steps]
+    with opened(path) as page:
+        page.click("nav >> text=Backward")  # the link at the top of the page
+        assert page.evaluate("location.hash") == "#sf-backward"
+        rows = page.locator("#sf-bw-rows tr")
+        assert rows.count() == len(steps) == len(reference)
+        assert "1 step(s) disagree with finite differences: h.0.self_attn.dS" in page.inner_text("#sf-bw-summary")
+        dS = names.index("h.0.self_attn.dS")
+        assert page.evaluate("window.scratchformerBackwardStep") == dS  # the red step is shown first
+        bad = page.evaluate("Array.from(document.querySelectorAll('#sf-bw-rows td.bad')).map(td => td.parentNode.cells[1].textContent)")
+        assert bad == ["h.0.self_attn.dS"]
+        dv = names.index("h.0.self_attn.dv")
+        rows.nth(dv).click()
+        assert page.inner_text("#sf-bw-name").startswith(f"{dv}. h.0.self_attn.dv")
+        assert "dv = A^T dout" in page.inner_text("#sf-bw-formula")
+        where = page.inner_text("#sf-bw-where")
+        assert where.startswith(steps[dv].where) and "reference lane" in where
+        heat = _canvas(page, "sf-bw-heat")
+        values = steps[dv].grad_out[0, 0]  # (T, head size) of the first batch row and head
+        assert (heat["h"], heat["w"]) == (values.shape[0] * 24, values.shape[1] * 24) and heat["colours"] > 10
+        page.hover("#sf-bw-heat", position={"x": 24 * 3 + 5, "y": 24 * 2 + 5})  # row 2, column 3
+        shown = page.inner_text("#sf-bw-hover")
+        assert shown.startswith("returned[2, 3] = ")
+        assert float(shown.split("= ")[1]) == pytest.approx(values[2, 3], rel=1e-5)
