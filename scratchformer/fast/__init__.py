@@ -47,7 +47,7 @@ from typing import NamedTuple
 
 from scratchformer.checks import DOOR
 
-__all__ = ["VARIANTS", "Variant", "enabled", "lane", "reference", "use_reference"]
+__all__ = ["VARIANTS", "Variant", "current_lane", "enabled", "lane", "lane_of", "reference", "use_reference"]
 
 enabled: bool = os.environ.get("SCRATCHFORMER_REFERENCE", "0").strip() in ("", "0")
 
@@ -80,6 +80,17 @@ class Variant(NamedTuple):
 
 
 VARIANTS: dict[str, Variant] = {}  # "ops module.op name" -> its variant, filled as ops/ is imported
+
+
+def current_lane() -> str:
+    """"fast" or "reference": the lane an op called now runs in (for tools that report it)."""
+    return "fast" if enabled else "reference"
+
+
+def lane_of(cache: dict) -> str:
+    """"fast" or "reference": the lane the forward that made `cache` ran in (its backward runs
+    in the same)."""
+    return "fast" if cache.get("lane") == "fast" else "reference"
 
 
 def lane(module, *, name: str | None = None, check=None, serves=None, by_cache: bool = False):

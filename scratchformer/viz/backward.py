@@ -271,7 +271,7 @@ class _Recorder:
 
     def add(self, name, op, where, grad_in, grad_out, spec, *, params=None, fast_form=None, also_in=None, at=None):
         """Record a step (copies of the arrays); fast_form: the fast lane's function, if the op has one."""
-        lane = "fast" if fast.enabled and fast_form is not None else "reference"
+        lane = fast.current_lane() if fast_form is not None else "reference"
         step = BackwardStep(name, op, FORMULAS.get(op, ""), where, _copy(grad_in), _copy(grad_out), params or {},
                             lane=lane, lane_where=_where_function(fast_form) if lane == "fast" else "",
                             also_in=_copy(also_in), spec=spec)
@@ -459,7 +459,7 @@ def _record_attention_ops(rec: _Recorder) -> None:
         def f(dout, cache):
             rec.att_cache = cache
             dq, dk, dv = orig(dout, cache)
-            if cache.get("lane") == "fast":  # one fused op: each of its outputs against attention's forward
+            if fast.lane_of(cache) == "fast":  # one fused op: each of its outputs against attention's forward
                 q, k, v = (np.array(cache[a], dtype=np.float64) for a in "qkv")
                 allowed = None if cache["hidden"] is None else ~cache["hidden"]
 
