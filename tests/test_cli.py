@@ -369,7 +369,7 @@ def test_a_failure_while_building_the_parser_is_one_line(monkeypatch, capsys):
 
 
 def test_a_prompt_too_large_for_memory_is_blamed_on_the_prompt(text_run, monkeypatch, capsys):
-    from scratchformer import limits
+    from scratchformer.limits import memory as limits
 
     monkeypatch.setattr(limits, "memory_limits", lambda: {"the machine's available memory": 1_000_000})  # the model fits, 12,000 prompt tokens do not
     assert main(["sample", str(text_run), "-n", "2", "--max-new-tokens", "5", "--prompt", "to be " * 2000]) == 2

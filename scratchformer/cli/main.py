@@ -591,7 +591,7 @@ def cmd_sample(args) -> int:
 
     prompt = args.prompt
     if args.prompt_file is not None:
-        from scratchformer.limits import check_text_fits
+        from scratchformer.limits.estimates import check_text_fits
 
         try:
             check_text_fits(Path(args.prompt_file).stat().st_size, args.prompt_file, "--prompt-file")

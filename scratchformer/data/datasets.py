@@ -18,7 +18,8 @@ from scratchformer.checks import as_array, check_int_in_range, check_positive_in
 from scratchformer.data.bpe import BPETokenizer
 from scratchformer.data.tokenizer import IGNORE_INDEX, CharTokenizer
 from scratchformer.errors import ConfigError, DataError, DTypeError
-from scratchformer.limits import check_fits, check_line_lengths, check_text_fits
+from scratchformer.limits.estimates import check_line_lengths, check_text_fits
+from scratchformer.limits.memory import check_fits
 
 DEFAULT_TEXT_BLOCK_SIZE = 128
 # The one default seed (nanoGPT's): initial weights, batches, dropout and the split of a lines

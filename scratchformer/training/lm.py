@@ -21,7 +21,8 @@ from scratchformer.data import IGNORE_INDEX, BPETokenizer, CharTokenizer, load_d
 from scratchformer.data.bundled import BUNDLED, DEFAULT, resolve_data
 from scratchformer.data.datasets import tokenizer_from_json
 from scratchformer.errors import CheckpointError, ConfigError, DataError
-from scratchformer.limits import check_fits, check_model_fits, generation_bytes
+from scratchformer.limits.estimates import check_model_fits, generation_bytes
+from scratchformer.limits.memory import check_fits
 from scratchformer.models import GPT, GPTConfig
 from scratchformer.nn import eval_mode
 from scratchformer.training.rundir import check_data_unchanged, fingerprint_file

@@ -35,8 +35,8 @@ import numpy as np
 from scratchformer.allocator import keep_freed_memory
 from scratchformer.errors import (CheckpointError, ConfigError, ParallelWorkerError, TrainingDivergedError,
                                   TrainingInterrupted)
-from scratchformer import limits
-from scratchformer.limits import check_training_fits, model_flops_per_token
+from scratchformer.limits import gemm
+from scratchformer.limits.estimates import check_training_fits
 from scratchformer.nn import set_dropout_rng
 from scratchformer.optim import AdamW, clip_grad_norm, cosine_lr, param_groups
 from scratchformer.training.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
@@ -348,8 +348,8 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, over
                 extra={**finite, "evals_since_best": since_best, "train_config": asdict(cfg)},
             )
 
-    flops_per_step_token = model_flops_per_token(model)  # for MFU: 6N + the attention term
-    peak = limits.gemm_peak_flops()  # the best GEMM rate seen: measured again as the run goes (PEAK_REMEASURE_S)
+    flops_per_step_token = gemm.model_flops_per_token(model)  # for MFU: 6N + the attention term
+    peak = gemm.gemm_peak_flops()  # the best GEMM rate seen: measured again as the run goes (PEAK_REMEASURE_S)
     peak_at = time.perf_counter()
     bar = None
     if progress:
@@ -412,10 +412,10 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, over
                     tok_s = tokens_since / seconds
                     row = {"step": step, "lr": lr, "train_loss": train_loss, "grad_norm": grad_norm,
                            "tokens_per_s": round(tok_s, 1), "ms_per_step": round(1000 * seconds / steps_since, 2)}
-                    if now - peak_at >= PEAK_REMEASURE_S or limits.mfu(flops_per_step_token, tok_s, peak) is None:
-                        peak, peak_at = max(peak, limits.gemm_rate()), time.perf_counter()
-                    utilisation = limits.mfu(flops_per_step_token, tok_s, peak)
-                    if utilisation is not None:  # absent rather than wrong (limits.mfu)
+                    if now - peak_at >= PEAK_REMEASURE_S or gemm.mfu(flops_per_step_token, tok_s, peak) is None:
+                        peak, peak_at = max(peak, gemm.gemm_rate()), time.perf_counter()
+                    utilisation = gemm.mfu(flops_per_step_token, tok_s, peak)
+                    if utilisation is not None:  # absent rather than wrong (gemm.mfu)
                         row["mfu"] = utilisation
                     log.append(row)
                     tokens_since, steps_since, t_since = 0, 0, time.perf_counter()
