@@ -409,9 +409,8 @@ def _given(args, names) -> dict:
 
 
 def cmd_train(args) -> int:
-    from scratchformer.data import read_text
+    from scratchformer.data import read_data
     from scratchformer.data.bundled import resolve_data
-    from scratchformer.data.datasets import guess_format
     from scratchformer.training.checkpoint import checkpoint_exists, load_checkpoint
     from scratchformer.training.jobs import build_job, build_job_from_hf, job_class
     from scratchformer.training.rundir import check_fresh, run_files
@@ -426,13 +425,14 @@ def cmd_train(args) -> int:
     elif args.resume:
         run_kind, default_out = None, "out/names" if args.data is None else f"out/{resolve_data(args.data).stem}"
     else:
-        data_file = None if args.data is None else resolve_data(args.data)  # "" and missing files: one line
-        if data_file is not None and data_file.suffix.lower() == ".csv":
-            print(f"note: {data_file} is a CSV: train reads it as plain text for a character model; to train a "
-                  f"classifier on its text,label rows run 'scratchformer finetune --data {data_file}'",
+        # read once ("" and missing files: one line): the format guessed, the sha256 and the tokens from these bytes
+        data_file = read_data(args.data)
+        if data_file.path.suffix.lower() == ".csv":
+            print(f"note: {data_file.path} is a CSV: train reads it as plain text for a character model; to train a "
+                  f"classifier on its text,label rows run 'scratchformer finetune --data {data_file.path}'",
                   file=sys.stderr)
-        run_kind = args.format or (guess_format(read_text(data_file)[0]) if data_file else "lines")
-        default_out = "out/names" if data_file is None else f"out/{data_file.stem}"
+        run_kind = args.format or (data_file.format if args.data is not None else "lines")
+        default_out = "out/names" if args.data is None else f"out/{data_file.path.stem}"
     for flag in ("modulus", "train_fraction"):
         if getattr(args, flag, None) is not None and args.task != "modadd":
             raise CLIError(f"--{flag.replace('_', '-')} applies to --task modadd only")
@@ -485,7 +485,8 @@ def cmd_train(args) -> int:
     else:
         if not args.overwrite:
             check_fresh(out)  # before the data is read; train() checks again, under the run's lock
-        data_settings.update({"path": args.data} if args.data is not None else {})
+        path = data_file if args.task in (None, "lm") else args.data  # a task refuses --data itself
+        data_settings.update({"path": path} if path is not None else {})
         if args.init_from is not None:
             job, cfg = build_job_from_hf(args.init_from, run_kind, train_settings, data_settings)
             from scratchformer.interop.hf_lm import hf_notes

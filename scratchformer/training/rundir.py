@@ -362,12 +362,13 @@ def fingerprint_file(path: str | os.PathLike) -> str:
 
 
 def check_data_unchanged(path: str | os.PathLike, recorded_sha256: str | None,
-                         option: str = "--allow-changed-data") -> None:
-    """Raise DataChangedError when the file's sha256 differs from the one recorded at
-    training time (nothing recorded: older runs, nothing to compare)."""
+                         option: str = "--allow-changed-data", sha256: str | None = None) -> None:
+    """Raise DataChangedError when the file's sha256 (`sha256` when the caller has read the file
+    already, else read now) differs from the one recorded at training time (nothing recorded:
+    older runs, nothing to compare)."""
     if recorded_sha256 is None:
         return
-    now = fingerprint_file(path)
+    now = sha256 if sha256 is not None else fingerprint_file(path)
     if now != recorded_sha256:
         raise DataChangedError(
             f"{path} changed since training (sha256 {recorded_sha256[:12]}... then, {now[:12]}... now): "
