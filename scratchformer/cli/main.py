@@ -411,10 +411,8 @@ def _given(args, names) -> dict:
 def cmd_train(args) -> int:
     from scratchformer.data import read_data
     from scratchformer.data.bundled import resolve_data
-    from scratchformer.training.checkpoint import checkpoint_exists, load_checkpoint
-    from scratchformer.training.jobs import build_job, build_job_from_hf, job_class
-    from scratchformer.training.rundir import check_fresh, run_files
-    from scratchformer.training.trainer import LAST
+    from scratchformer.training.jobs import build_job, build_job_from_hf
+    from scratchformer.training.rundir import check_fresh
 
     if args.out == "":
         raise CLIError("--out is empty: give a directory, or omit --out (default: out/<data name or task>)")
@@ -463,25 +461,19 @@ def cmd_train(args) -> int:
         if model_settings or data_settings or args.format:
             raise CLIError("--resume continues the saved run: model and data options cannot change "
                            "(training options such as --max-steps can; --data only says where its file moved)")
-        if args.overwrite:
-            raise CLIError("--resume continues the run in --out and --overwrite deletes it: pass one of them")
-        if not checkpoint_exists(out / LAST):
-            found = run_files(out)
-            if found:
-                raise CLIError(f"nothing to resume: {out} holds no {LAST}/ checkpoint, only {', '.join(found)}: "
-                               "train with --overwrite (instead of --resume) to start a new run there, or choose "
-                               "another --out")
-            raise CLIError(f"nothing to resume: {out} holds no run; train without --resume to start one")
-        checkpoint = load_checkpoint(out / LAST)
-        saved_task = checkpoint.config.get("task", "lm")
-        if args.task is not None and args.task != saved_task:
-            raise CLIError(f"--resume continues the saved {saved_task!r} run in {out}: drop --task {args.task}, "
-                           "or train it into another --out")
-        job = job_class(checkpoint).from_checkpoint(checkpoint, data=args.data,
-                                                    allow_changed_data=args.allow_changed_data)
-        cfg = _resumed_schedule(checkpoint, out, train_settings, "train again")
-        if cfg is None:
+
+        def wrong_task(config: dict) -> str | None:
+            saved_task = config.get("task", "lm")
+            if args.task is not None and args.task != saved_task:
+                return (f"--resume continues the saved {saved_task!r} run in {out}: drop --task {args.task}, "
+                        "or train it into another --out")
+            return None
+
+        resumed = _resume(args, out, train_settings, {"data": args.data}, _no_run_to_resume, wrong_task,
+                          "train again")
+        if resumed is None:
             return 0
+        job, cfg, checkpoint = resumed
     else:
         if not args.overwrite:
             check_fresh(out)  # before the data is read; train() checks again, under the run's lock
@@ -499,7 +491,6 @@ def cmd_train(args) -> int:
 
 
 def cmd_finetune(args) -> int:
-    from scratchformer.training.checkpoint import checkpoint_exists, load_checkpoint
     from scratchformer.training.jobs import build_job
     from scratchformer.training.rundir import check_fresh
     from scratchformer.training.sentence import SentenceClassifierJob
@@ -520,18 +511,20 @@ def cmd_finetune(args) -> int:
         if model_settings or data_settings:
             raise CLIError("--resume continues the saved run: model and data options cannot change "
                            "(training options such as --max-steps can; --data only says where its CSV moved)")
-        if args.overwrite:
-            raise CLIError("--resume continues the run in --out and --overwrite deletes it: pass one of them")
-        if not checkpoint_exists(out / LAST):
-            raise CLIError(f"nothing to resume: {out} holds no checkpoint ({LAST}/); fine-tune without --resume")
-        checkpoint = load_checkpoint(out / LAST)
-        if checkpoint.config.get("kind") != SentenceClassifierJob.kind:
-            raise CLIError(f"{out} holds a {checkpoint.config.get('kind')!r} run: resume it with 'scratchformer train'")
-        job = SentenceClassifierJob.from_checkpoint(checkpoint, train_data=args.data,
-                                                    allow_changed_data=args.allow_changed_data)
-        cfg = _resumed_schedule(checkpoint, out, train_settings, "fine-tune again")
-        if cfg is None:
+
+        def wrong_kind(config: dict) -> str | None:
+            if config.get("kind") != SentenceClassifierJob.kind:
+                return f"{out} holds a {config.get('kind')!r} run: resume it with 'scratchformer train'"
+            return None
+
+        def no_checkpoint(out: Path) -> str:
+            return f"nothing to resume: {out} holds no checkpoint ({LAST}/); fine-tune without --resume"
+
+        resumed = _resume(args, out, train_settings, {"train_data": args.data}, no_checkpoint, wrong_kind,
+                          "fine-tune again")
+        if resumed is None:
             return 0
+        job, cfg, checkpoint = resumed
     else:
         if not args.overwrite:
             check_fresh(out)  # before the CSV and the encoder are read; train() checks again, under the lock
@@ -540,23 +533,49 @@ def cmd_finetune(args) -> int:
     return _run_training(job, cfg, out, args, checkpoint)
 
 
-def _resumed_schedule(checkpoint, out: Path, train_settings: dict, again: str):
-    """The TrainConfig a --resume continues with (the saved one, with the training options given),
-    its effect printed; None, said in one line, when the run has already reached it."""
-    from scratchformer.training.trainer import resume_config
+def _no_run_to_resume(out: Path) -> str:
+    """train --resume into an --out without a last/ checkpoint: what it holds instead."""
+    from scratchformer.training.rundir import run_files
+    from scratchformer.training.trainer import LAST
 
+    found = run_files(out)
+    if found:
+        return (f"nothing to resume: {out} holds no {LAST}/ checkpoint, only {', '.join(found)}: train with "
+                "--overwrite (instead of --resume) to start a new run there, or choose another --out")
+    return f"nothing to resume: {out} holds no run; train without --resume to start one"
+
+
+def _resume(args, out: Path, train_settings: dict, data: dict, no_run, wrong_kind, again: str):
+    """--resume, for train and finetune alike: out/last read once, its job (`data`: where its data
+    file has moved, as the job's from_checkpoint names it) and the TrainConfig the run continues
+    with (the saved one, with the training options given), its change printed. None, said in
+    one line, when the run has already reached it (trainer.nothing_to_do decides). `no_run(out)`
+    and `wrong_kind(config)` word the refusals that differ between the commands."""
+    from scratchformer.training.checkpoint import checkpoint_exists, load_checkpoint
+    from scratchformer.training.jobs import job_class
+    from scratchformer.training.trainer import LAST, nothing_to_do, resume_config
+
+    if args.overwrite:
+        raise CLIError("--resume continues the run in --out and --overwrite deletes it: pass one of them")
+    if not checkpoint_exists(out / LAST):
+        raise CLIError(no_run(out))
+    checkpoint = load_checkpoint(out / LAST)
+    problem = wrong_kind(checkpoint.config)
+    if problem is not None:
+        raise CLIError(problem)
+    job = job_class(checkpoint).from_checkpoint(checkpoint, allow_changed_data=args.allow_changed_data, **data)
     saved = checkpoint.extra.get("train_config")
     if saved is None:
         raise CheckpointError(f"{checkpoint.path / 'trainer_state.json'} has no extra.train_config: cannot "
                               f"resume from it; restore the file or {again}")
     cfg, note = resume_config(saved, train_settings)
-    if checkpoint.step >= cfg.max_steps:
-        print(f"nothing to do: the run in {out} is at step {checkpoint.step} of {cfg.max_steps}; "
-              "pass a larger --max-steps to extend it")
+    done = nothing_to_do(checkpoint.step, cfg, out)
+    if done is not None:
+        print(done)
         return None
     if note:
         print(note)
-    return cfg
+    return job, cfg, checkpoint
 
 
 def _run_training(job, cfg, out: Path, args, checkpoint) -> int:

@@ -139,6 +139,15 @@ def _resume_schedule(saved: dict, given: dict) -> tuple[TrainConfig, str | None]
     return cfg, note
 
 
+def nothing_to_do(step: int, cfg: TrainConfig, out_dir: str | Path) -> str | None:
+    """Whether a resumed run at `step` is already done under `cfg`, decided here alone: the
+    line that says so (the run is not touched), or None when there are steps to train."""
+    if step < cfg.max_steps:
+        return None
+    return (f"nothing to do: the run in {out_dir} is at step {step} of {cfg.max_steps}; pass a larger --max-steps "
+            "to extend it")
+
+
 class _StopRequests:
     """While training: the first Ctrl-C (SIGINT) or SIGTERM (what `timeout`, `docker stop`,
     systemd and Slurm send) only records a request, so the loop stops between two steps and
@@ -312,7 +321,7 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, over
         step, best_val = ck.step, ck.extra.get("best_val_loss", math.inf)
         val_loss = ck.extra.get("val_loss", val_loss)
         since_best = int(ck.extra.get("evals_since_best", 0))
-        if step >= cfg.max_steps:
+        if nothing_to_do(step, cfg, out_dir) is not None:
             return {"step": step, "train_loss": float("nan"), "val_loss": val_loss, "best_val_loss": best_val,
                     "seconds": 0.0, "stopped_by": "nothing to do"}
         note = truncate_log(out_dir / LOG, step)
