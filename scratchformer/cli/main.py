@@ -195,20 +195,14 @@ def _add_setting(group, name: str, spec, help_spec, values: dict[str, object]) -
         group.add_argument(flag, type=_spec_type(inner), metavar=metavar, help=help_text)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from scratchformer.data.datasets import DEFAULT_BPE_VOCAB, FORMATS, TOKENIZERS
-    from scratchformer.data.tasks import TASKS
-    from scratchformer.models import GPTConfig
-    from scratchformer.training.config import TrainConfig
-    from scratchformer.interop.bert_classifier import SentenceClassifierConfig
-    from scratchformer.training.jobs import FINETUNE_RUN_KINDS, LM_TASKS, RUN_DEFAULTS, epochs_text, run_defaults
-    from scratchformer.training.schema import CSV_DATA, INDUCTION_DATA, LM_DATA, MODADD_DATA
-    from scratchformer.training.sentence import BASE_MODELS
+def _defaults_by_kind():
+    """values(section, name, kinds=None): the default of one setting for every run kind it
+    applies to (train's kinds, or `kinds`), from RUN_DEFAULTS resolved once."""
+    from scratchformer.training.jobs import FINETUNE_RUN_KINDS, RUN_DEFAULTS, epochs_text, run_defaults
 
     resolved = {kind: run_defaults(kind) for kind in RUN_DEFAULTS}
 
     def values(section: str, name: str, kinds=None) -> dict[str, object]:
-        """The default of one setting for every run kind it applies to (train's kinds, or `kinds`)."""
         out = {}
         for kind, d in resolved.items():
             if (kind in FINETUNE_RUN_KINDS) != (kinds is not None) or (kinds is not None and kind not in kinds):
@@ -219,6 +213,11 @@ def build_parser() -> argparse.ArgumentParser:
             out.update({"--init-from": d["init_from"][name] for d in resolved.values() if name in d["init_from"]})
         return out
 
+    return values
+
+
+def build_parser() -> argparse.ArgumentParser:
+    values = _defaults_by_kind()
     p = Parser(
         prog="scratchformer",
         description="Transformers from scratch on NumPy: train, sample, evaluate.",
@@ -229,6 +228,44 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"scratchformer {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")  # none given: main() prints the commands
     p.commands = sub.choices  # command name -> its parser
+    _add_train_parser(sub, values)
+    _add_finetune_parser(sub, values)
+    _add_sample_parser(sub)
+    _add_eval_parser(sub)
+    _add_predict_parser(sub)
+    _add_embed_parser(sub)
+    _add_export_parser(sub)
+    add_viz_parser(sub)
+    add_exercise_parser(sub)
+    add_lens_parser(sub)
+    return p
+
+
+def _add_run_options(parser, resume: str, changed: str, quiet: str) -> None:
+    """The options train and finetune share, each command's wording given: how a run starts,
+    continues and reports."""
+    parser.add_argument("--resume", action="store_true", help=resume)
+    parser.add_argument("--overwrite", action="store_true",
+                        help="start a new run in an --out that holds one: its last/, best/ and log.jsonl are deleted "
+                             "first (without it, such an --out is refused)")
+    parser.add_argument("--allow-changed-data", action="store_true",
+                        help=f"resume even though {changed} (its sha256 differs)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--quiet", action="store_true", help=quiet)
+
+
+def _add_training_settings(group, values, kinds=None) -> None:
+    """One option per TrainConfig field, its defaults those of train's run kinds or `kinds`."""
+    from scratchformer.training.config import TrainConfig
+
+    for field in fields(TrainConfig):
+        _add_setting(group, field.name, TrainConfig.spec(field.name), TRAIN_HELP[field.name],
+                     values("train", field.name, kinds))
+
+
+def _add_train_parser(sub, values) -> None:
+    """`train`: data, run, model and optimisation options, defaults per run kind."""
+    from scratchformer.models import GPTConfig
 
     t = sub.add_parser(
         "train", help="train a model (default: a character-level GPT on the bundled baby names)",
@@ -237,7 +274,31 @@ def build_parser() -> argparse.ArgumentParser:
                     "defaults of the run kind (lines: makemore-like; text: nanoGPT's CPU config; "
                     "the tasks: their tuned settings); --help shows them per kind.",
     )
-    data = t.add_argument_group("data")
+    _add_train_data(t.add_argument_group("data"), values)
+    t.add_argument("--init-from", metavar="HF_DIR",
+                   help="continue training a Hugging Face GPT-2 or Llama directory (config.json, model.safetensors, "
+                        "its tokenizer) on --data, with its own config and tokenizer and fine-tuning rates (--lr, "
+                        "--min-lr, --warmup-steps: see their --init-from defaults) (default: none: a fresh model)")
+    t.add_argument("--out", metavar="DIR", help="output directory (default: out/<data name or task>)")
+    _add_run_options(t, resume="continue the run in --out from its last checkpoint, on its original schedule; a "
+                              "larger --max-steps extends it (the cosine keeps its length unless --decay-steps is "
+                              "given)",
+                     changed="the data file changed since training", quiet="no evaluation lines or samples")
+    m = t.add_argument_group("model")
+    for name, help_spec in MODEL_HELP.items():
+        _add_setting(m, name, GPTConfig.spec(name), help_spec, values("model", name))
+    m.add_argument("--block-size", type=_spec_type(GPTConfig.spec("block_size")), metavar="N",
+                   help="context length (" + _defaults_text(values("data", "block_size"), "longest line + 1") + ")")
+    _add_training_settings(t.add_argument_group("optimisation"), values)
+
+
+def _add_train_data(data, values) -> None:
+    """train's data options: the file and how it is read, or the task that generates it."""
+    from scratchformer.data.datasets import DEFAULT_BPE_VOCAB, FORMATS, TOKENIZERS
+    from scratchformer.data.tasks import TASKS
+    from scratchformer.training.jobs import LM_TASKS
+    from scratchformer.training.schema import INDUCTION_DATA, LM_DATA, MODADD_DATA
+
     data.add_argument("--data", metavar="PATH",
                       help="a UTF-8 text file, or a bundled data set: names (the default; makemore's 32K names) "
                            "or shakespeare (tinyshakespeare, 1.1M characters)")
@@ -270,29 +331,14 @@ def build_parser() -> argparse.ArgumentParser:
                       help="ids of the BPE with --tokenizer bpe, the end-of-text token included ("
                            + _defaults_text(values("data", "vocab_size"), f"{DEFAULT_BPE_VOCAB} with --tokenizer bpe")
                            + ")")
-    t.add_argument("--init-from", metavar="HF_DIR",
-                   help="continue training a Hugging Face GPT-2 or Llama directory (config.json, model.safetensors, "
-                        "its tokenizer) on --data, with its own config and tokenizer and fine-tuning rates (--lr, "
-                        "--min-lr, --warmup-steps: see their --init-from defaults) (default: none: a fresh model)")
-    t.add_argument("--out", metavar="DIR", help="output directory (default: out/<data name or task>)")
-    t.add_argument("--resume", action="store_true",
-                   help="continue the run in --out from its last checkpoint, on its original schedule; a larger "
-                        "--max-steps extends it (the cosine keeps its length unless --decay-steps is given)")
-    t.add_argument("--overwrite", action="store_true",
-                   help="start a new run in an --out that holds one: its last/, best/ and log.jsonl are deleted "
-                        "first (without it, such an --out is refused)")
-    t.add_argument("--allow-changed-data", action="store_true",
-                   help="resume even though the data file changed since training (its sha256 differs)")
-    t.add_argument("--no-progress", action="store_true", help="no progress bar")
-    t.add_argument("--quiet", action="store_true", help="no evaluation lines or samples")
-    m = t.add_argument_group("model")
-    for name, help_spec in MODEL_HELP.items():
-        _add_setting(m, name, GPTConfig.spec(name), help_spec, values("model", name))
-    m.add_argument("--block-size", type=_spec_type(GPTConfig.spec("block_size")), metavar="N",
-                   help="context length (" + _defaults_text(values("data", "block_size"), "longest line + 1") + ")")
-    o = t.add_argument_group("optimisation")
-    for f in fields(TrainConfig):
-        _add_setting(o, f.name, TrainConfig.spec(f.name), TRAIN_HELP[f.name], values("train", f.name))
+
+
+def _add_finetune_parser(sub, values) -> None:
+    """`finetune`: the CSV, the pretrained encoder, run, model and optimisation options."""
+    from scratchformer.interop.bert_classifier import SentenceClassifierConfig
+    from scratchformer.training.jobs import FINETUNE_RUN_KINDS
+    from scratchformer.training.schema import CSV_DATA
+    from scratchformer.training.sentence import BASE_MODELS
 
     f = sub.add_parser(
         "finetune", help="fine-tune a pretrained BERT encoder (all-MiniLM-L6-v2) as a sentence classifier",
@@ -313,23 +359,18 @@ def build_parser() -> argparse.ArgumentParser:
                         f"({_defaults_text(values('data', 'val_fraction', FINETUNE_RUN_KINDS))})")
     f.add_argument("--split-seed", type=_spec_type(CSV_DATA.fields["seed"]), metavar="N",
                    help=f"seed of the held-out part ({_defaults_text(values('data', 'split_seed', FINETUNE_RUN_KINDS))})")
-    f.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
-    f.add_argument("--overwrite", action="store_true",
-                   help="start a new run in an --out that holds one: its last/, best/ and log.jsonl are deleted "
-                        "first (without it, such an --out is refused)")
-    f.add_argument("--allow-changed-data", action="store_true",
-                   help="resume even though the training CSV changed since (its sha256 differs)")
-    f.add_argument("--no-progress", action="store_true", help="no progress bar")
-    f.add_argument("--quiet", action="store_true", help="no evaluation lines")
+    _add_run_options(f, resume="continue the run in --out from its last checkpoint",
+                     changed="the training CSV changed since", quiet="no evaluation lines")
     fm = f.add_argument_group("model")
     for name, help_spec in FINETUNE_HELP.items():
         _add_setting(fm, name, SentenceClassifierConfig.spec(name), help_spec,
                      values("model", name, FINETUNE_RUN_KINDS))
-    fo = f.add_argument_group("optimisation (defaults: fine-tuning; probe = with --freeze-encoder)")
-    for field in fields(TrainConfig):
-        _add_setting(fo, field.name, TrainConfig.spec(field.name), TRAIN_HELP[field.name],
-                     values("train", field.name, FINETUNE_RUN_KINDS))
+    _add_training_settings(f.add_argument_group("optimisation (defaults: fine-tuning; probe = with --freeze-encoder)"),
+                           values, FINETUNE_RUN_KINDS)
 
+
+def _add_sample_parser(sub) -> None:
+    """`sample`: a run or a Hugging Face directory, the prompt and the sampling settings."""
     s = sub.add_parser("sample", help="generate text from a trained language model",
                        description="Sample from a trained language model (DIR: a run directory or a checkpoint).")
     s.add_argument("dir", nargs="?", metavar="DIR", help="default: out/names")
@@ -352,6 +393,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=_nonneg_int,
                    help="seed of the draws, to repeat them (default: a fresh one, printed on stderr)")
 
+
+def _add_eval_parser(sub) -> None:
+    """`eval`: a run, its split and where its data moved."""
+    from scratchformer.training.config import TrainConfig
+
     e = sub.add_parser("eval", help="loss/perplexity (LM) or accuracy (tasks) on a split",
                        description="Evaluate a trained model on a held-out split.")
     e.add_argument("dir", nargs="?", default="out/names", metavar="DIR", help="default: out/names")
@@ -370,6 +416,9 @@ def build_parser() -> argparse.ArgumentParser:
                         f"does (Linux; 1: one process; results differ in the last bits; default: "
                         f"{TrainConfig.workers})")
 
+
+def _add_predict_parser(sub) -> None:
+    """`predict`: a classifier or seq2seq run and one input."""
     pr = sub.add_parser("predict", help="run a classifier or seq2seq checkpoint on one input",
                         description='Map one input such as "3 1 4 1 5" through a toy-task model, or label '
                                     'a sentence with a fine-tuned classifier.')
@@ -378,6 +427,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                    'finetune run')
     pr.add_argument("--beam", type=_beam_width, metavar="K", help="seq2seq: beam width, at most 1024 (default: 1, greedy)")
 
+
+def _add_embed_parser(sub) -> None:
+    """`embed`: texts, the encoder and where the array goes."""
     em = sub.add_parser("embed", help="sentence embeddings with a pretrained BERT-family encoder",
                         description="Embed texts with a Hugging Face BERT-family sentence encoder "
                                     "(default: the installed all-MiniLM-L6-v2 package).")
@@ -386,6 +438,9 @@ def build_parser() -> argparse.ArgumentParser:
     em.add_argument("--out", metavar="FILE.npy", help="save the (n, d) float32 array in this file, named exactly as "
                                                    "given (np.load reads it; default: print the first values)")
 
+
+def _add_export_parser(sub) -> None:
+    """`export`: a language-model run written as a Hugging Face directory."""
     x = sub.add_parser("export", help="write a language-model run as a Hugging Face GPT-2 or Llama directory",
                        description="Write a run's best checkpoint (or a checkpoint directory) as a Hugging Face "
                                    "directory that transformers' from_pretrained reads: GPT2LMHeadModel's layout "
@@ -395,11 +450,6 @@ def build_parser() -> argparse.ArgumentParser:
                                    "config.json gets its bos/eos ids.")
     x.add_argument("dir", metavar="RUN")
     x.add_argument("--hf", metavar="OUT", required=True, help="the directory to write")
-
-    add_viz_parser(sub)
-    add_exercise_parser(sub)
-    add_lens_parser(sub)
-    return p
 
 
 # -- commands --------------------------------------------------------------------------------
