@@ -6,7 +6,8 @@ import pytest
 
 from scratchformer.data.bundled import resolve_data
 from scratchformer.errors import DataError, ResourceError
-from scratchformer.limits import (activation_bytes, available_memory, check_fits, check_line_lengths,
+from scratchformer.data.datasets import check_line_lengths
+from scratchformer.limits import (activation_bytes, available_memory, check_fits,
                                   check_model_fits, generation_bytes, model_flops_per_token,
                                   param_count_bound, training_state_bytes)
 from scratchformer.models.gpt import GPT, GPTConfig

@@ -24,7 +24,7 @@ from scratchformer.data.bpe import BPETokenizer
 from scratchformer.data.bundled import BUNDLED, DEFAULT, resolve_data
 from scratchformer.data.tokenizer import IGNORE_INDEX, CharTokenizer
 from scratchformer.errors import ConfigError, DataError, DTypeError
-from scratchformer.limits.estimates import check_line_lengths, check_text_fits
+from scratchformer.limits.estimates import check_text_fits
 from scratchformer.limits.memory import check_fits
 
 DEFAULT_TEXT_BLOCK_SIZE = 128
@@ -38,6 +38,7 @@ FORMATS = ("lines", "text")  # how a data file is read: one item per line, or co
 TOKENIZER_CLASSES = {"char": CharTokenizer, "bpe": BPETokenizer}
 TOKENIZERS = tuple(TOKENIZER_CLASSES)
 DEFAULT_BPE_VOCAB = 512  # --vocab-size when --tokenizer bpe is given without it
+MAX_LINE_CHARS = 1000  # a "lines" data set is names and short items; 1,000 chars is generous
 
 
 def tokenizer_from_json(d: dict) -> CharTokenizer | BPETokenizer:
@@ -271,6 +272,15 @@ def read_text(path: Path | None) -> tuple[str, str]:
     newlines removed; raises DataError for a missing, unreadable, non-UTF-8 or empty file."""
     file = _read_file(path)
     return file.text, file.source
+
+
+def check_line_lengths(lines, path, limit: int = MAX_LINE_CHARS, option: str = "--format text") -> None:
+    """Refuse a lines data set with a line longer than `limit` characters (its block size,
+    and every batch, would grow with it), naming the first such line (1-based)."""
+    for number, line in enumerate(lines, start=1):
+        if len(line) > limit:
+            raise DataError(f"{path} line {number} has {len(line):,} characters (the limit for a lines file is "
+                            f"{limit:,}): shorten it, or train on the file with {option}")
 
 
 def split_lines(text: str) -> list[str]:

@@ -18,7 +18,6 @@ estimates.py (what a run needs; sizes and parameter counts come from the model c
     training_state_bytes(n_params)      weights + grads + AdamW's two moments
     activation_bytes(...)               one training micro-batch's forward cache
     generation_bytes(...)               a batch of generations: KV cache + logits
-    check_line_lengths(lines, path)     DataError naming the first line that is too long
     check_model_fits(config, cls, ...)  before building a model (any kind) from its config
     check_training_fits(model, B, W)    before the first training step: state + one batch + W processes
     check_text_fits(nbytes, source)     before reading a data file: TEXT_BYTES_PER_BYTE of memory each
@@ -35,17 +34,17 @@ the module that defines it (`scratchformer.limits.memory.memory_limits`).
 """
 
 from scratchformer.limits.estimates import (BPE_ENCODE_BYTES_PER_BYTE, BPE_TRAIN_BYTES_PER_BYTE, FLOAT_BYTES,
-                                            LAYER_OVERHEAD_BYTES, MAX_LINE_CHARS, PROCESS_BYTES,
+                                            LAYER_OVERHEAD_BYTES, PROCESS_BYTES,
                                             TEXT_BYTES_PER_BYTE, Sizes, activation_bytes, check_bpe_fits,
-                                            check_line_lengths, check_model_fits, check_text_fits,
+                                            check_model_fits, check_text_fits,
                                             check_training_fits, generation_bytes, model_sizes, param_count_bound,
                                             training_state_bytes)
 from scratchformer.limits.gemm import gemm_peak_flops, gemm_rate, mfu, model_flops_per_token
 from scratchformer.limits.memory import USABLE_FRACTION, available_memory, check_fits, memory_limits
 
 __all__ = ["BPE_ENCODE_BYTES_PER_BYTE", "BPE_TRAIN_BYTES_PER_BYTE", "FLOAT_BYTES", "LAYER_OVERHEAD_BYTES",
-           "MAX_LINE_CHARS", "PROCESS_BYTES", "TEXT_BYTES_PER_BYTE", "USABLE_FRACTION", "Sizes", "activation_bytes",
-           "available_memory", "check_bpe_fits", "check_fits", "check_line_lengths", "check_model_fits",
+           "PROCESS_BYTES", "TEXT_BYTES_PER_BYTE", "USABLE_FRACTION", "Sizes", "activation_bytes",
+           "available_memory", "check_bpe_fits", "check_fits", "check_model_fits",
            "check_text_fits", "check_training_fits", "gemm_peak_flops", "gemm_rate", "generation_bytes",
            "memory_limits", "mfu", "model_flops_per_token", "model_sizes", "param_count_bound",
            "training_state_bytes"]

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from scratchformer.errors import DataError
 from scratchformer.limits.memory import check_fits, refuse_if
 
 FLOAT_BYTES = 4  # float32, the library's default dtype
 LAYER_OVERHEAD_BYTES = 32 * 1024  # Python objects of one block (~15 KB measured for a tiny GPT block), doubled
-MAX_LINE_CHARS = 1000  # a "lines" data set is names and short items; 1,000 chars is generous
 # memory a data file costs while it is read and encoded, per byte of the file (measured on
 # tinyshakespeare: the bytes, the decoded str, the int64 ids and the split copies, ~9.6)
 TEXT_BYTES_PER_BYTE = 10
@@ -36,6 +34,7 @@ class Sizes(NamedTuple):
     context: int
     vocab: int
 
+
 def model_sizes(config, model_class) -> Sizes:
     """`model_class.sizes(config)`; config: the class's config object, or its dict
     (config.json's "model", read with the config class's `from_dict`)."""
@@ -43,14 +42,17 @@ def model_sizes(config, model_class) -> Sizes:
         config = model_class.config_class.from_dict(config)
     return model_class.sizes(config)
 
+
 def param_count_bound(config, model_class) -> int:
     """Parameters of a model of `model_class` built from `config` (a config or its dict),
     counted by the class from the shapes its constructor builds."""
     return model_sizes(config, model_class).params
 
+
 def training_state_bytes(n_params: int, itemsize: int = FLOAT_BYTES) -> int:
     """Weights, their gradients and AdamW's m and v: four arrays the size of the model."""
     return 4 * n_params * itemsize
+
 
 def activation_bytes(batch_size: int, block_size: int, n_layer: int, n_embd: int, n_head: int,
                      vocab_size: int, itemsize: int = FLOAT_BYTES, per_layer_factor: int = 16) -> int:
@@ -62,6 +64,7 @@ def activation_bytes(batch_size: int, block_size: int, n_layer: int, n_embd: int
     per_layer = per_layer_factor * B * T * n_embd + 2 * B * n_head * T * T
     return (n_layer * per_layer + 3 * B * T * vocab_size) * itemsize
 
+
 def generation_bytes(n: int, prompt_len: int, max_new_tokens: int, n_layer: int, n_embd: int,
                      vocab_size: int, itemsize: int = FLOAT_BYTES) -> int:
     """n sequences of prompt + new tokens: the KV cache (keys and values of every layer) and
@@ -69,13 +72,6 @@ def generation_bytes(n: int, prompt_len: int, max_new_tokens: int, n_layer: int,
     length = prompt_len + max_new_tokens
     return (2 * n_layer * n * length * n_embd + 4 * n * vocab_size) * itemsize
 
-def check_line_lengths(lines, path, limit: int = MAX_LINE_CHARS, option: str = "--format text") -> None:
-    """Refuse a lines data set with a line longer than `limit` characters (its block size,
-    and every batch, would grow with it), naming the first such line (1-based)."""
-    for number, line in enumerate(lines, start=1):
-        if len(line) > limit:
-            raise DataError(f"{path} line {number} has {len(line):,} characters (the limit for a lines file is "
-                            f"{limit:,}): shorten it, or train on the file with {option}")
 
 def check_model_fits(config, model_class, training: bool, option: str = "--n-embd, --n-layer or --block-size") -> None:
     """Before building a model of `model_class` from `config`: its weights (and, when training,
@@ -85,6 +81,7 @@ def check_model_fits(config, model_class, training: bool, option: str = "--n-emb
     nbytes = (training_state_bytes(n) if training else n * FLOAT_BYTES) + sizes.n_layer * LAYER_OVERHEAD_BYTES
     check_fits(nbytes, f"a model of about {n:,} parameters" + (" with its training state" if training else ""),
                option)
+
 
 def check_training_fits(model, batch_size: int, workers: int = 1) -> None:
     """Before the first step: the training state of `model` plus one micro-batch's activations
@@ -96,10 +93,12 @@ def check_training_fits(model, batch_size: int, workers: int = 1) -> None:
                f"training with --batch-size {batch_size} and a context of {T}{processes}",
                "--batch-size or --block-size" + (", or --workers" if workers > 1 else ""))
 
+
 def check_text_fits(nbytes: int, source: str, option: str = "--data") -> None:
     """Before reading a data file of `nbytes` bytes: what reading and encoding it costs."""
     refuse_if(TEXT_BYTES_PER_BYTE * nbytes, f"reading the data file {source} ({nbytes:,} bytes)",
                f"give {option} a smaller file")
+
 
 def check_bpe_fits(nbytes: int, what: str, option: str, training: bool = False) -> None:
     """Before the tokenizers library trains on (`training`) or encodes `nbytes` of text: a

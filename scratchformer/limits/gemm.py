@@ -18,6 +18,7 @@ def model_flops_per_token(model) -> float:
     _, L, C, _, T, _ = type(model).sizes(model.config)
     return 6.0 * model.num_parameters() + 12.0 * L * C * T
 
+
 @lru_cache(maxsize=1)
 def gemm_peak_flops(n: int = 512, repeats: int = 3) -> float:
     """float32 matmul FLOP/s on this machine, the best of a few n x n products (measured once
@@ -30,12 +31,14 @@ def gemm_peak_flops(n: int = 512, repeats: int = 3) -> float:
         best = min(best, time.perf_counter() - t)
     return 2.0 * n**3 / max(best, 1e-9)
 
+
 def gemm_rate(n: int = 512) -> float:
     """float32 FLOP/s of one n x n matmul, measured now (a few milliseconds)."""
     a = np.ones((n, n), dtype=np.float32)
     t = time.perf_counter()
     a @ a
     return 2.0 * n**3 / max(time.perf_counter() - t, 1e-9)
+
 
 def mfu(flops_per_token: float, tokens_per_s: float, peak: float) -> float | None:
     """Model FLOPs utilisation: flops_per_token * tokens_per_s / peak, to 3 significant digits.

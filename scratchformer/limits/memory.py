@@ -18,6 +18,7 @@ def _read_first(path: str) -> str | None:
     except (OSError, ValueError):
         return None
 
+
 def _machine_available() -> int | None:
     """MemAvailable from /proc/meminfo (Linux), else free pages times the page size."""
     text = _read_first("/proc/meminfo")
@@ -31,6 +32,7 @@ def _machine_available() -> int | None:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
         return None
+
 
 def _cgroup_left(root: str = "/sys/fs/cgroup") -> int | None:
     """Bytes this process's cgroup may still use: memory.max - memory.current (v2), or
@@ -56,6 +58,7 @@ def _cgroup_left(root: str = "/sys/fs/cgroup") -> int | None:
         return max(int(limit) - (int(usage) if usage and usage.isdigit() else 0), 0)
     return None
 
+
 def _address_space_left() -> int | None:
     """Bytes this process may still map under RLIMIT_AS (`ulimit -v`); None without a limit."""
     try:
@@ -71,18 +74,22 @@ def _address_space_left() -> int | None:
             mapped = int(line.split()[1]) * 1024
     return max(soft - mapped, 0)
 
+
 def memory_limits() -> dict[str, int]:
     """{what limits it: bytes this process can still allocate under it}, for each limit known."""
     limits = {"the machine's available memory": _machine_available(), "the cgroup's memory limit": _cgroup_left(),
               "the address-space limit (ulimit -v)": _address_space_left()}
     return {name: left for name, left in limits.items() if left is not None}
 
+
 def available_memory() -> int | None:
     """Bytes a new allocation can have: the smallest of memory_limits(), or None (unknown)."""
     return min(memory_limits().values(), default=None)
 
+
 def _gb(nbytes: float) -> str:
     return f"{nbytes / 1e9:.3g} GB"
+
 
 def check_fits(nbytes: int, what: str, option: str, available: int | None = None) -> None:
     """Raise ResourceError if `nbytes` exceeds the usable part of the available memory.
@@ -96,6 +103,7 @@ def check_fits(nbytes: int, what: str, option: str, available: int | None = None
     if not isinstance(what, str) or not isinstance(option, str):
         raise DTypeError("check_fits what and option must be str (they make the message)")
     refuse_if(nbytes, what, f"lower {option}", available)
+
 
 def refuse_if(nbytes: int, what: str, fix: str, available: int | None = None) -> None:
     """check_fits with the whole fix spelled out (`fix`: "give --data a smaller file")."""

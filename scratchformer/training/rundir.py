@@ -21,6 +21,7 @@ LogWriter     appends whole rows; a failed write truncates the file back to its 
 read_log      the one reader of log.jsonl: strict, except a torn last line (a kill mid-write),
               which is dropped with a note
 start_log / truncate_log   a fresh run starts an empty log; a resume keeps rows <= its step
+start_run     a fresh run (lock held): --overwrite's clear_run, check_fresh, sweep_temporaries, start_log
 fingerprint_file / check_data_unchanged   sha256 of a data file, compared on eval/resume
 """
 
@@ -241,6 +242,16 @@ def recover_run(directory: str | os.PathLike) -> None:
     for name in CHECKPOINTS:
         recover(Path(directory) / name)
     sweep_temporaries(directory)
+
+
+def start_run(directory: str | os.PathLike, overwrite: bool = False) -> None:
+    """A fresh run, its lock held: the old run deleted first with `overwrite` (clear_run), else
+    refused when there is one (check_fresh); a kill's temporaries swept; an empty log started."""
+    if overwrite:
+        clear_run(directory)
+    check_fresh(directory)
+    sweep_temporaries(directory)
+    start_log(Path(directory) / LOG_FILE)
 
 
 def check_checkpoint_paths(directory: str | os.PathLike) -> None:

@@ -43,8 +43,8 @@ from scratchformer.training.checkpoint import Checkpoint, load_checkpoint, save_
 from scratchformer.training.config import TrainConfig
 from scratchformer.training.diagnostics import DIAG_FILE, Diagnostics
 from scratchformer.training.parallel import DataParallel, WaitInterrupted, can_fork_workers, check_workers
-from scratchformer.training.rundir import (LogWriter, RunLock, check_checkpoint_paths, check_fresh, clear_run,
-                                          recover_run, start_log, sweep_temporaries, truncate_log)
+from scratchformer.training.rundir import (LogWriter, RunLock, check_checkpoint_paths, recover_run, start_run,
+                                          truncate_log)
 from scratchformer.training.schema import CONFIG, check_json
 
 LAST, BEST, LOG = "last", "best", "log.jsonl"
@@ -296,11 +296,7 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, over
         if not _restore(run, checkpoint):
             return run.summary(0.0, "nothing to do")
     else:
-        if overwrite:
-            clear_run(out_dir)
-        check_fresh(out_dir)
-        sweep_temporaries(out_dir)
-        start_log(out_dir / LOG)
+        start_run(out_dir, overwrite)
         started["log"] = True
     check_checkpoint_paths(out_dir)  # what no save could replace is refused now, not at the first save
     check_training_fits(model, cfg.batch_size, cfg.workers)
