@@ -259,7 +259,10 @@ def _read_file(path: Path | None, name: str | None = None) -> DataFile:
 
 def read_data(name_or_path: str | Path | None = None) -> DataFile:
     """A data set read once: a bundled name ("names", the default for None; "shakespeare") or a
-    path (checked by `resolve_data`). The default names are read through importlib.resources."""
+    path, given as a str (checked by `resolve_data`) or as a Path the caller has resolved. The
+    default names are read through importlib.resources."""
+    if isinstance(name_or_path, Path):
+        return _read_file(name_or_path)
     file = resolve_data(name_or_path)
     if name_or_path is None or (isinstance(name_or_path, str) and name_or_path in BUNDLED):
         name = name_or_path or DEFAULT

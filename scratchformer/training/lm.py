@@ -14,6 +14,7 @@ allows it (`allow_changed_data`, the CLI's --allow-changed-data).
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -43,8 +44,8 @@ def _read_data(run_kind: str, data: dict, tokenizer) -> tuple:
     `tokenizer`: "char", "bpe" (trained on the training split) or a BPETokenizer used as it is.
     The file is read once: its sha256 and its tokens come from the same bytes."""
     file = data.get("path")
-    if not isinstance(file, DataFile):
-        file = read_data(file)
+    if not isinstance(file, DataFile):  # a str names a bundled data set or a path; a Path is a path
+        file = read_data(resolve_data(file) if isinstance(file, os.PathLike) else file)
     given = isinstance(tokenizer, BPETokenizer)
     data_spec = {"path": None if file.name else str(file.path.resolve()), "format": run_kind,
                  "seed": data["split_seed"], "block_size": data.get("block_size"), "sha256": file.sha256,
@@ -148,8 +149,9 @@ class LMJob:
             if spec["path"] is not None and not Path(spec["path"]).exists():
                 raise DataError(f"this run was trained on {spec['path']}, which is not there any more: "
                                 "point to the file with --data PATH")
-            file, self._file = self._file or _read_recorded(spec), None
-            if not self.allow_changed_data:
+            file, checked = (self._file, True) if self._file is not None else (_read_recorded(spec), False)
+            self._file = None
+            if not (self.allow_changed_data or checked):  # a file given to from_checkpoint was checked there
                 check_data_unchanged(file.path, spec.get("sha256"), sha256=file.sha256)
             spec["sha256"] = file.sha256  # what later checkpoints of this run record
             # a character vocabulary is built again (a new character is a changed file); a BPE
