@@ -218,6 +218,8 @@ class DataFile:
     @cached_property
     def text(self) -> str:
         """The text, BOM and Windows newlines removed."""
+        if self.raw is None:
+            raise DataError(f"the text of {self.source} was handed over already (release): read the file again")
         try:
             text = self.raw.decode("utf-8")
         except UnicodeDecodeError as e:
@@ -235,6 +237,13 @@ class DataFile:
     def format(self) -> str:
         """"lines" or "text", as `guess_format` reads the text."""
         return guess_format(self.text)
+
+    def release(self) -> str:
+        """The text, handed over once: the file keeps only its name, sha256 and format, so a
+        caller still holding it (the CLI, through a training run) holds no copy of the data."""
+        text = self.text
+        self.__dict__.pop("text")
+        return text
 
 
 def _read_file(path: Path | None, name: str | None = None) -> DataFile:
@@ -339,8 +348,8 @@ def load_dataset(path: str | Path | DataFile | None = None, format: str | None =
     if not 0.0 < val_fraction < 1.0:
         raise ConfigError(f"val_fraction must be in (0, 1), got {val_fraction}")
     file = path if isinstance(path, DataFile) else _read_file(None if path is None else Path(path))
-    text, source = file.text, file.source
     fmt = format or file.format
+    text, source = file.release(), file.source
 
     if fmt == "lines":
         lines = [s.strip() for s in split_lines(text)]

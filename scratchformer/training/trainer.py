@@ -8,7 +8,14 @@ gradient accumulation and clipping, evaluation, checkpoints, logs, progress, tim
 Resuming is exact: the last checkpoint stores the model, the optimiser, the step and the
 state of both random generators (batches and dropout), so a resumed run takes the same
 steps as an uninterrupted one, bit for bit on the same machine. `resume_config` keeps the
-original schedule when a resumed run is extended.
+original schedule when a resumed run is extended; `nothing_to_do` alone decides that a resumed
+run has already reached its max_steps (the CLI asks it before building anything, train() again
+for a caller that did not).
+
+Inside: `train` takes the run's lock; `_train_locked` checks the settings, builds the optimiser
+and the run's state (`_Run`: what a checkpoint records), starts or restores the run directory
+(rundir.start_run / `_restore`), then `_loop` runs `_step`, logs `_Throughput`'s rows and
+`_evaluate`s, saving last/ first on any stop (`_stop_if_asked`, `_save_after_failure`).
 
 Nothing is lost or silently wrong: one training per run directory (rundir.RunLock); a fresh
 run refuses a directory that holds a run unless told to overwrite it; the log gets whole rows
