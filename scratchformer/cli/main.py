@@ -246,8 +246,8 @@ def _add_run_options(parser, resume: str, changed: str, quiet: str) -> None:
     continues and reports."""
     parser.add_argument("--resume", action="store_true", help=resume)
     parser.add_argument("--overwrite", action="store_true",
-                        help="start a new run in an --out that holds one: its last/, best/ and log.jsonl are deleted "
-                             "first (without it, such an --out is refused)")
+                        help="start a new run in an --out that holds one: its last/, best/ and log.jsonl are "
+                             "deleted first (without it, such an --out is refused)")
     parser.add_argument("--allow-changed-data", action="store_true",
                         help=f"resume even though {changed} (its sha256 differs)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -365,8 +365,8 @@ def _add_finetune_parser(sub, values) -> None:
     for name, help_spec in FINETUNE_HELP.items():
         _add_setting(fm, name, SentenceClassifierConfig.spec(name), help_spec,
                      values("model", name, FINETUNE_RUN_KINDS))
-    _add_training_settings(f.add_argument_group("optimisation (defaults: fine-tuning; probe = with --freeze-encoder)"),
-                           values, FINETUNE_RUN_KINDS)
+    optimisation = f.add_argument_group("optimisation (defaults: fine-tuning; probe = with --freeze-encoder)")
+    _add_training_settings(optimisation, values, FINETUNE_RUN_KINDS)
 
 
 def _add_sample_parser(sub) -> None:
@@ -473,11 +473,11 @@ def cmd_train(args) -> int:
     elif args.resume:
         run_kind, default_out = None, "out/names" if args.data is None else f"out/{resolve_data(args.data).stem}"
     else:
-        # read once ("" and missing files: one line): the format guessed, the sha256 and the tokens from these bytes
+        # read once ("" and missing files: one line): format, sha256 and tokens come from these bytes
         data_file = read_data(args.data)
         if data_file.path.suffix.lower() == ".csv":
-            print(f"note: {data_file.path} is a CSV: train reads it as plain text for a character model; to train a "
-                  f"classifier on its text,label rows run 'scratchformer finetune --data {data_file.path}'",
+            print(f"note: {data_file.path} is a CSV: train reads it as plain text for a character model; to train "
+                  f"a classifier on its text,label rows run 'scratchformer finetune --data {data_file.path}'",
                   file=sys.stderr)
         run_kind = args.format or (data_file.format if args.data is not None else "lines")
         default_out = "out/names" if args.data is None else f"out/{data_file.path.stem}"

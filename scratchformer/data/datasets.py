@@ -251,8 +251,8 @@ def _read_file(path: Path | None, name: str | None = None) -> DataFile:
     importlib.resources); DataError for a missing, unreadable or directory path."""
     if path is None:
         data = resources.files("scratchformer.data").joinpath("names.txt").read_bytes()
-        return DataFile(resolve_data(DEFAULT), name or DEFAULT, "names.txt (bundled)", hashlib.sha256(data).hexdigest(),
-                        data)
+        sha256 = hashlib.sha256(data).hexdigest()
+        return DataFile(resolve_data(DEFAULT), name or DEFAULT, "names.txt (bundled)", sha256, data)
     source = str(path)
     if not path.exists():
         raise DataError(f"dataset file not found: {path}: check the path")
@@ -317,8 +317,9 @@ def guess_format(text: str) -> str:
     return "lines" if len(lines) - len(items) <= 0.01 * len(lines) else "text"
 
 
-def load_dataset(path: str | Path | DataFile | None = None, format: str | None = None, block_size: int | None = None,
-                 seed: int = DEFAULT_SEED, test_size: int = 1000, val_fraction: float = 0.1,
+def load_dataset(path: str | Path | DataFile | None = None, format: str | None = None,
+                 block_size: int | None = None, seed: int = DEFAULT_SEED, test_size: int = 1000,
+                 val_fraction: float = 0.1,
                  tokenizer: str | CharTokenizer | BPETokenizer = "char", vocab_size: int | None = None) -> Dataset:
     """Read a file (default: the bundled names.txt; a DataFile: one already read) and split it.
 
