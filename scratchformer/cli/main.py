@@ -461,7 +461,6 @@ def _given(args, names) -> dict:
 def cmd_train(args) -> int:
     from scratchformer.data import read_data
     from scratchformer.data.bundled import resolve_data
-    from scratchformer.training.jobs import build_job, build_job_from_hf
     from scratchformer.training.rundir import check_fresh
 
     if args.out == "":
@@ -494,17 +493,8 @@ def cmd_train(args) -> int:
     for name in ("symbols", "repeats"):
         if name in data_settings and run_kind != "induction":
             raise CLIError(f"--{name} applies to --task induction only")
-
     if args.init_from is not None:
-        if args.resume:
-            raise CLIError("--init-from starts a run; --resume continues one: drop --init-from")
-        if args.task not in (None, "lm"):
-            raise CLIError(f"--init-from continues a language model: drop --task {args.task}")
-        if model_settings:
-            flag = "--" + next(iter(model_settings)).replace("_", "-").replace("norm-first", "norm")
-            raise CLIError(f"--init-from keeps the checkpoint's model: drop {flag}")
-        if "tokenizer" in data_settings or "vocab_size" in data_settings:
-            raise CLIError("--init-from uses the checkpoint's own tokenizer: drop --tokenizer and --vocab-size")
+        _check_init_from(args, model_settings, data_settings)
 
     checkpoint = None
     if args.resume:
@@ -526,18 +516,38 @@ def cmd_train(args) -> int:
         job, cfg, checkpoint = resumed
     else:
         if not args.overwrite:
-            check_fresh(out)  # before the data is read; train() checks again, under the run's lock
+            check_fresh(out)  # before the data is tokenized; train() checks again, under the run's lock
         path = data_file if args.task in (None, "lm") else args.data  # a task refuses --data itself
         data_settings.update({"path": path} if path is not None else {})
-        if args.init_from is not None:
-            job, cfg = build_job_from_hf(args.init_from, run_kind, train_settings, data_settings)
-            from scratchformer.interop.hf_lm import hf_notes
-
-            for note in hf_notes(args.init_from):  # bf16 weights read as float32, padding rows dropped
-                print(note, file=sys.stderr)
-        else:
-            job, cfg = build_job(run_kind, model_settings, train_settings, data_settings)
+        job, cfg = _new_job(args, run_kind, model_settings, train_settings, data_settings)
     return _run_training(job, cfg, out, args, checkpoint)
+
+
+def _check_init_from(args, model_settings: dict, data_settings: dict) -> None:
+    """--init-from starts a language model from a pretrained one: its model and tokenizer stay."""
+    if args.resume:
+        raise CLIError("--init-from starts a run; --resume continues one: drop --init-from")
+    if args.task not in (None, "lm"):
+        raise CLIError(f"--init-from continues a language model: drop --task {args.task}")
+    if model_settings:
+        flag = "--" + next(iter(model_settings)).replace("_", "-").replace("norm-first", "norm")
+        raise CLIError(f"--init-from keeps the checkpoint's model: drop {flag}")
+    if "tokenizer" in data_settings or "vocab_size" in data_settings:
+        raise CLIError("--init-from uses the checkpoint's own tokenizer: drop --tokenizer and --vocab-size")
+
+
+def _new_job(args, run_kind: str, model_settings: dict, train_settings: dict, data_settings: dict):
+    """A fresh run's job and TrainConfig: from the run kind's defaults, or from --init-from."""
+    from scratchformer.training.jobs import build_job, build_job_from_hf
+
+    if args.init_from is None:
+        return build_job(run_kind, model_settings, train_settings, data_settings)
+    job_cfg = build_job_from_hf(args.init_from, run_kind, train_settings, data_settings)
+    from scratchformer.interop.hf_lm import hf_notes
+
+    for note in hf_notes(args.init_from):  # bf16 weights read as float32, padding rows dropped
+        print(note, file=sys.stderr)
+    return job_cfg
 
 
 def cmd_finetune(args) -> int:
