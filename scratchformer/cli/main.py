@@ -461,6 +461,7 @@ def _given(args, names) -> dict:
 def cmd_train(args) -> int:
     from scratchformer.data import read_data
     from scratchformer.data.bundled import resolve_data
+    from scratchformer.training.jobs import job_class
     from scratchformer.training.rundir import check_fresh
 
     if args.out == "":
@@ -502,14 +503,14 @@ def cmd_train(args) -> int:
             raise CLIError("--resume continues the saved run: model and data options cannot change "
                            "(training options such as --max-steps can; --data only says where its file moved)")
 
-        def wrong_task(config: dict) -> str | None:
-            saved_task = config.get("task", "lm")
+        def job_of(checkpoint):
+            saved_task = checkpoint.config.get("task", "lm")
             if args.task is not None and args.task != saved_task:
-                return (f"--resume continues the saved {saved_task!r} run in {out}: drop --task {args.task}, "
-                        "or train it into another --out")
-            return None
+                raise CLIError(f"--resume continues the saved {saved_task!r} run in {out}: drop --task "
+                               f"{args.task}, or train it into another --out")
+            return job_class(checkpoint)
 
-        resumed = _resume(args, out, train_settings, {"data": args.data}, _no_run_to_resume, wrong_task,
+        resumed = _resume(args, out, train_settings, {"data": args.data}, _no_run_to_resume, job_of,
                           "train again")
         if resumed is None:
             return 0
@@ -572,15 +573,16 @@ def cmd_finetune(args) -> int:
             raise CLIError("--resume continues the saved run: model and data options cannot change "
                            "(training options such as --max-steps can; --data only says where its CSV moved)")
 
-        def wrong_kind(config: dict) -> str | None:
-            if config.get("kind") != SentenceClassifierJob.kind:
-                return f"{out} holds a {config.get('kind')!r} run: resume it with 'scratchformer train'"
-            return None
+        def job_of(checkpoint):
+            kind = checkpoint.config.get("kind")
+            if kind != SentenceClassifierJob.kind:
+                raise CLIError(f"{out} holds a {kind!r} run: resume it with 'scratchformer train'")
+            return SentenceClassifierJob
 
         def no_checkpoint(out: Path) -> str:
             return f"nothing to resume: {out} holds no checkpoint ({LAST}/); fine-tune without --resume"
 
-        resumed = _resume(args, out, train_settings, {"train_data": args.data}, no_checkpoint, wrong_kind,
+        resumed = _resume(args, out, train_settings, {"train_data": args.data}, no_checkpoint, job_of,
                           "fine-tune again")
         if resumed is None:
             return 0
@@ -605,14 +607,14 @@ def _no_run_to_resume(out: Path) -> str:
     return f"nothing to resume: {out} holds no run; train without --resume to start one"
 
 
-def _resume(args, out: Path, train_settings: dict, data: dict, no_run, wrong_kind, again: str):
+def _resume(args, out: Path, train_settings: dict, data: dict, no_run, job_of, again: str):
     """--resume, for train and finetune alike: out/last read once, its job (`data`: where its data
     file has moved, as the job's from_checkpoint names it) and the TrainConfig the run continues
     with (the saved one, with the training options given), its change printed. None, said in
-    one line, when the run has already reached it (trainer.nothing_to_do decides). `no_run(out)`
-    and `wrong_kind(config)` word the refusals that differ between the commands."""
+    one line, when the run has already reached it (trainer.nothing_to_do decides). What differs
+    between the commands is given: `no_run(out)` words the refusal of an --out without a
+    checkpoint, `job_of(checkpoint)` is the job class that reads it (or a CLIError)."""
     from scratchformer.training.checkpoint import checkpoint_exists, load_checkpoint
-    from scratchformer.training.jobs import job_class
     from scratchformer.training.trainer import LAST, nothing_to_do, resume_config
 
     if args.overwrite:
@@ -620,10 +622,7 @@ def _resume(args, out: Path, train_settings: dict, data: dict, no_run, wrong_kin
     if not checkpoint_exists(out / LAST):
         raise CLIError(no_run(out))
     checkpoint = load_checkpoint(out / LAST)
-    problem = wrong_kind(checkpoint.config)
-    if problem is not None:
-        raise CLIError(problem)
-    job = job_class(checkpoint).from_checkpoint(checkpoint, allow_changed_data=args.allow_changed_data, **data)
+    job = job_of(checkpoint).from_checkpoint(checkpoint, allow_changed_data=args.allow_changed_data, **data)
     saved = checkpoint.extra.get("train_config")
     if saved is None:
         raise CheckpointError(f"{checkpoint.path / 'trainer_state.json'} has no extra.train_config: cannot "
