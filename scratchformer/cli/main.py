@@ -198,20 +198,14 @@ def _add_setting(group, name: str, spec, help_spec, values: dict[str, object]) -
         group.add_argument(flag, type=_spec_type(inner), metavar=metavar, help=help_text)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from scratchformer.data.datasets import DEFAULT_BPE_VOCAB, FORMATS, TOKENIZERS
-    from scratchformer.data.tasks import TASKS
-    from scratchformer.models import GPTConfig
-    from scratchformer.training.config import TrainConfig
-    from scratchformer.interop.bert_classifier import SentenceClassifierConfig
-    from scratchformer.training.jobs import FINETUNE_RUN_KINDS, LM_TASKS, RUN_DEFAULTS, epochs_text, run_defaults
-    from scratchformer.training.schema import CSV_DATA, INDUCTION_DATA, LM_DATA, MODADD_DATA
-    from scratchformer.training.sentence import BASE_MODELS
+def _defaults_by_kind():
+    """values(section, name, kinds=None): the default of one setting for every run kind it
+    applies to (train's kinds, or `kinds`), from RUN_DEFAULTS resolved once."""
+    from scratchformer.training.jobs import FINETUNE_RUN_KINDS, RUN_DEFAULTS, epochs_text, run_defaults
 
     resolved = {kind: run_defaults(kind) for kind in RUN_DEFAULTS}
 
     def values(section: str, name: str, kinds=None) -> dict[str, object]:
-        """The default of one setting for every run kind it applies to (train's kinds, or `kinds`)."""
         out = {}
         for kind, d in resolved.items():
             if (kind in FINETUNE_RUN_KINDS) != (kinds is not None) or (kinds is not None and kind not in kinds):
@@ -222,6 +216,11 @@ def build_parser() -> argparse.ArgumentParser:
             out.update({"--init-from": d["init_from"][name] for d in resolved.values() if name in d["init_from"]})
         return out
 
+    return values
+
+
+def build_parser() -> argparse.ArgumentParser:
+    values = _defaults_by_kind()
     p = Parser(
         prog="scratchformer",
         description="Transformers from scratch on NumPy: train, sample, evaluate.",
@@ -232,6 +231,44 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"scratchformer {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")  # none given: main() prints the commands
     p.commands = sub.choices  # command name -> its parser
+    _add_train_parser(sub, values)
+    _add_finetune_parser(sub, values)
+    _add_sample_parser(sub)
+    _add_eval_parser(sub)
+    _add_predict_parser(sub)
+    _add_embed_parser(sub)
+    _add_export_parser(sub)
+    add_viz_parser(sub)
+    add_exercise_parser(sub)
+    add_lens_parser(sub)
+    return p
+
+
+def _add_run_options(parser, resume: str, changed: str, quiet: str) -> None:
+    """The options train and finetune share, each command's wording given: how a run starts,
+    continues and reports."""
+    parser.add_argument("--resume", action="store_true", help=resume)
+    parser.add_argument("--overwrite", action="store_true",
+                        help="start a new run in an --out that holds one: its last/, best/ and log.jsonl are "
+                             "deleted first (without it, such an --out is refused)")
+    parser.add_argument("--allow-changed-data", action="store_true",
+                        help=f"resume even though {changed} (its sha256 differs)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--quiet", action="store_true", help=quiet)
+
+
+def _add_training_settings(group, values, kinds=None) -> None:
+    """One option per TrainConfig field, its defaults those of train's run kinds or `kinds`."""
+    from scratchformer.training.config import TrainConfig
+
+    for field in fields(TrainConfig):
+        _add_setting(group, field.name, TrainConfig.spec(field.name), TRAIN_HELP[field.name],
+                     values("train", field.name, kinds))
+
+
+def _add_train_parser(sub, values) -> None:
+    """`train`: data, run, model and optimisation options, defaults per run kind."""
+    from scratchformer.models import GPTConfig
 
     t = sub.add_parser(
         "train", help="train a model (default: a character-level GPT on the bundled baby names)",
@@ -240,7 +277,31 @@ def build_parser() -> argparse.ArgumentParser:
                     "defaults of the run kind (lines: makemore-like; text: nanoGPT's CPU config; "
                     "the tasks: their tuned settings); --help shows them per kind.",
     )
-    data = t.add_argument_group("data")
+    _add_train_data(t.add_argument_group("data"), values)
+    t.add_argument("--init-from", metavar="HF_DIR",
+                   help="continue training a Hugging Face GPT-2 or Llama directory (config.json, model.safetensors, "
+                        "its tokenizer) on --data, with its own config and tokenizer and fine-tuning rates (--lr, "
+                        "--min-lr, --warmup-steps: see their --init-from defaults) (default: none: a fresh model)")
+    t.add_argument("--out", metavar="DIR", help="output directory (default: out/<data name or task>)")
+    _add_run_options(t, resume="continue the run in --out from its last checkpoint, on its original schedule; a "
+                              "larger --max-steps extends it (the cosine keeps its length unless --decay-steps is "
+                              "given)",
+                     changed="the data file changed since training", quiet="no evaluation lines or samples")
+    m = t.add_argument_group("model")
+    for name, help_spec in MODEL_HELP.items():
+        _add_setting(m, name, GPTConfig.spec(name), help_spec, values("model", name))
+    m.add_argument("--block-size", type=_spec_type(GPTConfig.spec("block_size")), metavar="N",
+                   help="context length (" + _defaults_text(values("data", "block_size"), "longest line + 1") + ")")
+    _add_training_settings(t.add_argument_group("optimisation"), values)
+
+
+def _add_train_data(data, values) -> None:
+    """train's data options: the file and how it is read, or the task that generates it."""
+    from scratchformer.data.datasets import DEFAULT_BPE_VOCAB, FORMATS, TOKENIZERS
+    from scratchformer.data.tasks import TASKS
+    from scratchformer.training.jobs import LM_TASKS
+    from scratchformer.training.schema import INDUCTION_DATA, LM_DATA, MODADD_DATA
+
     data.add_argument("--data", metavar="PATH",
                       help="a UTF-8 text file, or a bundled data set: names (the default; makemore's 32K names) "
                            "or shakespeare (tinyshakespeare, 1.1M characters)")
@@ -273,29 +334,14 @@ def build_parser() -> argparse.ArgumentParser:
                       help="ids of the BPE with --tokenizer bpe, the end-of-text token included ("
                            + _defaults_text(values("data", "vocab_size"), f"{DEFAULT_BPE_VOCAB} with --tokenizer bpe")
                            + ")")
-    t.add_argument("--init-from", metavar="HF_DIR",
-                   help="continue training a Hugging Face GPT-2 or Llama directory (config.json, model.safetensors, "
-                        "its tokenizer) on --data, with its own config and tokenizer and fine-tuning rates (--lr, "
-                        "--min-lr, --warmup-steps: see their --init-from defaults) (default: none: a fresh model)")
-    t.add_argument("--out", metavar="DIR", help="output directory (default: out/<data name or task>)")
-    t.add_argument("--resume", action="store_true",
-                   help="continue the run in --out from its last checkpoint, on its original schedule; a larger "
-                        "--max-steps extends it (the cosine keeps its length unless --decay-steps is given)")
-    t.add_argument("--overwrite", action="store_true",
-                   help="start a new run in an --out that holds one: its last/, best/ and log.jsonl are deleted "
-                        "first (without it, such an --out is refused)")
-    t.add_argument("--allow-changed-data", action="store_true",
-                   help="resume even though the data file changed since training (its sha256 differs)")
-    t.add_argument("--no-progress", action="store_true", help="no progress bar")
-    t.add_argument("--quiet", action="store_true", help="no evaluation lines or samples")
-    m = t.add_argument_group("model")
-    for name, help_spec in MODEL_HELP.items():
-        _add_setting(m, name, GPTConfig.spec(name), help_spec, values("model", name))
-    m.add_argument("--block-size", type=_spec_type(GPTConfig.spec("block_size")), metavar="N",
-                   help="context length (" + _defaults_text(values("data", "block_size"), "longest line + 1") + ")")
-    o = t.add_argument_group("optimisation")
-    for f in fields(TrainConfig):
-        _add_setting(o, f.name, TrainConfig.spec(f.name), TRAIN_HELP[f.name], values("train", f.name))
+
+
+def _add_finetune_parser(sub, values) -> None:
+    """`finetune`: the CSV, the pretrained encoder, run, model and optimisation options."""
+    from scratchformer.interop.bert_classifier import SentenceClassifierConfig
+    from scratchformer.training.jobs import FINETUNE_RUN_KINDS
+    from scratchformer.training.schema import CSV_DATA
+    from scratchformer.training.sentence import BASE_MODELS
 
     f = sub.add_parser(
         "finetune", help="fine-tune a pretrained BERT encoder (all-MiniLM-L6-v2) as a sentence classifier",
@@ -316,23 +362,18 @@ def build_parser() -> argparse.ArgumentParser:
                         f"({_defaults_text(values('data', 'val_fraction', FINETUNE_RUN_KINDS))})")
     f.add_argument("--split-seed", type=_spec_type(CSV_DATA.fields["seed"]), metavar="N",
                    help=f"seed of the held-out part ({_defaults_text(values('data', 'split_seed', FINETUNE_RUN_KINDS))})")
-    f.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
-    f.add_argument("--overwrite", action="store_true",
-                   help="start a new run in an --out that holds one: its last/, best/ and log.jsonl are deleted "
-                        "first (without it, such an --out is refused)")
-    f.add_argument("--allow-changed-data", action="store_true",
-                   help="resume even though the training CSV changed since (its sha256 differs)")
-    f.add_argument("--no-progress", action="store_true", help="no progress bar")
-    f.add_argument("--quiet", action="store_true", help="no evaluation lines")
+    _add_run_options(f, resume="continue the run in --out from its last checkpoint",
+                     changed="the training CSV changed since", quiet="no evaluation lines")
     fm = f.add_argument_group("model")
     for name, help_spec in FINETUNE_HELP.items():
         _add_setting(fm, name, SentenceClassifierConfig.spec(name), help_spec,
                      values("model", name, FINETUNE_RUN_KINDS))
-    fo = f.add_argument_group("optimisation (defaults: fine-tuning; probe = with --freeze-encoder)")
-    for field in fields(TrainConfig):
-        _add_setting(fo, field.name, TrainConfig.spec(field.name), TRAIN_HELP[field.name],
-                     values("train", field.name, FINETUNE_RUN_KINDS))
+    optimisation = f.add_argument_group("optimisation (defaults: fine-tuning; probe = with --freeze-encoder)")
+    _add_training_settings(optimisation, values, FINETUNE_RUN_KINDS)
 
+
+def _add_sample_parser(sub) -> None:
+    """`sample`: a run or a Hugging Face directory, the prompt and the sampling settings."""
     s = sub.add_parser("sample", help="generate text from a trained language model",
                        description="Sample from a trained language model (DIR: a run directory or a checkpoint).")
     s.add_argument("dir", nargs="?", metavar="DIR", help="default: out/names")
@@ -355,6 +396,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=_nonneg_int,
                    help="seed of the draws, to repeat them (default: a fresh one, printed on stderr)")
 
+
+def _add_eval_parser(sub) -> None:
+    """`eval`: a run, its split and where its data moved."""
+    from scratchformer.training.config import TrainConfig
+
     e = sub.add_parser("eval", help="loss/perplexity (LM) or accuracy (tasks) on a split",
                        description="Evaluate a trained model on a held-out split.")
     e.add_argument("dir", nargs="?", default="out/names", metavar="DIR", help="default: out/names")
@@ -373,6 +419,9 @@ def build_parser() -> argparse.ArgumentParser:
                         f"does (Linux; 1: one process; results differ in the last bits; default: "
                         f"{TrainConfig.workers})")
 
+
+def _add_predict_parser(sub) -> None:
+    """`predict`: a classifier or seq2seq run and one input."""
     pr = sub.add_parser("predict", help="run a classifier or seq2seq checkpoint on one input",
                         description='Map one input such as "3 1 4 1 5" through a toy-task model, or label '
                                     'a sentence with a fine-tuned classifier.')
@@ -381,6 +430,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                    'finetune run')
     pr.add_argument("--beam", type=_beam_width, metavar="K", help="seq2seq: beam width, at most 1024 (default: 1, greedy)")
 
+
+def _add_embed_parser(sub) -> None:
+    """`embed`: texts, the encoder and where the array goes."""
     em = sub.add_parser("embed", help="sentence embeddings with a pretrained BERT-family encoder",
                         description="Embed texts with a Hugging Face BERT-family sentence encoder "
                                     "(default: the installed all-MiniLM-L6-v2 package).")
@@ -389,6 +441,9 @@ def build_parser() -> argparse.ArgumentParser:
     em.add_argument("--out", metavar="FILE.npy", help="save the (n, d) float32 array in this file, named exactly as "
                                                    "given (np.load reads it; default: print the first values)")
 
+
+def _add_export_parser(sub) -> None:
+    """`export`: a language-model run written as a Hugging Face directory."""
     x = sub.add_parser("export", help="write a language-model run as a Hugging Face GPT-2 or Llama directory",
                        description="Write a run's best checkpoint (or a checkpoint directory) as a Hugging Face "
                                    "directory that transformers' from_pretrained reads: GPT2LMHeadModel's layout "
@@ -399,11 +454,6 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("dir", metavar="RUN")
     x.add_argument("--hf", metavar="OUT", required=True, help="the directory to write")
 
-    add_viz_parser(sub)
-    add_exercise_parser(sub)
-    add_lens_parser(sub)
-    return p
-
 
 # -- commands --------------------------------------------------------------------------------
 def _given(args, names) -> dict:
@@ -412,13 +462,10 @@ def _given(args, names) -> dict:
 
 
 def cmd_train(args) -> int:
-    from scratchformer.data import read_text
+    from scratchformer.data import read_data
     from scratchformer.data.bundled import resolve_data
-    from scratchformer.data.datasets import guess_format
-    from scratchformer.training.checkpoint import checkpoint_exists, load_checkpoint
-    from scratchformer.training.jobs import build_job, build_job_from_hf, job_class
-    from scratchformer.training.rundir import check_fresh, run_files
-    from scratchformer.training.trainer import LAST
+    from scratchformer.training.jobs import job_class
+    from scratchformer.training.rundir import check_fresh
 
     if args.out == "":
         raise CLIError("--out is empty: give a directory, or omit --out (default: out/<data name or task>)")
@@ -429,13 +476,14 @@ def cmd_train(args) -> int:
     elif args.resume:
         run_kind, default_out = None, "out/names" if args.data is None else f"out/{resolve_data(args.data).stem}"
     else:
-        data_file = None if args.data is None else resolve_data(args.data)  # "" and missing files: one line
-        if data_file is not None and data_file.suffix.lower() == ".csv":
-            print(f"note: {data_file} is a CSV: train reads it as plain text for a character model; to train a "
-                  f"classifier on its text,label rows run 'scratchformer finetune --data {data_file}'",
+        # read once ("" and missing files: one line): format, sha256 and tokens come from these bytes
+        data_file = read_data(args.data)
+        if data_file.path.suffix.lower() == ".csv":
+            print(f"note: {data_file.path} is a CSV: train reads it as plain text for a character model; to train "
+                  f"a classifier on its text,label rows run 'scratchformer finetune --data {data_file.path}'",
                   file=sys.stderr)
-        run_kind = args.format or (guess_format(read_text(data_file)[0]) if data_file else "lines")
-        default_out = "out/names" if data_file is None else f"out/{data_file.stem}"
+        run_kind = args.format or (data_file.format if args.data is not None else "lines")
+        default_out = "out/names" if args.data is None else f"out/{data_file.path.stem}"
     for flag in ("modulus", "train_fraction"):
         if getattr(args, flag, None) is not None and args.task != "modadd":
             raise CLIError(f"--{flag.replace('_', '-')} applies to --task modadd only")
@@ -449,59 +497,64 @@ def cmd_train(args) -> int:
     for name in ("symbols", "repeats"):
         if name in data_settings and run_kind != "induction":
             raise CLIError(f"--{name} applies to --task induction only")
-
     if args.init_from is not None:
-        if args.resume:
-            raise CLIError("--init-from starts a run; --resume continues one: drop --init-from")
-        if args.task not in (None, "lm"):
-            raise CLIError(f"--init-from continues a language model: drop --task {args.task}")
-        if model_settings:
-            flag = "--" + next(iter(model_settings)).replace("_", "-").replace("norm-first", "norm")
-            raise CLIError(f"--init-from keeps the checkpoint's model: drop {flag}")
-        if "tokenizer" in data_settings or "vocab_size" in data_settings:
-            raise CLIError("--init-from uses the checkpoint's own tokenizer: drop --tokenizer and --vocab-size")
+        _check_init_from(args, model_settings, data_settings)
 
     checkpoint = None
     if args.resume:
         if model_settings or data_settings or args.format:
             raise CLIError("--resume continues the saved run: model and data options cannot change "
                            "(training options such as --max-steps can; --data only says where its file moved)")
-        if args.overwrite:
-            raise CLIError("--resume continues the run in --out and --overwrite deletes it: pass one of them")
-        if not checkpoint_exists(out / LAST):
-            found = run_files(out)
-            if found:
-                raise CLIError(f"nothing to resume: {out} holds no {LAST}/ checkpoint, only {', '.join(found)}: "
-                               "train with --overwrite (instead of --resume) to start a new run there, or choose "
-                               "another --out")
-            raise CLIError(f"nothing to resume: {out} holds no run; train without --resume to start one")
-        checkpoint = load_checkpoint(out / LAST)
-        saved_task = checkpoint.config.get("task", "lm")
-        if args.task is not None and args.task != saved_task:
-            raise CLIError(f"--resume continues the saved {saved_task!r} run in {out}: drop --task {args.task}, "
-                           "or train it into another --out")
-        job = job_class(checkpoint).from_checkpoint(checkpoint, data=args.data,
-                                                    allow_changed_data=args.allow_changed_data)
-        cfg = _resumed_schedule(checkpoint, out, train_settings, "train again")
-        if cfg is None:
+
+        def job_of(checkpoint):
+            saved_task = checkpoint.config.get("task", "lm")
+            if args.task is not None and args.task != saved_task:
+                raise CLIError(f"--resume continues the saved {saved_task!r} run in {out}: drop --task "
+                               f"{args.task}, or train it into another --out")
+            return job_class(checkpoint)
+
+        resumed = _resume(args, out, train_settings, {"data": args.data}, _no_run_to_resume, job_of,
+                          "train again")
+        if resumed is None:
             return 0
+        job, cfg, checkpoint = resumed
     else:
         if not args.overwrite:
-            check_fresh(out)  # before the data is read; train() checks again, under the run's lock
-        data_settings.update({"path": args.data} if args.data is not None else {})
-        if args.init_from is not None:
-            job, cfg = build_job_from_hf(args.init_from, run_kind, train_settings, data_settings)
-            from scratchformer.interop.hf_lm import hf_notes
-
-            for note in hf_notes(args.init_from):  # bf16 weights read as float32, padding rows dropped
-                print(note, file=sys.stderr)
-        else:
-            job, cfg = build_job(run_kind, model_settings, train_settings, data_settings)
+            check_fresh(out)  # before the data is tokenized; train() checks again, under the run's lock
+        path = data_file if args.task in (None, "lm") else args.data  # a task refuses --data itself
+        data_settings.update({"path": path} if path is not None else {})
+        job, cfg = _new_job(args, run_kind, model_settings, train_settings, data_settings)
     return _run_training(job, cfg, out, args, checkpoint)
 
 
+def _check_init_from(args, model_settings: dict, data_settings: dict) -> None:
+    """--init-from starts a language model from a pretrained one: its model and tokenizer stay."""
+    if args.resume:
+        raise CLIError("--init-from starts a run; --resume continues one: drop --init-from")
+    if args.task not in (None, "lm"):
+        raise CLIError(f"--init-from continues a language model: drop --task {args.task}")
+    if model_settings:
+        flag = "--" + next(iter(model_settings)).replace("_", "-").replace("norm-first", "norm")
+        raise CLIError(f"--init-from keeps the checkpoint's model: drop {flag}")
+    if "tokenizer" in data_settings or "vocab_size" in data_settings:
+        raise CLIError("--init-from uses the checkpoint's own tokenizer: drop --tokenizer and --vocab-size")
+
+
+def _new_job(args, run_kind: str, model_settings: dict, train_settings: dict, data_settings: dict):
+    """A fresh run's job and TrainConfig: from the run kind's defaults, or from --init-from."""
+    from scratchformer.training.jobs import build_job, build_job_from_hf
+
+    if args.init_from is None:
+        return build_job(run_kind, model_settings, train_settings, data_settings)
+    job_cfg = build_job_from_hf(args.init_from, run_kind, train_settings, data_settings)
+    from scratchformer.interop.hf_lm import hf_notes
+
+    for note in hf_notes(args.init_from):  # bf16 weights read as float32, padding rows dropped
+        print(note, file=sys.stderr)
+    return job_cfg
+
+
 def cmd_finetune(args) -> int:
-    from scratchformer.training.checkpoint import checkpoint_exists, load_checkpoint
     from scratchformer.training.jobs import build_job
     from scratchformer.training.rundir import check_fresh
     from scratchformer.training.sentence import SentenceClassifierJob
@@ -522,18 +575,21 @@ def cmd_finetune(args) -> int:
         if model_settings or data_settings:
             raise CLIError("--resume continues the saved run: model and data options cannot change "
                            "(training options such as --max-steps can; --data only says where its CSV moved)")
-        if args.overwrite:
-            raise CLIError("--resume continues the run in --out and --overwrite deletes it: pass one of them")
-        if not checkpoint_exists(out / LAST):
-            raise CLIError(f"nothing to resume: {out} holds no checkpoint ({LAST}/); fine-tune without --resume")
-        checkpoint = load_checkpoint(out / LAST)
-        if checkpoint.config.get("kind") != SentenceClassifierJob.kind:
-            raise CLIError(f"{out} holds a {checkpoint.config.get('kind')!r} run: resume it with 'scratchformer train'")
-        job = SentenceClassifierJob.from_checkpoint(checkpoint, train_data=args.data,
-                                                    allow_changed_data=args.allow_changed_data)
-        cfg = _resumed_schedule(checkpoint, out, train_settings, "fine-tune again")
-        if cfg is None:
+
+        def job_of(checkpoint):
+            kind = checkpoint.config.get("kind")
+            if kind != SentenceClassifierJob.kind:
+                raise CLIError(f"{out} holds a {kind!r} run: resume it with 'scratchformer train'")
+            return SentenceClassifierJob
+
+        def no_checkpoint(out: Path) -> str:
+            return f"nothing to resume: {out} holds no checkpoint ({LAST}/); fine-tune without --resume"
+
+        resumed = _resume(args, out, train_settings, {"train_data": args.data}, no_checkpoint, job_of,
+                          "fine-tune again")
+        if resumed is None:
             return 0
+        job, cfg, checkpoint = resumed
     else:
         if not args.overwrite:
             check_fresh(out)  # before the CSV and the encoder are read; train() checks again, under the lock
@@ -542,23 +598,46 @@ def cmd_finetune(args) -> int:
     return _run_training(job, cfg, out, args, checkpoint)
 
 
-def _resumed_schedule(checkpoint, out: Path, train_settings: dict, again: str):
-    """The TrainConfig a --resume continues with (the saved one, with the training options given),
-    its effect printed; None, said in one line, when the run has already reached it."""
-    from scratchformer.training.trainer import resume_config
+def _no_run_to_resume(out: Path) -> str:
+    """train --resume into an --out without a last/ checkpoint: what it holds instead."""
+    from scratchformer.training.rundir import run_files
+    from scratchformer.training.trainer import LAST
 
+    found = run_files(out)
+    if found:
+        return (f"nothing to resume: {out} holds no {LAST}/ checkpoint, only {', '.join(found)}: train with "
+                "--overwrite (instead of --resume) to start a new run there, or choose another --out")
+    return f"nothing to resume: {out} holds no run; train without --resume to start one"
+
+
+def _resume(args, out: Path, train_settings: dict, data: dict, no_run, job_of, again: str):
+    """--resume, for train and finetune alike: out/last read once, its job (`data`: where its data
+    file has moved, as the job's from_checkpoint names it) and the TrainConfig the run continues
+    with (the saved one, with the training options given), its change printed. None, said in
+    one line, when the run has already reached it (trainer.nothing_to_do decides). What differs
+    between the commands is given: `no_run(out)` words the refusal of an --out without a
+    checkpoint, `job_of(checkpoint)` is the job class that reads it (or a CLIError)."""
+    from scratchformer.training.checkpoint import checkpoint_exists, load_checkpoint
+    from scratchformer.training.trainer import LAST, nothing_to_do, resume_config
+
+    if args.overwrite:
+        raise CLIError("--resume continues the run in --out and --overwrite deletes it: pass one of them")
+    if not checkpoint_exists(out / LAST):
+        raise CLIError(no_run(out))
+    checkpoint = load_checkpoint(out / LAST)
+    job = job_of(checkpoint).from_checkpoint(checkpoint, allow_changed_data=args.allow_changed_data, **data)
     saved = checkpoint.extra.get("train_config")
     if saved is None:
         raise CheckpointError(f"{checkpoint.path / 'trainer_state.json'} has no extra.train_config: cannot "
                               f"resume from it; restore the file or {again}")
     cfg, note = resume_config(saved, train_settings)
-    if checkpoint.step >= cfg.max_steps:
-        print(f"nothing to do: the run in {out} is at step {checkpoint.step} of {cfg.max_steps}; "
-              "pass a larger --max-steps to extend it")
+    done = nothing_to_do(checkpoint.step, cfg, out)
+    if done is not None:
+        print(done)
         return None
     if note:
         print(note)
-    return cfg
+    return job, cfg, checkpoint
 
 
 def _run_training(job, cfg, out: Path, args, checkpoint) -> int:
@@ -594,7 +673,7 @@ def cmd_sample(args) -> int:
 
     prompt = args.prompt
     if args.prompt_file is not None:
-        from scratchformer.limits import check_text_fits
+        from scratchformer.limits.estimates import check_text_fits
 
         try:
             check_text_fits(Path(args.prompt_file).stat().st_size, args.prompt_file, "--prompt-file")

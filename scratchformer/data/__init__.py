@@ -3,11 +3,13 @@
 
 from scratchformer.data.datasets import (
     DEFAULT_SEED,
+    DataFile,
     Dataset,
     LineDataset,
     TextDataset,
     guess_format,
     load_dataset,
+    read_data,
     read_text,
 )
 from scratchformer.data.bpe import BPETokenizer
@@ -18,10 +20,12 @@ __all__ = [
     "BPETokenizer",
     "IGNORE_INDEX",
     "CharTokenizer",
+    "DataFile",
     "Dataset",
     "LineDataset",
     "TextDataset",
     "guess_format",
     "load_dataset",
+    "read_data",
     "read_text",
 ]

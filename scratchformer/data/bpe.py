@@ -26,7 +26,7 @@ import numpy as np
 from scratchformer.checks import check_id_sequence
 from scratchformer.data.tokenizer import IGNORE_INDEX
 from scratchformer.errors import ConfigError, DataError, DTypeError, RunFileError
-from scratchformer.limits import check_bpe_fits
+from scratchformer.limits.estimates import check_bpe_fits
 from scratchformer.runfiles import read_json_file, write_atomic
 
 END_OF_TEXT = "<|endoftext|>"  # GPT-2's one special token

@@ -1,14 +1,19 @@
 """Datasets: one item per line (makemore) or one long text (nanoGPT), and `load_dataset`.
 
+A data file is read once (`read_data` -> `DataFile`: its sha256, text and guessed format from
+one read); `load_dataset` takes that DataFile, or a path it reads itself.
+
 Both datasets give int64 batches `(x, y)` of shape (B, T): `y[b, t]` is the token that follows
 `x[b, :t+1]`. Padded target positions hold IGNORE_INDEX (-100) and must be skipped by the loss.
 """
 
 from __future__ import annotations
 
+import hashlib
 import statistics
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from importlib import resources
 from pathlib import Path
 
@@ -16,9 +21,11 @@ import numpy as np
 
 from scratchformer.checks import as_array, check_int_in_range, check_positive_int
 from scratchformer.data.bpe import BPETokenizer
+from scratchformer.data.bundled import BUNDLED, DEFAULT, resolve_data
 from scratchformer.data.tokenizer import IGNORE_INDEX, CharTokenizer
 from scratchformer.errors import ConfigError, DataError, DTypeError
-from scratchformer.limits import check_fits, check_line_lengths, check_text_fits
+from scratchformer.limits.estimates import check_text_fits
+from scratchformer.limits.memory import check_fits
 
 DEFAULT_TEXT_BLOCK_SIZE = 128
 # The one default seed (nanoGPT's): initial weights, batches, dropout and the split of a lines
@@ -31,6 +38,7 @@ FORMATS = ("lines", "text")  # how a data file is read: one item per line, or co
 TOKENIZER_CLASSES = {"char": CharTokenizer, "bpe": BPETokenizer}
 TOKENIZERS = tuple(TOKENIZER_CLASSES)
 DEFAULT_BPE_VOCAB = 512  # --vocab-size when --tokenizer bpe is given without it
+MAX_LINE_CHARS = 1000  # a "lines" data set is names and short items; 1,000 chars is generous
 
 
 def tokenizer_from_json(d: dict) -> CharTokenizer | BPETokenizer:
@@ -192,36 +200,99 @@ class Dataset:
     format: str  # "lines" | "text"
     block_size: int
     source: str  # file path, or "names.txt (bundled)"
+    sha256: str | None = None  # of the file's bytes, read in the same pass as the text
+
+
+@dataclass(eq=False)
+class DataFile:
+    """A data file read once: its bytes' sha256 (what config.json's data.sha256 records), then its
+    text (decoded on first use: DataError for a non-UTF-8 or empty file) and the format it looks
+    like. `read_data` makes one; `load_dataset` takes it in place of a path."""
+
+    path: Path  # the file (a bundled data set's inside the package)
+    name: str | None  # the bundled data set's name ("names", "shakespeare"), None for any other file
+    source: str  # how messages name it: the path, or "names.txt (bundled)"
+    sha256: str
+    raw: bytes | None = field(default=None, repr=False)  # dropped once decoded
+
+    @cached_property
+    def text(self) -> str:
+        """The text, BOM and Windows newlines removed."""
+        if self.raw is None:
+            raise DataError(f"the text of {self.source} was handed over already (release): read the file again")
+        try:
+            text = self.raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise DataError(
+                f"{self.source} is not UTF-8 (bad byte at offset {e.start}): convert it to UTF-8 "
+                "(e.g. iconv -t utf-8)"
+            ) from None
+        text = text.removeprefix("\ufeff").replace("\r\n", "\n")  # BOM / Windows newlines
+        if not text.strip():
+            raise DataError(f"{self.source} is empty: give a file with some text")
+        self.raw = None
+        return text
+
+    @cached_property
+    def format(self) -> str:
+        """"lines" or "text", as `guess_format` reads the text."""
+        return guess_format(self.text)
+
+    def release(self) -> str:
+        """The text, handed over once: the file keeps only its name, sha256 and format, so a
+        caller still holding it (the CLI, through a training run) holds no copy of the data."""
+        text = self.text
+        self.__dict__.pop("text")
+        return text
+
+
+def _read_file(path: Path | None, name: str | None = None) -> DataFile:
+    """The bytes of a data file and their sha256 (None: the bundled names.txt, read through
+    importlib.resources); DataError for a missing, unreadable or directory path."""
+    if path is None:
+        data = resources.files("scratchformer.data").joinpath("names.txt").read_bytes()
+        sha256 = hashlib.sha256(data).hexdigest()
+        return DataFile(resolve_data(DEFAULT), name or DEFAULT, "names.txt (bundled)", sha256, data)
+    source = str(path)
+    if not path.exists():
+        raise DataError(f"dataset file not found: {path}: check the path")
+    if path.is_dir():
+        raise DataError(f"dataset path is a directory: {path}: pass a text file")
+    try:
+        check_text_fits(path.stat().st_size, source)  # ~10 bytes of memory per byte of text
+        data = path.read_bytes()
+    except OSError as e:
+        raise DataError(f"cannot read dataset file {path}: {e.strerror}") from None
+    return DataFile(path, name, source, hashlib.sha256(data).hexdigest(), data)
+
+
+def read_data(name_or_path: str | Path | None = None) -> DataFile:
+    """A data set read once: a bundled name ("names", the default for None; "shakespeare") or a
+    path, given as a str (checked by `resolve_data`) or as a Path the caller has resolved. The
+    default names are read through importlib.resources."""
+    if isinstance(name_or_path, Path):
+        return _read_file(name_or_path)
+    file = resolve_data(name_or_path)
+    if name_or_path is None or (isinstance(name_or_path, str) and name_or_path in BUNDLED):
+        name = name_or_path or DEFAULT
+        return _read_file(None if name == DEFAULT else file, name)
+    return _read_file(file)
 
 
 def read_text(path: Path | None) -> tuple[str, str]:
     """(text, source name) of a UTF-8 data file (None: the bundled names.txt), BOM and Windows
     newlines removed; raises DataError for a missing, unreadable, non-UTF-8 or empty file."""
-    if path is None:
-        data = resources.files("scratchformer.data").joinpath("names.txt").read_bytes()
-        source = "names.txt (bundled)"
-    else:
-        source = str(path)
-        if not path.exists():
-            raise DataError(f"dataset file not found: {path}: check the path")
-        if path.is_dir():
-            raise DataError(f"dataset path is a directory: {path}: pass a text file")
-        try:
-            check_text_fits(path.stat().st_size, source)  # ~10 bytes of memory per byte of text
-            data = path.read_bytes()
-        except OSError as e:
-            raise DataError(f"cannot read dataset file {path}: {e.strerror}") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise DataError(
-            f"{source} is not UTF-8 (bad byte at offset {e.start}): convert it to UTF-8 "
-            "(e.g. iconv -t utf-8)"
-        ) from None
-    text = text.removeprefix("\ufeff").replace("\r\n", "\n")  # BOM / Windows newlines
-    if not text.strip():
-        raise DataError(f"{source} is empty: give a file with some text")
-    return text, source
+    file = _read_file(path)
+    return file.text, file.source
+
+
+def check_line_lengths(lines, path, limit: int = MAX_LINE_CHARS, option: str = "--format text") -> None:
+    """Refuse a lines data set with a line longer than `limit` characters (its block size,
+    and every batch, would grow with it), naming the first such line (1-based)."""
+    for number, line in enumerate(lines, start=1):
+        if len(line) > limit:
+            raise DataError(f"{path} line {number} has {len(line):,} characters (the limit for a lines file is "
+                            f"{limit:,}): shorten it, or train on the file with {option}")
 
 
 def split_lines(text: str) -> list[str]:
@@ -246,10 +317,11 @@ def guess_format(text: str) -> str:
     return "lines" if len(lines) - len(items) <= 0.01 * len(lines) else "text"
 
 
-def load_dataset(path: str | Path | None = None, format: str | None = None, block_size: int | None = None,
-                 seed: int = DEFAULT_SEED, test_size: int = 1000, val_fraction: float = 0.1,
+def load_dataset(path: str | Path | DataFile | None = None, format: str | None = None,
+                 block_size: int | None = None, seed: int = DEFAULT_SEED, test_size: int = 1000,
+                 val_fraction: float = 0.1,
                  tokenizer: str | CharTokenizer | BPETokenizer = "char", vocab_size: int | None = None) -> Dataset:
-    """Read a file (default: the bundled names.txt) and split it.
+    """Read a file (default: the bundled names.txt; a DataFile: one already read) and split it.
 
     Lines: items shuffled with `np.random.default_rng(seed)`, then test = min(test_size,
     int(n * val_fraction)) items (makemore holds out min(1000, 10%)), val = as many,
@@ -276,8 +348,9 @@ def load_dataset(path: str | Path | None = None, format: str | None = None, bloc
     bpe_size = DEFAULT_BPE_VOCAB if vocab_size is None else vocab_size
     if not 0.0 < val_fraction < 1.0:
         raise ConfigError(f"val_fraction must be in (0, 1), got {val_fraction}")
-    text, source = read_text(None if path is None else Path(path))
-    fmt = format or guess_format(text)
+    file = path if isinstance(path, DataFile) else _read_file(None if path is None else Path(path))
+    fmt = format or file.format
+    text, source = file.release(), file.source
 
     if fmt == "lines":
         lines = [s.strip() for s in split_lines(text)]
@@ -309,7 +382,7 @@ def load_dataset(path: str | Path | None = None, format: str | None = None, bloc
         test = LineDataset(lines[:n_test], tok, block_size, f"{source} (test)")
         val = LineDataset(lines[n_test : 2 * n_test], tok, block_size, f"{source} (val)")
         train = LineDataset(lines[2 * n_test :], tok, block_size, f"{source} (train)")
-        return Dataset(tok, train, val, test, "lines", block_size, source)
+        return Dataset(tok, train, val, test, "lines", block_size, source, file.sha256)
 
     if block_size is None:
         block_size = DEFAULT_TEXT_BLOCK_SIZE
@@ -333,4 +406,4 @@ def load_dataset(path: str | Path | None = None, format: str | None = None, bloc
         )
     train = TextDataset(ids[0], tok, block_size, f"{source} (train)", chars[0])
     val = TextDataset(ids[1], tok, block_size, f"{source} (val)", chars[1])
-    return Dataset(tok, train, val, val, "text", block_size, source)
+    return Dataset(tok, train, val, val, "text", block_size, source, file.sha256)

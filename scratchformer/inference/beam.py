@@ -36,7 +36,7 @@ import numpy as np
 
 from scratchformer.checks import check_int_in_range, check_token_ids
 from scratchformer.errors import ConfigError
-from scratchformer.limits import check_fits
+from scratchformer.limits.memory import check_fits
 from scratchformer.nn.module import eval_mode
 from scratchformer.ops import log_softmax_forward
 

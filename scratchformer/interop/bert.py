@@ -34,7 +34,7 @@ import numpy as np
 from scratchformer.checks import check_positive_int, check_positive_number, check_token_ids
 from scratchformer.errors import CheckpointError, ConfigError, DataError
 from scratchformer.interop.hf_files import read_json, read_safetensors
-from scratchformer.limits import check_fits
+from scratchformer.limits.memory import check_fits
 from scratchformer.models.base import Model, Sizes
 
 __all__ = ["BertConfig", "BertEncoder", "load_hf_bert", "hf_to_scratch_state_dict"]

@@ -24,7 +24,8 @@ import numpy as np
 from scratchformer.data.bpe import BPETokenizer
 from scratchformer.errors import CheckpointError, ConfigError, DataError
 from scratchformer.interop.hf_files import HALF_DTYPES, read_json, safetensors_dtypes, weight_files
-from scratchformer.limits import check_fits, generation_bytes
+from scratchformer.limits.estimates import generation_bytes
+from scratchformer.limits.memory import check_fits
 from scratchformer.models import GPT
 
 __all__ = ["load_hf_causal_lm", "hf_generate", "hf_samples", "save_hf_causal_lm", "hf_layout", "hf_token_ids", "hf_notes",

@@ -51,7 +51,7 @@ import numpy as np
 
 from scratchformer.checks import check_backward_args
 from scratchformer.errors import BackwardError, ConfigError
-from scratchformer.limits import Sizes
+from scratchformer.limits.estimates import Sizes
 from scratchformer.nn import Embedding, LayerNorm, LearnedPositionalEmbedding, NoNorm, RMSNorm, SinusoidalPositionalEncoding
 from scratchformer.nn.module import Module
 from scratchformer.ops.loss import IGNORE_INDEX, cross_entropy_backward
@@ -214,7 +214,7 @@ class Model(Module):
 
     @classmethod
     def sizes(cls, config) -> Sizes:
-        """What the memory estimates of scratchformer.limits need, before building anything."""
+        """What the memory estimates of scratchformer.limits.estimates need, before building anything."""
         raise NotImplementedError(f"{cls.__name__} does not give its sizes")
 
     def backward(self, dloss: float = 1.0, grad_output: np.ndarray | None = None) -> None:  # pragma: no cover

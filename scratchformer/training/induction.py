@@ -43,7 +43,7 @@ from scratchformer.data.induction import (
 )
 from scratchformer import lens
 from scratchformer.errors import ConfigError, DataError
-from scratchformer.limits import check_model_fits
+from scratchformer.limits.estimates import check_model_fits
 from scratchformer.models import GPT, GPTConfig
 from scratchformer.nn import eval_mode
 from scratchformer.ops.loss import IGNORE_INDEX

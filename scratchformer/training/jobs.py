@@ -32,7 +32,7 @@ import numpy as np
 from scratchformer.data import DEFAULT_SEED
 from scratchformer.data.tasks import TASKS, Task
 from scratchformer.errors import CheckpointError, ConfigError
-from scratchformer.limits import param_count_bound
+from scratchformer.limits.estimates import param_count_bound
 from scratchformer.training.checkpoint import Checkpoint, checkpoint_exists, load_checkpoint
 from scratchformer.training.induction import InductionJob
 from scratchformer.training.lm import LMJob

@@ -5,7 +5,8 @@ It implements the `scratchformer.training.jobs.Job` protocol; its defaults are t
 and "text" rows of `scratchformer.training.jobs.RUN_DEFAULTS`. The data file is read only
 when a batch or an evaluation needs it, so a run whose data file has moved still samples.
 
-The data file is fingerprinted (sha256, config.json's data.sha256) when training starts;
+The data file is read once (data.read_data: its sha256, config.json's data.sha256, and its
+tokens from the same bytes) and fingerprinted when training starts;
 evaluating or resuming on a file that changed since stops with one line unless the caller
 allows it (`allow_changed_data`, the CLI's --allow-changed-data).
 """
@@ -13,45 +14,48 @@ allows it (`allow_changed_data`, the CLI's --allow-changed-data).
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import numpy as np
 
-from scratchformer.data import IGNORE_INDEX, BPETokenizer, CharTokenizer, load_dataset
-from scratchformer.data.bundled import BUNDLED, DEFAULT, resolve_data
+from scratchformer.data import IGNORE_INDEX, BPETokenizer, CharTokenizer, DataFile, load_dataset, read_data
+from scratchformer.data.bundled import DEFAULT, resolve_data
 from scratchformer.data.datasets import tokenizer_from_json
 from scratchformer.errors import CheckpointError, ConfigError, DataError
-from scratchformer.limits import check_fits, check_model_fits, generation_bytes
+from scratchformer.limits.estimates import check_model_fits, generation_bytes
+from scratchformer.limits.memory import check_fits
 from scratchformer.models import GPT, GPTConfig
 from scratchformer.training.evaluation import run_evaluation
-from scratchformer.training.rundir import check_data_unchanged, fingerprint_file
+from scratchformer.training.rundir import check_data_unchanged
 
 
-def _data_file(spec: dict) -> Path:
-    """The file behind a data spec: its path, or the bundled data set it names (names when
-    neither is recorded, as in runs written before bundled names were recorded)."""
-    return Path(spec["path"]) if spec["path"] is not None else resolve_data(spec.get("name", DEFAULT))
+def _read_recorded(spec: dict) -> DataFile:
+    """The file behind a recorded data spec, read: its path, or the bundled data set it names
+    (names when neither is recorded, as in runs written before bundled names were recorded)."""
+    if spec["path"] is not None:
+        return read_data(Path(spec["path"]))
+    return read_data(spec.get("name", DEFAULT))
 
 
 def _read_data(run_kind: str, data: dict, tokenizer) -> tuple:
-    """(Dataset, data spec) of `data` (a RUN_DEFAULTS "data" section with the user's settings)
-    read as `run_kind`, by `tokenizer`: "char", "bpe" (trained on the training split) or a
-    BPETokenizer used as it is."""
-    path = data.get("path")
-    bundled = path is None or (isinstance(path, str) and path in BUNDLED)
-    file = resolve_data(path)
+    """(Dataset, data spec) of `data` (a RUN_DEFAULTS "data" section with the user's settings;
+    its "path": a bundled name, a path, or a DataFile already read) read as `run_kind`, by
+    `tokenizer`: "char", "bpe" (trained on the training split) or a BPETokenizer used as it is.
+    The file is read once: its sha256 and its tokens come from the same bytes."""
+    file = data.get("path")
+    if not isinstance(file, DataFile):  # a str names a bundled data set or a path; a Path is a path
+        file = read_data(resolve_data(file) if isinstance(file, os.PathLike) else file)
     given = isinstance(tokenizer, BPETokenizer)
-    data_spec = {"path": None if bundled else str(file.resolve()), "format": run_kind, "seed": data["split_seed"],
-                 "block_size": data.get("block_size"), "sha256": fingerprint_file(file),
+    data_spec = {"path": None if file.name else str(file.path.resolve()), "format": run_kind,
+                 "seed": data["split_seed"], "block_size": data.get("block_size"), "sha256": file.sha256,
                  "tokenizer": "bpe" if given else tokenizer, "vocab_size": data.get("vocab_size")}
     if given and data_spec["vocab_size"] is not None:
         raise ConfigError("--vocab-size applies to a BPE trained here: a pretrained checkpoint brings its own "
                           "tokenizer")
-    if bundled:
-        data_spec["name"] = path or DEFAULT
-    # the bundled names are read through importlib.resources (path None), as always
-    ds = load_dataset(None if data_spec.get("name") == DEFAULT else file, run_kind,
-                      block_size=data_spec["block_size"], seed=data_spec["seed"],
+    if file.name:
+        data_spec["name"] = file.name
+    ds = load_dataset(file, run_kind, block_size=data_spec["block_size"], seed=data_spec["seed"],
                       tokenizer=tokenizer, vocab_size=data_spec["vocab_size"])
     data_spec.update(format=ds.format, block_size=ds.block_size)
     if data_spec["tokenizer"] == "bpe":  # recorded: the size asked for, the default resolved
@@ -85,6 +89,7 @@ class LMJob:
         self.model, self._dataset, self.data_spec = model, dataset, data_spec
         self.tokenizer: CharTokenizer | BPETokenizer = tokenizer if tokenizer is not None else dataset.tokenizer
         self.allow_changed_data = allow_changed_data
+        self._file: DataFile | None = None  # a data file given to from_checkpoint, read (and checked) there
 
     # -- building ------------------------------------------------------------------------------
     @classmethod
@@ -123,14 +128,18 @@ class LMJob:
         (checked: a file whose sha256 differs from the recorded one needs allow_changed_data)."""
         model = gpt_from_checkpoint(ck)
         spec = dict(ck.config["data"])
+        file = None
         if data is not None:  # checked now: a resume that finds nothing to do must still refuse it
             spec["path"] = str(resolve_data(data).resolve())
             spec.pop("name", None)
+            file = read_data(Path(spec["path"]))  # read once: checked here, tokenized when first needed
             if not allow_changed_data:
-                check_data_unchanged(spec["path"], spec.get("sha256"))
+                check_data_unchanged(spec["path"], spec.get("sha256"), sha256=file.sha256)
         if ck.tokenizer is None:
             raise CheckpointError(f"{ck.path} has no tokenizer.json: a language-model checkpoint needs one")
-        return cls(model, None, spec, tokenizer_from_json(ck.tokenizer), allow_changed_data)
+        job = cls(model, None, spec, tokenizer_from_json(ck.tokenizer), allow_changed_data)
+        job._file = file
+        return job
 
     @property
     def dataset(self):
@@ -140,15 +149,15 @@ class LMJob:
             if spec["path"] is not None and not Path(spec["path"]).exists():
                 raise DataError(f"this run was trained on {spec['path']}, which is not there any more: "
                                 "point to the file with --data PATH")
-            file = _data_file(spec)
-            if not self.allow_changed_data:
-                check_data_unchanged(file, spec.get("sha256"))
-            spec["sha256"] = fingerprint_file(file)  # what later checkpoints of this run record
+            file, checked = (self._file, True) if self._file is not None else (_read_recorded(spec), False)
+            self._file = None
+            if not (self.allow_changed_data or checked):  # a file given to from_checkpoint was checked there
+                check_data_unchanged(file.path, spec.get("sha256"), sha256=file.sha256)
+            spec["sha256"] = file.sha256  # what later checkpoints of this run record
             # a character vocabulary is built again (a new character is a changed file); a BPE
             # encodes any text, so the run's own is used
             bpe = isinstance(self.tokenizer, BPETokenizer)
-            ds = load_dataset(None if spec["path"] is None and spec.get("name", DEFAULT) == DEFAULT else file,
-                              spec["format"], block_size=spec["block_size"], seed=spec["seed"],
+            ds = load_dataset(file, spec["format"], block_size=spec["block_size"], seed=spec["seed"],
                               tokenizer=self.tokenizer if bpe else "char")
             if ds.tokenizer != self.tokenizer:
                 raise DataError(f"the data file {spec['path'] or 'names.txt'} changed since training: "

@@ -29,7 +29,7 @@ import numpy as np
 
 from scratchformer.data.tasks import ClassificationData, modadd_split
 from scratchformer.errors import CheckpointError, ConfigError, DataError
-from scratchformer.limits import check_model_fits
+from scratchformer.limits.estimates import check_model_fits
 from scratchformer.models import GPT, GPTConfig
 from scratchformer.nn import eval_mode
 from scratchformer.ops.loss import IGNORE_INDEX

@@ -21,6 +21,7 @@ LogWriter     appends whole rows; a failed write truncates the file back to its 
 read_log      the one reader of log.jsonl: strict, except a torn last line (a kill mid-write),
               which is dropped with a note
 start_log / truncate_log   a fresh run starts an empty log; a resume keeps rows <= its step
+start_run     a fresh run (lock held): --overwrite's clear_run, check_fresh, sweep_temporaries, start_log
 fingerprint_file / check_data_unchanged   sha256 of a data file, compared on eval/resume
 """
 
@@ -243,6 +244,16 @@ def recover_run(directory: str | os.PathLike) -> None:
     sweep_temporaries(directory)
 
 
+def start_run(directory: str | os.PathLike, overwrite: bool = False) -> None:
+    """A fresh run, its lock held: the old run deleted first with `overwrite` (clear_run), else
+    refused when there is one (check_fresh); a kill's temporaries swept; an empty log started."""
+    if overwrite:
+        clear_run(directory)
+    check_fresh(directory)
+    sweep_temporaries(directory)
+    start_log(Path(directory) / LOG_FILE)
+
+
 def check_checkpoint_paths(directory: str | os.PathLike) -> None:
     """At the start of a training: refuse, in one line (ConfigError), a last/ or best/ that no
     save can replace (checkpoint.check_checkpoint_path), rather than failing at the first save."""
@@ -362,12 +373,13 @@ def fingerprint_file(path: str | os.PathLike) -> str:
 
 
 def check_data_unchanged(path: str | os.PathLike, recorded_sha256: str | None,
-                         option: str = "--allow-changed-data") -> None:
-    """Raise DataChangedError when the file's sha256 differs from the one recorded at
-    training time (nothing recorded: older runs, nothing to compare)."""
+                         option: str = "--allow-changed-data", sha256: str | None = None) -> None:
+    """Raise DataChangedError when the file's sha256 (`sha256` when the caller has read the file
+    already, else read now) differs from the one recorded at training time (nothing recorded:
+    older runs, nothing to compare)."""
     if recorded_sha256 is None:
         return
-    now = fingerprint_file(path)
+    now = sha256 if sha256 is not None else fingerprint_file(path)
     if now != recorded_sha256:
         raise DataChangedError(
             f"{path} changed since training (sha256 {recorded_sha256[:12]}... then, {now[:12]}... now): "

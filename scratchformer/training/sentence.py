@@ -29,7 +29,7 @@ from scratchformer.interop.bert import BertEncoder, load_hf_bert
 from scratchformer.interop.bert_classifier import ENCODER_FIELDS, BertClassifier, SentenceClassifierConfig
 from scratchformer.interop.hf_files import read_json
 from scratchformer.interop.wordpiece import WordPieceTokenizer
-from scratchformer.limits import check_model_fits
+from scratchformer.limits.estimates import check_model_fits
 from scratchformer.nn import eval_mode
 from scratchformer.training.evaluation import run_evaluation
 from scratchformer.training.rundir import check_data_unchanged, fingerprint_file

@@ -30,7 +30,7 @@ from scratchformer.data.tasks import (
 )
 from scratchformer.errors import CheckpointError, ConfigError, DataError
 from scratchformer.inference.beam import beam_search, greedy_decode
-from scratchformer.limits import check_model_fits
+from scratchformer.limits.estimates import check_model_fits
 from scratchformer.models import ClassifierConfig, Seq2SeqConfig, Seq2SeqTransformer, TransformerClassifier
 from scratchformer.training.evaluation import run_evaluation
 

@@ -10,7 +10,14 @@ progress, time limits.
 Resuming is exact: the last checkpoint stores the model, the optimiser, the step and the
 state of both random generators (batches and dropout), so a resumed run takes the same
 steps as an uninterrupted one, bit for bit on the same machine. `resume_config` keeps the
-original schedule when a resumed run is extended.
+original schedule when a resumed run is extended; `nothing_to_do` alone decides that a resumed
+run has already reached its max_steps (the CLI asks it before building anything, train() again
+for a caller that did not).
+
+Inside: `train` takes the run's lock; `_train_locked` checks the settings, builds the optimiser
+and the run's state (`_Run`: what a checkpoint records), starts or restores the run directory
+(rundir.start_run / `_restore`), then `_loop` runs `_step`, logs `_Throughput`'s rows and
+`_evaluate`s, saving last/ first on any stop (`_stop_if_asked`, `_save_after_failure`).
 
 Nothing is lost or silently wrong: one training per run directory (rundir.RunLock); a fresh
 run refuses a directory that holds a run unless told to overwrite it; the log gets whole rows
@@ -37,17 +44,17 @@ import numpy as np
 from scratchformer.allocator import keep_freed_memory
 from scratchformer.errors import (CheckpointError, ConfigError, ParallelWorkerError, TrainingDivergedError,
                                   TrainingInterrupted)
-from scratchformer import limits
-from scratchformer.limits import check_training_fits, model_flops_per_token
+from scratchformer.limits import gemm
+from scratchformer.limits.estimates import check_training_fits
 from scratchformer.nn import set_dropout_rng
-from scratchformer.optim import clip_grad_norm, cosine_lr, make_adamw, param_groups
+from scratchformer.optim import AdamW, clip_grad_norm, cosine_lr, make_adamw, param_groups
 from scratchformer.training.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from scratchformer.training.config import TrainConfig
 from scratchformer.training.diagnostics import DIAG_FILE, Diagnostics
 from scratchformer.training.evaluation import run_evaluation
 from scratchformer.training.parallel import DataParallel, WaitInterrupted, can_fork_workers, check_workers
-from scratchformer.training.rundir import (LogWriter, RunLock, check_checkpoint_paths, check_fresh, clear_run,
-                                          recover_run, start_log, sweep_temporaries, truncate_log)
+from scratchformer.training.rundir import (LogWriter, RunLock, check_checkpoint_paths, recover_run, start_run,
+                                          truncate_log)
 from scratchformer.training.schema import CONFIG, check_json
 
 LAST, BEST, LOG = "last", "best", "log.jsonl"
@@ -140,6 +147,15 @@ def _resume_schedule(saved: dict, given: dict) -> tuple[TrainConfig, str | None]
     else:
         note = f"stopping at step {cfg.max_steps} instead of {planned.max_steps}; the schedule is unchanged"
     return cfg, note
+
+
+def nothing_to_do(step: int, cfg: TrainConfig, out_dir: str | Path) -> str | None:
+    """Whether a resumed run at `step` is already done under `cfg`, decided here alone: the
+    line that says so (the run is not touched), or None when there are steps to train."""
+    if step < cfg.max_steps:
+        return None
+    return (f"nothing to do: the run in {out_dir} is at step {step} of {cfg.max_steps}; pass a larger --max-steps "
+            "to extend it")
 
 
 class _StopRequests:
@@ -290,190 +306,262 @@ def _progress_bar(total: int, initial: int):
 
 
 def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, overwrite, lock, started) -> dict:
-    keep_freed_memory()  # freed temporaries stay in the process (scratchformer/allocator.py)
-    # Before any step: the settings and the model's config must be what a checkpoint can hold
-    # (a field changed after the config was built, or a value beyond its declaration, would
-    # otherwise surface only at the first save).
-    cfg.validate()
-    check_json(job.config_dict(), CONFIG, out_dir / LAST / "config.json", hint="change the setting it names")
-    _check_step_can_end(cfg)
-    cfg, note = processes_that_run(cfg)
-    if note:
-        _say(note)
+    """train() under the run's lock: the settings checked, the state built or restored, the loop run."""
+    cfg = _checked_settings(job, cfg, out_dir)
     model = job.model
-    params = model.parameters()
-    groups = param_groups(model, cfg.weight_decay, cfg.decay_embeddings)
-    if hasattr(model, "trainable_parameters"):  # a frozen encoder: neither updated nor decayed
-        trainable = {id(p) for p in model.trainable_parameters()}
-        groups = [{**g, "params": [p for p in g["params"] if id(p) in trainable]} for g in groups]
-    # the lane's AdamW: in the fast lane a FlatAdamW, whose binding makes the parameters' arrays
-    # views of its flat buffers (values unchanged; optim/flat.py)
-    opt = make_adamw(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=1e-8, weight_decay=cfg.weight_decay)
+    opt = _optimizer(model, cfg)
+    run = _Run(job, cfg, out_dir, lock, opt)
     # runs each batch (with workers=1, the model alone); a pending Ctrl-C or SIGTERM ends a wait for a worker
     runner = DataParallel(model, cfg.workers, optimizer=opt, train_outputs=False,  # the steps use the loss alone
-                          interrupted=lambda: stop.reason is not None)
-    data_rng = np.random.default_rng(cfg.seed)
-    dropout_rng = set_dropout_rng(model, np.random.default_rng(cfg.seed + 1))
-    step, best_val, val_loss = 0, math.inf, float("nan")
-    since_best = 0  # evaluations since the lowest validation loss (early stopping: cfg.patience)
-
+                          interrupted=lambda: run.stop.reason is not None)
+    run.data_rng = np.random.default_rng(cfg.seed)
+    run.dropout_rng = set_dropout_rng(model, np.random.default_rng(cfg.seed + 1))
     if resume:
-        recover_run(out_dir)  # a backup an interrupted save left becomes last/ (or best/) again
-        ck = checkpoint if checkpoint is not None else load_checkpoint(out_dir / LAST)
-        job.check_compatible(ck)
-        model.load_state_dict(ck.model_state)
-        if ck.optimizer_state is None or not ck.rng_state:
-            raise CheckpointError(f"{out_dir / LAST} holds no optimiser/RNG state: cannot resume from it")
-        opt.load_state_dict(ck.optimizer_state)
-        data_rng.bit_generator.state = ck.rng_state["data"]
-        dropout_rng.bit_generator.state = ck.rng_state["dropout"]
-        step, best_val = ck.step, ck.extra.get("best_val_loss", math.inf)
-        val_loss = ck.extra.get("val_loss", val_loss)
-        since_best = int(ck.extra.get("evals_since_best", 0))
-        if step >= cfg.max_steps:
-            return {"step": step, "train_loss": float("nan"), "val_loss": val_loss, "best_val_loss": best_val,
-                    "seconds": 0.0, "stopped_by": "nothing to do"}
-        note = truncate_log(out_dir / LOG, step)
-        if note:
-            _say(note)
+        if not _restore(run, checkpoint):
+            return run.summary(0.0, "nothing to do")
     else:
-        if overwrite:
-            clear_run(out_dir)
-        check_fresh(out_dir)
-        sweep_temporaries(out_dir)
-        start_log(out_dir / LOG)
+        start_run(out_dir, overwrite)
         started["log"] = True
     check_checkpoint_paths(out_dir)  # what no save could replace is refused now, not at the first save
     check_training_fits(model, cfg.batch_size, cfg.workers)
     diag = None  # the diagnostics recorder; it runs only on its own steps
     if cfg.diagnostics_every > 0:
         diag = Diagnostics(job, cfg.diagnostics_every, cfg.max_steps, cfg.seed, out_dir / DIAG_FILE,
-                           resume_step=step if resume else None)
+                           resume_step=run.step if resume else None)
+    return _loop(run, runner, diag, progress, verbose)
 
-    def save(which: str) -> None:
+
+def _checked_settings(job, cfg: TrainConfig, out_dir: Path) -> TrainConfig:
+    """Before any step: the settings and the model's config must be what a checkpoint can hold
+    (a field changed after the config was built, or a value beyond its declaration, would
+    otherwise surface only at the first save); -> cfg with the processes that can run."""
+    keep_freed_memory()  # freed temporaries stay in the process (scratchformer/allocator.py)
+    cfg.validate()
+    check_json(job.config_dict(), CONFIG, out_dir / LAST / "config.json", hint="change the setting it names")
+    _check_step_can_end(cfg)
+    cfg, note = processes_that_run(cfg)
+    if note:
+        _say(note)
+    return cfg
+
+
+def _optimizer(model, cfg: TrainConfig) -> AdamW:
+    """The lane's AdamW over the parameters that train (a frozen encoder's are neither updated
+    nor decayed): in the fast lane a FlatAdamW, whose binding makes the parameters' arrays views
+    of its flat buffers (values unchanged; optim/flat.py)."""
+    groups = param_groups(model, cfg.weight_decay, cfg.decay_embeddings)
+    if hasattr(model, "trainable_parameters"):
+        trainable = {id(p) for p in model.trainable_parameters()}
+        groups = [{**g, "params": [p for p in g["params"] if id(p) in trainable]} for g in groups]
+    return make_adamw(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=1e-8, weight_decay=cfg.weight_decay)
+
+
+class _Run:
+    """What a training holds while it runs and what its checkpoints record: the optimiser, the
+    two random generators (batches, dropout), the step and the validation losses seen."""
+
+    def __init__(self, job, cfg: TrainConfig, out_dir: Path, lock: RunLock, opt: AdamW):
+        self.job, self.cfg, self.out_dir, self.lock, self.opt = job, cfg, out_dir, lock, opt
+        self.params = job.model.parameters()
+        self.data_rng = self.dropout_rng = None
+        self.step, self.best_val, self.val_loss, self.train_loss = 0, math.inf, float("nan"), float("nan")
+        self.since_best = 0  # evaluations since the lowest validation loss (early stopping: cfg.patience)
+        self.step_start = None  # the generators' states where an abandoned step restarts (None: between steps)
+        self.stop: _StopRequests | None = None  # set while the loop runs
+
+    def save(self, which: str) -> None:
+        """Checkpoint the state into out_dir/which, a stop request held off until it is written."""
         # losses are checked before any save; NaN here only means "not evaluated yet" (Ctrl-C)
-        finite = {k: v for k, v in (("best_val_loss", best_val), ("val_loss", val_loss)) if math.isfinite(v)}
-        with stop.held():
-            lock.check_held()  # the run directory is still the one locked
+        finite = {k: v for k, v in (("best_val_loss", self.best_val), ("val_loss", self.val_loss)) if math.isfinite(v)}
+        with self.stop.held():
+            self.lock.check_held()  # the run directory is still the one locked
             save_checkpoint(
-                out_dir / which,
-                model_state=model.state_dict(),
-                config=job.config_dict(),
-                tokenizer=job.tokenizer_dict(),
-                optimizer_state=opt.state_dict(),
-                rng_state={"data": data_rng.bit_generator.state, "dropout": dropout_rng.bit_generator.state},
-                step=step,
-                extra={**finite, "evals_since_best": since_best, "train_config": asdict(cfg)},
+                self.out_dir / which,
+                model_state=self.job.model.state_dict(),
+                config=self.job.config_dict(),
+                tokenizer=self.job.tokenizer_dict(),
+                optimizer_state=self.opt.state_dict(),
+                rng_state={"data": self.data_rng.bit_generator.state, "dropout": self.dropout_rng.bit_generator.state},
+                step=self.step,
+                extra={**finite, "evals_since_best": self.since_best, "train_config": asdict(self.cfg)},
             )
 
-    flops_per_step_token = model_flops_per_token(model)  # for MFU: 6N + the attention term
-    peak = limits.gemm_peak_flops()  # the best GEMM rate seen: measured again as the run goes (PEAK_REMEASURE_S)
-    peak_at = time.perf_counter()
-    bar = None
-    if progress:
-        bar = _progress_bar(cfg.max_steps, step)
-    start = time.perf_counter()
-    stopped_by, train_loss = "max_steps", float("nan")
-    tokens_since, steps_since, t_since = 0, 0, time.perf_counter()
-    step_start, first_step = None, cfg.time_limit is not None and cfg.grad_accum > 1
-    with LogWriter(out_dir / LOG) as log, _StopRequests() as stop:
-        try:
-            while step < cfg.max_steps:
-                if stop.reason is None and stdout.closed:
-                    stop.reason, stop.exit_code = "stdout was closed", 141  # 128 + SIGPIPE, as the shell reports
-                if stop.reason is not None:  # between two steps: save this one and stop
-                    save(LAST)
-                    raise TrainingInterrupted(
-                        f"{stop.reason} at step {step}: checkpoint written to {out_dir / LAST}; "
-                        f"continue with 'scratchformer train --resume --out {out_dir}'", exit_code=stop.exit_code)
-                lr = cosine_lr(step, cfg.lr, cfg.final_lr, cfg.warmup, cfg.schedule_steps)
-                opt.lr = lr
-                opt.zero_grad()
-                loss_sum = 0.0
-                # where a step abandoned half-way (a worker fails, Ctrl-C during a wait) restarts
-                step_start = (data_rng.bit_generator.state, dropout_rng.bit_generator.state)
-                for micro in range(cfg.grad_accum):
-                    t_micro = time.perf_counter()
-                    batch = job.train_batch(data_rng, cfg.batch_size)
-                    _, loss = runner(*batch)
-                    runner.backward()
-                    loss_sum += loss
-                    tokens_since += job.batch_tokens(batch)
-                    if micro == 0 and first_step:  # nothing saved yet: a step that outlasts the limit is refused
-                        first_step = False
-                        _check_step_can_end(cfg, time.perf_counter() - t_micro)
-                if cfg.grad_accum > 1:  # each backward gave d(mean loss); average the micro-batches
-                    for p in params:
-                        p.grad *= 1.0 / cfg.grad_accum
-                grad_norm = clip_grad_norm(params, cfg.grad_clip if cfg.grad_clip > 0 else math.inf)
-                train_loss = loss_sum / cfg.grad_accum
-                _finite_or_stop(step + 1, cfg, loss=train_loss, gradient_norm=float(grad_norm))
-                if diag is not None and step == 0:  # the initialisation, before any update (no update ratios)
-                    diag.record(0, lr, None)
-                before = diag.snapshot() if diag is not None and diag.due(step + 1) else None
-                opt.step()
-                if before is not None:
-                    diag.record(step + 1, lr, before)
-                step += 1
-                step_start = None  # applied: the state now is the step's end
-                steps_since += 1
-                time_up = cfg.time_limit is not None and time.perf_counter() - start >= cfg.time_limit
+    def summary(self, seconds: float, stopped_by: str) -> dict:
+        return {"step": self.step, "train_loss": self.train_loss, "val_loss": self.val_loss,
+                "best_val_loss": self.best_val, "seconds": seconds, "stopped_by": stopped_by}
 
-                if step % cfg.log_interval == 0 or step == cfg.max_steps or time_up:
-                    now = time.perf_counter()
-                    seconds = max(now - t_since, 1e-9)
-                    tok_s = tokens_since / seconds
-                    row = {"step": step, "lr": lr, "train_loss": train_loss, "grad_norm": grad_norm,
-                           "tokens_per_s": round(tok_s, 1), "ms_per_step": round(1000 * seconds / steps_since, 2)}
-                    if now - peak_at >= PEAK_REMEASURE_S or limits.mfu(flops_per_step_token, tok_s, peak) is None:
-                        peak, peak_at = max(peak, limits.gemm_rate()), time.perf_counter()
-                    utilisation = limits.mfu(flops_per_step_token, tok_s, peak)
-                    if utilisation is not None:  # absent rather than wrong (limits.mfu)
-                        row["mfu"] = utilisation
-                    log.append(row)
-                    tokens_since, steps_since, t_since = 0, 0, time.perf_counter()
+
+def _restore(run: _Run, checkpoint: Checkpoint | None) -> bool:
+    """Load out_dir/last (`checkpoint` when already read) into the run, restoring first what an
+    interrupted save left; False when the run has already reached its max_steps (nothing_to_do)."""
+    recover_run(run.out_dir)  # a backup an interrupted save left becomes last/ (or best/) again
+    ck = checkpoint if checkpoint is not None else load_checkpoint(run.out_dir / LAST)
+    run.job.check_compatible(ck)
+    run.job.model.load_state_dict(ck.model_state)
+    if ck.optimizer_state is None or not ck.rng_state:
+        raise CheckpointError(f"{run.out_dir / LAST} holds no optimiser/RNG state: cannot resume from it")
+    run.opt.load_state_dict(ck.optimizer_state)
+    run.data_rng.bit_generator.state = ck.rng_state["data"]
+    run.dropout_rng.bit_generator.state = ck.rng_state["dropout"]
+    run.step, run.best_val = ck.step, ck.extra.get("best_val_loss", math.inf)
+    run.val_loss = ck.extra.get("val_loss", run.val_loss)
+    run.since_best = int(ck.extra.get("evals_since_best", 0))
+    if nothing_to_do(run.step, run.cfg, run.out_dir) is not None:
+        return False
+    note = truncate_log(run.out_dir / LOG, run.step)
+    if note:
+        _say(note)
+    return True
+
+
+class _Throughput:
+    """Tokens per second and MFU between two log rows. The GEMM rate MFU divides by is the best
+    seen (PEAK_REMEASURE_S)."""
+
+    def __init__(self, model):
+        self.flops_per_token = gemm.model_flops_per_token(model)  # for MFU: 6N + the attention term
+        self.peak = gemm.gemm_peak_flops()  # the best GEMM rate seen: measured again as the run goes
+        self.peak_at = time.perf_counter()
+        self.tokens, self.steps, self.since = 0, 0, time.perf_counter()
+        self.tok_s = 0.0  # the rate of the last row
+
+    def row(self, step: int, lr: float, train_loss: float, grad_norm) -> dict:
+        """The log row of `step`, the counts restarted."""
+        now = time.perf_counter()
+        seconds = max(now - self.since, 1e-9)
+        self.tok_s = tok_s = self.tokens / seconds
+        row = {"step": step, "lr": lr, "train_loss": train_loss, "grad_norm": grad_norm,
+               "tokens_per_s": round(tok_s, 1), "ms_per_step": round(1000 * seconds / self.steps, 2)}
+        if now - self.peak_at >= PEAK_REMEASURE_S or gemm.mfu(self.flops_per_token, tok_s, self.peak) is None:
+            self.peak, self.peak_at = max(self.peak, gemm.gemm_rate()), time.perf_counter()
+        utilisation = gemm.mfu(self.flops_per_token, tok_s, self.peak)
+        if utilisation is not None:  # absent rather than wrong (gemm.mfu)
+            row["mfu"] = utilisation
+        self.tokens, self.steps, self.since = 0, 0, time.perf_counter()
+        return row
+
+
+def _loop(run: _Run, runner, diag, progress: bool, verbose: bool) -> dict:
+    """The steps until max_steps, the time limit, patience or a stop request; a failed worker or
+    an interrupted wait saves the last good state first."""
+    cfg, out_dir = run.cfg, run.out_dir
+    meter = _Throughput(run.job.model)
+    bar = _progress_bar(cfg.max_steps, run.step) if progress else None
+    start = time.perf_counter()
+    stopped_by = "max_steps"
+    first_step = cfg.time_limit is not None and cfg.grad_accum > 1
+    with LogWriter(out_dir / LOG) as log, _StopRequests() as stop:
+        run.stop = stop
+        try:
+            while run.step < cfg.max_steps:
+                _stop_if_asked(run)
+                lr, grad_norm = _step(run, runner, diag, meter, first_step)
+                first_step = False
+                time_up = cfg.time_limit is not None and time.perf_counter() - start >= cfg.time_limit
+                if run.step % cfg.log_interval == 0 or run.step == cfg.max_steps or time_up:
+                    log.append(meter.row(run.step, lr, run.train_loss, grad_norm))
                     if bar is not None:
-                        bar.set_postfix(loss=f"{train_loss:.4f}", tok_s=f"{tok_s:,.0f}")
+                        bar.set_postfix(loss=f"{run.train_loss:.4f}", tok_s=f"{meter.tok_s:,.0f}")
                 if bar is not None:
                     bar.update(1)
-
-                if step % cfg.eval_interval == 0 or step == cfg.max_steps or time_up:
-                    metrics = run_evaluation(job.evaluation("val", cfg.eval_batches), model, runner)
-                    val_loss = metrics["loss"]
-                    _finite_or_stop(step, cfg, val_loss=val_loss)
-                    improved = val_loss < best_val
-                    best_val = min(best_val, val_loss)
-                    since_best = 0 if improved else since_best + 1
-                    log.append({"step": step, "lr": lr, "train_loss": train_loss, "val_loss": val_loss,
-                                **{f"val_{k}": v for k, v in metrics.items() if k != "loss"}})
-                    if improved:
-                        save(BEST)
-                    save(LAST)  # before printing: a failing stdout cannot cost a checkpoint
-                    if verbose and not stdout.closed:
-                        extra = " ".join(f"{k} {v:.4f}" for k, v in metrics.items() if k != "loss")
-                        _say(f"step {step}: train loss {train_loss:.4f}, val loss {val_loss:.4f} {extra}".rstrip())
-                        for s in job.samples(cfg.num_samples, np.random.default_rng([cfg.seed, step])):
-                            _say(f"  {s}")
+                if run.step % cfg.eval_interval == 0 or run.step == cfg.max_steps or time_up:
+                    _evaluate(run, runner, log, lr, verbose)
                 if time_up:
                     stopped_by = "time_limit"
                     break
-                if cfg.patience is not None and since_best >= cfg.patience:
+                if cfg.patience is not None and run.since_best >= cfg.patience:
                     stopped_by = "patience"  # best/ holds the lowest validation loss
                     break
         except (ParallelWorkerError, WaitInterrupted) as e:
-            # the last good state: a step abandoned half-way restarts from its beginning (weights
-            # and optimiser change only in opt.step), so --resume repeats it exactly
-            if step_start is not None:
-                data_rng.bit_generator.state, dropout_rng.bit_generator.state = step_start
-            save(LAST)
-            where = (f"checkpoint of step {step} written to {out_dir / LAST}; continue with "
-                     f"'scratchformer train --resume --out {out_dir}'")
-            if isinstance(e, WaitInterrupted):
-                raise TrainingInterrupted(f"{stop.reason} at step {step}: {where}", exit_code=stop.exit_code) from None
-            raise ParallelWorkerError(f"{e}; {where}") from None
+            _save_after_failure(run, e)
         finally:
             if bar is not None:
                 bar.close()
             runner.close()  # stop the worker processes (none with workers=1)
-    return {"step": step, "train_loss": train_loss, "val_loss": val_loss, "best_val_loss": best_val,
-            "seconds": time.perf_counter() - start, "stopped_by": stopped_by}
+    return run.summary(time.perf_counter() - start, stopped_by)
+
+
+def _stop_if_asked(run: _Run) -> None:
+    """Between two steps: a stop request (Ctrl-C, SIGTERM, a closed stdout) saves this step and stops."""
+    stop = run.stop
+    if stop.reason is None and stdout.closed:
+        stop.reason, stop.exit_code = "stdout was closed", 141  # 128 + SIGPIPE, as the shell reports
+    if stop.reason is not None:
+        run.save(LAST)
+        raise TrainingInterrupted(
+            f"{stop.reason} at step {run.step}: checkpoint written to {run.out_dir / LAST}; "
+            f"continue with 'scratchformer train --resume --out {run.out_dir}'", exit_code=stop.exit_code)
+
+
+def _step(run: _Run, runner, diag, meter: _Throughput, first_step: bool) -> tuple[float, float]:
+    """One optimiser step over cfg.grad_accum micro-batches, refused before it is applied when a
+    loss or the gradient norm is not finite; -> (learning rate, gradient norm)."""
+    cfg, opt, step = run.cfg, run.opt, run.step
+    lr = cosine_lr(step, cfg.lr, cfg.final_lr, cfg.warmup, cfg.schedule_steps)
+    opt.lr = lr
+    opt.zero_grad()
+    loss_sum = 0.0
+    # where a step abandoned half-way (a worker fails, Ctrl-C during a wait) restarts
+    run.step_start = (run.data_rng.bit_generator.state, run.dropout_rng.bit_generator.state)
+    for micro in range(cfg.grad_accum):
+        t_micro = time.perf_counter()
+        batch = run.job.train_batch(run.data_rng, cfg.batch_size)
+        _, loss = runner(*batch)
+        runner.backward()
+        n_tokens = run.job.batch_tokens(batch)
+        loss_sum += loss
+        meter.tokens += n_tokens
+        if micro == 0 and first_step:  # nothing saved yet: a step that outlasts the limit is refused
+            _check_step_can_end(cfg, time.perf_counter() - t_micro)
+    if cfg.grad_accum > 1:  # each backward gave d(mean loss); average the micro-batches
+        for p in run.params:
+            p.grad *= 1.0 / cfg.grad_accum
+    grad_norm = clip_grad_norm(run.params, cfg.grad_clip if cfg.grad_clip > 0 else math.inf)
+    run.train_loss = loss_sum / cfg.grad_accum
+    _finite_or_stop(step + 1, cfg, loss=run.train_loss, gradient_norm=float(grad_norm))
+    if diag is not None and step == 0:  # the initialisation, before any update (no update ratios)
+        diag.record(0, lr, None)
+    before = diag.snapshot() if diag is not None and diag.due(step + 1) else None
+    opt.step()
+    if before is not None:
+        diag.record(step + 1, lr, before)
+    run.step += 1
+    run.step_start = None  # applied: the state now is the step's end
+    meter.steps += 1
+    return lr, grad_norm
+
+
+def _evaluate(run: _Run, runner, log: LogWriter, lr: float, verbose: bool) -> None:
+    """Validation loss and scores logged, best/ and last/ saved (before printing: a failing
+    stdout cannot cost a checkpoint), then the line and the samples printed."""
+    cfg, job, step = run.cfg, run.job, run.step
+    metrics = run_evaluation(job.evaluation("val", cfg.eval_batches), job.model, runner)
+    run.val_loss = val_loss = metrics["loss"]
+    _finite_or_stop(step, cfg, val_loss=val_loss)
+    improved = val_loss < run.best_val
+    run.best_val = min(run.best_val, val_loss)
+    run.since_best = 0 if improved else run.since_best + 1
+    log.append({"step": step, "lr": lr, "train_loss": run.train_loss, "val_loss": val_loss,
+                **{f"val_{k}": v for k, v in metrics.items() if k != "loss"}})
+    if improved:
+        run.save(BEST)
+    run.save(LAST)
+    if verbose and not stdout.closed:
+        extra = " ".join(f"{k} {v:.4f}" for k, v in metrics.items() if k != "loss")
+        _say(f"step {step}: train loss {run.train_loss:.4f}, val loss {val_loss:.4f} {extra}".rstrip())
+        for s in job.samples(cfg.num_samples, np.random.default_rng([cfg.seed, step])):
+            _say(f"  {s}")
+
+
+def _save_after_failure(run: _Run, e: ParallelWorkerError | WaitInterrupted) -> None:
+    """Save the last good state and stop: a step abandoned half-way restarts from its beginning
+    (weights and optimiser change only in opt.step), so --resume repeats it exactly."""
+    if run.step_start is not None:
+        run.data_rng.bit_generator.state, run.dropout_rng.bit_generator.state = run.step_start
+    run.save(LAST)
+    where = (f"checkpoint of step {run.step} written to {run.out_dir / LAST}; continue with "
+             f"'scratchformer train --resume --out {run.out_dir}'")
+    if isinstance(e, WaitInterrupted):
+        raise TrainingInterrupted(f"{run.stop.reason} at step {run.step}: {where}",
+                                  exit_code=run.stop.exit_code) from None
+    raise ParallelWorkerError(f"{e}; {where}") from None

@@ -13,7 +13,7 @@ per test (see `expand`):
     @tmp             this test's temporary directory (also the working directory)
 
 The cases that would exhaust memory (huge sizes) are refused by estimates made before
-anything is allocated (scratchformer/limits.py), so they fail fast here too.
+anything is allocated (scratchformer/limits/), so they fail fast here too.
 """
 
 import json

@@ -135,6 +135,38 @@ def test_resume_reads_the_checkpoint_once(run_dir, monkeypatch, capsys):
     assert len(calls) == 1
 
 
+def _count_reads(monkeypatch, path) -> list:
+    """Every open of `path` (builtins.open and io.open, which Path.read_bytes uses) is recorded."""
+    import builtins
+    import io
+    import os
+
+    opens, real = [], builtins.open
+
+    def counting(file, *a, **k):
+        if isinstance(file, (str, os.PathLike)) and os.path.abspath(file) == os.path.abspath(path):
+            opens.append(file)
+        return real(file, *a, **k)
+
+    monkeypatch.setattr(builtins, "open", counting)
+    monkeypatch.setattr(io, "open", counting)
+    return opens
+
+
+def test_train_and_resume_read_the_data_file_once(tmp_path, monkeypatch, capsys):
+    # the format guessed, the sha256 recorded and the tokens all come from one read of the file
+    data = tmp_path / "words.txt"
+    data.write_text("\n".join(f"w{i % 37}x{i % 11}" for i in range(300)) + "\n")
+    out = str(tmp_path / "run")
+    opens = _count_reads(monkeypatch, data)
+    assert main(["train", "--data", str(data), "--max-steps", "2", "--eval-interval", "2", "--out", out, *TINY]) == 0
+    assert len(opens) == 1, opens
+    opens.clear()  # a resume that names the file: checked against the recorded sha256 and tokenized, one read
+    assert main(["train", "--resume", "--data", str(data), "--max-steps", "3", "--out", out, "--no-progress",
+                 "--quiet"]) == 0
+    assert len(opens) == 1, opens
+
+
 def test_eval_and_predict_dispatch_through_the_job(run_dir, capsys):
     assert main(["eval", str(run_dir), "--beam", "2"]) == 2
     assert main(["predict", str(run_dir), "1 2 3"]) == 2
@@ -369,7 +401,7 @@ def test_a_failure_while_building_the_parser_is_one_line(monkeypatch, capsys):
 
 
 def test_a_prompt_too_large_for_memory_is_blamed_on_the_prompt(text_run, monkeypatch, capsys):
-    from scratchformer import limits
+    from scratchformer.limits import memory as limits
 
     monkeypatch.setattr(limits, "memory_limits", lambda: {"the machine's available memory": 1_000_000})  # the model fits, 12,000 prompt tokens do not
     assert main(["sample", str(text_run), "-n", "2", "--max-new-tokens", "5", "--prompt", "to be " * 2000]) == 2

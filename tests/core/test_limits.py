@@ -1,4 +1,4 @@
-"""Memory estimates before allocating (scratchformer/limits.py) and the bundled data sets."""
+"""Memory estimates before allocating (scratchformer/limits/) and the bundled data sets."""
 
 import hashlib
 
@@ -6,7 +6,8 @@ import pytest
 
 from scratchformer.data.bundled import resolve_data
 from scratchformer.errors import DataError, ResourceError
-from scratchformer.limits import (activation_bytes, available_memory, check_fits, check_line_lengths,
+from scratchformer.data.datasets import check_line_lengths
+from scratchformer.limits import (activation_bytes, available_memory, check_fits,
                                   check_model_fits, generation_bytes, model_flops_per_token,
                                   param_count_bound, training_state_bytes)
 from scratchformer.models.gpt import GPT, GPTConfig
@@ -68,7 +69,7 @@ def test_bert_classifier_count_has_the_whole_position_table_types_and_head(vocab
 
 
 def test_model_check_names_the_options_and_flops_follow_nanogpt(monkeypatch):
-    import scratchformer.limits as limits
+    import scratchformer.limits.memory as limits
 
     cfg = GPTConfig(vocab_size=27, block_size=16, n_layer=2, n_head=2, n_embd=8)
     monkeypatch.setattr(limits, "memory_limits", lambda: {"the machine's available memory": 10**9})
@@ -100,7 +101,7 @@ def test_check_fits_names_the_option_and_the_numbers():
 
 
 def test_check_fits_skips_when_memory_is_unknown(monkeypatch):
-    import scratchformer.limits as limits
+    import scratchformer.limits.memory as limits
 
     monkeypatch.setattr(limits, "memory_limits", lambda: {})
     check_fits(10**30, "anything", "--x")
@@ -136,7 +137,7 @@ def test_paths_resolve_or_fail_in_one_line(tmp_path):
 
 # -- the limits the process really has: the smallest of the machine, the cgroup and ulimit -v ------
 def test_the_cgroup_limit_is_read_in_either_version(tmp_path, monkeypatch):
-    import scratchformer.limits as limits
+    import scratchformer.limits.memory as limits
 
     v2 = tmp_path / "v2"
     (v2 / "job").mkdir(parents=True)
@@ -165,7 +166,7 @@ def test_the_cgroup_limit_is_read_in_either_version(tmp_path, monkeypatch):
 def test_the_smallest_limit_wins_and_is_named(monkeypatch):
     import resource
 
-    import scratchformer.limits as limits
+    import scratchformer.limits.memory as limits
 
     soft = 3 << 30
     monkeypatch.setattr(resource, "getrlimit", lambda which: (soft, resource.RLIM_INFINITY)
@@ -183,7 +184,7 @@ def test_the_smallest_limit_wins_and_is_named(monkeypatch):
 
 
 def test_text_data_and_workers_are_estimated_naming_their_option(tmp_path, monkeypatch):
-    import scratchformer.limits as limits
+    import scratchformer.limits.memory as limits
     from scratchformer.data import read_text
     from scratchformer.limits import check_training_fits
 

@@ -300,7 +300,7 @@ def test_beam_width_not_an_int_or_out_of_range_is_a_config_error(width):
 
 
 def test_beam_that_cannot_fit_in_memory_is_refused_before_decoding(monkeypatch):
-    from scratchformer import limits
+    from scratchformer.limits import memory as limits
     from scratchformer.errors import ResourceError
     from scratchformer.inference import beam_search
     from scratchformer.inference.beam import beam_bytes

@@ -500,7 +500,7 @@ def test_sample_hf_with_a_string_in_config_json_is_one_line(bpe_run, tmp_path, c
 @pytest.fixture
 def limit_60mb(monkeypatch):
     """A memory limit of 60 MB, as `ulimit -v` or a cgroup would set it (limits.memory_limits)."""
-    from scratchformer import limits
+    from scratchformer.limits import memory as limits
 
     monkeypatch.setattr(limits, "memory_limits", lambda: {"the test's limit": 60 << 20})
 
@@ -537,7 +537,7 @@ def test_a_prompt_file_too_big_to_read_is_refused_before_reading(tmp_path, capsy
 
 
 def test_bpe_estimates_in_python(limit_60mb, monkeypatch):
-    from scratchformer import limits
+    from scratchformer.limits import memory as limits
     from scratchformer.data.bpe import BPETokenizer
     from scratchformer.errors import ResourceError
 

@@ -153,7 +153,7 @@ def test_resume_with_only_best_says_how_to_start_over(finished_run, tmp_path, ca
 
 def test_log_rows_have_milliseconds_per_step_and_mfu_that_is_right_or_absent(tmp_path, capsys, monkeypatch):
     # no figure here depends on the machine's speed: the GEMM rates are planted
-    from scratchformer import limits
+    from scratchformer.limits import gemm as limits
 
     monkeypatch.setattr(limits, "gemm_peak_flops", lambda: 1.0)  # measured under load: far too low
     monkeypatch.setattr(limits, "gemm_rate", lambda: 1e30)       # measured again: the machine is free
