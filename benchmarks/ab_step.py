@@ -26,9 +26,18 @@ try:
 except ImportError:  # a checkout from before FlatAdamW, whose AdamW took the fast lane itself
     from scratchformer.optim import AdamW as make_adamw
 
-CONFIGS = {"names": (27, 4, 4, 64, 16, 32), "shakespeare-cpu": (65, 4, 4, 128, 64, 12),  # V, L, H, C, T, B
-           "medium": (65, 6, 6, 384, 256, 16), "long-1024": (65, 4, 4, 128, 1024, 4)}  # long: suite.py's LONG_CONFIGS
-STEPS = {"names": (60, 10), "shakespeare-cpu": (60, 10), "medium": (16, 4), "long-1024": (10, 2)}  # (steps, of which warm-up)
+CONFIGS = {
+    "names": (27, 4, 4, 64, 16, 32),
+    "shakespeare-cpu": (65, 4, 4, 128, 64, 12),  # V, L, H, C, T, B
+    "medium": (65, 6, 6, 384, 256, 16),
+    "long-1024": (65, 4, 4, 128, 1024, 4),
+}  # long: suite.py's LONG_CONFIGS
+STEPS = {
+    "names": (60, 10),
+    "shakespeare-cpu": (60, 10),
+    "medium": (16, 4),
+    "long-1024": (10, 2),
+}  # (steps, of which warm-up)
 
 
 def main(name: str) -> None:
@@ -49,7 +58,11 @@ def main(name: str) -> None:
         opt.zero_grad()
         times.append(time.perf_counter() - t0)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
-    print(json.dumps({"config": name, "ms": 1000 * float(np.median(times[warmup:])), "peak_rss_mib": round(peak, 1)}))
+    print(
+        json.dumps(
+            {"config": name, "ms": 1000 * float(np.median(times[warmup:])), "peak_rss_mib": round(peak, 1)}
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ peak memory is tracemalloc's (NumPy reports its arrays to it), above what the in
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OPENBLAS_NUM_THREADS=1 python benchmarks/fast_pieces.py
 
 Prints one line per piece: median ms over --repeats calls and the peak MiB of one call.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -22,7 +22,11 @@ from scratchformer import fast, ops
 from scratchformer.allocator import keep_freed_memory
 from scratchformer.fast import activations as fast_activations
 
-TOKENS, VOCAB, WIDTH = 256, 50257, 768  # half of the suite's init-from batch (4 x 128), as each process runs it
+TOKENS, VOCAB, WIDTH = (
+    256,
+    50257,
+    768,
+)  # half of the suite's init-from batch (4 x 128), as each process runs it
 GELU_SHAPE = (1024, 1536)  # half of a MiniLM fine-tuning batch (32 x 64 tokens), its feed-forward width
 ATTN_SHAPE = (4, 4, 1024, 32)  # (B, H, T, head size): suite.py's long-1024 layer, one process
 
@@ -42,8 +46,14 @@ def measure(fn, repeats: int) -> tuple[float, float]:
     return statistics.median(times) * 1e3, peak / 2**20
 
 
-def pieces(tokens: int = TOKENS, vocab: int = VOCAB, width: int = WIDTH, gelu_shape=GELU_SHAPE,
-           attn_shape=ATTN_SHAPE, repeats: int = 5) -> list[dict]:
+def pieces(
+    tokens: int = TOKENS,
+    vocab: int = VOCAB,
+    width: int = WIDTH,
+    gelu_shape=GELU_SHAPE,
+    attn_shape=ATTN_SHAPE,
+    repeats: int = 5,
+) -> list[dict]:
     """One row per piece: {"piece", "before": (ms, MiB), "after": (ms, MiB), "labels"}."""
     rng = np.random.default_rng(0)
     logits = rng.standard_normal((tokens, vocab), dtype=np.float32)
@@ -59,22 +69,35 @@ def pieces(tokens: int = TOKENS, vocab: int = VOCAB, width: int = WIDTH, gelu_sh
         ops.attention_backward(dout, cache)
 
     rows = []
-    for name, fn in ((f"log_softmax_forward {logits.shape}", lambda: ops.log_softmax_forward(logits)),
-                     (f"linear_backward_into dW {W.shape}", lambda: ops.linear_backward_into(dy, x, W, grad)),
-                     (f"attention_forward+backward causal {q.shape}", attention)):
+    for name, fn in (
+        (f"log_softmax_forward {logits.shape}", lambda: ops.log_softmax_forward(logits)),
+        (f"linear_backward_into dW {W.shape}", lambda: ops.linear_backward_into(dy, x, W, grad)),
+        (f"attention_forward+backward causal {q.shape}", attention),
+    ):
         with fast.reference():
             before = measure(fn, repeats)
-        rows.append({"piece": name, "before": before, "after": measure(fn, repeats),
-                     "labels": ("reference", "fast lane")})
+        rows.append(
+            {
+                "piece": name,
+                "before": before,
+                "after": measure(fn, repeats),
+                "labels": ("reference", "fast lane"),
+            }
+        )
     block = fast_activations.BLOCK
     fast_activations.BLOCK = h.size  # the fast lane with one block as big as the array, then in blocks
     try:
         before = measure(lambda: ops.activations.gelu_with_grad(h), repeats)
     finally:
         fast_activations.BLOCK = block
-    rows.append({"piece": f"gelu_with_grad {h.shape}", "before": before,
-                 "after": measure(lambda: ops.activations.gelu_with_grad(h), repeats),
-                 "labels": ("one block", f"blocks of {block:,}")})
+    rows.append(
+        {
+            "piece": f"gelu_with_grad {h.shape}",
+            "before": before,
+            "after": measure(lambda: ops.activations.gelu_with_grad(h), repeats),
+            "labels": ("one block", f"blocks of {block:,}"),
+        }
+    )
     return rows
 
 
@@ -85,8 +108,10 @@ def main(argv=None) -> None:
     keep_freed_memory()
     for row in pieces(repeats=args.repeats):
         (ms0, mib0), (ms1, mib1), (l0, l1) = row["before"], row["after"], row["labels"]
-        print(f"{row['piece']}: {l0} {ms0:.1f} ms, peak {mib0:.0f} MiB; {l1} {ms1:.1f} ms, peak {mib1:.0f} MiB",
-              flush=True)
+        print(
+            f"{row['piece']}: {l0} {ms0:.1f} ms, peak {mib0:.0f} MiB; {l1} {ms1:.1f} ms, peak {mib1:.0f} MiB",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ elementwise code around the products does; docs/performance.md ("The floor") set
 against PyTorch's step.
 
 Each run prints the BLAS kernel (threadpoolctl) and one JSON line per config.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -42,7 +42,9 @@ def step_products(config: str, workers: int):
         return rng.standard_normal(shape, dtype=np.float32)
 
     pairs = []
-    linears = [(C, 3 * C), (C, C), (C, 4 * C), (4 * C, C)] * L + [(C, V)]  # (in, out); the last is the tied head
+    linears = [(C, 3 * C), (C, C), (C, 4 * C), (4 * C, C)] * L + [
+        (C, V)
+    ]  # (in, out); the last is the tied head
     for n_in, n_out in linears:
         x, w, dy = rand(rows, n_in), rand(n_out, n_in), rand(rows, n_out)
         pairs += [(x, w.T), (dy, w), (dy.T, x)]  # forward, dx, dW (weights kept (out, in) as nn.Linear)
@@ -50,9 +52,14 @@ def step_products(config: str, workers: int):
     for _ in range(L):
         q, k, v, w, dout = rand(bh, T, hd), rand(bh, T, hd), rand(bh, T, hd), rand(bh, T, T), rand(bh, T, hd)
         kt = k.transpose(0, 2, 1)
-        pairs += [(q, kt), (w, v),  # forward: scores, output
-                  (dout, v.transpose(0, 2, 1)), (w.transpose(0, 2, 1), dout),  # dw, dv
-                  (w, k), (w.transpose(0, 2, 1), q)]  # dq, dk
+        pairs += [
+            (q, kt),
+            (w, v),  # forward: scores, output
+            (dout, v.transpose(0, 2, 1)),
+            (w.transpose(0, 2, 1), dout),  # dw, dv
+            (w, k),
+            (w.transpose(0, 2, 1), q),
+        ]  # dq, dk
     return pairs
 
 
@@ -67,6 +74,7 @@ def slice_step(config: str, workers: int):
     def step():
         model(x, y)
         model.backward()
+
     return step
 
 
@@ -98,8 +106,10 @@ def slice_ms(config: str, workers: int, processes: int, reps: int, what: str = "
     (what="step"), in each of `processes` processes running at once."""
     ctx = multiprocessing.get_context("fork")
     start, out = ctx.Barrier(processes), ctx.Queue()
-    procs = [ctx.Process(target=_time_slice, args=(config, workers, reps, what, start, out))
-             for _ in range(processes)]
+    procs = [
+        ctx.Process(target=_time_slice, args=(config, workers, reps, what, start, out))
+        for _ in range(processes)
+    ]
     for p in procs:
         p.start()
     results = [out.get() for _ in procs]
@@ -109,21 +119,29 @@ def slice_ms(config: str, workers: int, processes: int, reps: int, what: str = "
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ap.add_argument("configs", nargs="*", default=["names", "shakespeare-cpu"],
-                    help=f"any of {', '.join(TRAIN_CONFIGS)}")
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    ap.add_argument(
+        "configs", nargs="*", default=["names", "shakespeare-cpu"], help=f"any of {', '.join(TRAIN_CONFIGS)}"
+    )
     ap.add_argument("--workers", type=int, default=2, help="processes at once, each one BLAS thread")
     ap.add_argument("--reps", type=int, default=200, help="timed repetitions of the slice's products")
     args = ap.parse_args(argv)
     bad = [c for c in args.configs if c not in TRAIN_CONFIGS]
     if bad or args.workers < 1 or args.reps < 1:
-        ap.exit(2, f"gemm_floor.py: error: configs are {', '.join(TRAIN_CONFIGS)}; --workers and --reps "
-                   "must be positive\n")
+        ap.exit(
+            2,
+            f"gemm_floor.py: error: configs are {', '.join(TRAIN_CONFIGS)}; --workers and --reps "
+            "must be positive\n",
+        )
     from threadpoolctl import threadpool_info
 
-    print("BLAS:", [(i["internal_api"], i.get("architecture"), i.get("version")) for i in threadpool_info()],
-          {v: os.environ.get(v) for v in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")})
+    print(
+        "BLAS:",
+        [(i["internal_api"], i.get("architecture"), i.get("version")) for i in threadpool_info()],
+        {v: os.environ.get(v) for v in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")},
+    )
     for config in args.configs:
         row = {"config": config, "workers": args.workers}
         for what in ("products", "step"):  # the floor, then scratchformer's own slice for scale

@@ -50,7 +50,7 @@ sys.path.insert(0, str(HERE))
 from suite import _blas, _environment_line, environment  # noqa: E402  (benchmarks/ is not a package)
 
 PAPER = dict(modulus=113, train_fraction=0.3)  # RUN_DEFAULTS["modadd"]'s data
-QUICK = dict(modulus=13, train_fraction=0.3)   # --quick: the same step at p = 13
+QUICK = dict(modulus=13, train_fraction=0.3)  # --quick: the same step at p = 13
 STEPS, WARMUP = 20, 3
 
 
@@ -58,7 +58,9 @@ def _job(modulus: int, train_fraction: float):
     """The modadd job of RUN_DEFAULTS (the paper's model) on p = modulus, and its TrainConfig."""
     from scratchformer.training.jobs import build_job
 
-    return build_job("modadd", train={"workers": 1}, data=dict(modulus=modulus, train_fraction=train_fraction))
+    return build_job(
+        "modadd", train={"workers": 1}, data=dict(modulus=modulus, train_fraction=train_fraction)
+    )
 
 
 def gemm_shapes(rows: int, C: int, inner: int, V: int) -> list[tuple[tuple[int, int], tuple[int, int], bool]]:
@@ -67,8 +69,11 @@ def gemm_shapes(rows: int, C: int, inner: int, V: int) -> list[tuple[tuple[int, 
     (out, in), as the library and nn.Linear keep them)."""
     out = []
     for n_in, n_out in [(C, 3 * C), (C, C), (C, inner), (inner, C), (C, V)]:
-        out += [((rows, n_in), (n_in, n_out), True), ((rows, n_out), (n_out, n_in), False),
-                ((n_out, rows), (rows, n_in), True)]
+        out += [
+            ((rows, n_in), (n_in, n_out), True),
+            ((rows, n_out), (n_out, n_in), False),
+            ((n_out, rows), (rows, n_in), True),
+        ]
     return out
 
 
@@ -89,10 +94,14 @@ def floor_ms(rows: int, C: int, inner: int, V: int, lib: str, reps: int) -> floa
     for (m, k), (k2, n), transposed in gemm_shapes(rows, C, inner, V):
         a = rng.standard_normal((m, k), dtype=np.float32)
         # the second operand in the layout the step reads it: a weight's transpose, or a plain array
-        b = rng.standard_normal((n, k2), dtype=np.float32).T if transposed else rng.standard_normal((k2, n),
-                                                                                                   dtype=np.float32)
+        b = (
+            rng.standard_normal((n, k2), dtype=np.float32).T
+            if transposed
+            else rng.standard_normal((k2, n), dtype=np.float32)
+        )
         if lib == "torch":
             import torch
+
             a, b = torch.from_numpy(a), torch.from_numpy(b)  # a transposed view stays one
             product = lambda a=a, b=b: torch.mm(a, b)  # noqa: E731
         else:
@@ -138,11 +147,19 @@ def torch_model(config, state: dict):
             return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index=-100)
 
     model = Model()
-    names = {"wte.weight": "wte.weight", "wpe.weight": "wpe.weight",
-             "in_proj.weight": "h.0.self_attn.in_proj_weight", "in_proj.bias": "h.0.self_attn.in_proj_bias",
-             "out_proj.weight": "h.0.self_attn.out_proj.weight", "out_proj.bias": "h.0.self_attn.out_proj.bias",
-             "fc1.weight": "h.0.ff.fc1.weight", "fc1.bias": "h.0.ff.fc1.bias",
-             "fc2.weight": "h.0.ff.fc2.weight", "fc2.bias": "h.0.ff.fc2.bias", "lm_head.weight": "lm_head.weight"}
+    names = {
+        "wte.weight": "wte.weight",
+        "wpe.weight": "wpe.weight",
+        "in_proj.weight": "h.0.self_attn.in_proj_weight",
+        "in_proj.bias": "h.0.self_attn.in_proj_bias",
+        "out_proj.weight": "h.0.self_attn.out_proj.weight",
+        "out_proj.bias": "h.0.self_attn.out_proj.bias",
+        "fc1.weight": "h.0.ff.fc1.weight",
+        "fc1.bias": "h.0.ff.fc1.bias",
+        "fc2.weight": "h.0.ff.fc2.weight",
+        "fc2.bias": "h.0.ff.fc2.bias",
+        "lm_head.weight": "lm_head.weight",
+    }
     with torch.no_grad():
         for ours, theirs in names.items():
             model.get_parameter(ours).copy_(torch.from_numpy(state[theirs]))
@@ -178,11 +195,25 @@ def worker(lib: str, modulus: int, train_fraction: float, steps: int, threads: i
     batch = job.train_batch(np.random.default_rng(cfg.seed), cfg.batch_size)  # the whole training split
     pairs = len(batch[0])
     state = {name: p.data.copy() for name, p in model.named_parameters()}
-    row = {"lib": lib, "pairs": pairs, "positions": int(batch[0].shape[1]), "n_embd": c.n_embd, "n_head": c.n_head,
-           "n_inner": c.inner_size, "vocab": c.vocab_size, "dtype": c.dtype, "threads": threads}
+    row = {
+        "lib": lib,
+        "pairs": pairs,
+        "positions": int(batch[0].shape[1]),
+        "n_embd": c.n_embd,
+        "n_head": c.n_head,
+        "n_inner": c.inner_size,
+        "vocab": c.vocab_size,
+        "dtype": c.dtype,
+        "threads": threads,
+    }
     if lib == "scratchformer":
-        opt = AdamW(param_groups(model, cfg.weight_decay, cfg.decay_embeddings), lr=cfg.lr,
-                    betas=(cfg.beta1, cfg.beta2), eps=1e-8, weight_decay=cfg.weight_decay)
+        opt = AdamW(
+            param_groups(model, cfg.weight_decay, cfg.decay_embeddings),
+            lr=cfg.lr,
+            betas=(cfg.beta1, cfg.beta2),
+            eps=1e-8,
+            weight_decay=cfg.weight_decay,
+        )
         row["loss_at_init"] = float(model(*batch)[1])
         losses = []
 
@@ -192,15 +223,23 @@ def worker(lib: str, modulus: int, train_fraction: float, steps: int, threads: i
 
         phases = [("forward", forward), ("backward", model.backward), ("optimiser", opt.step)]
         row.update(_time(phases, steps, WARMUP))
-        row["floor_ms"] = floor_ms(pairs * 3, c.n_embd, c.inner_size, c.vocab_size, "numpy", reps=max(5, steps))
+        row["floor_ms"] = floor_ms(
+            pairs * 3, c.n_embd, c.inner_size, c.vocab_size, "numpy", reps=max(5, steps)
+        )
         row["blas"] = _blas()
     else:
         import torch
 
         torch.set_num_threads(threads)
         tm = torch_model(c, state)
-        opt = torch.optim.AdamW(tm.parameters(), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=1e-8,
-                                weight_decay=cfg.weight_decay, fused=True)
+        opt = torch.optim.AdamW(
+            tm.parameters(),
+            lr=cfg.lr,
+            betas=(cfg.beta1, cfg.beta2),
+            eps=1e-8,
+            weight_decay=cfg.weight_decay,
+            fused=True,
+        )
         x, y = (torch.from_numpy(np.ascontiguousarray(a)) for a in batch)
         with torch.no_grad():
             row["loss_at_init"] = float(tm(x, y))
@@ -210,9 +249,15 @@ def worker(lib: str, modulus: int, train_fraction: float, steps: int, threads: i
             opt.zero_grad(set_to_none=True)
             held["loss"] = tm(x, y)
 
-        phases = [("forward", forward), ("backward", lambda: held["loss"].backward()), ("optimiser", opt.step)]
+        phases = [
+            ("forward", forward),
+            ("backward", lambda: held["loss"].backward()),
+            ("optimiser", opt.step),
+        ]
         row.update(_time(phases, steps, WARMUP))
-        row["floor_ms"] = floor_ms(pairs * 3, c.n_embd, c.inner_size, c.vocab_size, "torch", reps=max(5, steps))
+        row["floor_ms"] = floor_ms(
+            pairs * 3, c.n_embd, c.inner_size, c.vocab_size, "torch", reps=max(5, steps)
+        )
     gflop, dense = step_gflop(pairs, 3, c.n_embd, c.inner_size, c.vocab_size, c.n_head)
     row["step_gflop"] = gflop
     row["gemm_gflops"] = dense / (row["floor_ms"] / 1e3)  # the BLAS rate at these shapes
@@ -221,21 +266,41 @@ def worker(lib: str, modulus: int, train_fraction: float, steps: int, threads: i
 
 
 def run_worker(lib: str, data: dict, steps: int, threads: int) -> dict:
-    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
-               PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", lib, str(data["modulus"]),
-                           str(data["train_fraction"]), str(steps), str(threads)],
-                          capture_output=True, text=True, env=env, cwd=REPO)
+    env = dict(
+        os.environ,
+        OPENBLAS_NUM_THREADS=str(threads),
+        OMP_NUM_THREADS=str(threads),
+        PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--worker",
+            lib,
+            str(data["modulus"]),
+            str(data["train_fraction"]),
+            str(steps),
+            str(threads),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"the {lib} worker failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     ap.add_argument("--pairs", type=int, default=3, help="alternating scratchformer / PyTorch process pairs")
-    ap.add_argument("--steps", type=int, default=STEPS, help="timed steps per process (after 3 warm-up steps)")
+    ap.add_argument(
+        "--steps", type=int, default=STEPS, help="timed steps per process (after 3 warm-up steps)"
+    )
     ap.add_argument("--threads", type=int, default=2, help="BLAS / torch threads per process")
     ap.add_argument("--quick", action="store_true", help="smoke run: p = 13, 1 pair, 3 steps")
     ap.add_argument("--json", default="modadd_step.json", help="where to write the results")
@@ -251,30 +316,51 @@ def main(argv=None) -> None:
     if args.quick:
         args.pairs, args.steps = 1, 3
     env = environment()
-    print(f"{_environment_line(env)}; {' '.join(f'{k}={v}' for k, v in env['env'].items())}; "
-          f"load {env['loadavg_at_start'][0]:.2f}", flush=True)
+    print(
+        f"{_environment_line(env)}; {' '.join(f'{k}={v}' for k, v in env['env'].items())}; "
+        f"load {env['loadavg_at_start'][0]:.2f}",
+        flush=True,
+    )
     ours, theirs = [], []
     for _ in range(args.pairs):
         ours.append(run_worker("scratchformer", data, args.steps, args.threads))
         theirs.append(run_worker("torch", data, args.steps, args.threads))
     med = lambda runs, key: statistics.median(r[key] for r in runs)  # noqa: E731
     s = ours[0]
-    print(f"modadd step: p = {data['modulus']}, {s['pairs']:,} pairs x {s['positions']} positions, width "
-          f"{s['n_embd']}, MLP {s['n_inner']}, {s['n_head']} heads, {s['dtype']}, {args.threads} threads; "
-          f"{s['step_gflop']:.2f} GEMM GFLOP per step")
-    print(f"loss at init: scratchformer {s['loss_at_init']:.6f}, PyTorch {theirs[0]['loss_at_init']:.6f} "
-          "(the same weights)")
+    print(
+        f"modadd step: p = {data['modulus']}, {s['pairs']:,} pairs x {s['positions']} positions, width "
+        f"{s['n_embd']}, MLP {s['n_inner']}, {s['n_head']} heads, {s['dtype']}, {args.threads} threads; "
+        f"{s['step_gflop']:.2f} GEMM GFLOP per step"
+    )
+    print(
+        f"loss at init: scratchformer {s['loss_at_init']:.6f}, PyTorch {theirs[0]['loss_at_init']:.6f} "
+        "(the same weights)"
+    )
     for name, runs in (("scratchformer", ours), ("PyTorch", theirs)):
-        print(f"{name:13s} step {med(runs, 'step_ms'):8.2f} ms  (forward {med(runs, 'forward_ms'):.2f}, backward "
-              f"{med(runs, 'backward_ms'):.2f}, optimiser {med(runs, 'optimiser_ms'):.2f}); GEMM floor "
-              f"{med(runs, 'floor_ms'):.2f} ms at {med(runs, 'gemm_gflops'):.0f} GFLOP/s")
+        print(
+            f"{name:13s} step {med(runs, 'step_ms'):8.2f} ms  (forward {med(runs, 'forward_ms'):.2f}, backward "
+            f"{med(runs, 'backward_ms'):.2f}, optimiser {med(runs, 'optimiser_ms'):.2f}); GEMM floor "
+            f"{med(runs, 'floor_ms'):.2f} ms at {med(runs, 'gemm_gflops'):.0f} GFLOP/s"
+        )
     ratio = statistics.median(a["step_ms"] / b["step_ms"] for a, b in zip(ours, theirs))
     floor = med(ours, "floor_ms")
-    print(f"scratchformer / PyTorch step time: {ratio:.2f}x (median of {args.pairs} pairs); scratchformer / "
-          f"NumPy's GEMM floor: {med(ours, 'step_ms') / floor:.2f}x")
-    results = {"environment": env, "data": data, "pairs": args.pairs, "steps": args.steps, "threads": args.threads,
-               "quick": args.quick, "scratchformer": ours, "torch": theirs, "time_ratio": ratio,
-               "scratchformer_over_floor": med(ours, "step_ms") / floor, "loadavg_at_end": os.getloadavg()}
+    print(
+        f"scratchformer / PyTorch step time: {ratio:.2f}x (median of {args.pairs} pairs); scratchformer / "
+        f"NumPy's GEMM floor: {med(ours, 'step_ms') / floor:.2f}x"
+    )
+    results = {
+        "environment": env,
+        "data": data,
+        "pairs": args.pairs,
+        "steps": args.steps,
+        "threads": args.threads,
+        "quick": args.quick,
+        "scratchformer": ours,
+        "torch": theirs,
+        "time_ratio": ratio,
+        "scratchformer_over_floor": med(ours, "step_ms") / floor,
+        "loadavg_at_end": os.getloadavg(),
+    }
     Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
     print(f"results in {args.json}")
 

@@ -35,7 +35,9 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--sample", type=int, metavar="B", help="profile generate() at batch B instead")
     ap.add_argument("--embed", action="store_true", help="profile SentenceEncoder.encode instead")
-    ap.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared/data/tinyshakespeare.txt"))
+    ap.add_argument(
+        "--data", default=str(Path(__file__).resolve().parents[2] / "shared/data/tinyshakespeare.txt")
+    )
     args = ap.parse_args()
     if args.sample or args.embed:
         return profile_inference(args)
@@ -66,22 +68,27 @@ def main() -> None:
 def profile_inference(args) -> None:
     if args.embed:
         from scratchformer.interop.sentence import SentenceEncoder
+
         lines = [s for s in Path(args.data).read_text(encoding="utf-8").splitlines() if s.strip()][:1000]
         enc = SentenceEncoder()
         enc.encode(lines[:32])  # warm-up
 
         def run():
             enc.encode(lines, batch_size=32)
+
         what = "encode 1,000 lines, batch 32"
     else:
         V, L, H, C, _, _ = TRAIN_CONFIGS[args.config]
-        model = GPT(GPTConfig(vocab_size=V, block_size=256, n_layer=L, n_head=H, n_embd=C,
-                              activation="gelu_tanh"), seed=0).eval()
+        model = GPT(
+            GPTConfig(vocab_size=V, block_size=256, n_layer=L, n_head=H, n_embd=C, activation="gelu_tanh"),
+            seed=0,
+        ).eval()
         prompt = np.zeros((args.sample, 1), dtype=np.int64)
         model.generate(prompt, 8, temperature=0.0)  # warm-up
 
         def run():
             model.generate(prompt, 200, temperature=0.0)
+
         what = f"{args.config}: generate 200 tokens at batch {args.sample}"
     prof = cProfile.Profile()
     prof.enable()
@@ -96,10 +103,11 @@ def report(prof, steps: int, what: str, top: int) -> None:
     print(f"{what}, {total / steps * 1e3:.2f} ms/step under cProfile")
     print(f"{'own %':>6} {'own ms/step':>11} {'cum ms/step':>11} {'calls/step':>10}  function")
     rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:top]
-    for (file, line, fn), (cc, nc, tt, ct, _) in rows:
+    for (file, line, fn), (cc, nc, tt, ct, _) in rows:  # noqa: B007
         where = f"{Path(file).name}:{line}({fn})" if line else fn
-        print(f"{tt / total:6.1%} {tt / steps * 1e3:11.3f} {ct / steps * 1e3:11.3f} "
-              f"{nc / steps:10.1f}  {where}")
+        print(
+            f"{tt / total:6.1%} {tt / steps * 1e3:11.3f} {ct / steps * 1e3:11.3f} {nc / steps:10.1f}  {where}"
+        )
 
 
 if __name__ == "__main__":

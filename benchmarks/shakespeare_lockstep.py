@@ -69,8 +69,11 @@ def main() -> None:
         if (step + 1) % 200 == 0 or step + 1 == args.steps:
             their_state, our_state = scratchformer_state(theirs), ours.state_dict()
             diff = max(float(np.abs(our_state[k] - v).max()) for k, v in their_state.items())
-            print(f"step {step + 1}: train loss torch {np.mean(their_losses[-200:]):.4f}, scratchformer "
-                  f"{np.mean(our_losses[-200:]):.4f}; largest weight difference {diff:.1e}", flush=True)
+            print(
+                f"step {step + 1}: train loss torch {np.mean(their_losses[-200:]):.4f}, scratchformer "
+                f"{np.mean(our_losses[-200:]):.4f}; largest weight difference {diff:.1e}",
+                flush=True,
+            )
 
     their_val, _ = whole_split_loss(theirs, ds.val)
     our_val = LMJob(ours, ds, {}).evaluate("val")["loss"]  # what `scratchformer eval` computes

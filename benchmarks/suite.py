@@ -124,14 +124,18 @@ def _pss_mib(pid: int | str = "self") -> float:
 
 def _blas() -> list[dict]:
     from threadpoolctl import threadpool_info
-    return [{k: d.get(k) for k in ("internal_api", "version", "architecture", "num_threads")}
-            for d in threadpool_info()]
+
+    return [
+        {k: d.get(k) for k in ("internal_api", "version", "architecture", "num_threads")}
+        for d in threadpool_info()
+    ]
 
 
 def _gemm_gflops(shapes: list[tuple[int, int, int]], seconds: float = 0.3, lib: str = "numpy") -> float:
     """Best float32 GFLOP/s of (M, K) @ (K, N) over `shapes`, each timed ~`seconds`: NumPy's
     matmul (its BLAS), or with lib="torch", torch.mm (PyTorch's, on its threads)."""
     import numpy as np
+
     rng = np.random.default_rng(0)
     best = 0.0
     for m, k, n in shapes:
@@ -140,6 +144,7 @@ def _gemm_gflops(shapes: list[tuple[int, int, int]], seconds: float = 0.3, lib: 
         out = np.empty((m, n), dtype=np.float32)
         if lib == "torch":
             import torch
+
             a, b, out = torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(out)
             product = lambda: torch.mm(a, b, out=out)  # noqa: E731
         else:
@@ -165,11 +170,13 @@ def _memory(result: dict, pids: list, phases=None, steps: int = 2) -> None:
     if phases is None:
         return
     import threading
+
     peak, done = [result["pss_mib"]], threading.Event()
 
     def sample():
         while not done.wait(0.01):
             peak[0] = max(peak[0], sum(_pss_mib(pid) for pid in pids))
+
     thread = threading.Thread(target=sample)
     thread.start()
     for _ in range(steps):
@@ -201,16 +208,16 @@ def _time_phases(phases, steps: int, warmup: int) -> dict:
 
 def worker_train(lib: str, config: str, steps: int, warmup: int, workers: int = 2) -> dict:
     import numpy as np
+
     V, L, H, C, T, B = {**TRAIN_CONFIGS, **LONG_CONFIGS, **LONG_QUICK}[config]
     rng = np.random.default_rng(0)
     x = rng.integers(0, V, size=(B, T))
     y = rng.integers(0, V, size=(B, T))
     if lib == "scratchformer":
-        from scratchformer.models import GPT, GPTConfig
-        from scratchformer.training.parallel import DataParallel
-        from scratchformer.optim import clip_grad_norm, make_adamw, param_groups
-
         from scratchformer.allocator import keep_freed_memory
+        from scratchformer.models import GPT, GPTConfig
+        from scratchformer.optim import clip_grad_norm, make_adamw, param_groups
+        from scratchformer.training.parallel import DataParallel
 
         rss_before = _peak_rss_mib()  # the imports' memory, not the model's
         keep_freed_memory()  # as train() does
@@ -232,6 +239,7 @@ def worker_train(lib: str, config: str, steps: int, warmup: int, workers: int = 
         phases = [("forward", forward), ("backward", model.backward), ("optimiser", optimiser)]
     else:
         import torch
+
         sys.path.insert(0, str(HERE))
         from torch_gpt import TorchGPT
 
@@ -260,13 +268,17 @@ def worker_train(lib: str, config: str, steps: int, warmup: int, workers: int = 
     result["tokens_per_s"] = B * T / (result["step_ms"] / 1e3)
     _memory(result, ["self"] + (model.worker_pids() if lib == "scratchformer" and workers > 1 else []))
     result["rss_before_model_mib"] = rss_before
-    result["peak_rss_above_start_mib"] = result["peak_rss_mib"] - rss_before  # the model and its step, not the imports
+    result["peak_rss_above_start_mib"] = (
+        result["peak_rss_mib"] - rss_before
+    )  # the model and its step, not the imports
     # nanoGPT's estimate_mfu: 6 N + 12 L T C FLOPs per token (position table not counted)
     n_flop_params = n_params - T * C
     result["model_gflop_per_s"] = (6 * n_flop_params + 12 * L * T * C) * result["tokens_per_s"] / 1e9
     # the GEMM peak at this model's own shapes, in this process: NumPy's BLAS or PyTorch's
-    result["gemm_gflops"] = _gemm_gflops([(B * T, C, 3 * C), (B * T, C, 4 * C), (B * T, 4 * C, C)],
-                                         lib="numpy" if lib == "scratchformer" else "torch")
+    result["gemm_gflops"] = _gemm_gflops(
+        [(B * T, C, 3 * C), (B * T, C, 4 * C), (B * T, 4 * C, C)],
+        lib="numpy" if lib == "scratchformer" else "torch",
+    )
     result["blas"] = _blas()
     return result
 
@@ -276,19 +288,32 @@ def _write_gpt2(path: Path, config: str) -> None:
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
     from transformers.utils import logging as hf_logging
+
     hf_logging.disable_progress_bar()
     V, L, H, C, _, _ = TRAIN_CONFIGS[config]
     torch.manual_seed(0)
-    cfg = GPT2Config(vocab_size=V, n_positions=SAMPLE_POSITIONS, n_embd=C, n_layer=L, n_head=H,
-                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+    cfg = GPT2Config(
+        vocab_size=V,
+        n_positions=SAMPLE_POSITIONS,
+        n_embd=C,
+        n_layer=L,
+        n_head=H,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
     GPT2LMHeadModel(cfg).save_pretrained(path, safe_serialization=True)
 
 
 def worker_sample(lib: str, model_dir: str, batch: int, new_tokens: int, tokens_out: str) -> dict:
     import numpy as np
+
     prompt = np.zeros((batch, 1), dtype=np.int64)
     if lib == "scratchformer":
         from scratchformer.interop import load_hf_gpt2
+
         model = load_hf_gpt2(model_dir)
         model.eval()
 
@@ -297,29 +322,46 @@ def worker_sample(lib: str, model_dir: str, batch: int, new_tokens: int, tokens_
     else:
         import torch
         from transformers import GPT2LMHeadModel
+
         torch.set_num_threads(2)
         model = GPT2LMHeadModel.from_pretrained(model_dir).eval()
         p = torch.from_numpy(prompt)
 
         def generate(n):
             with torch.inference_mode():
-                return model.generate(p, attention_mask=torch.ones_like(p), max_new_tokens=n, min_new_tokens=n,
-                                      do_sample=False, use_cache=True, pad_token_id=0, eos_token_id=None).numpy()
+                return model.generate(
+                    p,
+                    attention_mask=torch.ones_like(p),
+                    max_new_tokens=n,
+                    min_new_tokens=n,
+                    do_sample=False,
+                    use_cache=True,
+                    pad_token_id=0,
+                    eos_token_id=None,
+                ).numpy()
+
     generate(8)  # warm-up
     start = time.perf_counter()
     tokens = generate(new_tokens)
     seconds = time.perf_counter() - start
     np.save(tokens_out, np.asarray(tokens)[:, 1:])
-    return {"tokens_per_s": batch * new_tokens / seconds, "seconds": seconds, "peak_rss_mib": _peak_rss_mib(),
-            "blas": _blas()}
+    return {
+        "tokens_per_s": batch * new_tokens / seconds,
+        "seconds": seconds,
+        "peak_rss_mib": _peak_rss_mib(),
+        "blas": _blas(),
+    }
 
 
 def worker_embed(lib: str, data: str, n_lines: int, emb_out: str) -> dict:
     import numpy as np
+
     from scratchformer.interop.sentence import default_model_dir
+
     lines = [s for s in Path(data).read_text(encoding="utf-8").splitlines() if s.strip()][:n_lines]
     if lib == "scratchformer":
         from scratchformer.interop.sentence import SentenceEncoder
+
         enc = SentenceEncoder()
 
         def encode(texts):
@@ -327,6 +369,7 @@ def worker_embed(lib: str, data: str, n_lines: int, emb_out: str) -> dict:
     else:
         import torch
         from transformers import AutoTokenizer, BertModel
+
         torch.set_num_threads(2)
         tok = AutoTokenizer.from_pretrained(default_model_dir())
         bert = BertModel.from_pretrained(default_model_dir()).eval()
@@ -335,19 +378,26 @@ def worker_embed(lib: str, data: str, n_lines: int, emb_out: str) -> dict:
             out = []
             with torch.inference_mode():
                 for i in range(0, len(texts), 32):
-                    b = tok(texts[i:i + 32], padding=True, truncation=True, max_length=256, return_tensors="pt")
+                    b = tok(
+                        texts[i : i + 32], padding=True, truncation=True, max_length=256, return_tensors="pt"
+                    )
                     h = bert(**b).last_hidden_state
                     m = b["attention_mask"].unsqueeze(-1).to(h.dtype)
                     e = (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
                     out.append(torch.nn.functional.normalize(e, p=2, dim=1).numpy())
             return np.concatenate(out)
+
     encode(lines[:32])  # warm-up
     start = time.perf_counter()
     emb = encode(lines)
     seconds = time.perf_counter() - start
     np.save(emb_out, emb)
-    return {"sentences_per_s": len(lines) / seconds, "seconds": seconds, "peak_rss_mib": _peak_rss_mib(),
-            "blas": _blas()}
+    return {
+        "sentences_per_s": len(lines) / seconds,
+        "seconds": seconds,
+        "peak_rss_mib": _peak_rss_mib(),
+        "blas": _blas(),
+    }
 
 
 FINETUNE_BATCH, FINETUNE_TOKENS, FINETUNE_CLASSES, FINETUNE_STEPS = 32, 64, 8, 10
@@ -365,6 +415,7 @@ def _timed_steps(forward_backward, optimiser, steps: int, warmup: int, tokens: i
 
 def worker_finetune(lib: str, steps: int, warmup: int, workers: int = 2) -> dict:
     import numpy as np
+
     from scratchformer.interop.sentence import default_model_dir
 
     path = default_model_dir()
@@ -390,10 +441,12 @@ def worker_finetune(lib: str, steps: int, warmup: int, workers: int = 2) -> dict
             model.zero_grad()
             runner(ids, mask, labels)
             runner.backward()
+
         step = opt.step
     else:
         import torch
         import transformers
+
         torch.set_num_threads(2)
         bert = transformers.BertModel.from_pretrained(path, add_pooling_layer=False).train()
         head = torch.nn.Linear(bert.config.hidden_size, FINETUNE_CLASSES)
@@ -407,6 +460,7 @@ def worker_finetune(lib: str, steps: int, warmup: int, workers: int = 2) -> dict
             m = t_mask.to(hidden.dtype).unsqueeze(-1)
             loss = torch.nn.functional.cross_entropy(head((hidden * m).sum(1) / m.sum(1)), t_labels)
             loss.backward()
+
         step = opt.step
     workers_of = runner.worker_pids if lib == "scratchformer" else list
     return _timed_steps(forward_backward, step, steps, warmup, FINETUNE_BATCH * FINETUNE_TOKENS, workers_of)
@@ -417,18 +471,29 @@ def bench_finetune(pairs: int, quick: bool, workers: int = 2) -> dict:
     res = paired(lambda lib: ["finetune", lib, str(steps), str(warm), str(workers)], pairs, "tokens_per_s")
     res["workers"] = workers
     s, r = res["scratchformer"], res["reference"]
-    print(f"finetune MiniLM batch {FINETUNE_BATCH} x {FINETUNE_TOKENS} ratio {res['ratio']:5.2f}  tok/s "
-          f"{_med(s, 'tokens_per_s'):7,.0f} vs {_med(r, 'tokens_per_s'):7,.0f}  fwd+bwd/opt ms "
-          f"{_med(s, 'forward_backward_ms'):.0f}/{_med(s, 'optimiser_ms'):.0f} vs "
-          f"{_med(r, 'forward_backward_ms'):.0f}/{_med(r, 'optimiser_ms'):.0f}  RSS MiB "
-          f"{_med(s, 'peak_rss_mib'):.0f} vs {_med(r, 'peak_rss_mib'):.0f}, peak PSS {_med(s, 'peak_pss_mib'):.0f} vs "
-          f"{_med(r, 'peak_pss_mib'):.0f}", flush=True)
+    print(
+        f"finetune MiniLM batch {FINETUNE_BATCH} x {FINETUNE_TOKENS} ratio {res['ratio']:5.2f}  tok/s "
+        f"{_med(s, 'tokens_per_s'):7,.0f} vs {_med(r, 'tokens_per_s'):7,.0f}  fwd+bwd/opt ms "
+        f"{_med(s, 'forward_backward_ms'):.0f}/{_med(s, 'optimiser_ms'):.0f} vs "
+        f"{_med(r, 'forward_backward_ms'):.0f}/{_med(r, 'optimiser_ms'):.0f}  RSS MiB "
+        f"{_med(s, 'peak_rss_mib'):.0f} vs {_med(r, 'peak_rss_mib'):.0f}, peak PSS {_med(s, 'peak_pss_mib'):.0f} vs "
+        f"{_med(r, 'peak_pss_mib'):.0f}",
+        flush=True,
+    )
     return res
 
 
 INITFROM_BATCH, INITFROM_TOKENS, INITFROM_STEPS = 4, 128, 4
-INITFROM_GPT2 = dict(n_layer=6, n_head=12, n_embd=768, vocab_size=50257, n_positions=1024,
-                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+INITFROM_GPT2 = dict(
+    n_layer=6,
+    n_head=12,
+    n_embd=768,
+    vocab_size=50257,
+    n_positions=1024,
+    resid_pdrop=0.0,
+    embd_pdrop=0.0,
+    attn_pdrop=0.0,
+)
 
 
 def _gpt2_dir(path: Path) -> Path:
@@ -436,6 +501,7 @@ def _gpt2_dir(path: Path) -> Path:
     if not (path / "model.safetensors").exists():
         import torch
         import transformers
+
         torch.manual_seed(0)
         transformers.GPT2LMHeadModel(transformers.GPT2Config(**INITFROM_GPT2)).save_pretrained(path)
     return path
@@ -462,10 +528,12 @@ def worker_initfrom(lib: str, path: str, steps: int, warmup: int, workers: int =
             model.zero_grad()
             runner(x, y)
             runner.backward()
+
         step = opt.step
     else:
         import torch
         import transformers
+
         torch.set_num_threads(2)
         model = transformers.GPT2LMHeadModel.from_pretrained(path).train()
         opt = torch.optim.AdamW(model.parameters(), lr=3e-5)
@@ -475,6 +543,7 @@ def worker_initfrom(lib: str, path: str, steps: int, warmup: int, workers: int =
             opt.zero_grad()
             logits = model(tx).logits
             torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ty.reshape(-1)).backward()
+
         step = opt.step
     workers_of = runner.worker_pids if lib == "scratchformer" else list
     return _timed_steps(forward_backward, step, steps, warmup, INITFROM_BATCH * INITFROM_TOKENS, workers_of)
@@ -483,24 +552,38 @@ def worker_initfrom(lib: str, path: str, steps: int, warmup: int, workers: int =
 def bench_initfrom(tmp: Path, pairs: int, quick: bool, workers: int = 2) -> dict:
     steps, warm = (2, 1) if quick else (INITFROM_STEPS, 1)
     path = str(_gpt2_dir(tmp / "gpt2-initfrom"))
-    res = paired(lambda lib: ["initfrom", lib, path, str(steps), str(warm), str(workers)], pairs, "tokens_per_s")
+    res = paired(
+        lambda lib: ["initfrom", lib, path, str(steps), str(warm), str(workers)], pairs, "tokens_per_s"
+    )
     res["workers"] = workers
     s, r = res["scratchformer"], res["reference"]
-    print(f"init-from GPT-2 (6 x 768, vocab 50,257) batch {INITFROM_BATCH} x {INITFROM_TOKENS} ratio "
-          f"{res['ratio']:5.2f}  tok/s {_med(s, 'tokens_per_s'):7,.0f} vs {_med(r, 'tokens_per_s'):7,.0f}  fwd+bwd/opt ms "
-          f"{_med(s, 'forward_backward_ms'):.0f}/{_med(s, 'optimiser_ms'):.0f} vs "
-          f"{_med(r, 'forward_backward_ms'):.0f}/{_med(r, 'optimiser_ms'):.0f}  RSS MiB "
-          f"{_med(s, 'peak_rss_mib'):.0f} vs {_med(r, 'peak_rss_mib'):.0f}, peak PSS {_med(s, 'peak_pss_mib'):.0f} vs "
-          f"{_med(r, 'peak_pss_mib'):.0f}", flush=True)
+    print(
+        f"init-from GPT-2 (6 x 768, vocab 50,257) batch {INITFROM_BATCH} x {INITFROM_TOKENS} ratio "
+        f"{res['ratio']:5.2f}  tok/s {_med(s, 'tokens_per_s'):7,.0f} vs {_med(r, 'tokens_per_s'):7,.0f}  fwd+bwd/opt ms "  # noqa: E501
+        f"{_med(s, 'forward_backward_ms'):.0f}/{_med(s, 'optimiser_ms'):.0f} vs "
+        f"{_med(r, 'forward_backward_ms'):.0f}/{_med(r, 'optimiser_ms'):.0f}  RSS MiB "
+        f"{_med(s, 'peak_rss_mib'):.0f} vs {_med(r, 'peak_rss_mib'):.0f}, peak PSS {_med(s, 'peak_pss_mib'):.0f} vs "
+        f"{_med(r, 'peak_pss_mib'):.0f}",
+        flush=True,
+    )
     return res
 
 
 # -- driver -----------------------------------------------------------------------------------
 def run_worker(args: list[str], threads: int = 2) -> dict:
-    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
-               PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", *args],
-                          capture_output=True, text=True, env=env, cwd=REPO)
+    env = dict(
+        os.environ,
+        OPENBLAS_NUM_THREADS=str(threads),
+        OMP_NUM_THREADS=str(threads),
+        PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    )
+    proc = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "--worker", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"worker {args} failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -525,68 +608,99 @@ def bench_train(configs, pairs: int, quick: bool, workers: int = 2, section: str
     for name in configs:
         steps = (1 if name in LONG_CONFIGS else 3) if quick else TRAIN_STEPS[name]
         warm = 1 if quick else WARMUP
-        res = paired(lambda lib: ["train", lib, name, str(steps), str(warm), str(workers)], pairs, "tokens_per_s")
+        res = paired(
+            lambda lib: ["train", lib, name, str(steps), str(warm), str(workers)], pairs, "tokens_per_s"
+        )
         res["workers"] = workers
         peak = _med(res["scratchformer"], "gemm_gflops")
         res["torch_gemm_gflops"] = _med(res["reference"], "gemm_gflops")
         for side in ("scratchformer", "reference"):
             runs = res[side]
-            res[f"{side}_summary"] = {k: _med(runs, k) for k in
-                                      ("tokens_per_s", "forward_ms", "backward_ms", "optimiser_ms", "step_ms",
-                                       "peak_rss_mib", "pss_mib", "model_gflop_per_s", "peak_rss_above_start_mib")}
+            res[f"{side}_summary"] = {
+                k: _med(runs, k)
+                for k in (
+                    "tokens_per_s",
+                    "forward_ms",
+                    "backward_ms",
+                    "optimiser_ms",
+                    "step_ms",
+                    "peak_rss_mib",
+                    "pss_mib",
+                    "model_gflop_per_s",
+                    "peak_rss_above_start_mib",
+                )
+            }
             res[f"{side}_summary"]["mfu"] = res[f"{side}_summary"]["model_gflop_per_s"] / peak
         res["gemm_gflops"] = peak
         out[name] = res
         s, r = res["scratchformer_summary"], res["reference_summary"]
-        print(f"{section} {name:16s} ratio {res['ratio']:5.2f}  tok/s {s['tokens_per_s']:9,.0f} vs {r['tokens_per_s']:9,.0f}"
-              f"  fwd/bwd/opt ms {s['forward_ms']:.1f}/{s['backward_ms']:.1f}/{s['optimiser_ms']:.1f}"
-              f" vs {r['forward_ms']:.1f}/{r['backward_ms']:.1f}/{r['optimiser_ms']:.1f}"
-              f"  RSS MiB {s['peak_rss_mib']:.0f} vs {r['peak_rss_mib']:.0f} (PSS {s['pss_mib']:.0f} vs {r['pss_mib']:.0f};"
-              f" above the imports {s['peak_rss_above_start_mib']:.0f} vs {r['peak_rss_above_start_mib']:.0f})"
-              f"  MFU {s['mfu']:.0%} vs {r['mfu']:.0%} of {peak:.0f} GFLOP/s (torch.mm: {res['torch_gemm_gflops']:.0f})",
-              flush=True)
+        print(
+            f"{section} {name:16s} ratio {res['ratio']:5.2f}  tok/s {s['tokens_per_s']:9,.0f} vs {r['tokens_per_s']:9,.0f}"  # noqa: E501
+            f"  fwd/bwd/opt ms {s['forward_ms']:.1f}/{s['backward_ms']:.1f}/{s['optimiser_ms']:.1f}"
+            f" vs {r['forward_ms']:.1f}/{r['backward_ms']:.1f}/{r['optimiser_ms']:.1f}"
+            f"  RSS MiB {s['peak_rss_mib']:.0f} vs {r['peak_rss_mib']:.0f} (PSS {s['pss_mib']:.0f} vs {r['pss_mib']:.0f};"  # noqa: E501
+            f" above the imports {s['peak_rss_above_start_mib']:.0f} vs {r['peak_rss_above_start_mib']:.0f})"
+            f"  MFU {s['mfu']:.0%} vs {r['mfu']:.0%} of {peak:.0f} GFLOP/s (torch.mm: {res['torch_gemm_gflops']:.0f})",
+            flush=True,
+        )
     return out
 
 
 def bench_sample(tmp: Path, pairs: int, quick: bool) -> dict:
     import numpy as np
+
     out = {}
     sizes, batches, new = (["names"], [1, 32], 10) if quick else (SAMPLE_SIZES, SAMPLE_BATCHES, NEW_TOKENS)
     for size in sizes:
         model_dir = tmp / f"gpt2-{size}"
         _write_gpt2(model_dir, size)
         for batch in batches:
-            files = {lib: str(tmp / f"tokens-{size}-{batch}-{lib}.npy") for lib in ("scratchformer", "reference")}
-            res = paired(lambda lib: ["sample", lib, str(model_dir), str(batch), str(new), files[lib]],
-                         pairs, "tokens_per_s")
+            files = {
+                lib: str(tmp / f"tokens-{size}-{batch}-{lib}.npy") for lib in ("scratchformer", "reference")
+            }
+            res = paired(
+                lambda lib: ["sample", lib, str(model_dir), str(batch), str(new), files[lib]],
+                pairs,
+                "tokens_per_s",
+            )
             a, b = np.load(files["scratchformer"]), np.load(files["reference"])
             res["same_tokens_fraction"] = float((a == b).mean())
             key = f"{size}/batch{batch}"
             out[key] = res
-            print(f"sample {key:22s} ratio {res['ratio']:5.2f}  tok/s {_med(res['scratchformer'], 'tokens_per_s'):9,.0f}"
-                  f" vs {_med(res['reference'], 'tokens_per_s'):9,.0f}  RSS MiB "
-                  f"{_med(res['scratchformer'], 'peak_rss_mib'):.0f} vs {_med(res['reference'], 'peak_rss_mib'):.0f}"
-                  f"  same greedy tokens {res['same_tokens_fraction']:.0%}", flush=True)
+            print(
+                f"sample {key:22s} ratio {res['ratio']:5.2f}  tok/s {_med(res['scratchformer'], 'tokens_per_s'):9,.0f}"
+                f" vs {_med(res['reference'], 'tokens_per_s'):9,.0f}  RSS MiB "
+                f"{_med(res['scratchformer'], 'peak_rss_mib'):.0f} vs {_med(res['reference'], 'peak_rss_mib'):.0f}"
+                f"  same greedy tokens {res['same_tokens_fraction']:.0%}",
+                flush=True,
+            )
     return out
 
 
 def bench_embed(tmp: Path, data: str, pairs: int, quick: bool) -> dict:
     import numpy as np
+
     n = 64 if quick else EMBED_LINES
     files = {lib: str(tmp / f"emb-{lib}.npy") for lib in ("scratchformer", "reference")}
     res = paired(lambda lib: ["embed", lib, data, str(n), files[lib]], pairs, "sentences_per_s")
     res["max_abs_diff"] = float(np.abs(np.load(files["scratchformer"]) - np.load(files["reference"])).max())
-    print(f"embed  {n} lines, batch 32       ratio {res['ratio']:5.2f}  sentences/s "
-          f"{_med(res['scratchformer'], 'sentences_per_s'):7,.1f} vs {_med(res['reference'], 'sentences_per_s'):7,.1f}"
-          f"  RSS MiB {_med(res['scratchformer'], 'peak_rss_mib'):.0f} vs {_med(res['reference'], 'peak_rss_mib'):.0f}"
-          f"  max |diff| {res['max_abs_diff']:.1e}", flush=True)
+    print(
+        f"embed  {n} lines, batch 32       ratio {res['ratio']:5.2f}  sentences/s "
+        f"{_med(res['scratchformer'], 'sentences_per_s'):7,.1f} vs {_med(res['reference'], 'sentences_per_s'):7,.1f}"
+        f"  RSS MiB {_med(res['scratchformer'], 'peak_rss_mib'):.0f} vs {_med(res['reference'], 'peak_rss_mib'):.0f}"
+        f"  max |diff| {res['max_abs_diff']:.1e}",
+        flush=True,
+    )
     return res
 
 
 def bench_e2e(tmp: Path, data: str) -> dict:
     """One wall-time run each of the default CLI trainings and their PyTorch equivalents."""
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="2",
-               PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    env = dict(
+        os.environ,
+        OPENBLAS_NUM_THREADS="2",
+        PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    )
     cli = [sys.executable, "-m", "scratchformer.cli.main", "train", "--no-progress", "--quiet"]
     runs = {
         "names/scratchformer": cli + ["--out", str(tmp / "names")],
@@ -598,21 +712,34 @@ def bench_e2e(tmp: Path, data: str) -> dict:
     for name, cmd in runs.items():
         start = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
-        out[name] = {"seconds": time.perf_counter() - start, "returncode": proc.returncode,
-                     "tail": (proc.stdout + proc.stderr)[-600:]}
+        out[name] = {
+            "seconds": time.perf_counter() - start,
+            "returncode": proc.returncode,
+            "tail": (proc.stdout + proc.stderr)[-600:],
+        }
         print(f"e2e    {name:26s} {out[name]['seconds']:7.0f} s  (exit {proc.returncode})", flush=True)
     return out
 
 
 def environment() -> dict:
     import numpy as np
-    info = {"python": platform.python_version(), "numpy": np.__version__, "platform": platform.platform(),
-            "cpu": _cpu_name(), "cpu_flags": _cpu_flags(), "cores": os.cpu_count(),
-            "env": {k: os.environ.get(k) for k in OPENBLAS_VARS}, "blas": _blas(),
-            "loadavg_at_start": os.getloadavg(), "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
+
+    info = {
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "platform": platform.platform(),
+        "cpu": _cpu_name(),
+        "cpu_flags": _cpu_flags(),
+        "cores": os.cpu_count(),
+        "env": {k: os.environ.get(k) for k in OPENBLAS_VARS},
+        "blas": _blas(),
+        "loadavg_at_start": os.getloadavg(),
+        "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+    }
     try:
         import torch
         import transformers
+
         info["torch"], info["transformers"] = torch.__version__, transformers.__version__
         info["torch_blas"] = _torch_blas()
     except ImportError:
@@ -621,8 +748,20 @@ def environment() -> dict:
 
 
 # the vector and matrix extensions that decide which kernels a BLAS picks
-CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "avx512_fp16",
-             "amx_tile", "amx_bf16", "amx_int8", "amx_fp16")
+CPU_FLAGS = (
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512bw",
+    "avx512vl",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx512_fp16",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+    "amx_fp16",
+)
 
 
 def _cpu_flags() -> list[str]:
@@ -631,7 +770,9 @@ def _cpu_flags() -> list[str]:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
         return []
-    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+    flags = next(
+        (line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), []
+    )
     return [f for f in CPU_FLAGS if f in flags]
 
 
@@ -640,12 +781,19 @@ def _torch_blas() -> dict:
     the MKL and oneDNN versions it was built with, whether both are available here, and the
     CPU capability (vector width) its own kernels chose at run time."""
     import torch
+
     config = torch.__config__.show()
     blas = re.search(r"\bBLAS_INFO=([^,\s]+)", config)
-    info = {"blas_info": blas.group(1) if blas else None,
-            "mkl": torch.backends.mkl.is_available(), "mkldnn": torch.backends.mkldnn.is_available(),
-            "built_with": [line.strip(" -") for line in config.splitlines()
-                           if "Math Kernel Library" in line or "MKL-DNN" in line or "oneDNN" in line]}
+    info = {
+        "blas_info": blas.group(1) if blas else None,
+        "mkl": torch.backends.mkl.is_available(),
+        "mkldnn": torch.backends.mkldnn.is_available(),
+        "built_with": [
+            line.strip(" -")
+            for line in config.splitlines()
+            if "Math Kernel Library" in line or "MKL-DNN" in line or "oneDNN" in line
+        ],
+    }
     try:
         info["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
     except AttributeError:  # older PyTorch
@@ -657,16 +805,22 @@ def _environment_line(env: dict) -> str:
     """The CPU, its flags and both sides' BLAS, in one line."""
     kernels = ", ".join(f"{b['internal_api']} {b['version']} {b['architecture']}" for b in env["blas"])
     tb = env.get("torch_blas") or {}
-    torch_side = (f"torch {env.get('torch')} (BLAS {tb.get('blas_info')}, oneDNN {'on' if tb.get('mkldnn') else 'off'}, "
-                  f"kernels {tb.get('cpu_capability')})")
-    return (f"{env['cpu']} ({' '.join(env.get('cpu_flags') or ['no flags read'])}), {env['cores']} cores; "
-            f"numpy {env['numpy']} ({kernels}); {torch_side}")
+    torch_side = (
+        f"torch {env.get('torch')} (BLAS {tb.get('blas_info')}, oneDNN {'on' if tb.get('mkldnn') else 'off'}, "
+        f"kernels {tb.get('cpu_capability')})"
+    )
+    return (
+        f"{env['cpu']} ({' '.join(env.get('cpu_flags') or ['no flags read'])}), {env['cores']} cores; "
+        f"numpy {env['numpy']} ({kernels}); {torch_side}"
+    )
 
 
 def _cpu_name() -> str:
     try:
         out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        return next(line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name"))
+        return next(
+            line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")
+        )
     except (OSError, StopIteration):
         return platform.processor()
 
@@ -674,52 +828,69 @@ def _cpu_name() -> str:
 def markdown(results: dict) -> str:
     """The results as the markdown tables of docs/performance.md."""
     env = results["environment"]
-    lines = [f"{env['date_utc']} UTC, {_environment_line(env)}, transformers {env.get('transformers')}; "
-             f"{' '.join(f'{k}={v}' for k, v in env['env'].items())}; load average "
-             f"{env['loadavg_at_start'][0]:.1f} at the start, {results['loadavg_at_end'][0]:.1f} at the end; "
-             f"{results['pairs']} pair(s) per figure, {results['seconds']:.0f} s.", ""]
+    lines = [
+        f"{env['date_utc']} UTC, {_environment_line(env)}, transformers {env.get('transformers')}; "
+        f"{' '.join(f'{k}={v}' for k, v in env['env'].items())}; load average "
+        f"{env['loadavg_at_start'][0]:.1f} at the start, {results['loadavg_at_end'][0]:.1f} at the end; "
+        f"{results['pairs']} pair(s) per figure, {results['seconds']:.0f} s.",
+        "",
+    ]
     for section in ("train", "long"):
         if section not in results:
             continue
         title = "training" if section == "train" else "long context, one process:"
-        lines += [f"| {title} config (V, L, H, C, T, B) | ratio | tokens/s (ours / torch) | fwd / bwd / opt ms (ours) "
-                  "| fwd / bwd / opt ms (torch) | peak RSS MiB (ours / torch) | PSS MiB (ours / torch) | MFU (ours / torch) "
-                  "| GEMM GFLOP/s (numpy / torch) |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        lines += [
+            f"| {title} config (V, L, H, C, T, B) | ratio | tokens/s (ours / torch) | fwd / bwd / opt ms (ours) "
+            "| fwd / bwd / opt ms (torch) | peak RSS MiB (ours / torch) | PSS MiB (ours / torch) | MFU (ours / torch) "
+            "| GEMM GFLOP/s (numpy / torch) |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
         for name, r in results[section].items():
             s, t = r["scratchformer_summary"], r["reference_summary"]
             shape = {**TRAIN_CONFIGS, **LONG_CONFIGS, **LONG_QUICK}[name]
-            lines.append(f"| {name} {shape} | **{r['ratio']:.2f}** | {s['tokens_per_s']:,.0f} / "
-                         f"{t['tokens_per_s']:,.0f} | {s['forward_ms']:.1f} / {s['backward_ms']:.1f} / "
-                         f"{s['optimiser_ms']:.1f} | {t['forward_ms']:.1f} / {t['backward_ms']:.1f} / "
-                         f"{t['optimiser_ms']:.1f} | {s['peak_rss_mib']:.0f} / {t['peak_rss_mib']:.0f} | "
-                         f"{s.get('pss_mib', float('nan')):.0f} / {t.get('pss_mib', float('nan')):.0f} | "
-                         f"{s['mfu']:.0%} / {t['mfu']:.0%} | {r['gemm_gflops']:.0f} / "
-                         f"{r.get('torch_gemm_gflops', float('nan')):.0f} |")
+            lines.append(
+                f"| {name} {shape} | **{r['ratio']:.2f}** | {s['tokens_per_s']:,.0f} / "
+                f"{t['tokens_per_s']:,.0f} | {s['forward_ms']:.1f} / {s['backward_ms']:.1f} / "
+                f"{s['optimiser_ms']:.1f} | {t['forward_ms']:.1f} / {t['backward_ms']:.1f} / "
+                f"{t['optimiser_ms']:.1f} | {s['peak_rss_mib']:.0f} / {t['peak_rss_mib']:.0f} | "
+                f"{s.get('pss_mib', float('nan')):.0f} / {t.get('pss_mib', float('nan')):.0f} | "
+                f"{s['mfu']:.0%} / {t['mfu']:.0%} | {r['gemm_gflops']:.0f} / "
+                f"{r.get('torch_gemm_gflops', float('nan')):.0f} |"
+            )
         lines.append("")
     if "sample" in results or "embed" in results:
-        lines += ["| inference | ratio | throughput (ours / transformers) | peak RSS MiB (ours / transformers) | agreement |",
-                  "| --- | --- | --- | --- | --- |"]
+        lines += [
+            "| inference | ratio | throughput (ours / transformers) | peak RSS MiB (ours / transformers) | agreement |",
+            "| --- | --- | --- | --- | --- |",
+        ]
         for key, r in results.get("sample", {}).items():
-            lines.append(f"| sample {key}, {NEW_TOKENS if not results['quick'] else 10} tokens | **{r['ratio']:.2f}** | "
-                         f"{_med(r['scratchformer'], 'tokens_per_s'):,.0f} / {_med(r['reference'], 'tokens_per_s'):,.0f}"
-                         f" tokens/s | {_med(r['scratchformer'], 'peak_rss_mib'):.0f} / "
-                         f"{_med(r['reference'], 'peak_rss_mib'):.0f} | {r['same_tokens_fraction']:.0%} same tokens |")
+            lines.append(
+                f"| sample {key}, {NEW_TOKENS if not results['quick'] else 10} tokens | **{r['ratio']:.2f}** | "
+                f"{_med(r['scratchformer'], 'tokens_per_s'):,.0f} / {_med(r['reference'], 'tokens_per_s'):,.0f}"
+                f" tokens/s | {_med(r['scratchformer'], 'peak_rss_mib'):.0f} / "
+                f"{_med(r['reference'], 'peak_rss_mib'):.0f} | {r['same_tokens_fraction']:.0%} same tokens |"
+            )
         if "embed" in results:
             r = results["embed"]
-            lines.append(f"| embed all-MiniLM-L6-v2, batch 32 | **{r['ratio']:.2f}** | "
-                         f"{_med(r['scratchformer'], 'sentences_per_s'):,.1f} / "
-                         f"{_med(r['reference'], 'sentences_per_s'):,.1f} sentences/s | "
-                         f"{_med(r['scratchformer'], 'peak_rss_mib'):.0f} / {_med(r['reference'], 'peak_rss_mib'):.0f}"
-                         f" | max abs diff {r['max_abs_diff']:.1e} |")
+            lines.append(
+                f"| embed all-MiniLM-L6-v2, batch 32 | **{r['ratio']:.2f}** | "
+                f"{_med(r['scratchformer'], 'sentences_per_s'):,.1f} / "
+                f"{_med(r['reference'], 'sentences_per_s'):,.1f} sentences/s | "
+                f"{_med(r['scratchformer'], 'peak_rss_mib'):.0f} / {_med(r['reference'], 'peak_rss_mib'):.0f}"
+                f" | max abs diff {r['max_abs_diff']:.1e} |"
+            )
         lines.append("")
     if "e2e" in results:
         lines += ["| end to end | wall time |", "| --- | --- |"]
-        lines += [f"| {k} | {v['seconds']:.0f} s (exit {v['returncode']}) |" for k, v in results["e2e"].items()]
+        lines += [
+            f"| {k} | {v['seconds']:.0f} s (exit {v['returncode']}) |" for k, v in results["e2e"].items()
+        ]
     return "\n".join(lines)
 
 
-def resolve_data(data: str | None, sections: set, named: bool, quick: bool, e2e: bool) -> tuple[str | None, str]:
+def resolve_data(
+    data: str | None, sections: set, named: bool, quick: bool, e2e: bool
+) -> tuple[str | None, str]:
     """The text that embed and e2e read: (path or None, a note to print or ""). --data must
     exist; without it, ../shared/data/tinyshakespeare.txt is used if there. A fresh clone has
     none: --quick then embeds the lines of this repository's README.md (a smoke run needs no
@@ -728,7 +899,9 @@ def resolve_data(data: str | None, sections: set, named: bool, quick: bool, e2e:
     if path.is_file() or not ("embed" in sections or e2e):
         return str(path), ""
     if data is None and not e2e and quick:
-        return str(REPO / "README.md"), f"embed reads README.md's lines ({DEFAULT_DATA} not found; --data PATH)"
+        return str(
+            REPO / "README.md"
+        ), f"embed reads README.md's lines ({DEFAULT_DATA} not found; --data PATH)"
     if data is None and not e2e and not named:
         sections.discard("embed")
         return None, f"embed left out: {DEFAULT_DATA} not found (pass --data PATH/tinyshakespeare.txt)"
@@ -737,22 +910,39 @@ def resolve_data(data: str | None, sections: set, named: bool, quick: bool, e2e:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", default=None,
-                    help=f"comma-separated sections of {', '.join(SECTIONS)} (default: {DEFAULT_SECTIONS})")
-    ap.add_argument("--configs", default=",".join(TRAIN_CONFIGS),
-                    help=f"training configs (default: {','.join(TRAIN_CONFIGS)})")
-    ap.add_argument("--pairs", type=int, default=3, help="alternating process pairs per measurement (default 3)")
-    ap.add_argument("--workers", type=int, default=2,
-                    help="scratchformer's training processes in train, finetune and initfrom (DataParallel, as "
-                         "the commands run; 1: the model alone) (default 2)")
+    ap.add_argument(
+        "--only",
+        default=None,
+        help=f"comma-separated sections of {', '.join(SECTIONS)} (default: {DEFAULT_SECTIONS})",
+    )
+    ap.add_argument(
+        "--configs",
+        default=",".join(TRAIN_CONFIGS),
+        help=f"training configs (default: {','.join(TRAIN_CONFIGS)})",
+    )
+    ap.add_argument(
+        "--pairs", type=int, default=3, help="alternating process pairs per measurement (default 3)"
+    )
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=2,
+        help="scratchformer's training processes in train, finetune and initfrom (DataParallel, as "
+        "the commands run; 1: the model alone) (default 2)",
+    )
     ap.add_argument("--quick", action="store_true", help="smoke run: 1 pair, 3 steps, tiny inputs")
     ap.add_argument("--e2e", action="store_true", help="also the whole default training runs (minutes)")
-    ap.add_argument("--data", default=None,
-                    help="tinyshakespeare.txt, for embed and e2e (default: ../shared/data/tinyshakespeare.txt from "
-                         "the repo if there; without it --quick embeds README.md's lines and a full run leaves "
-                         "embed out)")
+    ap.add_argument(
+        "--data",
+        default=None,
+        help="tinyshakespeare.txt, for embed and e2e (default: ../shared/data/tinyshakespeare.txt from "
+        "the repo if there; without it --quick embeds README.md's lines and a full run leaves "
+        "embed out)",
+    )
     ap.add_argument("--json", default="suite_results.json", help="where to write the results")
-    ap.add_argument("--markdown", metavar="JSON", help="print the tables of a results file as markdown, and exit")
+    ap.add_argument(
+        "--markdown", metavar="JSON", help="print the tables of a results file as markdown, and exit"
+    )
     ap.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.markdown:
@@ -778,8 +968,10 @@ def main(argv=None) -> None:
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
     bad = sorted((sections - set(SECTIONS)) | (set(configs) - set(TRAIN_CONFIGS)))
     if bad or args.pairs < 1 or args.workers < 1:
-        sys.exit(f"suite.py: unknown section/config {bad}, --pairs < 1 or --workers < 1: sections are "
-                 f"{', '.join(SECTIONS)}; configs are {', '.join(TRAIN_CONFIGS)}")
+        sys.exit(
+            f"suite.py: unknown section/config {bad}, --pairs < 1 or --workers < 1: sections are "
+            f"{', '.join(SECTIONS)}; configs are {', '.join(TRAIN_CONFIGS)}"
+        )
     if args.quick:
         args.pairs, configs = 1, [c for c in configs if c in ("tiny", "names")] or ["tiny"]
     data, note = resolve_data(args.data, sections, args.only is not None, args.quick, args.e2e)
@@ -787,8 +979,11 @@ def main(argv=None) -> None:
     start = time.perf_counter()
     results = {"environment": environment(), "pairs": args.pairs, "quick": args.quick}
     env = results["environment"]
-    print(f"{_environment_line(env)}; {' '.join(f'{k}={v}' for k, v in env['env'].items())}; "
-          f"load {env['loadavg_at_start'][0]:.2f}", flush=True)
+    print(
+        f"{_environment_line(env)}; {' '.join(f'{k}={v}' for k, v in env['env'].items())}; "
+        f"load {env['loadavg_at_start'][0]:.2f}",
+        flush=True,
+    )
     if note:
         print(note, flush=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -796,8 +991,13 @@ def main(argv=None) -> None:
         if "train" in sections:
             results["train"] = bench_train(configs, args.pairs, args.quick, args.workers)
         if "long" in sections:  # the library alone: one process
-            results["long"] = bench_train(list(LONG_QUICK if args.quick else LONG_CONFIGS), args.pairs, args.quick,
-                                          workers=1, section="long")
+            results["long"] = bench_train(
+                list(LONG_QUICK if args.quick else LONG_CONFIGS),
+                args.pairs,
+                args.quick,
+                workers=1,
+                section="long",
+            )
         if "sample" in sections:
             results["sample"] = bench_sample(tmp, args.pairs, args.quick)
         if "embed" in sections:

@@ -29,14 +29,26 @@ class Block(tnn.Module):
         B, T, C = x.shape
         q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
         q, k, v = (t.view(B, T, self.H, C // self.H).transpose(1, 2) for t in (q, k, v))
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
+        a = F.scaled_dot_product_attention(
+            q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
+        )
         x = x + self.drop(self.c_proj(a.transpose(1, 2).reshape(B, T, C)))
         return x + self.drop(self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)))))
 
 
 class TorchGPT(tnn.Module):
-    def __init__(self, vocab_size: int, block_size: int, n_layer: int, n_head: int, n_embd: int,
-                 bias: bool = True, dropout: float = 0.0, tie_weights: bool = True, init: str = "gpt2"):
+    def __init__(
+        self,
+        vocab_size: int,
+        block_size: int,
+        n_layer: int,
+        n_head: int,
+        n_embd: int,
+        bias: bool = True,
+        dropout: float = 0.0,
+        tie_weights: bool = True,
+        init: str = "gpt2",
+    ):
         super().__init__()
         self.wte, self.wpe = tnn.Embedding(vocab_size, n_embd), tnn.Embedding(block_size, n_embd)
         self.drop = tnn.Dropout(dropout)
@@ -69,9 +81,14 @@ def scratchformer_state(model: TorchGPT) -> dict:
     """
     if any(name.endswith("bias") for name, _ in model.named_parameters()):
         raise ValueError("scratchformer_state maps the bias-free model only (bias=False)")
-    renames = {"ln_1.": "attn_norm.", "c_attn.weight": "self_attn.in_proj_weight",
-               "c_proj.": "self_attn.out_proj.", "ln_2.": "ff_norm.", "c_fc.": "ff.fc1.",
-               "mlp_proj.": "ff.fc2."}
+    renames = {
+        "ln_1.": "attn_norm.",
+        "c_attn.weight": "self_attn.in_proj_weight",
+        "c_proj.": "self_attn.out_proj.",
+        "ln_2.": "ff_norm.",
+        "c_fc.": "ff.fc1.",
+        "mlp_proj.": "ff.fc2.",
+    }
     state = {}
     for name, p in model.named_parameters():
         for theirs, ours in renames.items():
@@ -80,16 +97,20 @@ def scratchformer_state(model: TorchGPT) -> dict:
     return state
 
 
-def nanogpt_adamw(model: TorchGPT, lr: float, betas: tuple[float, float], weight_decay: float,
-                  decay_embeddings: bool = True):
+def nanogpt_adamw(
+    model: TorchGPT, lr: float, betas: tuple[float, float], weight_decay: float, decay_embeddings: bool = True
+):
     """torch.optim.AdamW with nanoGPT's groups: every tensor with dim >= 2 decayed (embeddings
     too, unless decay_embeddings=False as scratchformer's default), the rest (LayerNorm
     weights, biases) not."""
     embeddings = set() if decay_embeddings else {id(model.wte.weight), id(model.wpe.weight)}
     decay = [p for p in model.parameters() if p.dim() >= 2 and id(p) not in embeddings]
     no_decay = [p for p in model.parameters() if p.dim() < 2 or id(p) in embeddings]
-    return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
-                              {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=betas)
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=lr,
+        betas=betas,
+    )
 
 
 def train_steps(model: TorchGPT, opt, split, rng, steps: int, batch_size: int, lr_at) -> None:

@@ -31,13 +31,28 @@ def main() -> None:
     args = ap.parse_args()
     ds = load_dataset(None, "lines")
     torch.manual_seed(args.seed)
-    model = TorchGPT(ds.tokenizer.vocab_size, ds.train.block_size, n_layer=4, n_head=4, n_embd=64,
-                     dropout=0.1, tie_weights=False, init="pytorch")
+    model = TorchGPT(
+        ds.tokenizer.vocab_size,
+        ds.train.block_size,
+        n_layer=4,
+        n_head=4,
+        n_embd=64,
+        dropout=0.1,
+        tie_weights=False,
+        init="pytorch",
+    )
     opt = nanogpt_adamw(model, lr=2e-3, betas=(0.9, 0.99), weight_decay=0.1, decay_embeddings=False)
     rng = np.random.default_rng(args.seed)
     start = time.perf_counter()
-    train_steps(model, opt, ds.train, rng, args.steps, 64,
-                lambda step: cosine_lr(step, 2e-3, 1e-4, min(200, args.steps), args.steps))
+    train_steps(
+        model,
+        opt,
+        ds.train,
+        rng,
+        args.steps,
+        64,
+        lambda step: cosine_lr(step, 2e-3, 1e-4, min(200, args.steps), args.steps),
+    )
     test_loss, count = whole_split_loss(model, ds.test)
     print(f"seed {args.seed}: test loss {test_loss:.4f} ({count} tokens), {time.perf_counter() - start:.0f}s")
 

@@ -35,8 +35,10 @@ def main() -> None:
     start = time.perf_counter()
     train_steps(model, opt, ds.train, rng, 2000, 12, lambda step: cosine_lr(step, 1e-3, 1e-4, 100, 2000))
     val_loss, count = whole_split_loss(model, ds.val)
-    print(f"seed {args.seed}: val loss {val_loss:.4f} on the whole val split "
-          f"({count} tokens), {time.perf_counter() - start:.0f}s")
+    print(
+        f"seed {args.seed}: val loss {val_loss:.4f} on the whole val split "
+        f"({count} tokens), {time.perf_counter() - start:.0f}s"
+    )
 
 
 if __name__ == "__main__":

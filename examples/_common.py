@@ -24,7 +24,9 @@ def setup(name: str, doc: str) -> tuple[Path, bool]:
     """Parse --out and --quick; return (figure folder, quick). The folder defaults to
     examples/out/NAME (git ignores it)."""
     p = argparse.ArgumentParser(prog=f"{name}.py", description=(doc or name).strip().splitlines()[0])
-    p.add_argument("--out", type=Path, default=EXAMPLES / "out" / name, help="figure folder (default: examples/out/NAME)")
+    p.add_argument(
+        "--out", type=Path, default=EXAMPLES / "out" / name, help="figure folder (default: examples/out/NAME)"
+    )
     p.add_argument("--quick", action="store_true", help="tiny sizes and steps: a smoke run of a few seconds")
     # A notebook's kernel has no command line of ours: the defaults, or the quick run where
     # SCRATCHFORMER_QUICK=1 (the notebook tests set it).
@@ -35,8 +37,16 @@ def setup(name: str, doc: str) -> tuple[Path, bool]:
     return args.out, quick
 
 
-def train(model, next_batch, steps: int, lr: float, weight_decay: float = 0.01, warmup: int = 50,
-          log_every: int = 50, held_out=None) -> list[dict]:
+def train(
+    model,
+    next_batch,
+    steps: int,
+    lr: float,
+    weight_decay: float = 0.01,
+    warmup: int = 50,
+    log_every: int = 50,
+    held_out=None,
+) -> list[dict]:
     """AdamW with warmup and cosine decay, gradient clipping at 1. next_batch(rng) -> the
     arguments of model(...) (inputs and targets). held_out: the arguments of one held-out batch,
     whose loss is logged as val_loss beside each train_loss. Returns log rows as
@@ -48,7 +58,7 @@ def train(model, next_batch, steps: int, lr: float, weight_decay: float = 0.01, 
     for step in range(steps):
         opt.lr = cosine_lr(step, lr, lr / 10, min(warmup, steps // 10), steps)
         _, loss = model(*next_batch(rng))
-        model.backward()          # the hand-written backward of every layer
+        model.backward()  # the hand-written backward of every layer
         norm = clip_grad_norm(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad()

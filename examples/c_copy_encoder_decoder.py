@@ -31,12 +31,12 @@ What it shows:
   - changing one source digit changes the output at that place: the answer comes from the source.
 What to notice: the decoder self-attention is lower-triangular (causal), the encoder's is not.
 Run: python examples/c_copy_encoder_decoder.py [--quick] [--out DIR]   (full: about 2 minutes on 2 cores)
-"""
+"""  # noqa: E501
 
 # %% Set-up: copy digit sequences of length 1..6
 import numpy as np
-
 from _common import setup, train
+
 from scratchformer import viz
 from scratchformer.data.tasks import BOS, EOS, PAD, VOCAB_SIZE, format_digits, make_split
 from scratchformer.inference import greedy_decode
@@ -49,9 +49,20 @@ steps = 40 if quick else 1200
 train_set, held_out = make_split("copy", 20000, 300, seed=0, max_len=6)
 
 manual_seed(0)
-model = Seq2SeqTransformer(Seq2SeqConfig(src_vocab_size=VOCAB_SIZE, tgt_vocab_size=VOCAB_SIZE, max_len=7,
-                                         n_layer=1, n_head=2, n_embd=32, pad_id=PAD, bos_id=BOS, eos_id=EOS,
-                                         share_embeddings=True))
+model = Seq2SeqTransformer(
+    Seq2SeqConfig(
+        src_vocab_size=VOCAB_SIZE,
+        tgt_vocab_size=VOCAB_SIZE,
+        max_len=7,
+        n_layer=1,
+        n_head=2,
+        n_embd=32,
+        pad_id=PAD,
+        bos_id=BOS,
+        eos_id=EOS,
+        share_embeddings=True,
+    )
+)
 print(f"{model.num_parameters():,} parameters: 1 encoder block, 1 decoder block (self- and cross-attention)")
 
 
@@ -74,6 +85,7 @@ pred = greedy_decode(model, held_out.src)
 exact = float(np.mean([format_digits(p) == format_digits(t) for p, t in zip(pred, held_out.tgt_out)]))
 print(f"held-out exact match: {exact:.4f} after {steps} steps")
 
+
 # %% The tutorial's bug, run as it is written: its decoder calls cross_attn(x, src_mask)
 class TutorialDecoderBlock(DecoderBlock):
     """The tutorial's decoder block. Its "cross-attention" is cross_attn(x, src_mask): attention of
@@ -83,10 +95,19 @@ class TutorialDecoderBlock(DecoderBlock):
     def forward(self, x, memory=None, self_mask=None, memory_mask=None, cache=None):
         self._memory_shape = memory.shape
         self_cache, cross_cache = (cache + [None])[:2] if cache is not None else (None, None)
-        x = residual_forward(x, self.attn_norm, self.self_attn, self.attn_dropout, self.norm_first,
-                             mask=self_mask, causal=True, kv_cache=self_cache)
-        x = residual_forward(x, self.cross_norm, self.cross_attn, self.cross_dropout, self.norm_first,
-                             kv_cache=cross_cache)  # the bug: no context=memory, and not causal
+        x = residual_forward(
+            x,
+            self.attn_norm,
+            self.self_attn,
+            self.attn_dropout,
+            self.norm_first,
+            mask=self_mask,
+            causal=True,
+            kv_cache=self_cache,
+        )
+        x = residual_forward(
+            x, self.cross_norm, self.cross_attn, self.cross_dropout, self.norm_first, kv_cache=cross_cache
+        )  # the bug: no context=memory, and not causal
         return residual_forward(x, self.ff_norm, self.ff, self.ff_dropout, self.norm_first)
 
     def backward(self, dy):
@@ -97,19 +118,34 @@ class TutorialDecoderBlock(DecoderBlock):
 manual_seed(0)
 c = model.config
 buggy = Seq2SeqTransformer(c)
-buggy.decoder = [TutorialDecoderBlock(c.n_embd, c.n_head, c.inner_size, cross_attention=True, dropout=c.dropout,
-                                      activation=c.activation, norm_first=c.norm_first)
-                 for _ in range(c.n_decoder_layers)]
+buggy.decoder = [
+    TutorialDecoderBlock(
+        c.n_embd,
+        c.n_head,
+        c.inner_size,
+        cross_attention=True,
+        dropout=c.dropout,
+        activation=c.activation,
+        norm_first=c.norm_first,
+    )
+    for _ in range(c.n_decoder_layers)
+]
 buggy_rows = train(buggy, batch, steps, lr=3e-3)
 buggy_pred = greedy_decode(buggy, held_out.src)
-buggy_exact = float(np.mean([format_digits(p) == format_digits(t) for p, t in zip(buggy_pred, held_out.tgt_out)]))
-print(f"held-out exact match with the tutorial's bug (cross_attn(x, src_mask)): {buggy_exact:.4f}, "
-      f"final train loss {buggy_rows[-1]['train_loss']:.3f}; fixed: {exact:.4f}, final train loss "
-      f"{rows[-1]['train_loss']:.3f}")
+buggy_exact = float(
+    np.mean([format_digits(p) == format_digits(t) for p, t in zip(buggy_pred, held_out.tgt_out)])
+)
+print(
+    f"held-out exact match with the tutorial's bug (cross_attn(x, src_mask)): {buggy_exact:.4f}, "
+    f"final train loss {buggy_rows[-1]['train_loss']:.3f}; fixed: {exact:.4f}, final train loss "
+    f"{rows[-1]['train_loss']:.3f}"
+)
 buggy_loss = buggy_rows[-1]["train_loss"]
 if buggy_exact < exact and buggy_loss < 0.1:
-    print(f"verdict: the bug trains to a near-zero loss ({buggy_loss:.1e}: with teacher forcing its non-causal "
-          "attention reads the next target token) and fails on held-out decoding, where no next token exists")
+    print(
+        f"verdict: the bug trains to a near-zero loss ({buggy_loss:.1e}: with teacher forcing its non-causal "
+        "attention reads the next target token) and fails on held-out decoding, where no next token exists"
+    )
 elif buggy_exact < exact:
     print("verdict: the bug fails on held-out decoding; its training loss has not fallen near zero yet")
 else:
@@ -120,15 +156,19 @@ src = np.array([[3, 1, 4, 1, 5, 9]])
 changed = src.copy()
 changed[0, 2] = (changed[0, 2] + 5) % 10
 a, b = format_digits(greedy_decode(model, src)[0]), format_digits(greedy_decode(model, changed)[0])
-print(f"source {format_digits(src[0])} -> {a}; source {format_digits(changed[0])} -> {b}; "
-      f"output changed: {a != b}")
+print(
+    f"source {format_digits(src[0])} -> {a}; source {format_digits(changed[0])} -> {b}; "
+    f"output changed: {a != b}"
+)
 
 # %% The cross-attention reads the encoder: how far from uniform is it?
 tgt_in = np.concatenate([[BOS], greedy_decode(model, src)[0]])[:7]
 maps = viz.trace.attention_maps(model, src[0], tgt_in)
 cross = maps["cross"][-1].mean(axis=0)  # (T_target, S), averaged over heads
-print(f"cross-attention: largest weight per target row {[round(float(v), 2) for v in cross.max(axis=1)]} "
-      f"(uniform would be {1 / src.shape[1]:.2f})")
+print(
+    f"cross-attention: largest weight per target row {[round(float(v), 2) for v in cross.max(axis=1)]} "
+    f"(uniform would be {1 / src.shape[1]:.2f})"
+)
 tgt_tokens = ["<bos>"] + [str(t) if t < 10 else "<eos>" for t in tgt_in[1:]]
 viz.seq2seq_attention(maps, [str(t) for t in src[0]], tgt_tokens, path=out / "seq2seq_attention.png")
 viz.training_curves(rows, path=out / "training_curves.png")

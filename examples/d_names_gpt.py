@@ -41,8 +41,8 @@ Run: python examples/d_names_gpt.py [--quick] [--out DIR]   (full: about 2 minut
 
 # %% Data: names.txt, one name per line, split with the default seed
 import numpy as np
-
 from _common import setup, train
+
 from scratchformer import viz
 from scratchformer.data import load_dataset
 from scratchformer.models import GPT, GPTConfig
@@ -50,20 +50,43 @@ from scratchformer.models import GPT, GPTConfig
 out, quick = setup("d_names_gpt", __doc__)
 ds = load_dataset(None, "lines")
 tok = ds.tokenizer
-print(f"{len(ds.train)} training names, vocabulary {tok.vocab_size} (26 letters + <eot>), block {ds.block_size}")
+print(
+    f"{len(ds.train)} training names, vocabulary {tok.vocab_size} (26 letters + <eot>), block {ds.block_size}"
+)
 
 # %% The model and a short training
-model = GPT(GPTConfig(vocab_size=tok.vocab_size, block_size=ds.block_size, n_layer=4, n_head=4, n_embd=64,
-                      tie_weights=False, init="pytorch"), seed=0)
+model = GPT(
+    GPTConfig(
+        vocab_size=tok.vocab_size,
+        block_size=ds.block_size,
+        n_layer=4,
+        n_head=4,
+        n_embd=64,
+        tie_weights=False,
+        init="pytorch",
+    ),
+    seed=0,
+)
 steps = 20 if quick else 500
-rows = train(model, lambda r: ds.train.batch(r, 32), steps, lr=2e-3, weight_decay=0.1, warmup=100,
-             held_out=next(ds.val.all_batches(500)))
+rows = train(
+    model,
+    lambda r: ds.train.batch(r, 32),
+    steps,
+    lr=2e-3,
+    weight_decay=0.1,
+    warmup=100,
+    held_out=next(ds.val.all_batches(500)),
+)
 val_loss = float(np.mean([model(x, y)[1] for x, y in ds.val.all_batches(500)]))
-print(f"{model.num_parameters():,} parameters; after {steps} steps: val loss {val_loss:.3f} "
-      f"(uniform guessing {np.log(tok.vocab_size):.3f}; a full 16,000-step run reaches about 1.9)")
+print(
+    f"{model.num_parameters():,} parameters; after {steps} steps: val loss {val_loss:.3f} "
+    f"(uniform guessing {np.log(tok.vocab_size):.3f}; a full 16,000-step run reaches about 1.9)"
+)
 start = np.zeros((10, 1), dtype=np.int64)  # <eot>: "a name starts here"
-names = [tok.decode(s[1:]) for s in model.generate(start, ds.block_size - 1, rng=np.random.default_rng(0),
-                                                   eos_id=tok.eos_id)]
+names = [
+    tok.decode(s[1:])
+    for s in model.generate(start, ds.block_size - 1, rng=np.random.default_rng(0), eos_id=tok.eos_id)
+]
 known = {tok.decode(x[x > 0]) for x, _ in ds.train.all_batches(len(ds.train))}
 print(f"samples: {names}; {sum(n not in known for n in names)}/10 are not in the training set")
 
@@ -75,8 +98,14 @@ vocab = [tok.decode([i]) or "<eot>" for i in range(tok.vocab_size)]
 tr = viz.trace.trace(model, ids)
 norms = [float(np.linalg.norm(r[0], axis=-1).mean()) for r in tr.residual]
 print(f"residual-stream norm after the embedding and each block: {[round(n, 2) for n in norms]}")
-viz.embedding_pca(viz.trace.token_table(model), viz.trace.position_table(model), ids, tokens, vocab,
-                  path=out / "embedding_pca.png")
+viz.embedding_pca(
+    viz.trace.token_table(model),
+    viz.trace.position_table(model),
+    ids,
+    tokens,
+    vocab,
+    path=out / "embedding_pca.png",
+)
 vowels = [tok.encode(c)[0] for c in "aeiou"]
 consonants = [tok.encode(c)[0] for c in "bcdfghjklmnpqrstvwxyz"]
 emb = viz.trace.token_table(model)
@@ -89,21 +118,35 @@ def mean_cos(a, b):
     return float(sims[~np.equal.outer(a, b)].mean())
 
 
-within_v, within_c, across = mean_cos(vowels, vowels), mean_cos(consonants, consonants), mean_cos(vowels, consonants)
-print(f"token embeddings, mean cosine similarity: vowel-vowel {within_v:.3f}, consonant-consonant {within_c:.3f}, "
-      f"vowel-consonant {across:.3f}")
-print("verdict: the vowels sit closer to each other than to the consonants" if within_v > across else
-      "verdict: the vowels are not closer to each other than to the consonants in this model")
+within_v, within_c, across = (
+    mean_cos(vowels, vowels),
+    mean_cos(consonants, consonants),
+    mean_cos(vowels, consonants),
+)
+print(
+    f"token embeddings, mean cosine similarity: vowel-vowel {within_v:.3f}, consonant-consonant {within_c:.3f}, "
+    f"vowel-consonant {across:.3f}"
+)
+print(
+    "verdict: the vowels sit closer to each other than to the consonants"
+    if within_v > across
+    else "verdict: the vowels are not closer to each other than to the consonants in this model"
+)
 viz.residual_norms(tr, path=out / "residual_norms.png")
 viz.residual_heatmap(tr, tokens, path=out / "residual_heatmap.png")
 maps = viz.trace.attention_maps(model, ids)["encoder"]  # (n_layer, n_head, T, T), causal
-first = maps[:, :, 1:, 0]                               # weight of each later query on position 0
+first = maps[:, :, 1:, 0]  # weight of each later query on position 0
 uniform = (1 / np.arange(2, len(ids) + 1))[None, None, :]  # what a uniform causal row gives position 0
-print(f"attention on the first position (<eot>) from later queries on {name!r}: mean {first.mean():.2f} "
-      f"against {uniform.mean():.2f} for uniform heads; heads above uniform: "
-      f"{int((first.mean(-1) > uniform.mean()).sum())} of {first.shape[0] * first.shape[1]}")
-print("verdict: most heads rest on the first position" if (first.mean(-1) > uniform.mean()).mean() > 0.5
-      else "verdict: most heads do not rest on the first position")
+print(
+    f"attention on the first position (<eot>) from later queries on {name!r}: mean {first.mean():.2f} "
+    f"against {uniform.mean():.2f} for uniform heads; heads above uniform: "
+    f"{int((first.mean(-1) > uniform.mean()).sum())} of {first.shape[0] * first.shape[1]}"
+)
+print(
+    "verdict: most heads rest on the first position"
+    if (first.mean(-1) > uniform.mean()).mean() > 0.5
+    else "verdict: most heads do not rest on the first position"
+)
 viz.attention_grid(maps, tokens, title=f"names GPT on {name!r}", path=out / "attention_grid.png")
 viz.training_curves(rows, path=out / "training_curves.png")
 
@@ -113,17 +156,22 @@ rng = np.random.default_rng(0)
 for pname, p in tutorial.named_parameters():
     d = model.config.n_embd
     if pname in ("wte.weight", "wpe.weight"):
-        p.data[...] = rng.standard_normal(p.shape) / np.sqrt(d)   # its W_tok, W_pos
+        p.data[...] = rng.standard_normal(p.shape) / np.sqrt(d)  # its W_tok, W_pos
     elif pname.endswith("out_proj.weight"):
-        p.data[...] = rng.standard_normal(p.shape) * 0.002        # its W_o
+        p.data[...] = rng.standard_normal(p.shape) * 0.002  # its W_o
     elif pname.endswith(("in_proj_weight", "fc1.weight", "fc2.weight")):
-        p.data[...] = rng.standard_normal(p.shape) * 0.02         # its W_qkv, W1, W2
+        p.data[...] = rng.standard_normal(p.shape) * 0.02  # its W_qkv, W1, W2
     elif pname.endswith("bias") and "norm" not in pname:
         p.data[...] = 0
 init_norms = [float(np.linalg.norm(r[0], axis=-1).mean()) for r in viz.trace.trace(tutorial, ids).residual]
-ours = [float(np.linalg.norm(r[0], axis=-1).mean()) for r in viz.trace.trace(GPT(model.config, seed=0), ids).residual]
-print(f"residual-stream norm with the tutorial's init, untrained: {[round(n, 3) for n in init_norms]}; "
-      f"with this model's init, untrained: {[round(n, 2) for n in ours]}; trained here: {[round(n, 2) for n in norms]}")
+ours = [
+    float(np.linalg.norm(r[0], axis=-1).mean())
+    for r in viz.trace.trace(GPT(model.config, seed=0), ids).residual
+]
+print(
+    f"residual-stream norm with the tutorial's init, untrained: {[round(n, 3) for n in init_norms]}; "
+    f"with this model's init, untrained: {[round(n, 2) for n in ours]}; trained here: {[round(n, 2) for n in norms]}"
+)
 from matplotlib.figure import Figure  # noqa: E402 -- a comparison no library figure draws
 
 fig = Figure(figsize=(6.4, 3.6), layout="constrained")
@@ -136,7 +184,10 @@ ax.set_ylim(0, None)
 ax.set_xlabel("residual stream after")
 ax.set_ylabel(f"mean token norm on {name!r}")
 ax.legend(fontsize=8)
-ax.set_title(f"residual-stream norm: tutorial's init {init_norms[0]:.2f} -> {init_norms[-1]:.2f}, "
-             f"trained {norms[0]:.2f} -> {norms[-1]:.2f}", fontsize=9)
+ax.set_title(
+    f"residual-stream norm: tutorial's init {init_norms[0]:.2f} -> {init_norms[-1]:.2f}, "
+    f"trained {norms[0]:.2f} -> {norms[-1]:.2f}",
+    fontsize=9,
+)
 fig.savefig(out / "residual_init_vs_trained.png", dpi=100)
 print(f"figures in {out}")

@@ -26,6 +26,7 @@ Run: python examples/g_grokking.py [--quick] [--out DIR]   (full: the fast prese
 
 # %% Set-up: the fast preset, or a tiny smoke run with --quick
 from _common import setup
+
 from scratchformer.training.diagnostics import DIAG_FILE, read_records
 from scratchformer.training.jobs import build_job
 from scratchformer.training.modadd import FAST_PRESET
@@ -40,8 +41,10 @@ if quick:  # a smoke run: a small model, a few steps (it does not grok)
     settings.update(max_steps=20, diag_interval=5, eval_interval=10)
 job, cfg = build_job("modadd", model, {**settings, "workers": 1}, data)
 p = job.p
-print(f"p = {p}: {len(job.splits['train'])} training pairs, {len(job.splits['test'])} held out; "
-      f"{job.model.num_parameters():,} parameters, normalization={job.model.config.normalization}")
+print(
+    f"p = {p}: {len(job.splits['train'])} training pairs, {len(job.splits['test'])} held out; "
+    f"{job.model.num_parameters():,} parameters, normalization={job.model.config.normalization}"
+)
 
 # %% Train (full batch), recording the progress measures every diag_interval steps
 run_dir = out / "run"
@@ -51,8 +54,10 @@ s = grokking_summary(records)
 print(f"trained {summary['step']} steps; {len(records)} records of the progress measures")
 
 # %% The Fourier check: the decomposition of the logits sums back (float64)
-print(f"largest |logits - sum of their 2-D Fourier components| over the run: {s['max_fourier_check']:.1e} "
-      f"(exact: {s['max_fourier_check'] < 1e-9})")
+print(
+    f"largest |logits - sum of their 2-D Fourier components| over the run: {s['max_fourier_check']:.1e} "
+    f"(exact: {s['max_fourier_check'] < 1e-9})"
+)
 
 # %% The figure: losses, restricted/excluded loss, the embedding's spectrum
 grokking_figure(records, out / "grokking.png")
@@ -61,13 +66,17 @@ print(f"key frequencies at step {s['last_step']}: {s['key_freqs']}")
 # %% What to notice, from this run's numbers
 fit, fall = s["train_below_0.04"], s["test_below_1"]
 if fit is not None and fall is not None:
-    print(f"memorisation first: train loss < 0.04 at step {fit}, test loss < 1 at step {fall} "
-          f"({fall - fit} steps later; paper: ~200 and ~13,800)")
+    print(
+        f"memorisation first: train loss < 0.04 at step {fit}, test loss < 1 at step {fall} "
+        f"({fall - fit} steps later; paper: ~200 and ~13,800)"
+    )
 else:
     print(f"train loss < 0.04 at step {fit}, test loss < 1 at step {fall} (None: not within this run)")
 print(f"test loss peak: {s['test_peak']:.2f} at step {s['test_peak_step']} (paper: ~34 near 1,400)")
 print(f"excluded loss rises before the test loss falls: {s['excluded_rose_first']}")
 grokked = s["grokked_step"]
-print(f"verdict: {'grokked' if grokked is not None else 'not grokked'} -- test accuracy "
-      f"{s['last_test_accuracy']:.4f} at step {s['last_step']}"
-      + (f", >= 99% from step {grokked}" if grokked is not None else ""))
+print(
+    f"verdict: {'grokked' if grokked is not None else 'not grokked'} -- test accuracy "
+    f"{s['last_test_accuracy']:.4f} at step {s['last_step']}"
+    + (f", >= 99% from step {grokked}" if grokked is not None else "")
+)

@@ -14,5 +14,15 @@ from scratchformer.errors import (  # noqa: E402
 )
 from scratchformer.fast import use_reference  # noqa: E402  (the one switch: docs/reading-path.md)
 
-__all__ = ["BackwardError", "CheckpointError", "ConfigError", "DataError", "DTypeError", "ScratchformerError",
-           "ShapeError", "StateDictError", "__version__", "use_reference"]
+__all__ = [
+    "BackwardError",
+    "CheckpointError",
+    "ConfigError",
+    "DataError",
+    "DTypeError",
+    "ScratchformerError",
+    "ShapeError",
+    "StateDictError",
+    "__version__",
+    "use_reference",
+]

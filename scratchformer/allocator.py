@@ -39,5 +39,7 @@ def keep_freed_memory(mmap_threshold: int = 32 << 20, trim_threshold: int = 512 
     except (OSError, AttributeError):
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    _done = bool(mallopt(_M_MMAP_THRESHOLD, mmap_threshold)) and bool(mallopt(_M_TRIM_THRESHOLD, trim_threshold))
+    _done = bool(mallopt(_M_MMAP_THRESHOLD, mmap_threshold)) and bool(
+        mallopt(_M_TRIM_THRESHOLD, trim_threshold)
+    )
     return _done

@@ -24,22 +24,27 @@ FLOAT_DTYPES = ("float32", "float64")  # the dtypes a model computes in (and a c
 
 
 # -- arrays --------------------------------------------------------------------------------------
-def check_token_ids(ids, name: str, vocab_size: int, max_len: int | None = None,
-                    batched: bool = True) -> np.ndarray:
+def check_token_ids(
+    ids, name: str, vocab_size: int, max_len: int | None = None, batched: bool = True
+) -> np.ndarray:
     """ids as an integer array with every id in [0, vocab_size). batched: a non-empty (B, T)
     array with T <= max_len (when given); otherwise any shape (an Embedding's input)."""
     try:
         ids = np.asarray(ids)
     except (ValueError, TypeError):  # a ragged nested list
-        raise DataError(f"{name} must be an integer array (a rectangular batch of token ids), got a ragged "
-                        f"{type(ids).__name__}") from None
+        raise DataError(
+            f"{name} must be an integer array (a rectangular batch of token ids), got a ragged "
+            f"{type(ids).__name__}"
+        ) from None
     if not np.issubdtype(ids.dtype, np.integer):
         raise DataError(f"{name} must hold integer token ids, got dtype {ids.dtype}")
     if batched and (ids.ndim != 2 or ids.size == 0):
         raise ShapeError(f"{name} must be a non-empty 2-D (batch, time) array, got shape {ids.shape}")
     if max_len is not None and ids.shape[-1] > max_len:
-        raise ShapeError(f"{name} has {ids.shape[-1]} tokens but the model takes at most {max_len}: "
-                         "crop the sequence (or build the model with a larger block_size/max_len)")
+        raise ShapeError(
+            f"{name} has {ids.shape[-1]} tokens but the model takes at most {max_len}: "
+            "crop the sequence (or build the model with a larger block_size/max_len)"
+        )
     if ids.size:
         lo, hi = ids.min(), ids.max()
         if lo < 0 or hi >= vocab_size:
@@ -70,8 +75,10 @@ def check_id_sequence(name: str, ids) -> np.ndarray:
 def check_grad(dy, name: str, shape: tuple) -> None:
     """A backward's incoming gradient: a float ndarray of the forward output's `shape`."""
     if not isinstance(dy, np.ndarray) or dy.dtype.kind != "f":
-        raise DTypeError(f"{name} must be a float numpy array (the gradient of the forward's output), got "
-                         f"{type(dy).__name__}{f' of dtype {dy.dtype}' if isinstance(dy, np.ndarray) else ''}")
+        raise DTypeError(
+            f"{name} must be a float numpy array (the gradient of the forward's output), got "
+            f"{type(dy).__name__}{f' of dtype {dy.dtype}' if isinstance(dy, np.ndarray) else ''}"
+        )
     if dy.shape != tuple(shape):
         raise ShapeError(f"{name} must have the forward output's shape {tuple(shape)}, got {dy.shape}")
 
@@ -95,11 +102,15 @@ DOOR = _Door()
 def op_float(fn: str, name: str, x, ndim: int | None = None, min_ndim: int = 1) -> None:
     """An op's array argument: a float ndarray of rank ndim (or at least min_ndim)."""
     if not isinstance(x, np.ndarray) or x.dtype.kind != "f":
-        raise DTypeError(f"{fn}: {name} must be a float numpy array, got "
-                         f"{type(x).__name__}{f' of dtype {x.dtype}' if isinstance(x, np.ndarray) else ''}")
+        raise DTypeError(
+            f"{fn}: {name} must be a float numpy array, got "
+            f"{type(x).__name__}{f' of dtype {x.dtype}' if isinstance(x, np.ndarray) else ''}"
+        )
     if (ndim is not None and x.ndim != ndim) or x.ndim < min_ndim:
-        raise ShapeError(f"{fn}: {name} must have {ndim if ndim is not None else f'at least {min_ndim}'} "
-                         f"dimensions, got shape {x.shape}")
+        raise ShapeError(
+            f"{fn}: {name} must have {ndim if ndim is not None else f'at least {min_ndim}'} "
+            f"dimensions, got shape {x.shape}"
+        )
 
 
 def op_fits(fn: str, fits: bool, **arrays) -> None:
@@ -112,13 +123,19 @@ def op_fits(fn: str, fits: bool, **arrays) -> None:
 def check_module(name: str, value) -> None:
     """value must be a scratchformer Module (a model or a layer): what has its parameters and
     modes (checks sits below nn, so the class itself is not imported here)."""
-    if not all(callable(getattr(value, m, None)) for m in ("named_parameters", "named_modules", "train", "eval")):
-        raise DTypeError(f"{name} must be a scratchformer Module (a model or a layer), got {type(value).__name__}")
+    if not all(
+        callable(getattr(value, m, None)) for m in ("named_parameters", "named_modules", "train", "eval")
+    ):
+        raise DTypeError(
+            f"{name} must be a scratchformer Module (a model or a layer), got {type(value).__name__}"
+        )
 
 
 def check_generator(name: str, value) -> None:
     if not isinstance(value, np.random.Generator):
-        raise DTypeError(f"{name} must be a numpy Generator (np.random.default_rng(seed)), got {type(value).__name__}")
+        raise DTypeError(
+            f"{name} must be a numpy Generator (np.random.default_rng(seed)), got {type(value).__name__}"
+        )
 
 
 def check_float_array(x, name: str, ndim: int | None = None, last_dim: int | None = None) -> None:
@@ -141,7 +158,9 @@ def is_int(value) -> bool:
 
 def is_number(value) -> bool:
     """A real number (int or float, NumPy's included), not a bool."""
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
+        value, (bool, np.bool_)
+    )
 
 
 def check_positive_int(name: str, value) -> None:
@@ -176,7 +195,9 @@ def check_seed(name: str, value) -> None:
 def check_backward_args(dloss, grad=None, out_shape=None, grad_name: str = "grad") -> None:
     """A model's backward: `dloss` a finite real scalar (it scales the loss gradient); `grad`,
     when given, a float array of the forward output's shape `out_shape` (when known)."""
-    if not is_number(dloss) and not (isinstance(dloss, np.ndarray) and dloss.ndim == 0 and is_number(dloss.item())):
+    if not is_number(dloss) and not (
+        isinstance(dloss, np.ndarray) and dloss.ndim == 0 and is_number(dloss.item())
+    ):
         shape = f" of shape {dloss.shape}" if isinstance(dloss, np.ndarray) else ""
         raise DTypeError(f"dloss must be a real number (a scalar), got {type(dloss).__name__}{shape}")
     if not math.isfinite(float(dloss)):
@@ -184,7 +205,9 @@ def check_backward_args(dloss, grad=None, out_shape=None, grad_name: str = "grad
     if grad is not None:
         check_float_array(grad, grad_name)
         if out_shape is not None and tuple(grad.shape) != tuple(out_shape):
-            raise ShapeError(f"{grad_name} must have the forward output's shape {tuple(out_shape)}, got {grad.shape}")
+            raise ShapeError(
+                f"{grad_name} must have the forward output's shape {tuple(out_shape)}, got {grad.shape}"
+            )
 
 
 def config_number(config: dict, key: str, default, where: str = "config.json"):
@@ -229,7 +252,9 @@ def check_text(name: str, value) -> str:
     except UnicodeEncodeError as e:
         code = ord(value[e.start])
         what = f"byte {code - 0xDC00:#04x}" if 0xDC80 <= code <= 0xDCFF else f"a lone surrogate U+{code:04X}"
-        raise DataError(f"{name} is not valid UTF-8 text ({what} at character {e.start}): give UTF-8 text") from None
+        raise DataError(
+            f"{name} is not valid UTF-8 text ({what} at character {e.start}): give UTF-8 text"
+        ) from None
     return value
 
 

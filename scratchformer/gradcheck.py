@@ -59,8 +59,9 @@ class GradcheckReport:
         return "\n".join(lines + [f"{'worst':<{width}}  {self.max_error:.2e}"])
 
 
-def gradcheck(module: Module, *inputs, kwargs: dict | None = None, eps: float = 1e-6,
-              seed: int = 0) -> GradcheckReport:
+def gradcheck(
+    module: Module, *inputs, kwargs: dict | None = None, eps: float = 1e-6, seed: int = 0
+) -> GradcheckReport:
     """Compare `module.backward` with finite differences for every float input and parameter.
 
     The module is deep-copied and converted to float64 (the original is untouched). The

@@ -90,8 +90,14 @@ def new_temp_dir(next_to: Path) -> Path:
     return tmp
 
 
-def read_regular_file(path: str | os.PathLike, max_bytes: int | None = MAX_JSON_BYTES, *, dir_fd: int | None = None,
-                      where: str | os.PathLike | None = None, hint: str = "restore the file or train again") -> bytes:
+def read_regular_file(
+    path: str | os.PathLike,
+    max_bytes: int | None = MAX_JSON_BYTES,
+    *,
+    dir_fd: int | None = None,
+    where: str | os.PathLike | None = None,
+    hint: str = "restore the file or train again",
+) -> bytes:
     """The bytes of the regular file at `path` (relative to `dir_fd` when given; `where` names
     it in messages, default: path).
 
@@ -110,11 +116,16 @@ def read_regular_file(path: str | os.PathLike, max_bytes: int | None = MAX_JSON_
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            what = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file (a pipe, device or socket)"
+            what = (
+                "a directory"
+                if stat.S_ISDIR(info.st_mode)
+                else "not a regular file (a pipe, device or socket)"
+            )
             raise RunFileError(f"{where} is {what}; {hint}")
         if max_bytes is not None and info.st_size > max_bytes:
-            raise RunFileError(f"{where}: {info.st_size:,} bytes is too large for this file "
-                               f"(at most {max_bytes:,}); {hint}")
+            raise RunFileError(
+                f"{where}: {info.st_size:,} bytes is too large for this file (at most {max_bytes:,}); {hint}"
+            )
         chunks, size = [], 0
         while True:  # read to the end, but never more than max_bytes (the file may grow meanwhile)
             chunk = os.read(fd, 1 << 20)
@@ -138,16 +149,25 @@ def parse_json(text: str, where: str | os.PathLike, hint: str = "restore the fil
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        raise RunFileError(f"{where}: invalid JSON, corrupt or truncated ({e.msg} at line {e.lineno} column "
-                           f"{e.colno}); {hint}") from None
+        raise RunFileError(
+            f"{where}: invalid JSON, corrupt or truncated ({e.msg} at line {e.lineno} column "
+            f"{e.colno}); {hint}"
+        ) from None
     except ValueError as e:  # "Exceeds the limit (4300 digits) for integer string conversion"
-        raise RunFileError(f"{where}: a number is too large to read ({str(e).split(';')[0]}); {hint}") from None
+        raise RunFileError(
+            f"{where}: a number is too large to read ({str(e).split(';')[0]}); {hint}"
+        ) from None
     except RecursionError:
         raise RunFileError(f"{where}: nested too deeply to read; {hint}") from None
 
 
-def read_json_file(path: str | os.PathLike, *, dir_fd: int | None = None, where: str | os.PathLike | None = None,
-                   hint: str = "restore the file or train again"):
+def read_json_file(
+    path: str | os.PathLike,
+    *,
+    dir_fd: int | None = None,
+    where: str | os.PathLike | None = None,
+    hint: str = "restore the file or train again",
+):
     """The JSON value in a regular file of at most MAX_JSON_BYTES. `where` names the file in
     messages (default: path). A missing file raises FileNotFoundError; every other failure
     is one RunFileError line."""

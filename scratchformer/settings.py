@@ -40,7 +40,9 @@ class DictConfig:
             try:
                 self.spec(f.name).check(value, f.name)
             except SchemaMismatch as e:
-                raise ConfigError(f"{type(self).__name__}.{f.name} must be {e.expected}, got {value!r}") from None
+                raise ConfigError(
+                    f"{type(self).__name__}.{f.name} must be {e.expected}, got {value!r}"
+                ) from None
         self.check_together()
 
     def check_together(self) -> None:
@@ -55,8 +57,10 @@ class DictConfig:
     def schema(cls) -> Obj:
         """The JSON object a checkpoint stores for this config: every field, with its spec;
         fields with a default may be absent (a checkpoint written before they existed)."""
-        return Obj({f.name: f.metadata["spec"] for f in dataclasses.fields(cls)},
-                   optional=tuple(f.name for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING))
+        return Obj(
+            {f.name: f.metadata["spec"] for f in dataclasses.fields(cls)},
+            optional=tuple(f.name for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING),
+        )
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -71,8 +75,9 @@ class DictConfig:
         unknown = sorted(set(d) - {f.name for f in dataclasses.fields(cls)})
         if unknown:
             raise ConfigError(f"unknown {cls.__name__} fields {unknown}")
-        missing = [f.name for f in dataclasses.fields(cls)
-                   if f.name not in d and f.default is dataclasses.MISSING]
+        missing = [
+            f.name for f in dataclasses.fields(cls) if f.name not in d and f.default is dataclasses.MISSING
+        ]
         if missing:
             raise ConfigError(f"{cls.__name__} needs the fields {missing}")
         return cls(**d)

@@ -53,8 +53,14 @@ class Num:
     """An int or float in [min, max] (and > above, < below, when given); NaN and infinity only
     where finite=False."""
 
-    def __init__(self, min: float | None = None, max: float | None = None, finite: bool = True,
-                 above: float | None = None, below: float | None = None):
+    def __init__(
+        self,
+        min: float | None = None,
+        max: float | None = None,
+        finite: bool = True,
+        above: float | None = None,
+        below: float | None = None,
+    ):
         self.min, self.max, self.finite, self.above, self.below = min, max, finite, above, below
 
     def describe(self) -> str:
@@ -62,7 +68,12 @@ class Num:
         parts += [f"> {self.above:g}"] if self.above is not None else []
         parts += [f"<= {self.max:g}"] if self.max is not None else []
         parts += [f"< {self.below:g}"] if self.below is not None else []
-        return "a " + ("finite " if self.finite else "") + "number" + (" " + " and ".join(parts) if parts else "")
+        return (
+            "a "
+            + ("finite " if self.finite else "")
+            + "number"
+            + (" " + " and ".join(parts) if parts else "")
+        )
 
     def parse(self, text: str) -> float:
         return float(text)
@@ -72,9 +83,12 @@ class Num:
             raise SchemaMismatch(where, self.describe(), value)
         if self.finite and not math.isfinite(value):
             raise SchemaMismatch(where, self.describe(), value)
-        if ((self.min is not None and not value >= self.min) or (self.max is not None and not value <= self.max)
-                or (self.above is not None and not value > self.above)
-                or (self.below is not None and not value < self.below)):
+        if (
+            (self.min is not None and not value >= self.min)
+            or (self.max is not None and not value <= self.max)
+            or (self.above is not None and not value > self.above)
+            or (self.below is not None and not value < self.below)
+        ):
             raise SchemaMismatch(where, self.describe(), value)
 
 

@@ -34,8 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 BARS = {"hidden": 1e-4, "embedding": 1e-5, "one_minus_cos": 1e-8}
 
 _LONG = " ".join(
-    f"Sentence number {i} talks about transformers, attention, tokenizers and embeddings."
-    for i in range(40)
+    f"Sentence number {i} talks about transformers, attention, tokenizers and embeddings." for i in range(40)
 )  # ~600 WordPiece tokens: truncated at 256
 
 TEXTS: list[str] = [
@@ -208,7 +207,9 @@ def compare(model_dir: str | Path, texts=TEXTS, pairs=PAIRS, batch_size: int = 8
         ref_rows = unpadded_rows(ref_enc, ref_hidden)
         for s in range(0, len(pairs), 2):
             our_enc = ours.tokenize(firsts[s : s + 2], seconds[s : s + 2])
-            our_hidden = ours.encoder(our_enc["input_ids"], our_enc["attention_mask"], our_enc["token_type_ids"])
+            our_hidden = ours.encoder(
+                our_enc["input_ids"], our_enc["attention_mask"], our_enc["token_type_ids"]
+            )
             record_hidden(our_hidden, our_enc["attention_mask"], ref_rows[s : s + 2])
         record_embeddings(ours.encode(firsts, batch_size=2, text_pairs=seconds), ref_emb)
     return result
@@ -220,13 +221,21 @@ def main(argv: list[str]) -> int:
     r = compare(model_dir)
     dt = time.perf_counter() - t0
     print(f"model: {model_dir}")
-    print(f"texts: {r['n_texts']} single + {r['n_pairs']} pairs; max_seq_length {r['max_len']}; "
-          f"sequences truncated at it: {r['truncated']}")
-    print(f"token ids identical to the HF tokenizer's: {r['ids_equal']}"
-          + (f" (first mismatch: {r['ids_mismatch']})" if r["ids_mismatch"] else ""))
+    print(
+        f"texts: {r['n_texts']} single + {r['n_pairs']} pairs; max_seq_length {r['max_len']}; "
+        f"sequences truncated at it: {r['truncated']}"
+    )
+    print(
+        f"token ids identical to the HF tokenizer's: {r['ids_equal']}"
+        + (f" (first mismatch: {r['ids_mismatch']})" if r["ids_mismatch"] else "")
+    )
     print(f"last hidden state max abs diff (unpadded): {r['hidden_max_abs']:.3e}  (bar {BARS['hidden']:g})")
-    print(f"sentence embedding max abs diff:           {r['embedding_max_abs']:.3e}  (bar {BARS['embedding']:g})")
-    print(f"max 1 - cosine:                            {r['max_one_minus_cos']:.3e}  (bar {BARS['one_minus_cos']:g})")
+    print(
+        f"sentence embedding max abs diff:           {r['embedding_max_abs']:.3e}  (bar {BARS['embedding']:g})"
+    )
+    print(
+        f"max 1 - cosine:                            {r['max_one_minus_cos']:.3e}  (bar {BARS['one_minus_cos']:g})"
+    )
     print(f"({dt:.1f} s)")
     ok = (
         r["ids_equal"]

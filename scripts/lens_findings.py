@@ -44,21 +44,27 @@ def reverse(run: str, n: int | None) -> None:
     def exact(layer=None, head=None):
         hooks = {}
         if layer is not None:
+
             def zero(x, name):
                 x = x.copy()
                 x[:, head] = 0
                 return x
+
             hooks = {f"decoder.blocks.{layer}.cross_attn.head_out": zero}
         with hooked(model, hooks):
             return float(exact_match(greedy_decode(model, val.src), val.tgt_out).mean())
 
     print(f"exact match on {len(val.src)} validation inputs: {exact():.4f}")
     for name, (layer, head) in (("most anti-diagonal", best), ("least anti-diagonal", worst)):
-        print(f"  without the {name} head (cross L{layer} H{head}, weight {anti[layer, head]:.3f}): "
-              f"{exact(layer, head):.4f}")
+        print(
+            f"  without the {name} head (cross L{layer} H{head}, weight {anti[layer, head]:.3f}): "
+            f"{exact(layer, head):.4f}"
+        )
     for layer in range(anti.shape[0]):
-        print(f"  cross L{layer}, each head ablated in turn: "
-              f"{[round(exact(layer, h), 4) for h in range(anti.shape[1])]}")
+        print(
+            f"  cross L{layer}, each head ablated in turn: "
+            f"{[round(exact(layer, h), 4) for h in range(anti.shape[1])]}"
+        )
 
 
 def names(run: str, n: int | None) -> None:
@@ -78,8 +84,10 @@ def names(run: str, n: int | None) -> None:
         for t in np.flatnonzero(top[-1] == target):
             right += 1
             first[np.argmax(top[:, t] == target[t])] += 1
-    print(f"{len(lines)} validation names, {total} next characters; the model ranks {right} "
-          f"({right / total:.1%}) first")
+    print(
+        f"{len(lines)} validation names, {total} next characters; the model ranks {right} "
+        f"({right / total:.1%}) first"
+    )
     for label, n in zip(lens.layers, first):
         print(f"  first ranked first after {label:>5}: {n:5d} ({n / max(right, 1):.1%})")
 

@@ -29,16 +29,21 @@ STEPS = 700
 
 
 def main(out: Path) -> None:
-    job, cfg = build_job("induction", train=dict(max_steps=STEPS, diag_interval=STEPS, eval_interval=STEPS,
-                                                 workers=1, num_samples=0), data=dict(n_train=4000, n_test=64))
+    job, cfg = build_job(
+        "induction",
+        train=dict(max_steps=STEPS, diag_interval=STEPS, eval_interval=STEPS, workers=1, num_samples=0),
+        data=dict(n_train=4000, n_test=64),
+    )
     with tempfile.TemporaryDirectory() as tmp:
         train(job, cfg, Path(tmp) / "run", progress=False, verbose=False)
         last = Path(tmp) / "run" / "last"
         config = json.loads((last / "config.json").read_text(encoding="utf-8"))
         out.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(last / "model.safetensors", out / "model.safetensors")
-    write_atomic(out / "config.json", (json.dumps({"model": config["model"], "data": config["data"]}, indent=1)
-                                       ).encode("utf-8"))
+    write_atomic(
+        out / "config.json",
+        (json.dumps({"model": config["model"], "data": config["data"]}, indent=1)).encode("utf-8"),
+    )
     model, data = induction.load_model() if out == induction.MODEL_DIR else (None, None)
     if model is not None:
         tokens = induction.probe_tokens(data)

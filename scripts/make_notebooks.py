@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 NOTEBOOKS = EXAMPLES / "notebooks"
 
-INSTALL = '''# Install scratchformer where it is missing (Colab, a fresh Jupyter); installed: nothing happens.
+INSTALL = """# Install scratchformer where it is missing (Colab, a fresh Jupyter); installed: nothing happens.
 # SOURCE: the package name, a path to a checkout of the repository, or a git URL of it.
 import importlib.util
 import subprocess
@@ -35,9 +35,9 @@ import sys
 
 SOURCE = "scratchformer"
 if importlib.util.find_spec("scratchformer") is None:
-    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", SOURCE])'''
+    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", SOURCE])"""
 
-SHOW_FIGURES = '''# Show under each cell every figure it wrote into the figure folder (`out`, set by setup()).
+SHOW_FIGURES = """# Show under each cell every figure it wrote into the figure folder (`out`, set by setup()).
 from IPython import get_ipython
 from IPython.display import Image, display
 
@@ -55,7 +55,7 @@ def _show_new_figures(result=None):
             display(Image(filename=str(png)))
 
 
-get_ipython().events.register("post_run_cell", _show_new_figures)'''
+get_ipython().events.register("post_run_cell", _show_new_figures)"""
 
 
 def _cells_of(source: str) -> list[str]:
@@ -77,7 +77,7 @@ def _split_docstring(source: str) -> tuple[str, str]:
     doc = ast.get_docstring(module, clean=False) or ""
     first = module.body[0]
     if isinstance(first, ast.Expr) and isinstance(getattr(first, "value", None), ast.Constant):
-        rest = "\n".join(source.splitlines()[first.end_lineno:])
+        rest = "\n".join(source.splitlines()[first.end_lineno :])
     else:
         rest = source
     return doc, rest
@@ -102,17 +102,27 @@ def notebook(script: Path) -> dict:
     """The notebook (nbformat 4 JSON) of one example script."""
     doc, code = _split_docstring(script.read_text(encoding="utf-8"))
     code = "\n".join(s for s in code.splitlines() if not s.startswith("from _common import"))
-    title = f"# {script.stem}\n\nGenerated from `examples/{script.name}` by `scripts/make_notebooks.py`; " \
-            "edit the script, not this notebook.\n\n"
-    cells = [_cell("markdown", title + "```text\n" + doc.strip("\n") + "\n```"),
-             _cell("code", INSTALL), _cell("code", _common_cell())]
+    title = (
+        f"# {script.stem}\n\nGenerated from `examples/{script.name}` by `scripts/make_notebooks.py`; "
+        "edit the script, not this notebook.\n\n"
+    )
+    cells = [
+        _cell("markdown", title + "```text\n" + doc.strip("\n") + "\n```"),
+        _cell("code", INSTALL),
+        _cell("code", _common_cell()),
+    ]
     cells += [_cell("code", c) for c in _cells_of(code)]
     for i, cell in enumerate(cells):  # nbformat 4.5 cells carry an id; stable ones keep diffs small
         cell["id"] = f"cell-{i}"
-    return {"cells": cells, "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
-                                                         "name": "python3"},
-                                         "language_info": {"name": "python"}},
-            "nbformat": 4, "nbformat_minor": 5}
+    return {
+        "cells": cells,
+        "metadata": {
+            "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+            "language_info": {"name": "python"},
+        },
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
 
 
 def render(nb: dict) -> str:

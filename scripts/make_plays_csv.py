@@ -60,10 +60,15 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("out", type=Path, help="directory for train.csv and test.csv")
     p.add_argument("--seed", type=int, default=1337, help="seed of the split (default: 1337)")
-    p.add_argument("--test-fraction", type=float, default=0.2, help="share of each play held out (default: 0.2)")
+    p.add_argument(
+        "--test-fraction", type=float, default=0.2, help="share of each play held out (default: 0.2)"
+    )
     args = p.parse_args(argv)
-    rows = [(t, play) for t, play in speeches(resolve_data("shakespeare").read_text(encoding="utf-8"))
-            if play not in LEFT_OUT and len(t) >= MIN_CHARS]
+    rows = [
+        (t, play)
+        for t, play in speeches(resolve_data("shakespeare").read_text(encoding="utf-8"))
+        if play not in LEFT_OUT and len(t) >= MIN_CHARS
+    ]
     rng = np.random.default_rng(args.seed)
     train, test = [], []
     for play, _ in PLAYS:
@@ -79,7 +84,9 @@ def main(argv: list[str] | None = None) -> int:
             w = csv.writer(f)
             w.writerow(["text", "label"])
             w.writerows(part)
-    print(f"{len(train)} train and {len(test)} test speeches of {len(PLAYS) - len(LEFT_OUT)} plays -> {args.out}")
+    print(
+        f"{len(train)} train and {len(test)} test speeches of {len(PLAYS) - len(LEFT_OUT)} plays -> {args.out}"
+    )
     return 0
 
 

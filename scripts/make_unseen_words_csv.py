@@ -27,21 +27,38 @@ import numpy as np
 
 # category -> (training nouns, test nouns): disjoint, each a single common English word
 NOUNS = {
-    "animal": ("dog cat horse cow sheep goat pig rabbit mouse lion tiger bear wolf fox deer",
-               "elephant giraffe zebra monkey camel donkey squirrel kangaroo leopard hamster"),
-    "clothing": ("shirt jacket coat dress skirt sweater hat scarf sock shoe boot glove belt tie jeans",
-                 "blouse cardigan hoodie vest sandal sneaker mitten raincoat trousers pyjamas"),
-    "food": ("bread cheese rice pasta soup apple banana orange cake pizza salad butter egg potato carrot",
-             "sandwich cookie noodles yogurt pancake grape cucumber tomato muffin omelette"),
-    "vehicle": ("car bus truck lorry bicycle motorcycle van taxi tractor boat ship airplane helicopter scooter tram",
-                "ambulance jeep yacht canoe limousine minivan sailboat subway rocket wagon"),
+    "animal": (
+        "dog cat horse cow sheep goat pig rabbit mouse lion tiger bear wolf fox deer",
+        "elephant giraffe zebra monkey camel donkey squirrel kangaroo leopard hamster",
+    ),
+    "clothing": (
+        "shirt jacket coat dress skirt sweater hat scarf sock shoe boot glove belt tie jeans",
+        "blouse cardigan hoodie vest sandal sneaker mitten raincoat trousers pyjamas",
+    ),
+    "food": (
+        "bread cheese rice pasta soup apple banana orange cake pizza salad butter egg potato carrot",
+        "sandwich cookie noodles yogurt pancake grape cucumber tomato muffin omelette",
+    ),
+    "vehicle": (
+        "car bus truck lorry bicycle motorcycle van taxi tractor boat ship airplane helicopter scooter tram",
+        "ambulance jeep yacht canoe limousine minivan sailboat subway rocket wagon",
+    ),
 }
 # sentence frames, {a} an adjective and {n} the noun; the test frames are not the training ones
-TRAIN_FRAMES = ["I saw the {a} {n} near the house yesterday.", "She bought the {a} {n} last week.",
-                "He talked about the {a} {n} for an hour.", "My sister mentioned the {a} {n} at dinner.",
-                "We looked at the {a} {n} for a while.", "Nobody noticed the {a} {n} at first."]
-TEST_FRAMES = ["Everyone kept staring at the {a} {n}.", "The teacher drew the {a} {n} on the board.",
-               "Someone wrote about the {a} {n} in a letter.", "They could not forget the {a} {n}."]
+TRAIN_FRAMES = [
+    "I saw the {a} {n} near the house yesterday.",
+    "She bought the {a} {n} last week.",
+    "He talked about the {a} {n} for an hour.",
+    "My sister mentioned the {a} {n} at dinner.",
+    "We looked at the {a} {n} for a while.",
+    "Nobody noticed the {a} {n} at first.",
+]
+TEST_FRAMES = [
+    "Everyone kept staring at the {a} {n}.",
+    "The teacher drew the {a} {n} on the board.",
+    "Someone wrote about the {a} {n} in a letter.",
+    "They could not forget the {a} {n}.",
+]
 ADJECTIVES = ["old", "small", "big", "new", "strange", "lovely", "dirty", "famous"]
 
 
@@ -49,7 +66,7 @@ def rows(split: int, n: int, rng: np.random.Generator) -> list[tuple[str, str]]:
     """n (text, label) rows of split 0 (train) or 1 (test), labels in turn, shuffled."""
     frames = (TRAIN_FRAMES, TEST_FRAMES)[split]
     out = []
-    for i, label in enumerate(sorted(NOUNS) * (n // len(NOUNS) + 1)):
+    for i, label in enumerate(sorted(NOUNS) * (n // len(NOUNS) + 1)):  # noqa: B007
         if len(out) == n:
             break
         choices = list(product(NOUNS[label][split].split(), frames, ADJECTIVES))
@@ -77,8 +94,10 @@ def main(argv: list[str] | None = None) -> int:
             w = csv.writer(f)
             w.writerow(["text", "label"])
             w.writerows(part)
-    print(f"{len(train)} train and {len(test)} test sentences of {len(NOUNS)} categories, the test nouns unseen "
-          f"in training -> {args.out}")
+    print(
+        f"{len(train)} train and {len(test)} test sentences of {len(NOUNS)} categories, the test nouns unseen "
+        f"in training -> {args.out}"
+    )
     return 0
 
 

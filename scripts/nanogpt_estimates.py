@@ -39,9 +39,11 @@ def main() -> None:
         estimates.append(float(np.mean(losses)))
     est = np.array(estimates)
     print(f"whole val split: {whole:.4f}")
-    print(f"{args.draws} estimates of {args.eval_iters} batches x {args.batch_size}: mean {est.mean():.4f}, "
-          f"sd {est.std(ddof=1):.4f}, lowest {est.min():.4f}, highest {est.max():.4f}, "
-          f"<= {args.bar}: {np.mean(est <= args.bar):.0%}")
+    print(
+        f"{args.draws} estimates of {args.eval_iters} batches x {args.batch_size}: mean {est.mean():.4f}, "
+        f"sd {est.std(ddof=1):.4f}, lowest {est.min():.4f}, highest {est.max():.4f}, "
+        f"<= {args.bar}: {np.mean(est <= args.bar):.0%}"
+    )
 
 
 if __name__ == "__main__":

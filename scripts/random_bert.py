@@ -42,35 +42,59 @@ def character_vocab(csv_path: Path) -> list[str]:
     return SPECIAL_TOKENS + chars + ["##" + c for c in chars]
 
 
-def random_bert(out: Path, hidden: int, layers: int, heads: int, seed: int, chars_of: Path | None = None) -> None:
+def random_bert(
+    out: Path, hidden: int, layers: int, heads: int, seed: int, chars_of: Path | None = None
+) -> None:
     source = default_model_dir()
     vocab = character_vocab(chars_of) if chars_of is not None else None
-    vocab_size = len(vocab) if vocab else json.loads((source / "config.json").read_text(encoding="utf-8"))["vocab_size"]
-    config = {"model_type": "bert", "architectures": ["BertModel"], "vocab_size": vocab_size,
-              "hidden_size": hidden, "num_hidden_layers": layers, "num_attention_heads": heads,
-              "intermediate_size": 4 * hidden, "hidden_act": "gelu", "max_position_embeddings": 512,
-              "type_vocab_size": 2, "layer_norm_eps": 1e-12, "pad_token_id": 0}
+    vocab_size = (
+        len(vocab)
+        if vocab
+        else json.loads((source / "config.json").read_text(encoding="utf-8"))["vocab_size"]
+    )
+    config = {
+        "model_type": "bert",
+        "architectures": ["BertModel"],
+        "vocab_size": vocab_size,
+        "hidden_size": hidden,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "intermediate_size": 4 * hidden,
+        "hidden_act": "gelu",
+        "max_position_embeddings": 512,
+        "type_vocab_size": 2,
+        "layer_norm_eps": 1e-12,
+        "pad_token_id": 0,
+    }
     rng = np.random.default_rng(seed)
 
     def normal(*shape):
         return (0.02 * rng.standard_normal(shape)).astype(np.float32)
 
-    w = {"embeddings.word_embeddings.weight": normal(config["vocab_size"], hidden),
-         "embeddings.position_embeddings.weight": normal(512, hidden),
-         "embeddings.token_type_embeddings.weight": normal(2, hidden),
-         "embeddings.LayerNorm.weight": np.ones(hidden, np.float32),
-         "embeddings.LayerNorm.bias": np.zeros(hidden, np.float32)}
+    w = {
+        "embeddings.word_embeddings.weight": normal(config["vocab_size"], hidden),
+        "embeddings.position_embeddings.weight": normal(512, hidden),
+        "embeddings.token_type_embeddings.weight": normal(2, hidden),
+        "embeddings.LayerNorm.weight": np.ones(hidden, np.float32),
+        "embeddings.LayerNorm.bias": np.zeros(hidden, np.float32),
+    }
     w["embeddings.word_embeddings.weight"][config["pad_token_id"]] = 0  # padding_idx, as BertModel
     for i in range(layers):
         p = f"encoder.layer.{i}."
-        for name, (n_out, n_in) in {"attention.self.query": (hidden, hidden), "attention.self.key": (hidden, hidden),
-                                    "attention.self.value": (hidden, hidden),
-                                    "attention.output.dense": (hidden, hidden),
-                                    "intermediate.dense": (4 * hidden, hidden),
-                                    "output.dense": (hidden, 4 * hidden)}.items():
+        for name, (n_out, n_in) in {
+            "attention.self.query": (hidden, hidden),
+            "attention.self.key": (hidden, hidden),
+            "attention.self.value": (hidden, hidden),
+            "attention.output.dense": (hidden, hidden),
+            "intermediate.dense": (4 * hidden, hidden),
+            "output.dense": (hidden, 4 * hidden),
+        }.items():
             w[p + name + ".weight"], w[p + name + ".bias"] = normal(n_out, n_in), np.zeros(n_out, np.float32)
         for norm in ("attention.output.LayerNorm", "output.LayerNorm"):
-            w[p + norm + ".weight"], w[p + norm + ".bias"] = np.ones(hidden, np.float32), np.zeros(hidden, np.float32)
+            w[p + norm + ".weight"], w[p + norm + ".bias"] = (
+                np.ones(hidden, np.float32),
+                np.zeros(hidden, np.float32),
+            )
     out.mkdir(parents=True, exist_ok=True)
     save_file(w, str(out / "model.safetensors"))
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
@@ -78,7 +102,9 @@ def random_bert(out: Path, hidden: int, layers: int, heads: int, seed: int, char
         (out / name).unlink(missing_ok=True)  # a directory written before holds no stale tokenizer
     if vocab:  # vocab.txt and BERT's uncased settings: WordPieceTokenizer.from_dir builds the rest
         (out / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
-        (out / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True}) + "\n", encoding="utf-8")
+        (out / "tokenizer_config.json").write_text(
+            json.dumps({"do_lower_case": True}) + "\n", encoding="utf-8"
+        )
         return
     for name in TOKENIZER_FILES:
         if (source / name).is_file():
@@ -92,8 +118,12 @@ def main(argv=None) -> int:
     p.add_argument("--layers", type=int, default=2, help="default: 2")
     p.add_argument("--heads", type=int, default=4, help="default: 4")
     p.add_argument("--seed", type=int, default=1337, help="default: 1337")
-    p.add_argument("--chars-of", type=Path, metavar="CSV",
-                   help="a character vocabulary from this CSV's texts (default: MiniLM's WordPiece vocabulary)")
+    p.add_argument(
+        "--chars-of",
+        type=Path,
+        metavar="CSV",
+        help="a character vocabulary from this CSV's texts (default: MiniLM's WordPiece vocabulary)",
+    )
     a = p.parse_args(argv)
     random_bert(a.out, a.hidden_size, a.layers, a.heads, a.seed, a.chars_of)
     kind = f"character-level ({a.chars_of.name}) " if a.chars_of else ""

@@ -15,8 +15,9 @@ sys.path.insert(0, str(HERE))
 # A few test modules reuse another folder's builders (test_viz_report draws the runs of
 # test_diagnostics, test_lens_llama the checkpoints of test_llama_interop): every folder is on
 # the path, whichever test runs first.
-sys.path[1:1] = [str(d) for d in sorted(HERE.iterdir()) 
-               if d.is_dir() and d.name not in ("data", "__pycache__")]
+sys.path[1:1] = [
+    str(d) for d in sorted(HERE.iterdir()) if d.is_dir() and d.name not in ("data", "__pycache__")
+]
 
 from scratchformer import fast  # noqa: E402
 

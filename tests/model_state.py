@@ -6,8 +6,11 @@ import numpy as np
 def seeded_state(model):
     """The parameters (name -> array) and the state of every dropout generator of a model."""
     params = {n: p.data for n, p in model.named_parameters()}
-    rngs = [m.rng.bit_generator.state for m in model.modules()
-            if isinstance(getattr(m, "rng", None), np.random.Generator)]
+    rngs = [
+        m.rng.bit_generator.state
+        for m in model.modules()
+        if isinstance(getattr(m, "rng", None), np.random.Generator)
+    ]
     return params, rngs
 
 

@@ -17,8 +17,14 @@ def make_bert_dir(path: Path) -> Path:
 
     path.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
-    cfg = transformers.BertConfig(vocab_size=len(VOCAB), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                                  intermediate_size=32, max_position_embeddings=32)
+    cfg = transformers.BertConfig(
+        vocab_size=len(VOCAB),
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=32,
+    )
     transformers.BertModel(cfg, add_pooling_layer=False).save_pretrained(path, safe_serialization=True)
     (path / "vocab.txt").write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
     return path
@@ -27,8 +33,11 @@ def make_bert_dir(path: Path) -> Path:
 def make_csv(path: Path, n: int = 60, long_every: int = 0, labels=("love", "war")) -> Path:
     """n rows, columns text,label: texts of the label's words (learnable), a few commas quoted;
     every `long_every`-th text is 40 words long (longer than a short max_length)."""
-    topics = {"love": ["love", "rose", "sweet", "heart"], "war": ["war", "sword", "blood", "crown"],
-              "night": ["night", "queen", "the", "king"]}
+    topics = {
+        "love": ["love", "rose", "sweet", "heart"],
+        "war": ["war", "sword", "blood", "crown"],
+        "night": ["night", "queen", "the", "king"],
+    }
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(["text", "label"])

@@ -12,10 +12,12 @@ def ablated_loss(model, out_proj_of, x, y, head_size: int, layer=None, head=None
     head zeroed at the input of `out_proj_of(model, layer)` (c_proj for GPT-2, o_proj for Llama)."""
     handle = None
     if layer is not None:
+
         def zero_head(module, args):
             z = args[0].clone()
-            z[..., head * head_size:(head + 1) * head_size] = 0
+            z[..., head * head_size : (head + 1) * head_size] = 0
             return (z,)
+
         handle = out_proj_of(model, layer).register_forward_pre_hook(zero_head)
     try:
         with torch.no_grad():

@@ -27,26 +27,42 @@ def add_parser(sub) -> None:
     from scratchformer.exercises.grading import MEMORY_LIMIT, TIME_LIMIT
 
     e = sub.add_parser(
-        "exercise", help="graded exercises: write a layer's backward (and three more), have it checked",
+        "exercise",
+        help="graded exercises: write a layer's backward (and three more), have it checked",
         description="Graded exercises. Without NAME: the list. With NAME: write a stub file whose forward is "
-                    "given and whose backward is yours to write; then --check FILE grades it by finite "
-                    "differences (float64, on inputs of several shapes) and the layer contract (returned shapes and "
-                    "types, finite gradients ADDED into .grad), naming the first wrong element and the likely "
-                    f"cause; the file runs in a child process limited to {TIME_LIMIT:g} s and {MEMORY_LIMIT >> 30} GiB. "
-                    "Exit codes of --check: "
-                    "0 right, 1 wrong, 2 bad input (a missing file, a file that does not load). A right --check is "
-                    "recorded in .scratchformer-exercises.json in the current directory; the list marks the "
-                    "exercises passed there. Three exercises are not a backward: bpe_merge (one BPE merge step, "
-                    "graded against the library's trainer), diagnose_runs (its stub comes with four recorded runs to "
-                    "diagnose) and induction_head (graded by ablation); docs/exercises.md.")
-    e.add_argument("name", nargs="?", choices=list(EXERCISES), metavar="NAME",
-                   help=f"one of: {', '.join(EXERCISES)} (default: list them)")
+        "given and whose backward is yours to write; then --check FILE grades it by finite "
+        "differences (float64, on inputs of several shapes) and the layer contract (returned shapes and "
+        "types, finite gradients ADDED into .grad), naming the first wrong element and the likely "
+        f"cause; the file runs in a child process limited to {TIME_LIMIT:g} s and {MEMORY_LIMIT >> 30} GiB. "
+        "Exit codes of --check: "
+        "0 right, 1 wrong, 2 bad input (a missing file, a file that does not load). A right --check is "
+        "recorded in .scratchformer-exercises.json in the current directory; the list marks the "
+        "exercises passed there. Three exercises are not a backward: bpe_merge (one BPE merge step, "
+        "graded against the library's trainer), diagnose_runs (its stub comes with four recorded runs to "
+        "diagnose) and induction_head (graded by ablation); docs/exercises.md.",
+    )
+    e.add_argument(
+        "name",
+        nargs="?",
+        choices=list(EXERCISES),
+        metavar="NAME",
+        help=f"one of: {', '.join(EXERCISES)} (default: list them)",
+    )
     what = e.add_mutually_exclusive_group()
-    what.add_argument("--out", metavar="FILE", help="where to write the stub (default: NAME.py); never overwrites")
-    what.add_argument("--check", metavar="FILE", help="grade this file: exit 0 right, 1 wrong, 2 bad input (default: write a stub)")
-    e.add_argument("--hint", action="store_true",
-                   help="alone: print a first hint for NAME; with --check: if wrong, print what is wrong and the "
-                        "hint, holding back the likely cause (check again without --hint for it)")
+    what.add_argument(
+        "--out", metavar="FILE", help="where to write the stub (default: NAME.py); never overwrites"
+    )
+    what.add_argument(
+        "--check",
+        metavar="FILE",
+        help="grade this file: exit 0 right, 1 wrong, 2 bad input (default: write a stub)",
+    )
+    e.add_argument(
+        "--hint",
+        action="store_true",
+        help="alone: print a first hint for NAME; with --check: if wrong, print what is wrong and the "
+        "hint, holding back the likely cause (check again without --hint for it)",
+    )
 
 
 def cmd_exercise(args) -> int:
@@ -56,16 +72,21 @@ def cmd_exercise(args) -> int:
 
     if args.name is None:
         if args.out or args.check or args.hint:
-            raise CLIError("--out, --check and --hint need an exercise NAME "
-                           "(run 'scratchformer exercise' for the list)")
+            raise CLIError(
+                "--out, --check and --hint need an exercise NAME (run 'scratchformer exercise' for the list)"
+            )
         rows = list_exercises()
         done = passed()
         width = max(len(n) for n, _ in rows)
         for name, title in rows:
             print(f"{'passed' if name in done else '':<6}  {name:<{width}}  {title}")
-        print(f"\n{len(done & {n for n, _ in rows})} of {len(rows)} passed here (recorded in ./{PROGRESS_FILE})")
-        print("scratchformer exercise NAME writes NAME.py; scratchformer exercise NAME --check NAME.py grades it; "
-              "--hint gives a first hint")
+        print(
+            f"\n{len(done & {n for n, _ in rows})} of {len(rows)} passed here (recorded in ./{PROGRESS_FILE})"
+        )
+        print(
+            "scratchformer exercise NAME writes NAME.py; scratchformer exercise NAME --check NAME.py grades it; "
+            "--hint gives a first hint"
+        )
         return 0
     if args.check is not None:
         grade = check(args.name, args.check)
@@ -95,7 +116,9 @@ def cmd_exercise(args) -> int:
     from scratchformer.exercises.grading import setup
 
     made = setup(args.name, out)  # what the exercise needs beside the stub (diagnose_runs: its runs)
-    print(f"wrote {out}: {EXERCISES[args.name].todo}, then run: scratchformer exercise {args.name} --check {out}")
+    print(
+        f"wrote {out}: {EXERCISES[args.name].todo}, then run: scratchformer exercise {args.name} --check {out}"
+    )
     if made:
         print(made)
     return 0

@@ -24,37 +24,74 @@ TOP_HEADS = 5  # heads listed by ablation
 def add_parser(sub) -> None:
     """The `lens` subcommand, added to the main parser's subparsers."""
     p = sub.add_parser(
-        "lens", help="logit lens, head ablation, saliency and patching of a trained model on one input",
+        "lens",
+        help="logit lens, head ablation, saliency and patching of a trained model on one input",
         description="Run the lens analyses (docs/lens.md) on one input and print their tables and "
-                    "check lines. With --bert: saliency of the similarity of two sentences' embeddings.")
-    p.add_argument("dir", nargs="?", metavar="RUN_DIR", help="run or checkpoint directory (default: out/names)")
-    p.add_argument("--text", help="the input, as `viz` takes it (a name or prompt for a GPT, digits for a "
-                                  "task model, a sentence for --bert) (default: the run's example input)")
-    p.add_argument("--target", help="the token whose logit is explained: a character for a GPT, a digit for "
-                                    "seq2seq, a class for a classifier (default: the model's prediction)")
-    p.add_argument("--corrupt", help="a second input of the same length: activation patching from --text into it "
-                                     "(default: no patching)")
-    p.add_argument("--bert", nargs="?", const="", metavar="PATH",
-                   help="a BERT directory instead of a run; no PATH: the installed all-MiniLM-L6-v2")
-    p.add_argument("--hf", metavar="HF_DIR",
-                   help="a Hugging Face GPT-2 or Llama directory (config.json, model.safetensors, tokenizer.json "
-                        "or vocab.json + merges.txt) instead of a run (default: none)")
+        "check lines. With --bert: saliency of the similarity of two sentences' embeddings.",
+    )
+    p.add_argument(
+        "dir", nargs="?", metavar="RUN_DIR", help="run or checkpoint directory (default: out/names)"
+    )
+    p.add_argument(
+        "--text",
+        help="the input, as `viz` takes it (a name or prompt for a GPT, digits for a "
+        "task model, a sentence for --bert) (default: the run's example input)",
+    )
+    p.add_argument(
+        "--target",
+        help="the token whose logit is explained: a character for a GPT, a digit for "
+        "seq2seq, a class for a classifier (default: the model's prediction)",
+    )
+    p.add_argument(
+        "--corrupt",
+        help="a second input of the same length: activation patching from --text into it "
+        "(default: no patching)",
+    )
+    p.add_argument(
+        "--bert",
+        nargs="?",
+        const="",
+        metavar="PATH",
+        help="a BERT directory instead of a run; no PATH: the installed all-MiniLM-L6-v2",
+    )
+    p.add_argument(
+        "--hf",
+        metavar="HF_DIR",
+        help="a Hugging Face GPT-2 or Llama directory (config.json, model.safetensors, tokenizer.json "
+        "or vocab.json + merges.txt) instead of a run (default: none)",
+    )
     p.add_argument("--text2", help="with --bert: the second sentence (required)")
-    p.add_argument("--show", action="append", metavar="NAME",
-                   help="also print the activation NAME (docs/lens.md; '*' allowed, repeatable) on --text "
-                        "(default: none)")
-    p.add_argument("--steps", type=int, default=32,
-                   help=f"integrated-gradients quadrature nodes, 1 to {MAX_STEPS} (default: 32)")
-    p.add_argument("--baseline", choices=("zero", "mean"),
-                   help="integrated gradients start from zero embeddings or, at every position, the mean "
-                        "embedding of the vocabulary's tokens (default: zero where the model adds a position "
-                        "table to its token embeddings; mean where positions live inside attention (rotary, "
-                        "ALiBi): there every position of a zero baseline is the same zero vector, a point where "
-                        "the first norm divides by almost nothing)")
-    p.add_argument("--baseline-text", metavar="TEXT",
-                   help="integrated gradients start from the embeddings of TEXT, of --text's length in tokens "
-                        "(default: --baseline)")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of tables (default: tables)")
+    p.add_argument(
+        "--show",
+        action="append",
+        metavar="NAME",
+        help="also print the activation NAME (docs/lens.md; '*' allowed, repeatable) on --text "
+        "(default: none)",
+    )
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=32,
+        help=f"integrated-gradients quadrature nodes, 1 to {MAX_STEPS} (default: 32)",
+    )
+    p.add_argument(
+        "--baseline",
+        choices=("zero", "mean"),
+        help="integrated gradients start from zero embeddings or, at every position, the mean "
+        "embedding of the vocabulary's tokens (default: zero where the model adds a position "
+        "table to its token embeddings; mean where positions live inside attention (rotary, "
+        "ALiBi): there every position of a zero baseline is the same zero vector, a point where "
+        "the first norm divides by almost nothing)",
+    )
+    p.add_argument(
+        "--baseline-text",
+        metavar="TEXT",
+        help="integrated gradients start from the embeddings of TEXT, of --text's length in tokens "
+        "(default: --baseline)",
+    )
+    p.add_argument(
+        "--json", action="store_true", help="print one JSON object instead of tables (default: tables)"
+    )
 
 
 def cmd_lens(args) -> int:
@@ -68,7 +105,9 @@ def cmd_lens(args) -> int:
         if not args.text or not args.text2:
             raise CLIError('--bert needs --text and --text2, e.g. --text "A cat sits." --text2 "A dog sits."')
         if args.show or args.target or args.corrupt or args.baseline_text or args.baseline is not None:
-            raise CLIError("--show, --target, --corrupt, --baseline and --baseline-text apply to a run, not to --bert")
+            raise CLIError(
+                "--show, --target, --corrupt, --baseline and --baseline-text apply to a run, not to --bert"
+            )
         report = _bert_report(args)
     else:
         if args.text2 is not None:
@@ -94,7 +133,9 @@ def _job(args):
         return LMJob(model, None, {"path": None, "format": "text"}, tokenizer)
     run = Path(args.dir or "out/names")
     if (run / "config.json").is_file() and not (run / "trainer_state.json").exists() and _is_hf_dir(run):
-        raise CLIError(f"{run} is a Hugging Face model directory, not a run: use 'scratchformer lens --hf {run}'")
+        raise CLIError(
+            f"{run} is a Hugging Face model directory, not a run: use 'scratchformer lens --hf {run}'"
+        )
     return load_job(run)
 
 
@@ -125,7 +166,9 @@ def _finite(value):
 def _vocab_id(labels: list[str], target: str) -> int:
     if target not in labels:
         shown = " ".join(repr(x) for x in labels[:40]) + (" ..." if len(labels) > 40 else "")
-        raise DataError(f"--target {target!r} is not in the model's vocabulary ({len(labels)} tokens: {shown})")
+        raise DataError(
+            f"--target {target!r} is not in the model's vocabulary ({len(labels)} tokens: {shown})"
+        )
     return labels.index(target)
 
 
@@ -153,8 +196,11 @@ def _run_report(job, args) -> dict:
         inputs = (ids,)
     logits = _first(model.eval()(*inputs))
     last = logits[0, -1] if logits.ndim == 3 else logits[0]
-    target = int(last.argmax()) if args.target is None else _vocab_id(
-        labels if kind != "classifier" else [str(i) for i in range(len(last))], args.target)
+    target = (
+        int(last.argmax())
+        if args.target is None
+        else _vocab_id(labels if kind != "classifier" else [str(i) for i in range(len(last))], args.target)
+    )
     target_label = labels[target] if kind != "classifier" else str(target)
     report["target"] = target_label
     if kind == "classifier":
@@ -162,9 +208,12 @@ def _run_report(job, args) -> dict:
     if kind != "classifier":
         ll = lens.logit_lens(model, inputs, k=1)
         rows = ll.top_ids[:, :, 0]
-        report["logit_lens"] = {"layers": ll.layers, "top1": [[labels[i] for i in row] for row in rows],
-                                "prob": ll.top_probs[:, :, 0].round(4).tolist(),
-                                "positions": tokens if kind == "gpt" else ["<bos>"] + report["answer"][:-1]}
+        report["logit_lens"] = {
+            "layers": ll.layers,
+            "top1": [[labels[i] for i in row] for row in rows],
+            "prob": ll.top_probs[:, :, 0].round(4).tolist(),
+            "positions": tokens if kind == "gpt" else ["<bos>"] + report["answer"][:-1],
+        }
         report["checks"].append(str(ll.check))
         if unembedding(model).pre_norm:  # attribution needs the stream to be a sum of its parts
             dla = lens.direct_logit_attribution(model, inputs, target)
@@ -173,34 +222,47 @@ def _run_report(job, args) -> dict:
             report["checks"].append(str(dla.check))
     if loss_inputs is not None:
         abl = lens.head_ablation(model, loss_inputs)
-        flat = [(abl.labels[r], h, float(abl.change[r, h])) for r in range(len(abl.labels))
-                for h in range(abl.change.shape[1]) if np.isfinite(abl.change[r, h])]
+        flat = [
+            (abl.labels[r], h, float(abl.change[r, h]))
+            for r in range(len(abl.labels))
+            for h in range(abl.change.shape[1])
+            if np.isfinite(abl.change[r, h])
+        ]
         flat.sort(key=lambda x: -abs(x[2]))
-        report["ablation"] = {"baseline_loss": round(abl.baseline, 6),
-                              "top": [[f"{a} H{h}", round(c, 6)] for a, h, c in flat[:TOP_HEADS]]}
+        report["ablation"] = {
+            "baseline_loss": round(abl.baseline, 6),
+            "top": [[f"{a} H{h}", round(c, 6)] for a, h, c in flat[:TOP_HEADS]],
+        }
         report["checks"].append(str(abl.check))
     objective = lens.logit_objective(-1, target)
     sal = lens.saliency(model, inputs, objective)
-    ig = lens.integrated_gradients(model, inputs, objective, steps=args.steps,
-                                   baseline=_baseline(job, args, model, ids, inputs))
-    report["saliency"] = {"of": f"logit of {target_label!r} at the last position",
-                          "baseline": f"the embeddings of {args.baseline_text!r}" if args.baseline_text is not None
-                          else {"zero": "zero embeddings", "mean": "the mean token embedding"}[
-                              _baseline_kind(args, model)],
-                          "grad_x_input": sal.grad_x_input[0].round(6).tolist(),
-                          "integrated_gradients": ig.attributions[0].round(6).tolist()}
+    ig = lens.integrated_gradients(
+        model, inputs, objective, steps=args.steps, baseline=_baseline(job, args, model, ids, inputs)
+    )
+    report["saliency"] = {
+        "of": f"logit of {target_label!r} at the last position",
+        "baseline": f"the embeddings of {args.baseline_text!r}"
+        if args.baseline_text is not None
+        else {"zero": "zero embeddings", "mean": "the mean token embedding"}[_baseline_kind(args, model)],
+        "grad_x_input": sal.grad_x_input[0].round(6).tolist(),
+        "integrated_gradients": ig.attributions[0].round(6).tolist(),
+    }
     report["checks"] += [str(sal.check), str(ig.check)]
     hs = lens.head_scores(model, inputs)
     report["checks"].append(str(hs.check))
     if args.show:
         _, cache = lens.run_with_cache(model, *inputs, names=args.show)
-        report["activations"] = {name: np.round(x[0] if x.ndim > 2 else x, 5).tolist() for name, x in cache.items()}
+        report["activations"] = {
+            name: np.round(x[0] if x.ndim > 2 else x, 5).tolist() for name, x in cache.items()
+        }
     if args.corrupt is not None:
         cv = job.viz_inputs(args.corrupt)
         cids = np.asarray(cv["ids"])[None]
         if cids.shape != ids.shape:
-            raise DataError(f"--corrupt gives {cids.shape[1]} tokens and --text {ids.shape[1]}: patching needs "
-                            "inputs of the same length")
+            raise DataError(
+                f"--corrupt gives {cids.shape[1]} tokens and --text {ids.shape[1]}: patching needs "
+                "inputs of the same length"
+            )
         corrupt_inputs = (cids,) + inputs[1:]
         c_last = _first(model(*corrupt_inputs))
         c_last = c_last[0, -1] if c_last.ndim == 3 else c_last[0]
@@ -209,16 +271,27 @@ def _run_report(job, args) -> dict:
             other = int(np.argsort(-c_last)[1])
         other_label = labels[other] if kind != "classifier" else str(other)
         patch = lens.activation_patching(model, inputs, corrupt_inputs, lens.logit_metric(-1, target, other))
-        report["patching"] = {"metric": f"logit {target_label!r} - logit {other_label!r}",
-                              "clean": round(patch.clean_diff, 6), "corrupt": round(patch.corrupt_diff, 6)}
+        report["patching"] = {
+            "metric": f"logit {target_label!r} - logit {other_label!r}",
+            "clean": round(patch.clean_diff, 6),
+            "corrupt": round(patch.corrupt_diff, 6),
+        }
         if not patch.defined:
-            report["patching"]["undefined"] = "clean and corrupted runs give the same metric: nothing to recover"
+            report["patching"]["undefined"] = (
+                "clean and corrupted runs give the same metric: nothing to recover"
+            )
         else:
-            report["patching"].update({
-                "residual": patch.residual.round(4).tolist(),
-                "heads": {f"{lab} H{h}": round(float(patch.heads[r, h]), 4)
-                          for r, lab in enumerate(patch.head_labels) for h in range(patch.heads.shape[1])
-                          if np.isfinite(patch.heads[r, h])}})
+            report["patching"].update(
+                {
+                    "residual": patch.residual.round(4).tolist(),
+                    "heads": {
+                        f"{lab} H{h}": round(float(patch.heads[r, h]), 4)
+                        for r, lab in enumerate(patch.head_labels)
+                        for h in range(patch.heads.shape[1])
+                        if np.isfinite(patch.heads[r, h])
+                    },
+                }
+            )
             if patch.encoder_residual is not None:
                 report["patching"]["encoder_residual"] = patch.encoder_residual.round(4).tolist()
         report["checks"].append(str(patch.check))
@@ -240,8 +313,10 @@ def _baseline(job, args, model, ids, inputs):
     if args.baseline_text is not None:
         bids = np.asarray(job.viz_inputs(args.baseline_text)["ids"])[None]
         if bids.shape != ids.shape:
-            raise DataError(f"--baseline-text gives {bids.shape[1]} tokens and --text {ids.shape[1]}: the baseline "
-                            "needs the same number")
+            raise DataError(
+                f"--baseline-text gives {bids.shape[1]} tokens and --text {ids.shape[1]}: the baseline "
+                "needs the same number"
+            )
         return lens.token_embeddings(model, (bids,) + inputs[1:])
     if _baseline_kind(args, model) == "mean":  # over the vocabulary of the stack the input enters
         return lens.mean_token_embedding(model, inputs, model.token_table(model.main_prefix()).shape[0])
@@ -255,8 +330,10 @@ def _bert_report(args) -> dict:
     enc = SentenceEncoder(args.bert or None, dtype=np.float64)
     pieces = enc.tokenizer.tokenize(enc._prepare([args.text])[0])
     if len(pieces) + 2 > enc.max_length:
-        raise DataError(f"--text gives {len(pieces) + 2} tokens, the model reads at most {enc.max_length}: "
-                        "give a shorter text")
+        raise DataError(
+            f"--text gives {len(pieces) + 2} tokens, the model reads at most {enc.max_length}: "
+            "give a shorter text"
+        )
     batch = enc.tokenize([args.text])
     ids = batch["input_ids"]
     other = enc.encode([args.text2])[0].astype(np.float64)
@@ -266,17 +343,30 @@ def _bert_report(args) -> dict:
     ig = lens.integrated_gradients(model, (ids,), objective, steps=args.steps)
     tokens = [enc.tokenizer.decode([int(i)], skip_special_tokens=False).replace(" ", "") for i in ids[0]]
     abl = lens.head_ablation(model, (ids,), metric=lambda out: objective(out)[0])
-    flat = sorted(((abl.labels[r], h, float(abl.change[r, h])) for r in range(len(abl.labels))
-                   for h in range(abl.change.shape[1])), key=lambda x: -abs(x[2]))
+    flat = sorted(
+        (
+            (abl.labels[r], h, float(abl.change[r, h]))
+            for r in range(len(abl.labels))
+            for h in range(abl.change.shape[1])
+        ),
+        key=lambda x: -abs(x[2]),
+    )
     hs = lens.head_scores(model, (ids,))
-    return {"tokens": tokens, "target": f"cosine similarity to {args.text2!r}",
-            "similarity": round(sal.value, 6),
-            "ablation": {"baseline_similarity": round(abl.baseline, 6),
-                         "top": [[f"{a} H{h}", round(c, 6)] for a, h, c in flat[:TOP_HEADS]]},
-            "saliency": {"of": f"cosine similarity to {args.text2!r}",
-                         "grad_x_input": sal.grad_x_input[0].round(6).tolist(),
-                         "integrated_gradients": ig.attributions[0].round(6).tolist()},
-            "checks": [str(sal.check), str(ig.check), str(abl.check), str(hs.check)]}
+    return {
+        "tokens": tokens,
+        "target": f"cosine similarity to {args.text2!r}",
+        "similarity": round(sal.value, 6),
+        "ablation": {
+            "baseline_similarity": round(abl.baseline, 6),
+            "top": [[f"{a} H{h}", round(c, 6)] for a, h, c in flat[:TOP_HEADS]],
+        },
+        "saliency": {
+            "of": f"cosine similarity to {args.text2!r}",
+            "grad_x_input": sal.grad_x_input[0].round(6).tolist(),
+            "integrated_gradients": ig.attributions[0].round(6).tolist(),
+        },
+        "checks": [str(sal.check), str(ig.check), str(abl.check), str(hs.check)],
+    }
 
 
 def _first(out):
@@ -297,19 +387,27 @@ def _text(r: dict) -> str:
         for name, row in zip(ll["layers"], ll["top1"]):
             lines.append(f"{name:>6} " + " ".join(_show(t).rjust(w) for t in row))
     if "attribution" in r:
-        lines.append("largest direct contributions to the target's logit: "
-                     + ", ".join(f"{n} {c:+.4f}" for n, c in r["attribution"]))
+        lines.append(
+            "largest direct contributions to the target's logit: "
+            + ", ".join(f"{n} {c:+.4f}" for n, c in r["attribution"])
+        )
     if "ablation" in r:
         a = r["ablation"]
         base = next(k for k in a if k.startswith("baseline"))
-        lines.append(f"heads that matter most (zero-ablation, change of the {base[9:].replace('_', ' ')} "
-                     f"{a[base]:.4f}):")
+        lines.append(
+            f"heads that matter most (zero-ablation, change of the {base[9:].replace('_', ' ')} "
+            f"{a[base]:.4f}):"
+        )
         lines += [f"  {name:<12} {change:+.5f}" for name, change in a["top"]]
     s = r["saliency"]
     start = f", from {s['baseline']}" if "baseline" in s else ""
-    lines.append(f"saliency of the {s['of']} per input token (gradient x input, integrated gradients{start}):")
-    lines += [f"  {_show(t):>10} {_num(g, '+.5f')} {_num(i, '+.5f')}" for t, g, i in
-              zip(r["tokens"], s["grad_x_input"], s["integrated_gradients"])]
+    lines.append(
+        f"saliency of the {s['of']} per input token (gradient x input, integrated gradients{start}):"
+    )
+    lines += [
+        f"  {_show(t):>10} {_num(g, '+.5f')} {_num(i, '+.5f')}"
+        for t, g, i in zip(r["tokens"], s["grad_x_input"], s["integrated_gradients"])
+    ]
     if "patching" in r:
         p = r["patching"]
         head = f"patching --text into --corrupt ({p['metric']}: clean {p['clean']:.4f}, corrupted {p['corrupt']:.4f})"
@@ -326,7 +424,9 @@ def _text(r: dict) -> str:
     for name, values in r.get("activations", {}).items():
         arr = np.asarray(values)
         lines.append(f"{name} {arr.shape} (first sequence):")
-        lines.append(np.array2string(arr, precision=4, suppress_small=True, max_line_width=120, threshold=400))
+        lines.append(
+            np.array2string(arr, precision=4, suppress_small=True, max_line_width=120, threshold=400)
+        )
     lines += r["checks"]
     return "\n".join(lines)
 

@@ -37,8 +37,11 @@ SAMPLE_HEADER = "=== sample {i} of {n} ==="
 MODEL_HELP = {
     "n_layer": "number of Transformer blocks",
     "n_head": "attention heads per block (must divide --n-embd)",
-    "n_kv_head": ("key/value heads per block: fewer than --n-head is grouped-query attention (must divide "
-                  "--n-head; GPT only)", "n-head"),
+    "n_kv_head": (
+        "key/value heads per block: fewer than --n-head is grouped-query attention (must divide "
+        "--n-head; GPT only)",
+        "n-head",
+    ),
     "n_embd": "model width (channels per token)",
     "dropout": "dropout probability in [0, 1)",
     "activation": "feed-forward activation (swiglu: gated, as Llama)",
@@ -47,11 +50,16 @@ MODEL_HELP = {
     "norm_first": "pre: LayerNorm before each sublayer (GPT-2); post: after the residual (Vaswani)",
     "tie_weights": "reuse the token embedding as the LM head",
     "bias": "biases in Linear and LayerNorm layers (off: nanoGPT's bias=False)",
-    "init": ("gpt2: N(0, 0.02) weights; pytorch: each layer's PyTorch default (as makemore); grokking: "
-             "N(0, 1/n-embd), the grokking paper's"),
+    "init": (
+        "gpt2: N(0, 0.02) weights; pytorch: each layer's PyTorch default (as makemore); grokking: "
+        "N(0, 1/n-embd), the grokking paper's"
+    ),
     "attn_only": "attention-only blocks: no feed-forward sub-layer (the induction-heads toy models; GPT only)",
-    "loss_dtype": ("the dtype of the loss's log-softmax (float64: as the grokking paper, so a loss near 0 is "
-                   "not float32 rounding; GPT only)", "the model's"),
+    "loss_dtype": (
+        "the dtype of the loss's log-softmax (float64: as the grokking paper, so a loss near 0 is "
+        "not float32 rounding; GPT only)",
+        "the model's",
+    ),
 }
 FINETUNE_HELP = {  # `finetune`'s model settings (SentenceClassifierConfig fields)
     "max_length": "tokens per text, [CLS] and [SEP] included; longer texts are truncated",
@@ -63,8 +71,10 @@ TRAIN_HELP = {
     "batch_size": "sequences per micro-batch",
     "grad_accum": "micro-batches per step",
     "lr": "peak learning rate",
-    "min_lr": ("learning rate at the end of the cosine, at most --lr; given --lr alone, the default scales with "
-               "it", "lr / 10"),
+    "min_lr": (
+        "learning rate at the end of the cosine, at most --lr; given --lr alone, the default scales with it",
+        "lr / 10",
+    ),
     "warmup_steps": "linear warmup before the cosine decay",
     "decay_steps": ("length of the cosine", "max steps"),
     "weight_decay": "AdamW decoupled decay (matrices only)",
@@ -74,22 +84,28 @@ TRAIN_HELP = {
     "grad_clip": "global gradient-norm clip (0: off)",
     "eval_interval": "steps between evaluations and checkpoints",
     "eval_batches": ("evaluate on this many batches", "the whole split"),
-    "patience": ("stop after this many evaluations in a row without a lower validation loss (early stopping; "
-                 "best/ keeps the lowest)", "none: run to --max-steps"),
+    "patience": (
+        "stop after this many evaluations in a row without a lower validation loss (early stopping; "
+        "best/ keeps the lowest)",
+        "none: run to --max-steps",
+    ),
     "log_interval": "steps between log.jsonl rows",
     "num_samples": "samples printed at each evaluation",
     "seed": "seed of the initial weights, the batches and dropout",
     "workers": "processes training slices of each batch at once, this one included (Linux; 1: one "
-               "process; results differ in the last bits and in the dropout draws)",
-    "diag_interval": ("steps between records of activation, gradient and update statistics and the probe's "
-                      "attention in diagnostics.jsonl, step 0 included (0: off)",
-                      # 25: training.config.DIAG_RECORDS (the CLI does not import training to build --help)
-                      "max steps // 25, at least 1: 25 records or more, or every step"),
+    "process; results differ in the last bits and in the dropout draws)",
+    "diag_interval": (
+        "steps between records of activation, gradient and update statistics and the probe's "
+        "attention in diagnostics.jsonl, step 0 included (0: off)",
+        # 25: training.config.DIAG_RECORDS (the CLI does not import training to build --help)
+        "max steps // 25, at least 1: 25 records or more, or every step",
+    ),
 }
 
 
 def _number(parse, minimum, what: str):
     """An argparse type: `parse` (int or float) of the option's text, at least `minimum`."""
+
     def convert(s: str):
         try:
             v = parse(s)
@@ -98,6 +114,7 @@ def _number(parse, minimum, what: str):
         if not v >= minimum:  # also refuses NaN
             raise argparse.ArgumentTypeError(f"expected {what}, got {s}")
         return v
+
     return convert
 
 
@@ -168,6 +185,7 @@ def _spec_type(spec):
     """An argparse type from a declared spec (scratchformer.specs): the option's text parsed
     and checked exactly as the config and the checkpoint check the value, so every value the
     command line accepts is one the run's checkpoint can hold."""
+
     def convert(text: str):
         try:
             value = spec.parse(text)
@@ -175,6 +193,7 @@ def _spec_type(spec):
         except (ValueError, OverflowError, SchemaMismatch):
             raise argparse.ArgumentTypeError(f"expected {spec.describe()}, got {text!r}") from None
         return value
+
     return convert
 
 
@@ -183,8 +202,12 @@ def _add_setting(group, name: str, spec, help_spec, values: dict[str, object]) -
     help_text, none_means = help_spec if isinstance(help_spec, tuple) else (help_spec, None)
     if name == "norm_first":  # spelled --norm pre/post since the first release
         values = {kind: "pre" if v else "post" for kind, v in values.items()}
-        group.add_argument("--norm", choices=["pre", "post"], dest="norm_first",
-                           help=f"{help_text} ({_defaults_text(values)})")
+        group.add_argument(
+            "--norm",
+            choices=["pre", "post"],
+            dest="norm_first",
+            help=f"{help_text} ({_defaults_text(values)})",
+        )
         return
     flag = "--" + name.replace("_", "-")
     help_text = f"{help_text} ({_defaults_text(values, none_means)})"
@@ -208,12 +231,18 @@ def _defaults_by_kind():
     def values(section: str, name: str, kinds=None) -> dict[str, object]:
         out = {}
         for kind, d in resolved.items():
-            if (kind in FINETUNE_RUN_KINDS) != (kinds is not None) or (kinds is not None and kind not in kinds):
+            if (kind in FINETUNE_RUN_KINDS) != (kinds is not None) or (
+                kinds is not None and kind not in kinds
+            ):
                 continue
             if name in d[section]:
-                out[kind] = epochs_text(d["epochs"]).get(name, d[section][name]) if d["epochs"] else d[section][name]
+                out[kind] = (
+                    epochs_text(d["epochs"]).get(name, d[section][name]) if d["epochs"] else d[section][name]
+                )
         if section == "train" and kinds is None:  # train's fine-tuning rates, the same for every LM row
-            out.update({"--init-from": d["init_from"][name] for d in resolved.values() if name in d["init_from"]})
+            out.update(
+                {"--init-from": d["init_from"][name] for d in resolved.values() if name in d["init_from"]}  # noqa: B035
+            )
         return out
 
     return values
@@ -248,11 +277,15 @@ def _add_run_options(parser, resume: str, changed: str, quiet: str) -> None:
     """The options train and finetune share, each command's wording given: how a run starts,
     continues and reports."""
     parser.add_argument("--resume", action="store_true", help=resume)
-    parser.add_argument("--overwrite", action="store_true",
-                        help="start a new run in an --out that holds one: its last/, best/ and log.jsonl are "
-                             "deleted first (without it, such an --out is refused)")
-    parser.add_argument("--allow-changed-data", action="store_true",
-                        help=f"resume even though {changed} (its sha256 differs)")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start a new run in an --out that holds one: its last/, best/ and log.jsonl are "
+        "deleted first (without it, such an --out is refused)",
+    )
+    parser.add_argument(
+        "--allow-changed-data", action="store_true", help=f"resume even though {changed} (its sha256 differs)"
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--quiet", action="store_true", help=quiet)
 
@@ -262,8 +295,13 @@ def _add_training_settings(group, values, kinds=None) -> None:
     from scratchformer.training.config import TrainConfig
 
     for field in fields(TrainConfig):
-        _add_setting(group, field.name, TrainConfig.spec(field.name), TRAIN_HELP[field.name],
-                     values("train", field.name, kinds))
+        _add_setting(
+            group,
+            field.name,
+            TrainConfig.spec(field.name),
+            TRAIN_HELP[field.name],
+            values("train", field.name, kinds),
+        )
 
 
 def _add_train_parser(sub, values) -> None:
@@ -271,27 +309,39 @@ def _add_train_parser(sub, values) -> None:
     from scratchformer.models import GPTConfig
 
     t = sub.add_parser(
-        "train", help="train a model (default: a character-level GPT on the bundled baby names)",
+        "train",
+        help="train a model (default: a character-level GPT on the bundled baby names)",
         description="Train a model. With no options: a 4-layer character-level GPT on the bundled "
-                    "names.txt, written to out/names/. Model and optimiser options override the "
-                    "defaults of the run kind (lines: makemore-like; text: nanoGPT's CPU config; "
-                    "the tasks: their tuned settings); --help shows them per kind.",
+        "names.txt, written to out/names/. Model and optimiser options override the "
+        "defaults of the run kind (lines: makemore-like; text: nanoGPT's CPU config; "
+        "the tasks: their tuned settings); --help shows them per kind.",
     )
     _add_train_data(t.add_argument_group("data"), values)
-    t.add_argument("--init-from", metavar="HF_DIR",
-                   help="continue training a Hugging Face GPT-2 or Llama directory (config.json, model.safetensors, "
-                        "its tokenizer) on --data, with its own config and tokenizer and fine-tuning rates (--lr, "
-                        "--min-lr, --warmup-steps: see their --init-from defaults) (default: none: a fresh model)")
+    t.add_argument(
+        "--init-from",
+        metavar="HF_DIR",
+        help="continue training a Hugging Face GPT-2 or Llama directory (config.json, model.safetensors, "
+        "its tokenizer) on --data, with its own config and tokenizer and fine-tuning rates (--lr, "
+        "--min-lr, --warmup-steps: see their --init-from defaults) (default: none: a fresh model)",
+    )
     t.add_argument("--out", metavar="DIR", help="output directory (default: out/<data name or task>)")
-    _add_run_options(t, resume="continue the run in --out from its last checkpoint, on its original schedule; a "
-                              "larger --max-steps extends it (the cosine keeps its length unless --decay-steps is "
-                              "given)",
-                     changed="the data file changed since training", quiet="no evaluation lines or samples")
+    _add_run_options(
+        t,
+        resume="continue the run in --out from its last checkpoint, on its original schedule; a "
+        "larger --max-steps extends it (the cosine keeps its length unless --decay-steps is "
+        "given)",
+        changed="the data file changed since training",
+        quiet="no evaluation lines or samples",
+    )
     m = t.add_argument_group("model")
     for name, help_spec in MODEL_HELP.items():
         _add_setting(m, name, GPTConfig.spec(name), help_spec, values("model", name))
-    m.add_argument("--block-size", type=_spec_type(GPTConfig.spec("block_size")), metavar="N",
-                   help="context length (" + _defaults_text(values("data", "block_size"), "longest line + 1") + ")")
+    m.add_argument(
+        "--block-size",
+        type=_spec_type(GPTConfig.spec("block_size")),
+        metavar="N",
+        help="context length (" + _defaults_text(values("data", "block_size"), "longest line + 1") + ")",
+    )
     _add_training_settings(t.add_argument_group("optimisation"), values)
 
 
@@ -302,38 +352,73 @@ def _add_train_data(data, values) -> None:
     from scratchformer.training.jobs import LM_TASKS
     from scratchformer.training.schema import INDUCTION_DATA, LM_DATA, MODADD_DATA
 
-    data.add_argument("--data", metavar="PATH",
-                      help="a UTF-8 text file, or a bundled data set: names (the default; makemore's 32K names) "
-                           "or shakespeare (tinyshakespeare, 1.1M characters)")
-    data.add_argument("--format", choices=FORMATS,
-                      help="lines: one item per line (like names); text: continuous text. Guessed when omitted")
-    data.add_argument("--task", choices=["lm", *TASKS, *LM_TASKS],
-                      help="lm (default): language model on --data; the others are toy tasks for an "
-                           "encoder classifier (majority), an encoder-decoder (copy, reverse, sort), a GPT "
-                           "(induction: random tokens repeated, the induction-heads setting) or a 1-layer GPT "
-                           "that groks modular addition (modadd, Nanda et al. 2023)")
-    data.add_argument("--symbols", type=_spec_type(INDUCTION_DATA.fields["symbols"]), metavar="N",
-                      help="induction task: symbols the random tokens are drawn from "
-                           f"({_defaults_text(values('data', 'symbols'))})")
-    data.add_argument("--repeats", type=_spec_type(INDUCTION_DATA.fields["repeats"]), metavar="N",
-                      help="induction task: copies of the random segment in each sequence of --block-size "
-                           f"tokens ({_defaults_text(values('data', 'repeats'))})")
-    data.add_argument("--modulus", type=_spec_type(MODADD_DATA.fields["modulus"]), metavar="P",
-                      help="--task modadd: learn (a + b) mod P, P odd "
-                           f"({_defaults_text(values('data', 'modulus'))})")
-    data.add_argument("--train-fraction", type=_spec_type(MODADD_DATA.fields["train_fraction"]), metavar="X",
-                      help="--task modadd: the part of the P^2 pairs trained on, the rest held out "
-                           f"({_defaults_text(values('data', 'train_fraction'))})")
-    data.add_argument("--split-seed", type=_spec_type(LM_DATA.fields["seed"]), metavar="N",
-                      help="seed of the train/val/test split of a lines file "
-                           f"({_defaults_text(values('data', 'split_seed'))})")
-    data.add_argument("--tokenizer", choices=TOKENIZERS,
-                      help="char: one token per character; bpe: a byte-level BPE trained on the training split "
-                           f"({_defaults_text(values('data', 'tokenizer'))})")
-    data.add_argument("--vocab-size", type=_spec_type(LM_DATA.fields["vocab_size"].spec), metavar="N",
-                      help="ids of the BPE with --tokenizer bpe, the end-of-text token included ("
-                           + _defaults_text(values("data", "vocab_size"), f"{DEFAULT_BPE_VOCAB} with --tokenizer bpe")
-                           + ")")
+    data.add_argument(
+        "--data",
+        metavar="PATH",
+        help="a UTF-8 text file, or a bundled data set: names (the default; makemore's 32K names) "
+        "or shakespeare (tinyshakespeare, 1.1M characters)",
+    )
+    data.add_argument(
+        "--format",
+        choices=FORMATS,
+        help="lines: one item per line (like names); text: continuous text. Guessed when omitted",
+    )
+    data.add_argument(
+        "--task",
+        choices=["lm", *TASKS, *LM_TASKS],
+        help="lm (default): language model on --data; the others are toy tasks for an "
+        "encoder classifier (majority), an encoder-decoder (copy, reverse, sort), a GPT "
+        "(induction: random tokens repeated, the induction-heads setting) or a 1-layer GPT "
+        "that groks modular addition (modadd, Nanda et al. 2023)",
+    )
+    data.add_argument(
+        "--symbols",
+        type=_spec_type(INDUCTION_DATA.fields["symbols"]),
+        metavar="N",
+        help="induction task: symbols the random tokens are drawn from "
+        f"({_defaults_text(values('data', 'symbols'))})",
+    )
+    data.add_argument(
+        "--repeats",
+        type=_spec_type(INDUCTION_DATA.fields["repeats"]),
+        metavar="N",
+        help="induction task: copies of the random segment in each sequence of --block-size "
+        f"tokens ({_defaults_text(values('data', 'repeats'))})",
+    )
+    data.add_argument(
+        "--modulus",
+        type=_spec_type(MODADD_DATA.fields["modulus"]),
+        metavar="P",
+        help=f"--task modadd: learn (a + b) mod P, P odd ({_defaults_text(values('data', 'modulus'))})",
+    )
+    data.add_argument(
+        "--train-fraction",
+        type=_spec_type(MODADD_DATA.fields["train_fraction"]),
+        metavar="X",
+        help="--task modadd: the part of the P^2 pairs trained on, the rest held out "
+        f"({_defaults_text(values('data', 'train_fraction'))})",
+    )
+    data.add_argument(
+        "--split-seed",
+        type=_spec_type(LM_DATA.fields["seed"]),
+        metavar="N",
+        help="seed of the train/val/test split of a lines file "
+        f"({_defaults_text(values('data', 'split_seed'))})",
+    )
+    data.add_argument(
+        "--tokenizer",
+        choices=TOKENIZERS,
+        help="char: one token per character; bpe: a byte-level BPE trained on the training split "
+        f"({_defaults_text(values('data', 'tokenizer'))})",
+    )
+    data.add_argument(
+        "--vocab-size",
+        type=_spec_type(LM_DATA.fields["vocab_size"].spec),
+        metavar="N",
+        help="ids of the BPE with --tokenizer bpe, the end-of-text token included ("
+        + _defaults_text(values("data", "vocab_size"), f"{DEFAULT_BPE_VOCAB} with --tokenizer bpe")
+        + ")",
+    )
 
 
 def _add_finetune_parser(sub, values) -> None:
@@ -344,113 +429,213 @@ def _add_finetune_parser(sub, values) -> None:
     from scratchformer.training.sentence import BASE_MODELS
 
     f = sub.add_parser(
-        "finetune", help="fine-tune a pretrained BERT encoder (all-MiniLM-L6-v2) as a sentence classifier",
+        "finetune",
+        help="fine-tune a pretrained BERT encoder (all-MiniLM-L6-v2) as a sentence classifier",
         description="Fine-tune a pretrained BERT-family encoder with mean pooling and a linear head on a "
-                    "labelled CSV (columns text,label), through the hand-written backward of every layer; "
-                    "--freeze-encoder trains the head alone (a linear probe). The run directory works with "
-                    "eval (--data test.csv), predict, viz and --resume like any other run.")
-    f.add_argument("--data", metavar="FILE.csv", help="the training CSV (UTF-8, header row with text and label); "
-                                                       "a fraction is held out to pick the best checkpoint")
+        "labelled CSV (columns text,label), through the hand-written backward of every layer; "
+        "--freeze-encoder trains the head alone (a linear probe). The run directory works with "
+        "eval (--data test.csv), predict, viz and --resume like any other run.",
+    )
+    f.add_argument(
+        "--data",
+        metavar="FILE.csv",
+        help="the training CSV (UTF-8, header row with text and label); "
+        "a fraction is held out to pick the best checkpoint",
+    )
     base = f.add_mutually_exclusive_group()
-    base.add_argument("--from", dest="base", choices=BASE_MODELS,
-                      help="the pretrained encoder: minilm = the installed all-MiniLM-L6-v2 (default: minilm)")
-    base.add_argument("--model", metavar="DIR", help="any Hugging Face BERT directory instead of --from "
-                                                     "(config.json, model.safetensors, vocab.txt or tokenizer.json)")
+    base.add_argument(
+        "--from",
+        dest="base",
+        choices=BASE_MODELS,
+        help="the pretrained encoder: minilm = the installed all-MiniLM-L6-v2 (default: minilm)",
+    )
+    base.add_argument(
+        "--model",
+        metavar="DIR",
+        help="any Hugging Face BERT directory instead of --from "
+        "(config.json, model.safetensors, vocab.txt or tokenizer.json)",
+    )
     f.add_argument("--out", metavar="DIR", help="output directory (default: out/finetune-<CSV name>)")
-    f.add_argument("--val-fraction", type=_spec_type(CSV_DATA.fields["val_fraction"]), metavar="X",
-                   help="part of the training CSV held out for validation "
-                        f"({_defaults_text(values('data', 'val_fraction', FINETUNE_RUN_KINDS))})")
-    f.add_argument("--split-seed", type=_spec_type(CSV_DATA.fields["seed"]), metavar="N",
-                   help=f"seed of the held-out part ({_defaults_text(values('data', 'split_seed', FINETUNE_RUN_KINDS))})")
-    _add_run_options(f, resume="continue the run in --out from its last checkpoint",
-                     changed="the training CSV changed since", quiet="no evaluation lines")
+    f.add_argument(
+        "--val-fraction",
+        type=_spec_type(CSV_DATA.fields["val_fraction"]),
+        metavar="X",
+        help="part of the training CSV held out for validation "
+        f"({_defaults_text(values('data', 'val_fraction', FINETUNE_RUN_KINDS))})",
+    )
+    f.add_argument(
+        "--split-seed",
+        type=_spec_type(CSV_DATA.fields["seed"]),
+        metavar="N",
+        help=f"seed of the held-out part ({_defaults_text(values('data', 'split_seed', FINETUNE_RUN_KINDS))})",
+    )
+    _add_run_options(
+        f,
+        resume="continue the run in --out from its last checkpoint",
+        changed="the training CSV changed since",
+        quiet="no evaluation lines",
+    )
     fm = f.add_argument_group("model")
     for name, help_spec in FINETUNE_HELP.items():
-        _add_setting(fm, name, SentenceClassifierConfig.spec(name), help_spec,
-                     values("model", name, FINETUNE_RUN_KINDS))
+        _add_setting(
+            fm,
+            name,
+            SentenceClassifierConfig.spec(name),
+            help_spec,
+            values("model", name, FINETUNE_RUN_KINDS),
+        )
     optimisation = f.add_argument_group("optimisation (defaults: fine-tuning; probe = with --freeze-encoder)")
     _add_training_settings(optimisation, values, FINETUNE_RUN_KINDS)
 
 
 def _add_sample_parser(sub) -> None:
     """`sample`: a run or a Hugging Face directory, the prompt and the sampling settings."""
-    s = sub.add_parser("sample", help="generate text from a trained language model",
-                       description="Sample from a trained language model (DIR: a run directory or a checkpoint).")
+    s = sub.add_parser(
+        "sample",
+        help="generate text from a trained language model",
+        description="Sample from a trained language model (DIR: a run directory or a checkpoint).",
+    )
     s.add_argument("dir", nargs="?", metavar="DIR", help="default: out/names")
-    s.add_argument("--hf", metavar="HF_DIR",
-                   help="sample from a Hugging Face GPT-2 or Llama directory (config.json, model.safetensors, "
-                        "tokenizer.json or vocab.json + merges.txt) instead of a run (default: none)")
-    s.add_argument("-n", "--num-samples", type=_positive_int, default=10, help="how many samples (default: 10)")
+    s.add_argument(
+        "--hf",
+        metavar="HF_DIR",
+        help="sample from a Hugging Face GPT-2 or Llama directory (config.json, model.safetensors, "
+        "tokenizer.json or vocab.json + merges.txt) instead of a run (default: none)",
+    )
+    s.add_argument(
+        "-n", "--num-samples", type=_positive_int, default=10, help="how many samples (default: 10)"
+    )
     prompt = s.add_mutually_exclusive_group()
-    prompt.add_argument("--prompt", default="",
-                        help="text every sample starts with (default: none: whole names, or text after a newline)")
-    prompt.add_argument("--prompt-file", metavar="FILE",
-                        help="read the prompt from a UTF-8 file; a byte-order mark is dropped, CRLF read as LF, and one trailing newline dropped (default: none)")
-    s.add_argument("--max-new-tokens", type=_positive_int,
-                   help="default: up to the end of a name, 200 characters of text, or 50 tokens with --hf")
-    s.add_argument("--temperature", type=_temperature, default=1.0,
-                   help="0 means greedy; else in [0.001, 1000] (default: 1)")
+    prompt.add_argument(
+        "--prompt",
+        default="",
+        help="text every sample starts with (default: none: whole names, or text after a newline)",
+    )
+    prompt.add_argument(
+        "--prompt-file",
+        metavar="FILE",
+        help="read the prompt from a UTF-8 file; a byte-order mark is dropped, CRLF read as LF, and one trailing newline dropped (default: none)",  # noqa: E501
+    )
+    s.add_argument(
+        "--max-new-tokens",
+        type=_positive_int,
+        help="default: up to the end of a name, 200 characters of text, or 50 tokens with --hf",
+    )
+    s.add_argument(
+        "--temperature",
+        type=_temperature,
+        default=1.0,
+        help="0 means greedy; else in [0.001, 1000] (default: 1)",
+    )
     s.add_argument("--top-k", type=_positive_int, help="sample among the k most likely tokens (default: all)")
-    s.add_argument("--top-p", type=_probability,
-                   help="nucleus sampling: smallest set with probability >= p (default: 1, off)")
-    s.add_argument("--seed", type=_nonneg_int,
-                   help="seed of the draws, to repeat them (default: a fresh one, printed on stderr)")
+    s.add_argument(
+        "--top-p",
+        type=_probability,
+        help="nucleus sampling: smallest set with probability >= p (default: 1, off)",
+    )
+    s.add_argument(
+        "--seed",
+        type=_nonneg_int,
+        help="seed of the draws, to repeat them (default: a fresh one, printed on stderr)",
+    )
 
 
 def _add_eval_parser(sub) -> None:
     """`eval`: a run, its split and where its data moved."""
     from scratchformer.training.config import TrainConfig
 
-    e = sub.add_parser("eval", help="loss/perplexity (LM) or accuracy (tasks) on a split",
-                       description="Evaluate a trained model on a held-out split.")
+    e = sub.add_parser(
+        "eval",
+        help="loss/perplexity (LM) or accuracy (tasks) on a split",
+        description="Evaluate a trained model on a held-out split.",
+    )
     e.add_argument("dir", nargs="?", default="out/names", metavar="DIR", help="default: out/names")
-    e.add_argument("--split", choices=["val", "test"],
-                   help="default: test (val for text data, which have only train and val)")
+    e.add_argument(
+        "--split",
+        choices=["val", "test"],
+        help="default: test (val for text data, which have only train and val)",
+    )
     e.add_argument("--json", action="store_true", help="print the result as a JSON object on the last line")
-    e.add_argument("--beam", type=_beam_width, metavar="K",
-                   help="seq2seq: decode with beam search of this width, at most 1024 (default: 1)")
-    e.add_argument("--data", metavar="PATH", help="the run's data file, where it has moved since training "
-                                                  "(default: the path recorded in the run); for a finetune run: "
-                                                  "the labelled CSV to evaluate (the test split)")
-    e.add_argument("--allow-changed-data", action="store_true",
-                   help="evaluate even though the data file changed since training (its sha256 differs)")
-    e.add_argument("--workers", type=_positive_int, default=TrainConfig.workers, metavar="N",
-                   help="processes evaluating slices of each batch at once, this one included, as training "
-                        f"does (Linux; 1: one process; results differ in the last bits; default: "
-                        f"{TrainConfig.workers})")
+    e.add_argument(
+        "--beam",
+        type=_beam_width,
+        metavar="K",
+        help="seq2seq: decode with beam search of this width, at most 1024 (default: 1)",
+    )
+    e.add_argument(
+        "--data",
+        metavar="PATH",
+        help="the run's data file, where it has moved since training "
+        "(default: the path recorded in the run); for a finetune run: "
+        "the labelled CSV to evaluate (the test split)",
+    )
+    e.add_argument(
+        "--allow-changed-data",
+        action="store_true",
+        help="evaluate even though the data file changed since training (its sha256 differs)",
+    )
+    e.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=TrainConfig.workers,
+        metavar="N",
+        help="processes evaluating slices of each batch at once, this one included, as training "
+        f"does (Linux; 1: one process; results differ in the last bits; default: "
+        f"{TrainConfig.workers})",
+    )
 
 
 def _add_predict_parser(sub) -> None:
     """`predict`: a classifier or seq2seq run and one input."""
-    pr = sub.add_parser("predict", help="run a classifier or seq2seq checkpoint on one input",
-                        description='Map one input such as "3 1 4 1 5" through a toy-task model, or label '
-                                    'a sentence with a fine-tuned classifier.')
+    pr = sub.add_parser(
+        "predict",
+        help="run a classifier or seq2seq checkpoint on one input",
+        description='Map one input such as "3 1 4 1 5" through a toy-task model, or label '
+        "a sentence with a fine-tuned classifier.",
+    )
     pr.add_argument("dir", metavar="DIR")
-    pr.add_argument("input", metavar="INPUT", help='space-separated digits, e.g. "3 1 4 1 5"; a sentence for a '
-                                                   'finetune run')
-    pr.add_argument("--beam", type=_beam_width, metavar="K", help="seq2seq: beam width, at most 1024 (default: 1, greedy)")
+    pr.add_argument(
+        "input",
+        metavar="INPUT",
+        help='space-separated digits, e.g. "3 1 4 1 5"; a sentence for a finetune run',
+    )
+    pr.add_argument(
+        "--beam", type=_beam_width, metavar="K", help="seq2seq: beam width, at most 1024 (default: 1, greedy)"
+    )
 
 
 def _add_embed_parser(sub) -> None:
     """`embed`: texts, the encoder and where the array goes."""
-    em = sub.add_parser("embed", help="sentence embeddings with a pretrained BERT-family encoder",
-                        description="Embed texts with a Hugging Face BERT-family sentence encoder "
-                                    "(default: the installed all-MiniLM-L6-v2 package).")
+    em = sub.add_parser(
+        "embed",
+        help="sentence embeddings with a pretrained BERT-family encoder",
+        description="Embed texts with a Hugging Face BERT-family sentence encoder "
+        "(default: the installed all-MiniLM-L6-v2 package).",
+    )
     em.add_argument("texts", nargs="+", metavar="TEXT")
-    em.add_argument("--model", metavar="DIR", help="model directory (config.json, model.safetensors, vocab.txt)")
-    em.add_argument("--out", metavar="FILE.npy", help="save the (n, d) float32 array in this file, named exactly as "
-                                                   "given (np.load reads it; default: print the first values)")
+    em.add_argument(
+        "--model", metavar="DIR", help="model directory (config.json, model.safetensors, vocab.txt)"
+    )
+    em.add_argument(
+        "--out",
+        metavar="FILE.npy",
+        help="save the (n, d) float32 array in this file, named exactly as "
+        "given (np.load reads it; default: print the first values)",
+    )
 
 
 def _add_export_parser(sub) -> None:
     """`export`: a language-model run written as a Hugging Face directory."""
-    x = sub.add_parser("export", help="write a language-model run as a Hugging Face GPT-2 or Llama directory",
-                       description="Write a run's best checkpoint (or a checkpoint directory) as a Hugging Face "
-                                   "directory that transformers' from_pretrained reads: GPT2LMHeadModel's layout "
-                                   "(learned positions, pre-norm, LayerNorm, biases, a tied head) or "
-                                   "LlamaForCausalLM's (rotary positions, RMSNorm, SwiGLU, no biases, grouped-query "
-                                   "attention allowed). The run needs a BPE tokenizer (--tokenizer bpe or --init-from); "
-                                   "config.json gets its bos/eos ids.")
+    x = sub.add_parser(
+        "export",
+        help="write a language-model run as a Hugging Face GPT-2 or Llama directory",
+        description="Write a run's best checkpoint (or a checkpoint directory) as a Hugging Face "
+        "directory that transformers' from_pretrained reads: GPT2LMHeadModel's layout "
+        "(learned positions, pre-norm, LayerNorm, biases, a tied head) or "
+        "LlamaForCausalLM's (rotary positions, RMSNorm, SwiGLU, no biases, grouped-query "
+        "attention allowed). The run needs a BPE tokenizer (--tokenizer bpe or --init-from); "
+        "config.json gets its bos/eos ids.",
+    )
     x.add_argument("dir", metavar="RUN")
     x.add_argument("--hf", metavar="OUT", required=True, help="the directory to write")
 
@@ -471,17 +656,24 @@ def cmd_train(args) -> int:
         raise CLIError("--out is empty: give a directory, or omit --out (default: out/<data name or task>)")
     if args.task not in (None, "lm"):
         if args.format:
-            raise CLIError(f"--format applies to language models only: the {args.task} task generates its data")
+            raise CLIError(
+                f"--format applies to language models only: the {args.task} task generates its data"
+            )
         run_kind, default_out = args.task, f"out/{args.task}"
     elif args.resume:
-        run_kind, default_out = None, "out/names" if args.data is None else f"out/{resolve_data(args.data).stem}"
+        run_kind, default_out = (
+            None,
+            "out/names" if args.data is None else f"out/{resolve_data(args.data).stem}",
+        )
     else:
         # read once ("" and missing files: one line): format, sha256 and tokens come from these bytes
         data_file = read_data(args.data)
         if data_file.path.suffix.lower() == ".csv":
-            print(f"note: {data_file.path} is a CSV: train reads it as plain text for a character model; to train "
-                  f"a classifier on its text,label rows run 'scratchformer finetune --data {data_file.path}'",
-                  file=sys.stderr)
+            print(
+                f"note: {data_file.path} is a CSV: train reads it as plain text for a character model; to train "
+                f"a classifier on its text,label rows run 'scratchformer finetune --data {data_file.path}'",
+                file=sys.stderr,
+            )
         run_kind = args.format or (data_file.format if args.data is not None else "lines")
         default_out = "out/names" if args.data is None else f"out/{data_file.path.stem}"
     for flag in ("modulus", "train_fraction"):
@@ -492,8 +684,19 @@ def cmd_train(args) -> int:
     model_settings = _given(args, MODEL_HELP)
     if "norm_first" in model_settings:
         model_settings["norm_first"] = model_settings["norm_first"] == "pre"
-    data_settings = _given(args, ["block_size", "split_seed", "tokenizer", "vocab_size", "symbols", "repeats",
-                                  "modulus", "train_fraction"])
+    data_settings = _given(
+        args,
+        [
+            "block_size",
+            "split_seed",
+            "tokenizer",
+            "vocab_size",
+            "symbols",
+            "repeats",
+            "modulus",
+            "train_fraction",
+        ],
+    )
     for name in ("symbols", "repeats"):
         if name in data_settings and run_kind != "induction":
             raise CLIError(f"--{name} applies to --task induction only")
@@ -503,18 +706,23 @@ def cmd_train(args) -> int:
     checkpoint = None
     if args.resume:
         if model_settings or data_settings or args.format:
-            raise CLIError("--resume continues the saved run: model and data options cannot change "
-                           "(training options such as --max-steps can; --data only says where its file moved)")
+            raise CLIError(
+                "--resume continues the saved run: model and data options cannot change "
+                "(training options such as --max-steps can; --data only says where its file moved)"
+            )
 
         def job_of(checkpoint):
             saved_task = checkpoint.config.get("task", "lm")
             if args.task is not None and args.task != saved_task:
-                raise CLIError(f"--resume continues the saved {saved_task!r} run in {out}: drop --task "
-                               f"{args.task}, or train it into another --out")
+                raise CLIError(
+                    f"--resume continues the saved {saved_task!r} run in {out}: drop --task "
+                    f"{args.task}, or train it into another --out"
+                )
             return job_class(checkpoint)
 
-        resumed = _resume(args, out, train_settings, {"data": args.data}, _no_run_to_resume, job_of,
-                          "train again")
+        resumed = _resume(
+            args, out, train_settings, {"data": args.data}, _no_run_to_resume, job_of, "train again"
+        )
         if resumed is None:
             return 0
         job, cfg, checkpoint = resumed
@@ -573,8 +781,10 @@ def cmd_finetune(args) -> int:
     checkpoint = None
     if args.resume:
         if model_settings or data_settings:
-            raise CLIError("--resume continues the saved run: model and data options cannot change "
-                           "(training options such as --max-steps can; --data only says where its CSV moved)")
+            raise CLIError(
+                "--resume continues the saved run: model and data options cannot change "
+                "(training options such as --max-steps can; --data only says where its CSV moved)"
+            )
 
         def job_of(checkpoint):
             kind = checkpoint.config.get("kind")
@@ -585,8 +795,9 @@ def cmd_finetune(args) -> int:
         def no_checkpoint(out: Path) -> str:
             return f"nothing to resume: {out} holds no checkpoint ({LAST}/); fine-tune without --resume"
 
-        resumed = _resume(args, out, train_settings, {"train_data": args.data}, no_checkpoint, job_of,
-                          "fine-tune again")
+        resumed = _resume(
+            args, out, train_settings, {"train_data": args.data}, no_checkpoint, job_of, "fine-tune again"
+        )
         if resumed is None:
             return 0
         job, cfg, checkpoint = resumed
@@ -605,8 +816,10 @@ def _no_run_to_resume(out: Path) -> str:
 
     found = run_files(out)
     if found:
-        return (f"nothing to resume: {out} holds no {LAST}/ checkpoint, only {', '.join(found)}: train with "
-                "--overwrite (instead of --resume) to start a new run there, or choose another --out")
+        return (
+            f"nothing to resume: {out} holds no {LAST}/ checkpoint, only {', '.join(found)}: train with "
+            "--overwrite (instead of --resume) to start a new run there, or choose another --out"
+        )
     return f"nothing to resume: {out} holds no run; train without --resume to start one"
 
 
@@ -628,8 +841,10 @@ def _resume(args, out: Path, train_settings: dict, data: dict, no_run, job_of, a
     job = job_of(checkpoint).from_checkpoint(checkpoint, allow_changed_data=args.allow_changed_data, **data)
     saved = checkpoint.extra.get("train_config")
     if saved is None:
-        raise CheckpointError(f"{checkpoint.path / 'trainer_state.json'} has no extra.train_config: cannot "
-                              f"resume from it; restore the file or {again}")
+        raise CheckpointError(
+            f"{checkpoint.path / 'trainer_state.json'} has no extra.train_config: cannot "
+            f"resume from it; restore the file or {again}"
+        )
     cfg, note = resume_config(saved, train_settings)
     done = nothing_to_do(checkpoint.step, cfg, out)
     if done is not None:
@@ -646,15 +861,27 @@ def _run_training(job, cfg, out: Path, args, checkpoint) -> int:
 
     model = job.model
     say = stdout.say  # a closed or narrow stdout never stops training (the trainer saves, then stops)
-    say(f"training {type(model).__name__} ({model.num_parameters():,} parameters) for {cfg.max_steps} steps"
-        f"{f' (time limit {cfg.time_limit:g}s)' if cfg.time_limit else ''} -> {out}")
+    say(
+        f"training {type(model).__name__} ({model.num_parameters():,} parameters) for {cfg.max_steps} steps"
+        f"{f' (time limit {cfg.time_limit:g}s)' if cfg.time_limit else ''} -> {out}"
+    )
     say("model: " + _settings_line(job.config_dict()["model"]))
     say("train: " + _settings_line(asdict(cfg)))
-    summary = train(job, cfg, out, resume=args.resume, progress=not args.no_progress, verbose=not args.quiet,
-                    checkpoint=checkpoint, overwrite=args.overwrite)
-    say(f"done: step {summary['step']}, val loss {summary['val_loss']:.4f} "
+    summary = train(
+        job,
+        cfg,
+        out,
+        resume=args.resume,
+        progress=not args.no_progress,
+        verbose=not args.quiet,
+        checkpoint=checkpoint,
+        overwrite=args.overwrite,
+    )
+    say(
+        f"done: step {summary['step']}, val loss {summary['val_loss']:.4f} "
         f"(best {summary['best_val_loss']:.4f}), {summary['seconds']:.0f}s, stopped by {summary['stopped_by']}; "
-        f"checkpoints in {out}/best and {out}/last")
+        f"checkpoints in {out}/best and {out}/last"
+    )
     write_training_curves(out)
     return 0
 
@@ -664,8 +891,15 @@ def _settings_line(settings: dict, width: int = 100) -> str:
     import textwrap
 
     pairs = [f"{k}={_shown(v, None)}" for k, v in settings.items()]
-    return "\n".join(textwrap.wrap(" ".join(pairs), width - 7, subsequent_indent="       ",
-                                    break_long_words=False, break_on_hyphens=False))
+    return "\n".join(
+        textwrap.wrap(
+            " ".join(pairs),
+            width - 7,
+            subsequent_indent="       ",
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+    )
 
 
 def cmd_sample(args) -> int:
@@ -695,13 +929,25 @@ def cmd_sample(args) -> int:
         model, tokenizer = load_hf_causal_lm(args.hf, notes=notes)
         for note in notes:  # converted weights, dropped padding rows: on stderr, apart from the samples
             print(note, file=sys.stderr)
-        texts = hf_samples(model, tokenizer, prompt, args.num_samples, args.max_new_tokens or 50,
-                           rng=np.random.default_rng(seed), **settings)
+        texts = hf_samples(
+            model,
+            tokenizer,
+            prompt,
+            args.num_samples,
+            args.max_new_tokens or 50,
+            rng=np.random.default_rng(seed),
+            **settings,
+        )
         seen = None
     else:
         job = load_job(args.dir or "out/names")
-        texts = job.samples(args.num_samples, np.random.default_rng(seed), prompt=prompt,
-                            max_new_tokens=args.max_new_tokens, **settings)
+        texts = job.samples(
+            args.num_samples,
+            np.random.default_rng(seed),
+            prompt=prompt,
+            max_new_tokens=args.max_new_tokens,
+            **settings,
+        )
         seen = job.in_training_data(texts)  # makemore's check: did the model just recall a training item?
     if args.seed is None:
         print(f"seed {seed} (--seed {seed} draws these samples again)", file=sys.stderr)
@@ -735,8 +981,10 @@ def cmd_eval(args) -> int:
         print(strict_json(result))
     non_finite = [k for k, v in result.items() if isinstance(v, float) and not math.isfinite(v)]
     if non_finite:
-        raise CheckpointError(f"the {split} {non_finite[0]} of {args.dir} is {result[non_finite[0]]}: its weights "
-                              "have diverged; evaluate an earlier checkpoint or train again with a lower --lr")
+        raise CheckpointError(
+            f"the {split} {non_finite[0]} of {args.dir} is {result[non_finite[0]]}: its weights "
+            "have diverged; evaluate an earlier checkpoint or train again with a lower --lr"
+        )
     if not args.json:
         print("  ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in result.items()))
     return 0
@@ -759,13 +1007,16 @@ def _check_beam(job, beam: int | None, batch: int) -> None:
         max_len = job.model.decoding_sizes()["max_len"]
         check_beam_width(beam, job.model, batch, max_len, max_len, name="--beam")
 
+
 def cmd_embed(args) -> int:
     from scratchformer.interop import SentenceEncoder
 
     if args.out is not None:  # checked before the model is loaded: a bad path fails at once
         if args.out == "" or Path(args.out).is_dir():
-            raise CLIError(f"--out {args.out!r} is {'empty' if args.out == '' else 'a directory'}: give a file "
-                           "name such as embeddings.npy (written exactly as given)")
+            raise CLIError(
+                f"--out {args.out!r} is {'empty' if args.out == '' else 'a directory'}: give a file "
+                "name such as embeddings.npy (written exactly as given)"
+            )
     enc = SentenceEncoder(args.model)
     emb = enc.encode(list(args.texts))
     if args.out is not None:
@@ -794,7 +1045,9 @@ def cmd_export(args) -> int:
     job = load_job(args.dir)
     tokenizer = getattr(job, "tokenizer", None)
     if job.kind != "gpt" or tokenizer is None:
-        raise CLIError(f"{args.dir} holds a {job.kind} run: export writes language models (GPT-2 or Llama) only")
+        raise CLIError(
+            f"{args.dir} holds a {job.kind} run: export writes language models (GPT-2 or Llama) only"
+        )
     out = Path(args.hf)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise CLIError(f"{out} is not empty: export into a new directory")
@@ -816,8 +1069,18 @@ def cmd_export(args) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "finetune": cmd_finetune, "sample": cmd_sample, "eval": cmd_eval, "predict": cmd_predict, "embed": cmd_embed,
-            "viz": cmd_viz, "exercise": cmd_exercise, "lens": cmd_lens, "export": cmd_export}
+COMMANDS = {
+    "train": cmd_train,
+    "finetune": cmd_finetune,
+    "sample": cmd_sample,
+    "eval": cmd_eval,
+    "predict": cmd_predict,
+    "embed": cmd_embed,
+    "viz": cmd_viz,
+    "exercise": cmd_exercise,
+    "lens": cmd_lens,
+    "export": cmd_export,
+}
 
 
 def _tolerant_output() -> None:
@@ -826,7 +1089,11 @@ def _tolerant_output() -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.reconfigure(errors="backslashreplace")
-        except (AttributeError, ValueError, OSError):  # not a text file of ours (a test's capture, a closed file)
+        except (
+            AttributeError,
+            ValueError,
+            OSError,
+        ):  # not a text file of ours (a test's capture, a closed file)
             pass
 
 

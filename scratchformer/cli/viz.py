@@ -19,8 +19,16 @@ from scratchformer.errors import CLIError, DataError
 
 # The figures drawn by default: the ones that say most about a trained model, kept lean so that
 # `viz` on the default names model takes a few seconds. --all draws every figure that applies.
-DEFAULT_FIGURES = ("grokking", "attention_grid", "attention_seq2seq", "classifier_attention", "attention_steps",
-                   "embedding_pca", "residual_norms", "training_curves")
+DEFAULT_FIGURES = (
+    "grokking",
+    "attention_grid",
+    "attention_seq2seq",
+    "classifier_attention",
+    "attention_steps",
+    "embedding_pca",
+    "residual_norms",
+    "training_curves",
+)
 
 
 def add_parser(sub) -> None:
@@ -29,52 +37,85 @@ def add_parser(sub) -> None:
     from scratchformer.training.tasks import ClassifierJob, Seq2SeqJob
 
     v = sub.add_parser(
-        "viz", help="figures and an interactive report.html of a trained model (or a BERT encoder)",
+        "viz",
+        help="figures and an interactive report.html of a trained model (or a BERT encoder)",
         description="Draw the attention maps, embeddings, residual stream and training curves of a "
-                    "trained run on one input, as PNGs and a self-contained report.html (opens from "
-                    "disk, no network). With --bert: a pretrained BERT-family encoder.")
-    v.add_argument("dir", nargs="?", metavar="RUN_DIR",
-                   help="run or checkpoint directory (default: out/names)")
-    v.add_argument("--text", help=f"the input: a prompt or name for a GPT (default for a names run: "
-                                  f"{EXAMPLE_NAME!r}); digits for a task model as 'predict' takes them "
-                                  f"(default: {Seq2SeqJob.example_input!r}, majority: "
-                                  f"{ClassifierJob.example_input!r}); a sentence for --bert (required)")
-    v.add_argument("--out", metavar="FIGDIR", help="where to write (default: RUN_DIR/viz; out/viz-bert with --bert)")
-    v.add_argument("--bert", nargs="?", const=True, metavar="PATH",
-                   help="a BERT directory (config.json, model.safetensors, vocab.txt) instead of a run; "
-                        "no PATH: the installed all-MiniLM-L6-v2")
-    v.add_argument("--compare-init", action="store_true",
-                   help="also draw the attention grid, positions, embedding PCA and residual stream of the run's "
-                        "initial weights as NAME_init.png: its untrained model (its config and seed), or the "
-                        "pretrained directory an --init-from run started from (default: off)")
-    v.add_argument("--backward", action="store_true",
-                   help="the backward walk-through alone (with --all: as well): every step of the backward on the "
-                        "input and its loss, op by op, each checked by finite differences; printed, drawn as "
-                        "backward.png and shown in report.html's Backward part")
-    v.add_argument("--all", action="store_true",
-                   help="draw every figure that applies (default: those among " + ", ".join(DEFAULT_FIGURES)
-                        + " that apply to the model)")
+        "trained run on one input, as PNGs and a self-contained report.html (opens from "
+        "disk, no network). With --bert: a pretrained BERT-family encoder.",
+    )
+    v.add_argument(
+        "dir", nargs="?", metavar="RUN_DIR", help="run or checkpoint directory (default: out/names)"
+    )
+    v.add_argument(
+        "--text",
+        help=f"the input: a prompt or name for a GPT (default for a names run: "
+        f"{EXAMPLE_NAME!r}); digits for a task model as 'predict' takes them "
+        f"(default: {Seq2SeqJob.example_input!r}, majority: "
+        f"{ClassifierJob.example_input!r}); a sentence for --bert (required)",
+    )
+    v.add_argument(
+        "--out", metavar="FIGDIR", help="where to write (default: RUN_DIR/viz; out/viz-bert with --bert)"
+    )
+    v.add_argument(
+        "--bert",
+        nargs="?",
+        const=True,
+        metavar="PATH",
+        help="a BERT directory (config.json, model.safetensors, vocab.txt) instead of a run; "
+        "no PATH: the installed all-MiniLM-L6-v2",
+    )
+    v.add_argument(
+        "--compare-init",
+        action="store_true",
+        help="also draw the attention grid, positions, embedding PCA and residual stream of the run's "
+        "initial weights as NAME_init.png: its untrained model (its config and seed), or the "
+        "pretrained directory an --init-from run started from (default: off)",
+    )
+    v.add_argument(
+        "--backward",
+        action="store_true",
+        help="the backward walk-through alone (with --all: as well): every step of the backward on the "
+        "input and its loss, op by op, each checked by finite differences; printed, drawn as "
+        "backward.png and shown in report.html's Backward part",
+    )
+    v.add_argument(
+        "--all",
+        action="store_true",
+        help="draw every figure that applies (default: those among "
+        + ", ".join(DEFAULT_FIGURES)
+        + " that apply to the model)",
+    )
 
 
 def cmd_viz(args) -> int:
     only = None if args.all else ("backward",) if args.backward else DEFAULT_FIGURES
     if args.out == "":
-        raise CLIError("--out is empty: give a directory, or omit --out (default: RUN_DIR/viz; out/viz-bert "
-                       "with --bert)")
+        raise CLIError(
+            "--out is empty: give a directory, or omit --out (default: RUN_DIR/viz; out/viz-bert with --bert)"
+        )
     if args.bert == "":
-        raise CLIError("--bert is empty: give a BERT directory, or --bert alone for the installed all-MiniLM-L6-v2")
+        raise CLIError(
+            "--bert is empty: give a BERT directory, or --bert alone for the installed all-MiniLM-L6-v2"
+        )
     if args.bert is not None:
         if args.dir is not None:
             raise CLIError(f"give a run directory ({args.dir}) or --bert, not both")
         if args.text is None:
             raise CLIError('--bert needs --text, e.g. --text "A sentence."')
         if args.compare_init:
-            raise CLIError("--compare-init needs a run directory (a pretrained BERT has no untrained weights to show)")
+            raise CLIError(
+                "--compare-init needs a run directory (a pretrained BERT has no untrained weights to show)"
+            )
         from scratchformer.viz import report_bert
 
         def draw(out):
-            return report_bert(out, args.text, None if args.bert is True else args.bert, only=only,
-                               on_note=lambda note: print(f"note: --text is {note}", file=sys.stderr))
+            return report_bert(
+                out,
+                args.text,
+                None if args.bert is True else args.bert,
+                only=only,
+                on_note=lambda note: print(f"note: --text is {note}", file=sys.stderr),
+            )
 
         paths = _into(args.out or "out/viz-bert", draw)
     else:
@@ -83,8 +124,11 @@ def cmd_viz(args) -> int:
     if args.backward and steps is not None:
         print(steps.read_text(encoding="utf-8"), end="")
     elif args.backward:  # a one-token input has no loss; a model too big for the float64 copy
-        print("note: no backward walk-through for this input and model (a loss needs at least two tokens; "
-              "models of up to 5,000,000 parameters)", file=sys.stderr)
+        print(
+            "note: no backward walk-through for this input and model (a loss needs at least two tokens; "
+            "models of up to 5,000,000 parameters)",
+            file=sys.stderr,
+        )
     for p in paths:
         print(p)
     return 0
@@ -117,12 +161,23 @@ def _report_run(run: Path, text: str | None, out: str | None, only, compare_init
     inputs = job.viz_inputs(text)  # each kind checks and labels its own input
     model = inputs.pop("model", job.model)  # a sentence classifier shows its encoder
     if compare_init and model is not job.model:
-        raise CLIError("--compare-init needs a model trained from scratch; a fine-tuned classifier starts from "
-                       "pretrained weights")
+        raise CLIError(
+            "--compare-init needs a model trained from scratch; a fine-tuned classifier starts from "
+            "pretrained weights"
+        )
     init_model, init_source = _initial_model(run, job) if compare_init else (None, None)
-    return _into(out or root / "viz", lambda out_dir: report(model, out_dir, log=log if log.is_file() else None,
-                                                              only=only, init_model=init_model,
-                                                              init_source=init_source, **inputs))
+    return _into(
+        out or root / "viz",
+        lambda out_dir: report(
+            model,
+            out_dir,
+            log=log if log.is_file() else None,
+            only=only,
+            init_model=init_model,
+            init_source=init_source,
+            **inputs,
+        ),
+    )
 
 
 def _initial_model(run: Path, job):
@@ -139,7 +194,9 @@ def _initial_model(run: Path, job):
         return _pretrained_start(Path(init_from), job.model), f"pretrained, {init_from}"
     saved = load_checkpoint(checkpoint_dir(run)).extra.get("train_config") or {}
     config = job.model.config
-    return type(job.model)(type(config).from_dict(config.to_dict()), seed=saved.get("seed", DEFAULT_SEED)), None
+    return type(job.model)(
+        type(config).from_dict(config.to_dict()), seed=saved.get("seed", DEFAULT_SEED)
+    ), None
 
 
 def _pretrained_start(path: Path, trained):
@@ -148,15 +205,20 @@ def _pretrained_start(path: Path, trained):
 
     none = f"--compare-init: this run started from the pretrained weights in {path}"
     if not path.is_dir():
-        raise CLIError(f"{none}, which is not there any more: there are no initial weights to draw (restore the "
-                       "directory, or leave out --compare-init)")
+        raise CLIError(
+            f"{none}, which is not there any more: there are no initial weights to draw (restore the "
+            "directory, or leave out --compare-init)"
+        )
     model, _ = load_hf_causal_lm(path)
+
     def shapes(m):
         return {n: v.shape for n, v in m.state_dict().items()}
 
     if model.config.to_dict() != trained.config.to_dict() or shapes(model) != shapes(trained):
-        raise CLIError(f"{none}, which now holds a different model: there are no initial weights to draw (restore "
-                       "the directory, or leave out --compare-init)")
+        raise CLIError(
+            f"{none}, which now holds a different model: there are no initial weights to draw (restore "
+            "the directory, or leave out --compare-init)"
+        )
     return model
 
 

@@ -1,6 +1,7 @@
 """Character and byte-level BPE tokenizers, and datasets (line items and long text); ships `names.txt` and
 `tinyshakespeare.txt` (see `bundled.resolve_data`)."""
 
+from scratchformer.data.bpe import BPETokenizer
 from scratchformer.data.datasets import (
     DEFAULT_SEED,
     DataFile,
@@ -12,7 +13,6 @@ from scratchformer.data.datasets import (
     read_data,
     read_text,
 )
-from scratchformer.data.bpe import BPETokenizer
 from scratchformer.data.tokenizer import IGNORE_INDEX, CharTokenizer
 
 __all__ = [

@@ -75,25 +75,40 @@ class BPETokenizer:
         """Learn merges from `texts` (an iterable of str: lines, or one whole text) until the
         vocabulary holds `vocab_size` ids: the 256 bytes, "<|endoftext|>" and the merges.
         Deterministic: the same texts give the same tokenizer."""
-        if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or not MIN_VOCAB <= vocab_size <= MAX_VOCAB:
-            raise ConfigError(f"--vocab-size must be an integer from {MIN_VOCAB} (the 256 bytes and "
-                              f"{END_OF_TEXT}) to {MAX_VOCAB:,}, got {vocab_size!r}")
+        if (
+            not isinstance(vocab_size, int)
+            or isinstance(vocab_size, bool)
+            or not MIN_VOCAB <= vocab_size <= MAX_VOCAB
+        ):
+            raise ConfigError(
+                f"--vocab-size must be an integer from {MIN_VOCAB} (the 256 bytes and "
+                f"{END_OF_TEXT}) to {MAX_VOCAB:,}, got {vocab_size!r}"
+            )
         if isinstance(texts, str) or not isinstance(texts, Iterable):
-            raise DTypeError(f"texts must be a list of str (lines, or [one whole text]), got {type(texts).__name__}")
+            raise DTypeError(
+                f"texts must be a list of str (lines, or [one whole text]), got {type(texts).__name__}"
+            )
         listed = isinstance(texts, (list, tuple))
         if isinstance(texts, np.ndarray) or (listed and not all(isinstance(t, str) for t in texts)):
             raise DTypeError("texts must be a list of str (lines, or [one whole text])")
         if isinstance(texts, (list, tuple)):  # the library aborts the process when memory runs out
             size = sum(len(t.encode("utf-8", "surrogatepass")) for t in texts if isinstance(t, str))
-            check_bpe_fits(size, "the training text", "give --data a smaller file (or train without --tokenizer bpe)",
-                           training=True)
+            check_bpe_fits(
+                size,
+                "the training text",
+                "give --data a smaller file (or train without --tokenizer bpe)",
+                training=True,
+            )
         hf = _hf()
         tok = hf.Tokenizer(hf.models.BPE())
         tok.pre_tokenizer = hf.pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = hf.decoders.ByteLevel()
-        trainer = hf.trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[END_OF_TEXT],
-                                         initial_alphabet=hf.pre_tokenizers.ByteLevel.alphabet(),
-                                         show_progress=False)
+        trainer = hf.trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            special_tokens=[END_OF_TEXT],
+            initial_alphabet=hf.pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        )
         tok.train_from_iterator(texts, trainer=trainer)
         return cls(tok, END_OF_TEXT, boundary)
 
@@ -110,27 +125,38 @@ class BPETokenizer:
             try:
                 tok = hf.Tokenizer.from_file(str(path / "tokenizer.json"))
             except Exception as e:  # the library's own parse error, one line
-                raise DataError(f"{path / 'tokenizer.json'} is not a tokenizer the `tokenizers` library reads: "
-                                f"{str(e).splitlines()[0]}") from None
+                raise DataError(
+                    f"{path / 'tokenizer.json'} is not a tokenizer the `tokenizers` library reads: "
+                    f"{str(e).splitlines()[0]}"
+                ) from None
         elif (path / "vocab.json").is_file() and (path / "merges.txt").is_file():
             try:
                 model = hf.models.BPE.from_file(str(path / "vocab.json"), str(path / "merges.txt"))
             except Exception as e:
-                raise DataError(f"cannot read {path}/vocab.json and merges.txt as a BPE: "
-                                f"{str(e).splitlines()[0]}") from None
+                raise DataError(
+                    f"cannot read {path}/vocab.json and merges.txt as a BPE: {str(e).splitlines()[0]}"
+                ) from None
             tok = hf.Tokenizer(model)
             tok.pre_tokenizer = hf.pre_tokenizers.ByteLevel(add_prefix_space=False)
             tok.decoder = hf.decoders.ByteLevel()
             if tok.token_to_id(END_OF_TEXT) is not None:
                 tok.add_special_tokens([END_OF_TEXT])
         else:
-            raise DataError(f"{path} holds no tokenizer: it needs tokenizer.json, or vocab.json and merges.txt "
-                            "(as save_pretrained writes them)")
-        configs = {name: _json_object(path / name)
-                   for name in ("tokenizer_config.json", "config.json", "generation_config.json")}
+            raise DataError(
+                f"{path} holds no tokenizer: it needs tokenizer.json, or vocab.json and merges.txt "
+                "(as save_pretrained writes them)"
+            )
+        configs = {
+            name: _json_object(path / name)
+            for name in ("tokenizer_config.json", "config.json", "generation_config.json")
+        }
         named = _token_text(configs["tokenizer_config.json"].get("eos_token"))
         added = [t.content for t in tok.get_added_tokens_decoder().values() if t.special]
-        candidates = [named, END_OF_TEXT, *(t for t in added if t in ("</s>", "<|end_of_text|>", "<|eot_id|>"))]
+        candidates = [
+            named,
+            END_OF_TEXT,
+            *(t for t in added if t in ("</s>", "<|end_of_text|>", "<|eot_id|>")),
+        ]
         special = next((t for t in candidates if t is not None and tok.token_to_id(t) is not None), None)
         out = cls(tok, special)
         stops = {out.end_id} if out.end_id is not None else set()
@@ -176,7 +202,9 @@ class BPETokenizer:
         ids = ids[ids != IGNORE_INDEX]
         bad = ids[(ids < 0) | (ids >= self.vocab_size)]
         if bad.size:
-            raise DataError(f"cannot decode ids {sorted(set(bad.tolist()))[:5]}: valid ids are 0..{self.vocab_size - 1}")
+            raise DataError(
+                f"cannot decode ids {sorted(set(bad.tolist()))[:5]}: valid ids are 0..{self.vocab_size - 1}"
+            )
         return self._tok.decode(ids.tolist(), skip_special_tokens=True)
 
     def encode_prompt(self, text: str, what: str = "prompt") -> np.ndarray:
@@ -192,7 +220,7 @@ class BPETokenizer:
             if seq is not None:  # the first token of the text itself
                 break
             start.append(i)
-        if start and ids[:len(start)] == start:
+        if start and ids[: len(start)] == start:
             start = []
         return np.asarray(start + ids, dtype=np.int64)
 
@@ -205,7 +233,7 @@ class BPETokenizer:
         head = self.decode(prompt_ids)
         whole = self.decode(np.concatenate([prompt_ids, np.asarray(new_ids, dtype=np.int64).ravel()]))
         if whole.startswith(head):
-            return whole[len(head):]
+            return whole[len(head) :]
         return self.decode(new_ids)  # a decoder that rewrites the prompt's end: the new ids alone
 
     def token_texts(self, ids) -> list[str]:
@@ -219,14 +247,21 @@ class BPETokenizer:
 
     # -- serialisation (plain JSON, no pickle) -----------------------------------------------
     def to_json(self) -> dict:
-        return {"type": "bpe", "version": 1, "special": self.special, "boundary": self.boundary,
-                "hf": json.loads(self._tok.to_str())}
+        return {
+            "type": "bpe",
+            "version": 1,
+            "special": self.special,
+            "boundary": self.boundary,
+            "hf": json.loads(self._tok.to_str()),
+        }
 
     @classmethod
     def from_json(cls, d: dict) -> BPETokenizer:
         if not isinstance(d, dict) or d.get("type") != "bpe" or not isinstance(d.get("hf"), dict):
-            raise DataError("not a BPE tokenizer JSON (expected {'type': 'bpe', 'hf': {...}}): "
-                            "was it saved by BPETokenizer.save?")
+            raise DataError(
+                "not a BPE tokenizer JSON (expected {'type': 'bpe', 'hf': {...}}): "
+                "was it saved by BPETokenizer.save?"
+            )
         try:
             tok = _hf().Tokenizer.from_str(json.dumps(d["hf"]))
         except Exception as e:

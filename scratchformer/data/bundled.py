@@ -34,10 +34,13 @@ def resolve_data(name_or_path: str | os.PathLike | None = None) -> Path:
         return DATA_DIR / BUNDLED[name_or_path]
     path = Path(name_or_path)
     if str(name_or_path) == "":
-        raise DataError(f"empty data path: pass a file, or one of the bundled data sets ({', '.join(BUNDLED)})")
+        raise DataError(
+            f"empty data path: pass a file, or one of the bundled data sets ({', '.join(BUNDLED)})"
+        )
     if not path.exists():
-        raise DataError(f"data file not found: {path}: check the path, or use a bundled data set "
-                        f"({', '.join(BUNDLED)})")
+        raise DataError(
+            f"data file not found: {path}: check the path, or use a bundled data set ({', '.join(BUNDLED)})"
+        )
     if not path.is_file():
         raise DataError(f"{path} is not a file: pass a UTF-8 text file")
     return path

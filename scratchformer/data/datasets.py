@@ -45,8 +45,10 @@ def tokenizer_from_json(d: dict) -> CharTokenizer | BPETokenizer:
     """A tokenizer.json's content -> its tokenizer, by its "type"."""
     cls = TOKENIZER_CLASSES.get(d.get("type") if isinstance(d, dict) else None)
     if cls is None:
-        raise DataError(f"unknown tokenizer type {d.get('type') if isinstance(d, dict) else d!r}: "
-                        f"this version reads {list(TOKENIZERS)}")
+        raise DataError(
+            f"unknown tokenizer type {d.get('type') if isinstance(d, dict) else d!r}: "
+            f"this version reads {list(TOKENIZERS)}"
+        )
     return cls.from_json(d)
 
 
@@ -60,8 +62,9 @@ class LineDataset:
     and y with IGNORE_INDEX (ignored by the loss). Rows are precomputed: x, y are (N, block_size) int64.
     """
 
-    def __init__(self, lines: list[str], tokenizer: CharTokenizer, block_size: int | None = None,
-                 source: str = "lines"):
+    def __init__(
+        self, lines: list[str], tokenizer: CharTokenizer, block_size: int | None = None, source: str = "lines"
+    ):
         if tokenizer.bos_id is None:
             raise DataError("LineDataset needs a tokenizer with a boundary token (special='<eot>')")
         self.lines = list(lines)
@@ -89,8 +92,9 @@ class LineDataset:
             self.y[i, L] = tokenizer.eos_id
 
     @classmethod
-    def from_lines(cls, lines: Iterable[str], tokenizer: CharTokenizer | None = None,
-                   block_size: int | None = None) -> LineDataset:
+    def from_lines(
+        cls, lines: Iterable[str], tokenizer: CharTokenizer | None = None, block_size: int | None = None
+    ) -> LineDataset:
         """Strip lines, drop empty ones; build a line tokenizer from them when none is given."""
         lines = [s.strip() for s in lines]
         lines = [s for s in lines if s]
@@ -138,13 +142,21 @@ class TextDataset:
     y with IGNORE_INDEX), so nothing is dropped.
     """
 
-    def __init__(self, ids: np.ndarray, tokenizer: CharTokenizer | BPETokenizer, block_size: int,
-                 source: str = "text", chars: int | None = None):
+    def __init__(
+        self,
+        ids: np.ndarray,
+        tokenizer: CharTokenizer | BPETokenizer,
+        block_size: int,
+        source: str = "text",
+        chars: int | None = None,
+    ):
         """chars: the characters the targets cover (the text less its first token's), for bits
         per character; default one per target (a character tokenizer's stream)."""
         ids = as_array(ids, "ids")
         if ids.ndim != 1 or (ids.size and not np.issubdtype(ids.dtype, np.integer)):
-            raise DataError(f"ids must be a 1-D array of integer token ids, got {ids.dtype} of shape {ids.shape}")
+            raise DataError(
+                f"ids must be a 1-D array of integer token ids, got {ids.dtype} of shape {ids.shape}"
+            )
         check_positive_int("block_size", block_size)
         if chars is not None:
             check_int_in_range("chars", chars, 0, 2**63)
@@ -219,7 +231,9 @@ class DataFile:
     def text(self) -> str:
         """The text, BOM and Windows newlines removed."""
         if self.raw is None:
-            raise DataError(f"the text of {self.source} was handed over already (release): read the file again")
+            raise DataError(
+                f"the text of {self.source} was handed over already (release): read the file again"
+            )
         try:
             text = self.raw.decode("utf-8")
         except UnicodeDecodeError as e:
@@ -235,7 +249,7 @@ class DataFile:
 
     @cached_property
     def format(self) -> str:
-        """"lines" or "text", as `guess_format` reads the text."""
+        """ "lines" or "text", as `guess_format` reads the text."""
         return guess_format(self.text)
 
     def release(self) -> str:
@@ -291,8 +305,10 @@ def check_line_lengths(lines, path, limit: int = MAX_LINE_CHARS, option: str = "
     and every batch, would grow with it), naming the first such line (1-based)."""
     for number, line in enumerate(lines, start=1):
         if len(line) > limit:
-            raise DataError(f"{path} line {number} has {len(line):,} characters (the limit for a lines file is "
-                            f"{limit:,}): shorten it, or train on the file with {option}")
+            raise DataError(
+                f"{path} line {number} has {len(line):,} characters (the limit for a lines file is "
+                f"{limit:,}): shorten it, or train on the file with {option}"
+            )
 
 
 def split_lines(text: str) -> list[str]:
@@ -304,7 +320,7 @@ def split_lines(text: str) -> list[str]:
 
 
 def guess_format(text: str) -> str:
-    """"lines" when the text looks like a list of short items: >= 100 non-empty lines, median
+    """ "lines" when the text looks like a list of short items: >= 100 non-empty lines, median
     length <= 40 characters and (almost) no blank lines; else "text". Blank lines mark
     paragraphs or speeches, which lists do not have: tinyshakespeare's lines are short too,
     but one line in six is blank."""
@@ -317,10 +333,16 @@ def guess_format(text: str) -> str:
     return "lines" if len(lines) - len(items) <= 0.01 * len(lines) else "text"
 
 
-def load_dataset(path: str | Path | DataFile | None = None, format: str | None = None,
-                 block_size: int | None = None, seed: int = DEFAULT_SEED, test_size: int = 1000,
-                 val_fraction: float = 0.1,
-                 tokenizer: str | CharTokenizer | BPETokenizer = "char", vocab_size: int | None = None) -> Dataset:
+def load_dataset(
+    path: str | Path | DataFile | None = None,
+    format: str | None = None,
+    block_size: int | None = None,
+    seed: int = DEFAULT_SEED,
+    test_size: int = 1000,
+    val_fraction: float = 0.1,
+    tokenizer: str | CharTokenizer | BPETokenizer = "char",
+    vocab_size: int | None = None,
+) -> Dataset:
     """Read a file (default: the bundled names.txt; a DataFile: one already read) and split it.
 
     Lines: items shuffled with `np.random.default_rng(seed)`, then test = min(test_size,
@@ -343,8 +365,10 @@ def load_dataset(path: str | Path | DataFile | None = None, format: str | None =
     if tokenizer not in TOKENIZERS:
         raise ConfigError(f"tokenizer must be one of {list(TOKENIZERS)}, got {tokenizer!r}")
     if tokenizer != "bpe" and vocab_size is not None:
-        raise ConfigError("--vocab-size applies to --tokenizer bpe only (a character vocabulary is the file's "
-                          "characters): add --tokenizer bpe or drop --vocab-size")
+        raise ConfigError(
+            "--vocab-size applies to --tokenizer bpe only (a character vocabulary is the file's "
+            "characters): add --tokenizer bpe or drop --vocab-size"
+        )
     bpe_size = DEFAULT_BPE_VOCAB if vocab_size is None else vocab_size
     if not 0.0 < val_fraction < 1.0:
         raise ConfigError(f"val_fraction must be in (0, 1), got {val_fraction}")
@@ -362,16 +386,21 @@ def load_dataset(path: str | Path | DataFile | None = None, format: str | None =
                 "(train, val, test): add lines or use format='text'"
             )
         if block_size is not None:  # the rows are precomputed: x and y, (n, block_size) int64 each
-            check_fits(2 * len(lines) * block_size * 8, f"{len(lines):,} lines at --block-size {block_size}",
-                       "--block-size")
+            check_fits(
+                2 * len(lines) * block_size * 8,
+                f"{len(lines):,} lines at --block-size {block_size}",
+                "--block-size",
+            )
         order = np.random.default_rng(seed).permutation(len(lines))
         lines = [lines[i] for i in order]
         n_test = max(1, min(test_size, int(len(lines) * val_fraction)))
         n_test = min(n_test, (len(lines) - 1) // 2)  # keep at least one training line
         if given is not None:  # items framed by its end-of-text token
             if given.end_id is None:
-                raise DataError("this tokenizer has no end-of-text token to frame items with: read the file "
-                                "as --format text")
+                raise DataError(
+                    "this tokenizer has no end-of-text token to frame items with: read the file "
+                    "as --format text"
+                )
             tok = given if given.boundary else BPETokenizer(given._tok, given.special, boundary=True)
         elif tokenizer == "bpe":
             tok = BPETokenizer.train(lines[2 * n_test :], bpe_size, boundary=True)

@@ -33,20 +33,26 @@ from scratchformer.data.tokenizer import CharTokenizer
 from scratchformer.errors import ConfigError
 from scratchformer.ops.loss import IGNORE_INDEX
 
-INDUCTION_SYMBOLS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"  # sorted, as CharTokenizer sorts
+INDUCTION_SYMBOLS = (
+    "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"  # sorted, as CharTokenizer sorts
+)
 MIN_SEGMENT = 2  # a segment of one token leaves nothing to copy after the first
 
 
 def check_induction_sizes(symbols: int, length: int, repeats: int) -> tuple[int, int]:
     """(shortest, longest) segment; ConfigError (one line) for sizes that make no induction task."""
     if not 2 <= symbols <= len(INDUCTION_SYMBOLS):
-        raise ConfigError(f"--symbols for the induction task must be 2 to {len(INDUCTION_SYMBOLS)}, got {symbols}")
+        raise ConfigError(
+            f"--symbols for the induction task must be 2 to {len(INDUCTION_SYMBOLS)}, got {symbols}"
+        )
     if repeats < 2:
         raise ConfigError(f"--repeats must be at least 2 (a segment and its repeat), got {repeats}")
     longest = length // repeats
     if longest < MIN_SEGMENT:
-        raise ConfigError(f"--block-size {length} leaves segments shorter than {MIN_SEGMENT} tokens for "
-                          f"--repeats {repeats}: give at least {MIN_SEGMENT * repeats}")
+        raise ConfigError(
+            f"--block-size {length} leaves segments shorter than {MIN_SEGMENT} tokens for "
+            f"--repeats {repeats}: give at least {MIN_SEGMENT * repeats}"
+        )
     return max(MIN_SEGMENT, length // (2 * repeats)), longest
 
 
@@ -74,14 +80,15 @@ def segment_lengths(seqs: np.ndarray, repeats: int) -> np.ndarray:
     n, length = seqs.shape
     found = np.zeros(n, dtype=np.int64)
     for s in range(MIN_SEGMENT, length // repeats + 1):
-        tail = seqs[:, length - repeats * s:]
+        tail = seqs[:, length - repeats * s :]
         same = (tail[:, s:] == tail[:, :-s]).all(axis=1) & (found == 0)
         found[same] = s
     return found
 
 
-def make_induction_split(n_train: int, n_test: int, symbols: int, length: int, repeats: int,
-                         seed: int) -> tuple[np.ndarray, np.ndarray]:
+def make_induction_split(
+    n_train: int, n_test: int, symbols: int, length: int, repeats: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
     """(train (n_train, length), test (n_test, length)), disjoint (see the module docstring)."""
     test = make_induction(n_test, symbols, length, repeats, np.random.default_rng([seed, 1]))
     held = {row.tobytes() for row in test}

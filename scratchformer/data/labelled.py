@@ -48,21 +48,27 @@ def read_labelled_csv(path: str | Path) -> tuple[list[str], list[str]]:
         header = [h.strip() for h in next(reader)]
         missing = [c for c in COLUMNS if c not in header]
         if missing:
-            raise DataError(f"{path}: the header row {','.join(header)[:80]!r} lacks the column"
-                            f"{'s' if len(missing) > 1 else ''} {' and '.join(missing)}; {fix}")
+            raise DataError(
+                f"{path}: the header row {','.join(header)[:80]!r} lacks the column"
+                f"{'s' if len(missing) > 1 else ''} {' and '.join(missing)}; {fix}"
+            )
         col = {c: header.index(c) for c in COLUMNS}
         texts, labels = [], []
         for row in reader:
             if not any(cell.strip() for cell in row):
                 continue  # blank lines
             if len(row) < len(header):
-                raise DataError(f"{path} line {reader.line_num}: {len(row)} fields where the header has "
-                                f"{len(header)}; quote texts that contain commas")
+                raise DataError(
+                    f"{path} line {reader.line_num}: {len(row)} fields where the header has "
+                    f"{len(header)}; quote texts that contain commas"
+                )
             t, y = row[col["text"]].strip(), row[col["label"]].strip()
             if not y:
                 raise DataError(f"{path} line {reader.line_num}: the label is empty; every row needs one")
             if not t:  # refused up front: an empty text is no example (and would be the probe's input)
-                raise DataError(f"{path} line {reader.line_num}: the text is empty; fill it in or delete the row")
+                raise DataError(
+                    f"{path} line {reader.line_num}: the text is empty; fill it in or delete the row"
+                )
             texts.append(t)
             labels.append(y)
     except csv.Error as e:

@@ -84,15 +84,25 @@ def majority_label(seq) -> int:
 # The task registry: name -> Task. A new task is one entry here; `scratchformer train --task`,
 # the run defaults (training/jobs.py RUN_DEFAULTS, by the task's kind) and checkpoint validation
 # follow from it.
-TASKS: dict[str, Task] = {t.name: t for t in (
-    Task("majority", "classifier", majority_label, symbols=3, max_len=8, fixed_length=True, n_classes=3),
-    Task("copy", "seq2seq", list),
-    Task("reverse", "seq2seq", lambda x: x[::-1]),
-    Task("sort", "seq2seq", sorted),  # minGPT's demo task, here on variable-length digits
-    # Nanda et al.'s modular addition: a GPT reads `a b =` and answers (a + b) mod p at '='
-    Task("modadd", "modadd", lambda x: (x[0] + x[1]) % MODADD_P, symbols=MODADD_P, max_len=3,
-         fixed_length=True, n_classes=MODADD_P),
-)}
+TASKS: dict[str, Task] = {
+    t.name: t
+    for t in (
+        Task("majority", "classifier", majority_label, symbols=3, max_len=8, fixed_length=True, n_classes=3),
+        Task("copy", "seq2seq", list),
+        Task("reverse", "seq2seq", lambda x: x[::-1]),
+        Task("sort", "seq2seq", sorted),  # minGPT's demo task, here on variable-length digits
+        # Nanda et al.'s modular addition: a GPT reads `a b =` and answers (a + b) mod p at '='
+        Task(
+            "modadd",
+            "modadd",
+            lambda x: (x[0] + x[1]) % MODADD_P,
+            symbols=MODADD_P,
+            max_len=3,
+            fixed_length=True,
+            n_classes=MODADD_P,
+        ),
+    )
+}
 
 
 def get_task(name: str) -> Task:
@@ -103,8 +113,8 @@ def get_task(name: str) -> Task:
 
 
 class Seq2SeqData(NamedTuple):
-    src: np.ndarray      # (n, max_len) int64, PAD-padded
-    tgt_in: np.ndarray   # (n, max_len + 1): BOS + y, PAD-padded
+    src: np.ndarray  # (n, max_len) int64, PAD-padded
+    tgt_in: np.ndarray  # (n, max_len + 1): BOS + y, PAD-padded
     tgt_out: np.ndarray  # (n, max_len + 1): y + EOS, PAD-padded (ignored by the loss)
 
     def __len__(self) -> int:  # number of examples (not the tuple's 3)
@@ -130,8 +140,15 @@ def _key(seq: np.ndarray) -> bytes:
     return np.asarray(seq, dtype=np.int16).tobytes()  # int16: modadd's ids reach p
 
 
-def _draw_sequences(task: Task, n: int, rng: np.random.Generator, max_len: int, min_len: int,
-                    exclude: set[bytes] | None, unique: bool) -> list[np.ndarray]:
+def _draw_sequences(
+    task: Task,
+    n: int,
+    rng: np.random.Generator,
+    max_len: int,
+    min_len: int,
+    exclude: set[bytes] | None,
+    unique: bool,
+) -> list[np.ndarray]:
     """n raw sequences; vectorised draws, then a cheap Python filter for exclusion/uniqueness."""
     seen: set[bytes] = set()
     per_len: dict[int, int] = {}
@@ -166,8 +183,15 @@ def _draw_sequences(task: Task, n: int, rng: np.random.Generator, max_len: int, 
     return out
 
 
-def make_task(name: str, n: int, rng: np.random.Generator | int, max_len: int | None = None,
-              min_len: int = 1, exclude: set[bytes] | None = None, unique: bool = False):
+def make_task(
+    name: str,
+    n: int,
+    rng: np.random.Generator | int,
+    max_len: int | None = None,
+    min_len: int = 1,
+    exclude: set[bytes] | None = None,
+    unique: bool = False,
+):
     """n examples of task `name`, deterministic given `rng` (a Generator or an int seed).
 
     max_len: longest sequence (default: the task's; a fixed-length task's only length).
@@ -180,8 +204,10 @@ def make_task(name: str, n: int, rng: np.random.Generator | int, max_len: int | 
     if max_len is None:
         max_len = task.max_len
     if n < 0 or max_len < 1 or not 1 <= min_len <= max_len:
-        raise ConfigError(f"make_task needs n >= 0 and 1 <= min_len <= max_len, got n={n}, "
-                          f"min_len={min_len}, max_len={max_len}")
+        raise ConfigError(
+            f"make_task needs n >= 0 and 1 <= min_len <= max_len, got n={n}, "
+            f"min_len={min_len}, max_len={max_len}"
+        )
     if task.kind == "modadd":
         return _modadd_draw(task, n, rng, exclude, unique)
     seqs = _draw_sequences(task, n, rng, max_len, min_len, exclude, unique)
@@ -203,8 +229,9 @@ def make_task(name: str, n: int, rng: np.random.Generator | int, max_len: int | 
     return Seq2SeqData(src, tgt_in, tgt_out)
 
 
-def _modadd_draw(task: Task, n: int, rng: np.random.Generator, exclude: set[bytes] | None,
-                 unique: bool) -> ClassificationData:
+def _modadd_draw(
+    task: Task, n: int, rng: np.random.Generator, exclude: set[bytes] | None, unique: bool
+) -> ClassificationData:
     """n rows `a b =` (the '=' id is p) drawn uniformly, and their answers (a + b) mod p."""
     p = task.symbols
     if unique and n > p * p // 2:
@@ -229,8 +256,10 @@ def modadd_split(p: int, train_fraction: float, seed: int) -> tuple[Classificati
     '=' is the id p) and answers (a + b) mod p (y (n,)); the pairs are shuffled by
     default_rng([seed, 2]) and the first round(train_fraction * p^2) train, the rest are held out."""
     if not isinstance(p, (int, np.integer)) or p < 3 or p % 2 == 0:
-        raise ConfigError(f"--modulus must be an odd integer >= 3 (the Fourier measures pair a cosine and a sine "
-                          f"per frequency), got {p!r}")
+        raise ConfigError(
+            f"--modulus must be an odd integer >= 3 (the Fourier measures pair a cosine and a sine "
+            f"per frequency), got {p!r}"
+        )
     if not 0 < train_fraction < 1:
         raise ConfigError(f"--train-fraction must be in (0, 1), got {train_fraction!r}")
     a, b = np.divmod(np.arange(p * p), p)
@@ -238,7 +267,9 @@ def modadd_split(p: int, train_fraction: float, seed: int) -> tuple[Classificati
     order = np.random.default_rng([seed, 2]).permutation(p * p)
     n_train = int(round(train_fraction * p * p))
     if not 0 < n_train < p * p:
-        raise ConfigError(f"--train-fraction {train_fraction} leaves no training or no held-out pair of {p * p}")
+        raise ConfigError(
+            f"--train-fraction {train_fraction} leaves no training or no held-out pair of {p * p}"
+        )
     data = ClassificationData(x[order], (x[order, 0] + x[order, 1]) % p)
     return data.subset(slice(0, n_train)), data.subset(slice(n_train, None))
 
@@ -250,14 +281,16 @@ def sequence_keys(data) -> set[bytes]:
     return {_key(row[row != PAD]) for row in data.src}
 
 
-def make_split(name: str, n_train: int, n_test: int, seed: int = 0, max_len: int | None = None,
-               min_len: int = 1):
+def make_split(
+    name: str, n_train: int, n_test: int, seed: int = 0, max_len: int | None = None, min_len: int = 1
+):
     """(train, test): the test set is drawn first from default_rng([seed, 1]) (unique, at most
     half of each length's sequences), then the training set from default_rng([seed, 0]),
     rejecting every test sequence."""
     test = make_task(name, n_test, np.random.default_rng([seed, 1]), max_len, min_len, unique=True)
-    train = make_task(name, n_train, np.random.default_rng([seed, 0]), max_len, min_len,
-                      exclude=sequence_keys(test))
+    train = make_task(
+        name, n_train, np.random.default_rng([seed, 0]), max_len, min_len, exclude=sequence_keys(test)
+    )
     return train, test
 
 

@@ -39,7 +39,9 @@ class CharTokenizer:
 
     def __init__(self, chars: Iterable[str], special: str | None = None):
         if not isinstance(chars, (str, list, tuple, set, frozenset)):
-            raise DTypeError(f"CharTokenizer chars must be a str or a list of characters, got {type(chars).__name__}")
+            raise DTypeError(
+                f"CharTokenizer chars must be a str or a list of characters, got {type(chars).__name__}"
+            )
         if special is not None and not isinstance(special, str):
             raise DTypeError(f"CharTokenizer special must be a str or None, got {type(special).__name__}")
         chars = list(chars)
@@ -86,8 +88,7 @@ class CharTokenizer:
         except KeyError:
             unknown = sorted(set(text) - self._stoi.keys())
             raise DataError(
-                f"{what} contains characters not in the vocabulary: "
-                f"{', '.join(map(repr, unknown))}"
+                f"{what} contains characters not in the vocabulary: {', '.join(map(repr, unknown))}"
             ) from None
 
     def decode(self, ids) -> str:

@@ -17,5 +17,14 @@ involved.
 from scratchformer.exercises.catalogue import EXERCISES, Case, Exercise, Mistake
 from scratchformer.exercises.grading import Grade, check, list_exercises, solution_source, stub_source
 
-__all__ = ["EXERCISES", "Case", "Exercise", "Grade", "Mistake", "check", "list_exercises", "solution_source",
-           "stub_source"]
+__all__ = [
+    "EXERCISES",
+    "Case",
+    "Exercise",
+    "Grade",
+    "Mistake",
+    "check",
+    "list_exercises",
+    "solution_source",
+    "stub_source",
+]

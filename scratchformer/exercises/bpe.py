@@ -17,10 +17,12 @@ from collections import Counter
 from scratchformer.exercises.catalogue import BPE_ACROSS, BPE_OVERLAP, Verdict
 
 MERGES = 8
-TEXT = ("low then sat potato aaaa that cat wider wider banana tattoo lower cat bandana aaaa lower then that "
-        "cat then aaaa the aaaa potato llama lower banana aaaa lower an lower bandana tattoo mama potato bandana "
-        "papaya mama llama cat llama mat papaya llama wider lowest tattoo llama newer then sat that tattoo "
-        "bandana cat banana then bandana mama llama tattoo that papaya banana that tattoo lower lowest")
+TEXT = (
+    "low then sat potato aaaa that cat wider wider banana tattoo lower cat bandana aaaa lower then that "
+    "cat then aaaa the aaaa potato llama lower banana aaaa lower an lower bandana tattoo mama potato bandana "
+    "papaya mama llama cat llama mat papaya llama wider lowest tattoo llama newer then sat that tattoo "
+    "bandana cat banana then bandana mama llama tattoo that papaya banana that tattoo lower lowest"
+)
 
 
 def text_words(text: str = TEXT) -> dict[tuple[str, ...], int]:
@@ -72,8 +74,12 @@ def merged(words: dict, pair: tuple[str, str]) -> dict:
 
 def _word_and_count(word, n) -> bool:
     """A tuple of str, and an int count."""
-    return (isinstance(word, tuple) and all(isinstance(s, str) for s in word)
-            and isinstance(n, int) and not isinstance(n, bool))
+    return (
+        isinstance(word, tuple)
+        and all(isinstance(s, str) for s in word)
+        and isinstance(n, int)
+        and not isinstance(n, bool)
+    )
 
 
 def _letters(words: dict) -> int:
@@ -109,36 +115,55 @@ def grade(merge_step, progress) -> Verdict:
         given = {w: n for w, n in words.items()}
         result = merge_step(given)
         if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict)):
-            return Verdict(False, f"merge {k}: merge_step returned {type(result).__name__}"
-                                  f"{' of ' + str(len(result)) if isinstance(result, tuple) else ''}; "
-                                  "it must return (pair, new_words), new_words a dict", None)
+            return Verdict(
+                False,
+                f"merge {k}: merge_step returned {type(result).__name__}"
+                f"{' of ' + str(len(result)) if isinstance(result, tuple) else ''}; "
+                "it must return (pair, new_words), new_words a dict",
+                None,
+            )
         pair, new_words = result
         pair = tuple(pair) if isinstance(pair, (tuple, list)) else pair
         if not (isinstance(pair, tuple) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
-            return Verdict(False, f"merge {k}: merge_step returned the pair {pair!r}; it must be a tuple of two "
-                                  "symbols (str), as they appear in the words")
+            return Verdict(
+                False,
+                f"merge {k}: merge_step returned the pair {pair!r}; it must be a tuple of two "
+                "symbols (str), as they appear in the words",
+            )
         bad = next((w for w, n in new_words.items() if not _word_and_count(w, n)), None)
         if bad is not None:
-            return Verdict(False, f"merge {k}: new_words maps {bad!r} to {new_words[bad]!r}; it must map each word, a "
-                                  "tuple of symbols (str), to its count (int)")
+            return Verdict(
+                False,
+                f"merge {k}: new_words maps {bad!r} to {new_words[bad]!r}; it must map each word, a "
+                "tuple of symbols (str), to its count (int)",
+            )
         counts = pair_counts(words)
         if pair != want:
             theirs = f" (it occurs {_times(counts[pair])})" if pair in counts else " (no word holds it)"
-            return Verdict(False, f"merge {k}: you merged {pair!r}{theirs}; the trainer merged {want!r}, "
-                                  f"the most frequent pair ({_times(counts[want])})")
+            return Verdict(
+                False,
+                f"merge {k}: you merged {pair!r}{theirs}; the trainer merged {want!r}, "
+                f"the most frequent pair ({_times(counts[want])})",
+            )
         right = merged(words, want)
         if new_words != right:
-            return Verdict(False, f"merge {k} of {want!r}: " + _first_difference(words, want, right, new_words),
-                           _cause(words, right, new_words))
+            return Verdict(
+                False,
+                f"merge {k} of {want!r}: " + _first_difference(words, want, right, new_words),
+                _cause(words, right, new_words),
+            )
         words = right
-    return Verdict(True, f"your {MERGES} merges are the trainer's ({', '.join(map(repr, expected))}), "
-                         f"each with the words it makes, on a text of {sum(text_words().values())} words")
+    return Verdict(
+        True,
+        f"your {MERGES} merges are the trainer's ({', '.join(map(repr, expected))}), "
+        f"each with the words it makes, on a text of {sum(text_words().values())} words",
+    )
 
 
 def _first_difference(before: dict, pair: tuple[str, str], right: dict, got: dict) -> str:
     """The first word (in the text's order) whose merged form or count differs, in words."""
     for word in before:
-        (new, _), = merged({word: 1}, pair).items()
+        ((new, _),) = merged({word: 1}, pair).items()
         if got.get(new) == right[new]:
             continue
         if new in got:
@@ -149,7 +174,9 @@ def _first_difference(before: dict, pair: tuple[str, str], right: dict, got: dic
             return f"the word {_show(word)} {becomes}; yours has {_show(same[0])}"
         return f"the word {_show(word)} becomes {_show(new)} ({_times(right[new])}); new_words lacks it"
     extra = sorted(set(got) - set(right), key=str)
-    return f"new_words holds {_show(extra[0])}, which is no word of the text" if extra else "new_words differs"
+    return (
+        f"new_words holds {_show(extra[0])}, which is no word of the text" if extra else "new_words differs"
+    )
 
 
 UNKNOWN = "run your merge_step on {('a', 'a', 'a', 'a'): 2, ('b', 'a'): 3} by hand and compare"

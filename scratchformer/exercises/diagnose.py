@@ -59,9 +59,21 @@ def make_runs(directory: str | Path) -> Path:
     directory = Path(directory)
     for name, fault in RUNS.items():
         lr = 1.0 if fault == "lr_too_high" else 3e-3
-        job, cfg = build_job("lines", model=dict(n_layer=2, n_head=2, n_embd=16, dropout=0.0, activation="relu"),
-                             train=dict(max_steps=40, batch_size=16, lr=lr, min_lr=lr / 10, warmup_steps=0,
-                                        diag_interval=4, eval_interval=40, workers=1, num_samples=0))
+        job, cfg = build_job(
+            "lines",
+            model=dict(n_layer=2, n_head=2, n_embd=16, dropout=0.0, activation="relu"),
+            train=dict(
+                max_steps=40,
+                batch_size=16,
+                lr=lr,
+                min_lr=lr / 10,
+                warmup_steps=0,
+                diag_interval=4,
+                eval_interval=40,
+                workers=1,
+                num_samples=0,
+            ),
+        )
         _plant(fault, dict(job.model.named_parameters()))
         train(job, cfg, directory / name, progress=False, verbose=False)
     return directory
@@ -72,21 +84,29 @@ def setup(stub: Path) -> str:
     runs = stub.parent / RUNS_DIR
     if not all((runs / name / "diagnostics.jsonl").is_file() for name in RUNS):
         make_runs(runs)
-    return (f"the runs to diagnose are in {runs}/ (a, b, c, d): scratchformer viz {runs}/a --all draws one's "
-            "figures, the diagnostics among them")
+    return (
+        f"the runs to diagnose are in {runs}/ (a, b, c, d): scratchformer viz {runs}/a --all draws one's "
+        "figures, the diagnostics among them"
+    )
 
 
 def grade(diagnose, progress) -> Verdict:
     progress("your diagnose")
     got = diagnose()
     if not isinstance(got, dict) or set(got) != set(RUNS):
-        return Verdict(False, f"diagnose returned {got!r}; it must return a dict with one answer for each run, "
-                              f"{{{', '.join(repr(r) + ': ...' for r in RUNS)}}}")
+        return Verdict(
+            False,
+            f"diagnose returned {got!r}; it must return a dict with one answer for each run, "
+            f"{{{', '.join(repr(r) + ': ...' for r in RUNS)}}}",
+        )
     for run, fault in RUNS.items():
         answer = got[run]
         if answer not in FAULTS:
             return Verdict(False, f"run {run}: {answer!r} is not one of the faults: {', '.join(FAULTS)}")
         if answer != fault:
-            return Verdict(False, f"run {run}: not {answer}", f"{answer} shows as {FAULTS[answer]}; run {run}'s "
-                                                               "records do not: look at the other readings")
+            return Verdict(
+                False,
+                f"run {run}: not {answer}",
+                f"{answer} shows as {FAULTS[answer]}; run {run}'s records do not: look at the other readings",
+            )
     return Verdict(True, f"every run's fault is named ({', '.join(f'{r}: {f}' for r, f in RUNS.items())})")

@@ -84,10 +84,12 @@ def stub_source(name: str, path: str = "FILE") -> str:
     source, ex = solution_source(name), exercise(name)
     m = SOLUTION_BLOCK.search(source)
     pad = m.group(1)
-    todo = (f"{pad}# your code here; then: scratchformer exercise {name} --check {path}\n"
-            f"{pad}# (stuck? scratchformer exercise {name} --hint)\n"
-            f"{pad}raise NotImplementedError(\"{ex.todo}\")\n")
-    return source[:m.start()] + todo + source[m.end():]
+    todo = (
+        f"{pad}# your code here; then: scratchformer exercise {name} --check {path}\n"
+        f"{pad}# (stuck? scratchformer exercise {name} --hint)\n"
+        f'{pad}raise NotImplementedError("{ex.todo}")\n'
+    )
+    return source[: m.start()] + todo + source[m.end() :]
 
 
 def _class_from_source(source: str, class_name: str, filename: str) -> type:
@@ -98,7 +100,9 @@ def _class_from_source(source: str, class_name: str, filename: str) -> type:
 
 
 def _missing_file(path: Path, ex: Exercise) -> DataError:
-    return DataError(f"{path}: no such file (write the stub with 'scratchformer exercise {ex.name} --out {path}')")
+    return DataError(
+        f"{path}: no such file (write the stub with 'scratchformer exercise {ex.name} --out {path}')"
+    )
 
 
 def load_class(path: str | Path, ex: Exercise) -> type:
@@ -124,8 +128,9 @@ def load_answer(path: str | Path, ex: Exercise):
     except BaseException as e:  # noqa: BLE001 - the learner's module-level code, exit() included: one line
         raise DataError(f"{path} does not load: {_message(e)}{_where(e, module.__file__)}") from None
     if not hasattr(module, class_name):
-        raise DataError(f"{path} defines no {'class ' if ex.kind == 'backward' else ''}{class_name}: "
-                        "keep the stub's name")
+        raise DataError(
+            f"{path} defines no {'class ' if ex.kind == 'backward' else ''}{class_name}: keep the stub's name"
+        )
     return getattr(module, class_name)
 
 
@@ -192,7 +197,9 @@ def _quiet(_where: str) -> None:
     pass
 
 
-def _run(cls: type, case: Case, filename: str, upstream=None, progress: Callable[[str], None] = _quiet) -> Outcome:
+def _run(
+    cls: type, case: Case, filename: str, upstream=None, progress: Callable[[str], None] = _quiet
+) -> Outcome:
     o = Outcome()
     phase = "constructor"
     try:
@@ -288,37 +295,53 @@ class Grade:
         return "\n".join(self.lines)
 
 
-def _returned_gradients(o: Outcome, case: Case, names: list[str]) -> tuple[dict[str, np.ndarray], Finding | None]:
+def _returned_gradients(
+    o: Outcome, case: Case, names: list[str]
+) -> tuple[dict[str, np.ndarray], Finding | None]:
     """The gradients backward returned, by name (dx, dq, ...), or what breaks the contract."""
     inputs = case.inputs(np.random.default_rng(case.seed))
     floats = [(n, a) for n, a in zip(names, inputs) if _is_float(a)]
     r = o.returned
     if not floats:
         if r is not None:
-            return {}, Finding(f"backward returned {type(r).__name__}; the inputs are integer ids, which have "
-                               "no gradient: return None", ("returned", "not None"))
+            return {}, Finding(
+                f"backward returned {type(r).__name__}; the inputs are integer ids, which have "
+                "no gradient: return None",
+                ("returned", "not None"),
+            )
         return {}, None
     if len(floats) == 1:
         if not isinstance(r, np.ndarray):
-            return {}, Finding(f"backward returned {_describe(r)}; it must return d{floats[0][0]}, one array of "
-                               f"{floats[0][0]}'s shape {floats[0][1].shape}", ("returned", _describe(r)))
+            return {}, Finding(
+                f"backward returned {_describe(r)}; it must return d{floats[0][0]}, one array of "
+                f"{floats[0][0]}'s shape {floats[0][1].shape}",
+                ("returned", _describe(r)),
+            )
         got = {"d" + floats[0][0]: r}
     else:
         want = ", ".join("d" + n for n, _ in floats)
         if not isinstance(r, tuple) or len(r) != len(floats) or not all(isinstance(g, np.ndarray) for g in r):
-            return {}, Finding(f"backward returned {_describe(r)}; it must return the tuple ({want})",
-                               ("returned", _describe(r)))
+            return {}, Finding(
+                f"backward returned {_describe(r)}; it must return the tuple ({want})",
+                ("returned", _describe(r)),
+            )
         shapes = [g.shape for g in r]
         wanted = [a.shape for _, a in floats]
         if shapes != wanted and sorted(shapes) == sorted(wanted):
-            return {}, Finding(f"backward returned arrays of shapes {shapes}: the gradients are in the wrong order; "
-                               f"return ({want}), shapes {wanted}", ("order", tuple(shapes)))
+            return {}, Finding(
+                f"backward returned arrays of shapes {shapes}: the gradients are in the wrong order; "
+                f"return ({want}), shapes {wanted}",
+                ("order", tuple(shapes)),
+            )
         got = {"d" + n: g for (n, _), g in zip(floats, r)}
     for (n, a), (gname, g) in zip(floats, got.items()):
         if g.shape != a.shape:
             cause = _shape_cause(g.shape, a.shape)
-            return got, Finding(f"{gname} has shape {g.shape}, {n} has shape {a.shape}: {cause}",
-                                ("shape", gname, g.shape), cause=cause)
+            return got, Finding(
+                f"{gname} has shape {g.shape}, {n} has shape {a.shape}: {cause}",
+                ("shape", gname, g.shape),
+                cause=cause,
+            )
         if not np.issubdtype(g.dtype, np.floating):
             return got, Finding(f"{gname} has dtype {g.dtype}; it must be floating", ("dtype", gname))
     return got, None
@@ -335,34 +358,48 @@ def _describe(r) -> str:
 def _shape_cause(got: tuple, want: tuple) -> str:
     if len(got) > 1 and got == want[::-1]:
         return "a transposed product (the shape is reversed)"
-    if len(got) > len(want) and got[len(got) - len(want):] == want:
+    if len(got) > len(want) and got[len(got) - len(want) :] == want:
         return MISSING_BATCH_SUM
     if sorted(got) == sorted(want):
-        return ("the right axes in another order: a transpose (or swapaxes) is missing or extra; "
-                "a reshape would mix entries")
+        return (
+            "the right axes in another order: a transpose (or swapaxes) is missing or extra; "
+            "a reshape would mix entries"
+        )
     if math.prod(got) == math.prod(want):
         return f"the right number of entries in the wrong shape: reshape to {want}"
     return "a wrong shape"
 
 
-def _first_finding(o: Outcome, ex: Exercise, case: Case, names: list[str], reference: Outcome,
-                   expected: dict[str, np.ndarray]) -> Finding | None:
+def _first_finding(
+    o: Outcome,
+    ex: Exercise,
+    case: Case,
+    names: list[str],
+    reference: Outcome,
+    expected: dict[str, np.ndarray],
+) -> Finding | None:
     """The first way `o` breaks the exercise on `case`, in the order the module docstring lists."""
     if o.error and o.error[0] == "constructor":
         return _given_raised(o)
     extra = [n for n in o.params if n not in reference.params]
     missing = [n for n in reference.params if n not in o.params]
     if extra or missing:
-        parts = ([f"your class has parameter(s) the stub's has not: {', '.join(extra)}"] if extra else []) + \
-                ([f"it lacks the stub's parameter(s) {', '.join(missing)}"] if missing else [])
-        return Finding("; ".join(parts) + ": the check sets and compares the stub's parameters by name (a gradient "
-                       "for any other has nothing to be compared with); keep the stub's constructor",
-                       ("params", tuple(extra), tuple(missing)))
+        parts = ([f"your class has parameter(s) the stub's has not: {', '.join(extra)}"] if extra else []) + (
+            [f"it lacks the stub's parameter(s) {', '.join(missing)}"] if missing else []
+        )
+        return Finding(
+            "; ".join(parts) + ": the check sets and compares the stub's parameters by name (a gradient "
+            "for any other has nothing to be compared with); keep the stub's constructor",
+            ("params", tuple(extra), tuple(missing)),
+        )
     if o.error and o.error[0] == "forward":
         return _given_raised(o)
     if not _same_output(o.out, reference.out):
-        return Finding("your forward's output differs from the given forward's: the check needs the stub's forward "
-                       f"as it was given (take it again with 'scratchformer exercise {ex.name}')", ("forward",))
+        return Finding(
+            "your forward's output differs from the given forward's: the check needs the stub's forward "
+            f"as it was given (take it again with 'scratchformer exercise {ex.name}')",
+            ("forward",),
+        )
     if o.error and o.error[0] == "backward":
         _, message, where = o.error
         return Finding(f"backward raised {message}{where}", ("raised", message))
@@ -373,22 +410,29 @@ def _first_finding(o: Outcome, ex: Exercise, case: Case, names: list[str], refer
         want = expected[name].shape
         if g.shape != want:
             cause = _shape_cause(g.shape, want)
-            return Finding(f"{name} has shape {g.shape}, expected {want}: {cause}", ("shape", name, g.shape),
-                           cause=cause)
+            return Finding(
+                f"{name} has shape {g.shape}, expected {want}: {cause}", ("shape", name, g.shape), cause=cause
+            )
         if not np.issubdtype(g.dtype, np.floating):
             return Finding(f"{name} has dtype {g.dtype}; it must be a floating array", ("dtype", name))
     if o.dy_changed:
-        return Finding("backward changed its argument in place (e.g. dy *= ...): the caller may still need it; "
-                       "compute into a new array", ("dy changed",))
+        return Finding(
+            "backward changed its argument in place (e.g. dy *= ...): the caller may still need it; "
+            "compute into a new array",
+            ("dy changed",),
+        )
     for name, want in expected.items():
         g = got[name] if name in got else o.grads[name]
         finite = np.isfinite(g)
         if not finite.all():  # NaN compares False with anything: it gets its own check
             i = np.unravel_index(int(np.argmin(finite.reshape(-1))), g.shape)
             index = ", ".join(str(int(j)) for j in i)
-            return Finding(f"{name}[{index}] is {float(g[i])}: every gradient must be finite ({int((~finite).sum())} "
-                           f"of {g.size} entries are not; finite differences give {float(want[i]):.6g} there)",
-                           ("non-finite", name, int((~finite).sum())), tensor=name)
+            return Finding(
+                f"{name}[{index}] is {float(g[i])}: every gradient must be finite ({int((~finite).sum())} "
+                f"of {g.size} entries are not; finite differences give {float(want[i]):.6g} there)",
+                ("non-finite", name, int((~finite).sum())),
+                tensor=name,
+            )
         if not relative_error(g, want) <= TOLERANCE:
             return Finding(_first_wrong_element(name, g, want), ("values",), tensor=name)
     if o.error:  # the second backward raised
@@ -398,18 +442,25 @@ def _first_finding(o: Outcome, ex: Exercise, case: Case, names: list[str], refer
         want = o.prefill.get(name, 0) + expected[name]
         if g.shape != want.shape or not relative_error(g, want) <= TOLERANCE:
             if g.shape == want.shape and relative_error(g, expected[name]) <= TOLERANCE:
-                return Finding(f"{name} is overwritten instead of accumulated: a backward must ADD into .grad "
-                               "(+=), as a parameter used twice gets the sum of both gradients",
-                               ("overwritten", name))
-            return Finding(f"{name} after a second backward is not the earlier .grad plus this gradient: "
-                           "a backward must add its gradient into .grad and nothing else", ("accumulate", name))
+                return Finding(
+                    f"{name} is overwritten instead of accumulated: a backward must ADD into .grad "
+                    "(+=), as a parameter used twice gets the sum of both gradients",
+                    ("overwritten", name),
+                )
+            return Finding(
+                f"{name} after a second backward is not the earlier .grad plus this gradient: "
+                "a backward must add its gradient into .grad and nothing else",
+                ("accumulate", name),
+            )
     return None
 
 
 def _given_raised(o: Outcome) -> Finding:
     phase, message, where = o.error
-    return Finding(f"your {phase} raised {message}{where}; the check needs the stub's {phase} as it was given",
-                   ("raised", phase, message))
+    return Finding(
+        f"your {phase} raised {message}{where}; the check needs the stub's {phase} as it was given",
+        ("raised", phase, message),
+    )
 
 
 def _same_output(a, b) -> bool:
@@ -426,8 +477,10 @@ def _first_wrong_element(name: str, got: np.ndarray, want: np.ndarray) -> str:
     bad = ~(np.abs(got - want) <= TOLERANCE * scale)
     i = np.unravel_index(int(np.argmax(bad.reshape(-1))), want.shape)
     index = ", ".join(str(int(j)) for j in i)
-    return (f"{name}[{index}] is {float(got[i]):.6g}, finite differences give {float(want[i]):.6g} "
-            f"({int(bad.sum())} of {bad.size} entries wrong; relative error {relative_error(got, want):.2e})")
+    return (
+        f"{name}[{index}] is {float(got[i]):.6g}, finite differences give {float(want[i]):.6g} "
+        f"({int(bad.sum())} of {bad.size} entries wrong; relative error {relative_error(got, want):.2e})"
+    )
 
 
 def _gradients(o: Outcome, case: Case, names: list[str]) -> dict[str, np.ndarray]:
@@ -442,10 +495,13 @@ def _same_failure(mine: Finding, theirs: Finding | None, o: Outcome, m: Outcome,
         return True
     a, b = _gradients(o, case, names), _gradients(m, case, names)
     return a.keys() == b.keys() and all(
-        a[k].shape == b[k].shape and relative_error(a[k], b[k]) <= TOLERANCE for k in a)
+        a[k].shape == b[k].shape and relative_error(a[k], b[k]) <= TOLERANCE for k in a
+    )
 
 
-def _generic_cause(f: Finding, o: Outcome, ex: Exercise, case: Case, names, expected, ref_cls, filename) -> str | None:
+def _generic_cause(
+    f: Finding, o: Outcome, ex: Exercise, case: Case, names, expected, ref_cls, filename
+) -> str | None:
     """A cause for a finding no known mistake reproduces."""
     if f.cause:
         return f.cause
@@ -458,11 +514,15 @@ def _generic_cause(f: Finding, o: Outcome, ex: Exercise, case: Case, names, expe
     if f.key[0] == "dy changed":
         return "an in-place operation on the argument (dy *= ..., dy -= ..., dy[...] = ...)"
     if f.key[0] == "params":
-        return ("a parameter added to the stub's class, or one renamed: the grader sets each of the stub's "
-                "parameters by name and compares its .grad")
+        return (
+            "a parameter added to the stub's class, or one renamed: the grader sets each of the stub's "
+            "parameters by name and compares its .grad"
+        )
     if f.key[0] == "non-finite":
-        return ("a division by zero, a log of 0, an overflowing exp or an inf from the mask: compute the gradient "
-                "from the cached forward values, with the same max-subtraction and masking the forward used")
+        return (
+            "a division by zero, a log of 0, an overflowing exp or an inf from the mask: compute the gradient "
+            "from the cached forward values, with the same max-subtraction and masking the forward used"
+        )
     if f.key != ("values",):
         return None
     got, want = _gradients(o, case, names)[f.tensor], expected[f.tensor]
@@ -492,15 +552,20 @@ def _factor_cause(factor: float, ex: Exercise, case: Case) -> str:
     inputs = case.inputs(np.random.default_rng(case.seed))
     first = next(a for a in inputs if isinstance(a, np.ndarray))
     rows = math.prod(first.shape[:-1]) if first.ndim > 1 else first.shape[0]
-    hints = [(2.0, "counted twice"), (0.5, "half of it: a gradient counted once where it should be twice"),
-             (rows, f"multiplied by the number of rows ({rows}): a sum where a mean belongs, or a missing 1/N"),
-             (1 / rows, f"divided by the number of rows ({rows}): a mean where a sum belongs"),
-             (SCALAR_UPSTREAM, "the incoming gradient is multiplied in twice"),
-             (1 / SCALAR_UPSTREAM, "the incoming gradient is not multiplied in (the chain rule)")]
+    hints = [
+        (2.0, "counted twice"),
+        (0.5, "half of it: a gradient counted once where it should be twice"),
+        (rows, f"multiplied by the number of rows ({rows}): a sum where a mean belongs, or a missing 1/N"),
+        (1 / rows, f"divided by the number of rows ({rows}): a mean where a sum belongs"),
+        (SCALAR_UPSTREAM, "the incoming gradient is multiplied in twice"),
+        (1 / SCALAR_UPSTREAM, "the incoming gradient is not multiplied in (the chain rule)"),
+    ]
     if ex.name in ("attention", "gqa", "mha"):  # the exercises whose forward scales by 1/sqrt(d)
         d = case.args[0] // case.args[1] if ex.name == "mha" else first.shape[-1]
-        hints += [(math.sqrt(d), f"a missing 1/sqrt(d) scale (d = {d})"),
-                  (1 / math.sqrt(d), f"an extra 1/sqrt(d) scale (d = {d})")]
+        hints += [
+            (math.sqrt(d), f"a missing 1/sqrt(d) scale (d = {d})"),
+            (1 / math.sqrt(d), f"an extra 1/sqrt(d) scale (d = {d})"),
+        ]
     for value, hint in hints:
         if math.isclose(factor, value, rel_tol=1e-4):
             return f"off by a factor {factor:.4g}: {hint}"
@@ -513,20 +578,27 @@ def _exception_cause(message: str) -> str | None:
     if message.startswith("SystemExit"):
         return "the backward ends the program (exit() or sys.exit()) instead of returning its gradient"
     if message.startswith("MemoryError"):
-        return ("an array far larger than the exercise needs (the grader allows "
-                f"{MEMORY_LIMIT >> 30} GiB): a product of the wrong arrays, or an outer product where a sum belongs")
+        return (
+            "an array far larger than the exercise needs (the grader allows "
+            f"{MEMORY_LIMIT >> 30} GiB): a product of the wrong arrays, or an outer product where a sum belongs"
+        )
     if message.startswith("EOFError"):
         return "the backward reads input (input()): the grader gives it none"
     if message.startswith("RecursionError"):
         return "a function that calls itself without end: backward calling backward (or forward) again"
-    m = re.search(r"non-broadcastable output operand with shape \(([^)]*)\) doesn't match the broadcast shape "
-                  r"\(([^)]*)\)", message)
+    m = re.search(
+        r"non-broadcastable output operand with shape \(([^)]*)\) doesn't match the broadcast shape "
+        r"\(([^)]*)\)",
+        message,
+    )
     if m:
         target, result = (tuple(int(s) for s in g.split(",") if s.strip()) for g in m.groups())
-        return f"a ({', '.join(map(str, result))}) gradient added into a ({', '.join(map(str, target))}) array: " + \
-            _shape_cause(result, target)
+        return (
+            f"a ({', '.join(map(str, result))}) gradient added into a ({', '.join(map(str, target))}) array: "
+            + _shape_cause(result, target)
+        )
     if "matmul" in message or "not aligned" in message:
-        return "a product of mismatched shapes: a factor needs (or must lose) a transpose; write each array's shape down"
+        return "a product of mismatched shapes: a factor needs (or must lose) a transpose; write each array's shape down"  # noqa: E501
     if "could not be broadcast" in message:
         return "shapes that do not broadcast: a sum without keepdims=True, or a transposed factor"
     return None
@@ -549,8 +621,10 @@ def _reference(ex: Exercise):
         filename = str(SOLUTIONS / f"{ex.name}.py")
         ref_cls = _class_from_source(solution_source(ex.name), ex.class_name, filename)
         with _quiet_numpy():
-            _REFERENCE_CACHE[ex.name] = (ref_cls, [(_run(ref_cls, case, filename), finite_differences(ref_cls, case))
-                                                   for case in ex.cases])
+            _REFERENCE_CACHE[ex.name] = (
+                ref_cls,
+                [(_run(ref_cls, case, filename), finite_differences(ref_cls, case)) for case in ex.cases],
+            )
     return _REFERENCE_CACHE[ex.name]
 
 
@@ -570,7 +644,9 @@ def grade_file(name: str, path: str | Path, progress: Callable[[str], None] = _q
     worst = 0.0
     for k, case in enumerate(ex.cases):
         where = describe_case(ex, case, names)
-        o = _run(cls, case, filename, progress=lambda phase, where=where: progress(f"your {phase} on {where}"))
+        o = _run(
+            cls, case, filename, progress=lambda phase, where=where: progress(f"your {phase} on {where}")
+        )
         finding = _first_finding(o, ex, case, names, *references[k])  # gradients named as in the stub
         if finding is not None:
             progress("looking up the likely cause")
@@ -580,8 +656,14 @@ def grade_file(name: str, path: str | Path, progress: Callable[[str], None] = _q
     grads = ", ".join(references[0][1])
     added = "; a second backward adds into .grad" if references[0][0].grads else ""
     shapes = "; ".join(_short(ex, c, names) for c in ex.cases)
-    return Grade(name, True, [f"right: {ex.name}: {grads} agree with finite differences on {len(ex.cases)} inputs "
-                              f"({shapes}; worst relative error {worst:.1e}){added}"])
+    return Grade(
+        name,
+        True,
+        [
+            f"right: {ex.name}: {grads} agree with finite differences on {len(ex.cases)} inputs "
+            f"({shapes}; worst relative error {worst:.1e}){added}"
+        ],
+    )
 
 
 def _wrong(ex: Exercise, k: int, finding: Finding, o: Outcome, names, ref_cls, filename) -> Grade:
@@ -592,7 +674,12 @@ def _wrong(ex: Exercise, k: int, finding: Finding, o: Outcome, names, ref_cls, f
     for i, mistake in enumerate(ex.mistakes):
         wrong = source.replace(mistake.old, mistake.new, 1)
         wrong_file = f"<{ex.name}: known mistake {i}>"
-        linecache.cache[wrong_file] = (len(wrong), None, wrong.splitlines(True), wrong_file)  # for _where's line
+        linecache.cache[wrong_file] = (
+            len(wrong),
+            None,
+            wrong.splitlines(True),
+            wrong_file,
+        )  # for _where's line
         with _quiet_numpy():  # a known mistake's warnings (log of a negative, ...) are not the learner's
             m = _run(_class_from_source(wrong, ex.class_name, wrong_file), case, wrong_file)
         if _same_failure(finding, _first_finding(m, ex, case, names, reference, expected), o, m, case, names):
@@ -603,20 +690,26 @@ def _wrong(ex: Exercise, k: int, finding: Finding, o: Outcome, names, ref_cls, f
     # whose failing line reads most like the learner's
     words = lambda line: set(re.findall(r"\w+", line.partition(": ")[2]))  # noqa: E731
     mine = words(o.error[2]) if o.error else set()
-    cause = max(matches, key=lambda mw: len(mine & words(mw[1])) / max(1, len(mine | words(mw[1]))),
-                default=(None,))[0]
+    cause = max(
+        matches, key=lambda mw: len(mine & words(mw[1])) / max(1, len(mine | words(mw[1]))), default=(None,)
+    )[0]
     cause = cause.cause if cause else None
     if cause is None and k > 0:
         right_on = "; ".join(_short(ex, c, names) for c in ex.cases[:k])
-        cause = (f"right on {right_on}, wrong here: the backward depends on the input's shape, a size or an axis "
-                 "count written into the code (a fixed reshape, a sum or an einsum over exactly these axes, an axis "
-                 "counted from the front); take every size from the arrays, and the axes from the end")
+        cause = (
+            f"right on {right_on}, wrong here: the backward depends on the input's shape, a size or an axis "
+            "count written into the code (a fixed reshape, a sum or an einsum over exactly these axes, an axis "
+            "counted from the front); take every size from the arrays, and the axes from the end"
+        )
     if cause is None:
         cause = _generic_cause(finding, o, ex, case, names, expected, ref_cls, filename)
     on = "" if k == 0 else f"on {_short(ex, case, names)}: "
-    lines = [f"wrong: {ex.name}: {on}{finding.what}",
-             f"likely cause: {cause}" if cause else
-             "likely cause: not one this checker knows; compare each line with the forward line it differentiates"]
+    lines = [
+        f"wrong: {ex.name}: {on}{finding.what}",
+        f"likely cause: {cause}"
+        if cause
+        else "likely cause: not one this checker knows; compare each line with the forward line it differentiates",
+    ]
     return Grade(ex.name, False, lines, cause)
 
 
@@ -642,8 +735,11 @@ def _verdict(ex: Exercise, answer, filename: str, progress: Callable[[str], None
         message, where = _message(e), _where(e, filename)
         if not where:  # raised by the grader on what the learner's code returned
             return Verdict(False, f"what your {ex.class_name} returned cannot be graded: {message}", None)
-        cause = (f"{ex.class_name} is not written yet" if message.startswith("NotImplementedError")
-                 else _exception_cause(message))
+        cause = (
+            f"{ex.class_name} is not written yet"
+            if message.startswith("NotImplementedError")
+            else _exception_cause(message)
+        )
         return Verdict(False, f"your {ex.class_name} raised {message}{where}", cause)
 
 
@@ -666,12 +762,22 @@ def _grade_other(ex: Exercise, path, progress: Callable[[str], None]) -> Grade:
             if _verdict(ex, known, wrong_file).text == verdict.text:
                 cause = mistake.cause
                 break
-    return Grade(ex.name, False, [f"wrong: {ex.name}: {verdict.text}",
-                                  f"likely cause: {cause}" if cause else
-                                  "likely cause: not one this checker knows; " + _grader(ex).UNKNOWN], cause)
+    return Grade(
+        ex.name,
+        False,
+        [
+            f"wrong: {ex.name}: {verdict.text}",
+            f"likely cause: {cause}"
+            if cause
+            else "likely cause: not one this checker knows; " + _grader(ex).UNKNOWN,
+        ],
+        cause,
+    )
 
 
-def check(name: str, path: str | Path, *, time_limit: float = TIME_LIMIT, memory_limit: int = MEMORY_LIMIT) -> Grade:
+def check(
+    name: str, path: str | Path, *, time_limit: float = TIME_LIMIT, memory_limit: int = MEMORY_LIMIT
+) -> Grade:
     """Grade the learner's file at `path` for exercise `name`, in a child process limited to
     `time_limit` seconds and `memory_limit` bytes more than it starts with. A file that does not
     load, or lacks the class, raises DataError; everything else is a Grade (passed or not), a
@@ -682,7 +788,9 @@ def check(name: str, path: str | Path, *, time_limit: float = TIME_LIMIT, memory
     if not (isinstance(time_limit, (int, float)) and 0 < time_limit <= 3600):
         raise ConfigError(f"time_limit must be a number of seconds in (0, 3600], got {time_limit!r}")
     if not (isinstance(memory_limit, int) and (64 << 20) <= memory_limit <= (1 << 40)):
-        raise ConfigError(f"memory_limit must be a number of bytes from 64 MiB to 1 TiB, got {memory_limit!r}")
+        raise ConfigError(
+            f"memory_limit must be a number of bytes from 64 MiB to 1 TiB, got {memory_limit!r}"
+        )
     path = Path(path)
     if not path.is_file():
         raise _missing_file(path, ex)

@@ -30,8 +30,10 @@ from scratchformer.exercises.catalogue import Verdict
 MODEL_DIR = Path(__file__).resolve().parent / "data" / "induction"
 PROBE = 64  # held-out sequences the ablations are measured on
 MOST = 0.75  # the answered head's ablation must raise the repeated loss by this share of the best head's
-UNKNOWN = ("look at each head's attention pattern (lens.run_with_cache, 'blocks.L.attn.pattern') on the "
-           "second copy: where does an induction head look?")
+UNKNOWN = (
+    "look at each head's attention pattern (lens.run_with_cache, 'blocks.L.attn.pattern') on the "
+    "second copy: where does an induction head look?"
+)
 
 
 def load_model():
@@ -49,8 +51,14 @@ def probe_tokens(data: dict, n: int = PROBE) -> np.ndarray:
     """(n, block_size) held-out sequences of the task: a random segment, then the same again."""
     from scratchformer.data.induction import make_induction_split
 
-    _, held = make_induction_split(data["n_train"], 2 * data["n_test"], data["symbols"], data["block_size"],
-                                   data["repeats"], data["seed"])
+    _, held = make_induction_split(
+        data["n_train"],
+        2 * data["n_test"],
+        data["symbols"],
+        data["block_size"],
+        data["repeats"],
+        data["seed"],
+    )
     return held[:n]
 
 
@@ -65,10 +73,12 @@ def repeat_loss(model, tokens: np.ndarray, repeats: int, zero: tuple[int, int] |
     _, rep = target_masks(x, repeats)
     hooks = {}
     if zero is not None:
+
         def zeroed(out, _name):
             out = out.copy()
             out[:, zero[1]] = 0.0
             return out
+
         hooks = {f"blocks.{zero[0]}.attn.head_out": zeroed}
     out = lens.run_with_hooks(model, x, hooks=hooks)
     return float(token_losses(out[0] if isinstance(out, tuple) else out, y)[rep].mean())
@@ -78,8 +88,12 @@ def ablations(model, tokens: np.ndarray, repeats: int) -> np.ndarray:
     """(n_layer, n_head): the rise of the repeated targets' loss when each head is zeroed."""
     c = model.config
     base = repeat_loss(model, tokens, repeats)
-    return np.array([[repeat_loss(model, tokens, repeats, (layer, head)) - base for head in range(c.n_head)]
-                     for layer in range(c.n_layer)])
+    return np.array(
+        [
+            [repeat_loss(model, tokens, repeats, (layer, head)) - base for head in range(c.n_head)]
+            for layer in range(c.n_layer)
+        ]
+    )
 
 
 def permuted_heads(model, order: list[int]):
@@ -107,14 +121,20 @@ def _answer(find, model, tokens, what: str):
     c = model.config
     if isinstance(got, np.ndarray):
         got = tuple(got.tolist())
-    ok = (isinstance(got, (tuple, list)) and len(got) == 2
-          and all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in got))
+    ok = (
+        isinstance(got, (tuple, list))
+        and len(got) == 2
+        and all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in got)
+    )
     if not ok:
-        return Verdict(False, f"{what}: find_induction_head returned {got!r}; it must return (layer, head), two ints")
+        return Verdict(
+            False, f"{what}: find_induction_head returned {got!r}; it must return (layer, head), two ints"
+        )
     layer, head = (int(i) for i in got)
     if not (0 <= layer < c.n_layer and 0 <= head < c.n_head):
-        return Verdict(False, f"{what}: ({layer}, {head}) is no head: layers 0..{c.n_layer - 1}, "
-                              f"heads 0..{c.n_head - 1}")
+        return Verdict(
+            False, f"{what}: ({layer}, {head}) is no head: layers 0..{c.n_layer - 1}, heads 0..{c.n_head - 1}"
+        )
     return layer, head
 
 
@@ -152,23 +172,34 @@ def grade(find_induction_head, progress) -> Verdict:
         answers.append(got)
         rise, top = table[got], table[best]
         if got[0] == 0:
-            return Verdict(False, f"{what}: head {got} is in the first layer, which reads only the tokens and "
-                                  "their positions: an induction head needs an earlier head's output (zeroing it "
-                                  f"raises the repeated half's loss by {rise:.3f}, head {best} of a later layer by "
-                                  f"{top:.3f})",
-                           _cause(m, tokens, got, table))
+            return Verdict(
+                False,
+                f"{what}: head {got} is in the first layer, which reads only the tokens and "
+                "their positions: an induction head needs an earlier head's output (zeroing it "
+                f"raises the repeated half's loss by {rise:.3f}, head {best} of a later layer by "
+                f"{top:.3f})",
+                _cause(m, tokens, got, table),
+            )
         if rise < MOST * top:
-            return Verdict(False, f"{what}: zeroing head {got} raises the repeated half's loss by {rise:.3f}; "
-                                  f"zeroing head {best} raises it by {top:.3f} "
-                                  f"(at least {MOST:.0%} of that is needed)",
-                           FIXED if answers == [got, got] else _cause(m, tokens, got, table))
+            return Verdict(
+                False,
+                f"{what}: zeroing head {got} raises the repeated half's loss by {rise:.3f}; "
+                f"zeroing head {best} raises it by {top:.3f} "
+                f"(at least {MOST:.0%} of that is needed)",
+                FIXED if answers == [got, got] else _cause(m, tokens, got, table),
+            )
         shown.append(f"head {got} of {what} (+{rise:.3f}, the best +{top:.3f})")
-    return Verdict(True, f"zeroing {' and '.join(shown)} brings back most of the repeated half's loss "
-                         f"(on {len(tokens)} held-out sequences)")
+    return Verdict(
+        True,
+        f"zeroing {' and '.join(shown)} brings back most of the repeated half's loss "
+        f"(on {len(tokens)} held-out sequences)",
+    )
 
 
-FIXED = ("the same (layer, head) for the model and for it with its heads reordered: an answer written in, not "
-         "found from what the heads do")
+FIXED = (
+    "the same (layer, head) for the model and for it with its heads reordered: an answer written in, not "
+    "found from what the heads do"
+)
 
 
 def _cause(model, tokens, got: tuple[int, int], table: np.ndarray) -> str | None:
@@ -177,7 +208,9 @@ def _cause(model, tokens, got: tuple[int, int], table: np.ndarray) -> str | None
 
     scores = lens.head_scores(model, (tokens[:, :-1],)).scores
     if scores["previous"][got] > 0.5:
-        return (f"head {got} attends to the previous token (score {scores['previous'][got]:.2f}): it is the "
-                "previous-token head the induction head reads, in an earlier layer; an induction head attends "
-                "to the token AFTER the earlier occurrence of the current token")
+        return (
+            f"head {got} attends to the previous token (score {scores['previous'][got]:.2f}): it is the "
+            "previous-token head the induction head reads, in an earlier layer; an induction head attends "
+            "to the token AFTER the earlier occurrence of the current token"
+        )
     return None

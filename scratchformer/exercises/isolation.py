@@ -59,7 +59,7 @@ def _set(resource, which: int, value: int) -> None:
 def _send(fd: int, message: dict) -> None:
     data = (json.dumps(message) + "\n").encode()
     while data:
-        data = data[os.write(fd, data):]
+        data = data[os.write(fd, data) :]
 
 
 def child_main(name: str, path: str, fd: int, time_limit: float, memory_limit: int) -> None:
@@ -106,8 +106,19 @@ class _Child:
             self.pid, self.popen = pid, None
         else:
             self.popen = subprocess.Popen(
-                [sys.executable, "-m", "scratchformer.exercises.isolation", name, str(path), str(write),
-                 repr(time_limit), str(memory_limit)], pass_fds=(write,), stdin=subprocess.DEVNULL)
+                [
+                    sys.executable,
+                    "-m",
+                    "scratchformer.exercises.isolation",
+                    name,
+                    str(path),
+                    str(write),
+                    repr(time_limit),
+                    str(memory_limit),
+                ],
+                pass_fds=(write,),
+                stdin=subprocess.DEVNULL,
+            )
             self.pid = self.popen.pid
         os.close(write)
 
@@ -138,8 +149,10 @@ def run_isolated(name: str, path: Path, time_limit: float, memory_limit: int):
     try:
         child = _Child(name, path, time_limit, memory_limit)
     except OSError as e:  # no process or pipe to be had (EAGAIN, ENOMEM, too many open files)
-        raise ResourceError(f"cannot start the process that grades {path}: {e.strerror or e}; "
-                            "free some memory or processes and try again") from None
+        raise ResourceError(
+            f"cannot start the process that grades {path}: {e.strerror or e}; "
+            "free some memory or processes and try again"
+        ) from None
     messages: list[dict] = []
     buffer = b""
     deadline = time.monotonic() + time_limit
@@ -179,17 +192,29 @@ def run_isolated(name: str, path: Path, time_limit: float, memory_limit: int):
         what, cause = f"the grader failed{where}: {last['message']}", None
     elif timed_out:
         what = f"the grading did not finish within {time_limit:g} s: it was stopped{where}"
-        cause = "an endless loop (a loop whose condition never changes), or far more work than the exercise needs"
+        cause = (
+            "an endless loop (a loop whose condition never changes), or far more work than the exercise needs"
+        )
     elif code is not None and code < 0:
         sig = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
         what = f"the grading process was killed by {sig}{where}"
-        cause = ("it ran out of its CPU time: an endless loop" if sig == "SIGXCPU" else
-                 "it ran out of memory, or the code crashed the interpreter")
+        cause = (
+            "it ran out of its CPU time: an endless loop"
+            if sig == "SIGXCPU"
+            else "it ran out of memory, or the code crashed the interpreter"
+        )
     else:
         what = f"your code ended the grading process (exit status {code}){where} before a verdict"
         cause = "os._exit() or a similar call ends the program: a backward must return its gradient"
-    return Grade(name, False, [f"wrong: {name}: {what}", f"likely cause: {cause}" if cause else
-                               "likely cause: not one this checker knows"], cause)
+    return Grade(
+        name,
+        False,
+        [
+            f"wrong: {name}: {what}",
+            f"likely cause: {cause}" if cause else "likely cause: not one this checker knows",
+        ],
+        cause,
+    )
 
 
 if __name__ == "__main__":  # the child, where processes are not forked

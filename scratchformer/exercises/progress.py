@@ -36,7 +36,7 @@ def passed(directory: str | Path | None = None) -> set[str]:
         return set()
     names = record.get("passed") if isinstance(record, dict) else None
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise RunFileError(f"{path}: not a record of passed exercises (no list \"passed\" of names); {hint}")
+        raise RunFileError(f'{path}: not a record of passed exercises (no list "passed" of names); {hint}')
     return set(names)
 
 

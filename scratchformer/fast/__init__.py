@@ -74,6 +74,7 @@ def reference(on: bool = True):
 class Variant(NamedTuple):
     """One op with a faster form: `formula` (the reference, in ops/), run in the fast lane as
     `module.<name>` (looked up at each call, so a test may replace it)."""
+
     formula: object
     module: object
     name: str
@@ -83,12 +84,12 @@ VARIANTS: dict[str, Variant] = {}  # "ops module.op name" -> its variant, filled
 
 
 def current_lane() -> str:
-    """"fast" or "reference": the lane an op called now runs in (for tools that report it)."""
+    """ "fast" or "reference": the lane an op called now runs in (for tools that report it)."""
     return "fast" if enabled else "reference"
 
 
 def lane_of(cache: dict) -> str:
-    """"fast" or "reference": the lane the forward that made `cache` ran in (its backward runs
+    """ "fast" or "reference": the lane the forward that made `cache` ran in (its backward runs
     in the same)."""
     return "fast" if cache.get("lane") == "fast" else "reference"
 
@@ -103,10 +104,13 @@ def lane(module, *, name: str | None = None, check=None, serves=None, by_cache: 
     backward whose second argument is its forward's cache; it runs the faster form exactly when
     that cache came from the faster forward (cache["lane"] == "fast").
     """
+
     def decorate(formula):
         variant = Variant(formula, module, name or formula.__name__)
         if not callable(getattr(module, variant.name, None)):
-            raise AttributeError(f"{module.__name__} has no function {variant.name} for {formula.__qualname__}")
+            raise AttributeError(
+                f"{module.__name__} has no function {variant.name} for {formula.__qualname__}"
+            )
         VARIANTS[f"{formula.__module__}.{formula.__qualname__}"] = variant
         fast_name = variant.name
 
@@ -122,6 +126,7 @@ def lane(module, *, name: str | None = None, check=None, serves=None, by_cache: 
                     return getattr(module, fast_name)(*args, **kwargs)
                 return formula(*args, **kwargs)
         else:
+
             @functools.wraps(formula)
             def op(*args, **kwargs):
                 if check is not None and not DOOR.inside:
@@ -129,6 +134,8 @@ def lane(module, *, name: str | None = None, check=None, serves=None, by_cache: 
                 if enabled and (serves is None or serves(*args, **kwargs)):  # the lane, chosen per call
                     return getattr(module, fast_name)(*args, **kwargs)
                 return formula(*args, **kwargs)
+
         op.variant = variant
         return op
+
     return decorate

@@ -31,7 +31,6 @@ import numpy as np
 
 from scratchformer.fast.reductions import max_last, sum_last
 
-
 # Pieces are sized so that each one's (H, Tq, Tk) scores stay in the core's cache through the
 # softmax's passes (medium size, 8 x 6 x 256 x 256: forward 17.6 -> 15.0 ms, backward 26 ->
 # 21.6 ms a layer); a model small enough runs in one piece. At T = 1024 with 6 heads one query
@@ -47,6 +46,7 @@ KEEP_WEIGHTS_BYTES = 4 << 20
 class Piece(NamedTuple):
     """One piece of the attention: batch rows `rows`, queries `queries`, and the first `keys`
     keys (the keys after them are hidden from every query of the piece)."""
+
     rows: slice
     queries: slice
     keys: int
@@ -63,8 +63,13 @@ def _pieces(q, k, v, hidden, bias) -> list[Piece]:
     (B, H, T, d) with one B and the mask and the bias have that B or none."""
     B, Tq, Tk = q.shape[0], q.shape[-2], k.shape[-2]
     whole = [Piece(slice(None), slice(None), Tk)]
-    splittable = (q.ndim == 4 and k.ndim == 4 and v.ndim == 4 and k.shape[0] == v.shape[0] == B
-                  and all(a is None or a.ndim < 4 or a.shape[0] in (1, B) for a in (hidden, bias)))
+    splittable = (
+        q.ndim == 4
+        and k.ndim == 4
+        and v.ndim == 4
+        and k.shape[0] == v.shape[0] == B
+        and all(a is None or a.ndim < 4 or a.shape[0] in (1, B) for a in (hidden, bias))
+    )
     nbytes = weights_nbytes(q, k)
     if not splittable or nbytes <= CHUNK_BYTES:
         return whole
@@ -159,15 +164,23 @@ def attention_forward(q, k, v, allowed, bias, drop, training, keep_weights):
     pieces = _pieces(q, k, v, hidden, bias)
     lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2])  # (B, H), or what q and k broadcast to
     w_dtype = np.result_type(q, k) if bias is None else np.result_type(q, k, bias)
-    out = np.empty(np.broadcast_shapes(lead, v.shape[:-2]) + (Tq, v.shape[-1]), dtype=np.result_type(w_dtype, v))
+    out = np.empty(
+        np.broadcast_shapes(lead, v.shape[:-2]) + (Tq, v.shape[-1]), dtype=np.result_type(w_dtype, v)
+    )
     weights = None
     if keep_weights:  # keys after a piece's last visible one get weight 0 (they are not computed)
         trimmed = any(p.keys < Tk for p in pieces)
         weights = (np.zeros if trimmed else np.empty)(lead + (Tq, Tk), dtype=w_dtype)
     stats, drop_mask = [], None  # per piece: (row_max, denom), for recomputing the weights
     for p in pieces:
-        w, row_max, denom = _softmax_weights(_rows(q, p, B), _rows(k, p, B, keys=True), _cut(hidden, p, B, Tq, Tk),
-                                             _cut(bias, p, B, Tq, Tk), scale, out=_cut(weights, p, B, Tq, Tk))
+        w, row_max, denom = _softmax_weights(
+            _rows(q, p, B),
+            _rows(k, p, B, keys=True),
+            _cut(hidden, p, B, Tq, Tk),
+            _cut(bias, p, B, Tq, Tk),
+            scale,
+            out=_cut(weights, p, B, Tq, Tk),
+        )
         dropped, mask_rows = drop(w)
         if mask_rows is not None and len(pieces) == 1:
             drop_mask = mask_rows
@@ -176,8 +189,20 @@ def attention_forward(q, k, v, allowed, bias, drop, training, keep_weights):
             _cut(drop_mask, p, B, Tq, Tk)[...] = mask_rows
         np.matmul(dropped, _rows(v, p, B, keys=True), out=_rows(out, p, B))
         stats.append((row_max, denom))
-    cache = dict(q=q, k=k, v=v, weights=weights, hidden=hidden, bias=bias, scale=scale, pieces=pieces, stats=stats,
-                 drop_mask=drop_mask, out=out, lane="fast")
+    cache = dict(
+        q=q,
+        k=k,
+        v=v,
+        weights=weights,
+        hidden=hidden,
+        bias=bias,
+        scale=scale,
+        pieces=pieces,
+        stats=stats,
+        drop_mask=drop_mask,
+        out=out,
+        lane="fast",
+    )
     return out, cache
 
 
@@ -204,9 +229,20 @@ def attention_backward(dout: np.ndarray, cache: dict):
             w = _cut(cache["weights"], p, B, Tq, Tk)
         else:  # recomputed, bit for bit, from the forward's row maxima and denominators
             w = _softmax_weights(qs, ks, hidden, bias, cache["scale"], stats=stats)[0]
-        _attention_backward_rows(_rows(dout, p, B), _rows(cache["out"], p, B), qs, ks, vs, w, drop_mask,
-                                 cache["scale"], _rows(dq, p, B), _rows(dk, p, B, keys=True),
-                                 _rows(dv, p, B, keys=True), add)
+        _attention_backward_rows(
+            _rows(dout, p, B),
+            _rows(cache["out"], p, B),
+            qs,
+            ks,
+            vs,
+            w,
+            drop_mask,
+            cache["scale"],
+            _rows(dq, p, B),
+            _rows(dk, p, B, keys=True),
+            _rows(dv, p, B, keys=True),
+            add,
+        )
     return dq, dk, dv
 
 

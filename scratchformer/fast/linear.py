@@ -25,8 +25,13 @@ def linear_backward(dy: np.ndarray, x: np.ndarray, weight: np.ndarray, need_bias
     return dx, dweight, dbias
 
 
-def linear_backward_into(dy: np.ndarray, x: np.ndarray, weight: np.ndarray, weight_grad: np.ndarray,
-                         bias_grad: np.ndarray | None = None) -> np.ndarray:
+def linear_backward_into(
+    dy: np.ndarray,
+    x: np.ndarray,
+    weight: np.ndarray,
+    weight_grad: np.ndarray,
+    bias_grad: np.ndarray | None = None,
+) -> np.ndarray:
     dy2 = dy.reshape(-1, dy.shape[-1])  # (N, out)
     x2 = x.reshape(-1, x.shape[-1])  # (N, in)
     dx = (dy2 @ weight).reshape(x.shape)

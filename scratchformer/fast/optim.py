@@ -19,9 +19,19 @@ import numpy as np
 UPDATE_CHUNK = 1 << 16  # entries per piece of the AdamW update (256 KiB of float32 per array)
 
 
-def adamw_update(data: np.ndarray, grad: np.ndarray, m: np.ndarray, v: np.ndarray, tmp: np.ndarray,
-                 groups: list[tuple[int, int, float]], lr: float, betas: tuple[float, float], eps: float,
-                 step_size: float, bc2_sqrt: float) -> None:
+def adamw_update(
+    data: np.ndarray,
+    grad: np.ndarray,
+    m: np.ndarray,
+    v: np.ndarray,
+    tmp: np.ndarray,
+    groups: list[tuple[int, int, float]],
+    lr: float,
+    betas: tuple[float, float],
+    eps: float,
+    step_size: float,
+    bc2_sqrt: float,
+) -> None:
     """One AdamW update of the flat (N,) arrays data, m, v in place from grad (N,); tmp: a
     scratch of min(UPDATE_CHUNK, N) entries; groups: (start, stop, weight decay) per parameter
     group, the ranges tiling what is updated."""
@@ -29,8 +39,9 @@ def adamw_update(data: np.ndarray, grad: np.ndarray, m: np.ndarray, v: np.ndarra
         # cache-sized pieces: the ten passes below then reread data still in L2
         for lo in range(start, stop, UPDATE_CHUNK):
             s = slice(lo, min(lo + UPDATE_CHUNK, stop))
-            _update(data[s], grad[s], m[s], v[s], tmp[:s.stop - s.start], wd, lr, betas, eps, step_size,
-                    bc2_sqrt)
+            _update(
+                data[s], grad[s], m[s], v[s], tmp[: s.stop - s.start], wd, lr, betas, eps, step_size, bc2_sqrt
+            )
 
 
 def _update(p, g, m, v, tmp, wd, lr, betas, eps, step_size, bc2_sqrt) -> None:
@@ -76,8 +87,8 @@ def clip_grad_norm(params: list, max_norm: float) -> float:
     for g in grads:
         flat = g.reshape(-1)
         for lo in range(0, flat.size, CLIP_CHUNK):
-            part = chunk[:min(CLIP_CHUNK, flat.size - lo)]
-            np.copyto(part, flat[lo:lo + CLIP_CHUNK])
+            part = chunk[: min(CLIP_CHUNK, flat.size - lo)]
+            np.copyto(part, flat[lo : lo + CLIP_CHUNK])
             total_sq += float(np.dot(part, part))
     norm = math.sqrt(total_sq)
     if math.isfinite(norm):

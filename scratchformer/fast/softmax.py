@@ -29,7 +29,7 @@ def log_softmax_forward(x: np.ndarray) -> np.ndarray:
     sums = np.empty((rows.shape[0], 1), dtype=out.dtype)
     step = max(1, EXP_BLOCK_BYTES // max(rows[:1].nbytes, 1))  # rows a block
     for start in range(0, rows.shape[0], step):
-        sums[start:start + step] = sum_last(np.exp(rows[start:start + step]))
+        sums[start : start + step] = sum_last(np.exp(rows[start : start + step]))
     out -= np.log(sums).reshape(*out.shape[:-1], 1)
     return out
 

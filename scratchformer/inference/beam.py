@@ -40,7 +40,6 @@ from scratchformer.limits.memory import check_fits
 from scratchformer.nn.module import eval_mode
 from scratchformer.ops import log_softmax_forward
 
-
 MAX_BEAM_WIDTH = 1024  # beyond a few dozen beams the search finds nothing new; each costs memory and time
 
 
@@ -49,8 +48,10 @@ def _decoding(model) -> SimpleNamespace:
     n_layer, n_embd, n_inner, vocab_size (the decoder's), src_vocab_size, max_len, bos_id,
     eos_id, pad_id. ConfigError for a model without the encoder-decoder decoding API."""
     if not getattr(model, "decodes", False):
-        raise ConfigError(f"greedy decoding and beam search drive encoder-decoder models (encode, decode_step); "
-                          f"a {type(model).__name__} has none")
+        raise ConfigError(
+            f"greedy decoding and beam search drive encoder-decoder models (encode, decode_step); "
+            f"a {type(model).__name__} has none"
+        )
     return SimpleNamespace(**model.decoding_sizes())
 
 
@@ -61,16 +62,19 @@ def beam_bytes(model, batch: int, beam_width: int, src_len: int, steps: int) -> 
     their log-softmax and argsort (float64 / int64). The sizes are the model's own answer."""
     d = _decoding(model)
     C, V, layers, hidden = d.n_embd, d.vocab_size, d.n_layer, d.n_inner
-    per_beam = (4 * src_len * C                      # encoder memory, repeated per beam
-                + 4 * 2 * layers * (steps + src_len) * C  # self- and cross-attention K, V
-                + 8 * 6 * steps                      # live, finished and candidate sequences
-                + 4 * 3 * hidden                     # one step's feed-forward
-                + 8 * 6 * V)                         # logits, log-softmax, candidates, argsort
+    per_beam = (
+        4 * src_len * C  # encoder memory, repeated per beam
+        + 4 * 2 * layers * (steps + src_len) * C  # self- and cross-attention K, V
+        + 8 * 6 * steps  # live, finished and candidate sequences
+        + 4 * 3 * hidden  # one step's feed-forward
+        + 8 * 6 * V
+    )  # logits, log-softmax, candidates, argsort
     return batch * beam_width * per_beam
 
 
-def check_beam_width(beam_width, model=None, batch: int = 1, src_len: int = 1, steps: int = 1,
-                     name: str = "beam_width") -> int:
+def check_beam_width(
+    beam_width, model=None, batch: int = 1, src_len: int = 1, steps: int = 1, name: str = "beam_width"
+) -> int:
     """beam_width as an int, after refusing a non-integer, a width outside [1, MAX_BEAM_WIDTH]
     and (given the model) one whose search would not fit in memory. `name`: how the caller
     spells the option in the message (the CLI passes "--beam")."""
@@ -79,8 +83,11 @@ def check_beam_width(beam_width, model=None, batch: int = 1, src_len: int = 1, s
     if not 1 <= beam_width <= MAX_BEAM_WIDTH:
         raise ConfigError(f"{name} must be in [1, {MAX_BEAM_WIDTH}], got {beam_width}")
     if model is not None:
-        check_fits(beam_bytes(model, batch, int(beam_width), src_len, steps),
-                   f"a beam search of width {beam_width} over {batch} inputs", name)
+        check_fits(
+            beam_bytes(model, batch, int(beam_width), src_len, steps),
+            f"a beam search of width {beam_width} over {batch} inputs",
+            name,
+        )
     return int(beam_width)
 
 
@@ -100,8 +107,9 @@ def _trim(seqs: np.ndarray, eos: int) -> np.ndarray:
     return seqs[:, : int(lengths.max(initial=1))]
 
 
-def greedy_decode(model, src, max_new_tokens: int | None = None, return_scores: bool = False,
-                  alpha: float = 0.6):
+def greedy_decode(
+    model, src, max_new_tokens: int | None = None, return_scores: bool = False, alpha: float = 0.6
+):
     """Batched greedy decoding: src (B, S) -> (B, L) ids (see the module docstring).
 
     With return_scores=True also returns each row's score (B,) with length exponent `alpha`."""
@@ -162,8 +170,15 @@ def sequence_scores(model, src, hyps, alpha: float = 0.6) -> np.ndarray:
     return (tok_logp * valid).sum(axis=1) / lengths.astype(np.float64) ** alpha
 
 
-def beam_search(model, src, beam_width: int = 4, max_new_tokens: int | None = None,
-                alpha: float = 0.6, return_scores: bool = False, include_greedy: bool = True):
+def beam_search(
+    model,
+    src,
+    beam_width: int = 4,
+    max_new_tokens: int | None = None,
+    alpha: float = 0.6,
+    return_scores: bool = False,
+    include_greedy: bool = True,
+):
     """Batched beam search: src (B, S) -> (B, L) ids of the best hypothesis per row.
 
     With return_scores=True also returns their scores (B,) (normalised as documented above).
@@ -183,10 +198,10 @@ def beam_search(model, src, beam_width: int = 4, max_new_tokens: int | None = No
     with eval_mode(model):
         src_mask = model.src_mask(src)
         memory = model.encode(src, src_mask)
-        memory = np.repeat(memory, k, axis=0)      # (B * k, S, C), beam-major within a row
+        memory = np.repeat(memory, k, axis=0)  # (B * k, S, C), beam-major within a row
         src_mask = np.repeat(src_mask, k, axis=0)  # (B * k, 1, 1, S)
         caches = model.new_caches()
-        seqs = np.full((B, k, n), pad, dtype=np.int64)   # live beams
+        seqs = np.full((B, k, n), pad, dtype=np.int64)  # live beams
         cum = np.full((B, k), -np.inf)
         cum[:, 0] = 0.0  # start from one beam so the first step does not pick duplicates
         fin_seqs = np.full((B, k, n), pad, dtype=np.int64)
@@ -211,7 +226,7 @@ def beam_search(model, src, beam_width: int = 4, max_new_tokens: int | None = No
             # finished: EOS candidates among the first k, of rows not yet done
             final = is_eos & (np.arange(m) < k) & np.isfinite(top_scores) & ~done[:, None]
             if final.any():
-                new_seqs = seqs[bk, beam_idx]          # (B, m, n)
+                new_seqs = seqs[bk, beam_idx]  # (B, m, n)
                 new_seqs[:, :, t] = eos
                 new_scores = np.where(final, top_scores / float(t + 1) ** alpha, -np.inf)
                 all_scores = np.concatenate([fin_scores, new_scores], axis=1)

@@ -34,24 +34,32 @@ def as_rng(rng=None) -> np.random.Generator:
 
 def check_sampling_args(temperature, top_k, top_p) -> None:
     """temperature: a finite number >= 0; top_k: None or an int >= 1; top_p: None or in (0, 1]."""
-    if isinstance(temperature, (bool, np.bool_)) \
-            or not isinstance(temperature, (int, float, np.floating, np.integer)) \
-            or not temperature >= 0 or not np.isfinite(temperature):
+    if (
+        isinstance(temperature, (bool, np.bool_))
+        or not isinstance(temperature, (int, float, np.floating, np.integer))
+        or not temperature >= 0
+        or not np.isfinite(temperature)
+    ):
         raise ConfigError(f"temperature must be a finite number >= 0, got {temperature!r}")
-    if top_k is not None and (isinstance(top_k, (bool, np.bool_)) or not isinstance(top_k, (int, np.integer))
-                              or top_k < 1):
+    if top_k is not None and (
+        isinstance(top_k, (bool, np.bool_)) or not isinstance(top_k, (int, np.integer)) or top_k < 1
+    ):
         raise ConfigError(f"top_k must be None or an integer >= 1, got {top_k!r}")
-    if top_p is not None and (isinstance(top_p, (bool, np.bool_))
-                              or not isinstance(top_p, (int, float, np.floating, np.integer))
-                              or not 0 < top_p <= 1):
+    if top_p is not None and (
+        isinstance(top_p, (bool, np.bool_))
+        or not isinstance(top_p, (int, float, np.floating, np.integer))
+        or not 0 < top_p <= 1
+    ):
         raise ConfigError(f"top_p must be None or a number in (0, 1], got {top_p!r}")
 
 
 def _check_rows(name: str, x) -> None:
     """x must be a real (B, V) array with V >= 1."""
     if not isinstance(x, np.ndarray) or x.dtype.kind not in "fiu":
-        raise DTypeError(f"{name} must be a real-valued numpy array, got "
-                         f"{type(x).__name__}{f' of dtype {x.dtype}' if isinstance(x, np.ndarray) else ''}")
+        raise DTypeError(
+            f"{name} must be a real-valued numpy array, got "
+            f"{type(x).__name__}{f' of dtype {x.dtype}' if isinstance(x, np.ndarray) else ''}"
+        )
     if x.ndim != 2 or x.shape[-1] == 0:
         raise ShapeError(f"{name} must have shape (B, V), got {x.shape}")
 
@@ -86,8 +94,9 @@ def top_p_mask(probs: np.ndarray, p: float) -> np.ndarray:
     return keep
 
 
-def filtered_probs(logits: np.ndarray, temperature: float = 1.0, top_k: int | None = None,
-                   top_p: float | None = None) -> np.ndarray:
+def filtered_probs(
+    logits: np.ndarray, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None
+) -> np.ndarray:
     """(B, V) float64 sampling distribution after temperature, top-k and top-p (temperature > 0).
 
     The row maximum is subtracted before dividing by the temperature, so even a temperature
@@ -108,8 +117,13 @@ def filtered_probs(logits: np.ndarray, temperature: float = 1.0, top_k: int | No
     return probs
 
 
-def sample_next(logits: np.ndarray, rng: np.random.Generator | int | None = None, temperature: float = 1.0,
-                top_k: int | None = None, top_p: float | None = None) -> np.ndarray:
+def sample_next(
+    logits: np.ndarray,
+    rng: np.random.Generator | int | None = None,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+) -> np.ndarray:
     """Pick one token id per row. logits: (B, V) -> (B,) int64.
 
     temperature: 0 means greedy (argmax); otherwise logits are divided by it.
@@ -125,8 +139,10 @@ def sample_next(logits: np.ndarray, rng: np.random.Generator | int | None = None
     check_sampling_args(temperature, top_k, top_p)
     row_max = logits.max(axis=-1)  # NaN if the row holds a NaN
     if not np.isfinite(row_max).all():
-        raise DataError("sample_next: every row of logits needs a finite maximum and no NaN "
-                        "(the model produced NaN or inf: check its weights and input)")
+        raise DataError(
+            "sample_next: every row of logits needs a finite maximum and no NaN "
+            "(the model produced NaN or inf: check its weights and input)"
+        )
     if temperature == 0 or top_k == 1:
         return np.argmax(logits, axis=-1).astype(np.int64)
     rng = as_rng(rng)

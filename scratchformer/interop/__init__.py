@@ -7,6 +7,18 @@ from scratchformer.interop.llama import load_hf_llama, save_hf_llama
 from scratchformer.interop.sentence import SentenceEncoder
 from scratchformer.interop.wordpiece import WordPieceTokenizer
 
-__all__ = ["BertConfig", "BertEncoder", "load_hf_bert", "SentenceEncoder", "WordPieceTokenizer",
-           "load_hf_gpt2", "save_hf_gpt2", "load_hf_causal_lm", "hf_generate", "hf_samples",
-           "save_hf_causal_lm", "load_hf_llama", "save_hf_llama"]
+__all__ = [
+    "BertConfig",
+    "BertEncoder",
+    "load_hf_bert",
+    "SentenceEncoder",
+    "WordPieceTokenizer",
+    "load_hf_gpt2",
+    "save_hf_gpt2",
+    "load_hf_causal_lm",
+    "hf_generate",
+    "hf_samples",
+    "save_hf_causal_lm",
+    "load_hf_llama",
+    "save_hf_llama",
+]

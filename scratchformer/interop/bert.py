@@ -80,8 +80,7 @@ class BertConfig:
             )
         if self.position_embedding_type != "absolute":
             raise ConfigError(
-                f"position_embedding_type={self.position_embedding_type!r} is not supported "
-                "(only 'absolute')"
+                f"position_embedding_type={self.position_embedding_type!r} is not supported (only 'absolute')"
             )
         for name in (
             "vocab_size",
@@ -188,8 +187,14 @@ class BertEncoder(Model):
     @classmethod
     def sizes(cls, config: BertConfig) -> Sizes:
         c = config
-        return Sizes(bert_param_count(c), c.num_hidden_layers, c.hidden_size, c.num_attention_heads,
-                     c.max_position_embeddings, c.vocab_size)
+        return Sizes(
+            bert_param_count(c),
+            c.num_hidden_layers,
+            c.hidden_size,
+            c.num_attention_heads,
+            c.max_position_embeddings,
+            c.vocab_size,
+        )
 
     def _check_ids(self, ids, name: str, limit: int, shape=None) -> np.ndarray:
         """(B, T) int64 ids in [0, limit); one sequence (T,) and bool masks are accepted too."""
@@ -284,7 +289,7 @@ _EMB_MAP = {
 def _normalise_key(key: str) -> str:
     for prefix in ("bert.", "model."):
         if key.startswith(prefix):
-            key = key[len(prefix):]
+            key = key[len(prefix) :]
             break
     if key.endswith(".gamma"):
         key = key[: -len(".gamma")] + ".weight"
@@ -325,9 +330,7 @@ def hf_to_scratch_state_dict(hf: dict[str, np.ndarray], num_layers: int) -> dict
             for which in ("query", "key", "value"):
                 k = (i, which, leaf)
                 if k not in qkv:
-                    raise CheckpointError(
-                        f"checkpoint lacks encoder.layer.{i}.attention.self.{which}.{leaf}"
-                    )
+                    raise CheckpointError(f"checkpoint lacks encoder.layer.{i}.attention.self.{which}.{leaf}")
                 parts.append(np.asarray(qkv[k]))
             out[f"layers.{i}.self_attn.in_proj_{leaf}"] = np.concatenate(parts, axis=0)
     return out
@@ -380,8 +383,11 @@ def load_hf_bert(path: str | Path, dtype=np.float32) -> BertEncoder:
     if not np.issubdtype(dtype, np.floating):
         raise ConfigError(f"dtype must be a floating type, got {dtype}")
     config = BertConfig.from_json(path / "config.json")
-    check_fits(bert_param_count(config) * dtype.itemsize, f"the BERT model of {path / 'config.json'} "
-               f"(about {bert_param_count(config):,} parameters)", "its sizes (is it the right config.json?)")
+    check_fits(
+        bert_param_count(config) * dtype.itemsize,
+        f"the BERT model of {path / 'config.json'} (about {bert_param_count(config):,} parameters)",
+        "its sizes (is it the right config.json?)",
+    )
     hf = load_hf_state_dict(path)
     sd = hf_to_scratch_state_dict(hf, config.num_hidden_layers)
     model = BertEncoder(config, dtype=dtype)
@@ -389,7 +395,9 @@ def load_hf_bert(path: str | Path, dtype=np.float32) -> BertEncoder:
     missing = sorted(set(own) - set(sd))
     if missing:
         raise CheckpointError(f"{path / 'model.safetensors'} lacks {len(missing)} tensors, e.g. {missing[0]}")
-    bad = [f"{k} {tuple(np.shape(v))} != {own[k].shape}" for k, v in sd.items() if np.shape(v) != own[k].shape]
+    bad = [
+        f"{k} {tuple(np.shape(v))} != {own[k].shape}" for k, v in sd.items() if np.shape(v) != own[k].shape
+    ]
     if bad:
         raise CheckpointError(f"checkpoint does not match config.json: {'; '.join(bad[:3])}")
     model.load_state_dict(sd, strict=True)

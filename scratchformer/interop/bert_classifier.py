@@ -35,7 +35,9 @@ from scratchformer.specs import NON_NEGATIVE, POSITIVE, Bool, Int, List, Num, St
 
 __all__ = ["BertClassifier", "SentenceClassifierConfig", "mean_pool_forward", "mean_pool_backward"]
 
-ENCODER_FIELDS = tuple(f.name for f in fields(BertConfig) if f.name not in ("position_embedding_type", "model_type"))
+ENCODER_FIELDS = tuple(
+    f.name for f in fields(BertConfig) if f.name not in ("position_embedding_type", "model_type")
+)
 
 
 @dataclass
@@ -58,13 +60,17 @@ class SentenceClassifierConfig(DictConfig):
 
     def check_together(self) -> None:
         if self.hidden_size % self.num_attention_heads:
-            raise ConfigError(f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
-                              f"({self.num_attention_heads})")
+            raise ConfigError(
+                f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
+                f"({self.num_attention_heads})"
+            )
         if len(self.labels) < 2:
             raise ConfigError(f"a classifier needs at least 2 labels, got {self.labels}")
         if self.max_length > self.max_position_embeddings:
-            raise ConfigError(f"max_length {self.max_length} exceeds the encoder's max_position_embeddings "
-                              f"{self.max_position_embeddings}: use --max-length {self.max_position_embeddings}")
+            raise ConfigError(
+                f"max_length {self.max_length} exceeds the encoder's max_position_embeddings "
+                f"{self.max_position_embeddings}: use --max-length {self.max_position_embeddings}"
+            )
 
     @property
     def num_classes(self) -> int:
@@ -94,8 +100,9 @@ class BertClassifier(Model):
     family = "sentence_classifier"
     config_class = SentenceClassifierConfig
 
-    def __init__(self, encoder: BertEncoder, num_classes: int, freeze_encoder: bool = False,
-                 seed: int | None = None):
+    def __init__(
+        self, encoder: BertEncoder, num_classes: int, freeze_encoder: bool = False, seed: int | None = None
+    ):
         super().__init__()
         check_positive_int("num_classes", num_classes)
         check_seed("seed", seed)
@@ -126,13 +133,21 @@ class BertClassifier(Model):
     @classmethod
     def param_count(cls, config: SentenceClassifierConfig) -> int:
         """The encoder's parameters (its whole position table and token types) and the head."""
-        return bert_param_count(config.bert_config()) + linear_params(config.hidden_size, config.num_classes, True)
+        return bert_param_count(config.bert_config()) + linear_params(
+            config.hidden_size, config.num_classes, True
+        )
 
     @classmethod
     def sizes(cls, config: SentenceClassifierConfig) -> Sizes:
         c = config  # the texts are cut to max_length tokens: the longest sequence it runs
-        return Sizes(cls.param_count(c), c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.max_length,
-                     c.vocab_size)
+        return Sizes(
+            cls.param_count(c),
+            c.num_hidden_layers,
+            c.hidden_size,
+            c.num_attention_heads,
+            c.max_length,
+            c.vocab_size,
+        )
 
     def trainable_parameters(self) -> list:
         """What the optimiser updates: every parameter, or the head's alone when frozen."""
@@ -142,7 +157,9 @@ class BertClassifier(Model):
         if labels is not None:
             labels = np.asarray(labels)
             if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
-                raise DataError(f"labels must be a (B,) integer array, got shape {labels.shape} {labels.dtype}")
+                raise DataError(
+                    f"labels must be a (B,) integer array, got shape {labels.shape} {labels.dtype}"
+                )
             if labels.size and (labels.min() < 0 or labels.max() >= self.num_classes):
                 raise DataError(f"labels must be in 0..{self.num_classes - 1}")
 

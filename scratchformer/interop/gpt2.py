@@ -83,8 +83,12 @@ def gpt2_config_from_hf(hf: dict, dtype: str = "float32") -> GPTConfig:
     act = hf.get("activation_function", "gelu_new")
     if act not in _ACT_FROM_HF:
         raise ConfigError(f"activation_function {act!r} is not supported (use one of {sorted(_ACT_FROM_HF)})")
-    for flag, bad in (("scale_attn_by_inverse_layer_idx", True), ("reorder_and_upcast_attn", True),
-                      ("add_cross_attention", True), ("scale_attn_weights", False)):
+    for flag, bad in (
+        ("scale_attn_by_inverse_layer_idx", True),
+        ("reorder_and_upcast_attn", True),
+        ("add_cross_attention", True),
+        ("scale_attn_weights", False),
+    ):
         value = hf.get(flag, not bad)
         if not isinstance(value, bool):  # "false" is a true string: a flag is JSON true or false
             raise ConfigError(f"GPT-2 config.json's {flag} must be true or false, got {value!r}")
@@ -93,14 +97,24 @@ def gpt2_config_from_hf(hf: dict, dtype: str = "float32") -> GPTConfig:
     missing = [k for k in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head") if k not in hf]
     if missing:
         raise ConfigError(f"GPT-2 config.json lacks {missing}")
-    return GPTConfig.from_dict(dict(
-        vocab_size=hf["vocab_size"], block_size=hf["n_positions"], n_layer=hf["n_layer"],
-        n_head=hf["n_head"], n_embd=hf["n_embd"], n_inner=hf.get("n_inner"),
-        dropout=config_number(hf, "resid_pdrop", 0.1), bias=True, norm_first=True,
-        activation=_ACT_FROM_HF[act], positional="learned",
-        tie_weights=config_flag(hf, "tie_word_embeddings", True),
-        layer_norm_eps=config_number(hf, "layer_norm_epsilon", 1e-5), dtype=dtype,
-    ))
+    return GPTConfig.from_dict(
+        dict(
+            vocab_size=hf["vocab_size"],
+            block_size=hf["n_positions"],
+            n_layer=hf["n_layer"],
+            n_head=hf["n_head"],
+            n_embd=hf["n_embd"],
+            n_inner=hf.get("n_inner"),
+            dropout=config_number(hf, "resid_pdrop", 0.1),
+            bias=True,
+            norm_first=True,
+            activation=_ACT_FROM_HF[act],
+            positional="learned",
+            tie_weights=config_flag(hf, "tie_word_embeddings", True),
+            layer_norm_eps=config_number(hf, "layer_norm_epsilon", 1e-5),
+            dtype=dtype,
+        )
+    )
 
 
 def gpt2_config_to_hf(config: GPTConfig) -> dict:
@@ -158,7 +172,7 @@ def load_hf_gpt2(path, dtype: str = "float32") -> GPT:
     hf_cfg, tensors, weights_file = read_checkpoint(path, "GPT-2")
     config = gpt2_config_from_hf(hf_cfg, dtype=dtype)
     # accept both "transformer.h.0..." (GPT2LMHeadModel) and "h.0..." (GPT2Model / openai)
-    strip = {k[len("transformer."):] if k.startswith("transformer.") else k: v for k, v in tensors.items()}
+    strip = {k[len("transformer.") :] if k.startswith("transformer.") else k: v for k, v in tensors.items()}
 
     def get(name: str) -> np.ndarray:
         if name not in strip:

@@ -21,11 +21,28 @@ import numpy as np
 from scratchformer.errors import CheckpointError, ConfigError, RunFileError
 from scratchformer.runfiles import read_json_file
 
-__all__ = ["read_json", "read_safetensors", "safetensors_dtypes", "HALF_DTYPES", "weight_files", "read_checkpoint"]
+__all__ = [
+    "read_json",
+    "read_safetensors",
+    "safetensors_dtypes",
+    "HALF_DTYPES",
+    "weight_files",
+    "read_checkpoint",
+]
 
 # safetensors dtype -> numpy dtype of the stored bytes (little-endian)
-_STORED = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2", "I64": "<i8", "I32": "<i4",
-           "I16": "<i2", "I8": "i1", "U8": "u1", "BOOL": "?"}
+_STORED = {
+    "F64": "<f8",
+    "F32": "<f4",
+    "F16": "<f2",
+    "BF16": "<u2",
+    "I64": "<i8",
+    "I32": "<i4",
+    "I16": "<i2",
+    "I8": "i1",
+    "U8": "u1",
+    "BOOL": "?",
+}
 HALF_DTYPES = {"F16": "float16", "BF16": "bfloat16"}  # read as float32
 MAX_HEADER_BYTES = 100 << 20  # safetensors' own limit
 
@@ -58,14 +75,16 @@ def _header(path: Path, f) -> tuple[dict, int]:
         raise CheckpointError(f"cannot read {path}: shorter than a safetensors header (is it safetensors?)")
     n = int.from_bytes(head, "little")
     if not 2 <= n <= MAX_HEADER_BYTES:
-        raise CheckpointError(f"cannot read {path}: its safetensors header length {n:,} is not plausible "
-                              "(is it safetensors?)")
+        raise CheckpointError(
+            f"cannot read {path}: its safetensors header length {n:,} is not plausible (is it safetensors?)"
+        )
     raw = f.read(n)
     try:
         header = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError):
-        raise CheckpointError(f"cannot read {path}: its safetensors header is not JSON (truncated or not "
-                              "safetensors)") from None
+        raise CheckpointError(
+            f"cannot read {path}: its safetensors header is not JSON (truncated or not safetensors)"
+        ) from None
     if len(raw) < n or not isinstance(header, dict):
         raise CheckpointError(f"cannot read {path}: its safetensors header is truncated or not an object")
     header.pop("__metadata__", None)
@@ -90,7 +109,11 @@ def read_safetensors(path: Path) -> dict[str, np.ndarray]:
         with open(path, "rb") as f:
             header, start = _header(path, f)
             size = path.stat().st_size - start
-            buffer = np.memmap(f, dtype=np.uint8, mode="r", offset=start, shape=(size,)) if size else np.empty(0, np.uint8)
+            buffer = (
+                np.memmap(f, dtype=np.uint8, mode="r", offset=start, shape=(size,))
+                if size
+                else np.empty(0, np.uint8)
+            )
             tensors = {}
             for name, info in header.items():
                 tensors[name] = _tensor(path, name, info, buffer)
@@ -107,15 +130,26 @@ def _tensor(path: Path, name: str, info, buffer: np.ndarray) -> np.ndarray:
     dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
     if dtype not in _STORED:
         raise CheckpointError(f"{where} has dtype {dtype!r}; scratchformer reads {', '.join(_STORED)}")
-    if not (isinstance(shape, list) and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)):
+    if not (
+        isinstance(shape, list)
+        and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)
+    ):
         raise CheckpointError(f"{where} has a bad shape {shape!r}")
-    if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)
-            and 0 <= offsets[0] <= offsets[1] <= buffer.shape[0]):
-        raise CheckpointError(f"{where} lies outside the file (data_offsets {offsets!r}): the file is truncated")
+    if not (
+        isinstance(offsets, list)
+        and len(offsets) == 2
+        and all(isinstance(o, int) for o in offsets)
+        and 0 <= offsets[0] <= offsets[1] <= buffer.shape[0]
+    ):
+        raise CheckpointError(
+            f"{where} lies outside the file (data_offsets {offsets!r}): the file is truncated"
+        )
     stored = np.dtype(_STORED[dtype])
     if offsets[1] - offsets[0] != math.prod(shape) * stored.itemsize:
-        raise CheckpointError(f"{where}: {offsets[1] - offsets[0]:,} bytes do not hold a {dtype} array of shape {shape}")
-    array = np.frombuffer(buffer[offsets[0]:offsets[1]], dtype=stored).reshape(shape)
+        raise CheckpointError(
+            f"{where}: {offsets[1] - offsets[0]:,} bytes do not hold a {dtype} array of shape {shape}"
+        )
+    array = np.frombuffer(buffer[offsets[0] : offsets[1]], dtype=stored).reshape(shape)
     if dtype == "BF16":
         return bfloat16_to_float32(array)
     if dtype == "F16":
@@ -131,18 +165,26 @@ def weight_files(path: str | Path, family: str) -> list[Path]:
     single, index_file = path / "model.safetensors", path / "model.safetensors.index.json"
     if single.is_file() or not index_file.is_file():
         if not single.is_file():
-            raise CheckpointError(f"{family} checkpoint: {single} not found (need config.json and model.safetensors, "
-                                  "or its shards and model.safetensors.index.json)")
+            raise CheckpointError(
+                f"{family} checkpoint: {single} not found (need config.json and model.safetensors, "
+                "or its shards and model.safetensors.index.json)"
+            )
         return [single]
     index = read_json(index_file, error=CheckpointError)
     weight_map = index.get("weight_map")
-    if not isinstance(weight_map, dict) or not weight_map or not all(isinstance(f, str) for f in weight_map.values()):
+    if (
+        not isinstance(weight_map, dict)
+        or not weight_map
+        or not all(isinstance(f, str) for f in weight_map.values())
+    ):
         raise CheckpointError(f"{index_file} has no weight_map of tensor names to shard files")
     shards = []
     for name in dict.fromkeys(weight_map.values()):  # each shard once, in the index's order
         shard = path / name
         if Path(name).name != name or not shard.is_file():
-            raise CheckpointError(f"{family} checkpoint: shard {shard} (listed in {index_file.name}) not found")
+            raise CheckpointError(
+                f"{family} checkpoint: shard {shard} (listed in {index_file.name}) not found"
+            )
         shards.append(shard)
     return shards
 
@@ -154,7 +196,9 @@ def read_checkpoint(path: str | Path, family: str) -> tuple[dict, dict[str, np.n
     path = Path(path)
     cfg_file = path / "config.json"
     if not cfg_file.is_file():
-        raise CheckpointError(f"{family} checkpoint: {cfg_file} not found (need config.json and model.safetensors)")
+        raise CheckpointError(
+            f"{family} checkpoint: {cfg_file} not found (need config.json and model.safetensors)"
+        )
     files = weight_files(path, family)
     tensors: dict[str, np.ndarray] = {}
     for f in files:

@@ -28,8 +28,17 @@ from scratchformer.limits.estimates import generation_bytes
 from scratchformer.limits.memory import check_fits
 from scratchformer.models import GPT
 
-__all__ = ["load_hf_causal_lm", "hf_generate", "hf_samples", "save_hf_causal_lm", "hf_layout", "hf_token_ids", "hf_notes",
-           "HF_LOADERS", "HF_LAYOUTS"]
+__all__ = [
+    "load_hf_causal_lm",
+    "hf_generate",
+    "hf_samples",
+    "save_hf_causal_lm",
+    "hf_layout",
+    "hf_token_ids",
+    "hf_notes",
+    "HF_LOADERS",
+    "HF_LAYOUTS",
+]
 
 
 def _load_gpt2(path: Path, dtype: str) -> GPT:
@@ -48,13 +57,16 @@ HF_LOADERS = {"gpt2": _load_gpt2, "llama": _load_llama}  # config.json's model_t
 
 
 # what the "not a directory" line says: the usual way to get one where a hub is reachable
-HOW_TO_GET = ("to get one where the Hugging Face hub is reachable: python -c \"from transformers import "
-              "AutoModelForCausalLM as M, AutoTokenizer as T; M.from_pretrained('gpt2').save_pretrained('gpt2-dir'); "
-              "T.from_pretrained('gpt2').save_pretrained('gpt2-dir')\"")
+HOW_TO_GET = (
+    'to get one where the Hugging Face hub is reachable: python -c "from transformers import '
+    "AutoModelForCausalLM as M, AutoTokenizer as T; M.from_pretrained('gpt2').save_pretrained('gpt2-dir'); "
+    "T.from_pretrained('gpt2').save_pretrained('gpt2-dir')\""
+)
 
 
-def load_hf_causal_lm(path: str | Path, dtype: str = "float32",
-                      notes: list[str] | None = None) -> tuple[GPT, BPETokenizer]:
+def load_hf_causal_lm(
+    path: str | Path, dtype: str = "float32", notes: list[str] | None = None
+) -> tuple[GPT, BPETokenizer]:
     """(model, tokenizer) of a Hugging Face causal-LM directory. Raises CheckpointError for a
     missing or unreadable config.json, ConfigError for a model_type not in HF_LOADERS, and
     DataError for a tokenizer larger than the model's vocabulary.
@@ -65,21 +77,27 @@ def load_hf_causal_lm(path: str | Path, dtype: str = "float32",
     -inf). What was converted or dropped is said in `notes` (lines appended), where given."""
     path = Path(path)
     if not path.is_dir():
-        raise CheckpointError(f"{path}: not a directory: give a Hugging Face model directory (config.json, "
-                              f"model.safetensors, the tokenizer files); {HOW_TO_GET}")
+        raise CheckpointError(
+            f"{path}: not a directory: give a Hugging Face model directory (config.json, "
+            f"model.safetensors, the tokenizer files); {HOW_TO_GET}"
+        )
     cfg = read_json(path / "config.json", error=CheckpointError)
     if cfg is None:
         raise CheckpointError(f"{path} has no config.json: is it a Hugging Face model directory?")
     model_type = cfg.get("model_type")
     if model_type not in HF_LOADERS:
-        raise ConfigError(f"{path}: model_type {model_type!r} is not a causal LM scratchformer loads "
-                          f"(one of: {', '.join(HF_LOADERS)})")
+        raise ConfigError(
+            f"{path}: model_type {model_type!r} is not a causal LM scratchformer loads "
+            f"(one of: {', '.join(HF_LOADERS)})"
+        )
     tokenizer = BPETokenizer.from_hf_dir(path)
     model = HF_LOADERS[model_type](path, dtype)
     n_tok, n_model = tokenizer.vocab_size, model.config.vocab_size
     if n_tok > n_model:
-        raise DataError(f"{path}: the tokenizer has {n_tok:,} ids but the model only "
-                        f"{n_model:,}: they do not belong together")
+        raise DataError(
+            f"{path}: the tokenizer has {n_tok:,} ids but the model only "
+            f"{n_model:,}: they do not belong together"
+        )
     if notes is not None:
         notes.extend(_notes(path, model.config.dtype, n_tok, n_model))
     if n_tok < n_model:
@@ -93,11 +111,15 @@ def _notes(path: Path, dtype: str, n_tok: int, n_model: int) -> list[str]:
     files = weight_files(path, "Hugging Face")
     half = sorted({HALF_DTYPES[d] for f in files for d in safetensors_dtypes(f) if d in HALF_DTYPES})
     if half:
-        notes.append(f"note: {files[0] if len(files) == 1 else path} holds {' and '.join(half)} weights, "
-                     f"read as {dtype}")
+        notes.append(
+            f"note: {files[0] if len(files) == 1 else path} holds {' and '.join(half)} weights, "
+            f"read as {dtype}"
+        )
     if n_tok < n_model:
-        notes.append(f"note: the model's {n_model:,} embedding rows are padded past the tokenizer's "
-                     f"{n_tok:,} ids; the {n_model - n_tok:,} rows no text uses are dropped (never sampled)")
+        notes.append(
+            f"note: the model's {n_model:,} embedding rows are padded past the tokenizer's "
+            f"{n_tok:,} ids; the {n_model - n_tok:,} rows no text uses are dropped (never sampled)"
+        )
     return notes
 
 
@@ -124,9 +146,17 @@ def _vocab_rows(model: GPT, n: int) -> GPT:
     return smaller
 
 
-def hf_generate(model: GPT, tokenizer: BPETokenizer, prompt: str = "", n: int = 1, max_new_tokens: int = 50,
-                temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
-                rng=None) -> tuple[np.ndarray, list[np.ndarray]]:
+def hf_generate(
+    model: GPT,
+    tokenizer: BPETokenizer,
+    prompt: str = "",
+    n: int = 1,
+    max_new_tokens: int = 50,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    rng=None,
+) -> tuple[np.ndarray, list[np.ndarray]]:
     """(start ids (T,), n arrays of new ids): `prompt` as transformers' tokenizer(prompt) gives
     it (the start token its post-processor adds, never twice), continued by `model`; each
     continuation ends before the first of the tokenizer's stop ids. An empty prompt that gets
@@ -139,23 +169,41 @@ def hf_generate(model: GPT, tokenizer: BPETokenizer, prompt: str = "", n: int = 
             raise DataError("this tokenizer has no end-of-text token to start from: give a --prompt")
         start = np.array([tokenizer.end_id], dtype=np.int64)
     cfg = model.config
-    check_fits(generation_bytes(n, len(start), max_new_tokens, cfg.n_layer, cfg.n_embd, cfg.vocab_size)
-               + 8 * n * (len(start) + max_new_tokens),
-               f"{n:,} samples of up to {len(start) + max_new_tokens:,} tokens", "-n or --max-new-tokens")
+    check_fits(
+        generation_bytes(n, len(start), max_new_tokens, cfg.n_layer, cfg.n_embd, cfg.vocab_size)
+        + 8 * n * (len(start) + max_new_tokens),
+        f"{n:,} samples of up to {len(start) + max_new_tokens:,} tokens",
+        "-n or --max-new-tokens",
+    )
     stops = tokenizer.stop_ids
-    out = model.generate(np.tile(start, (n, 1)), max_new_tokens, temperature=temperature, top_k=top_k,
-                         top_p=top_p, rng=rng, eos_id=stops[0] if len(stops) == 1 else None)
+    out = model.generate(
+        np.tile(start, (n, 1)),
+        max_new_tokens,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        rng=rng,
+        eos_id=stops[0] if len(stops) == 1 else None,
+    )
     news = []
     for row in out:
-        new = row[len(start):]
+        new = row[len(start) :]
         ends = np.isin(new, stops)
         news.append(new[: int(np.argmax(ends))] if ends.any() else new)
     return start, news
 
 
-def hf_samples(model: GPT, tokenizer: BPETokenizer, prompt: str = "", n: int = 1,
-               max_new_tokens: int = 50, temperature: float = 1.0, top_k: int | None = None,
-               top_p: float | None = None, rng=None) -> list[str]:
+def hf_samples(
+    model: GPT,
+    tokenizer: BPETokenizer,
+    prompt: str = "",
+    n: int = 1,
+    max_new_tokens: int = 50,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    rng=None,
+) -> list[str]:
     """n continuations of `prompt` (see `hf_generate`), each the prompt followed by its new
     tokens' text as transformers decodes the whole sequence (special tokens skipped)."""
     start, news = hf_generate(model, tokenizer, prompt, n, max_new_tokens, temperature, top_k, top_p, rng)
@@ -174,7 +222,10 @@ def _llama_layout():
     return "Llama", "LlamaForCausalLM", llama_config_to_hf, save_hf_llama
 
 
-HF_LAYOUTS = (_gpt2_layout, _llama_layout)  # tried in order: the first whose config conversion accepts the model
+HF_LAYOUTS = (
+    _gpt2_layout,
+    _llama_layout,
+)  # tried in order: the first whose config conversion accepts the model
 
 
 def hf_layout(config) -> tuple[str, str, object]:
@@ -225,11 +276,14 @@ def save_hf_causal_lm(model: GPT, tokenizer, path: str | Path) -> Path:
     from scratchformer.runfiles import write_atomic
 
     if not isinstance(tokenizer, BPETokenizer):
-        raise ConfigError("a character tokenizer has no Hugging Face form: export a run trained with "
-                          "--tokenizer bpe or --init-from")
+        raise ConfigError(
+            "a character tokenizer has no Hugging Face form: export a run trained with "
+            "--tokenizer bpe or --init-from"
+        )
     if tokenizer.vocab_size > model.config.vocab_size:
-        raise DataError(f"the tokenizer has {tokenizer.vocab_size:,} ids but the model only "
-                        f"{model.config.vocab_size:,}")
+        raise DataError(
+            f"the tokenizer has {tokenizer.vocab_size:,} ids but the model only {model.config.vocab_size:,}"
+        )
     _, _, writer = hf_layout(model.config)  # refused before anything is written
     token_ids = hf_token_ids(tokenizer)
     path = Path(path)
@@ -238,8 +292,11 @@ def save_hf_causal_lm(model: GPT, tokenizer, path: str | Path) -> Path:
     tokenizer.save_hf(path / "tokenizer.json")
     tok = tokenizer._tok
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": model.config.block_size}
-    if (isinstance(tok.model, tokenizers.models.BPE) and isinstance(tok.pre_tokenizer, tokenizers.pre_tokenizers.ByteLevel)
-            and len(tokenizer.encode_prompt("")) == 0):  # GPT-2's own tokenizer: its two files too
+    if (
+        isinstance(tok.model, tokenizers.models.BPE)
+        and isinstance(tok.pre_tokenizer, tokenizers.pre_tokenizers.ByteLevel)
+        and len(tokenizer.encode_prompt("")) == 0
+    ):  # GPT-2's own tokenizer: its two files too
         with tempfile.TemporaryDirectory() as tmp:  # written by the tokenizers library, then moved atomically
             for written in tok.model.save(tmp):  # vocab.json + merges.txt
                 write_atomic(path / Path(written).name, Path(written).read_bytes())

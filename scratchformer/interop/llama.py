@@ -44,7 +44,9 @@ from scratchformer.runfiles import write_atomic
 
 __all__ = ["load_hf_llama", "save_hf_llama", "llama_config_from_hf", "llama_config_to_hf"]
 
-LLAMA_BLOCKS = dict(positional="rope", normalization="rmsnorm", activation="swiglu", bias=False, norm_first=True)
+LLAMA_BLOCKS = dict(
+    positional="rope", normalization="rmsnorm", activation="swiglu", bias=False, norm_first=True
+)
 
 
 def _rope_theta(hf: dict) -> float:
@@ -54,7 +56,9 @@ def _rope_theta(hf: dict) -> float:
     rope_type = params.get("rope_type", params.get("type", "default"))
     if scaling not in (None, {}) or rope_type != "default":
         kind = rope_type if rope_type != "default" else scaling
-        raise ConfigError(f"Llama config asks for rope scaling {kind!r}: scratchformer implements plain RoPE only")
+        raise ConfigError(
+            f"Llama config asks for rope scaling {kind!r}: scratchformer implements plain RoPE only"
+        )
     return config_number(params if "rope_theta" in params else hf, "rope_theta", 10000.0)
 
 
@@ -63,39 +67,68 @@ def llama_config_from_hf(hf: dict, dtype: str = "float32") -> GPTConfig:
     model_type = hf.get("model_type", "llama")
     if model_type != "llama":
         raise ConfigError(f"model_type must be 'llama', got {model_type!r}")
-    missing = [k for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                           "num_attention_heads") if k not in hf]
+    missing = [
+        k
+        for k in (
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+        )
+        if k not in hf
+    ]
     if missing:
         raise ConfigError(f"Llama config.json lacks {missing}")
     n_embd, n_head = hf["hidden_size"], hf["num_attention_heads"]
     act = hf.get("hidden_act", "silu")
     if act != "silu":
-        raise ConfigError(f"Llama config hidden_act={act!r} is not supported (scratchformer's SwiGLU uses silu)")
+        raise ConfigError(
+            f"Llama config hidden_act={act!r} is not supported (scratchformer's SwiGLU uses silu)"
+        )
     for flag in ("attention_bias", "mlp_bias"):
         if hf.get(flag):
-            raise ConfigError(f"Llama config {flag}=true is not supported (scratchformer's Llama has no biases)")
+            raise ConfigError(
+                f"Llama config {flag}=true is not supported (scratchformer's Llama has no biases)"
+            )
     head_dim = config_int(hf, "head_dim")
     if head_dim is not None and isinstance(n_head, int) and n_head > 0 and head_dim * n_head != n_embd:
-        raise ConfigError(f"Llama config head_dim={head_dim} is not hidden_size / num_attention_heads "
-                          f"= {n_embd} / {n_head}: not supported")
+        raise ConfigError(
+            f"Llama config head_dim={head_dim} is not hidden_size / num_attention_heads "
+            f"= {n_embd} / {n_head}: not supported"
+        )
     if config_number(hf, "attention_dropout", 0.0) != 0.0:
-        raise ConfigError(f"Llama config attention_dropout={hf['attention_dropout']} is not supported (use 0)")
+        raise ConfigError(
+            f"Llama config attention_dropout={hf['attention_dropout']} is not supported (use 0)"
+        )
     n_kv_head = hf.get("num_key_value_heads")
-    return GPTConfig.from_dict(dict(
-        vocab_size=hf["vocab_size"], block_size=hf.get("max_position_embeddings", 2048), n_layer=hf["num_hidden_layers"],
-        n_head=n_head, n_embd=n_embd, n_inner=hf["intermediate_size"],
-        n_kv_head=None if n_kv_head in (None, n_head) else n_kv_head, dropout=0.0,
-        tie_weights=config_flag(hf, "tie_word_embeddings", False),
-        layer_norm_eps=config_number(hf, "rms_norm_eps", 1e-6),
-        rope_theta=_rope_theta(hf), dtype=dtype, **LLAMA_BLOCKS,
-    ))
+    return GPTConfig.from_dict(
+        dict(
+            vocab_size=hf["vocab_size"],
+            block_size=hf.get("max_position_embeddings", 2048),
+            n_layer=hf["num_hidden_layers"],
+            n_head=n_head,
+            n_embd=n_embd,
+            n_inner=hf["intermediate_size"],
+            n_kv_head=None if n_kv_head in (None, n_head) else n_kv_head,
+            dropout=0.0,
+            tie_weights=config_flag(hf, "tie_word_embeddings", False),
+            layer_norm_eps=config_number(hf, "rms_norm_eps", 1e-6),
+            rope_theta=_rope_theta(hf),
+            dtype=dtype,
+            **LLAMA_BLOCKS,
+        )
+    )
 
 
 def llama_config_to_hf(config: GPTConfig) -> dict:
     """The ``config.json`` dict of a LlamaForCausalLM equivalent to `config` (ConfigError if
     Llama cannot represent it: it needs rotary positions, RMSNorm, SwiGLU, pre-norm, no biases)."""
-    problems = [f"{name}={getattr(config, name)!r} (Llama has {name}={want!r})"
-                for name, want in LLAMA_BLOCKS.items() if getattr(config, name) != want]
+    problems = [
+        f"{name}={getattr(config, name)!r} (Llama has {name}={want!r})"
+        for name, want in LLAMA_BLOCKS.items()
+        if getattr(config, name) != want
+    ]
     if problems:
         raise ConfigError("Llama cannot represent this model: " + "; ".join(problems))
     return {
@@ -159,7 +192,9 @@ def load_hf_llama(path, dtype: str = "float32") -> GPT:
             raise CheckpointError(f"Llama checkpoint {weights_file}: tensor {name!r} not found")
         return tensors[name]
 
-    state = {ours: np.concatenate([get(t) for t in theirs], axis=0) for ours, theirs in _names(config).items()}
+    state = {
+        ours: np.concatenate([get(t) for t in theirs], axis=0) for ours, theirs in _names(config).items()
+    }
     model = GPT(config)
     try:
         model.load_state_dict(state, strict=True)
@@ -191,8 +226,10 @@ def save_hf_llama(model: GPT, path, token_ids: dict[str, int] | None = None) -> 
         tensors.update(zip(theirs, parts))
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    write_atomic(path / "model.safetensors",
-                 save({k: np.ascontiguousarray(v) for k, v in tensors.items()}, metadata={"format": "pt"}))
+    write_atomic(
+        path / "model.safetensors",
+        save({k: np.ascontiguousarray(v) for k, v in tensors.items()}, metadata={"format": "pt"}),
+    )
     hf_cfg.update(token_ids or {})
     write_atomic(path / "config.json", (json.dumps(hf_cfg, indent=2) + "\n").encode())
     return path

@@ -76,11 +76,18 @@ def _read_modules(path: Path) -> bool | None:
         for m in modules:
             if isinstance(m, dict) and str(m.get("type", "")).endswith(".Pooling"):
                 pcfg = read_json(path / str(m.get("path", "")) / "config.json") or {}
-                chosen = [k for k in (
-                    "pooling_mode_cls_token", "pooling_mode_mean_tokens", "pooling_mode_max_tokens",
-                    "pooling_mode_mean_sqrt_len_tokens", "pooling_mode_weightedmean_tokens",
-                    "pooling_mode_lasttoken",
-                ) if pcfg.get(k)]
+                chosen = [
+                    k
+                    for k in (
+                        "pooling_mode_cls_token",
+                        "pooling_mode_mean_tokens",
+                        "pooling_mode_max_tokens",
+                        "pooling_mode_mean_sqrt_len_tokens",
+                        "pooling_mode_weightedmean_tokens",
+                        "pooling_mode_lasttoken",
+                    )
+                    if pcfg.get(k)
+                ]
                 if chosen and chosen != ["pooling_mode_mean_tokens"]:
                     raise ConfigError(
                         f"pooling {chosen} in {path / str(m.get('path', ''))}/config.json is not "
@@ -118,8 +125,8 @@ class SentenceEncoder:
         st = read_json(path / "sentence_bert_config.json") or {}
         self.do_lower_case = bool(st.get("do_lower_case", False))
         norm_from_modules = _read_modules(path)
-        self.normalize = normalize if normalize is not None else (
-            True if norm_from_modules is None else norm_from_modules
+        self.normalize = (
+            normalize if normalize is not None else (True if norm_from_modules is None else norm_from_modules)
         )
         self.encoder: BertEncoder = load_hf_bert(path, dtype=dtype)
         self.tokenizer = WordPieceTokenizer.from_dir(path, max_length=max_length)
@@ -148,7 +155,9 @@ class SentenceEncoder:
             out.append(t.lower() if self.do_lower_case else t)
         return out
 
-    def tokenize(self, texts: Sequence[str], text_pairs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+    def tokenize(
+        self, texts: Sequence[str], text_pairs: Sequence[str] | None = None
+    ) -> dict[str, np.ndarray]:
         """The tokenizer's arrays for texts prepared as sentence-transformers prepares them."""
         texts = self._prepare(texts)
         pairs = self._prepare(text_pairs) if text_pairs is not None else None
@@ -181,8 +190,9 @@ class SentenceEncoder:
             for start in range(0, len(order), batch_size):
                 rows = order[start : start + batch_size]
                 width = int(extent[rows].max())
-                ids, batch_mask, types = (tokens[k][rows, :width]
-                                          for k in ("input_ids", "attention_mask", "token_type_ids"))
+                ids, batch_mask, types = (
+                    tokens[k][rows, :width] for k in ("input_ids", "attention_mask", "token_type_ids")
+                )
                 # a batch without padding needs no attention mask (less work in every layer)
                 hidden = self.encoder(ids, None if batch_mask.all() else batch_mask, types)
                 emb = mean_pool(hidden, batch_mask)

@@ -107,7 +107,9 @@ class WordPieceTokenizer:
         if not isinstance(lowercase, bool):
             raise ConfigError(f"do_lower_case={lowercase!r} in tokenizer_config.json must be true/false")
         if strip_accents is not None and not isinstance(strip_accents, bool):
-            raise ConfigError(f"strip_accents={strip_accents!r} in tokenizer_config.json must be true/false/null")
+            raise ConfigError(
+                f"strip_accents={strip_accents!r} in tokenizer_config.json must be true/false/null"
+            )
         try:
             wp = BertWordPieceTokenizer(
                 str(vocab),
@@ -151,8 +153,10 @@ class WordPieceTokenizer:
         try:
             t.encode("utf-8")
         except UnicodeEncodeError as e:  # a lone surrogate: what Python makes of invalid UTF-8 bytes in argv
-            raise DataError(f"{what} is not valid Unicode text (a lone surrogate {t[e.start]!r} at character "
-                            f"{e.start}: was it invalid UTF-8?)") from None
+            raise DataError(
+                f"{what} is not valid Unicode text (a lone surrogate {t[e.start]!r} at character "
+                f"{e.start}: was it invalid UTF-8?)"
+            ) from None
         return t
 
     def encode(
@@ -204,13 +208,17 @@ def _check_vocab_lines(vocab: Path) -> None:
     try:
         lines = data.decode("utf-8").split("\n")
     except UnicodeDecodeError as e:
-        raise CheckpointError(f"{vocab}: not UTF-8 text (byte {e.start}); restore the model's vocab.txt") from None
+        raise CheckpointError(
+            f"{vocab}: not UTF-8 text (byte {e.start}); restore the model's vocab.txt"
+        ) from None
     if lines and lines[-1] == "":
         lines.pop()
     first: dict[str, int] = {}
     for number, line in enumerate(lines, start=1):
         token = line.rstrip()  # as the tokenizers library reads it
         if token in first:
-            raise CheckpointError(f"{vocab} line {number} repeats the token {token!r} of line {first[token]}: each "
-                                  "token must be listed once (its line is its id); delete the repeated line")
+            raise CheckpointError(
+                f"{vocab} line {number} repeats the token {token!r} of line {first[token]}: each "
+                "token must be listed once (its line is its id); delete the repeated line"
+            )
         first[token] = number

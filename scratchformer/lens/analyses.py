@@ -33,10 +33,24 @@ from scratchformer.lens.parts import as_batch, attentions, dropouts_off, family,
 from scratchformer.nn.layers import LayerNorm, RMSNorm
 from scratchformer.nn.module import eval_mode
 
-__all__ = ["Check", "logit_lens", "direct_logit_attribution", "head_ablation", "activation_patching",
-           "saliency", "integrated_gradients", "head_scores", "loss_metric", "logit_metric",
-           "logit_objective", "loss_objective", "similarity_objective", "token_embeddings",
-           "mean_token_embedding", "MAX_STEPS"]
+__all__ = [
+    "Check",
+    "logit_lens",
+    "direct_logit_attribution",
+    "head_ablation",
+    "activation_patching",
+    "saliency",
+    "integrated_gradients",
+    "head_scores",
+    "loss_metric",
+    "logit_metric",
+    "logit_objective",
+    "loss_objective",
+    "similarity_objective",
+    "token_embeddings",
+    "mean_token_embedding",
+    "MAX_STEPS",
+]
 
 MAX_STEPS = 4096  # integrated gradients: one forward and backward per step
 
@@ -63,7 +77,7 @@ class Check:
 
     def __str__(self) -> str:
         err = "undefined" if np.isnan(self.error) else f"{self.error:.3g}"
-        return f"check {self.name}: {self.what}: error {err} (tolerance {self.tolerance:g}) {'ok' if self.ok else 'FAILED'}"
+        return f"check {self.name}: {self.what}: error {err} (tolerance {self.tolerance:g}) {'ok' if self.ok else 'FAILED'}"  # noqa: E501
 
 
 def _one_sequence(x, what: str) -> None:
@@ -89,12 +103,16 @@ def loss_metric(output) -> float:
 def logit_metric(position: int, token: int, other: int | None = None) -> Callable:
     """metric(output) = logits[0, position, token] (minus logits[0, position, other]), for a batch
     of one sequence (DataError otherwise)."""
+
     def metric(output):
         logits = _logits(output)
         _one_sequence(logits, "logit_metric")
         row = logits[0, _index(position, logits.shape[1], "position")] if logits.ndim == 3 else logits[0]
         V = row.shape[-1]
-        return float(row[_index(token, V, "token")] - (0.0 if other is None else row[_index(other, V, "other")]))
+        return float(
+            row[_index(token, V, "token")] - (0.0 if other is None else row[_index(other, V, "other")])
+        )
+
     return metric
 
 
@@ -123,7 +141,9 @@ class LogitLens:
 
 def _lens_residuals(cache: dict, prefix: str, n_layer: int) -> list[np.ndarray]:
     """The residual stream entering block 0, then leaving each block: n_layer + 1 of (B, T, C)."""
-    return [cache[f"{prefix}blocks.0.resid_pre"]] + [cache[f"{prefix}blocks.{i}.resid_post"] for i in range(n_layer)]
+    return [cache[f"{prefix}blocks.0.resid_pre"]] + [
+        cache[f"{prefix}blocks.{i}.resid_post"] for i in range(n_layer)
+    ]
 
 
 def _lens_logits(un, residuals: list[np.ndarray]) -> np.ndarray:
@@ -132,12 +152,13 @@ def _lens_logits(un, residuals: list[np.ndarray]) -> np.ndarray:
     return np.stack([un(r[0]) for r in residuals])
 
 
-
 def _check_inputs(inputs, name: str = "inputs") -> tuple:
     """The model's inputs as a tuple of arrays, e.g. (ids,) or (src, tgt_in): a typed error for
     anything else (the model's own door then checks the arrays)."""
     if not isinstance(inputs, (tuple, list)) or not inputs:
-        raise DTypeError(f"{name} must be a tuple of the model's inputs, e.g. (ids,), got {type(inputs).__name__}")
+        raise DTypeError(
+            f"{name} must be a tuple of the model's inputs, e.g. (ids,), got {type(inputs).__name__}"
+        )
     if any(np.size(x) == 0 for x in inputs if isinstance(x, np.ndarray)):
         raise ShapeError(f"{name} holds an empty array: give at least one token")
     return tuple(inputs)
@@ -161,8 +182,13 @@ def logit_lens(model, inputs: tuple, k: int = 5) -> LogitLens:
     probs = np.exp(lens - lens.max(-1, keepdims=True))
     probs /= probs.sum(-1, keepdims=True)
     top = np.argsort(-lens, axis=-1, kind="stable")[..., :k]
-    return LogitLens(["embed"] + [f"L{i}" for i in range(un.n_layer)], lens, top,
-                     np.take_along_axis(probs, top, -1), _lens_check(model, inputs, un, lens))
+    return LogitLens(
+        ["embed"] + [f"L{i}" for i in range(un.n_layer)],
+        lens,
+        top,
+        np.take_along_axis(probs, top, -1),
+        _lens_check(model, inputs, un, lens),
+    )
 
 
 def _lens_check(model, inputs, un, lens: np.ndarray) -> Check:
@@ -183,8 +209,12 @@ def _lens_check(model, inputs, un, lens: np.ndarray) -> Check:
         worst = max(worst, _max_abs(lens[i] - logits)) if lens.shape[1:] == logits.shape else np.inf
     if len(lens) != len(sources):
         worst = np.inf
-    return Check("logit lens", "each layer's lens equals the model's logits when its last residual is that "
-                 "layer's", worst / scale, _tolerance(dtype, "replay"))
+    return Check(
+        "logit lens",
+        "each layer's lens equals the model's logits when its last residual is that layer's",
+        worst / scale,
+        _tolerance(dtype, "replay"),
+    )
 
 
 # -- direct logit attribution ---------------------------------------------------------------------
@@ -206,7 +236,7 @@ class LogitAttribution:
 def _head_parts(label: str, heads: np.ndarray, W: np.ndarray, hs: int) -> list[tuple[str, np.ndarray]]:
     """Each head's write into the residual stream: heads (H, T, hs), W the out projection's
     weight (C, H * hs) -> [("L0 H0", (T, C)), ...]."""
-    return [(f"{label} H{h}", heads[h] @ W[:, h * hs:(h + 1) * hs].T) for h in range(heads.shape[0])]
+    return [(f"{label} H{h}", heads[h] @ W[:, h * hs : (h + 1) * hs].T) for h in range(heads.shape[0])]
 
 
 def direct_logit_attribution(model, inputs: tuple, token: int, position: int = -1) -> LogitAttribution:
@@ -227,8 +257,10 @@ def direct_logit_attribution(model, inputs: tuple, token: int, position: int = -
     _one_sequence(as_batch(inputs[0]), "direct logit attribution")
     un = unembedding(model)
     if not un.pre_norm:
-        raise ConfigError("direct logit attribution needs a pre-norm model (its residual stream is a sum "
-                          "of the parts; a post-norm block renormalises it)")
+        raise ConfigError(
+            "direct logit attribution needs a pre-norm model (its residual stream is a sum "
+            "of the parts; a post-norm block renormalises it)"
+        )
     p = un.prefix
     token = _index(token, un.W.shape[0], "token")
     position = _index(position, as_batch(inputs[1] if p else inputs[0]).shape[1], "position")
@@ -243,7 +275,9 @@ def direct_logit_attribution(model, inputs: tuple, token: int, position: int = -
             by_layer.setdefault(int(prefix.split(".")[-2]), []).append((prefix, label, attn))
     for i in range(un.n_layer):
         for prefix, label, attn in by_layer[i]:
-            parts += _head_parts(label, cache[prefix + ".head_out"][0], attn.out_proj.weight.data, attn.head_size)
+            parts += _head_parts(
+                label, cache[prefix + ".head_out"][0], attn.out_proj.weight.data, attn.head_size
+            )
             if attn.out_proj.bias is not None:
                 parts.append((f"{label} bias", np.broadcast_to(attn.out_proj.bias.data, embed.shape)))
         if f"{p}blocks.{i}.mlp.out" in cache:  # attention-only blocks have no feed-forward
@@ -257,8 +291,15 @@ def direct_logit_attribution(model, inputs: tuple, token: int, position: int = -
         bias += float(un.b[token])
     logit = float(_logits(out)[0, position, token])
     labels = [name for name, _ in parts]
-    return LogitAttribution(labels, contributions, bias, logit, position, token,
-                            _attribution_check(model, inputs, un, labels, contributions, bias, logit, token, position))
+    return LogitAttribution(
+        labels,
+        contributions,
+        bias,
+        logit,
+        position,
+        token,
+        _attribution_check(model, inputs, un, labels, contributions, bias, logit, token, position),
+    )
 
 
 def _frozen_norm_change(norm, x: np.ndarray, d: np.ndarray) -> np.ndarray:
@@ -278,16 +319,22 @@ def _attribution_check(model, inputs, un, labels, contributions, bias, logit, to
     p = un.prefix
     last = f"{p}blocks.{un.n_layer - 1}.resid_post"
     names = hook_names(model)
-    outs = [n for n in names
-            if n.startswith(p + "blocks.") and n.endswith((".attn.out", ".cross_attn.out", ".mlp.out"))]
+    outs = [
+        n
+        for n in names
+        if n.startswith(p + "blocks.") and n.endswith((".attn.out", ".cross_attn.out", ".mlp.out"))
+    ]
     _, clean = run_with_cache(model, *inputs, names=outs + [last])
     x = clean[last][0, position]
     routes = [(label, p + label, None) for label in ("embed", "pos_embed") if p + label in names]
     for prefix, label, attn in attentions(model):
         if prefix.startswith(p):
             routes += [(f"{label} H{h}", prefix + ".head_out", h) for h in range(attn.n_head)]
-    routes += [(f"L{i} mlp", f"{p}blocks.{i}.mlp.out", None) for i in range(un.n_layer)
-               if f"{p}blocks.{i}.mlp.out" in names]  # attention-only blocks have no feed-forward
+    routes += [
+        (f"L{i} mlp", f"{p}blocks.{i}.mlp.out", None)
+        for i in range(un.n_layer)
+        if f"{p}blocks.{i}.mlp.out" in names
+    ]  # attention-only blocks have no feed-forward
     scale = max(1.0, abs(logit), _max_abs(contributions))
     worst = abs(float(np.sum(contributions)) + bias - logit)
     for label, name, head in routes:
@@ -301,13 +348,18 @@ def _attribution_check(model, inputs, un, labels, contributions, bias, logit, to
                 v = v.copy()
                 v[:, h] = 0.0
                 return v
+
             hooks[name] = zero
         _, run = run_with_cache(model, *inputs, names=[last], hooks=hooks)
         expected = float(_frozen_norm_change(un.norm, x, x - run[last][0, position]) @ un.W[token])
         got = contributions[labels.index(label)] if label in labels else np.inf
         worst = max(worst, abs(got - expected))
-    return Check("logit attribution", "the parts sum to the logit, and each equals its removal's effect with "
-                 "the norm's scale frozen", worst / scale, 10 * _tolerance(x.dtype, "replay"))
+    return Check(
+        "logit attribution",
+        "the parts sum to the logit, and each equals its removal's effect with the norm's scale frozen",
+        worst / scale,
+        10 * _tolerance(x.dtype, "replay"),
+    )
 
 
 # -- head ablation ----------------------------------------------------------------------------
@@ -332,11 +384,13 @@ def _ablation_hook(mode: str, clean: np.ndarray, h: int) -> Callable:
         x = x.copy()
         x[:, h] = 0.0 if mode == "zero" else mean[h][None, None, :]
         return x
+
     return ablate
 
 
-def head_ablation(model, inputs: tuple, metric: Callable = loss_metric, mode: str = "zero",
-                  which: str = "all") -> HeadAblation:
+def head_ablation(
+    model, inputs: tuple, metric: Callable = loss_metric, mode: str = "zero", which: str = "all"
+) -> HeadAblation:
     """Ablate each head in turn (its output before the out projection, over every position of
     every sequence): "zero" sets it to 0, "mean" to its mean over the batch and positions.
     which: "all", "self" or "cross" attentions.
@@ -362,12 +416,19 @@ def head_ablation(model, inputs: tuple, metric: Callable = loss_metric, mode: st
     for row, (prefix, _, attn) in enumerate(atts):
         name = prefix + ".head_out"
         for h in range(attn.n_head):
-            out, back = run_with_cache(model, *inputs, names=[name], hooks={name: _ablation_hook(mode, cache[name], h)})
+            out, back = run_with_cache(
+                model, *inputs, names=[name], hooks={name: _ablation_hook(mode, cache[name], h)}
+            )
             value = metric(out)
             log.append((name, back[name], value))
             change[row, h] = value - baseline
-    return HeadAblation([a[1] for a in atts], change, baseline, mode,
-                        _ablation_check(model, inputs, metric, atts, mode, change, baseline, log))
+    return HeadAblation(
+        [a[1] for a in atts],
+        change,
+        baseline,
+        mode,
+        _ablation_check(model, inputs, metric, atts, mode, change, baseline, log),
+    )
 
 
 def _ablation_check(model, inputs, metric, atts, mode, change, baseline, log) -> Check:
@@ -382,8 +443,11 @@ def _ablation_check(model, inputs, metric, atts, mode, change, baseline, log) ->
         a_scale = max(1.0, _max_abs(c))
         best, best_head = np.inf, None
         for g in range(c.shape[1]):
-            target = (np.zeros(c.shape[-1]) if mode == "zero"
-                      else np.mean(np.swapaxes(c[:, g], 0, 1).reshape(-1, c.shape[-1]), axis=0))  # (hs,)
+            target = (
+                np.zeros(c.shape[-1])
+                if mode == "zero"
+                else np.mean(np.swapaxes(c[:, g], 0, 1).reshape(-1, c.shape[-1]), axis=0)
+            )  # (hs,)
             others = np.delete(np.arange(c.shape[1]), g)
             err = max(_max_abs(back[:, g] - target), _max_abs(back[:, others] - c[:, others])) / a_scale
             entry = change[names.index(name), g] if g < change.shape[1] else np.nan  # a head the table lacks
@@ -395,10 +459,15 @@ def _ablation_check(model, inputs, metric, atts, mode, change, baseline, log) ->
     heads = sum(clean[n].shape[1] for n in names)  # the heads the activations hold
     if not len(seen) == len(log) == int(np.isfinite(change).sum()) == heads:
         worst = np.inf  # a head ablated twice or never, or a table entry no run gave
-    what = "every ablated run read back holds its one head at " + ("zero" if mode == "zero" else
-                                                                     "its mean over batch and positions")
-    return Check("head ablation", what + ", the other heads unchanged, and its metric in the table",
-                 worst, _tolerance(dtype, "replay"))
+    what = "every ablated run read back holds its one head at " + (
+        "zero" if mode == "zero" else "its mean over batch and positions"
+    )
+    return Check(
+        "head ablation",
+        what + ", the other heads unchanged, and its metric in the table",
+        worst,
+        _tolerance(dtype, "replay"),
+    )
 
 
 # -- activation patching ------------------------------------------------------------------------
@@ -427,10 +496,12 @@ class Patching:
 
 def _patch_hook(source: np.ndarray, index: tuple) -> Callable:
     """The hook that writes source[index] (the clean run's activation) into the same cell."""
+
     def patch(x, name):
         x = x.copy()
         x[index] = source[index]
         return x
+
     return patch
 
 
@@ -451,8 +522,10 @@ def activation_patching(model, clean: tuple, corrupt: tuple, metric: Callable) -
         raise DataError(f"clean and corrupted inputs differ in number: {len(a)} and {len(b)}")
     for i, (x, y) in enumerate(zip(a, b)):
         if x.shape != y.shape:
-            raise DataError(f"patching needs inputs of equal length: clean input {i} has shape {x.shape}, "
-                            f"the corrupted one {y.shape} (tokenize both to the same number of tokens)")
+            raise DataError(
+                f"patching needs inputs of equal length: clean input {i} has shape {x.shape}, "
+                f"the corrupted one {y.shape} (tokenize both to the same number of tokens)"
+            )
     clean_out, cache = run_with_cache(model, *clean)
     corrupt_out = run_with_hooks(model, *corrupt, hooks={})
     c_clean, c_corrupt = metric(clean_out), metric(corrupt_out)
@@ -460,7 +533,9 @@ def activation_patching(model, clean: tuple, corrupt: tuple, metric: Callable) -
     log = []  # (name, index, the activation the patched run used, its fraction)
 
     def patch_run(name, index):
-        out, back = run_with_cache(model, *corrupt, names=[name], hooks={name: _patch_hook(cache[name], index)})
+        out, back = run_with_cache(
+            model, *corrupt, names=[name], hooks={name: _patch_hook(cache[name], index)}
+        )
         fraction = (metric(out) - c_corrupt) / denom if denom != 0 else np.nan
         log.append((name, index, back[name], fraction))
         return fraction
@@ -468,8 +543,12 @@ def activation_patching(model, clean: tuple, corrupt: tuple, metric: Callable) -
     residual = {}
     for prefix, blocks in stacks(model).items():
         T = cache[f"{prefix}blocks.0.resid_pre"].shape[1]
-        residual[prefix] = np.array([[patch_run(f"{prefix}blocks.{i}.resid_pre", (slice(None), t))
-                                      for t in range(T)] for i in range(len(blocks))])
+        residual[prefix] = np.array(
+            [
+                [patch_run(f"{prefix}blocks.{i}.resid_pre", (slice(None), t)) for t in range(T)]
+                for i in range(len(blocks))
+            ]
+        )
     atts = attentions(model)
     heads = np.full((len(atts), max(a[2].n_head for a in atts)), np.nan)
     for row, (name, _, attn) in enumerate(atts):
@@ -479,8 +558,15 @@ def activation_patching(model, clean: tuple, corrupt: tuple, metric: Callable) -
     last = f"{main}blocks.{len(stacks(model)[main]) - 1}.resid_post"
     everything = patch_run(last, (slice(None),))
     check = _patching_check(model, clean, corrupt, log, residual, heads, atts, everything, last)
-    return Patching(residual[main], heads, [a[1] for a in atts], c_clean, c_corrupt, check,
-                    residual.get("encoder.") if main else None)
+    return Patching(
+        residual[main],
+        heads,
+        [a[1] for a in atts],
+        c_clean,
+        c_corrupt,
+        check,
+        residual.get("encoder.") if main else None,
+    )
 
 
 def _patching_check(model, clean, corrupt, log, residual, heads, atts, everything, last) -> Check:
@@ -505,8 +591,11 @@ def _patching_check(model, clean, corrupt, log, residual, heads, atts, everythin
         # where the table keeps this run: the layer (or attention) the name says, the position
         # (or head) the index says
         parts = name.split(".")
-        table, row = ((heads, head_rows[name]) if name in head_rows
-                      else (residual.get("".join(p + "." for p in parts[:-3])), int(parts[-2])))
+        table, row = (
+            (heads, head_rows[name])
+            if name in head_rows
+            else (residual.get("".join(p + "." for p in parts[:-3])), int(parts[-2]))
+        )
         inside = table is not None and row < table.shape[0] and index[1] < table.shape[1]
         cell = table[row, index[1]] if inside else np.inf
         done.append((name, index[1]))
@@ -516,12 +605,16 @@ def _patching_check(model, clean, corrupt, log, residual, heads, atts, everythin
     if len(done) != len(set(done)) or set(done) != expected:
         worst = np.inf  # a cell patched twice or never
     if np.isnan(everything):
-        what = ("every patched cell read back is the clean run's and every other cell the corrupted run's "
-                "(recovery undefined: clean and corrupted runs give the same metric)")
+        what = (
+            "every patched cell read back is the clean run's and every other cell the corrupted run's "
+            "(recovery undefined: clean and corrupted runs give the same metric)"
+        )
     else:
         worst = max(worst, abs(everything - 1.0))
-        what = ("every patched cell read back is the clean run's and every other cell the corrupted run's, "
-                "and patching the last residual stream recovers 1")
+        what = (
+            "every patched cell read back is the clean run's and every other cell the corrupted run's, "
+            "and patching the last residual stream recovers 1"
+        )
     return Check("patching", what, worst, _tolerance(dtype, "replay"))
 
 
@@ -532,6 +625,7 @@ Objective = Callable[[object], tuple[float, "np.ndarray | None"]]
 def logit_objective(position: int, token: int) -> Objective:
     """f = logits[0, position, token] (or logits[0, token] for a classifier); its gradient. For
     a batch of one sequence (DataError otherwise)."""
+
     def objective(output):
         logits = _logits(output)
         _one_sequence(logits, "logit_objective")
@@ -540,6 +634,7 @@ def logit_objective(position: int, token: int) -> Objective:
         index = (0, _index(position, logits.shape[1], "position"), t) if logits.ndim == 3 else (0, t)
         g[index] = 1.0
         return float(logits[index]), g
+
     return objective
 
 
@@ -562,6 +657,7 @@ def similarity_objective(other: np.ndarray) -> Objective:
         # d cos / d a = b / (|a| |b|) - cos a / |a|^2 ; d a / d hidden[t] = 1 / T
         da = other / (na * nb) - cos * a / na**2
         return cos, np.broadcast_to((da / T).astype(hidden.dtype), hidden.shape).copy()
+
     return objective
 
 
@@ -591,6 +687,7 @@ def _value_and_gradient(model, inputs, objective, embed_name, replace=None):
     def record(x, name):  # the embeddings the forward uses (replaced along the IG path)
         seen["x"] = x.copy() if replace is None else replace(x, name)
         return None if replace is None else seen["x"]
+
     hooks = {embed_name: record}
     try:
         model.train()
@@ -618,9 +715,13 @@ def _value_at(model, inputs, objective, name, x) -> float:
 
 def _directional(model, inputs, objective, name, x, v, h) -> float:
     """d f(x + s v) / ds at s = 0: central differences at h and h / 2, one Richardson step (error O(h^4))."""
+
     def central(step):
-        return (_value_at(model, inputs, objective, name, x + step * v)
-                - _value_at(model, inputs, objective, name, x - step * v)) / (2 * step)
+        return (
+            _value_at(model, inputs, objective, name, x + step * v)
+            - _value_at(model, inputs, objective, name, x - step * v)
+        ) / (2 * step)
+
     return (4 * central(h / 2) - central(h)) / 3
 
 
@@ -643,7 +744,9 @@ def saliency(model, inputs: tuple, objective: Objective) -> Saliency:
         for p, s in zip(model.parameters(), saved):
             p.grad[...] = s
     gxi = _grad_x_input(g, x)
-    return Saliency(value, g, x, gxi, np.sqrt((g * g).sum(-1)), _saliency_check(model, inputs, objective, name, g, gxi))
+    return Saliency(
+        value, g, x, gxi, np.sqrt((g * g).sum(-1)), _saliency_check(model, inputs, objective, name, g, gxi)
+    )
 
 
 def _saliency_check(model, inputs, objective, name, gradient, gxi) -> Check:
@@ -654,7 +757,10 @@ def _saliency_check(model, inputs, objective, name, gradient, gxi) -> Check:
     weights = rng.uniform(0.5, 1.5, x.shape[:-1])  # (B, T): tokens in another order give another sum
     worst, g_norm = 0.0, float(np.linalg.norm(gradient))
     f64 = cache[name].dtype == np.float64
-    for v, expected in ((u, float((gradient * u).sum())), (x * weights[..., None], float((gxi * weights).sum()))):
+    for v, expected in (
+        (u, float((gradient * u).sum())),
+        (x * weights[..., None], float((gxi * weights).sum())),
+    ):
         size = float(np.linalg.norm(v))
         if size == 0:
             continue
@@ -663,8 +769,13 @@ def _saliency_check(model, inputs, objective, name, gradient, gxi) -> Check:
         h = (1e-5 if f64 else 3e-2) * max(1.0, float(np.linalg.norm(x))) / size
         d = _directional(model, inputs, objective, name, cache[name], (v * 1.0).astype(cache[name].dtype), h)
         worst = max(worst, abs(d - expected) / max(g_norm * size, 1e-30))
-    return Check("saliency", "central differences along a random direction and along the weighted embeddings "
-                 "equal the gradient and gradient x input", worst, _tolerance(cache[name].dtype, "fd"))
+    return Check(
+        "saliency",
+        "central differences along a random direction and along the weighted embeddings "
+        "equal the gradient and gradient x input",
+        worst,
+        _tolerance(cache[name].dtype, "fd"),
+    )
 
 
 def token_embeddings(model, inputs: tuple) -> np.ndarray:
@@ -693,8 +804,9 @@ def mean_token_embedding(model, inputs: tuple, vocab_size: int) -> np.ndarray:
     def grab(x, _n):
         rows.append(x.reshape(-1, x.shape[-1]).copy())
         raise _Stop
+
     for start in range(0, len(ids), 64):
-        chunk = ids[start:start + 64]
+        chunk = ids[start : start + 64]
         # seq2seq: the decoder's input rides along (the hook stops the run in the encoder)
         rest = (np.repeat(as_batch(inputs[1])[:1], len(chunk), 0),) if family(model) == "seq2seq" else ()
         try:
@@ -722,8 +834,9 @@ def _quadrature(steps: int) -> tuple[np.ndarray, np.ndarray]:
     return (nodes + 1) / 2, weights / 2
 
 
-def integrated_gradients(model, inputs: tuple, objective: Objective, steps: int = 32,
-                         baseline=None) -> IntegratedGradients:
+def integrated_gradients(
+    model, inputs: tuple, objective: Objective, steps: int = 32, baseline=None
+) -> IntegratedGradients:
     """Integrated gradients (Sundararajan et al. 2017) along the straight line from `baseline`
     to the input embeddings: attribution = (x - x0) . integral over a in [0, 1] of the gradient
     at x0 + a (x - x0), by Gauss-Legendre quadrature with `steps` nodes (1 .. MAX_STEPS).
@@ -748,12 +861,15 @@ def integrated_gradients(model, inputs: tuple, objective: Objective, steps: int 
             try:
                 x0 = np.broadcast_to(np.asarray(baseline, dtype=x.dtype), x.shape)
             except ValueError:
-                raise DataError(f"the baseline's shape {np.shape(baseline)} does not fit the embeddings {x.shape}: "
-                                "give (C,), (T, C) or (B, T, C)") from None
+                raise DataError(
+                    f"the baseline's shape {np.shape(baseline)} does not fit the embeddings {x.shape}: "
+                    "give (C,), (T, C) or (B, T, C)"
+                ) from None
         total = np.zeros_like(x)
         for alpha, weight in zip(*_quadrature(int(steps))):
-            _, g, _ = _value_and_gradient(model, inputs, objective, name,
-                                          replace=lambda _x, n, a=alpha: x0 + a * (x - x0))
+            _, g, _ = _value_and_gradient(
+                model, inputs, objective, name, replace=lambda _x, n, a=alpha: x0 + a * (x - x0)
+            )
             total += weight * g
     finally:
         for p, s in zip(model.parameters(), saved):
@@ -765,9 +881,12 @@ def integrated_gradients(model, inputs: tuple, objective: Objective, steps: int 
     # relative to the gap; a gap below 1e-8 of f (a baseline the model cannot tell from the input)
     # is measured against 1e-8 of f instead
     error = abs(float(attributions.sum()) - gap) / max(abs(gap), 1e-8 * max(1.0, abs(value)))
-    return IntegratedGradients(attributions, value, f0,
-                               Check("integrated gradients", "the attributions sum to f(input) - f(baseline)",
-                                     error, 0.01))
+    return IntegratedGradients(
+        attributions,
+        value,
+        f0,
+        Check("integrated gradients", "the attributions sum to f(input) - f(baseline)", error, 0.01),
+    )
 
 
 # -- head scores ----------------------------------------------------------------------------------
@@ -872,14 +991,27 @@ def _planted(kind: str, shape: tuple, ids: np.ndarray) -> np.ndarray:
             elif kind == "anti":
                 key[b, q] = Tk - 1 - q if q < Tk else 0
     w = np.zeros(shape)
-    w[np.arange(B)[:, None, None], np.arange(H)[None, :, None], np.arange(Tq)[None, None, :], key[:, None, :]] = 1.0
+    w[
+        np.arange(B)[:, None, None],
+        np.arange(H)[None, :, None],
+        np.arange(Tq)[None, None, :],
+        key[:, None, :],
+    ] = 1.0
     return w
 
 
 # planted pattern -> (score, what it must read) for self- and cross attention
-_PLANTS = {"self": [("previous", "previous", 1.0), ("self", "previous", 0.0), ("first", "first", 1.0),
-                    ("same", "same", 1.0), ("self", "same", 0.0), ("induction", "induction", 1.0)],
-           "cross": [("diagonal", "diagonal", 1.0), ("anti", "anti_diagonal", 1.0)]}
+_PLANTS = {
+    "self": [
+        ("previous", "previous", 1.0),
+        ("self", "previous", 0.0),
+        ("first", "first", 1.0),
+        ("same", "same", 1.0),
+        ("self", "same", 0.0),
+        ("induction", "induction", 1.0),
+    ],
+    "cross": [("diagonal", "diagonal", 1.0), ("anti", "anti_diagonal", 1.0)],
+}
 
 
 def head_scores(model, inputs: tuple, ids: np.ndarray | None = None) -> HeadScores:
@@ -918,7 +1050,8 @@ def _applies(atts, cache, ids) -> dict[str, np.ndarray]:
         out["first"][row, :n] = not cross
         out["previous"][row, :n] = not cross and Tq >= 2
         out["same"][row, :n] = out["induction"][row, :n] = (
-            not cross and not prefix.startswith("decoder.") and ids.shape[1] == Tq == Tk and repeats)
+            not cross and not prefix.startswith("decoder.") and ids.shape[1] == Tq == Tk and repeats
+        )
     return out
 
 
@@ -928,10 +1061,20 @@ def _scores_check(model, inputs, atts, ids, cache) -> Check:
     applies = _applies(atts, cache, ids)
     checked: list[str] = []
     for kind in ("previous", "self", "first", "same", "induction", "diagonal", "anti"):
+
         def plant(x, name, kind=kind):
-            return _planted(kind, x.shape, ids) if (".cross_attn" in name) == (kind in ("diagonal", "anti")) else None
-        _, back = run_with_cache(model, *inputs, names=[a[0] + ".pattern" for a in atts],
-                                 hooks={a[0] + ".pattern": plant for a in atts})
+            return (
+                _planted(kind, x.shape, ids)
+                if (".cross_attn" in name) == (kind in ("diagonal", "anti"))
+                else None
+            )
+
+        _, back = run_with_cache(
+            model,
+            *inputs,
+            names=[a[0] + ".pattern" for a in atts],
+            hooks={a[0] + ".pattern": plant for a in atts},
+        )
         got = _scores_of({a[0]: back[a[0] + ".pattern"] for a in atts}, atts, ids)
         for side in ("self", "cross"):
             for planted, score, expected in _PLANTS[side]:
@@ -944,5 +1087,6 @@ def _scores_check(model, inputs, atts, ids, cache) -> Check:
                     if expected == 1.0:
                         checked.append(score.replace("_", "-"))
     what = f"planted exact patterns score 1 ({', '.join(checked) or 'none applies'}; a query on itself 0)"
-    return Check("head scores", what + ", and every attention row sums to 1",
-                 worst, _tolerance(dtype, "replay"))
+    return Check(
+        "head scores", what + ", and every attention row sums to 1", worst, _tolerance(dtype, "replay")
+    )

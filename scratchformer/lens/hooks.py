@@ -44,9 +44,18 @@ from scratchformer.errors import DTypeError, HookError
 from scratchformer.nn.hooks import HookPoint
 from scratchformer.nn.module import Module, eval_mode
 
-__all__ = ["hook_points", "hook_names", "grad_hook_names", "resolve_names", "hooked", "run_with_cache", "run_with_hooks"]
+__all__ = [
+    "hook_points",
+    "hook_names",
+    "grad_hook_names",
+    "resolve_names",
+    "hooked",
+    "run_with_cache",
+    "run_with_hooks",
+]
 
 Hook = Callable[[np.ndarray, str], "np.ndarray | None"]
+
 
 def _plain(path: str) -> str:
     """A module path inside a block or sub-layer -> its stable tail (``hook_q`` -> ``q``)."""
@@ -67,7 +76,9 @@ def _contract_names(model: Module) -> dict[int, str]:
         for i, block in enumerate(blocks):
             base = f"{prefix}blocks.{i}."
             parts = model.block_parts(block)
-            subs = [*parts.attentions.items()] + ([("mlp", parts.feedforward)] if parts.feedforward is not None else [])
+            subs = [*parts.attentions.items()] + (
+                [("mlp", parts.feedforward)] if parts.feedforward is not None else []
+            )
             for sub, module in subs:
                 for path, hp in module.named_modules():
                     if isinstance(hp, HookPoint):
@@ -107,7 +118,11 @@ def hook_points(model: Module) -> dict[str, HookPoint]:
     """Stable name -> HookPoint, in the order a forward meets them."""
     check_model(model)
     known = _contract_names(model)
-    points = {known.get(id(hp)) or _plain(path): hp for path, hp in model.named_modules() if isinstance(hp, HookPoint)}
+    points = {
+        known.get(id(hp)) or _plain(path): hp
+        for path, hp in model.named_modules()
+        if isinstance(hp, HookPoint)
+    }
     return dict(sorted(points.items(), key=lambda kv: _forward_order(kv[0])))
 
 
@@ -115,7 +130,9 @@ def check_model(model) -> None:
     """The lens studies scratchformer models: anything else is one typed error, not an
     AttributeError from deep inside."""
     if not isinstance(model, Module):
-        raise DTypeError(f"model must be a scratchformer model (a Module such as GPT), got {type(model).__name__}")
+        raise DTypeError(
+            f"model must be a scratchformer model (a Module such as GPT), got {type(model).__name__}"
+        )
 
 
 def hook_names(model: Module) -> list[str]:
@@ -143,16 +160,23 @@ def resolve_names(model: Module, names) -> list[str]:
         matched = fnmatch.filter(known, name) if "*" in name else ([name] if name in known else [])
         if not matched:
             close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
-            hint = f"did you mean {', '.join(close)}?" if close else f"names look like {known[1]}, {known[-1]}"
-            raise HookError(f"no activation is named {name!r} in this {type(model).__name__}: {hint} "
-                            "(docs/lens.md lists the names)")
+            hint = (
+                f"did you mean {', '.join(close)}?" if close else f"names look like {known[1]}, {known[-1]}"
+            )
+            raise HookError(
+                f"no activation is named {name!r} in this {type(model).__name__}: {hint} "
+                "(docs/lens.md lists the names)"
+            )
         out += [n for n in matched if n not in out]
     return out
 
 
 @contextmanager
-def hooked(model: Module, hooks: dict[str, Hook] | None = None,
-           grad_hooks: dict[str, Callable[[np.ndarray, str], None]] | None = None) -> Iterator[Module]:
+def hooked(
+    model: Module,
+    hooks: dict[str, Hook] | None = None,
+    grad_hooks: dict[str, Callable[[np.ndarray, str], None]] | None = None,
+) -> Iterator[Module]:
     """Set forward hooks (and gradient hooks, called by the backward of the hook points a
     model's backward passes through: the input embeddings, `grad_hook_names`) for the block;
     every hook is removed on the way out, also on an error. A gradient hook on another name
@@ -163,11 +187,15 @@ def hooked(model: Module, hooks: dict[str, Hook] | None = None,
     supported = grad_hook_names(model)
     for name in backward:
         if name not in supported:
-            raise HookError(f"no gradient reaches a hook at {name}: the hand-written backward calls gradient hooks "
-                            f"at the input embeddings and the feed-forward activations only ({', '.join(supported)})")
+            raise HookError(
+                f"no gradient reaches a hook at {name}: the hand-written backward calls gradient hooks "
+                f"at the input embeddings and the feed-forward activations only ({', '.join(supported)})"
+            )
     for name, fn in {**forward, **backward}.items():
         if not callable(fn):
-            raise HookError(f"the hook for {name} must be a function fn(array, name), got {type(fn).__name__}")
+            raise HookError(
+                f"the hook for {name} must be a function fn(array, name), got {type(fn).__name__}"
+            )
     try:
         for name in set(forward) | set(backward):
             points[name].set_hooks(name, forward.get(name), backward.get(name))
@@ -214,4 +242,5 @@ def _then_keep(fn, keep):
         out = fn(x, name)
         keep(x if out is None else out, name)
         return out
+
     return both

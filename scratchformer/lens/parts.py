@@ -16,17 +16,21 @@ _SIDES = {"": "", "encoder.": "enc ", "decoder.": "dec "}
 
 
 def family(model) -> str:
-    """"gpt" | "classifier" | "seq2seq" | "bert": the model's own `family` (ConfigError for
+    """ "gpt" | "classifier" | "seq2seq" | "bert": the model's own `family` (ConfigError for
     anything else)."""
     name = getattr(model, "family", None) if isinstance(model, Model) else None
     if name == "sentence_classifier":
-        raise ConfigError("the lens explains a GPT, a task classifier or an encoder-decoder, not a fine-tuned "
-                          "sentence classifier (its forward takes an attention mask and labels): draw its "
-                          "encoder's attention with 'scratchformer viz RUN --text ...', or explain MiniLM's "
-                          "similarities with 'scratchformer lens --bert'")
+        raise ConfigError(
+            "the lens explains a GPT, a task classifier or an encoder-decoder, not a fine-tuned "
+            "sentence classifier (its forward takes an attention mask and labels): draw its "
+            "encoder's attention with 'scratchformer viz RUN --text ...', or explain MiniLM's "
+            "similarities with 'scratchformer lens --bert'"
+        )
     if name not in LENS_FAMILIES:
-        raise ConfigError(f"the lens studies GPT, TransformerClassifier, Seq2SeqTransformer or BertEncoder "
-                          f"models (or subclasses), got {type(model).__name__}")
+        raise ConfigError(
+            f"the lens studies GPT, TransformerClassifier, Seq2SeqTransformer or BertEncoder "
+            f"models (or subclasses), got {type(model).__name__}"
+        )
     return name
 
 
@@ -99,12 +103,21 @@ def unembedding(model) -> Unembedding:
     family(model)
     head = model.unembedding()
     if head is None:
-        raise ConfigError(f"the logit lens and logit attribution need a language model (GPT or seq2seq), "
-                          f"got a {type(model).__name__}")
+        raise ConfigError(
+            f"the logit lens and logit attribution need a language model (GPT or seq2seq), "
+            f"got a {type(model).__name__}"
+        )
     blocks = model.stacks()[head.prefix]
     pre_norm = all(model.block_parts(b).norm_first for b in blocks)
-    return Unembedding(head.prefix, len(blocks), model.final_norm(head.prefix), head.weight, head.bias, pre_norm,
-                       model.final_norm_kind(head.prefix))
+    return Unembedding(
+        head.prefix,
+        len(blocks),
+        model.final_norm(head.prefix),
+        head.weight,
+        head.bias,
+        pre_norm,
+        model.final_norm_kind(head.prefix),
+    )
 
 
 def dropouts_off(model):
@@ -122,6 +135,7 @@ def dropouts_off(model):
     def restore():
         for m, attr, value in saved:
             setattr(m, attr, value)
+
     return restore
 
 

@@ -40,8 +40,10 @@ def kind(model) -> str:
     family; ConfigError for anything else)."""
     name = model.family if isinstance(model, Model) else None
     if name not in KINDS:
-        raise ConfigError(f"viz draws GPT, TransformerClassifier, Seq2SeqTransformer or BertEncoder "
-                          f"models (or subclasses), got {type(model).__name__}")
+        raise ConfigError(
+            f"viz draws GPT, TransformerClassifier, Seq2SeqTransformer or BertEncoder "
+            f"models (or subclasses), got {type(model).__name__}"
+        )
     return name
 
 
@@ -115,6 +117,7 @@ def attention_maps(model, ids, tgt_ids=None) -> dict[str, np.ndarray]:
             model(ids, np.asarray(tgt_ids).reshape(1, -1))
         else:
             model(ids)
+
     def stack(bs, name="attn"):
         return np.stack([model.block_parts(b).attentions[name].attn_weights[0] for b in bs])
 
@@ -207,8 +210,8 @@ def trace(model, ids) -> Trace:
                 continue
             ff_norm = b.norms["ff_norm"]
             h = norm(ff_norm, x, f"{i}.ff_norm") if b.norm_first else x
-            pre = ff.fc1(h)                   # (1, T, n_inner)
-            post = ff.activate(pre)           # GELU, ReLU, SwiGLU...
+            pre = ff.fc1(h)  # (1, T, n_inner)
+            post = ff.activate(pre)  # GELU, ReLU, SwiGLU...
             f = ff.fc2(post)
             x = x + f if b.norm_first else norm(ff_norm, x + f, f"{i}.ff_norm")
             t.ff_update.append(f)

@@ -33,18 +33,50 @@ The names are importable from here too; a test that replaces one (monkeypatch) r
 the module that defines it (`scratchformer.limits.memory.memory_limits`).
 """
 
-from scratchformer.limits.estimates import (BPE_ENCODE_BYTES_PER_BYTE, BPE_TRAIN_BYTES_PER_BYTE, FLOAT_BYTES,
-                                            LAYER_OVERHEAD_BYTES, PROCESS_BYTES,
-                                            TEXT_BYTES_PER_BYTE, Sizes, activation_bytes, check_bpe_fits,
-                                            check_model_fits, check_text_fits,
-                                            check_training_fits, generation_bytes, model_sizes, param_count_bound,
-                                            training_state_bytes)
+from scratchformer.limits.estimates import (
+    BPE_ENCODE_BYTES_PER_BYTE,
+    BPE_TRAIN_BYTES_PER_BYTE,
+    FLOAT_BYTES,
+    LAYER_OVERHEAD_BYTES,
+    PROCESS_BYTES,
+    TEXT_BYTES_PER_BYTE,
+    Sizes,
+    activation_bytes,
+    check_bpe_fits,
+    check_model_fits,
+    check_text_fits,
+    check_training_fits,
+    generation_bytes,
+    model_sizes,
+    param_count_bound,
+    training_state_bytes,
+)
 from scratchformer.limits.gemm import gemm_peak_flops, gemm_rate, mfu, model_flops_per_token
 from scratchformer.limits.memory import USABLE_FRACTION, available_memory, check_fits, memory_limits
 
-__all__ = ["BPE_ENCODE_BYTES_PER_BYTE", "BPE_TRAIN_BYTES_PER_BYTE", "FLOAT_BYTES", "LAYER_OVERHEAD_BYTES",
-           "PROCESS_BYTES", "TEXT_BYTES_PER_BYTE", "USABLE_FRACTION", "Sizes", "activation_bytes",
-           "available_memory", "check_bpe_fits", "check_fits", "check_model_fits",
-           "check_text_fits", "check_training_fits", "gemm_peak_flops", "gemm_rate", "generation_bytes",
-           "memory_limits", "mfu", "model_flops_per_token", "model_sizes", "param_count_bound",
-           "training_state_bytes"]
+__all__ = [
+    "BPE_ENCODE_BYTES_PER_BYTE",
+    "BPE_TRAIN_BYTES_PER_BYTE",
+    "FLOAT_BYTES",
+    "LAYER_OVERHEAD_BYTES",
+    "PROCESS_BYTES",
+    "TEXT_BYTES_PER_BYTE",
+    "USABLE_FRACTION",
+    "Sizes",
+    "activation_bytes",
+    "available_memory",
+    "check_bpe_fits",
+    "check_fits",
+    "check_model_fits",
+    "check_text_fits",
+    "check_training_fits",
+    "gemm_peak_flops",
+    "gemm_rate",
+    "generation_bytes",
+    "memory_limits",
+    "mfu",
+    "model_flops_per_token",
+    "model_sizes",
+    "param_count_bound",
+    "training_state_bytes",
+]

@@ -7,7 +7,9 @@ from typing import NamedTuple
 from scratchformer.limits.memory import check_fits, refuse_if
 
 FLOAT_BYTES = 4  # float32, the library's default dtype
-LAYER_OVERHEAD_BYTES = 32 * 1024  # Python objects of one block (~15 KB measured for a tiny GPT block), doubled
+LAYER_OVERHEAD_BYTES = (
+    32 * 1024
+)  # Python objects of one block (~15 KB measured for a tiny GPT block), doubled
 # memory a data file costs while it is read and encoded, per byte of the file (measured on
 # tinyshakespeare: the bytes, the decoded str, the int64 ids and the split copies, ~9.6)
 TEXT_BYTES_PER_BYTE = 10
@@ -54,8 +56,16 @@ def training_state_bytes(n_params: int, itemsize: int = FLOAT_BYTES) -> int:
     return 4 * n_params * itemsize
 
 
-def activation_bytes(batch_size: int, block_size: int, n_layer: int, n_embd: int, n_head: int,
-                     vocab_size: int, itemsize: int = FLOAT_BYTES, per_layer_factor: int = 16) -> int:
+def activation_bytes(
+    batch_size: int,
+    block_size: int,
+    n_layer: int,
+    n_embd: int,
+    n_head: int,
+    vocab_size: int,
+    itemsize: int = FLOAT_BYTES,
+    per_layer_factor: int = 16,
+) -> int:
     """Rough upper bound of one micro-batch's forward cache plus its backward's temporaries:
     per layer ~k*B*T*C for the LayerNorm/linear/feed-forward caches (the 4x-wide hidden layer
     included in k) and 2*B*H*T*T for the attention scores and probabilities; the logits,
@@ -65,22 +75,34 @@ def activation_bytes(batch_size: int, block_size: int, n_layer: int, n_embd: int
     return (n_layer * per_layer + 3 * B * T * vocab_size) * itemsize
 
 
-def generation_bytes(n: int, prompt_len: int, max_new_tokens: int, n_layer: int, n_embd: int,
-                     vocab_size: int, itemsize: int = FLOAT_BYTES) -> int:
+def generation_bytes(
+    n: int,
+    prompt_len: int,
+    max_new_tokens: int,
+    n_layer: int,
+    n_embd: int,
+    vocab_size: int,
+    itemsize: int = FLOAT_BYTES,
+) -> int:
     """n sequences of prompt + new tokens: the KV cache (keys and values of every layer) and
     a few (n, V) arrays of logits and probabilities per step."""
     length = prompt_len + max_new_tokens
     return (2 * n_layer * n * length * n_embd + 4 * n * vocab_size) * itemsize
 
 
-def check_model_fits(config, model_class, training: bool, option: str = "--n-embd, --n-layer or --block-size") -> None:
+def check_model_fits(
+    config, model_class, training: bool, option: str = "--n-embd, --n-layer or --block-size"
+) -> None:
     """Before building a model of `model_class` from `config`: its weights (and, when training,
     gradients and AdamW moments)."""
     sizes = model_sizes(config, model_class)
     n = sizes.params
     nbytes = (training_state_bytes(n) if training else n * FLOAT_BYTES) + sizes.n_layer * LAYER_OVERHEAD_BYTES
-    check_fits(nbytes, f"a model of about {n:,} parameters" + (" with its training state" if training else ""),
-               option)
+    check_fits(
+        nbytes,
+        f"a model of about {n:,} parameters" + (" with its training state" if training else ""),
+        option,
+    )
 
 
 def check_training_fits(model, batch_size: int, workers: int = 1) -> None:
@@ -89,15 +111,20 @@ def check_training_fits(model, batch_size: int, workers: int = 1) -> None:
     _, L, C, heads, T, V = type(model).sizes(model.config)
     state = 3 * model.num_parameters() * FLOAT_BYTES  # gradients and AdamW's m, v (the weights exist)
     processes = "" if workers == 1 else f" in {workers} processes"
-    check_fits(state + activation_bytes(batch_size, T, L, C, heads, V) + (workers - 1) * PROCESS_BYTES,
-               f"training with --batch-size {batch_size} and a context of {T}{processes}",
-               "--batch-size or --block-size" + (", or --workers" if workers > 1 else ""))
+    check_fits(
+        state + activation_bytes(batch_size, T, L, C, heads, V) + (workers - 1) * PROCESS_BYTES,
+        f"training with --batch-size {batch_size} and a context of {T}{processes}",
+        "--batch-size or --block-size" + (", or --workers" if workers > 1 else ""),
+    )
 
 
 def check_text_fits(nbytes: int, source: str, option: str = "--data") -> None:
     """Before reading a data file of `nbytes` bytes: what reading and encoding it costs."""
-    refuse_if(TEXT_BYTES_PER_BYTE * nbytes, f"reading the data file {source} ({nbytes:,} bytes)",
-               f"give {option} a smaller file")
+    refuse_if(
+        TEXT_BYTES_PER_BYTE * nbytes,
+        f"reading the data file {source} ({nbytes:,} bytes)",
+        f"give {option} a smaller file",
+    )
 
 
 def check_bpe_fits(nbytes: int, what: str, option: str, training: bool = False) -> None:
@@ -105,5 +132,8 @@ def check_bpe_fits(nbytes: int, what: str, option: str, training: bool = False) 
     ResourceError naming `option` when it would not fit (the library itself would abort the
     process, no Python error to catch)."""
     per_byte = BPE_TRAIN_BYTES_PER_BYTE if training else BPE_ENCODE_BYTES_PER_BYTE
-    refuse_if(per_byte * nbytes, f"{'training a BPE tokenizer on' if training else 'BPE-encoding'} {what} "
-               f"({nbytes:,} bytes)", option)
+    refuse_if(
+        per_byte * nbytes,
+        f"{'training a BPE tokenizer on' if training else 'BPE-encoding'} {what} ({nbytes:,} bytes)",
+        option,
+    )

@@ -48,7 +48,11 @@ def mfu(flops_per_token: float, tokens_per_s: float, peak: float) -> float | Non
     that measurement was taken under load it no longer has (the trainer measures again and
     writes no MFU until the rate it divides by is at least what the training reached)."""
     for name, value in (("flops_per_token", flops_per_token), ("tokens_per_s", tokens_per_s)):
-        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or value < 0:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float, np.integer, np.floating))
+            or value < 0
+        ):
             raise ConfigError(f"mfu {name} must be a number >= 0, got {value!r}")
     if isinstance(peak, bool) or not (isinstance(peak, (int, float)) and math.isfinite(peak) and peak > 0):
         return None

@@ -43,11 +43,17 @@ def _cgroup_left(root: str = "/sys/fs/cgroup") -> int | None:
         if controllers == "":  # v2: one unified hierarchy
             paths.append((f"{root}{path.rstrip('/')}/memory.max", f"{root}{path.rstrip('/')}/memory.current"))
         elif "memory" in controllers.split(","):
-            paths.append((f"{root}/memory{path.rstrip('/')}/memory.limit_in_bytes",
-                          f"{root}/memory{path.rstrip('/')}/memory.usage_in_bytes"))
+            paths.append(
+                (
+                    f"{root}/memory{path.rstrip('/')}/memory.limit_in_bytes",
+                    f"{root}/memory{path.rstrip('/')}/memory.usage_in_bytes",
+                )
+            )
     # inside a container the process's own cgroup is usually mounted at the root
-    paths += [(f"{root}/memory.max", f"{root}/memory.current"),
-              (f"{root}/memory/memory.limit_in_bytes", f"{root}/memory/memory.usage_in_bytes")]
+    paths += [
+        (f"{root}/memory.max", f"{root}/memory.current"),
+        (f"{root}/memory/memory.limit_in_bytes", f"{root}/memory/memory.usage_in_bytes"),
+    ]
     for limit_path, usage_path in paths:
         limit = _read_first(limit_path)
         if limit is None:
@@ -77,8 +83,11 @@ def _address_space_left() -> int | None:
 
 def memory_limits() -> dict[str, int]:
     """{what limits it: bytes this process can still allocate under it}, for each limit known."""
-    limits = {"the machine's available memory": _machine_available(), "the cgroup's memory limit": _cgroup_left(),
-              "the address-space limit (ulimit -v)": _address_space_left()}
+    limits = {
+        "the machine's available memory": _machine_available(),
+        "the cgroup's memory limit": _cgroup_left(),
+        "the address-space limit (ulimit -v)": _address_space_left(),
+    }
     return {name: left for name, left in limits.items() if left is not None}
 
 
@@ -98,7 +107,11 @@ def check_fits(nbytes: int, what: str, option: str, available: int | None = None
     ("--batch-size or --block-size"). `available` defaults to available_memory(); when that
     is unknown, nothing is checked.
     """
-    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, float, np.integer, np.floating)) or not nbytes >= 0:
+    if (
+        isinstance(nbytes, bool)
+        or not isinstance(nbytes, (int, float, np.integer, np.floating))
+        or not nbytes >= 0
+    ):
         raise ConfigError(f"check_fits nbytes must be a number >= 0, got {nbytes!r}")
     if not isinstance(what, str) or not isinstance(option, str):
         raise DTypeError("check_fits what and option must be str (they make the message)")
@@ -117,5 +130,6 @@ def refuse_if(nbytes: int, what: str, fix: str, available: int | None = None) ->
         return
     if nbytes > USABLE_FRACTION * available:
         under = "" if which is None or which.startswith("the machine") else f" under {which}"
-        raise ResourceError(f"{what} needs about {_gb(nbytes)} of memory but {_gb(available)} is available{under}: "
-                            f"{fix}")
+        raise ResourceError(
+            f"{what} needs about {_gb(nbytes)} of memory but {_gb(available)} is available{under}: {fix}"
+        )

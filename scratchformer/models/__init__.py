@@ -4,4 +4,11 @@ from scratchformer.models.classifier import ClassifierConfig, TransformerClassif
 from scratchformer.models.gpt import GPT, GPTConfig
 from scratchformer.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 
-__all__ = ["GPT", "GPTConfig", "ClassifierConfig", "TransformerClassifier", "Seq2SeqConfig", "Seq2SeqTransformer"]
+__all__ = [
+    "GPT",
+    "GPTConfig",
+    "ClassifierConfig",
+    "TransformerClassifier",
+    "Seq2SeqConfig",
+    "Seq2SeqTransformer",
+]

@@ -52,12 +52,29 @@ import numpy as np
 from scratchformer.checks import check_backward_args
 from scratchformer.errors import BackwardError, ConfigError
 from scratchformer.limits.estimates import Sizes
-from scratchformer.nn import Embedding, LayerNorm, LearnedPositionalEmbedding, NoNorm, RMSNorm, SinusoidalPositionalEncoding
+from scratchformer.nn import (
+    Embedding,
+    LayerNorm,
+    LearnedPositionalEmbedding,
+    NoNorm,
+    RMSNorm,
+    SinusoidalPositionalEncoding,
+)
 from scratchformer.nn.module import Module
 from scratchformer.ops.loss import IGNORE_INDEX, cross_entropy_backward
 
-__all__ = ["IGNORE_INDEX", "BlockParts", "Head", "Model", "Sizes", "attention_params", "block_params",
-           "feedforward_params", "linear_params", "norm_params"]
+__all__ = [
+    "IGNORE_INDEX",
+    "BlockParts",
+    "Head",
+    "Model",
+    "Sizes",
+    "attention_params",
+    "block_params",
+    "feedforward_params",
+    "linear_params",
+    "norm_params",
+]
 
 
 @dataclass(frozen=True)
@@ -121,9 +138,17 @@ def feedforward_params(n_embd: int, n_inner: int, gated: bool, bias: bool) -> in
     return linear_params(n_embd, (2 if gated else 1) * n_inner, bias) + linear_params(n_inner, n_embd, bias)
 
 
-def block_params(n_embd: int, n_head: int, n_inner: int, gated: bool = False, bias: bool = True,
-                 normalization: str = "layernorm", n_kv_head: int | None = None,
-                 cross_attention: bool = False, feedforward: bool = True) -> int:
+def block_params(
+    n_embd: int,
+    n_head: int,
+    n_inner: int,
+    gated: bool = False,
+    bias: bool = True,
+    normalization: str = "layernorm",
+    n_kv_head: int | None = None,
+    cross_attention: bool = False,
+    feedforward: bool = True,
+) -> int:
     """`EncoderBlock` / `DecoderBlock`: self-attention, (cross-attention,) feed-forward and a
     norm before (or after) each; feedforward=False: an attention-only block (neither the
     feed-forward nor its norm)."""
@@ -140,7 +165,9 @@ class Model(Module):
 
     _targets_name: str | None = "targets"  # how forward calls its targets (None: it has no loss)
     family: ClassVar[str] = ""  # "gpt" | "classifier" | "seq2seq" | "bert" | "sentence_classifier"
-    config_class: ClassVar[type]  # the config a constructor takes (GPTConfig, ...): its from_dict reads config.json
+    config_class: ClassVar[
+        type
+    ]  # the config a constructor takes (GPTConfig, ...): its from_dict reads config.json
     decodes: ClassVar[bool] = False  # the encoder-decoder decoding API (inference/beam.py)
 
     # -- the parts every tool asks for (see the module docstring) ------------------------------
@@ -161,7 +188,7 @@ class Model(Module):
         return None
 
     def final_norm_kind(self, prefix: str = "") -> str | None:
-        """"layernorm", "rmsnorm" or None (no final norm)."""
+        """ "layernorm", "rmsnorm" or None (no final norm)."""
         return norm_kind(self.final_norm(prefix))
 
     def unembedding(self) -> Head | None:
@@ -193,7 +220,9 @@ class Model(Module):
         raise ConfigError(f"{type(self).__name__}: positions of type {type(pos).__name__} have no table")
 
     def learned_positions(self, prefix: str = "") -> bool:
-        return isinstance(self.positions(prefix or self.main_prefix()), (LearnedPositionalEmbedding, Embedding))
+        return isinstance(
+            self.positions(prefix or self.main_prefix()), (LearnedPositionalEmbedding, Embedding)
+        )
 
     def stack_input(self, ids: np.ndarray) -> np.ndarray:
         """ids (1, T) -> (1, T', C): the main stack's first block's input."""
@@ -241,23 +270,29 @@ class Model(Module):
         dloss * its loss, or dloss * grad_output). The arguments are checked before the cache is
         consumed, so a refused call leaves the forward for a correct one. The cache holds "loss"
         (cross_entropy's cache or None) and "out_shape" (the output's shape)."""
-        check_backward_args(dloss, grad_output, (getattr(self, "_cache", None) or {}).get("out_shape"), "grad_output")
+        check_backward_args(
+            dloss, grad_output, (getattr(self, "_cache", None) or {}).get("out_shape"), "grad_output"
+        )
         cache, dloss = self._pop_cache(), float(dloss)
         if grad_output is not None:
             grad = np.asarray(grad_output).astype(self.dtype, copy=False)
             return cache, (grad * dloss if dloss != 1.0 else grad)
         if cache.get("loss") is None and self._targets_name is None:
-            raise BackwardError(f"{type(self).__name__}.backward() needs grad_output, the gradient of its output "
-                                "(it has no loss of its own)")
+            raise BackwardError(
+                f"{type(self).__name__}.backward() needs grad_output, the gradient of its output "
+                "(it has no loss of its own)"
+            )
         if cache.get("loss") is None:
-            raise BackwardError(f"{type(self).__name__}.backward() needs a forward with {self._targets_name} (or "
-                                "pass grad_output, the gradient of the output)")
+            raise BackwardError(
+                f"{type(self).__name__}.backward() needs a forward with {self._targets_name} (or "
+                "pass grad_output, the gradient of the output)"
+            )
         # astype: a loss computed in a wider dtype (GPTConfig.loss_dtype) hands back the model's
         return cache, cross_entropy_backward(cache["loss"], dloss).astype(self.dtype, copy=False)
 
 
 def norm_kind(norm) -> str | None:
-    """"layernorm", "rmsnorm" or None (no norm, or a NoNorm: normalization="none")."""
+    """ "layernorm", "rmsnorm" or None (no norm, or a NoNorm: normalization="none")."""
     if norm is None or isinstance(norm, NoNorm):
         return None
     if isinstance(norm, RMSNorm):

@@ -21,6 +21,7 @@ import numpy as np
 
 from scratchformer.checks import as_array, check_config_type, check_heads, check_int_in_range, check_token_ids
 from scratchformer.errors import DataError, ShapeError
+from scratchformer.models.base import Model, Sizes, block_params, linear_params, norm_params
 from scratchformer.nn import (
     Dropout,
     Embedding,
@@ -34,7 +35,6 @@ from scratchformer.nn import (
     manual_seed,
 )
 from scratchformer.nn.hooks import HookPoint
-from scratchformer.models.base import Model, Sizes, block_params, linear_params, norm_params
 from scratchformer.nn.module import eval_mode
 from scratchformer.ops import ACTIVATIONS, cross_entropy_forward
 from scratchformer.ops.pooling import pool_backward, pool_forward
@@ -49,7 +49,7 @@ class ClassifierConfig(TransformerConfig):
 
     vocab_size: int = setting(POSITIVE)
     n_classes: int = setting(POSITIVE)
-    max_len: int = setting(POSITIVE, 64)              # longest input sequence (the CLS token is extra)
+    max_len: int = setting(POSITIVE, 64)  # longest input sequence (the CLS token is extra)
     n_layer: int = setting(POSITIVE, 2)
     n_head: int = setting(POSITIVE, 4)
     n_embd: int = setting(POSITIVE, 64)
@@ -59,7 +59,9 @@ class ClassifierConfig(TransformerConfig):
     activation: str = setting(Str(tuple(ACTIVATIONS)), "gelu")
     positional: str = setting(Str(("sinusoidal", "learned")), "sinusoidal")
     pooling: str = setting(Str(("mean", "cls")), "mean")
-    pad_id: int | None = setting(Maybe(NON_NEGATIVE), None)  # if set and no padding_mask is given, mask = (x != pad_id)
+    pad_id: int | None = setting(
+        Maybe(NON_NEGATIVE), None
+    )  # if set and no padding_mask is given, mask = (x != pad_id)
 
     def check_together(self) -> None:
         check_heads(self.n_embd, self.n_head)
@@ -97,8 +99,14 @@ class TransformerClassifier(Model):
             self.cls_token = Parameter(init.normal((c.n_embd,), 1.0, self.tok_emb.weight.data.dtype))
         self.drop = Dropout(c.dropout)
         self.blocks = [
-            EncoderBlock(c.n_embd, c.n_head, c.inner_size, dropout=c.dropout, activation=c.activation,
-                         norm_first=c.norm_first)
+            EncoderBlock(
+                c.n_embd,
+                c.n_head,
+                c.inner_size,
+                dropout=c.dropout,
+                activation=c.activation,
+                norm_first=c.norm_first,
+            )
             for _ in range(c.n_layer)
         ]
         if c.norm_first:
@@ -124,27 +132,38 @@ class TransformerClassifier(Model):
     def stack_input(self, ids: np.ndarray) -> np.ndarray:
         h = self.tok_emb(ids)
         if self.config.pooling == "cls":  # the CLS vector comes first
-            cls = np.broadcast_to(self.cls_token.data.astype(h.dtype, copy=False), (h.shape[0], 1, h.shape[-1]))
+            cls = np.broadcast_to(
+                self.cls_token.data.astype(h.dtype, copy=False), (h.shape[0], 1, h.shape[-1])
+            )
             h = np.concatenate([cls, h], axis=1)
         return self.pos(h)
 
     def named_hook_points(self) -> dict:
-        return {"embed": self.hook_embed, "pos_embed": self.pos.hook_pos_embed, "ln_final": self.hook_ln_final}
+        return {
+            "embed": self.hook_embed,
+            "pos_embed": self.pos.hook_pos_embed,
+            "ln_final": self.hook_ln_final,
+        }
 
     @classmethod
     def param_count(cls, config: ClassifierConfig) -> int:
         c = config
         n_pos = c.max_len + (1 if c.pooling == "cls" else 0)
-        return (c.vocab_size * c.n_embd + (n_pos * c.n_embd if c.positional == "learned" else 0)
-                + (c.n_embd if c.pooling == "cls" else 0)
-                + c.n_layer * block_params(c.n_embd, c.n_head, c.inner_size)
-                + (norm_params("layernorm", c.n_embd, True) if c.norm_first else 0)
-                + linear_params(c.n_embd, c.n_classes, True))
+        return (
+            c.vocab_size * c.n_embd
+            + (n_pos * c.n_embd if c.positional == "learned" else 0)
+            + (c.n_embd if c.pooling == "cls" else 0)
+            + c.n_layer * block_params(c.n_embd, c.n_head, c.inner_size)
+            + (norm_params("layernorm", c.n_embd, True) if c.norm_first else 0)
+            + linear_params(c.n_embd, c.n_classes, True)
+        )
 
     @classmethod
     def sizes(cls, config: ClassifierConfig) -> Sizes:
         c = config
-        return Sizes(cls.param_count(c), c.n_layer, c.n_embd, c.n_head, c.max_len + (c.pooling == "cls"), c.vocab_size)
+        return Sizes(
+            cls.param_count(c), c.n_layer, c.n_embd, c.n_head, c.max_len + (c.pooling == "cls"), c.vocab_size
+        )
 
     # -- forward / backward ------------------------------------------------------------------
     def _padding_mask(self, x: np.ndarray, padding_mask) -> np.ndarray | None:
@@ -152,8 +171,10 @@ class TransformerClassifier(Model):
             return None if self.config.pad_id is None else (x != self.config.pad_id)
         padding_mask = as_array(padding_mask, "padding_mask")
         if padding_mask.dtype != bool or padding_mask.shape != x.shape:
-            raise ShapeError(f"padding_mask must be bool of shape {x.shape} (True = real token), "
-                             f"got {padding_mask.dtype} {padding_mask.shape}")
+            raise ShapeError(
+                f"padding_mask must be bool of shape {x.shape} (True = real token), "
+                f"got {padding_mask.dtype} {padding_mask.shape}"
+            )
         return padding_mask
 
     def check_input(self, x, labels=None, padding_mask=None) -> None:

@@ -52,6 +52,7 @@ from scratchformer.checks import (
 )
 from scratchformer.errors import ConfigError, DataError, ShapeError
 from scratchformer.inference.sampling import as_rng, check_sampling_args, sample_next
+from scratchformer.models.base import Head, Model, Sizes, block_params, linear_params, norm_params
 from scratchformer.nn import (
     FEEDFORWARD_ACTIVATIONS,
     NORMALIZATIONS,
@@ -65,11 +66,10 @@ from scratchformer.nn import (
     make_norm,
     manual_seed,
 )
-from scratchformer.nn.hooks import HookPoint
 from scratchformer.nn import init as nn_init
 from scratchformer.nn.feedforward import GATED_ACTIVATIONS
+from scratchformer.nn.hooks import HookPoint
 from scratchformer.nn.module import eval_mode, trusted_calls
-from scratchformer.models.base import Head, Model, Sizes, block_params, linear_params, norm_params
 from scratchformer.ops import cross_entropy_forward
 from scratchformer.settings import TransformerConfig, setting
 from scratchformer.specs import POSITIVE, PROBABILITY, Bool, Maybe, Num, Str
@@ -148,8 +148,10 @@ class GPTConfig(TransformerConfig):
     def check_together(self) -> None:
         check_heads(self.n_embd, self.n_head)
         if self.positional == "rope" and (self.n_embd // self.n_head) % 2:
-            raise ConfigError(f"positional='rope' rotates pairs of channels: the head size n_embd / n_head = "
-                              f"{self.n_embd // self.n_head} must be even")
+            raise ConfigError(
+                f"positional='rope' rotates pairs of channels: the head size n_embd / n_head = "
+                f"{self.n_embd // self.n_head} must be even"
+            )
         if self.n_kv_head is not None and self.n_head % self.n_kv_head:
             raise ConfigError(f"n_kv_head must divide n_head={self.n_head}, got {self.n_kv_head}")
 
@@ -185,11 +187,23 @@ class GPT(Model):
             raise ConfigError(f"GPT does not build positional={c.positional!r}")
         self.drop = Dropout(c.dropout)
         self.h = [
-            DecoderBlock(c.n_embd, c.n_head, c.inner_size, dropout=c.dropout, activation=c.activation,
-                         norm_first=c.norm_first, cross_attention=False, eps=c.layer_norm_eps,
-                         bias=c.bias, dtype=dtype, normalization=c.normalization,
-                         rope_theta=c.rope_theta if c.positional == "rope" else None, n_kv_head=c.n_kv_head,
-                         alibi=c.positional == "alibi", feedforward=not c.attn_only)
+            DecoderBlock(
+                c.n_embd,
+                c.n_head,
+                c.inner_size,
+                dropout=c.dropout,
+                activation=c.activation,
+                norm_first=c.norm_first,
+                cross_attention=False,
+                eps=c.layer_norm_eps,
+                bias=c.bias,
+                dtype=dtype,
+                normalization=c.normalization,
+                rope_theta=c.rope_theta if c.positional == "rope" else None,
+                n_kv_head=c.n_kv_head,
+                alibi=c.positional == "alibi",
+                feedforward=not c.attn_only,
+            )
             for _ in range(c.n_layer)
         ]
         self.ln_f = make_norm(c.normalization, c.n_embd, c.layer_norm_eps, c.bias, dtype)
@@ -208,7 +222,9 @@ class GPT(Model):
         return None if isinstance(self.ln_f, NoNorm) else self.ln_f  # normalization="none": no norm
 
     def unembedding(self) -> Head:
-        return Head("", self.lm_head.weight.data, None if self.lm_head.bias is None else self.lm_head.bias.data)
+        return Head(
+            "", self.lm_head.weight.data, None if self.lm_head.bias is None else self.lm_head.bias.data
+        )
 
     def token_embedding(self, prefix: str = ""):
         return self.wte
@@ -236,12 +252,25 @@ class GPT(Model):
         ln_f, and an untied head; attention-only blocks hold no feed-forward and no ff_norm."""
         c = config
         gated = c.activation in GATED_ACTIVATIONS
-        block = block_params(c.n_embd, c.n_head, c.inner_size, gated, c.bias, c.normalization, c.n_kv_head,
-                             feedforward=not c.attn_only)
+        block = block_params(
+            c.n_embd,
+            c.n_head,
+            c.inner_size,
+            gated,
+            c.bias,
+            c.normalization,
+            c.n_kv_head,
+            feedforward=not c.attn_only,
+        )
         positions = c.block_size * c.n_embd if c.positional == "learned" else 0
         head = 0 if c.tie_weights else linear_params(c.n_embd, c.vocab_size, False)
-        return (c.vocab_size * c.n_embd + positions + c.n_layer * block
-                + norm_params(c.normalization, c.n_embd, c.bias) + head)
+        return (
+            c.vocab_size * c.n_embd
+            + positions
+            + c.n_layer * block
+            + norm_params(c.normalization, c.n_embd, c.bias)
+            + head
+        )
 
     @classmethod
     def sizes(cls, config: GPTConfig) -> Sizes:
@@ -272,7 +301,11 @@ class GPT(Model):
             if ff is not None:  # attention-only blocks have none
                 normal(ff.fc1.weight, std)
                 normal(ff.fc2.weight, resid_std)
-            for p in (attn.in_proj_bias, attn.out_proj.bias, *((ff.fc1.bias, ff.fc2.bias) if ff is not None else ())):
+            for p in (
+                attn.in_proj_bias,
+                attn.out_proj.bias,
+                *((ff.fc1.bias, ff.fc2.bias) if ff is not None else ()),
+            ):
                 if p is not None:
                     p.data[...] = 0
         if not self.config.tie_weights:
@@ -317,8 +350,9 @@ class GPT(Model):
         loss, ce_cache = None, None
         if targets is not None:
             wide = self.config.loss_dtype is not None and logits.dtype != self.config.loss_dtype
-            loss, ce_cache = cross_entropy_forward(logits.astype(self.config.loss_dtype) if wide else logits,
-                                                   np.asarray(targets))
+            loss, ce_cache = cross_entropy_forward(
+                logits.astype(self.config.loss_dtype) if wide else logits, np.asarray(targets)
+            )
         self._save(loss=ce_cache, out_shape=logits.shape)
         return logits, loss
 
@@ -351,9 +385,17 @@ class GPT(Model):
         x = self._trunk(idx, caches, offset)[:, -1, :]
         return x @ self.lm_head.weight.data.T
 
-    def generate(self, idx, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-                 top_p: float | None = None, rng=None, eos_id: int | None = None,
-                 use_cache: bool = True) -> np.ndarray:
+    def generate(
+        self,
+        idx,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        rng=None,
+        eos_id: int | None = None,
+        use_cache: bool = True,
+    ) -> np.ndarray:
         """Autoregressive sampling. idx (B, T) int prompt -> (B, T + max_new_tokens) int64:
         the prompt followed by the new tokens, as nanoGPT and transformers return.
 

@@ -31,6 +31,15 @@ import numpy as np
 
 from scratchformer.checks import as_array, check_config_type, check_heads, check_int_in_range, check_token_ids
 from scratchformer.errors import ConfigError, DataError, ShapeError
+from scratchformer.models.base import (
+    IGNORE_INDEX,
+    Head,
+    Model,
+    Sizes,
+    block_params,
+    linear_params,
+    norm_params,
+)
 from scratchformer.nn import (
     DecoderBlock,
     Dropout,
@@ -45,7 +54,6 @@ from scratchformer.nn import (
 )
 from scratchformer.nn.hooks import HookPoint
 from scratchformer.nn.module import door
-from scratchformer.models.base import IGNORE_INDEX, Head, Model, Sizes, block_params, linear_params, norm_params
 from scratchformer.ops import ACTIVATIONS, cross_entropy_forward
 from scratchformer.settings import TransformerConfig, setting
 from scratchformer.specs import NON_NEGATIVE, POSITIVE, PROBABILITY, Bool, Maybe, Str
@@ -58,15 +66,15 @@ class Seq2SeqConfig(TransformerConfig):
 
     src_vocab_size: int = setting(POSITIVE)
     tgt_vocab_size: int = setting(POSITIVE)
-    max_len: int = setting(POSITIVE, 64)                  # longest source and longest decoder input
-    n_layer: int = setting(POSITIVE, 2)                   # encoder and decoder layers, unless given separately
+    max_len: int = setting(POSITIVE, 64)  # longest source and longest decoder input
+    n_layer: int = setting(POSITIVE, 2)  # encoder and decoder layers, unless given separately
     n_head: int = setting(POSITIVE, 4)
     n_embd: int = setting(POSITIVE, 64)
     n_inner: int | None = setting(Maybe(POSITIVE), None)  # feed-forward hidden size; None: 4 * n_embd
     dropout: float = setting(PROBABILITY, 0.0)
     norm_first: bool = setting(Bool(), True)
     activation: str = setting(Str(tuple(ACTIVATIONS)), "gelu")
-    share_embeddings: bool = setting(Bool(), False)      # one table for source and target (equal vocab sizes)
+    share_embeddings: bool = setting(Bool(), False)  # one table for source and target (equal vocab sizes)
     label_smoothing: float = setting(PROBABILITY, 0.0)
     pad_id: int = setting(NON_NEGATIVE, 0)
     bos_id: int = setting(NON_NEGATIVE, 1)
@@ -83,8 +91,10 @@ class Seq2SeqConfig(TransformerConfig):
     def check_together(self) -> None:
         check_heads(self.n_embd, self.n_head)
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
-            raise ConfigError("share_embeddings needs src_vocab_size == tgt_vocab_size, got "
-                              f"{self.src_vocab_size} and {self.tgt_vocab_size}")
+            raise ConfigError(
+                "share_embeddings needs src_vocab_size == tgt_vocab_size, got "
+                f"{self.src_vocab_size} and {self.tgt_vocab_size}"
+            )
         for name in ("pad_id", "bos_id", "eos_id"):
             check_int_in_range(name, getattr(self, name), 0, self.tgt_vocab_size)
 
@@ -110,23 +120,30 @@ class Seq2SeqTransformer(Model):
         if seed is not None:
             manual_seed(seed)
         c = self.config = config
-        std = c.n_embd ** -0.5
+        std = c.n_embd**-0.5
         self.src_emb = Embedding(c.src_vocab_size, c.n_embd)
-        self.src_emb.weight.data[...] = init.normal(self.src_emb.weight.shape, std, self.src_emb.weight.data.dtype)
+        self.src_emb.weight.data[...] = init.normal(
+            self.src_emb.weight.shape, std, self.src_emb.weight.data.dtype
+        )
         self.tgt_emb = Embedding(c.tgt_vocab_size, c.n_embd)
         if c.share_embeddings:
             self.tgt_emb.weight = self.src_emb.weight  # one Parameter, two lookups
         else:
-            self.tgt_emb.weight.data[...] = init.normal(self.tgt_emb.weight.shape, std,
-                                                        self.tgt_emb.weight.data.dtype)
+            self.tgt_emb.weight.data[...] = init.normal(
+                self.tgt_emb.weight.shape, std, self.tgt_emb.weight.data.dtype
+            )
         self.emb_scale = math.sqrt(c.n_embd)
         self.src_pos = SinusoidalPositionalEncoding(c.max_len, c.n_embd)
         self.tgt_pos = SinusoidalPositionalEncoding(c.max_len, c.n_embd)
         self.src_drop, self.tgt_drop = Dropout(c.dropout), Dropout(c.dropout)
         kw = {"dropout": c.dropout, "activation": c.activation, "norm_first": c.norm_first}
-        self.encoder = [EncoderBlock(c.n_embd, c.n_head, c.inner_size, **kw) for _ in range(c.n_encoder_layers)]
-        self.decoder = [DecoderBlock(c.n_embd, c.n_head, c.inner_size, cross_attention=True, **kw)
-                        for _ in range(c.n_decoder_layers)]
+        self.encoder = [
+            EncoderBlock(c.n_embd, c.n_head, c.inner_size, **kw) for _ in range(c.n_encoder_layers)
+        ]
+        self.decoder = [
+            DecoderBlock(c.n_embd, c.n_head, c.inner_size, cross_attention=True, **kw)
+            for _ in range(c.n_decoder_layers)
+        ]
         if c.norm_first:
             self.enc_norm = LayerNorm(c.n_embd)
             self.dec_norm = LayerNorm(c.n_embd)
@@ -161,34 +178,54 @@ class Seq2SeqTransformer(Model):
         return prefix == "decoder."
 
     def named_hook_points(self) -> dict:
-        return {"encoder.embed": self.hook_src_embed, "encoder.pos_embed": self.src_pos.hook_pos_embed,
-                "encoder.ln_final": self.hook_enc_final, "decoder.embed": self.hook_tgt_embed,
-                "decoder.pos_embed": self.tgt_pos.hook_pos_embed, "decoder.ln_final": self.hook_dec_final}
+        return {
+            "encoder.embed": self.hook_src_embed,
+            "encoder.pos_embed": self.src_pos.hook_pos_embed,
+            "encoder.ln_final": self.hook_enc_final,
+            "decoder.embed": self.hook_tgt_embed,
+            "decoder.pos_embed": self.tgt_pos.hook_pos_embed,
+            "decoder.ln_final": self.hook_dec_final,
+        }
 
     @classmethod
     def param_count(cls, config: Seq2SeqConfig) -> int:
         c = config
         C, F = c.n_embd, c.inner_size
         tables = c.src_vocab_size * C + (0 if c.share_embeddings else c.tgt_vocab_size * C)
-        blocks = (c.n_encoder_layers * block_params(C, c.n_head, F)
-                  + c.n_decoder_layers * block_params(C, c.n_head, F, cross_attention=True))
+        blocks = c.n_encoder_layers * block_params(C, c.n_head, F) + c.n_decoder_layers * block_params(
+            C, c.n_head, F, cross_attention=True
+        )
         norms = 2 * norm_params("layernorm", C, True) if c.norm_first else 0
         return tables + blocks + norms + linear_params(C, c.tgt_vocab_size, True)
 
     @classmethod
     def sizes(cls, config: Seq2SeqConfig) -> Sizes:
         c = config  # a decoder layer attends twice (self and cross): counted as two layers
-        return Sizes(cls.param_count(c), c.n_encoder_layers + 2 * c.n_decoder_layers, c.n_embd, c.n_head,
-                     c.max_len, c.src_vocab_size + c.tgt_vocab_size)
+        return Sizes(
+            cls.param_count(c),
+            c.n_encoder_layers + 2 * c.n_decoder_layers,
+            c.n_embd,
+            c.n_head,
+            c.max_len,
+            c.src_vocab_size + c.tgt_vocab_size,
+        )
 
     def decoding_sizes(self) -> dict:
         """What a beam search's memory depends on (inference/beam.py): the decoder's layers,
         width, feed-forward width and target vocabulary; the source vocabulary, the longest
         sequence and the bos/eos/pad ids."""
         c = self.config
-        return {"n_layer": c.n_decoder_layers, "n_embd": c.n_embd, "n_inner": c.inner_size,
-                "vocab_size": c.tgt_vocab_size, "src_vocab_size": c.src_vocab_size, "max_len": c.max_len,
-                "bos_id": c.bos_id, "eos_id": c.eos_id, "pad_id": c.pad_id}
+        return {
+            "n_layer": c.n_decoder_layers,
+            "n_embd": c.n_embd,
+            "n_inner": c.inner_size,
+            "vocab_size": c.tgt_vocab_size,
+            "src_vocab_size": c.src_vocab_size,
+            "max_len": c.max_len,
+            "bos_id": c.bos_id,
+            "eos_id": c.eos_id,
+            "pad_id": c.pad_id,
+        }
 
     # -- helpers -----------------------------------------------------------------------------
     def _check_ids(self, ids, name: str, vocab_size: int) -> np.ndarray:
@@ -265,8 +302,9 @@ class Seq2SeqTransformer(Model):
             tgt_out = np.asarray(tgt_out)
             # pad_id is padding, not a class to learn: ignored as IGNORE_INDEX is
             targets = np.where(tgt_out == self.config.pad_id, IGNORE_INDEX, tgt_out)
-            loss, loss_cache = cross_entropy_forward(logits, targets,
-                                                     label_smoothing=self.config.label_smoothing)
+            loss, loss_cache = cross_entropy_forward(
+                logits, targets, label_smoothing=self.config.label_smoothing
+            )
         self._save(loss=loss_cache, out_shape=logits.shape)
         return logits, loss
 

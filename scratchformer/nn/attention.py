@@ -110,9 +110,18 @@ class MultiHeadAttention(Module):
     called with causal=True; no parameters, nothing to load).
     """
 
-    def __init__(self, n_embd: int, n_head: int, bias: bool = True, dropout: float = 0.0,
-                 dtype=DEFAULT_DTYPE, rng=None, rope_theta: float | None = None, n_kv_head: int | None = None,
-                 alibi: bool = False):
+    def __init__(
+        self,
+        n_embd: int,
+        n_head: int,
+        bias: bool = True,
+        dropout: float = 0.0,
+        dtype=DEFAULT_DTYPE,
+        rng=None,
+        rope_theta: float | None = None,
+        n_kv_head: int | None = None,
+        alibi: bool = False,
+    ):
         super().__init__()
         check_heads(n_embd, n_head)
         if not isinstance(alibi, bool):
@@ -121,11 +130,15 @@ class MultiHeadAttention(Module):
         check_probability("dropout", dropout)
         self.n_embd, self.n_head, self.head_size = n_embd, n_head, n_embd // n_head
         if rope_theta is not None and (self.head_size % 2 or not rope_theta > 0):
-            raise ConfigError(f"rotary positions need an even head size and rope_theta > 0, got head size "
-                              f"{self.head_size} (n_embd {n_embd} / n_head {n_head}) and rope_theta {rope_theta}")
+            raise ConfigError(
+                f"rotary positions need an even head size and rope_theta > 0, got head size "
+                f"{self.head_size} (n_embd {n_embd} / n_head {n_head}) and rope_theta {rope_theta}"
+            )
         self.rope_theta = rope_theta
         self.n_kv_head = n_head if n_kv_head is None else n_kv_head
-        if not (isinstance(self.n_kv_head, int) and 0 < self.n_kv_head <= n_head and n_head % self.n_kv_head == 0):
+        if not (
+            isinstance(self.n_kv_head, int) and 0 < self.n_kv_head <= n_head and n_head % self.n_kv_head == 0
+        ):
             raise ConfigError(f"n_kv_head must divide n_head={n_head}, got {n_kv_head!r}")
         self.dropout_p = dropout  # on the attention weights, as torch.nn.MultiheadAttention
         self.rng = np.random.default_rng(init.get_rng(rng).integers(2**63))  # attention dropout
@@ -161,16 +174,24 @@ class MultiHeadAttention(Module):
         check_bool("causal", causal)
         if x.shape[1] == 0:
             raise ShapeError(f"attention input x has 0 positions (shape {x.shape}): give at least one")
-        if context is not None and (self.rope_theta is not None or self.n_kv_head != self.n_head or self.alibi):
-            raise ShapeError("rotary positions, ALiBi and grouped-query attention apply to self-attention only: "
-                             "build the cross-attention with rope_theta=None, n_kv_head=None and alibi=False")
+        if context is not None and (
+            self.rope_theta is not None or self.n_kv_head != self.n_head or self.alibi
+        ):
+            raise ShapeError(
+                "rotary positions, ALiBi and grouped-query attention apply to self-attention only: "
+                "build the cross-attention with rope_theta=None, n_kv_head=None and alibi=False"
+            )
         if self.alibi and not causal:
-            raise ShapeError("ALiBi's biases -m (i - j) are defined for causal self-attention (keys j <= i): "
-                             "call it with causal=True, or build it with alibi=False")
+            raise ShapeError(
+                "ALiBi's biases -m (i - j) are defined for causal self-attention (keys j <= i): "
+                "call it with causal=True, or build it with alibi=False"
+            )
         if context is not None:
             check_float_array(context, "attention context", ndim=3, last_dim=self.n_embd)
             if context.shape[1] == 0:
-                raise ShapeError(f"attention context has 0 positions (shape {context.shape}): give at least one")
+                raise ShapeError(
+                    f"attention context has 0 positions (shape {context.shape}): give at least one"
+                )
             if context.shape[0] != x.shape[0]:
                 raise ShapeError(f"context must be (B={x.shape[0]}, Tk, {self.n_embd}), got {context.shape}")
 
@@ -183,7 +204,7 @@ class MultiHeadAttention(Module):
         B, T, _ = qkv.shape  # q, k, v: (B, heads, T, head_size) views, split_heads of each part
         heads = qkv.reshape(B, T, -1, self.head_size).transpose(0, 2, 1, 3)  # (B, H + 2 Hkv, T, hs)
         H, Hkv = self.n_head, self.n_kv_head
-        q, k, v = heads[:, :H], heads[:, H:H + Hkv], heads[:, H + Hkv:]
+        q, k, v = heads[:, :H], heads[:, H : H + Hkv], heads[:, H + Hkv :]
         if self.rope_theta is not None:
             cos, sin = rope_tables(offset, T, self.head_size, self.rope_theta, q.dtype)  # (T, head_size)
             q, k = rope_forward(q, cos, sin), rope_forward(k, cos, sin)
@@ -232,8 +253,17 @@ class MultiHeadAttention(Module):
                     kv_cache.store(k, v)
         # ALiBi (self-attention only): queries at positions offset .. offset + Tq - 1 of the Tk keys
         bias = self.score_bias(q.shape[2], k.shape[2], q.dtype) if context is None else None
-        out, att_cache = attention_forward(q, k, v, mask=mask, causal=causal, dropout_p=self.dropout_p, rng=self.rng,
-                                           training=self.training, bias=bias)
+        out, att_cache = attention_forward(
+            q,
+            k,
+            v,
+            mask=mask,
+            causal=causal,
+            dropout_p=self.dropout_p,
+            rng=self.rng,
+            training=self.training,
+            bias=bias,
+        )
         if self.hook_pattern.active:
             out = self._hook_pattern(att_cache, v, out)
         self.attn_weights = att_cache["weights"]
@@ -248,8 +278,10 @@ class MultiHeadAttention(Module):
         if new is weights:
             return out
         if self.training:
-            raise HookError("replacing attn.pattern needs eval mode (the backward would use the old "
-                            "pattern): call model.eval() or use scratchformer.lens.run_with_hooks")
+            raise HookError(
+                "replacing attn.pattern needs eval mode (the backward would use the old "
+                "pattern): call model.eval() or use scratchformer.lens.run_with_hooks"
+            )
         att_cache["weights"] = new
         return new @ v
 
@@ -262,7 +294,9 @@ class MultiHeadAttention(Module):
         dq, dk, dv = attention_backward(dout, c["att"])  # (B, H, T, head_size) each
         if context is None:
             dk, dv = self._sum_groups(dk), self._sum_groups(dv)  # k, v = expand_kv(k0), expand_kv(v0)
-            if self.rope_theta is not None:  # q, k = rope(q0), rope(k0)  =>  dq0, dk0 = rope^T(dq), rope^T(dk)
+            if (
+                self.rope_theta is not None
+            ):  # q, k = rope(q0), rope(k0)  =>  dq0, dk0 = rope^T(dq), rope^T(dk)
                 cos, sin = rope_tables(c["offset"], dq.shape[2], self.head_size, self.rope_theta, dq.dtype)
                 dq, dk = rope_backward(dq, cos, sin), rope_backward(dk, cos, sin)
             # qkv = x W^T + b with W = [W_q; W_k; W_v]; dqkv = concat of merge_heads(dq, dk, dv)
@@ -271,13 +305,15 @@ class MultiHeadAttention(Module):
             dqkv = np.empty((B, T, H + 2 * Hkv, hs), dtype=dq.dtype)
             for heads, grad in ((slice(0, H), dq), (slice(H, H + Hkv), dk), (slice(H + Hkv, None), dv)):
                 dqkv[:, :, heads] = grad.transpose(0, 2, 1, 3)
-            dx = linear_backward_into(dqkv.reshape(B, T, -1), x, W, self.in_proj_weight.grad,
-                                      self._bias_grad(slice(None)))
+            dx = linear_backward_into(
+                dqkv.reshape(B, T, -1), x, W, self.in_proj_weight.grad, self._bias_grad(slice(None))
+            )
             return dx, None
         # q = x W_q^T + b_q ;  [k, v] = context [W_k; W_v]^T + [b_k, b_v]
         dq, dk, dv = self._merge_heads(dq), self._merge_heads(dk), self._merge_heads(dv)
         dWq, dWkv = self.in_proj_weight.grad[:d], self.in_proj_weight.grad[d:]  # views: added into in place
         dx = linear_backward_into(dq, x, W[:d], dWq, self._bias_grad(slice(0, d)))
-        dctx = linear_backward_into(np.concatenate([dk, dv], axis=-1), context, W[d:], dWkv,
-                                    self._bias_grad(slice(d, None)))
+        dctx = linear_backward_into(
+            np.concatenate([dk, dv], axis=-1), context, W[d:], dWkv, self._bias_grad(slice(d, None))
+        )
         return dx, dctx

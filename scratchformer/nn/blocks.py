@@ -52,9 +52,19 @@ class EncoderBlock(Module):
     mask of shape (B, 1, 1, T)). normalization: "layernorm" or "rmsnorm" (`nn.layers.NORMALIZATIONS`).
     """
 
-    def __init__(self, n_embd: int, n_head: int, n_inner: int, dropout: float = 0.0,
-                 activation: str = "gelu", norm_first: bool = True, eps: float = 1e-5,
-                 bias: bool = True, dtype=DEFAULT_DTYPE, normalization: str = "layernorm"):
+    def __init__(
+        self,
+        n_embd: int,
+        n_head: int,
+        n_inner: int,
+        dropout: float = 0.0,
+        activation: str = "gelu",
+        norm_first: bool = True,
+        eps: float = 1e-5,
+        bias: bool = True,
+        dtype=DEFAULT_DTYPE,
+        normalization: str = "layernorm",
+    ):
         super().__init__()
         self.norm_first = norm_first
         self.self_attn = MultiHeadAttention(n_embd, n_head, bias=bias, dropout=dropout, dtype=dtype)
@@ -71,9 +81,12 @@ class EncoderBlock(Module):
 
     def forward(self, x: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
         x = self.hook_resid_pre(x)
-        x = self.hook_resid_mid(residual_forward(x, self.attn_norm, self.self_attn, self.attn_dropout,
-                                                 self.norm_first, mask=mask))
-        return self.hook_resid_post(residual_forward(x, self.ff_norm, self.ff, self.ff_dropout, self.norm_first))
+        x = self.hook_resid_mid(
+            residual_forward(x, self.attn_norm, self.self_attn, self.attn_dropout, self.norm_first, mask=mask)
+        )
+        return self.hook_resid_post(
+            residual_forward(x, self.ff_norm, self.ff, self.ff_dropout, self.norm_first)
+        )
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
         dy, _ = residual_backward(dy, self.ff_norm, self.ff, self.ff_dropout, self.norm_first)
@@ -96,22 +109,47 @@ class DecoderBlock(Module):
     no ff_norm (`ff` and `ff_norm` are None), so x = x + attn(norm(x)) and nothing more.
     """
 
-    def __init__(self, n_embd: int, n_head: int, n_inner: int, dropout: float = 0.0,
-                 activation: str = "gelu", norm_first: bool = True, cross_attention: bool = True,
-                 eps: float = 1e-5, bias: bool = True, dtype=DEFAULT_DTYPE, normalization: str = "layernorm",
-                 rope_theta: float | None = None, n_kv_head: int | None = None, alibi: bool = False,
-                 feedforward: bool = True):
+    def __init__(
+        self,
+        n_embd: int,
+        n_head: int,
+        n_inner: int,
+        dropout: float = 0.0,
+        activation: str = "gelu",
+        norm_first: bool = True,
+        cross_attention: bool = True,
+        eps: float = 1e-5,
+        bias: bool = True,
+        dtype=DEFAULT_DTYPE,
+        normalization: str = "layernorm",
+        rope_theta: float | None = None,
+        n_kv_head: int | None = None,
+        alibi: bool = False,
+        feedforward: bool = True,
+    ):
         super().__init__()
         self.norm_first, self.cross_attention = norm_first, cross_attention
-        self.self_attn = MultiHeadAttention(n_embd, n_head, bias=bias, dropout=dropout, dtype=dtype,
-                                            rope_theta=rope_theta, n_kv_head=n_kv_head, alibi=alibi)
+        self.self_attn = MultiHeadAttention(
+            n_embd,
+            n_head,
+            bias=bias,
+            dropout=dropout,
+            dtype=dtype,
+            rope_theta=rope_theta,
+            n_kv_head=n_kv_head,
+            alibi=alibi,
+        )
         self.attn_norm = make_norm(normalization, n_embd, eps, bias, dtype)
         self.attn_dropout = Dropout(dropout)
         if cross_attention:
             self.cross_attn = MultiHeadAttention(n_embd, n_head, bias=bias, dropout=dropout, dtype=dtype)
             self.cross_norm = make_norm(normalization, n_embd, eps, bias, dtype)
             self.cross_dropout = Dropout(dropout)
-        self.ff = FeedForward(n_embd, n_inner, activation, dropout=dropout, bias=bias, dtype=dtype) if feedforward else None
+        self.ff = (
+            FeedForward(n_embd, n_inner, activation, dropout=dropout, bias=bias, dtype=dtype)
+            if feedforward
+            else None
+        )
         self.ff_norm = make_norm(normalization, n_embd, eps, bias, dtype) if feedforward else None
         self.ff_dropout = Dropout(dropout)
         # hook points (scratchformer.lens): the residual stream before the block, after the
@@ -137,13 +175,31 @@ class DecoderBlock(Module):
     def forward(self, x, memory=None, self_mask=None, memory_mask=None, cache: list[KVCache] | None = None):
         self_cache, cross_cache = (cache + [None])[:2] if cache is not None else (None, None)
         x = self.hook_resid_pre(x)
-        x = self.hook_resid_mid(residual_forward(x, self.attn_norm, self.self_attn, self.attn_dropout,
-                                                 self.norm_first, mask=self_mask, causal=True,
-                                                 kv_cache=self_cache))
+        x = self.hook_resid_mid(
+            residual_forward(
+                x,
+                self.attn_norm,
+                self.self_attn,
+                self.attn_dropout,
+                self.norm_first,
+                mask=self_mask,
+                causal=True,
+                kv_cache=self_cache,
+            )
+        )
         if self.cross_attention:
-            x = self.hook_resid_cross(residual_forward(x, self.cross_norm, self.cross_attn, self.cross_dropout,
-                                                       self.norm_first, context=memory, mask=memory_mask,
-                                                       kv_cache=cross_cache))
+            x = self.hook_resid_cross(
+                residual_forward(
+                    x,
+                    self.cross_norm,
+                    self.cross_attn,
+                    self.cross_dropout,
+                    self.norm_first,
+                    context=memory,
+                    mask=memory_mask,
+                    kv_cache=cross_cache,
+                )
+            )
         if self.ff is not None:  # an attention-only block has none
             x = residual_forward(x, self.ff_norm, self.ff, self.ff_dropout, self.norm_first)
         return self.hook_resid_post(x)
@@ -154,7 +210,8 @@ class DecoderBlock(Module):
         if self.ff is not None:
             dy, _ = residual_backward(dy, self.ff_norm, self.ff, self.ff_dropout, self.norm_first)
         if self.cross_attention:
-            dy, dmemory = residual_backward(dy, self.cross_norm, self.cross_attn, self.cross_dropout,
-                                            self.norm_first)
+            dy, dmemory = residual_backward(
+                dy, self.cross_norm, self.cross_attn, self.cross_dropout, self.norm_first
+            )
         dx, _ = residual_backward(dy, self.attn_norm, self.self_attn, self.attn_dropout, self.norm_first)
         return dx, dmemory

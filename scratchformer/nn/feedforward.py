@@ -24,8 +24,16 @@ class FeedForward(Module):
     """activation: "relu", "gelu" (exact, erf), "gelu_tanh" (GPT-2's approximation) or
     "swiglu" (gated: fc1 has 2 * n_inner outputs, [gate | up])."""
 
-    def __init__(self, n_embd: int, n_inner: int, activation: str = "gelu", dropout: float = 0.0,
-                 bias: bool = True, dtype=DEFAULT_DTYPE, rng=None):
+    def __init__(
+        self,
+        n_embd: int,
+        n_inner: int,
+        activation: str = "gelu",
+        dropout: float = 0.0,
+        bias: bool = True,
+        dtype=DEFAULT_DTYPE,
+        rng=None,
+    ):
         super().__init__()
         check_bool("bias", bias)
         check_choice("activation", activation, FEEDFORWARD_ACTIVATIONS)

@@ -29,9 +29,9 @@ class HookPoint(Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self._hook = None       # fn(array, name) -> array or None
+        self._hook = None  # fn(array, name) -> array or None
         self._grad_hook = None  # fn(grad, name) -> None
-        self._name = ""         # the stable name, set by scratchformer.lens when it hooks
+        self._name = ""  # the stable name, set by scratchformer.lens when it hooks
 
     def __call__(self, x: np.ndarray) -> np.ndarray:  # no door: the identity checks nothing
         return x if self._hook is None else self._run_hook(x)
@@ -54,8 +54,10 @@ class HookPoint(Module):
             return x
         out = np.asarray(out)
         if out.shape != x.shape:
-            raise HookError(f"the hook on {self._name} returned shape {out.shape}; it must keep "
-                            f"the activation's shape {x.shape}")
+            raise HookError(
+                f"the hook on {self._name} returned shape {out.shape}; it must keep "
+                f"the activation's shape {x.shape}"
+            )
         return out.astype(x.dtype, copy=False)
 
     def backward(self, grad: np.ndarray) -> np.ndarray:

@@ -7,12 +7,12 @@ import math
 import numpy as np
 
 from scratchformer.checks import (
-    check_grad,
     check_bool,
-    check_generator,
-    check_module,
     check_choice,
     check_float_array,
+    check_generator,
+    check_grad,
+    check_module,
     check_positive_int,
     check_positive_number,
     check_probability,
@@ -60,8 +60,9 @@ class Linear(Module):
     def backward(self, dy: np.ndarray) -> np.ndarray:
         x = self._pop_cache()["x"]
         check_grad(dy, "Linear.backward dy", (*x.shape[:-1], self.out_features))
-        return linear_backward_into(dy, x, self.weight.data, self.weight.grad,
-                                    None if self.bias is None else self.bias.grad)
+        return linear_backward_into(
+            dy, x, self.weight.data, self.weight.grad, None if self.bias is None else self.bias.grad
+        )
 
 
 class Embedding(Module):
@@ -106,8 +107,9 @@ class LayerNorm(Module):
         check_float_array(x, "LayerNorm input", last_dim=self.weight.shape[0])
 
     def forward(self, x: np.ndarray) -> np.ndarray:
-        y, xhat, rstd = layernorm_forward(x, self.weight.data, None if self.bias is None else self.bias.data,
-                                          self.eps)
+        y, xhat, rstd = layernorm_forward(
+            x, self.weight.data, None if self.bias is None else self.bias.data, self.eps
+        )
         self._save(xhat=xhat, rstd=rstd)
         return y
 

@@ -31,8 +31,16 @@ import numpy as np
 from scratchformer.checks import DOOR, FLOAT_DTYPES, check_bool, check_module
 from scratchformer.errors import BackwardError, DTypeError, StateDictError
 
-__all__ = ["DEFAULT_DTYPE", "Module", "Parameter", "door", "eval_mode", "trusted_calls",
-           "BackwardError", "StateDictError"]
+__all__ = [
+    "DEFAULT_DTYPE",
+    "Module",
+    "Parameter",
+    "door",
+    "eval_mode",
+    "trusted_calls",
+    "BackwardError",
+    "StateDictError",
+]
 
 DEFAULT_DTYPE = np.float32
 
@@ -168,7 +176,9 @@ class Module:
         try:
             dtype = np.dtype(dtype)
         except TypeError:
-            raise DTypeError(f"to() needs a floating dtype, one of {list(FLOAT_DTYPES)}, got {dtype!r}") from None
+            raise DTypeError(
+                f"to() needs a floating dtype, one of {list(FLOAT_DTYPES)}, got {dtype!r}"
+            ) from None
         if dtype.name not in FLOAT_DTYPES:
             raise DTypeError(f"to() needs a floating dtype, one of {list(FLOAT_DTYPES)}, got {dtype}")
         for m in self.modules():
@@ -202,8 +212,10 @@ class Module:
         silently change the weights).
         """
         if not isinstance(state_dict, Mapping) or not all(isinstance(k, str) for k in state_dict):
-            raise StateDictError(f"state_dict must be a dict of name -> array (model.state_dict()), "
-                                 f"got {type(state_dict).__name__}")
+            raise StateDictError(
+                f"state_dict must be a dict of name -> array (model.state_dict()), "
+                f"got {type(state_dict).__name__}"
+            )
         check_bool("strict", strict)
         own = dict(self.named_parameters())
         missing = sorted(set(own) - set(state_dict))
@@ -222,10 +234,15 @@ class Module:
         ]
         if bad:
             raise StateDictError(f"load_state_dict: wrong shapes: {_first_few(bad, '; ')}")
-        not_float = [f"{k}: {np.asarray(v).dtype}" for k, v in state_dict.items()
-                     if k in own and np.asarray(v).dtype.kind != "f"]
+        not_float = [
+            f"{k}: {np.asarray(v).dtype}"
+            for k, v in state_dict.items()
+            if k in own and np.asarray(v).dtype.kind != "f"
+        ]
         if not_float:
-            raise DTypeError(f"load_state_dict needs floating-point arrays, got {_first_few(not_float, '; ')}")
+            raise DTypeError(
+                f"load_state_dict needs floating-point arrays, got {_first_few(not_float, '; ')}"
+            )
         for k, v in state_dict.items():
             if k in own:
                 own[k].data[...] = np.asarray(v, dtype=own[k].data.dtype)
@@ -239,8 +256,6 @@ def _first_few(items: list[str], sep: str | None = None, n: int = 3) -> str:
     mismatched model has hundreds)."""
     more = f" and {len(items) - n} more" if len(items) > n else ""
     return (str(items[:n]) if sep is None else sep.join(items[:n])) + more
-
-
 
 
 @contextmanager
@@ -265,11 +280,14 @@ def _at_the_door(check, run, args, kwargs):
 def door(check):
     """Decorator giving a public method other than forward (encode, decode ...) the same door
     as `__call__`: `check(self, *args, **kwargs)` runs only when a user calls the method."""
+
     def wrap(method):
         @functools.wraps(method)
         def checked(self, *args, **kwargs):
             return _at_the_door(functools.partial(check, self), functools.partial(method, self), args, kwargs)
+
         return checked
+
     return wrap
 
 

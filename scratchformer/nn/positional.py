@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from scratchformer.checks import check_float_array, check_int_in_range, check_positive_int
 from scratchformer.errors import ShapeError
 from scratchformer.nn import init
 from scratchformer.nn.hooks import HookPoint
-from scratchformer.checks import check_float_array, check_int_in_range, check_positive_int
 from scratchformer.nn.module import DEFAULT_DTYPE, Module, Parameter
 
 

@@ -24,8 +24,18 @@ from scratchformer.errors import DTypeError
 from scratchformer.fast import activations as fast_activations
 from scratchformer.ops.numerics import erf, normal_cdf
 
-__all__ = ["ACTIVATIONS", "activation_backward", "erf", "normal_cdf", "relu_forward", "relu_backward",
-           "gelu_forward", "gelu_backward", "gelu_tanh_forward", "gelu_tanh_backward"]
+__all__ = [
+    "ACTIVATIONS",
+    "activation_backward",
+    "erf",
+    "normal_cdf",
+    "relu_forward",
+    "relu_backward",
+    "gelu_forward",
+    "gelu_backward",
+    "gelu_tanh_forward",
+    "gelu_tanh_backward",
+]
 
 INV_SQRT_2PI = 1 / math.sqrt(2 * math.pi)
 GELU_TANH_C = math.sqrt(2 / math.pi)
@@ -36,7 +46,9 @@ def activation_backward(dy: np.ndarray, dydx: np.ndarray) -> np.ndarray:
     if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
         op_float("activation_backward", "dy", dy)
         if not isinstance(dydx, np.ndarray) or dydx.dtype.kind not in "fb":  # a ReLU's slope is a bool mask
-            raise DTypeError(f"activation_backward: dydx must be a float or bool array, got {type(dydx).__name__}")
+            raise DTypeError(
+                f"activation_backward: dydx must be a float or bool array, got {type(dydx).__name__}"
+            )
         op_fits("activation_backward", dy.shape == dydx.shape, dy=dy, dydx=dydx)
     return dy * dydx
 

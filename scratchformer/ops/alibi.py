@@ -72,5 +72,7 @@ def alibi_bias(n_head: int, Tq: int, Tk: int, dtype=np.float64) -> np.ndarray:
     cast (a float32 model gets the correctly rounded bias); made once per shape and dtype, as
     every layer of every step asks for the same one."""
     if not 0 < Tq <= Tk:
-        raise ShapeError(f"ALiBi needs 0 < Tq <= Tk (queries are the last Tq of the Tk positions), got {Tq}, {Tk}")
+        raise ShapeError(
+            f"ALiBi needs 0 < Tq <= Tk (queries are the last Tq of the Tk positions), got {Tq}, {Tk}"
+        )
     return _bias(int(n_head), int(Tq), int(Tk), np.dtype(dtype).name)

@@ -30,15 +30,29 @@ import math
 import numpy as np
 
 from scratchformer import fast
-from scratchformer.checks import (DOOR, as_array, check_bool, check_generator, check_positive_int, check_probability,
-                                  op_float)
+from scratchformer.checks import (
+    DOOR,
+    as_array,
+    check_bool,
+    check_generator,
+    check_positive_int,
+    check_probability,
+    op_float,
+)
 from scratchformer.errors import ConfigError, DTypeError, ShapeError
 from scratchformer.fast import attention as fast_attention
 from scratchformer.ops.dropout import dropout_backward, dropout_forward
 from scratchformer.ops.softmax import softmax_backward
 
-__all__ = ["attend", "attention_backward", "attention_forward", "attention_mask", "causal_mask", "scores_backward",
-           "weighted_sum_backward"]
+__all__ = [
+    "attend",
+    "attention_backward",
+    "attention_forward",
+    "attention_mask",
+    "causal_mask",
+    "scores_backward",
+    "weighted_sum_backward",
+]
 
 
 def causal_mask(Tq: int, Tk: int) -> np.ndarray:
@@ -81,8 +95,19 @@ def attention_mask(mask: np.ndarray | None, causal: bool, Tq: int, Tk: int) -> n
     return mask
 
 
-def attention_forward(q, k, v, mask=None, causal=False, dropout_p=0.0, rng=None, training=False,
-                      keep_weights=None, mask_means="attend", bias=None):
+def attention_forward(
+    q,
+    k,
+    v,
+    mask=None,
+    causal=False,
+    dropout_p=0.0,
+    rng=None,
+    training=False,
+    keep_weights=None,
+    mask_means="attend",
+    bias=None,
+):
     """q: (B, H, Tq, d); k, v: (B, H, Tk, d); mask: bool broadcastable to (B, H, Tq, Tk).
     bias: None, or floats broadcastable to (B, H, Tq, Tk) added to the scaled scores (ALiBi's
     (H, Tq, Tk), ops/alibi.py).
@@ -158,12 +183,16 @@ def _check_bias(bias, Tq: int, Tk: int) -> np.ndarray:
 def _from_masked_convention(mask, mask_means: str):
     """A mask written 1 = hidden (mask_means="masked") as this module's True = may attend."""
     if mask_means != "masked":
-        raise ConfigError(f'mask_means must be "attend" (True = may attend) or "masked" (1 = hidden), got {mask_means!r}')
+        raise ConfigError(
+            f'mask_means must be "attend" (True = may attend) or "masked" (1 = hidden), got {mask_means!r}'
+        )
     if mask is None:
         return None
     mask = np.asarray(mask)
     if mask.dtype != bool and not (np.issubdtype(mask.dtype, np.integer) and np.isin(mask, (0, 1)).all()):
-        raise DTypeError(f'a mask with mask_means="masked" must be bool or integers 0/1 (1 = hidden), got dtype {mask.dtype}')
+        raise DTypeError(
+            f'a mask with mask_means="masked" must be bool or integers 0/1 (1 = hidden), got dtype {mask.dtype}'
+        )
     return mask == 0
 
 

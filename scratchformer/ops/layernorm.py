@@ -18,8 +18,13 @@ def _check_forward(x, weight, bias, eps=1e-5):
     op_float("layernorm_forward", "weight", weight, ndim=1)
     if bias is not None:
         op_float("layernorm_forward", "bias", bias, ndim=1)
-    op_fits("layernorm_forward", weight.shape == x.shape[-1:] and (bias is None or bias.shape == weight.shape),
-            x=x, weight=weight, bias=bias)
+    op_fits(
+        "layernorm_forward",
+        weight.shape == x.shape[-1:] and (bias is None or bias.shape == weight.shape),
+        x=x,
+        weight=weight,
+        bias=bias,
+    )
     check_eps("eps", eps)
 
 

@@ -22,8 +22,13 @@ def linear_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None) -
         op_float("linear_forward", "weight", weight, ndim=2)
         if bias is not None:
             op_float("linear_forward", "bias", bias, ndim=1)
-        op_fits("linear_forward", x.shape[-1] == weight.shape[1] and (bias is None or bias.shape == weight.shape[:1]),
-                x=x, weight=weight, bias=bias)
+        op_fits(
+            "linear_forward",
+            x.shape[-1] == weight.shape[1] and (bias is None or bias.shape == weight.shape[:1]),
+            x=x,
+            weight=weight,
+            bias=bias,
+        )
     y = x.reshape(-1, x.shape[-1]) @ weight.T
     if bias is not None:
         y += bias
@@ -35,8 +40,13 @@ def _check_backward(dy, x, weight, need_bias=True):
     op_float("linear_backward", "x", x)
     op_float("linear_backward", "weight", weight, ndim=2)
     check_bool("need_bias", need_bias)
-    op_fits("linear_backward", x.shape[-1] == weight.shape[1] and dy.shape == (*x.shape[:-1], weight.shape[0]),
-            dy=dy, x=x, weight=weight)
+    op_fits(
+        "linear_backward",
+        x.shape[-1] == weight.shape[1] and dy.shape == (*x.shape[:-1], weight.shape[0]),
+        dy=dy,
+        x=x,
+        weight=weight,
+    )
 
 
 @fast.lane(fast_linear, check=_check_backward)
@@ -51,8 +61,13 @@ def linear_backward(dy: np.ndarray, x: np.ndarray, weight: np.ndarray, need_bias
 
 
 @fast.lane(fast_linear)
-def linear_backward_into(dy: np.ndarray, x: np.ndarray, weight: np.ndarray, weight_grad: np.ndarray,
-                         bias_grad: np.ndarray | None = None) -> np.ndarray:
+def linear_backward_into(
+    dy: np.ndarray,
+    x: np.ndarray,
+    weight: np.ndarray,
+    weight_grad: np.ndarray,
+    bias_grad: np.ndarray | None = None,
+) -> np.ndarray:
     """`linear_backward`, with dW added into weight_grad (out, in) and db into bias_grad (out,)
     (None: no bias), as a layer accumulates them. Returns dx (..., in)."""
     dx, dweight, dbias = linear_backward(dy, x, weight, bias_grad is not None)

@@ -31,8 +31,10 @@ def cross_entropy_forward(
     if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
         op_float("cross_entropy_forward", "logits", logits)
         targets = as_array(targets, "targets")
-        check_int_in_range("ignore_index", ignore_index, -2**62, 2**62)
-        if isinstance(label_smoothing, (bool, np.bool_)) or not isinstance(label_smoothing, (int, float, np.number)):
+        check_int_in_range("ignore_index", ignore_index, -(2**62), 2**62)
+        if isinstance(label_smoothing, (bool, np.bool_)) or not isinstance(
+            label_smoothing, (int, float, np.number)
+        ):
             raise DataError(f"label_smoothing must be a number in [0, 1), got {label_smoothing!r}")
     if logits.ndim not in (2, 3) or targets.shape != logits.shape[:-1]:
         raise ShapeError(
@@ -57,8 +59,7 @@ def cross_entropy_forward(
         # loss = (1 - eps) * nll + eps * mean_v(-logp_v)
         nll = (1 - label_smoothing) * nll - label_smoothing * logp.mean(axis=-1)
     loss = float((nll * valid).sum() / max(n_valid, 1))
-    cache = dict(logp=logp, t=safe_t, valid=valid, n_valid=n_valid, eps=label_smoothing,
-                 shape=logits.shape)
+    cache = dict(logp=logp, t=safe_t, valid=valid, n_valid=n_valid, eps=label_smoothing, shape=logits.shape)
     return loss, cache
 
 

@@ -17,8 +17,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from scratchformer.checks import (DOOR, check_int_in_range, check_positive_int, check_positive_number, op_fits,
-                                  op_float)
+from scratchformer.checks import (
+    DOOR,
+    check_int_in_range,
+    check_positive_int,
+    check_positive_number,
+    op_fits,
+    op_float,
+)
 from scratchformer.errors import ConfigError
 
 __all__ = ["rope_tables", "rotate_half", "rope_forward", "rope_backward"]
@@ -34,7 +40,9 @@ def rope_tables(start: int, length: int, head_size: int, theta: float = 10000.0,
         check_int_in_range("length", length, 0, 2**31)
         check_positive_int("head_size", head_size)
         if head_size % 2:
-            raise ConfigError(f"rope_tables: head_size must be even (channels turn in pairs), got {head_size}")
+            raise ConfigError(
+                f"rope_tables: head_size must be even (channels turn in pairs), got {head_size}"
+            )
         check_positive_number("theta", theta)
     inv_freq = theta ** (-np.arange(0, head_size, 2, dtype=np.float64) / head_size)  # (hs/2,)
     angles = np.arange(start, start + length, dtype=np.float64)[:, None] * inv_freq  # (T, hs/2)

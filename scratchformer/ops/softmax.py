@@ -17,6 +17,7 @@ def _check_forward(fn: str):
     def check(x):
         op_float(fn, "x", x)
         op_fits(fn, x.shape[-1] > 0, x=x)
+
     return check
 
 
@@ -25,6 +26,7 @@ def _check_backward(fn: str):
         op_float(fn, "dy", dy)
         op_float(fn, "y", y)
         op_fits(fn, dy.shape == y.shape, dy=dy, y=y)
+
     return check
 
 

@@ -49,7 +49,12 @@ def swiglu_backward(dy: np.ndarray, h: np.ndarray) -> np.ndarray:
     if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
         op_float("swiglu_backward", "dy", dy)
         op_float("swiglu_backward", "h", h)
-        op_fits("swiglu_backward", h.shape[-1] % 2 == 0 and dy.shape == (*h.shape[:-1], h.shape[-1] // 2), dy=dy, h=h)
+        op_fits(
+            "swiglu_backward",
+            h.shape[-1] % 2 == 0 and dy.shape == (*h.shape[:-1], h.shape[-1] // 2),
+            dy=dy,
+            h=h,
+        )
     gate, up = np.split(h, 2, axis=-1)
     s = sigmoid(gate)
     dgate = dy * up * (s + gate * s * (1 - s))

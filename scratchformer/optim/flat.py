@@ -42,8 +42,14 @@ class FlatAdamW(AdamW):
 
     kind = "AdamW"  # the same state_dict as AdamW's: a run saved in one lane resumes in the other
 
-    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 0.01):
+    def __init__(
+        self,
+        params,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.01,
+    ):
         self.data = self.grad = self.flat_m = self.flat_v = None  # allocated by bind()
         super().__init__(params, lr, betas, eps, weight_decay)
 
@@ -58,8 +64,10 @@ class FlatAdamW(AdamW):
         self (`opt = FlatAdamW(...).bind()`)."""
         dtypes = {p.data.dtype for p in self.params}
         if len(dtypes) != 1:
-            raise ConfigError(f"FlatAdamW needs parameters of one dtype, got {sorted(map(str, dtypes))}: "
-                              "convert the model first, e.g. model.to(np.float32)")
+            raise ConfigError(
+                f"FlatAdamW needs parameters of one dtype, got {sorted(map(str, dtypes))}: "
+                "convert the model first, e.g. model.to(np.float32)"
+            )
         dtype = dtypes.pop()
         offsets = np.concatenate([[0], np.cumsum([p.data.size for p in self.params])]).tolist()
         data, grad = np.empty(offsets[-1], dtype=dtype), np.empty(offsets[-1], dtype=dtype)
@@ -93,11 +101,15 @@ class FlatAdamW(AdamW):
 
     def _check_bound(self) -> None:
         if self.data is None:
-            raise ConfigError("FlatAdamW is not bound to its parameters yet: call opt.bind() once after "
-                              "building it (or use make_adamw, which does)")
+            raise ConfigError(
+                "FlatAdamW is not bound to its parameters yet: call opt.bind() once after "
+                "building it (or use make_adamw, which does)"
+            )
         if any(p.data is not d or p.grad is not g for p, (d, g) in zip(self.params, self._views)):
-            raise ConfigError("FlatAdamW: a parameter's arrays were replaced after bind() (model.to(), or "
-                              "another FlatAdamW bound to them): call opt.bind() again")
+            raise ConfigError(
+                "FlatAdamW: a parameter's arrays were replaced after bind() (model.to(), or "
+                "another FlatAdamW bound to them): call opt.bind() again"
+            )
 
     # -- the optimiser ------------------------------------------------------------------------
     def zero_grad(self) -> None:
@@ -107,8 +119,19 @@ class FlatAdamW(AdamW):
     def step(self) -> None:
         self._check_bound()
         step_size, bc2_sqrt = self._bias_corrections()
-        fast_optim.adamw_update(self.data, self.grad, self.flat_m, self.flat_v, self.tmp, self._groups,
-                                self.lr, self.betas, self.eps, step_size, bc2_sqrt)
+        fast_optim.adamw_update(
+            self.data,
+            self.grad,
+            self.flat_m,
+            self.flat_v,
+            self.tmp,
+            self._groups,
+            self.lr,
+            self.betas,
+            self.eps,
+            step_size,
+            bc2_sqrt,
+        )
 
     def state_dict(self) -> dict:
         self._check_bound()
@@ -136,8 +159,13 @@ class FlatAdamW(AdamW):
         self._adopt(new["data"], new["grad"], new["m"], new["v"])
 
 
-def make_adamw(params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-               weight_decay: float = 0.01) -> AdamW:
+def make_adamw(
+    params,
+    lr: float = 1e-3,
+    betas: tuple[float, float] = (0.9, 0.999),
+    eps: float = 1e-8,
+    weight_decay: float = 0.01,
+) -> AdamW:
     """The lane's AdamW (the one place it is chosen): in the fast lane (`fast.enabled`, the
     default) a FlatAdamW, bound (its parameters' arrays now view its buffers); in the reference
     lane the per-parameter AdamW. Both update the weights bit for bit alike."""

@@ -53,8 +53,10 @@ def _as_groups(params, default_wd: float, kind: str) -> list[dict]:
     try:
         items = list(params)
     except TypeError:
-        raise ConfigError(f"{kind} params must be an iterable of Parameters (model.parameters()), got "
-                          f"{type(params).__name__}") from None
+        raise ConfigError(
+            f"{kind} params must be an iterable of Parameters (model.parameters()), got "
+            f"{type(params).__name__}"
+        ) from None
     if not items:
         raise ConfigError(f"{kind} got an empty parameter list: pass model.parameters()")
     if all(isinstance(it, dict) for it in items):
@@ -81,9 +83,7 @@ def _as_groups(params, default_wd: float, kind: str) -> list[dict]:
         ps = list(g["params"])
         for p in ps:
             if not isinstance(p, Parameter):
-                raise ConfigError(
-                    f"{kind} param group {gi} holds a {type(p).__name__}, expected Parameters"
-                )
+                raise ConfigError(f"{kind} param group {gi} holds a {type(p).__name__}, expected Parameters")
             if id(p) in seen:  # would be updated twice per step
                 raise ConfigError(f"{kind}: a parameter appears more than once; list each once")
             seen.add(id(p))
@@ -132,11 +132,15 @@ def param_groups(model: Module, weight_decay: float, decay_embeddings: bool = Fa
 def _check_adopted(kind: str, name: str, own, new) -> None:
     """ConfigError unless `new` can stand in for the state array `own` named `name`."""
     if own is None:
-        raise ConfigError(f"{kind}.adopt_state_arrays: no state array named {name!r} (state_arrays() names them)")
+        raise ConfigError(
+            f"{kind}.adopt_state_arrays: no state array named {name!r} (state_arrays() names them)"
+        )
     if not isinstance(new, np.ndarray) or new.shape != own.shape or new.dtype != own.dtype:
         got = f"{new.shape} {new.dtype}" if isinstance(new, np.ndarray) else type(new).__name__
-        raise ConfigError(f"{kind}.adopt_state_arrays: {name} must be an array of shape {own.shape} and dtype "
-                          f"{own.dtype}, got {got}")
+        raise ConfigError(
+            f"{kind}.adopt_state_arrays: {name} must be an array of shape {own.shape} and dtype "
+            f"{own.dtype}, got {got}"
+        )
 
 
 # -- shared base -----------------------------------------------------------------------------
@@ -233,8 +237,10 @@ class _Optimizer:
         # All checks passed: only now change anything (a failed load leaves us untouched).
         self.step_count = int(step)
         self._load_buffers(
-            {name: [np.array(state[f"{name}.{i}"], dtype=p.data.dtype) for i, p in enumerate(self.params)]
-             for name in expected}
+            {
+                name: [np.array(state[f"{name}.{i}"], dtype=p.data.dtype) for i, p in enumerate(self.params)]
+                for name in expected
+            }
         )
 
     def _buffers_expected_after(self, step: int) -> list[str]:
@@ -259,8 +265,14 @@ class AdamW(_Optimizer):
 
     kind = "AdamW"
 
-    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 0.01):
+    def __init__(
+        self,
+        params,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.01,
+    ):
         super().__init__(params, lr, weight_decay)
         if not (isinstance(betas, (tuple, list)) and len(betas) == 2 and all(is_number(b) for b in betas)):
             raise ConfigError(f"AdamW betas must be two numbers in [0, 1), got {betas!r}")
@@ -373,11 +385,15 @@ def clip_grad_norm(params: Iterable[Parameter], max_norm: float) -> float:
     try:
         params = list(params)
     except TypeError:
-        raise ConfigError(f"clip_grad_norm params must be an iterable of Parameters, got {type(params).__name__}") from None
+        raise ConfigError(
+            f"clip_grad_norm params must be an iterable of Parameters, got {type(params).__name__}"
+        ) from None
     if not all(isinstance(p, Parameter) for p in params):
         raise ConfigError("clip_grad_norm params must be Parameters (model.parameters())")
     if not is_number(max_norm) or not max_norm > 0:
-        raise ConfigError(f"clip_grad_norm max_norm must be a number > 0 (inf: no clipping), got {max_norm!r}")
+        raise ConfigError(
+            f"clip_grad_norm max_norm must be a number > 0 (inf: no clipping), got {max_norm!r}"
+        )
     if fast.enabled:
         return fast_optim.clip_grad_norm(params, max_norm)
     # norm = sqrt(sum over every gradient entry of g^2), squared in float64

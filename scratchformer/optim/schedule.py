@@ -23,8 +23,11 @@ def cosine_lr(step: int, max_lr: float, min_lr: float, warmup_steps: int, decay_
         if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)):
             raise ConfigError(f"cosine_lr {name} must be an integer, got {value!r}")
     for name, value in (("max_lr", max_lr), ("min_lr", min_lr)):
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)) \
-                or not (value >= 0 and math.isfinite(value)):
+        if (
+            isinstance(value, (bool, np.bool_))
+            or not isinstance(value, (int, float, np.integer, np.floating))
+            or not (value >= 0 and math.isfinite(value))
+        ):
             raise ConfigError(f"cosine_lr {name} must be a finite number >= 0, got {value!r}")
     if step < 0:
         raise ConfigError(f"cosine_lr step must be >= 0, got {step}")

@@ -47,7 +47,14 @@ from pathlib import Path
 import numpy as np
 
 from scratchformer.errors import CheckpointError
-from scratchformer.runfiles import fsync_dir, naming, new_temp_dir, read_json_file, read_regular_file, write_file
+from scratchformer.runfiles import (
+    fsync_dir,
+    naming,
+    new_temp_dir,
+    read_json_file,
+    read_regular_file,
+    write_file,
+)
 from scratchformer.training.schema import CONFIG, TOKENIZER, TRAINER_STATE, check_json, upgrade_run_files
 
 FORMAT_NAME = "scratchformer-checkpoint"
@@ -114,25 +121,33 @@ def check_checkpoint_path(directory: str | os.PathLike) -> None:
         except FileNotFoundError:
             target = _located(path)
             if not target.parent.is_dir():
-                raise CheckpointError(f"{path} is a link to {os.readlink(path)}, whose folder does not exist: "
-                                      "create it, or delete the link") from None
+                raise CheckpointError(
+                    f"{path} is a link to {os.readlink(path)}, whose folder does not exist: "
+                    "create it, or delete the link"
+                ) from None
             return
         except OSError as e:
-            raise CheckpointError(f"{path} is a link that cannot be followed ({e.strerror}): delete the link, or "
-                                  "point it at a directory") from None
+            raise CheckpointError(
+                f"{path} is a link that cannot be followed ({e.strerror}): delete the link, or "
+                "point it at a directory"
+            ) from None
     if not os.path.exists(path):
         return
     if not path.is_dir():
-        raise CheckpointError(f"checkpoint path {path} is {'a link to ' if path.is_symlink() else ''}a file, not a "
-                              "directory: move it away, or choose another --out")
+        raise CheckpointError(
+            f"checkpoint path {path} is {'a link to ' if path.is_symlink() else ''}a file, not a "
+            "directory: move it away, or choose another --out"
+        )
     target = _located(path)
     try:
         foreign = _foreign(target)
     except OSError as e:
         raise CheckpointError(f"cannot read checkpoint directory {path}: {e.strerror}") from None
     if foreign and not (target / TRAINER_STATE_FILE).exists():
-        raise CheckpointError(f"{path} holds files that are not part of a checkpoint ({', '.join(foreign[:3])}) and "
-                              "no checkpoint: move them away, or choose another --out")
+        raise CheckpointError(
+            f"{path} holds files that are not part of a checkpoint ({', '.join(foreign[:3])}) and "
+            "no checkpoint: move them away, or choose another --out"
+        )
 
 
 def recover(directory: str | os.PathLike) -> None:
@@ -279,10 +294,18 @@ def save_checkpoint(
     }
     files[TRAINER_STATE_FILE] = _json_bytes(trainer_state, "trainer state (rng_state / extra)")
     if run_files:  # what is written, checked as load_checkpoint will read it
-        for name, schema in ((CONFIG_FILE, CONFIG), (TRAINER_STATE_FILE, TRAINER_STATE), (TOKENIZER_FILE, TOKENIZER)):
+        for name, schema in (
+            (CONFIG_FILE, CONFIG),
+            (TRAINER_STATE_FILE, TRAINER_STATE),
+            (TOKENIZER_FILE, TOKENIZER),
+        ):
             if name in files:
-                check_json(json.loads(files[name]), schema, Path(directory) / name,
-                           hint="not saved: this is a bug in the code that built the checkpoint")
+                check_json(
+                    json.loads(files[name]),
+                    schema,
+                    Path(directory) / name,
+                    hint="not saved: this is a bug in the code that built the checkpoint",
+                )
     return write_directory_atomic(directory, files)
 
 
@@ -314,7 +337,9 @@ def _open_directory(directory: Path) -> tuple[Path, int | None]:
         except OSError as e:
             raise CheckpointError(f"cannot read checkpoint directory {path}: {e.strerror}") from None
     if directory.exists() and not directory.is_dir():
-        raise CheckpointError(f"checkpoint path {directory} is not a directory: pass the checkpoint directory")
+        raise CheckpointError(
+            f"checkpoint path {directory} is not a directory: pass the checkpoint directory"
+        )
     raise CheckpointError(f"checkpoint directory not found: {directory}: check the path")
 
 
@@ -340,7 +365,8 @@ class _Reader:
         if moved:
             return _SaveInProgress()
         return CheckpointError(
-            f"{self.path / name} is missing: the checkpoint is incomplete; re-save it or use another")
+            f"{self.path / name} is missing: the checkpoint is incomplete; re-save it or use another"
+        )
 
     def bytes(self, name: str) -> bytes:
         try:
@@ -382,8 +408,10 @@ def _check_finite(arrays: dict[str, np.ndarray], path: Path) -> None:
     bad = [k for k, v in arrays.items() if v.dtype.kind == "f" and not np.isfinite(v).all()]
     if bad:
         more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
-        raise CheckpointError(f"{path} holds NaN or infinite weights ({', '.join(bad[:3])}{more}): the run "
-                              "diverged; use an earlier checkpoint or train again with a lower --lr")
+        raise CheckpointError(
+            f"{path} holds NaN or infinite weights ({', '.join(bad[:3])}{more}): the run "
+            "diverged; use an earlier checkpoint or train again with a lower --lr"
+        )
 
 
 def load_checkpoint(directory: str | os.PathLike, run_files: bool = True) -> Checkpoint:
@@ -408,8 +436,10 @@ def load_checkpoint(directory: str | os.PathLike, run_files: bool = True) -> Che
         finally:
             if fd is not None:
                 os.close(fd)
-    raise CheckpointError(f"{directory} changed {_READ_ATTEMPTS} times while being read: is a training "
-                          "saving it faster than it can be read? Try again")
+    raise CheckpointError(
+        f"{directory} changed {_READ_ATTEMPTS} times while being read: is a training "
+        "saving it faster than it can be read? Try again"
+    )
 
 
 def _load(read: _Reader, run_files: bool) -> Checkpoint:

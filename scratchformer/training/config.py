@@ -18,7 +18,9 @@ from scratchformer.specs import NON_NEGATIVE, POSITIVE, SEED, Bool, Maybe, Num
 __all__ = ["TrainConfig", "DIAG_RECORDS"]
 
 BETA = Num(min=0.0, below=1.0)  # AdamW's moment decay rates
-DIAG_RECORDS = 25  # the default diagnostics interval, max_steps // DIAG_RECORDS, gives 25-50 records, and step 0
+DIAG_RECORDS = (
+    25  # the default diagnostics interval, max_steps // DIAG_RECORDS, gives 25-50 records, and step 0
+)
 
 
 @dataclass
@@ -29,7 +31,9 @@ class TrainConfig(DictConfig):
     batch_size: int = setting(POSITIVE, 32)
     grad_accum: int = setting(POSITIVE, 1)  # micro-batches per optimiser step
     lr: float = setting(Num(above=0.0), 1e-3)
-    min_lr: float | None = setting(Maybe(Num(min=0.0)), None)  # end of the cosine, at most lr; default lr / 10
+    min_lr: float | None = setting(
+        Maybe(Num(min=0.0)), None
+    )  # end of the cosine, at most lr; default lr / 10
     warmup_steps: int = setting(NON_NEGATIVE, 100)
     decay_steps: int | None = setting(Maybe(POSITIVE), None)  # cosine length; default max_steps
     weight_decay: float = setting(Num(min=0.0), 0.1)
@@ -43,9 +47,13 @@ class TrainConfig(DictConfig):
     # stopping; best/ keeps the lowest); None: run to max_steps
     patience: int | None = setting(Maybe(POSITIVE), None)
     log_interval: int = setting(POSITIVE, 10)
-    num_samples: int = setting(NON_NEGATIVE, 5)  # samples printed at each evaluation (when the job can sample)
+    num_samples: int = setting(
+        NON_NEGATIVE, 5
+    )  # samples printed at each evaluation (when the job can sample)
     seed: int = setting(SEED, DEFAULT_SEED)  # initial weights, batches (seed) and dropout (seed + 1)
-    time_limit: float | None = setting(Maybe(Num(above=0.0)), None)  # seconds of training before stopping cleanly
+    time_limit: float | None = setting(
+        Maybe(Num(above=0.0)), None
+    )  # seconds of training before stopping cleanly
     workers: int = setting(POSITIVE, 2)  # processes training slices of each batch at once; 1: this one alone
     # steps between diagnostics records (training/diagnostics.py); None: max_steps // DIAG_RECORDS; 0: off
     diag_interval: int | None = setting(Maybe(NON_NEGATIVE), None)
@@ -53,8 +61,10 @@ class TrainConfig(DictConfig):
     def check_together(self) -> None:
         """A floor above the peak would make the cosine climb: refused, whichever door built the config."""
         if self.min_lr is not None and self.min_lr > self.lr:
-            raise ConfigError(f"min_lr {self.min_lr:g} is above lr {self.lr:g}: the learning rate would rise over the "
-                              f"run instead of decaying; give a min_lr (--min-lr) at most lr, e.g. {self.lr / 10:g}")
+            raise ConfigError(
+                f"min_lr {self.min_lr:g} is above lr {self.lr:g}: the learning rate would rise over the "
+                f"run instead of decaying; give a min_lr (--min-lr) at most lr, e.g. {self.lr / 10:g}"
+            )
 
     @property
     def final_lr(self) -> float:

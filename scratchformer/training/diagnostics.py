@@ -43,7 +43,7 @@ full, every other record is dropped (the records at multiples of twice the curre
 stay, the spacing doubles). The file is rewritten whole and atomically (runfiles.write_atomic)
 at each record, so a kill leaves the old file or the new one; a resume first drops the records
 past its checkpoint's step, so the file continues without gaps or repeats.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -64,7 +64,9 @@ FORMAT = "scratchformer-diagnostics"
 MAX_RECORDS = 128  # a record of the names model is ~21 KB: its file stays under ~2.7 MB
 MAX_BYTES = 256 * 2**20  # a bigger file is not ours
 PROBE_ROWS = 32  # training sequences in the probe batch
-PROBE_SEED_TAG = 20  # the probe batch is drawn from default_rng([seed, PROBE_SEED_TAG]), apart from the batches
+PROBE_SEED_TAG = (
+    20  # the probe batch is drawn from default_rng([seed, PROBE_SEED_TAG]), apart from the batches
+)
 PROBE_TOKENS = 16  # a text run's probe text: the first tokens of the first probe row
 HIST_BINS = 40
 SATURATED_SLOPE = 0.05
@@ -110,9 +112,12 @@ def layer_stats(pre: np.ndarray, activation: str) -> dict:
     else:
         post, slope = ACTIVATIONS[activation][1](pre)
     slope = np.abs(np.asarray(slope, dtype=np.float64))
-    return {"mean": _float(post.mean()), "std": _float(post.std()),
-            "saturation": float((slope < SATURATED_SLOPE).mean()),
-            "dead": float((~(pre > 0).any(axis=0)).mean())}
+    return {
+        "mean": _float(post.mean()),
+        "std": _float(post.std()),
+        "saturation": float((slope < SATURATED_SLOPE).mean()),
+        "dead": float((~(pre > 0).any(axis=0)).mean()),
+    }
 
 
 def update_ratio(before: np.ndarray, after: np.ndarray) -> float | None:
@@ -160,8 +165,13 @@ def _checked_record(rec: dict, where: str) -> dict:
         stats = {k: _number(layer.get(k), f"{at}.{k}") for k in ("mean", "std", "saturation", "dead")}
         stats["hist"] = _numbers(layer.get("hist"), f"{at}.hist", HIST_BINS)
         # version 2: the gradient at the activation (absent from version 1 records)
-        stats.update({k: _number(layer[k], f"{at}.{k}") for k in ("grad_mean", "grad_std", "grad_outside",
-                                                                     "grad_zero") if k in layer})
+        stats.update(
+            {
+                k: _number(layer[k], f"{at}.{k}")
+                for k in ("grad_mean", "grad_std", "grad_outside", "grad_zero")
+                if k in layer
+            }
+        )
         if "grad_hist" in layer:
             stats["grad_hist"] = _numbers(layer["grad_hist"], f"{at}.grad_hist", HIST_BINS)
         layers.append(stats)
@@ -182,8 +192,9 @@ def _checked_record(rec: dict, where: str) -> dict:
             params[name]["grad_range"] = _numbers(p["grad_range"], f"{at}.grad_range", 2)
         if "shape" in p:
             shape = p["shape"]
-            if not isinstance(shape, list) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
-                                                      for n in shape):
+            if not isinstance(shape, list) or not all(
+                isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape
+            ):
                 raise RunFileError(f"{at}.shape: not a list of sizes; {_DIAG_HINT}")
             params[name]["shape"] = shape
     out["params"] = params
@@ -197,8 +208,10 @@ def _checked_record(rec: dict, where: str) -> dict:
         raise RunFileError(f"{where} `probe.attention`: not an array of numbers; {_DIAG_HINT}") from None
     # one map per block (attention-only blocks have attention and no feed-forward layer stats)
     if attention.ndim != 4 or attention.shape[0] < len(layers) or attention.shape[2:] != (len(tokens),) * 2:
-        raise RunFileError(f"{where} `probe.attention`: shape {attention.shape}, not (blocks >= {len(layers)}, "
-                           f"heads, {len(tokens)}, {len(tokens)}); {_DIAG_HINT}")
+        raise RunFileError(
+            f"{where} `probe.attention`: shape {attention.shape}, not (blocks >= {len(layers)}, "
+            f"heads, {len(tokens)}, {len(tokens)}); {_DIAG_HINT}"
+        )
     out["probe"] = {"tokens": tokens, "attention": attention.tolist()}
     if "ms" in rec:
         out["ms"] = _number(rec["ms"], f"{where} `ms`")
@@ -218,8 +231,10 @@ def read_records(path: str | Path, nulls_as_nan: bool = False) -> tuple[dict, li
     rows = [parse_json(line, path, "delete it (diagnostics are optional)") for line in lines if line.strip()]
     if not rows or not isinstance(rows[0], dict) or rows[0].get("format") != FORMAT:
         raise RunFileError(f"{path} is not a scratchformer diagnostics file: delete it or train again")
-    if not all(isinstance(r, dict) and isinstance(r.get("step"), int) and not isinstance(r.get("step"), bool)
-               for r in rows[1:]):
+    if not all(
+        isinstance(r, dict) and isinstance(r.get("step"), int) and not isinstance(r.get("step"), bool)
+        for r in rows[1:]
+    ):
         raise RunFileError(f"{path}: a record without a step; delete the file (diagnostics are optional)")
     records = [_checked_record(r, f"{path} record {i}") for i, r in enumerate(rows[1:], start=1)]
     if records:
@@ -228,8 +243,10 @@ def read_records(path: str | Path, nulls_as_nan: bool = False) -> tuple[dict, li
         for i, r in enumerate(records, start=1):
             heads = len(r["probe"]["attention"][0]) if r["layers"] else 0
             if (len(r["layers"]), heads) != shape or set(r["params"]) != set(last["params"]):
-                raise RunFileError(f"{path} record {i}: its layers, heads or parameters differ from the last "
-                                   f"record's (records of another model?); {_DIAG_HINT}")
+                raise RunFileError(
+                    f"{path} record {i}: its layers, heads or parameters differ from the last "
+                    f"record's (records of another model?); {_DIAG_HINT}"
+                )
     return rows[0], (records if nulls_as_nan else rows[1:])
 
 
@@ -240,8 +257,9 @@ class Diagnostics:
     records; max_steps: the last step (recorded too); resume_step: the checkpoint's step when
     resuming (the file is cut back to it), None for a fresh run (an old file is replaced)."""
 
-    def __init__(self, job, interval: int, max_steps: int, seed: int, path: str | Path,
-                 resume_step: int | None = None):
+    def __init__(
+        self, job, interval: int, max_steps: int, seed: int, path: str | Path, resume_step: int | None = None
+    ):
         self.job, self.model, self.path, self.max_steps = job, job.model, Path(path), max_steps
         self._run = trace  # lens.trace: the model run block by block
         self.header = {"format": FORMAT, "version": 2, "interval": interval, "every": interval}
@@ -278,8 +296,12 @@ class Diagnostics:
         params = {}
         for name, p in self.model.named_parameters():
             g = p.grad
-            params[name] = {"shape": list(p.data.shape), "grad_mean": _float(g.mean()), "grad_std": _float(g.std()),
-                            "update_ratio": None if before is None else update_ratio(before[name], p.data)}
+            params[name] = {
+                "shape": list(p.data.shape),
+                "grad_mean": _float(g.mean()),
+                "grad_std": _float(g.std()),
+                "update_ratio": None if before is None else update_ratio(before[name], p.data),
+            }
             if p.data.ndim == 2:  # each matrix on its own range: their widths differ by orders of magnitude
                 finite = np.abs(g[np.isfinite(g)])
                 g_max = float(finite.max()) if finite.size else 0.0
@@ -288,7 +310,9 @@ class Diagnostics:
 
         # the main stack's blocks, asked of the model's contract (models/base.py)
         all_parts = [self.traced.block_parts(b) for b in self.traced.stacks()[self.traced.main_prefix()]]
-        parts = [p for p in all_parts if p.feedforward is not None]  # attention-only blocks have no activations
+        parts = [
+            p for p in all_parts if p.feedforward is not None
+        ]  # attention-only blocks have no activations
         feedforwards = [part.feedforward for part in parts]
         pres, all_grads = self._probe_pass(feedforwards)
         layers, posts = [], []
@@ -307,16 +331,33 @@ class Diagnostics:
         g_lim = ACT_GRAD_STDS * max((float(a.std()) for a in finite if a.size), default=0.0)
         for stats, g, full in zip(layers, act_grads, all_grads):
             hist = _histogram(g, -g_lim, g_lim)
-            stats.update(grad_mean=_float(g.mean()) if g.size else None, grad_std=_float(g.std()) if g.size else None,
-                         grad_hist=hist, grad_outside=int(g.size - sum(hist)), grad_zero=int(full.size - g.size))
+            stats.update(
+                grad_mean=_float(g.mean()) if g.size else None,
+                grad_std=_float(g.std()) if g.size else None,
+                grad_hist=hist,
+                grad_outside=int(g.size - sum(hist)),
+                grad_zero=int(full.size - g.size),
+            )
 
         self._run(self.traced, self.probe_ids)  # leaves each attention's weights on the probe
-        attention = [part.attentions["attn"].attn_weights[0].astype(np.float64).tolist() for part in all_parts]
-        if attention and len(attention[0][0]) == len(self.probe_tokens) + 1:  # a classifier's [CLS] comes first
+        attention = [
+            part.attentions["attn"].attn_weights[0].astype(np.float64).tolist() for part in all_parts
+        ]
+        if (
+            attention and len(attention[0][0]) == len(self.probe_tokens) + 1
+        ):  # a classifier's [CLS] comes first
             self.probe_tokens = ["[CLS]"] + self.probe_tokens
-        rec = {"step": step, "lr": lr, "layers": layers, "act_range": [lo, hi], "act_grad_range": [-g_lim, g_lim],
-               "params": params, "probe": {"tokens": self.probe_tokens, "attention": attention},
-               **self._job_measures(), "ms": round(1000 * (time.perf_counter() - t0), 1)}
+        rec = {
+            "step": step,
+            "lr": lr,
+            "layers": layers,
+            "act_range": [lo, hi],
+            "act_grad_range": [-g_lim, g_lim],
+            "params": params,
+            "probe": {"tokens": self.probe_tokens, "attention": attention},
+            **self._job_measures(),
+            "ms": round(1000 * (time.perf_counter() - t0), 1),
+        }
         self.records.append(rec)
         if len(self.records) > MAX_RECORDS:
             self._thin()
@@ -329,7 +370,7 @@ class Diagnostics:
         training mode with every dropout set to 0 (so the forward is the eval-mode one, and no
         draw is taken from the run's dropout generator), caught by each feed-forward's
         `hook_pre` forward hook and `hook_post` grad hook. The parameters' gradients (the
-        step's, which the optimiser may still need) are restored in place."""
+        step's, which the optimiser may still need) are restored in place."""  # noqa: E501
         model = self.job.model
         grads = [(p, p.grad.copy()) for p in model.parameters()]
         dropouts = [(m, "p", m.p) for m in model.modules() if isinstance(m, Dropout)]
@@ -340,10 +381,13 @@ class Diagnostics:
             for m, attr, _ in dropouts:
                 setattr(m, attr, 0.0)
             for i, ff in enumerate(feedforwards):
-                ff.hook_pre.set_hooks(f"diagnostics {i}", lambda h, _name, i=i: pres[i].append(
-                    np.array(h, np.float64).reshape(-1, h.shape[-1])))
-                ff.hook_post.set_hooks(f"diagnostics {i}", None,
-                                       lambda g, _name, i=i: caught[i].append(np.array(g, np.float64)))
+                ff.hook_pre.set_hooks(
+                    f"diagnostics {i}",
+                    lambda h, _name, i=i: pres[i].append(np.array(h, np.float64).reshape(-1, h.shape[-1])),
+                )
+                ff.hook_post.set_hooks(
+                    f"diagnostics {i}", None, lambda g, _name, i=i: caught[i].append(np.array(g, np.float64))
+                )
             model.train()
             model(*self.probe_batch)
             model.backward()
@@ -363,9 +407,16 @@ class Diagnostics:
 
         def real_rows(a: np.ndarray) -> np.ndarray:  # (B * T, width) -> the rows of real tokens
             return a[keep] if keep is not None and a.shape[0] == keep.size else a
-        return ([real_rows(np.concatenate(p)) if p else np.zeros((0, 1)) for p in pres],
-                [np.concatenate([real_rows(g.reshape(-1, g.shape[-1])).reshape(-1) for g in c]) if c
-                 else np.zeros(0) for c in caught])
+
+        return (
+            [real_rows(np.concatenate(p)) if p else np.zeros((0, 1)) for p in pres],
+            [
+                np.concatenate([real_rows(g.reshape(-1, g.shape[-1])).reshape(-1) for g in c])
+                if c
+                else np.zeros(0)
+                for c in caught
+            ],
+        )
 
     def _job_measures(self) -> dict:
         """What the job measures of its own task (`progress_measures()`: the induction job's
@@ -382,5 +433,7 @@ class Diagnostics:
         self.header = {**self.header, "every": every}
 
     def _write(self) -> None:
-        lines = [json.dumps(self.header)] + [json.dumps(_finite_or_null(r), allow_nan=False) for r in self.records]
+        lines = [json.dumps(self.header)] + [
+            json.dumps(_finite_or_null(r), allow_nan=False) for r in self.records
+        ]
         write_atomic(self.path, ("\n".join(lines) + "\n").encode())

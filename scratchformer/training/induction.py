@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from scratchformer import lens
 from scratchformer.data.induction import (
     check_induction_sizes,
     induction_tokenizer,
@@ -41,7 +42,6 @@ from scratchformer.data.induction import (
     segment_lengths,
     target_masks,
 )
-from scratchformer import lens
 from scratchformer.errors import ConfigError, DataError
 from scratchformer.limits.estimates import check_model_fits
 from scratchformer.models import GPT, GPTConfig
@@ -93,18 +93,21 @@ class InductionJob(LMJob):
     @classmethod
     def from_checkpoint(cls, ck, data=None, allow_changed_data: bool = False) -> InductionJob:
         if data is not None:
-            raise ConfigError("--data applies to language models on a file: the induction task generates its data "
-                              "from the recorded seed")
+            raise ConfigError(
+                "--data applies to language models on a file: the induction task generates its data "
+                "from the recorded seed"
+            )
         model = gpt_from_checkpoint(ck)
         return cls(model, dict(ck.config["data"]))
 
     @property
     def splits(self) -> dict[str, np.ndarray]:
-        """"train", "val", "test": (n, block_size) sequences, generated on first use."""
+        """ "train", "val", "test": (n, block_size) sequences, generated on first use."""
         if self._splits is None:
             s = self.data_spec
-            train, held = make_induction_split(s["n_train"], 2 * s["n_test"], s["symbols"], s["block_size"],
-                                               s["repeats"], s["seed"])
+            train, held = make_induction_split(
+                s["n_train"], 2 * s["n_test"], s["symbols"], s["block_size"], s["repeats"], s["seed"]
+            )
             n = len(held) // 2
             self._splits = {"train": train, "test": held[:n], "val": held[n:]}
         return self._splits
@@ -114,7 +117,12 @@ class InductionJob(LMJob):
         raise DataError("the induction task has no data file: its sequences are generated (job.splits)")
 
     def config_dict(self) -> dict:
-        return {"kind": self.kind, "task": self.task, "model": self.model.config.to_dict(), "data": self.data_spec}
+        return {
+            "kind": self.kind,
+            "task": self.task,
+            "model": self.model.config.to_dict(),
+            "data": self.data_spec,
+        }
 
     default_split = "test"
 
@@ -138,19 +146,24 @@ class InductionJob(LMJob):
         first, rep = self.masks(seqs[:n])
         losses, correct = [], []
         for start in range(0, n, self.eval_batch_size):
-            x, y = inputs_targets(seqs[start:start + self.eval_batch_size])
+            x, y = inputs_targets(seqs[start : start + self.eval_batch_size])
             logits, _ = yield (x,)
             losses.append(token_losses(logits, y))
             correct.append(logits.argmax(-1) == y)
         tl, ok = np.concatenate(losses), np.concatenate(correct)
-        return {"loss": float(np.nanmean(tl)), "loss_first": float(tl[first].mean()),
-                "loss_repeat": float(tl[rep].mean()), "repeat_accuracy": float(ok[rep].mean())}
+        return {
+            "loss": float(np.nanmean(tl)),
+            "loss_first": float(tl[first].mean()),
+            "loss_repeat": float(tl[rep].mean()),
+            "repeat_accuracy": float(ok[rep].mean()),
+        }
 
     def in_training_data(self, texts: list[str]) -> list[bool] | None:
         return None
 
-    def samples(self, n: int, rng: np.random.Generator, prompt: str = "", max_new_tokens: int | None = None,
-                **options) -> list[str]:
+    def samples(
+        self, n: int, rng: np.random.Generator, prompt: str = "", max_new_tokens: int | None = None, **options
+    ) -> list[str]:
         """Without a prompt: n held-out sequences up to the end of their first copy, continued
         greedily to the sequence's length (a model with induction heads repeats the segment)."""
         if prompt:
@@ -169,9 +182,14 @@ class InductionJob(LMJob):
             text = self.tokenizer.decode(self.splits["test"][0])
         ids = self.tokenizer.encode(text, what="--text")
         if not 0 < len(ids) <= self.model.config.block_size:
-            raise DataError(f"--text gives {len(ids)} tokens; this model reads 1 to {self.model.config.block_size}")
-        return {"ids": ids, "tokens": self.tokenizer.token_texts(ids),
-                "vocab_labels": self.tokenizer.token_texts(np.arange(self.tokenizer.vocab_size))}
+            raise DataError(
+                f"--text gives {len(ids)} tokens; this model reads 1 to {self.model.config.block_size}"
+            )
+        return {
+            "ids": ids,
+            "tokens": self.tokenizer.token_texts(ids),
+            "vocab_labels": self.tokenizer.token_texts(np.arange(self.tokenizer.vocab_size)),
+        }
 
     # -- progress measures (training/diagnostics.py records them) ---------------------------------
     def progress_measures(self) -> dict:
@@ -208,16 +226,30 @@ class InductionJob(LMJob):
                     out = out.copy()
                     out[:, by_layer[names.index(name.removesuffix(".head_out"))]] = 0.0
                     return out
-                return repeat_loss(lens.run_with_hooks(model, x, hooks={names[layer] + ".head_out": zero
-                                                                        for layer in by_layer})) - base
+
+                return (
+                    repeat_loss(
+                        lens.run_with_hooks(
+                            model, x, hooks={names[layer] + ".head_out": zero for layer in by_layer}
+                        )
+                    )
+                    - base
+                )
 
             induction = [tuple(int(i) for i in lh) for lh in np.argwhere(prefix > INDUCTION_HEAD)]
 
             by_position = tl[:, :-1].mean(axis=0)  # (T - 1,): the last position has no target
-            return {"loss_first": float(tl[first].mean()), "loss_repeat": float(tl[rep].mean()),
-                    "icl_score": float(by_position[-quarter:].mean() - by_position[:quarter].mean()),
-                    "heads": list(hs.labels), "prefix_matching": prefix.tolist(), "previous_token": previous.tolist(),
-                    "best_head": [int(best[0]), int(best[1])], "worst_head": [int(worst[0]), int(worst[1])],
-                    "ablate_best": ablated(best), "ablate_worst": ablated(worst),
-                    "induction_heads": [list(h) for h in induction],
-                    "ablate_induction": ablated(*induction) if induction else 0.0}
+            return {
+                "loss_first": float(tl[first].mean()),
+                "loss_repeat": float(tl[rep].mean()),
+                "icl_score": float(by_position[-quarter:].mean() - by_position[:quarter].mean()),
+                "heads": list(hs.labels),
+                "prefix_matching": prefix.tolist(),
+                "previous_token": previous.tolist(),
+                "best_head": [int(best[0]), int(best[1])],
+                "worst_head": [int(worst[0]), int(worst[1])],
+                "ablate_best": ablated(best),
+                "ablate_worst": ablated(worst),
+                "induction_heads": [list(h) for h in induction],
+                "ablate_induction": ablated(*induction) if induction else 0.0,
+            }

@@ -34,17 +34,29 @@ from scratchformer.data.tasks import TASKS, Task
 from scratchformer.errors import CheckpointError, ConfigError
 from scratchformer.limits.estimates import param_count_bound
 from scratchformer.training.checkpoint import Checkpoint, checkpoint_exists, load_checkpoint
+from scratchformer.training.config import TrainConfig
 from scratchformer.training.induction import InductionJob
 from scratchformer.training.lm import LMJob
 from scratchformer.training.modadd import ModAddJob
 from scratchformer.training.sentence import SentenceClassifierJob
 from scratchformer.training.tasks import ClassifierJob, Seq2SeqJob
-from scratchformer.training.config import TrainConfig
 from scratchformer.training.trainer import BEST, LAST
 
-__all__ = ["DEFAULT_SEED", "JOBS", "LM_TASKS", "RUN_DEFAULTS", "Job", "build_job", "build_job_from_hf",
-           "checkpoint_dir", "epoch_settings", "epochs_text", "job_class", "load_job",
-           "run_defaults"]
+__all__ = [
+    "DEFAULT_SEED",
+    "JOBS",
+    "LM_TASKS",
+    "RUN_DEFAULTS",
+    "Job",
+    "build_job",
+    "build_job_from_hf",
+    "checkpoint_dir",
+    "epoch_settings",
+    "epochs_text",
+    "job_class",
+    "load_job",
+    "run_defaults",
+]
 
 
 class Job(Protocol):
@@ -67,7 +79,9 @@ class Job(Protocol):
     default_split: str  # the split `eval` reads when none is named ("test"; "val" for text data)
 
     @classmethod
-    def from_checkpoint(cls, ck: Checkpoint, data: str | Path | None = None, allow_changed_data: bool = False) -> Job:
+    def from_checkpoint(
+        cls, ck: Checkpoint, data: str | Path | None = None, allow_changed_data: bool = False
+    ) -> Job:
         """The job of an already-read checkpoint, weights loaded. `data` replaces the data file
         the run recorded (language models; jobs without a data file refuse it). A data file that
         changed since training (sha256) is refused when first read, unless allow_changed_data."""
@@ -113,9 +127,14 @@ class Job(Protocol):
 
 
 # Model kind -> job class: the one place a kind string meets its code.
-JOBS: dict[str, type[Job]] = {"gpt": LMJob, "classifier": ClassifierJob, "seq2seq": Seq2SeqJob,
-                              "sentence_classifier": SentenceClassifierJob, "induction": InductionJob,
-                              "modadd": ModAddJob}
+JOBS: dict[str, type[Job]] = {
+    "gpt": LMJob,
+    "classifier": ClassifierJob,
+    "seq2seq": Seq2SeqJob,
+    "sentence_classifier": SentenceClassifierJob,
+    "induction": InductionJob,
+    "modadd": ModAddJob,
+}
 
 # Run kind -> where its settings go. "model": fields of the kind's config class; "train": fields
 # of TrainConfig; "data": how much data and how it is cut. Settings not named here take the
@@ -126,29 +145,50 @@ TASK_DEFAULTS: dict[str, dict] = {
     # The smallest settings that reach >= 99% held-out accuracy (docs/results.md,
     # scripts/quality_bars.sh). The data are generated from the training seed.
     "classifier": {
-        "model": dict(n_layer=2, n_head=4, n_embd=64,
-                      n_inner=128,                   # 2 * n_embd is enough to count three symbols
-                      dropout=0.0, norm_first=True, activation="gelu",
-                      positional="sinusoidal",       # order does not matter; no table to learn
-                      pooling="mean"),               # counting is an average over positions
-        "train": dict(max_steps=600, eval_interval=120,  # >= 99% accuracy within 600 steps; 5 evaluations
-                      batch_size=64, lr=3e-3, min_lr=3e-4, warmup_steps=50,
-                      weight_decay=0.01, beta2=0.98, grad_clip=1.0),
-        "data": dict(n_train=6000, n_test=400),      # 3^8 = 6561 majority sequences exist: 400 held out twice
+        "model": dict(
+            n_layer=2,
+            n_head=4,
+            n_embd=64,
+            n_inner=128,  # 2 * n_embd is enough to count three symbols
+            dropout=0.0,
+            norm_first=True,
+            activation="gelu",
+            positional="sinusoidal",  # order does not matter; no table to learn
+            pooling="mean",
+        ),  # counting is an average over positions
+        "train": dict(
+            max_steps=600,
+            eval_interval=120,  # >= 99% accuracy within 600 steps; 5 evaluations
+            batch_size=64,
+            lr=3e-3,
+            min_lr=3e-4,
+            warmup_steps=50,
+            weight_decay=0.01,
+            beta2=0.98,
+            grad_clip=1.0,
+        ),
+        "data": dict(n_train=6000, n_test=400),  # 3^8 = 6561 majority sequences exist: 400 held out twice
     },
     "seq2seq": {
         "model": dict(
-            n_layer=2, n_head=4, n_embd=64,   # a small encoder-decoder learns copy/reverse to >= 99% exact match
-            dropout=0.0,                      # 50,000 fresh examples do not overfit
-            norm_first=True,                  # pre-norm trains at lr 2e-3 without a long warmup
+            n_layer=2,
+            n_head=4,
+            n_embd=64,  # a small encoder-decoder learns copy/reverse to >= 99% exact match
+            dropout=0.0,  # 50,000 fresh examples do not overfit
+            norm_first=True,  # pre-norm trains at lr 2e-3 without a long warmup
             activation="gelu",
-            share_embeddings=True,            # source and target share the digit vocabulary
-            label_smoothing=0.0,              # exact match rewards confident answers
+            share_embeddings=True,  # source and target share the digit vocabulary
+            label_smoothing=0.0,  # exact match rewards confident answers
         ),
         "train": dict(
-            max_steps=1500, eval_interval=300,  # 99% exact match within 1500 steps; 5 evaluations
-            batch_size=64, lr=2e-3, min_lr=2e-4, warmup_steps=100,
-            weight_decay=0.01, beta2=0.98,      # light decay and the paper's beta2 for a short run
+            max_steps=1500,
+            eval_interval=300,  # 99% exact match within 1500 steps; 5 evaluations
+            batch_size=64,
+            lr=2e-3,
+            min_lr=2e-4,
+            warmup_steps=100,
+            weight_decay=0.01,
+            beta2=0.98,  # light decay and the paper's beta2 for a short run
             grad_clip=1.0,
         ),
         "data": dict(n_train=50000, n_test=1000),  # 1000 held out for val and for test
@@ -158,12 +198,34 @@ TASK_DEFAULTS: dict[str, dict] = {
     # lr 1e-3 (10 warmup steps, then constant), weight decay 1.0 on every weight, betas
     # (0.9, 0.98), no clipping. The paper's log ends its grokking near step 14,400.
     "modadd": {
-        "model": dict(n_layer=1, n_head=4, n_embd=128, n_inner=512, activation="relu", normalization="none",
-                      positional="learned", tie_weights=False, bias=True, dropout=0.0, init="pytorch"),
-        "train": dict(max_steps=16000, batch_size=113 * 113,  # >= every pair: the whole training split
-                      lr=1e-3, min_lr=1e-3, warmup_steps=10, weight_decay=1.0, decay_embeddings=True,
-                      beta1=0.9, beta2=0.98, grad_clip=0.0,
-                      eval_interval=500, diag_interval=100, num_samples=0),
+        "model": dict(
+            n_layer=1,
+            n_head=4,
+            n_embd=128,
+            n_inner=512,
+            activation="relu",
+            normalization="none",
+            positional="learned",
+            tie_weights=False,
+            bias=True,
+            dropout=0.0,
+            init="pytorch",
+        ),
+        "train": dict(
+            max_steps=16000,
+            batch_size=113 * 113,  # >= every pair: the whole training split
+            lr=1e-3,
+            min_lr=1e-3,
+            warmup_steps=10,
+            weight_decay=1.0,
+            decay_embeddings=True,
+            beta1=0.9,
+            beta2=0.98,
+            grad_clip=0.0,
+            eval_interval=500,
+            diag_interval=100,
+            num_samples=0,
+        ),
         "data": dict(modulus=113, train_fraction=0.3),
     },
 }
@@ -174,9 +236,11 @@ TASK_OVERRIDES: dict[str, dict] = {
 
 def _task_row(task: Task) -> dict:
     base, extra = TASK_DEFAULTS[task.kind], TASK_OVERRIDES.get(task.name, {})
-    return {"kind": task.kind,
-            **{section: {**base[section], **extra.get(section, {})} for section in ("model", "train")},
-            "data": {**base["data"], "max_len": task.max_len, **extra.get("data", {})}}
+    return {
+        "kind": task.kind,
+        **{section: {**base[section], **extra.get(section, {})} for section in ("model", "train")},
+        "data": {**base["data"], "max_len": task.max_len, **extra.get("data", {})},
+    }
 
 
 # What `--init-from` (a pretrained language model) puts over a language-model row's "train":
@@ -195,31 +259,62 @@ RUN_DEFAULTS: dict[str, dict] = {
     # cores (docs/results.md).
     "lines": {
         "kind": "gpt",
-        "model": dict(n_layer=4, n_head=4, n_embd=64,  # makemore's transformer
-                      dropout=0.1,                     # 200K parameters overfit 29K names without it
-                      tie_weights=False, init="pytorch"),  # as makemore
-        "train": dict(max_steps=16000,                 # passes makemore's 1.92 test loss
-                      batch_size=64, lr=2e-3, min_lr=1e-4, warmup_steps=200,
-                      weight_decay=0.1, beta2=0.99, grad_clip=1.0,  # nanoGPT's small-model AdamW
-                      eval_interval=1000),             # 16 evaluations over the run
-        "init_from": INIT_FROM_TRAIN,                  # over "train" with --init-from
-        "data": dict(block_size=None,                  # the longest name + 1
-                     split_seed=DEFAULT_SEED,          # the same held-out names for every --seed
-                     tokenizer="char", vocab_size=None),  # makemore's characters
+        "model": dict(
+            n_layer=4,
+            n_head=4,
+            n_embd=64,  # makemore's transformer
+            dropout=0.1,  # 200K parameters overfit 29K names without it
+            tie_weights=False,
+            init="pytorch",
+        ),  # as makemore
+        "train": dict(
+            max_steps=16000,  # passes makemore's 1.92 test loss
+            batch_size=64,
+            lr=2e-3,
+            min_lr=1e-4,
+            warmup_steps=200,
+            weight_decay=0.1,
+            beta2=0.99,
+            grad_clip=1.0,  # nanoGPT's small-model AdamW
+            eval_interval=1000,
+        ),  # 16 evaluations over the run
+        "init_from": INIT_FROM_TRAIN,  # over "train" with --init-from
+        "data": dict(
+            block_size=None,  # the longest name + 1
+            split_seed=DEFAULT_SEED,  # the same held-out names for every --seed
+            tokenizer="char",
+            vocab_size=None,
+        ),  # makemore's characters
     },
     # Continuous text (tinyshakespeare): nanoGPT's CPU configuration, its GPT-2 init, tied head and
     # bias-free layers included.
     "text": {
         "kind": "gpt",
-        "model": dict(n_layer=4, n_head=4, n_embd=128, dropout=0.0,  # nanoGPT's CPU config
-                      bias=False),                                   # nanoGPT's bias=False
-        "train": dict(max_steps=2000, batch_size=12, lr=1e-3, min_lr=1e-4, warmup_steps=100,  # nanoGPT's CPU run
-                      weight_decay=0.1, beta2=0.99, grad_clip=1.0,
-                      eval_interval=250),                            # 8 evaluations over the run
-        "init_from": INIT_FROM_TRAIN,                                # over "train" with --init-from
-        "data": dict(block_size=64,                                  # nanoGPT's CPU context
-                     split_seed=DEFAULT_SEED,                        # recorded; text splits are not shuffled
-                     tokenizer="char", vocab_size=None),             # shakespeare_char's characters
+        "model": dict(
+            n_layer=4,
+            n_head=4,
+            n_embd=128,
+            dropout=0.0,  # nanoGPT's CPU config
+            bias=False,
+        ),  # nanoGPT's bias=False
+        "train": dict(
+            max_steps=2000,
+            batch_size=12,
+            lr=1e-3,
+            min_lr=1e-4,
+            warmup_steps=100,  # nanoGPT's CPU run
+            weight_decay=0.1,
+            beta2=0.99,
+            grad_clip=1.0,
+            eval_interval=250,
+        ),  # 8 evaluations over the run
+        "init_from": INIT_FROM_TRAIN,  # over "train" with --init-from
+        "data": dict(
+            block_size=64,  # nanoGPT's CPU context
+            split_seed=DEFAULT_SEED,  # recorded; text splits are not shuffled
+            tokenizer="char",
+            vocab_size=None,
+        ),  # shakespeare_char's characters
     },
     **{name: _task_row(task) for name, task in TASKS.items()},  # the toy tasks, from the task registry
     # Induction heads (Olsson et al. 2022): a 2-layer attention-only GPT on random segments
@@ -230,15 +325,36 @@ RUN_DEFAULTS: dict[str, dict] = {
         # one head per layer: with 2, both heads of layer 1 become induction heads sharing the work
         # (zeroing either alone brings back ~15-20% of the repeat's advantage; 4 share it the same way,
         # and weight decay 0.3 did not break the tie in 1,000 steps); with one, zeroing it brings back all
-        "model": dict(n_layer=2, n_head=1, n_embd=64, attn_only=True,  # the papers' toy: attention only
-                      dropout=0.0,
-                      init="pytorch", tie_weights=False),  # N(0, 1) positions: a previous-token head
-                                                           # forms at once (GPT-2's 0.02 init: no head in 2,000 steps)
-        "train": dict(max_steps=1000, batch_size=32, lr=3e-3, min_lr=3e-4, warmup_steps=100,
-                      weight_decay=0.01, beta2=0.98, grad_clip=1.0,
-                      eval_interval=250, diag_interval=50, num_samples=2),
-        "data": dict(symbols=32, block_size=32,      # 16 random tokens of 32 symbols, then the same 16 again
-                     repeats=2, n_train=20000, n_test=256),
+        "model": dict(
+            n_layer=2,
+            n_head=1,
+            n_embd=64,
+            attn_only=True,  # the papers' toy: attention only
+            dropout=0.0,
+            init="pytorch",
+            tie_weights=False,
+        ),  # N(0, 1) positions: a previous-token head
+        # forms at once (GPT-2's 0.02 init: no head in 2,000 steps)
+        "train": dict(
+            max_steps=1000,
+            batch_size=32,
+            lr=3e-3,
+            min_lr=3e-4,
+            warmup_steps=100,
+            weight_decay=0.01,
+            beta2=0.98,
+            grad_clip=1.0,
+            eval_interval=250,
+            diag_interval=50,
+            num_samples=2,
+        ),
+        "data": dict(
+            symbols=32,
+            block_size=32,  # 16 random tokens of 32 symbols, then the same 16 again
+            repeats=2,
+            n_train=20000,
+            n_test=256,
+        ),
     },
     # `scratchformer finetune`: a pretrained BERT encoder as a sentence classifier. A short CPU run
     # needs more than BERT's usual 2e-5..5e-5, since the fresh head learns at the same rate (on the
@@ -250,9 +366,16 @@ RUN_DEFAULTS: dict[str, dict] = {
     "finetune": {
         "kind": "sentence_classifier",
         "model": dict(max_length=64, freeze_encoder=False),
-        "train": dict(batch_size=32, lr=2e-4, min_lr=2e-5,
-                      weight_decay=0.01, beta2=0.999, grad_clip=1.0,   # BERT's fine-tuning AdamW
-                      patience=2, num_samples=0),
+        "train": dict(
+            batch_size=32,
+            lr=2e-4,
+            min_lr=2e-5,
+            weight_decay=0.01,
+            beta2=0.999,
+            grad_clip=1.0,  # BERT's fine-tuning AdamW
+            patience=2,
+            num_samples=0,
+        ),
         # max_steps: max_epochs passes over the training split; an evaluation every
         # 1 / evals_per_epoch of a pass; warmup: warmup_fraction of max_steps (BERT's 10%)
         "epochs": dict(max_epochs=3, evals_per_epoch=2, warmup_fraction=0.1),
@@ -264,14 +387,26 @@ RUN_DEFAULTS: dict[str, dict] = {
     "probe": {
         "kind": "sentence_classifier",
         "model": dict(max_length=64, freeze_encoder=True),
-        "train": dict(max_steps=190, batch_size=32, lr=1e-2, min_lr=1e-3, warmup_steps=20,
-                      weight_decay=0.01, beta2=0.999, grad_clip=1.0,
-                      eval_interval=50, num_samples=0),
+        "train": dict(
+            max_steps=190,
+            batch_size=32,
+            lr=1e-2,
+            min_lr=1e-3,
+            warmup_steps=20,
+            weight_decay=0.01,
+            beta2=0.999,
+            grad_clip=1.0,
+            eval_interval=50,
+            num_samples=0,
+        ),
         "data": dict(base="minilm", val_fraction=0.1, split_seed=DEFAULT_SEED),
     },
 }
 LM_TASKS = ("induction",)  # generated-data tasks a GPT learns (`train --task`), each with its own job
-FINETUNE_RUN_KINDS = ("finetune", "probe")  # the rows `scratchformer finetune` starts from (probe: --freeze-encoder)
+FINETUNE_RUN_KINDS = (
+    "finetune",
+    "probe",
+)  # the rows `scratchformer finetune` starts from (probe: --freeze-encoder)
 
 
 def _train_settings(row: dict, given: dict | None, init_from: bool = False) -> dict:
@@ -294,15 +429,20 @@ def epoch_settings(epochs: dict, n_train: int, train: dict) -> dict:
     per_step = train["batch_size"] * train.get("grad_accum", 1)
     per_epoch = max(1, math.ceil(n_train / per_step))  # steps in one pass over the training split
     max_steps = train.get("max_steps") or max(1, round(epochs["max_epochs"] * per_epoch))
-    return {"max_steps": max_steps, "eval_interval": max(1, per_epoch // epochs["evals_per_epoch"]),
-            "warmup_steps": round(epochs["warmup_fraction"] * max_steps)}
+    return {
+        "max_steps": max_steps,
+        "eval_interval": max(1, per_epoch // epochs["evals_per_epoch"]),
+        "warmup_steps": round(epochs["warmup_fraction"] * max_steps),
+    }
 
 
 def epochs_text(epochs: dict) -> dict[str, str]:
     """The "epochs" rule in words, per setting it decides (for --help)."""
-    return {"max_steps": f"{epochs['max_epochs']} passes over the training split",
-            "eval_interval": f"1/{epochs['evals_per_epoch']} of a pass",
-            "warmup_steps": f"{epochs['warmup_fraction']:g} x max steps"}
+    return {
+        "max_steps": f"{epochs['max_epochs']} passes over the training split",
+        "eval_interval": f"1/{epochs['evals_per_epoch']} of a pass",
+        "warmup_steps": f"{epochs['warmup_fraction']:g} x max steps",
+    }
 
 
 def _row(run_kind: str) -> dict:
@@ -323,13 +463,19 @@ def run_defaults(run_kind: str) -> dict:
     def resolved(cls, table: dict) -> dict:
         return {**{f.name: f.default for f in fields(cls) if f.default is not MISSING}, **table}
 
-    return {"kind": row["kind"], "model": resolved(JOBS[row["kind"]].config_class, row["model"]),
-            "train": resolved(TrainConfig, row["train"]), "data": dict(row["data"]),
-            "init_from": dict(row.get("init_from", {})), "epochs": dict(row.get("epochs", {}))}
+    return {
+        "kind": row["kind"],
+        "model": resolved(JOBS[row["kind"]].config_class, row["model"]),
+        "train": resolved(TrainConfig, row["train"]),
+        "data": dict(row["data"]),
+        "init_from": dict(row.get("init_from", {})),
+        "epochs": dict(row.get("epochs", {})),
+    }
 
 
-def build_job(run_kind: str, model: dict | None = None, train: dict | None = None,
-              data: dict | None = None) -> tuple[Job, TrainConfig]:
+def build_job(
+    run_kind: str, model: dict | None = None, train: dict | None = None, data: dict | None = None
+) -> tuple[Job, TrainConfig]:
     """A fresh job and its TrainConfig: RUN_DEFAULTS[run_kind] with the given settings on top
     (only the ones given: the others keep the table's values). A row with an "epochs" rule
     (finetune) takes max_steps, eval_interval and warmup_steps from the size of the job's
@@ -337,22 +483,26 @@ def build_job(run_kind: str, model: dict | None = None, train: dict | None = Non
     row = _row(run_kind)
     settings = _train_settings(row, train)
     cfg = TrainConfig.from_dict(settings)
-    job = JOBS[row["kind"]].create(run_kind, {**row["model"], **(model or {})}, {**row["data"], **(data or {})},
-                                   seed=cfg.seed)
+    job = JOBS[row["kind"]].create(
+        run_kind, {**row["model"], **(model or {})}, {**row["data"], **(data or {})}, seed=cfg.seed
+    )
     if "epochs" in row:  # a length from the data: the training split is read now
         sized = epoch_settings(row["epochs"], job.train_size(), settings)
         cfg = TrainConfig.from_dict({**settings, **sized, **(train or {})})
     return job, cfg
 
 
-def build_job_from_hf(hf_dir: str | Path, run_kind: str, train: dict | None = None,
-                      data: dict | None = None) -> tuple[Job, TrainConfig]:
+def build_job_from_hf(
+    hf_dir: str | Path, run_kind: str, train: dict | None = None, data: dict | None = None
+) -> tuple[Job, TrainConfig]:
     """A job that continues training a pretrained Hugging Face causal LM (its config and
     tokenizer) on a data file read as `run_kind` ("lines" or "text"), and its TrainConfig: the
     row's training settings with its fine-tuning rates ("init_from") on top."""
     row = _row(run_kind)
     if row["kind"] != "gpt":
-        raise ConfigError(f"--init-from continues a language model: the {run_kind} task has no pretrained form")
+        raise ConfigError(
+            f"--init-from continues a language model: the {run_kind} task has no pretrained form"
+        )
     cfg = TrainConfig.from_dict(_train_settings(row, train, init_from=True))
     return LMJob.from_hf(hf_dir, run_kind, {**row["data"], **(data or {})}), cfg
 
@@ -366,9 +516,12 @@ def checkpoint_dir(path: str | Path) -> Path:
     for name in (BEST, LAST):
         if checkpoint_exists(d / name):
             return d / name
-    first = (f"'scratchformer train --task {d.name} --out {d}'" if d.name in TASKS else
-             f"'scratchformer train --out {d}' for a names GPT, 'scratchformer train --task majority --out {d}' "
-             f"for a task model, 'scratchformer finetune --data CSV --out {d}' for a classifier")
+    first = (
+        f"'scratchformer train --task {d.name} --out {d}'"
+        if d.name in TASKS
+        else f"'scratchformer train --out {d}' for a names GPT, 'scratchformer train --task majority --out {d}' "
+        f"for a task model, 'scratchformer finetune --data CSV --out {d}' for a classifier"
+    )
     raise CheckpointError(f"checkpoint not found in {d}: train one first ({first}) or pass a run directory")
 
 
@@ -391,9 +544,11 @@ def _check_sizes(ck: Checkpoint, model_class) -> None:
     held = sum(int(v.size) for v in ck.model_state.values())
     described = param_count_bound(ck.config["model"], model_class)
     if held > 1.05 * described + 64 or described > 8 * held + 10_000:
-        raise CheckpointError(f"{ck.path / 'config.json'} describes a model of about {described:,} parameters but "
-                              f"model.safetensors holds {held:,}: the files do not belong together; restore "
-                              "config.json or train again")
+        raise CheckpointError(
+            f"{ck.path / 'config.json'} describes a model of about {described:,} parameters but "
+            f"model.safetensors holds {held:,}: the files do not belong together; restore "
+            "config.json or train again"
+        )
 
 
 def load_job(path: str | Path, data: str | Path | None = None, allow_changed_data: bool = False) -> Job:

@@ -47,16 +47,29 @@ def _read_data(run_kind: str, data: dict, tokenizer) -> tuple:
     if not isinstance(file, DataFile):  # a str names a bundled data set or a path; a Path is a path
         file = read_data(resolve_data(file) if isinstance(file, os.PathLike) else file)
     given = isinstance(tokenizer, BPETokenizer)
-    data_spec = {"path": None if file.name else str(file.path.resolve()), "format": run_kind,
-                 "seed": data["split_seed"], "block_size": data.get("block_size"), "sha256": file.sha256,
-                 "tokenizer": "bpe" if given else tokenizer, "vocab_size": data.get("vocab_size")}
+    data_spec = {
+        "path": None if file.name else str(file.path.resolve()),
+        "format": run_kind,
+        "seed": data["split_seed"],
+        "block_size": data.get("block_size"),
+        "sha256": file.sha256,
+        "tokenizer": "bpe" if given else tokenizer,
+        "vocab_size": data.get("vocab_size"),
+    }
     if given and data_spec["vocab_size"] is not None:
-        raise ConfigError("--vocab-size applies to a BPE trained here: a pretrained checkpoint brings its own "
-                          "tokenizer")
+        raise ConfigError(
+            "--vocab-size applies to a BPE trained here: a pretrained checkpoint brings its own tokenizer"
+        )
     if file.name:
         data_spec["name"] = file.name
-    ds = load_dataset(file, run_kind, block_size=data_spec["block_size"], seed=data_spec["seed"],
-                      tokenizer=tokenizer, vocab_size=data_spec["vocab_size"])
+    ds = load_dataset(
+        file,
+        run_kind,
+        block_size=data_spec["block_size"],
+        seed=data_spec["seed"],
+        tokenizer=tokenizer,
+        vocab_size=data_spec["vocab_size"],
+    )
     data_spec.update(format=ds.format, block_size=ds.block_size)
     if data_spec["tokenizer"] == "bpe":  # recorded: the size asked for, the default resolved
         data_spec["vocab_size"] = data_spec["vocab_size"] or ds.tokenizer.vocab_size
@@ -80,14 +93,22 @@ class LMJob:
     kind, config_class, model_class = "gpt", GPTConfig, GPT
     eval_batch_size = 64  # sequences per forward when evaluating a whole split
 
-    def __init__(self, model: GPT, dataset, data_spec: dict, tokenizer: CharTokenizer | BPETokenizer | None = None,
-                 allow_changed_data: bool = False):
+    def __init__(
+        self,
+        model: GPT,
+        dataset,
+        data_spec: dict,
+        tokenizer: CharTokenizer | BPETokenizer | None = None,
+        allow_changed_data: bool = False,
+    ):
         """dataset: a `scratchformer.data.Dataset`, or None to read it from `data_spec` when
         first needed. data_spec: {"path", "format", "seed", "block_size", "sha256", "name",
         "tokenizer", "vocab_size"} as recorded in config.json (path None: the bundled data set
         "name", default names; tokenizer absent: "char")."""
         self.model, self._dataset, self.data_spec = model, dataset, data_spec
-        self.tokenizer: CharTokenizer | BPETokenizer = tokenizer if tokenizer is not None else dataset.tokenizer
+        self.tokenizer: CharTokenizer | BPETokenizer = (
+            tokenizer if tokenizer is not None else dataset.tokenizer
+        )
         self.allow_changed_data = allow_changed_data
         self._file: DataFile | None = None  # a data file given to from_checkpoint, read (and checked) there
 
@@ -113,12 +134,16 @@ class LMJob:
         model, tokenizer = load_hf_causal_lm(hf_dir)
         check_model_fits(model.config, type(model), training=True)
         if data.get("block_size") is not None and data["block_size"] > model.config.block_size:
-            raise ConfigError(f"--block-size {data['block_size']} is longer than {hf_dir} reads "
-                              f"({model.config.block_size} positions): give at most {model.config.block_size}")
+            raise ConfigError(
+                f"--block-size {data['block_size']} is longer than {hf_dir} reads "
+                f"({model.config.block_size} positions): give at most {model.config.block_size}"
+            )
         ds, data_spec = _read_data(run_kind, data, tokenizer)
         if ds.block_size > model.config.block_size:  # a lines file with an item longer than the positions
-            raise DataError(f"the longest item of {ds.source} needs {ds.block_size} positions but {hf_dir} has "
-                            f"{model.config.block_size}: shorten it or read the file as --format text")
+            raise DataError(
+                f"the longest item of {ds.source} needs {ds.block_size} positions but {hf_dir} has "
+                f"{model.config.block_size}: shorten it or read the file as --format text"
+            )
         data_spec["init_from"] = str(Path(hf_dir).resolve())
         return cls(model, ds, data_spec)
 
@@ -147,8 +172,10 @@ class LMJob:
         if self._dataset is None:
             spec = self.data_spec
             if spec["path"] is not None and not Path(spec["path"]).exists():
-                raise DataError(f"this run was trained on {spec['path']}, which is not there any more: "
-                                "point to the file with --data PATH")
+                raise DataError(
+                    f"this run was trained on {spec['path']}, which is not there any more: "
+                    "point to the file with --data PATH"
+                )
             file, checked = (self._file, True) if self._file is not None else (_read_recorded(spec), False)
             self._file = None
             if not (self.allow_changed_data or checked):  # a file given to from_checkpoint was checked there
@@ -157,11 +184,18 @@ class LMJob:
             # a character vocabulary is built again (a new character is a changed file); a BPE
             # encodes any text, so the run's own is used
             bpe = isinstance(self.tokenizer, BPETokenizer)
-            ds = load_dataset(file, spec["format"], block_size=spec["block_size"], seed=spec["seed"],
-                              tokenizer=self.tokenizer if bpe else "char")
+            ds = load_dataset(
+                file,
+                spec["format"],
+                block_size=spec["block_size"],
+                seed=spec["seed"],
+                tokenizer=self.tokenizer if bpe else "char",
+            )
             if ds.tokenizer != self.tokenizer:
-                raise DataError(f"the data file {spec['path'] or 'names.txt'} changed since training: "
-                                "its characters no longer match the checkpoint's tokenizer")
+                raise DataError(
+                    f"the data file {spec['path'] or 'names.txt'} changed since training: "
+                    "its characters no longer match the checkpoint's tokenizer"
+                )
             self._dataset = ds
         return self._dataset
 
@@ -174,8 +208,10 @@ class LMJob:
     def check_compatible(self, ck) -> None:
         saved = ck.config.get("model")  # fields added since it was written take their defaults
         if saved is None or type(self.model.config).from_dict(saved) != self.model.config:
-            raise CheckpointError(f"{ck.path}: the model config differs from the one requested; "
-                              "resume with the same options (or none)")
+            raise CheckpointError(
+                f"{ck.path}: the model config differs from the one requested; "
+                "resume with the same options (or none)"
+            )
 
     # -- training ------------------------------------------------------------------------------
     def train_batch(self, rng: np.random.Generator, batch_size: int):
@@ -199,8 +235,9 @@ class LMJob:
         if split == "test" and self.data_spec["format"] == "text":
             # nanoGPT's cut: the first 90% train, the last 10% val. A third split would move the
             # train/val boundary of every run trained so far, so text runs have none.
-            raise DataError("text data have only train and val splits (the last 10% of the file is val): "
-                            "use --split val")
+            raise DataError(
+                "text data have only train and val splits (the last 10% of the file is val): use --split val"
+            )
         data = getattr(self.dataset, split)
         total, count = 0.0, 0
         for i, (x, y) in enumerate(data.all_batches(self.eval_batch_size)):
@@ -219,8 +256,16 @@ class LMJob:
         return "val" if self.data_spec["format"] == "text" else "test"
 
     # -- sampling ------------------------------------------------------------------------------
-    def samples(self, n: int, rng: np.random.Generator, prompt: str = "", max_new_tokens: int | None = None,
-                temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None) -> list[str]:
+    def samples(
+        self,
+        n: int,
+        rng: np.random.Generator,
+        prompt: str = "",
+        max_new_tokens: int | None = None,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+    ) -> list[str]:
         """n samples. Line datasets: one item each, from the start token until the end token.
         Text datasets: `max_new_tokens` tokens (characters or BPE tokens; default 200) after the
         prompt (default a newline)."""
@@ -238,17 +283,23 @@ class LMJob:
             ids = tok.encode(text)
             max_new = max_new_tokens or 200
             eos = None
-        check_fits(generation_bytes(n, len(ids), max_new, self.model.config.n_layer, self.model.config.n_embd,
-                                    tok.vocab_size) + 8 * n * (len(ids) + max_new),
-                   f"{n:,} samples of up to {len(ids) + max_new:,} tokens",
-                   "-n or --max-new-tokens" if len(ids) <= max_new else f"the prompt ({len(ids):,} tokens), -n "
-                                                                        "or --max-new-tokens")
+        check_fits(
+            generation_bytes(
+                n, len(ids), max_new, self.model.config.n_layer, self.model.config.n_embd, tok.vocab_size
+            )
+            + 8 * n * (len(ids) + max_new),
+            f"{n:,} samples of up to {len(ids) + max_new:,} tokens",
+            "-n or --max-new-tokens"
+            if len(ids) <= max_new
+            else f"the prompt ({len(ids):,} tokens), -n or --max-new-tokens",
+        )
         idx = np.tile(ids, (n, 1))
-        out = self.model.generate(idx, max_new, temperature=temperature, top_k=top_k, top_p=top_p,
-                                  rng=rng, eos_id=eos)
+        out = self.model.generate(
+            idx, max_new, temperature=temperature, top_k=top_k, top_p=top_p, rng=rng, eos_id=eos
+        )
         results = []
         for row in out:
-            new = row[len(ids):]
+            new = row[len(ids) :]
             if eos is not None and (new == eos).any():
                 new = new[: int(np.argmax(new == eos))]
             results.append(prompt + tok.decode(new) if eos is not None else tok.decode(row))
@@ -281,10 +332,14 @@ class LMJob:
         if len(ids) == 0:
             raise DataError("--text is empty: give some text in the model's alphabet")
         if len(ids) > block:
-            raise DataError(f"--text gives {len(ids)} tokens{' (with the start token)' if lines else ''}; "
-                            f"this model reads 1 to {block}: give a shorter text")
+            raise DataError(
+                f"--text gives {len(ids)} tokens{' (with the start token)' if lines else ''}; "
+                f"this model reads 1 to {block}: give a shorter text"
+            )
         labels = tok.token_texts(np.arange(tok.vocab_size))
         return {"ids": ids, "tokens": tokens, "vocab_labels": labels}
 
     def predict(self, text: str, **options) -> str:
-        raise ConfigError("predict needs a classifier or seq2seq run; for a language model use 'scratchformer sample'")
+        raise ConfigError(
+            "predict needs a classifier or seq2seq run; for a language model use 'scratchformer sample'"
+        )

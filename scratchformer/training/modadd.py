@@ -121,7 +121,12 @@ class ModAddJob:
         if unknown:
             flag = "--data" if unknown[0] == "path" else "--" + unknown[0].replace("_", "-")
             raise ConfigError(f"{flag} does not apply to the {run_kind} task")
-        spec = {"modulus": data["modulus"], "train_fraction": data["train_fraction"], "max_len": 3, "seed": seed}
+        spec = {
+            "modulus": data["modulus"],
+            "train_fraction": data["train_fraction"],
+            "max_len": 3,
+            "seed": seed,
+        }
         modadd_split(spec["modulus"], spec["train_fraction"], seed)  # bad values: one line, before the model
         config = GPTConfig(vocab_size=spec["modulus"] + 1, block_size=3, **model)
         check_model_fits(config, GPT, training=True, option="--n-embd or --n-layer")
@@ -130,13 +135,20 @@ class ModAddJob:
     @classmethod
     def from_checkpoint(cls, ck, data=None, allow_changed_data: bool = False) -> ModAddJob:
         if data is not None:
-            raise ConfigError("--data applies to language models only: the modadd task generates its pairs from the "
-                              "recorded seed")
+            raise ConfigError(
+                "--data applies to language models only: the modadd task generates its pairs from the "
+                "recorded seed"
+            )
         model = gpt_from_checkpoint(ck)
         return cls(ck.config["task"], model, ck.config["data"])
 
     def config_dict(self) -> dict:
-        return {"kind": self.kind, "task": self.task, "model": self.model.config.to_dict(), "data": self.data_spec}
+        return {
+            "kind": self.kind,
+            "task": self.task,
+            "model": self.model.config.to_dict(),
+            "data": self.data_spec,
+        }
 
     def tokenizer_dict(self) -> None:
         return None  # ids 0..p-1 are the numbers, p is '='
@@ -144,14 +156,18 @@ class ModAddJob:
     def check_compatible(self, ck) -> None:
         saved = GPTConfig.from_dict(ck.config.get("model") or {}).to_dict()
         if saved != self.model.config.to_dict() or ck.config.get("task") != self.task:
-            raise CheckpointError(f"{ck.path}: a different task or model config; resume with the same options")
+            raise CheckpointError(
+                f"{ck.path}: a different task or model config; resume with the same options"
+            )
 
     # -- training ------------------------------------------------------------------------------
     def train_batch(self, rng: np.random.Generator, batch_size: int):
         """(x (n, 3), targets (n, 3)): the whole training split when batch_size covers it (the
         paper's full batch; rng is then not drawn from), else batch_size pairs drawn from it."""
         train = self.splits["train"]
-        picked = train if batch_size >= len(train) else train.subset(rng.integers(0, len(train), size=batch_size))
+        picked = (
+            train if batch_size >= len(train) else train.subset(rng.integers(0, len(train), size=batch_size))
+        )
         return picked.x, targets_of(picked)
 
     @staticmethod
@@ -163,8 +179,12 @@ class ModAddJob:
         if len(x) == 0:
             return np.zeros((0, self.p + 1))
         with eval_mode(self.model):
-            return np.concatenate([self.model(x[i:i + EVAL_ROWS])[0][:, -1].astype(np.float64)
-                                   for i in range(0, len(x), EVAL_ROWS)])
+            return np.concatenate(
+                [
+                    self.model(x[i : i + EVAL_ROWS])[0][:, -1].astype(np.float64)
+                    for i in range(0, len(x), EVAL_ROWS)
+                ]
+            )
 
     def evaluate(self, split: str = "val", batches: int | None = None, **options) -> dict:
         return run_evaluation(self.evaluation(split, batches, **options), self.model)
@@ -178,18 +198,22 @@ class ModAddJob:
         n = len(data) if batches is None else min(len(data), batches * EVAL_ROWS)
         last = [np.zeros((0, self.p + 1))]  # the logits at '=', (n, V) float64 once joined
         for i in range(0, n, EVAL_ROWS):
-            logits, _ = yield (data.x[i:min(i + EVAL_ROWS, n)],)
+            logits, _ = yield (data.x[i : min(i + EVAL_ROWS, n)],)
             last.append(logits[:, -1].astype(np.float64))
         loss, acc = _loss_acc(np.concatenate(last), data.y[:n])
         return {"loss": loss, "accuracy": acc}
 
     def samples(self, n: int, rng: np.random.Generator, **options) -> list[str]:
         if options:
-            raise ConfigError("a modadd model does not generate text: use 'scratchformer predict DIR \"a b\"'")
+            raise ConfigError(
+                "a modadd model does not generate text: use 'scratchformer predict DIR \"a b\"'"
+            )
         test = self.splits["test"]
         picked = test.subset(rng.integers(0, len(test), size=n))
         pred = self._last_logits(picked.x).argmax(1)
-        return [f"{a} + {b} = {c} (mod {self.p}; true {y})" for (a, b, _), y, c in zip(picked.x, picked.y, pred)]
+        return [
+            f"{a} + {b} = {c} (mod {self.p}; true {y})" for (a, b, _), y, c in zip(picked.x, picked.y, pred)
+        ]
 
     def _parse(self, text: str) -> np.ndarray:
         parts = str(text).replace("=", " ").split()
@@ -212,9 +236,12 @@ class ModAddJob:
         text = self.example_input if text is None else text
         ids = self._parse(text)
         answer = self.predict(text)
-        return {"ids": ids, "tokens": [str(ids[0]), str(ids[1]), "="],
-                "vocab_labels": [str(i) for i in range(self.p)] + ["="],
-                "title": f"scratchformer modadd: {ids[0]} + {ids[1]} = {answer} (mod {self.p})"}
+        return {
+            "ids": ids,
+            "tokens": [str(ids[0]), str(ids[1]), "="],
+            "vocab_labels": [str(i) for i in range(self.p)] + ["="],
+            "title": f"scratchformer modadd: {ids[0]} + {ids[1]} = {answer} (mod {self.p})",
+        }
 
     # -- progress measures ---------------------------------------------------------------------
     def progress_measures(self) -> dict:
@@ -233,8 +260,9 @@ def progress_measures(model, p: int, splits: dict) -> dict:
     "test" ClassificationData of `modadd_split`."""
     with eval_mode(model):
         x = all_pairs(p)
-        logits = np.concatenate([model(x[i:i + EVAL_ROWS])[0][:, -1].astype(np.float64)
-                                 for i in range(0, len(x), EVAL_ROWS)]).reshape(p, p, -1)
+        logits = np.concatenate(
+            [model(x[i : i + EVAL_ROWS])[0][:, -1].astype(np.float64) for i in range(0, len(x), EVAL_ROWS)]
+        ).reshape(p, p, -1)
     answers = np.add.outer(np.arange(p), np.arange(p)) % p
     out = {}
     for name in ("train", "test"):
@@ -248,15 +276,19 @@ def progress_measures(model, p: int, splits: dict) -> dict:
     restricted = logits.mean(axis=(0, 1), keepdims=True) + keep
     tr = splits["train"]
     excluded = (logits - keep)[tr.x[:, 0], tr.x[:, 1]]
-    out.update({
-        "freq_norms": norms.tolist(), "key_freqs": key,
-        "restricted_loss": _loss_acc(restricted.reshape(p * p, -1), answers.reshape(-1))[0],
-        "excluded_loss": _loss_acc(excluded, tr.y)[0],
-        "weight_norm": float(np.sqrt(sum(float((q.data.astype(np.float64) ** 2).sum()) for q in model.parameters()))),
-        "fourier_check": check,
-    })
+    out.update(
+        {
+            "freq_norms": norms.tolist(),
+            "key_freqs": key,
+            "restricted_loss": _loss_acc(restricted.reshape(p * p, -1), answers.reshape(-1))[0],
+            "excluded_loss": _loss_acc(excluded, tr.y)[0],
+            "weight_norm": float(
+                np.sqrt(sum(float((q.data.astype(np.float64) ** 2).sum()) for q in model.parameters()))
+            ),
+            "fourier_check": check,
+        }
+    )
     return out
-
 
 
 # The fast preset (docs/results.md): what `train --task modadd` takes on top of its defaults to

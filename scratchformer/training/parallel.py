@@ -82,7 +82,14 @@ import numpy as np
 from scratchformer.errors import BackwardError, ConfigError, ParallelWorkerError
 from scratchformer.nn.module import Module, trusted_calls
 
-__all__ = ["DataParallel", "WaitInterrupted", "can_fork_workers", "check_workers", "max_workers", "share_memory"]
+__all__ = [
+    "DataParallel",
+    "WaitInterrupted",
+    "can_fork_workers",
+    "check_workers",
+    "max_workers",
+    "share_memory",
+]
 
 WORKER_TIMEOUT_S = 60.0  # a worker silent this long after this process's own slice is stopped or stuck
 _POLL_S = 0.1  # how often a wait for a worker checks the time and a pending Ctrl-C
@@ -94,8 +101,11 @@ class WaitInterrupted(KeyboardInterrupt):
 
 def can_fork_workers() -> bool:
     """True where DataParallel's worker processes can run (Linux, with os.fork)."""
-    return (sys.platform.startswith("linux") and hasattr(os, "fork")
-            and "fork" in multiprocessing.get_all_start_methods())
+    return (
+        sys.platform.startswith("linux")
+        and hasattr(os, "fork")
+        and "fork" in multiprocessing.get_all_start_methods()
+    )
 
 
 def max_workers() -> int:
@@ -106,8 +116,10 @@ def max_workers() -> int:
 def check_workers(workers, option: str = "--workers") -> None:
     """ConfigError naming `option` unless 1 <= workers <= max_workers()."""
     if not isinstance(workers, int) or isinstance(workers, bool) or not 1 <= workers <= max_workers():
-        raise ConfigError(f"{option} must be an integer from 1 to {max_workers()} (4 per core of this machine, "
-                          f"at least 8), got {workers!r}")
+        raise ConfigError(
+            f"{option} must be an integer from 1 to {max_workers()} (4 per core of this machine, "
+            f"at least 8), got {workers!r}"
+        )
 
 
 class DataParallel(Module):
@@ -127,9 +139,16 @@ class DataParallel(Module):
         (None: WORKER_TIMEOUT_S, 60). interrupted: checked while waiting; True raises WaitInterrupted.
     """
 
-    def __init__(self, module: Module, workers: int = 2, min_tokens: int = 256, optimizer=None,
-                 train_outputs: bool = True, timeout: float | None = None,
-                 interrupted: Callable[[], bool] | None = None):
+    def __init__(
+        self,
+        module: Module,
+        workers: int = 2,
+        min_tokens: int = 256,
+        optimizer=None,
+        train_outputs: bool = True,
+        timeout: float | None = None,
+        interrupted: Callable[[], bool] | None = None,
+    ):
         super().__init__()
         if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
             raise ConfigError(f"workers must be a positive integer, got {workers!r}")
@@ -173,7 +192,9 @@ class DataParallel(Module):
             out, loss = self.module(*args, **kwargs)
             return out if outputs else None, loss
         bounds = np.linspace(0, batch, n + 1).round().astype(int)  # row ranges of the slices
-        slices = [[a[bounds[i]:bounds[i + 1]] if _batch_first(a, batch) else a for a in args] for i in range(n)]
+        slices = [
+            [a[bounds[i] : bounds[i + 1]] if _batch_first(a, batch) else a for a in args] for i in range(n)
+        ]
         with self._closed_on_failure():
             return self._split_forward(n, slices, kwargs, outputs)
 
@@ -197,14 +218,18 @@ class DataParallel(Module):
         if self.module.training:  # what backward needs
             self._weights = weights
         losses = [loss] + [r["loss"] for r in replies]
-        return (np.concatenate([out] + [r["output"] for r in replies]) if outputs else None,
-                float(sum(w * x for w, x in zip(weights, losses))))
+        return (
+            np.concatenate([out] + [r["output"] for r in replies]) if outputs else None,
+            float(sum(w * x for w, x in zip(weights, losses))),
+        )
 
     def backward(self, dloss: float = 1.0) -> None:
         """Gradients of the last forward's loss, added into the module's parameters."""
         if self._weights is None:
             if not self.module.training:
-                raise BackwardError("DataParallel.backward() needs a training-mode forward with targets first")
+                raise BackwardError(
+                    "DataParallel.backward() needs a training-mode forward with targets first"
+                )
             return self.module.backward(dloss=dloss)
         weights, self._weights = self._weights, None
         with self._closed_on_failure():
@@ -258,8 +283,13 @@ class _WorkerPool:
     hold a dropout generator are taken once, here (walking the module tree every step cost
     about a tenth of a small model's step)."""
 
-    def __init__(self, module: Module, workers: int, timeout: float = WORKER_TIMEOUT_S,
-                 interrupted: Callable[[], bool] | None = None):
+    def __init__(
+        self,
+        module: Module,
+        workers: int,
+        timeout: float = WORKER_TIMEOUT_S,
+        interrupted: Callable[[], bool] | None = None,
+    ):
         self.timeout, self.interrupted = timeout, interrupted
         self.params = params = module.parameters()
         self.layout = _layout(params)
@@ -278,9 +308,19 @@ class _WorkerPool:
             self.conns[i] = here
             # the child inherits our ends of every pipe so far: it closes them, so that closing
             # ours (close()) ends its pipe
-            proc = ctx.Process(target=_worker_main, args=(module, there, list(self.conns.values()), self.weights,
-                                                          self.grads[i], [d is not None for d in self.direct]),
-                               name=f"scratchformer-replica-{i}", daemon=True)
+            proc = ctx.Process(
+                target=_worker_main,
+                args=(
+                    module,
+                    there,
+                    list(self.conns.values()),
+                    self.weights,
+                    self.grads[i],
+                    [d is not None for d in self.direct],
+                ),
+                name=f"scratchformer-replica-{i}",
+                daemon=True,
+            )
             try:
                 proc.start()
             except OSError as e:  # EAGAIN: the process limit (ulimit -u, a cgroup's pids.max)
@@ -288,7 +328,8 @@ class _WorkerPool:
                 self.close()
                 raise ParallelWorkerError(
                     f"could not start worker process {i} of {workers - 1} ({e.strerror or e}): the system limits "
-                    "the number of processes; lower --workers (1 trains in this process alone)") from None
+                    "the number of processes; lower --workers (1 trains in this process alone)"
+                ) from None
             there.close()
             self.procs[i] = proc
 
@@ -316,8 +357,11 @@ class _WorkerPool:
 
     def send_forward(self, i: int, args, kwargs, training: bool, outputs: bool = True) -> None:
         rng_states = self.jumped_states(i, training)
-        self._send(i, {"op": "forward", "kwargs": kwargs, "rng": rng_states, "training": training,
-                       "outputs": outputs}, args)
+        self._send(
+            i,
+            {"op": "forward", "kwargs": kwargs, "rng": rng_states, "training": training, "outputs": outputs},
+            args,
+        )
 
     def send_backward(self, i: int, dloss: float) -> None:
         self._send(i, {"op": "backward", "dloss": dloss})
@@ -330,8 +374,10 @@ class _WorkerPool:
 
     def _stopped(self, i: int):
         self.procs[i].join(1)
-        raise ParallelWorkerError(f"DataParallel worker {i} stopped (exit code {self.procs[i].exitcode}); "
-                                  "run again with --workers 1 (train or eval) to use one process") from None
+        raise ParallelWorkerError(
+            f"DataParallel worker {i} stopped (exit code {self.procs[i].exitcode}); "
+            "run again with --workers 1 (train or eval) to use one process"
+        ) from None
 
     def _wait(self, i: int) -> None:
         """Until worker i's answer is ready: at most `timeout` seconds from now (this process has
@@ -344,8 +390,10 @@ class _WorkerPool:
             if time.monotonic() >= deadline:
                 proc = self.procs[i]
                 how = "has stopped or is stuck" if proc.is_alive() else f"exited with code {proc.exitcode}"
-                raise ParallelWorkerError(f"DataParallel worker {i} (pid {proc.pid}) {how}: no answer in "
-                                          f"{self.timeout:g} s; train with --workers 1 to run in one process")
+                raise ParallelWorkerError(
+                    f"DataParallel worker {i} (pid {proc.pid}) {how}: no answer in "
+                    f"{self.timeout:g} s; train with --workers 1 to run in one process"
+                )
 
     def receive(self, i: int) -> dict:
         try:
@@ -390,8 +438,9 @@ class _SharedParams:
             offset += size
 
 
-def _worker_main(module: Module, conn, inherited, weights: _SharedParams, grads: _SharedParams,
-                 direct: list[bool]) -> None:
+def _worker_main(
+    module: Module, conn, inherited, weights: _SharedParams, grads: _SharedParams, direct: list[bool]
+) -> None:
     """A worker's life: the replica's parameters are views of the shared buffers (a weight already
     in shared memory stays the fork's view of it); answer forward/backward requests until the
     pipe closes."""
@@ -482,7 +531,7 @@ def _send(conn, header: dict, arrays=()) -> None:
 def _receive(conn) -> tuple[dict, list[np.ndarray]]:
     message = conn.recv_bytes()
     size = int.from_bytes(message[:8], "little")
-    header = json.loads(message[8:8 + size])
+    header = json.loads(message[8 : 8 + size])
     arrays, offset = [], 8 + size
     for shape, dtype in header.pop("arrays"):
         a = np.frombuffer(message, dtype=dtype, count=int(np.prod(shape, dtype=np.int64)), offset=offset)

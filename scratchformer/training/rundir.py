@@ -46,7 +46,9 @@ from scratchformer.training.schema import LOG_ROW, check_json
 LOCK_FILE = ".lock"
 LOG_FILE = "log.jsonl"
 CHECKPOINTS = ("last", "best")
-BACKUPS = tuple(f".{name}.old" for name in CHECKPOINTS)  # what an interrupted save leaves (checkpoint.backup_path)
+BACKUPS = tuple(
+    f".{name}.old" for name in CHECKPOINTS
+)  # what an interrupted save leaves (checkpoint.backup_path)
 MAX_LOG_BYTES = 1 << 30  # a row is ~200 bytes: 5 million rows; a bigger file is not our log
 _LOCK_OFFSET = 1024  # msvcrt locks a byte here, past the pid, which other processes still read
 
@@ -87,8 +89,10 @@ def _make_directory(directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
         if directory.is_symlink() and not directory.exists():
-            raise ConfigError(f"{directory} is a link to {os.readlink(directory)}, which does not exist: "
-                              "create that directory, or choose another --out") from None
+            raise ConfigError(
+                f"{directory} is a link to {os.readlink(directory)}, which does not exist: "
+                "create that directory, or choose another --out"
+            ) from None
         raise ConfigError(f"{directory} exists and is not a directory: choose another --out") from None
 
 
@@ -119,8 +123,10 @@ class RunLock:
             holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
         except (OSError, AttributeError):
             holder = "unknown"
-        return RunLockedError(f"{self.directory} is in use by another training (pid {holder}): "
-                              "wait for it to finish, or choose another --out")
+        return RunLockedError(
+            f"{self.directory} is in use by another training (pid {holder}): "
+            "wait for it to finish, or choose another --out"
+        )
 
     def acquire(self) -> RunLock:
         _make_directory(self.directory)
@@ -137,8 +143,10 @@ class RunLock:
                     os.close(f)
             raise error
         if locked is None:
-            self.note = (f"note: {self.directory} is not locked (this platform has neither fcntl nor msvcrt): "
-                         "do not start a second training into it")
+            self.note = (
+                f"note: {self.directory} is not locked (this platform has neither fcntl nor msvcrt): "
+                "do not start a second training into it"
+            )
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         self._fd, self._dir_fd = fd, dir_fd
@@ -153,8 +161,10 @@ class RunLock:
         except OSError:
             same = False
         if not same:
-            raise RunLockedError(f"{self.directory} was moved or deleted during the training: stopped before "
-                                 "writing into a directory another training may hold; restore it and --resume")
+            raise RunLockedError(
+                f"{self.directory} was moved or deleted during the training: stopped before "
+                "writing into a directory another training may hold; restore it and --resume"
+            )
 
     def release(self) -> None:
         for fd in (self._fd, self._dir_fd):
@@ -193,8 +203,10 @@ def check_fresh(directory: str | os.PathLike) -> None:
     """Refuse to start a fresh run in a directory that holds one (ConfigError, one line)."""
     found = run_files(directory)
     if found:
-        raise ConfigError(f"{directory} already holds a run ({', '.join(found)}): pass --resume to continue it, "
-                          "choose another --out, or pass --overwrite to delete it and start again")
+        raise ConfigError(
+            f"{directory} already holds a run ({', '.join(found)}): pass --resume to continue it, "
+            "choose another --out, or pass --overwrite to delete it and start again"
+        )
 
 
 def _own_temporaries(directory: Path) -> list[Path]:
@@ -223,7 +235,10 @@ def clear_run(directory: str | os.PathLike) -> None:
     the directory stays (a user's `.bashrc.old` included). A link named last/ or best/ is
     removed, never what it points to."""
     directory = Path(directory)
-    for path in [*(directory / n for n in (*CHECKPOINTS, *BACKUPS, LOG_FILE, DIAG_FILE)), *_own_temporaries(directory)]:
+    for path in [
+        *(directory / n for n in (*CHECKPOINTS, *BACKUPS, LOG_FILE, DIAG_FILE)),
+        *_own_temporaries(directory),
+    ]:
         _remove(path)
 
 
@@ -231,7 +246,9 @@ def sweep_temporaries(directory: str | os.PathLike) -> None:
     """A writer, its lock held: delete the temporaries a killed writer left (_own_temporaries)."""
     for path in _own_temporaries(Path(directory)):
         if path.name.startswith(tuple(f".{n}.tmp-" for n in CHECKPOINTS)):
-            shutil.rmtree(path, ignore_errors=True) if path.is_dir() and not path.is_symlink() else path.unlink()
+            shutil.rmtree(
+                path, ignore_errors=True
+            ) if path.is_dir() and not path.is_symlink() else path.unlink()
         elif path.is_file() or path.is_symlink():
             path.unlink()
 
@@ -372,8 +389,12 @@ def fingerprint_file(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
-def check_data_unchanged(path: str | os.PathLike, recorded_sha256: str | None,
-                         option: str = "--allow-changed-data", sha256: str | None = None) -> None:
+def check_data_unchanged(
+    path: str | os.PathLike,
+    recorded_sha256: str | None,
+    option: str = "--allow-changed-data",
+    sha256: str | None = None,
+) -> None:
     """Raise DataChangedError when the file's sha256 (`sha256` when the caller has read the file
     already, else read now) differs from the one recorded at training time (nothing recorded:
     older runs, nothing to compare)."""

@@ -39,6 +39,7 @@ from scratchformer.data.bpe import MAX_VOCAB, MIN_VOCAB
 from scratchformer.data.datasets import FORMATS, TOKENIZERS
 from scratchformer.data.tasks import TASKS
 from scratchformer.errors import RunFileError
+from scratchformer.interop.bert_classifier import SentenceClassifierConfig
 from scratchformer.models import ClassifierConfig, GPTConfig, Seq2SeqConfig
 from scratchformer.specs import (
     BIG,
@@ -56,10 +57,17 @@ from scratchformer.specs import (
     Tagged,
 )
 from scratchformer.training.config import TrainConfig
-from scratchformer.interop.bert_classifier import SentenceClassifierConfig
 
-__all__ = ["BIG", "CONFIG", "LOG_ROW", "TOKENIZER", "TRAINER_STATE", "check_json", "strict_json",
-           "upgrade_run_files"]
+__all__ = [
+    "BIG",
+    "CONFIG",
+    "LOG_ROW",
+    "TOKENIZER",
+    "TRAINER_STATE",
+    "check_json",
+    "strict_json",
+    "upgrade_run_files",
+]
 
 MAX_DEPTH = 32  # our run files nest 4 deep; anything deeper was not written by us
 
@@ -87,7 +95,9 @@ def _depth(value) -> int:
 def check_json(value, schema, path: str | os.PathLike, hint: str = "restore the file or train again") -> None:
     """Raise RunFileError (one line: file, field, expected, got) if `value` breaks `schema`."""
     if _depth(value) > MAX_DEPTH:
-        raise RunFileError(f"{path}: nested more than {MAX_DEPTH} levels deep: not a scratchformer run file; {hint}")
+        raise RunFileError(
+            f"{path}: nested more than {MAX_DEPTH} levels deep: not a scratchformer run file; {hint}"
+        )
     try:
         schema.check(value, "")
     except SchemaMismatch as e:
@@ -125,55 +135,119 @@ NONNEG = NON_NEGATIVE
 # tokenizer and vocab_size (the BPE size asked for; null for characters) are absent in runs
 # written before BPE existed: those are character runs. init_from: the Hugging Face directory a
 # run started from (`train --init-from`), whose tokenizer the run keeps.
-LM_DATA = Obj({"path": Maybe(Str()), "format": Str(FORMATS), "seed": SEED, "block_size": POS,
-               "sha256": Str(), "name": Str(), "tokenizer": Str(TOKENIZERS),
-               "vocab_size": Maybe(Int(min=MIN_VOCAB, max=MAX_VOCAB)), "init_from": Str()},
-              optional=("sha256", "name", "tokenizer", "vocab_size", "init_from"))
-CSV_DATA = Obj({"path": Str(), "sha256": Str(), "base": Str(), "val_fraction": Num(above=0.0, below=1.0),
-                "seed": SEED})  # a fine-tuned classifier's training CSV and pretrained encoder
+LM_DATA = Obj(
+    {
+        "path": Maybe(Str()),
+        "format": Str(FORMATS),
+        "seed": SEED,
+        "block_size": POS,
+        "sha256": Str(),
+        "name": Str(),
+        "tokenizer": Str(TOKENIZERS),
+        "vocab_size": Maybe(Int(min=MIN_VOCAB, max=MAX_VOCAB)),
+        "init_from": Str(),
+    },
+    optional=("sha256", "name", "tokenizer", "vocab_size", "init_from"),
+)
+CSV_DATA = Obj(
+    {"path": Str(), "sha256": Str(), "base": Str(), "val_fraction": Num(above=0.0, below=1.0), "seed": SEED}
+)  # a fine-tuned classifier's training CSV and pretrained encoder
 TASK_DATA = Obj({"n_train": POS, "n_test": POS, "max_len": POS, "seed": SEED}, extra=Int())
-MODADD_DATA = Obj({"modulus": Int(min=3), "train_fraction": Num(above=0.0, below=1.0), "max_len": POS, "seed": SEED})
+MODADD_DATA = Obj(
+    {"modulus": Int(min=3), "train_fraction": Num(above=0.0, below=1.0), "max_len": POS, "seed": SEED}
+)
 
 
-INDUCTION_DATA = Obj({"symbols": Int(min=2, max=62), "block_size": POS, "repeats": Int(min=2), "n_train": POS,
-                      "n_test": POS, "seed": SEED})  # data/induction.py: what generates the sequences again
+INDUCTION_DATA = Obj(
+    {
+        "symbols": Int(min=2, max=62),
+        "block_size": POS,
+        "repeats": Int(min=2),
+        "n_train": POS,
+        "n_test": POS,
+        "seed": SEED,
+    }
+)  # data/induction.py: what generates the sequences again
 
 
 def _tasks_of(kind: str) -> Str:
     return Str(tuple(name for name, task in TASKS.items() if task.kind == kind))
 
 
-CONFIG = Tagged("kind", {
-    "gpt": Obj({"kind": Str(), "model": GPTConfig.schema(), "data": LM_DATA}),
-    "classifier": Obj({"kind": Str(), "task": _tasks_of("classifier"), "model": ClassifierConfig.schema(),
-                       "data": TASK_DATA}),
-    "seq2seq": Obj({"kind": Str(), "task": _tasks_of("seq2seq"), "model": Seq2SeqConfig.schema(), "data": TASK_DATA}),
-    "sentence_classifier": Obj({"kind": Str(), "model": SentenceClassifierConfig.schema(), "data": CSV_DATA}),
-    "induction": Obj({"kind": Str(), "task": Str(("induction",)), "model": GPTConfig.schema(), "data": INDUCTION_DATA}),
-    "modadd": Obj({"kind": Str(), "task": _tasks_of("modadd"), "model": GPTConfig.schema(), "data": MODADD_DATA}),
-})
+CONFIG = Tagged(
+    "kind",
+    {
+        "gpt": Obj({"kind": Str(), "model": GPTConfig.schema(), "data": LM_DATA}),
+        "classifier": Obj(
+            {
+                "kind": Str(),
+                "task": _tasks_of("classifier"),
+                "model": ClassifierConfig.schema(),
+                "data": TASK_DATA,
+            }
+        ),
+        "seq2seq": Obj(
+            {"kind": Str(), "task": _tasks_of("seq2seq"), "model": Seq2SeqConfig.schema(), "data": TASK_DATA}
+        ),
+        "sentence_classifier": Obj(
+            {"kind": Str(), "model": SentenceClassifierConfig.schema(), "data": CSV_DATA}
+        ),
+        "induction": Obj(
+            {"kind": Str(), "task": Str(("induction",)), "model": GPTConfig.schema(), "data": INDUCTION_DATA}
+        ),
+        "modadd": Obj(
+            {"kind": Str(), "task": _tasks_of("modadd"), "model": GPTConfig.schema(), "data": MODADD_DATA}
+        ),
+    },
+)
 
 # numpy's PCG64 state, exactly as `Generator.bit_generator.state` gives it; a state of another
 # bit generator (MT19937, Philox, ...) is refused here rather than deep inside numpy.
 U128 = Int(min=0, max=2**128 - 1)
-PCG64_STATE = Obj({"bit_generator": Str(("PCG64",)), "state": Obj({"state": U128, "inc": U128}),
-                   "has_uint32": Int(min=0, max=1), "uinteger": Int(min=0, max=2**32 - 1)})
+PCG64_STATE = Obj(
+    {
+        "bit_generator": Str(("PCG64",)),
+        "state": Obj({"state": U128, "inc": U128}),
+        "has_uint32": Int(min=0, max=1),
+        "uinteger": Int(min=0, max=2**32 - 1),
+    }
+)
 
 TRAIN_CONFIG = TrainConfig.schema()
 
-TRAINER_STATE = Obj({
-    "format": Str(("scratchformer-checkpoint",)),
-    "version": Int(min=1, max=1),
-    "step": NONNEG,
-    "rng_state": Maybe(Obj({"data": PCG64_STATE, "dropout": PCG64_STATE})),
-    "extra": Obj({"best_val_loss": Num(), "val_loss": Num(), "train_config": TRAIN_CONFIG},
-                 optional=("best_val_loss", "val_loss", "train_config"),
-                 extra=Maybe(Num(finite=False))),
-    "optimizer": Maybe(Obj({"kind": Str(("AdamW", "SGD")), "step": NONNEG, "num_params": NONNEG},
-                           extra=Maybe(Num(finite=False)))),
-    "files": List(Str(("model.safetensors", "config.json", "tokenizer.json", "optimizer.safetensors",
-                       "trainer_state.json")), max_len=5, unique=True),
-}, optional=("rng_state", "extra", "optimizer", "files"))
+TRAINER_STATE = Obj(
+    {
+        "format": Str(("scratchformer-checkpoint",)),
+        "version": Int(min=1, max=1),
+        "step": NONNEG,
+        "rng_state": Maybe(Obj({"data": PCG64_STATE, "dropout": PCG64_STATE})),
+        "extra": Obj(
+            {"best_val_loss": Num(), "val_loss": Num(), "train_config": TRAIN_CONFIG},
+            optional=("best_val_loss", "val_loss", "train_config"),
+            extra=Maybe(Num(finite=False)),
+        ),
+        "optimizer": Maybe(
+            Obj(
+                {"kind": Str(("AdamW", "SGD")), "step": NONNEG, "num_params": NONNEG},
+                extra=Maybe(Num(finite=False)),
+            )
+        ),
+        "files": List(
+            Str(
+                (
+                    "model.safetensors",
+                    "config.json",
+                    "tokenizer.json",
+                    "optimizer.safetensors",
+                    "trainer_state.json",
+                )
+            ),
+            max_len=5,
+            unique=True,
+        ),
+    },
+    optional=("rng_state", "extra", "optimizer", "files"),
+)
 
 
 class AnyJSON:
@@ -187,14 +261,35 @@ class AnyJSON:
         pass
 
 
-TOKENIZER = Tagged("type", {
-    "char": Obj({"type": Str(), "version": Int(min=1, max=1), "special": Maybe(Str(max_len=64)),
-                 "chars": List(Str(max_len=1), unique=True)}, optional=("version", "special")),
-    "bpe": Obj({"type": Str(), "version": Int(min=1, max=1), "special": Maybe(Str(max_len=64)), "boundary": Bool(),
-                "hf": Obj({"model": Obj({"type": Str(("BPE",))}, extra=AnyJSON())}, extra=AnyJSON())}),
-    "wordpiece": Obj({"type": Str(), "hf": Obj({"model": Obj({"type": Str(("WordPiece",))}, extra=AnyJSON())},
-                                                extra=AnyJSON())}),
-})
+TOKENIZER = Tagged(
+    "type",
+    {
+        "char": Obj(
+            {
+                "type": Str(),
+                "version": Int(min=1, max=1),
+                "special": Maybe(Str(max_len=64)),
+                "chars": List(Str(max_len=1), unique=True),
+            },
+            optional=("version", "special"),
+        ),
+        "bpe": Obj(
+            {
+                "type": Str(),
+                "version": Int(min=1, max=1),
+                "special": Maybe(Str(max_len=64)),
+                "boundary": Bool(),
+                "hf": Obj({"model": Obj({"type": Str(("BPE",))}, extra=AnyJSON())}, extra=AnyJSON()),
+            }
+        ),
+        "wordpiece": Obj(
+            {
+                "type": Str(),
+                "hf": Obj({"model": Obj({"type": Str(("WordPiece",))}, extra=AnyJSON())}, extra=AnyJSON()),
+            }
+        ),
+    },
+)
 
 # One log.jsonl row: a step and numbers (train rows: lr, train_loss, grad_norm, tokens_per_s;
 # eval rows: val_loss and val_<metric>). Non-finite numbers are allowed here: the log records
@@ -213,13 +308,19 @@ def upgrade_run_files(config, state):
     """(config.json, trainer_state.json) as an older version wrote them -> today's form: the
     one place old field names are read. Values that are not what any version wrote pass
     through unchanged, for the schema check that follows to name."""
-    if isinstance(config, dict) and config.get("kind") in ("classifier", "seq2seq") \
-            and isinstance(config.get("model"), dict):
+    if (
+        isinstance(config, dict)
+        and config.get("kind") in ("classifier", "seq2seq")
+        and isinstance(config.get("model"), dict)
+    ):
         model = config["model"]
         renamed = {_RENAMED_MODEL_FIELDS.get(k, k): v for k, v in model.items()}
         if len(renamed) == len(model):  # a file holding both spellings is left for the schema to refuse
             config = {**config, "model": renamed}
     extra = state.get("extra") if isinstance(state, dict) else None
     if isinstance(extra, dict) and isinstance(extra.get("train_config"), dict):
-        state = {**state, "extra": {**extra, "train_config": {**_ADDED_TRAIN_SETTINGS, **extra["train_config"]}}}
+        state = {
+            **state,
+            "extra": {**extra, "train_config": {**_ADDED_TRAIN_SETTINGS, **extra["train_config"]}},
+        }
     return config, state

@@ -37,6 +37,8 @@ from scratchformer.training.rundir import check_data_unchanged, fingerprint_file
 __all__ = ["BASE_MODELS", "SentenceClassifierConfig", "SentenceClassifierJob"]
 
 BASE_MODELS = ("minilm",)  # --from names; minilm = the installed all-MiniLM-L6-v2
+
+
 def base_model_dir(name: str) -> Path:
     """--from minilm or --model DIR -> a Hugging Face BERT directory (checked to be BERT)."""
     if name in BASE_MODELS:
@@ -45,15 +47,19 @@ def base_model_dir(name: str) -> Path:
         return default_model_dir()
     path = Path(name)
     if not path.is_dir():
-        raise CheckpointError(f"--model {path}: no such directory; give a Hugging Face BERT directory "
-                              "(config.json, model.safetensors, vocab.txt or tokenizer.json)")
+        raise CheckpointError(
+            f"--model {path}: no such directory; give a Hugging Face BERT directory "
+            "(config.json, model.safetensors, vocab.txt or tokenizer.json)"
+        )
     config = read_json(path / "config.json", error=CheckpointError)
     if config is None:
         raise CheckpointError(f"--model {path} has no config.json: not a Hugging Face model directory")
     model_type = config.get("model_type") if isinstance(config, dict) else None
     if model_type != "bert":
-        raise CheckpointError(f"--model {path} holds a {model_type!r} model, not BERT: finetune reads BERT-family "
-                              "encoders (model_type 'bert', e.g. all-MiniLM-L6-v2)")
+        raise CheckpointError(
+            f"--model {path} holds a {model_type!r} model, not BERT: finetune reads BERT-family "
+            "encoders (model_type 'bert', e.g. all-MiniLM-L6-v2)"
+        )
     return path
 
 
@@ -65,8 +71,11 @@ def _encode(tokenizer: WordPieceTokenizer, texts: list[str], what: str) -> tuple
     enc = tokenizer.tokenizer.encode_batch(texts, add_special_tokens=True)
     cut = sum(1 for e in enc if e.overflowing)
     if cut:
-        print(f"note: {cut:,} of {len(texts):,} texts of {what} are longer than {tokenizer.max_length} tokens "
-              "and were truncated (--max-length sets the limit)", file=sys.stderr)
+        print(
+            f"note: {cut:,} of {len(texts):,} texts of {what} are longer than {tokenizer.max_length} tokens "
+            "and were truncated (--max-length sets the limit)",
+            file=sys.stderr,
+        )
     ids = np.array([e.ids for e in enc], dtype=np.int64)
     mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
     return ids, mask
@@ -94,8 +103,14 @@ class SentenceClassifierJob:
     kind, config_class, model_class = "sentence_classifier", SentenceClassifierConfig, BertClassifier
     eval_batch_size = 64  # texts per forward when evaluating a split
 
-    def __init__(self, model: BertClassifier, tokenizer: WordPieceTokenizer, data_spec: dict,
-                 test_path: str | Path | None = None, allow_changed_data: bool = False):
+    def __init__(
+        self,
+        model: BertClassifier,
+        tokenizer: WordPieceTokenizer,
+        data_spec: dict,
+        test_path: str | Path | None = None,
+        allow_changed_data: bool = False,
+    ):
         """data_spec: {"path", "sha256", "base", "val_fraction", "seed"}; the training CSV is read
         on first use. test_path: the CSV of the "test" split (eval --data)."""
         self.model, self.tokenizer, self.data_spec = model, tokenizer, data_spec
@@ -126,16 +141,30 @@ class SentenceClassifierJob:
         check_model_fits(config, BertClassifier, training=True, option="a smaller --model")
         encoder = load_hf_bert(base, dtype=np.float32)
         tokenizer = WordPieceTokenizer.from_dir(base, max_length=config.max_length)
-        if tokenizer.vocab_size > config.vocab_size:  # an id past the embeddings: refused now, not on some input
-            raise CheckpointError(f"{base}: the tokenizer has {tokenizer.vocab_size:,} tokens but config.json's "
-                                  f"vocab_size is {config.vocab_size:,}: the vocabulary file belongs to another model")
-        spec = {"path": str(path), "sha256": fingerprint_file(path), "base": str(base),
-                "val_fraction": data["val_fraction"], "seed": data["split_seed"]}
+        if (
+            tokenizer.vocab_size > config.vocab_size
+        ):  # an id past the embeddings: refused now, not on some input
+            raise CheckpointError(
+                f"{base}: the tokenizer has {tokenizer.vocab_size:,} tokens but config.json's "
+                f"vocab_size is {config.vocab_size:,}: the vocabulary file belongs to another model"
+            )
+        spec = {
+            "path": str(path),
+            "sha256": fingerprint_file(path),
+            "base": str(base),
+            "val_fraction": data["val_fraction"],
+            "seed": data["split_seed"],
+        }
         return cls(_classifier(encoder, config, seed), tokenizer, spec)
 
     @classmethod
-    def from_checkpoint(cls, ck, data: str | Path | None = None, allow_changed_data: bool = False,
-                        train_data: str | Path | None = None) -> SentenceClassifierJob:
+    def from_checkpoint(
+        cls,
+        ck,
+        data: str | Path | None = None,
+        allow_changed_data: bool = False,
+        train_data: str | Path | None = None,
+    ) -> SentenceClassifierJob:
         """The job of an already-read checkpoint. `data`: the CSV of the "test" split (eval --data);
         `train_data`: where the training CSV has moved (finetune --resume --data)."""
         config = SentenceClassifierConfig.from_dict(ck.config["model"])
@@ -143,21 +172,30 @@ class SentenceClassifierJob:
         model = _classifier(BertEncoder(config.bert_config(), dtype=np.float32), config, seed=None)
         model.load_state_dict(ck.model_state)
         if ck.tokenizer is None or ck.tokenizer.get("type") != "wordpiece":
-            raise CheckpointError(f"{ck.path} has no WordPiece tokenizer.json: restore the file or fine-tune again")
+            raise CheckpointError(
+                f"{ck.path} has no WordPiece tokenizer.json: restore the file or fine-tune again"
+            )
         from tokenizers import Tokenizer
 
         try:
             hf_tokenizer = Tokenizer.from_str(json.dumps(ck.tokenizer["hf"]))
         except Exception as e:  # noqa: BLE001 -- the tokenizers library raises plain Exceptions
-            raise CheckpointError(f"{ck.path / 'tokenizer.json'}: not a tokenizer the tokenizers library reads "
-                                  f"({str(e)[:80]}); restore the file or fine-tune again") from None
+            raise CheckpointError(
+                f"{ck.path / 'tokenizer.json'}: not a tokenizer the tokenizers library reads "
+                f"({str(e)[:80]}); restore the file or fine-tune again"
+            ) from None
         spec = dict(ck.config["data"])
         if train_data is not None:
             spec["path"] = str(Path(train_data).resolve())
             if not allow_changed_data:
                 check_data_unchanged(spec["path"], spec["sha256"])
-        return cls(model, WordPieceTokenizer(hf_tokenizer, max_length=config.max_length), spec,
-                   test_path=data, allow_changed_data=allow_changed_data)
+        return cls(
+            model,
+            WordPieceTokenizer(hf_tokenizer, max_length=config.max_length),
+            spec,
+            test_path=data,
+            allow_changed_data=allow_changed_data,
+        )
 
     @property
     def default_split(self) -> str:
@@ -176,12 +214,14 @@ class SentenceClassifierJob:
 
     # -- data ------------------------------------------------------------------------------------
     def split(self, name: str) -> Examples:
-        """"train", "val" (cut from the training CSV) or "test" (the CSV given to eval --data)."""
+        """ "train", "val" (cut from the training CSV) or "test" (the CSV given to eval --data)."""
         if name not in self._splits:
             if name == "test":
                 if self.test_path is None:
-                    raise DataError("a fine-tuned classifier's test split is a CSV: eval RUN --data test.csv "
-                                    "(or --split val for the held-out part of the training CSV)")
+                    raise DataError(
+                        "a fine-tuned classifier's test split is a CSV: eval RUN --data test.csv "
+                        "(or --split val for the held-out part of the training CSV)"
+                    )
                 self._splits["test"] = self._examples(*read_labelled_csv(self.test_path), str(self.test_path))
             else:  # each split is tokenised when first used (eval reads val alone)
                 texts, labels = self._read_training_csv()[name]
@@ -192,27 +232,35 @@ class SentenceClassifierJob:
         """{"train", "val": (texts, labels)}: the training CSV cut by the recorded seed."""
         spec = self.data_spec
         if not Path(spec["path"]).exists():
-            raise DataError(f"this run was trained on {spec['path']}, which is not there any more: "
-                            "point to it with --data PATH")
+            raise DataError(
+                f"this run was trained on {spec['path']}, which is not there any more: "
+                "point to it with --data PATH"
+            )
         if not self.allow_changed_data:
             check_data_unchanged(spec["path"], spec["sha256"])
         texts, labels = read_labelled_csv(spec["path"])
         order = np.random.default_rng(spec["seed"]).permutation(len(texts))
         n_val = max(1, round(spec["val_fraction"] * len(texts)))
         if n_val >= len(texts):
-            raise DataError(f"{spec['path']} has {len(texts)} examples: too few to hold {n_val} out for "
-                            "validation; add examples")
-        return {name: ([texts[i] for i in index], [labels[i] for i in index])
-                for name, index in (("val", order[:n_val]), ("train", order[n_val:]))}
+            raise DataError(
+                f"{spec['path']} has {len(texts)} examples: too few to hold {n_val} out for "
+                "validation; add examples"
+            )
+        return {
+            name: ([texts[i] for i in index], [labels[i] for i in index])
+            for name, index in (("val", order[:n_val]), ("train", order[n_val:]))
+        }
 
     def _examples(self, texts: list[str], labels: list[str], what: str) -> Examples:
         names = self.config.labels
         ids_of = {name: i for i, name in enumerate(names)}
         unseen = sorted(set(labels) - set(ids_of))
         if unseen:
-            raise DataError(f"{what}: label {unseen[0]!r} was never seen in training (this model knows "
-                            f"{', '.join(map(repr, names[:10]))}{', ...' if len(names) > 10 else ''}); "
-                            "remove those rows or fine-tune on data that has it")
+            raise DataError(
+                f"{what}: label {unseen[0]!r} was never seen in training (this model knows "
+                f"{', '.join(map(repr, names[:10]))}{', ...' if len(names) > 10 else ''}); "
+                "remove those rows or fine-tune on data that has it"
+            )
         ids, mask = _encode(self.tokenizer, texts, what)
         return Examples(ids, mask, np.array([ids_of[y] for y in labels], dtype=np.int64), texts)
 
@@ -263,13 +311,18 @@ class SentenceClassifierJob:
     def samples(self, n: int, rng: np.random.Generator, **options) -> list[str]:
         """A few validation texts with the model's labels, shown while training."""
         if options:
-            raise ConfigError("a sentence classifier does not generate text: use 'scratchformer predict RUN TEXT'")
+            raise ConfigError(
+                "a sentence classifier does not generate text: use 'scratchformer predict RUN TEXT'"
+            )
         if n <= 0:
             return []
         val = self.split("val")
         picked = rng.integers(0, len(val), size=n)
         predicted = self._classify([val.texts[i] for i in picked])
-        return [f"{val.texts[i][:60]!r} -> {p} (true {self.config.labels[val.y[i]]})" for i, p in zip(picked, predicted)]
+        return [
+            f"{val.texts[i][:60]!r} -> {p} (true {self.config.labels[val.y[i]]})"
+            for i, p in zip(picked, predicted)
+        ]
 
     def predict(self, text: str, **options) -> str:
         """The label of one text."""
@@ -289,8 +342,13 @@ class SentenceClassifierJob:
         for word, i in vocab.items():
             if i < len(labels):
                 labels[i] = word
-        return {"model": self.model.encoder, "ids": ids[0], "tokens": [labels[i] for i in ids[0]],
-                "vocab_labels": labels, "title": f"{text.strip()[:60]!r} -> {self.predict(text)}"}
+        return {
+            "model": self.model.encoder,
+            "ids": ids[0],
+            "tokens": [labels[i] for i in ids[0]],
+            "vocab_labels": labels,
+            "title": f"{text.strip()[:60]!r} -> {self.predict(text)}",
+        }
 
 
 def _classifier(encoder: BertEncoder, config: SentenceClassifierConfig, seed: int | None) -> BertClassifier:

@@ -35,7 +35,6 @@ from scratchformer.models import ClassifierConfig, Seq2SeqConfig, Seq2SeqTransfo
 from scratchformer.training.evaluation import run_evaluation
 
 
-
 class TaskJob:
     """What the classifier and the seq2seq jobs share: generated splits, batches, checkpoints."""
 
@@ -47,10 +46,19 @@ class TaskJob:
     def __init__(self, task: str, model, data_spec: dict):
         """data_spec: {"n_train", "n_test", "max_len", "seed"}: enough to regenerate the splits."""
         self.task, self.model, self.data_spec = task, model, data_spec
-        train, held_out = make_split(task, data_spec["n_train"], 2 * data_spec["n_test"],
-                                     seed=data_spec["seed"], max_len=data_spec["max_len"])
+        train, held_out = make_split(
+            task,
+            data_spec["n_train"],
+            2 * data_spec["n_test"],
+            seed=data_spec["seed"],
+            max_len=data_spec["max_len"],
+        )
         n = data_spec["n_test"]
-        self.splits = {"train": train, "test": held_out.subset(slice(0, n)), "val": held_out.subset(slice(n, 2 * n))}
+        self.splits = {
+            "train": train,
+            "test": held_out.subset(slice(0, n)),
+            "val": held_out.subset(slice(n, 2 * n)),
+        }
 
     # -- building ------------------------------------------------------------------------------
     @classmethod
@@ -66,7 +74,12 @@ class TaskJob:
         if unknown:  # a data file, a block size or a split seed: task data are generated
             flag = "--data" if unknown[0] == "path" else "--" + unknown[0].replace("_", "-")
             raise ConfigError(f"{flag} does not apply to the {run_kind} task")
-        data_spec = {"n_train": data["n_train"], "n_test": data["n_test"], "max_len": data["max_len"], "seed": seed}
+        data_spec = {
+            "n_train": data["n_train"],
+            "n_test": data["n_test"],
+            "max_len": data["max_len"],
+            "seed": seed,
+        }
         config = cls.build_config(run_kind, kwargs, data_spec["max_len"])
         check_model_fits(config, cls.model_class, training=True, option="--n-embd or --n-layer")
         return cls(run_kind, cls.model_class(config, seed=seed), data_spec)
@@ -76,8 +89,9 @@ class TaskJob:
         """The job of an already-read checkpoint. Task data are generated, never read: `data` is
         refused (and `allow_changed_data` has nothing to allow)."""
         if data is not None:
-            raise ConfigError("--data applies to language models only: task runs generate their data from the "
-                              "recorded seed")
+            raise ConfigError(
+                "--data applies to language models only: task runs generate their data from the recorded seed"
+            )
         config = cls.config_class.from_dict(ck.config["model"])
         check_model_fits(config, cls.model_class, training=False)
         model = cls.model_class(config)
@@ -87,7 +101,12 @@ class TaskJob:
     default_split = "test"  # the split `eval` reads when none is named
 
     def config_dict(self) -> dict:
-        return {"kind": self.kind, "task": self.task, "model": self.model.config.to_dict(), "data": self.data_spec}
+        return {
+            "kind": self.kind,
+            "task": self.task,
+            "model": self.model.config.to_dict(),
+            "data": self.data_spec,
+        }
 
     def tokenizer_dict(self) -> None:
         return None  # the digits vocabulary is fixed (scratchformer.data.tasks)
@@ -95,7 +114,9 @@ class TaskJob:
     def check_compatible(self, ck) -> None:
         saved = type(self.model.config).from_dict(ck.config.get("model") or {}).to_dict()
         if saved != self.model.config.to_dict() or ck.config.get("task") != self.task:
-            raise CheckpointError(f"{ck.path}: a different task or model config; resume with the same options")
+            raise CheckpointError(
+                f"{ck.path}: a different task or model config; resume with the same options"
+            )
 
     # -- training ------------------------------------------------------------------------------
     def train_batch(self, rng: np.random.Generator, batch_size: int):
@@ -127,10 +148,11 @@ class TaskJob:
     def samples(self, n: int, rng: np.random.Generator, **options) -> list[str]:
         """A few held-out examples and the model's answers, shown while training."""
         if options:
-            raise ConfigError(f"a {self.task} model does not generate text: use 'scratchformer predict DIR INPUT'")
+            raise ConfigError(
+                f"a {self.task} model does not generate text: use 'scratchformer predict DIR INPUT'"
+            )
         data = self.splits["val"]
         return self._show(data.subset(rng.integers(0, len(data), size=n)))
-
 
     def viz_inputs(self, text: str | None) -> dict:
         """Digits as `predict` takes them (checked by predict), labelled by the task's vocabulary."""
@@ -138,9 +160,13 @@ class TaskJob:
         answer = self.predict(text)
         ids = parse_digits(text)
         names = {PAD: "<pad>", BOS: "<bos>", EOS: "<eos>"}
-        return {"ids": ids, "tokens": [str(i) for i in ids],
-                "vocab_labels": [names.get(i, str(i)) for i in range(VOCAB_SIZE)],
-                "title": f"scratchformer {self.task}: {text} -> {answer}", **self._viz_extra(ids)}
+        return {
+            "ids": ids,
+            "tokens": [str(i) for i in ids],
+            "vocab_labels": [names.get(i, str(i)) for i in range(VOCAB_SIZE)],
+            "title": f"scratchformer {self.task}: {text} -> {answer}",
+            **self._viz_extra(ids),
+        }
 
     def _viz_extra(self, ids) -> dict:
         return {}
@@ -154,7 +180,9 @@ class ClassifierJob(TaskJob):
 
     @staticmethod
     def build_config(task: str, kwargs: dict, max_len: int) -> ClassifierConfig:
-        return ClassifierConfig(vocab_size=VOCAB_SIZE, n_classes=get_task(task).n_classes, max_len=max_len, **kwargs)
+        return ClassifierConfig(
+            vocab_size=VOCAB_SIZE, n_classes=get_task(task).n_classes, max_len=max_len, **kwargs
+        )
 
     def _loss_weight(self, batch) -> int:
         return len(batch)  # the loss is a mean over examples
@@ -170,9 +198,12 @@ class ClassifierJob(TaskJob):
     def _viz_extra(self, ids) -> dict:
         # the figure shows the true class and the test accuracy beside the prediction; the PCA
         # shows only the tokens the task uses (the shared 13-token vocabulary has 10 unused here)
-        return {"class_names": [f"{self.task} {c}" for c in range(self.model.config.n_classes)],
-                "true_class": int(get_task(self.task).rule(list(ids))), "accuracy": self.evaluate("test")["accuracy"],
-                "token_ids": list(range(get_task(self.task).symbols))}
+        return {
+            "class_names": [f"{self.task} {c}" for c in range(self.model.config.n_classes)],
+            "true_class": int(get_task(self.task).rule(list(ids))),
+            "accuracy": self.evaluate("test")["accuracy"],
+            "token_ids": list(range(get_task(self.task).symbols)),
+        }
 
     def _show(self, picked) -> list[str]:
         predicted = self.model.predict(picked.x)
@@ -202,8 +233,15 @@ class Seq2SeqJob(TaskJob):
 
     @staticmethod
     def build_config(task: str, kwargs: dict, max_len: int) -> Seq2SeqConfig:
-        return Seq2SeqConfig(src_vocab_size=VOCAB_SIZE, tgt_vocab_size=VOCAB_SIZE, max_len=max_len + 1, pad_id=PAD,
-                             bos_id=BOS, eos_id=EOS, **kwargs)
+        return Seq2SeqConfig(
+            src_vocab_size=VOCAB_SIZE,
+            tgt_vocab_size=VOCAB_SIZE,
+            max_len=max_len + 1,
+            pad_id=PAD,
+            bos_id=BOS,
+            eos_id=EOS,
+            **kwargs,
+        )
 
     def _loss_weight(self, batch) -> int:
         return int((batch.tgt_out != PAD).sum())  # the loss is a mean over real target tokens
@@ -219,18 +257,24 @@ class Seq2SeqJob(TaskJob):
         return {"hits": int(exact_match(pred, batch.tgt_out).sum()), "tok_hits": h, "tok_count": c}
 
     def _finish(self, scores: dict, n: int) -> dict:
-        return {"exact_match": scores.get("hits", 0) / max(n, 1),
-                "token_accuracy": scores.get("tok_hits", 0) / max(scores.get("tok_count", 0), 1)}
+        return {
+            "exact_match": scores.get("hits", 0) / max(n, 1),
+            "token_accuracy": scores.get("tok_hits", 0) / max(scores.get("tok_count", 0), 1),
+        }
 
     def _show(self, picked) -> list[str]:
-        return [f"{format_digits(s)} -> {format_digits(p)}" for s, p in zip(picked.src, self._decode(picked.src))]
+        return [
+            f"{format_digits(s)} -> {format_digits(p)}" for s, p in zip(picked.src, self._decode(picked.src))
+        ]
 
     def predict(self, text: str, beam: int = 1) -> str:
         """The decoded output for one input such as "3 1 4 1 5"."""
         src = encode_sources([text])
         if src.shape[1] > self.data_spec["max_len"]:
-            raise DataError(f"input has {src.shape[1]} tokens, the model was trained on at most "
-                            f"{self.data_spec['max_len']}")
+            raise DataError(
+                f"input has {src.shape[1]} tokens, the model was trained on at most "
+                f"{self.data_spec['max_len']}"
+            )
         return format_digits(self._decode(src, beam=beam)[0])
 
 

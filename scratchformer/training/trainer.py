@@ -42,8 +42,13 @@ from pathlib import Path
 import numpy as np
 
 from scratchformer.allocator import keep_freed_memory
-from scratchformer.errors import (CheckpointError, ConfigError, ParallelWorkerError, TrainingDivergedError,
-                                  TrainingInterrupted)
+from scratchformer.errors import (
+    CheckpointError,
+    ConfigError,
+    ParallelWorkerError,
+    TrainingDivergedError,
+    TrainingInterrupted,
+)
 from scratchformer.limits import gemm
 from scratchformer.limits.estimates import check_training_fits
 from scratchformer.nn import set_dropout_rng
@@ -53,8 +58,14 @@ from scratchformer.training.config import TrainConfig
 from scratchformer.training.diagnostics import DIAG_FILE, Diagnostics
 from scratchformer.training.evaluation import run_evaluation
 from scratchformer.training.parallel import DataParallel, WaitInterrupted, can_fork_workers, check_workers
-from scratchformer.training.rundir import (LogWriter, RunLock, check_checkpoint_paths, recover_run, start_run,
-                                          truncate_log)
+from scratchformer.training.rundir import (
+    LogWriter,
+    RunLock,
+    check_checkpoint_paths,
+    recover_run,
+    start_run,
+    truncate_log,
+)
 from scratchformer.training.schema import CONFIG, check_json
 
 LAST, BEST, LOG = "last", "best", "log.jsonl"
@@ -123,9 +134,11 @@ def resume_config(saved: dict, given: dict) -> tuple[TrainConfig, str | None]:
     cfg, note = _resume_schedule(saved, given)
     before = TrainConfig.from_dict(saved).workers
     if cfg.workers != before:
-        change = (f"--workers {cfg.workers} instead of the run's {before}: the steps from here will not repeat the "
-                  f"uninterrupted run bit for bit (each batch is split, summed and dropped out another way); resume "
-                  f"with --workers {before} to repeat it")
+        change = (
+            f"--workers {cfg.workers} instead of the run's {before}: the steps from here will not repeat the "
+            f"uninterrupted run bit for bit (each batch is split, summed and dropped out another way); resume "
+            f"with --workers {before} to repeat it"
+        )
         note = change if note is None else f"{note}\n{change}"
     return cfg, note
 
@@ -133,17 +146,21 @@ def resume_config(saved: dict, given: dict) -> tuple[TrainConfig, str | None]:
 def _resume_schedule(saved: dict, given: dict) -> tuple[TrainConfig, str | None]:
     """resume_config's schedule part."""
     if "seed" in given:
-        raise ConfigError(f"--seed cannot change a resumed run: it continues the random generators of its seed "
-                          f"{saved.get('seed')}; drop --seed (or train a new run into another --out)")
+        raise ConfigError(
+            f"--seed cannot change a resumed run: it continues the random generators of its seed "
+            f"{saved.get('seed')}; drop --seed (or train a new run into another --out)"
+        )
     cfg = TrainConfig.from_dict({**saved, **given})
     planned = TrainConfig.from_dict(saved)
     if cfg.max_steps == planned.max_steps or "decay_steps" in given:
         return cfg, None
     cfg.decay_steps = planned.schedule_steps
     if cfg.max_steps > planned.max_steps:
-        note = (f"extending the run from {planned.max_steps} to {cfg.max_steps} steps: the cosine keeps its "
-                f"length of {cfg.decay_steps} steps, so steps after {cfg.decay_steps} run at min_lr "
-                f"{cfg.final_lr:g} (pass --decay-steps N to stretch the cosine instead)")
+        note = (
+            f"extending the run from {planned.max_steps} to {cfg.max_steps} steps: the cosine keeps its "
+            f"length of {cfg.decay_steps} steps, so steps after {cfg.decay_steps} run at min_lr "
+            f"{cfg.final_lr:g} (pass --decay-steps N to stretch the cosine instead)"
+        )
     else:
         note = f"stopping at step {cfg.max_steps} instead of {planned.max_steps}; the schedule is unchanged"
     return cfg, note
@@ -154,8 +171,10 @@ def nothing_to_do(step: int, cfg: TrainConfig, out_dir: str | Path) -> str | Non
     line that says so (the run is not touched), or None when there are steps to train."""
     if step < cfg.max_steps:
         return None
-    return (f"nothing to do: the run in {out_dir} is at step {step} of {cfg.max_steps}; pass a larger --max-steps "
-            "to extend it")
+    return (
+        f"nothing to do: the run in {out_dir} is at step {step} of {cfg.max_steps}; pass a larger --max-steps "
+        "to extend it"
+    )
 
 
 class _StopRequests:
@@ -205,11 +224,20 @@ def _finite_or_stop(step: int, cfg: TrainConfig, **values: float) -> None:
         if not math.isfinite(value):
             raise TrainingDivergedError(
                 f"{name.replace('_', ' ')} became {value} at step {step}: training stopped and no checkpoint of "
-                f"this step was written; lower --lr (now {cfg.lr:g}) or --grad-clip, or check the data")
+                f"this step was written; lower --lr (now {cfg.lr:g}) or --grad-clip, or check the data"
+            )
 
 
-def train(job, cfg: TrainConfig, out_dir: str | Path, resume: bool = False, progress: bool = True,
-          verbose: bool = True, checkpoint: Checkpoint | None = None, overwrite: bool = False) -> dict:
+def train(
+    job,
+    cfg: TrainConfig,
+    out_dir: str | Path,
+    resume: bool = False,
+    progress: bool = True,
+    verbose: bool = True,
+    checkpoint: Checkpoint | None = None,
+    overwrite: bool = False,
+) -> dict:
     """Train `job.model` under `cfg`, writing checkpoints and a JSONL log into `out_dir`.
 
     out_dir/last/  the latest state (written at every evaluation, at the end, and on a stop request)
@@ -234,7 +262,9 @@ def train(job, cfg: TrainConfig, out_dir: str | Path, resume: bool = False, prog
             _say(lock.note)
         started = {"log": False}  # set once a fresh run has started its own log
         try:
-            return _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, overwrite, lock, started)
+            return _train_locked(
+                job, cfg, out_dir, resume, progress, verbose, checkpoint, overwrite, lock, started
+            )
         except BaseException:
             if started["log"]:
                 _drop_unstarted_run(out_dir)
@@ -268,13 +298,21 @@ def _check_step_can_end(cfg: TrainConfig, micro_batch_s: float | None = None) ->
     step outlasts --time-limit (checked between steps only): `micro_batch_s` is the first
     micro-batch's time, once measured."""
     if cfg.grad_accum > MAX_GRAD_ACCUM:
-        raise ConfigError(f"--grad-accum {cfg.grad_accum:,} micro-batches a step cannot be honoured: give at most "
-                          f"{MAX_GRAD_ACCUM:,} (a larger --batch-size does the same work in fewer micro-batches)")
-    if micro_batch_s is not None and cfg.time_limit is not None and micro_batch_s * cfg.grad_accum > cfg.time_limit:
-        raise ConfigError(f"--grad-accum {cfg.grad_accum:,} makes one step take about "
-                          f"{micro_batch_s * cfg.grad_accum:.3g} s ({micro_batch_s:.2g} s a micro-batch), longer than "
-                          f"--time-limit {cfg.time_limit:g}, which is checked between steps: lower --grad-accum or "
-                          "raise --time-limit")
+        raise ConfigError(
+            f"--grad-accum {cfg.grad_accum:,} micro-batches a step cannot be honoured: give at most "
+            f"{MAX_GRAD_ACCUM:,} (a larger --batch-size does the same work in fewer micro-batches)"
+        )
+    if (
+        micro_batch_s is not None
+        and cfg.time_limit is not None
+        and micro_batch_s * cfg.grad_accum > cfg.time_limit
+    ):
+        raise ConfigError(
+            f"--grad-accum {cfg.grad_accum:,} makes one step take about "
+            f"{micro_batch_s * cfg.grad_accum:.3g} s ({micro_batch_s:.2g} s a micro-batch), longer than "
+            f"--time-limit {cfg.time_limit:g}, which is checked between steps: lower --grad-accum or "
+            "raise --time-limit"
+        )
 
 
 def processes_that_run(cfg: TrainConfig) -> tuple[TrainConfig, str | None]:
@@ -283,11 +321,15 @@ def processes_that_run(cfg: TrainConfig) -> tuple[TrainConfig, str | None]:
     be forked (no os.fork: macOS, Windows), at most one per row of a batch."""
     check_workers(cfg.workers)
     if cfg.workers > 1 and not can_fork_workers():
-        return replace(cfg, workers=1), (f"this platform cannot fork worker processes: training in one process "
-                                         f"(--workers 1 instead of {cfg.workers})")
+        return replace(cfg, workers=1), (
+            f"this platform cannot fork worker processes: training in one process "
+            f"(--workers 1 instead of {cfg.workers})"
+        )
     if cfg.workers > cfg.batch_size:
-        return replace(cfg, workers=cfg.batch_size), (f"--workers {cfg.workers} is more than the {cfg.batch_size} "
-                                                      f"rows of a batch: training in {cfg.batch_size} processes")
+        return replace(cfg, workers=cfg.batch_size), (
+            f"--workers {cfg.workers} is more than the {cfg.batch_size} "
+            f"rows of a batch: training in {cfg.batch_size} processes"
+        )
     return cfg, None
 
 
@@ -312,8 +354,13 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, over
     opt = _optimizer(model, cfg)
     run = _Run(job, cfg, out_dir, lock, opt)
     # runs each batch (with workers=1, the model alone); a pending Ctrl-C or SIGTERM ends a wait for a worker
-    runner = DataParallel(model, cfg.workers, optimizer=opt, train_outputs=False,  # the steps use the loss alone
-                          interrupted=lambda: run.stop.reason is not None)
+    runner = DataParallel(
+        model,
+        cfg.workers,
+        optimizer=opt,
+        train_outputs=False,  # the steps use the loss alone
+        interrupted=lambda: run.stop.reason is not None,
+    )
     run.data_rng = np.random.default_rng(cfg.seed)
     run.dropout_rng = set_dropout_rng(model, np.random.default_rng(cfg.seed + 1))
     if resume:
@@ -326,8 +373,14 @@ def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, over
     check_training_fits(model, cfg.batch_size, cfg.workers)
     diag = None  # the diagnostics recorder; it runs only on its own steps
     if cfg.diagnostics_every > 0:
-        diag = Diagnostics(job, cfg.diagnostics_every, cfg.max_steps, cfg.seed, out_dir / DIAG_FILE,
-                           resume_step=run.step if resume else None)
+        diag = Diagnostics(
+            job,
+            cfg.diagnostics_every,
+            cfg.max_steps,
+            cfg.seed,
+            out_dir / DIAG_FILE,
+            resume_step=run.step if resume else None,
+        )
     return _loop(run, runner, diag, progress, verbose)
 
 
@@ -353,7 +406,9 @@ def _optimizer(model, cfg: TrainConfig) -> AdamW:
     if hasattr(model, "trainable_parameters"):
         trainable = {id(p) for p in model.trainable_parameters()}
         groups = [{**g, "params": [p for p in g["params"] if id(p) in trainable]} for g in groups]
-    return make_adamw(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=1e-8, weight_decay=cfg.weight_decay)
+    return make_adamw(
+        groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=1e-8, weight_decay=cfg.weight_decay
+    )
 
 
 class _Run:
@@ -366,13 +421,19 @@ class _Run:
         self.data_rng = self.dropout_rng = None
         self.step, self.best_val, self.val_loss, self.train_loss = 0, math.inf, float("nan"), float("nan")
         self.since_best = 0  # evaluations since the lowest validation loss (early stopping: cfg.patience)
-        self.step_start = None  # the generators' states where an abandoned step restarts (None: between steps)
+        self.step_start = (
+            None  # the generators' states where an abandoned step restarts (None: between steps)
+        )
         self.stop: _StopRequests | None = None  # set while the loop runs
 
     def save(self, which: str) -> None:
         """Checkpoint the state into out_dir/which, a stop request held off until it is written."""
         # losses are checked before any save; NaN here only means "not evaluated yet" (Ctrl-C)
-        finite = {k: v for k, v in (("best_val_loss", self.best_val), ("val_loss", self.val_loss)) if math.isfinite(v)}
+        finite = {
+            k: v
+            for k, v in (("best_val_loss", self.best_val), ("val_loss", self.val_loss))
+            if math.isfinite(v)
+        }
         with self.stop.held():
             self.lock.check_held()  # the run directory is still the one locked
             save_checkpoint(
@@ -381,14 +442,23 @@ class _Run:
                 config=self.job.config_dict(),
                 tokenizer=self.job.tokenizer_dict(),
                 optimizer_state=self.opt.state_dict(),
-                rng_state={"data": self.data_rng.bit_generator.state, "dropout": self.dropout_rng.bit_generator.state},
+                rng_state={
+                    "data": self.data_rng.bit_generator.state,
+                    "dropout": self.dropout_rng.bit_generator.state,
+                },
                 step=self.step,
                 extra={**finite, "evals_since_best": self.since_best, "train_config": asdict(self.cfg)},
             )
 
     def summary(self, seconds: float, stopped_by: str) -> dict:
-        return {"step": self.step, "train_loss": self.train_loss, "val_loss": self.val_loss,
-                "best_val_loss": self.best_val, "seconds": seconds, "stopped_by": stopped_by}
+        return {
+            "step": self.step,
+            "train_loss": self.train_loss,
+            "val_loss": self.val_loss,
+            "best_val_loss": self.best_val,
+            "seconds": seconds,
+            "stopped_by": stopped_by,
+        }
 
 
 def _restore(run: _Run, checkpoint: Checkpoint | None) -> bool:
@@ -430,8 +500,14 @@ class _Throughput:
         now = time.perf_counter()
         seconds = max(now - self.since, 1e-9)
         self.tok_s = tok_s = self.tokens / seconds
-        row = {"step": step, "lr": lr, "train_loss": train_loss, "grad_norm": grad_norm,
-               "tokens_per_s": round(tok_s, 1), "ms_per_step": round(1000 * seconds / self.steps, 2)}
+        row = {
+            "step": step,
+            "lr": lr,
+            "train_loss": train_loss,
+            "grad_norm": grad_norm,
+            "tokens_per_s": round(tok_s, 1),
+            "ms_per_step": round(1000 * seconds / self.steps, 2),
+        }
         if now - self.peak_at >= PEAK_REMEASURE_S or gemm.mfu(self.flops_per_token, tok_s, self.peak) is None:
             self.peak, self.peak_at = max(self.peak, gemm.gemm_rate()), time.perf_counter()
         utilisation = gemm.mfu(self.flops_per_token, tok_s, self.peak)
@@ -490,7 +566,9 @@ def _stop_if_asked(run: _Run) -> None:
         run.save(LAST)
         raise TrainingInterrupted(
             f"{stop.reason} at step {run.step}: checkpoint written to {run.out_dir / LAST}; "
-            f"continue with 'scratchformer train --resume --out {run.out_dir}'", exit_code=stop.exit_code)
+            f"continue with 'scratchformer train --resume --out {run.out_dir}'",
+            exit_code=stop.exit_code,
+        )
 
 
 def _step(run: _Run, runner, diag, meter: _Throughput, first_step: bool) -> tuple[float, float]:
@@ -541,8 +619,15 @@ def _evaluate(run: _Run, runner, log: LogWriter, lr: float, verbose: bool) -> No
     improved = val_loss < run.best_val
     run.best_val = min(run.best_val, val_loss)
     run.since_best = 0 if improved else run.since_best + 1
-    log.append({"step": step, "lr": lr, "train_loss": run.train_loss, "val_loss": val_loss,
-                **{f"val_{k}": v for k, v in metrics.items() if k != "loss"}})
+    log.append(
+        {
+            "step": step,
+            "lr": lr,
+            "train_loss": run.train_loss,
+            "val_loss": val_loss,
+            **{f"val_{k}": v for k, v in metrics.items() if k != "loss"},
+        }
+    )
     if improved:
         run.save(BEST)
     run.save(LAST)
@@ -559,9 +644,12 @@ def _save_after_failure(run: _Run, e: ParallelWorkerError | WaitInterrupted) -> 
     if run.step_start is not None:
         run.data_rng.bit_generator.state, run.dropout_rng.bit_generator.state = run.step_start
     run.save(LAST)
-    where = (f"checkpoint of step {run.step} written to {run.out_dir / LAST}; continue with "
-             f"'scratchformer train --resume --out {run.out_dir}'")
+    where = (
+        f"checkpoint of step {run.step} written to {run.out_dir / LAST}; continue with "
+        f"'scratchformer train --resume --out {run.out_dir}'"
+    )
     if isinstance(e, WaitInterrupted):
-        raise TrainingInterrupted(f"{run.stop.reason} at step {run.step}: {where}",
-                                  exit_code=run.stop.exit_code) from None
+        raise TrainingInterrupted(
+            f"{run.stop.reason} at step {run.step}: {where}", exit_code=run.stop.exit_code
+        ) from None
     raise ParallelWorkerError(f"{e}; {where}") from None

@@ -20,6 +20,7 @@ from scratchformer.viz.attention import (
 )
 from scratchformer.viz.backward import backward_steps, backward_table, backward_walkthrough
 from scratchformer.viz.basics import activation_functions, softmax_temperatures, training_curves
+from scratchformer.viz.bundle import report, report_bert
 from scratchformer.viz.closeups import attention_bars, ff_scatter, residual_variance, token_ids
 from scratchformer.viz.embeddings import (
     embedding_norms,
@@ -30,13 +31,37 @@ from scratchformer.viz.embeddings import (
 )
 from scratchformer.viz.html import decode_attention, encode_attention, notebook_iframe, write_report
 from scratchformer.viz.internals import ff_activations, layernorm_histograms, residual_heatmap, residual_norms
-from scratchformer.viz.bundle import report, report_bert
 
 __all__ = [
-    "trace", "attention_grid", "attention_steps", "causal_vs_bidirectional", "classifier_attention",
-    "seq2seq_attention", "activation_functions", "softmax_temperatures", "training_curves",
-    "embedding_norms", "embedding_pca", "learned_positions", "position_similarity", "sinusoidal_encoding",
-    "decode_attention", "encode_attention", "notebook_iframe", "write_report", "ff_activations",
-    "layernorm_histograms", "residual_heatmap", "residual_norms", "report", "report_bert",
-    "backward_steps", "backward_table", "backward_walkthrough", "token_ids", "attention_bars", "residual_variance", "ff_scatter",
+    "trace",
+    "attention_grid",
+    "attention_steps",
+    "causal_vs_bidirectional",
+    "classifier_attention",
+    "seq2seq_attention",
+    "activation_functions",
+    "softmax_temperatures",
+    "training_curves",
+    "embedding_norms",
+    "embedding_pca",
+    "learned_positions",
+    "position_similarity",
+    "sinusoidal_encoding",
+    "decode_attention",
+    "encode_attention",
+    "notebook_iframe",
+    "write_report",
+    "ff_activations",
+    "layernorm_histograms",
+    "residual_heatmap",
+    "residual_norms",
+    "report",
+    "report_bert",
+    "backward_steps",
+    "backward_table",
+    "backward_walkthrough",
+    "token_ids",
+    "attention_bars",
+    "residual_variance",
+    "ff_scatter",
 ]

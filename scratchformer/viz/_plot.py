@@ -39,16 +39,27 @@ def finish(fig, path=None):
     return fig
 
 
-def heatmap(ax, values, xlabels=None, ylabels=None, annotate_max: int = 12, vmin=0.0, vmax=1.0,
-            cmap="viridis", fmt="{:.2f}"):
+def heatmap(
+    ax,
+    values,
+    xlabels=None,
+    ylabels=None,
+    annotate_max: int = 12,
+    vmin=0.0,
+    vmax=1.0,
+    cmap="viridis",
+    fmt="{:.2f}",
+):
     """Draw a 2-D array with imshow; tick labels on both axes; the values written in the cells
     when both sides are at most `annotate_max` long. Returns the AxesImage."""
     values = np.asarray(values, dtype=np.float64)
     im = ax.imshow(values, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest")
     rows, cols = values.shape
     small = max(rows, cols) <= 24
-    for labels, n, set_ticks, set_labels in ((xlabels, cols, ax.set_xticks, ax.set_xticklabels),
-                                              (ylabels, rows, ax.set_yticks, ax.set_yticklabels)):
+    for labels, n, set_ticks, set_labels in (
+        (xlabels, cols, ax.set_xticks, ax.set_xticklabels),
+        (ylabels, rows, ax.set_yticks, ax.set_yticklabels),
+    ):
         if labels is None:
             continue
         step = max(1, n // 24)  # at most ~24 labels per axis, so they never overlap
@@ -65,7 +76,9 @@ def heatmap(ax, values, xlabels=None, ylabels=None, annotate_max: int = 12, vmin
                 text = fmt.format(values[i, j])
                 if abs(values[i, j]) < 1:
                     text = text.replace("0.", ".", 1)  # ".25": short enough for a small cell
-                ax.text(j, i, text, ha="center", va="center", fontsize=6, color=_text_colour(im, values[i, j]))
+                ax.text(
+                    j, i, text, ha="center", va="center", fontsize=6, color=_text_colour(im, values[i, j])
+                )
     return im
 
 

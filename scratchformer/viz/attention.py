@@ -15,8 +15,13 @@ from scratchformer.errors import ShapeError
 from scratchformer.ops import attention_forward, causal_mask, softmax_forward
 from scratchformer.viz._plot import finish, heatmap, new_figure
 
-__all__ = ["attention_grid", "seq2seq_attention", "classifier_attention", "causal_vs_bidirectional",
-           "attention_steps"]
+__all__ = [
+    "attention_grid",
+    "seq2seq_attention",
+    "classifier_attention",
+    "causal_vs_bidirectional",
+    "attention_steps",
+]
 
 
 def _check_maps(weights, name="weights") -> np.ndarray:
@@ -48,8 +53,13 @@ def attention_grid(weights, tokens, query_tokens=None, title: str = "attention",
         for head in range(H):
             ax = axes[layer, head]
             # token labels on the outer panels only (left column, bottom row)
-            im = heatmap(ax, weights[layer, head], tokens if layer == L - 1 else None,
-                         query_tokens if head == 0 else None, annotate_max=annotate)
+            im = heatmap(
+                ax,
+                weights[layer, head],
+                tokens if layer == L - 1 else None,
+                query_tokens if head == 0 else None,
+                annotate_max=annotate,
+            )
             if layer < L - 1:
                 ax.set_xticks([])
             if head > 0:
@@ -66,8 +76,11 @@ def attention_grid(weights, tokens, query_tokens=None, title: str = "attention",
 def seq2seq_attention(maps: dict, src_tokens, tgt_tokens, layer: int = -1, path=None):
     """Encoder self-, decoder self- and cross-attention of one layer, one row per kind and one
     column per head. maps: {"encoder", "decoder", "cross"} -> (L, H, Tq, Tk)."""
-    rows = [("encoder", src_tokens, src_tokens), ("decoder", tgt_tokens, tgt_tokens),
-            ("cross", src_tokens, tgt_tokens)]  # (name, keys, queries)
+    rows = [
+        ("encoder", src_tokens, src_tokens),
+        ("decoder", tgt_tokens, tgt_tokens),
+        ("cross", src_tokens, tgt_tokens),
+    ]  # (name, keys, queries)
     sides = {"encoder": "source", "decoder": "target (causal)", "cross": "target reads source"}
     for name, _, _ in rows:
         _check_maps(maps[name], name)
@@ -87,8 +100,17 @@ def seq2seq_attention(maps: dict, src_tokens, tgt_tokens, layer: int = -1, path=
     return finish(fig, path)
 
 
-def classifier_attention(probs, class_names, weights, tokens, layer: int = -1, path=None, *,
-                         true_class: int | None = None, accuracy: float | None = None):
+def classifier_attention(
+    probs,
+    class_names,
+    weights,
+    tokens,
+    layer: int = -1,
+    path=None,
+    *,
+    true_class: int | None = None,
+    accuracy: float | None = None,
+):
     """The class probabilities (bars) beside every head of one layer. probs: (n_classes,).
     The title names the input (the tokens), the prediction, and when given the true class
     (an index into class_names) and the model's held-out accuracy."""
@@ -101,8 +123,15 @@ def classifier_attention(probs, class_names, weights, tokens, layer: int = -1, p
     names = [str(c) for c in class_names]
     axes[0].barh(range(len(probs)), probs, color="tab:blue")
     for i, p in enumerate(probs):
-        axes[0].text(p - 0.02 if p > 0.8 else p + 0.02, i, f"{p:.2f}", va="center", ha="right" if p > 0.8 else "left", fontsize=7,
-                     color="white" if p > 0.8 else "black")
+        axes[0].text(
+            p - 0.02 if p > 0.8 else p + 0.02,
+            i,
+            f"{p:.2f}",
+            va="center",
+            ha="right" if p > 0.8 else "left",
+            fontsize=7,
+            color="white" if p > 0.8 else "black",
+        )
     axes[0].set_yticks(range(len(probs)), names, fontsize=8)
     axes[0].set_xlim(0, 1)
     axes[0].set_xlabel("probability", fontsize=8)
@@ -121,8 +150,10 @@ def classifier_attention(probs, class_names, weights, tokens, layer: int = -1, p
         facts.append(f"true {truth} ({'right' if truth == predicted else 'wrong'})")
     if accuracy is not None:
         facts.append(f"held-out accuracy {accuracy:.1%}")
-    fig.suptitle(f"{'; '.join(facts)} -- class probabilities beside layer {layer % weights.shape[0]}'s heads",
-                 fontsize=9)
+    fig.suptitle(
+        f"{'; '.join(facts)} -- class probabilities beside layer {layer % weights.shape[0]}'s heads",
+        fontsize=9,
+    )
     return finish(fig, path)
 
 
@@ -151,8 +182,18 @@ def causal_vs_bidirectional(q, k, tokens, path=None, *, bias=None):
     return finish(fig, path)
 
 
-def attention_steps(q, k, v, tokens, causal: bool = True, path=None, *, layer: int | None = None,
-                    head: int | None = None, bias=None):
+def attention_steps(
+    q,
+    k,
+    v,
+    tokens,
+    causal: bool = True,
+    path=None,
+    *,
+    layer: int | None = None,
+    head: int | None = None,
+    bias=None,
+):
     """One head step by step: scores q k^T / sqrt(d) (+ bias) -> masked scores (causal only) ->
     softmax -> output. layer, head: which head of the model this is, for the title; bias: (T, T)
     the model's attention adds to the scaled scores (`trace.head_score_bias`: ALiBi's), or None."""
@@ -165,14 +206,36 @@ def attention_steps(q, k, v, tokens, causal: bool = True, path=None, *, layer: i
     lim = float(np.abs(scores).max()) or 1.0
     o = out[0, 0]
     olim = float(np.abs(o).max()) or 1.0
-    panels = [("scores q k\u1d40/\u221ad" + (" + bias" if bias is not None else ""), scores, tokens, dict(vmin=-lim, vmax=lim, cmap="coolwarm", fmt="{:.1f}"),
-               "score")]
+    panels = [
+        (
+            "scores q k\u1d40/\u221ad" + (" + bias" if bias is not None else ""),
+            scores,
+            tokens,
+            dict(vmin=-lim, vmax=lim, cmap="coolwarm", fmt="{:.1f}"),
+            "score",
+        )
+    ]
     if causal:  # without a mask this panel would repeat the scores
         masked = np.where(causal_mask(T, T), scores, np.nan)  # -inf drawn as blank
-        panels.append(("masked (blank = -inf)", masked, tokens,
-                       dict(vmin=-lim, vmax=lim, cmap="coolwarm", fmt="{:.1f}"), "score"))
-    panels += [("softmax weights", weights[0, 0], tokens, {}, "weight"),
-               ("output = weights v", o, None, dict(vmin=-olim, vmax=olim, cmap="coolwarm", annotate_max=0), "value")]
+        panels.append(
+            (
+                "masked (blank = -inf)",
+                masked,
+                tokens,
+                dict(vmin=-lim, vmax=lim, cmap="coolwarm", fmt="{:.1f}"),
+                "score",
+            )
+        )
+    panels += [
+        ("softmax weights", weights[0, 0], tokens, {}, "weight"),
+        (
+            "output = weights v",
+            o,
+            None,
+            dict(vmin=-olim, vmax=olim, cmap="coolwarm", annotate_max=0),
+            "value",
+        ),
+    ]
     s = _cell(T, T <= ANNOTATE_MAX) + 0.5
     fig = new_figure(len(panels) * (s + 0.5) + 0.4, s + 0.9)
     axes = fig.subplots(1, len(panels))

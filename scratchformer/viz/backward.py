@@ -67,7 +67,15 @@ from scratchformer.errors import ConfigError
 from scratchformer.ops.loss import cross_entropy_backward, cross_entropy_forward
 from scratchformer.viz._plot import finish, new_figure
 
-__all__ = ["QUICK", "THOROUGH", "BackwardStep", "Sampling", "backward_steps", "backward_table", "backward_walkthrough"]
+__all__ = [
+    "QUICK",
+    "THOROUGH",
+    "BackwardStep",
+    "Sampling",
+    "backward_steps",
+    "backward_table",
+    "backward_walkthrough",
+]
 
 # the derivative each step computes (dy: the gradient received, dx: returned)
 FORMULAS = {
@@ -93,7 +101,7 @@ FORMULAS = {
     "pool": "pooled = sum_t w_t h_t  =>  dh_t = w_t dpooled",
     "act": "a = act(h)  =>  dh = da * act'(h)   (act'(h) computed beside the forward)",
     "wiring": "the layer's backward hands each op's gradient to the next, returns its last op's dx, and adds to "
-              ".grad exactly what its ops computed",
+    ".grad exactly what its ops computed",
 }
 FD_EPS, FD_TOL = 1e-6, 1e-6  # float64 central differences; relative to max(1, the array's largest |entry|)
 WIRING_TOL = 1e-12  # a wiring step compares the same arithmetic done twice: equal up to float64 rounding
@@ -110,8 +118,10 @@ class Sampling:
     largest: int
 
     def describe(self) -> str:
-        return (f"every entry of an array of at most {max(self.full, self.sampled + self.largest)} entries, "
-                f"else {self.sampled} random + {self.largest} largest")
+        return (
+            f"every entry of an array of at most {max(self.full, self.sampled + self.largest)} entries, "
+            f"else {self.sampled} random + {self.largest} largest"
+        )
 
 
 THOROUGH = Sampling(256, 64, 8)  # the default: a few thousand small forwards on a small model
@@ -127,7 +137,9 @@ class _Check:
     x: np.ndarray | None
     params: dict = field(default_factory=dict)
     frozen: object = None  # the input loss_of is given while a parameter is perturbed (None: x)
-    pairs: list | None = None  # a wiring step: (name, the library's array, what its ops gave), compared as they are
+    pairs: list | None = (
+        None  # a wiring step: (name, the library's array, what its ops gave), compared as they are
+    )
 
 
 @dataclass
@@ -141,16 +153,26 @@ class BackwardStep:
     grad_in: np.ndarray | float  # what it received: dL/d(its output)
     grad_out: np.ndarray | None  # what it returned: dL/d(its float input); None for token ids
     param_grads: dict[str, np.ndarray] = field(default_factory=dict)  # what it added to each .grad
-    checks: list[tuple[str, tuple, float, float]] = field(default_factory=list)  # (array, index, backward, FD)
-    checked: dict[str, str] = field(default_factory=dict)  # array -> which entries: "all 96", "64 random + ..."
+    checks: list[tuple[str, tuple, float, float]] = field(
+        default_factory=list
+    )  # (array, index, backward, FD)
+    checked: dict[str, str] = field(
+        default_factory=dict
+    )  # array -> which entries: "all 96", "64 random + ..."
     sampling: Sampling | None = None  # the rule that chose them
     lane: str = "reference"  # the lane that ran it: "reference" or "fast"
     lane_where: str = ""  # file:line of the fast lane's form, when lane == "fast"
     also_in: np.ndarray | None = None  # a second gradient received: the branch's, at a residual's add
     against: str = "finite differences"  # what the checks compare with ("its ops" for a wiring step)
-    tol: float = FD_TOL  # an entry agrees when |backward - reference| <= tol * max(1, the array's largest |entry|)
-    extra: dict = field(default_factory=dict, repr=False)  # other checked arrays, by check name (their scales)
-    into: dict = field(default_factory=dict, repr=False)  # param key -> (the parameter's full name, rows or None)
+    tol: float = (
+        FD_TOL  # an entry agrees when |backward - reference| <= tol * max(1, the array's largest |entry|)
+    )
+    extra: dict = field(
+        default_factory=dict, repr=False
+    )  # other checked arrays, by check name (their scales)
+    into: dict = field(
+        default_factory=dict, repr=False
+    )  # param key -> (the parameter's full name, rows or None)
     spec: _Check | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -160,17 +182,24 @@ class BackwardStep:
     @property
     def max_error(self) -> float:
         """The largest |backward - finite difference| / max(1, the array's largest |entry|)."""
-        return max((abs(a - n) / max(scale, 1.0) for (_, _, a, n), scale in zip(self.checks, self._scales())),
-                   default=0.0)
+        return max(
+            (abs(a - n) / max(scale, 1.0) for (_, _, a, n), scale in zip(self.checks, self._scales())),
+            default=0.0,
+        )
 
     def _scales(self) -> list[float]:
         arrays = {"dx": self.grad_out, **{f"d{k}": v for k, v in self.param_grads.items()}, **self.extra}
-        return [0.0 if arrays.get(name) is None else float(np.max(np.abs(arrays[name]), initial=0.0))
-                for name, *_ in self.checks]
+        return [
+            0.0 if arrays.get(name) is None else float(np.max(np.abs(arrays[name]), initial=0.0))
+            for name, *_ in self.checks
+        ]
 
     def failures(self) -> list[str]:
-        return [f"{name}{list(i)}: backward {a:.6g}, {self.against} {n:.6g}"
-                for (name, i, a, n), scale in zip(self.checks, self._scales()) if not _agrees(a, n, scale, self.tol)]
+        return [
+            f"{name}{list(i)}: backward {a:.6g}, {self.against} {n:.6g}"
+            for (name, i, a, n), scale in zip(self.checks, self._scales())
+            if not _agrees(a, n, scale, self.tol)
+        ]
 
 
 def _agrees(analytic: float, numeric: float, scale: float, tol: float = FD_TOL) -> bool:
@@ -183,10 +212,12 @@ def _where_function(fn, formula: str | None = None) -> str:
     fn = inspect.unwrap(fn)
     file = Path(inspect.getsourcefile(fn))
     parts = file.parts
-    rel = Path(*parts[parts.index("scratchformer"):]) if "scratchformer" in parts else file
+    rel = Path(*parts[parts.index("scratchformer") :]) if "scratchformer" in parts else file
     lines, start = inspect.getsourcelines(fn)
     body = ast.parse(textwrap.dedent("".join(lines))).body[0].body
-    doc = body[0].end_lineno if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) else 1
+    doc = (
+        body[0].end_lineno if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) else 1
+    )
     at = next((start + i for i, line in enumerate(lines) if i >= doc and formula and formula in line), start)
     return f"{rel}:{at}"
 
@@ -200,10 +231,12 @@ def _layer_ops() -> dict:
     from scratchformer.nn.layers import LayerNorm, Linear, RMSNorm
     from scratchformer.ops import layernorm, linear, rmsnorm
 
-    return {Linear: ((linear.linear_backward, "dx = "), fast_linear.linear_backward_into),
-            LayerNorm: ((layernorm.layernorm_backward, "dx = "), fast_layernorm.layernorm_backward),
-            RMSNorm: ((rmsnorm.rmsnorm_backward, "dx = "), None),
-            FeedForward: ((FeedForward.backward, None), fast_linear.linear_backward_into)}
+    return {
+        Linear: ((linear.linear_backward, "dx = "), fast_linear.linear_backward_into),
+        LayerNorm: ((layernorm.layernorm_backward, "dx = "), fast_layernorm.layernorm_backward),
+        RMSNorm: ((rmsnorm.rmsnorm_backward, "dx = "), None),
+        FeedForward: ((FeedForward.backward, None), fast_linear.linear_backward_into),
+    }
 
 
 def _shown_layers(model) -> list[tuple[str, object]]:
@@ -218,10 +251,14 @@ def _shown_layers(model) -> list[tuple[str, object]]:
     modules = dict(model.named_modules())
     shown = []
     for name, m in modules.items():
-        if not name or isinstance(m, (DecoderBlock, EncoderBlock, Dropout, HookPoint, MultiHeadAttention, FeedForward)):
+        if not name or isinstance(
+            m, (DecoderBlock, EncoderBlock, Dropout, HookPoint, MultiHeadAttention, FeedForward)
+        ):
             continue  # hook points: identities; dropout is off; attention and feed-forward: op by op
         parent = modules.get(name.rpartition(".")[0], model)  # "h.0" -> "h", a list: the model's own
-        if parent is model or isinstance(parent, (DecoderBlock, EncoderBlock, MultiHeadAttention, FeedForward)):
+        if parent is model or isinstance(
+            parent, (DecoderBlock, EncoderBlock, MultiHeadAttention, FeedForward)
+        ):
             shown.append((name, m))
     return shown
 
@@ -252,7 +289,10 @@ class _Recorder:
         self._undo: list[tuple] = []
         self.attn, self.att_cache, self.calls = "", None, {"proj": 0, "rope": 0}
         self.branch = None  # (received, returned) by the last residual branch
-        self.ff, self.inputs = None, {}  # the feed-forward whose backward runs; each composite's forward input
+        self.ff, self.inputs = (
+            None,
+            {},
+        )  # the feed-forward whose backward runs; each composite's forward input
 
     def patch(self, owner, attr: str, make):
         """owner.attr = make(the original); returns the original."""
@@ -269,12 +309,24 @@ class _Recorder:
                 delattr(owner, attr)
         self._undo.clear()
 
-    def add(self, name, op, where, grad_in, grad_out, spec, *, params=None, fast_form=None, also_in=None, at=None):
+    def add(
+        self, name, op, where, grad_in, grad_out, spec, *, params=None, fast_form=None, also_in=None, at=None
+    ):
         """Record a step (copies of the arrays); fast_form: the fast lane's function, if the op has one."""
         lane = fast.current_lane() if fast_form is not None else "reference"
-        step = BackwardStep(name, op, FORMULAS.get(op, ""), where, _copy(grad_in), _copy(grad_out), params or {},
-                            lane=lane, lane_where=_where_function(fast_form) if lane == "fast" else "",
-                            also_in=_copy(also_in), spec=spec)
+        step = BackwardStep(
+            name,
+            op,
+            FORMULAS.get(op, ""),
+            where,
+            _copy(grad_in),
+            _copy(grad_out),
+            params or {},
+            lane=lane,
+            lane_where=_where_function(fast_form) if lane == "fast" else "",
+            also_in=_copy(also_in),
+            spec=spec,
+        )
         self.steps.insert(len(self.steps) if at is None else at, step)
         return step
 
@@ -291,7 +343,9 @@ def _record_layer(rec: _Recorder, name: str, layer) -> None:
     for cls, ((fn, text), fast_fn) in _layer_ops().items():
         if isinstance(layer, cls):
             fast_form = fast_fn
-            if type(layer).backward is cls.backward:  # a subclass's own backward (a planted bug) is where it ran
+            if (
+                type(layer).backward is cls.backward
+            ):  # a subclass's own backward (a planted bug) is where it ran
                 op_fn, formula = fn, text
     kind = next((c.__name__ for c in type(layer).__mro__ if c.__name__ in FORMULAS), "")
 
@@ -299,6 +353,7 @@ def _record_layer(rec: _Recorder, name: str, layer) -> None:
         def recording_forward(*args, **kwargs):
             call.update(args=args, kwargs=kwargs)
             return forward(*args, **kwargs)
+
         return recording_forward
 
     forward = rec.patch(layer, "forward", make_forward)
@@ -313,11 +368,20 @@ def _record_layer(rec: _Recorder, name: str, layer) -> None:
             loss_of = _sum_against(grad, lambda x: forward(x, *args[1:], **kwargs))
             x = None if out is None else np.array(args[0], dtype=np.float64)
             spec = _Check(loss_of, x, {p_name: p.data for p_name, p in params}, frozen=args[0])
-            step = rec.add(name, type(layer).__name__, _where_function(op_fn, formula), grad, out, spec,
-                           params=added, fast_form=fast_form)
+            step = rec.add(
+                name,
+                type(layer).__name__,
+                _where_function(op_fn, formula),
+                grad,
+                out,
+                spec,
+                params=added,
+                fast_form=fast_form,
+            )
             step.formula = FORMULAS.get(kind, "")
             step.into = {p_name: (f"{name}.{p_name}", None) for p_name in added}
             return result
+
         return recording_backward
 
     rec.patch(layer, "backward", make_backward)
@@ -332,6 +396,7 @@ def _record_composite(rec: _Recorder, name: str, layer) -> None:
         def recording_forward(*args, **kwargs):
             rec.inputs[name] = args[0]
             return forward(*args, **kwargs)
+
         return recording_forward
 
     def make(backward):
@@ -344,17 +409,26 @@ def _record_composite(rec: _Recorder, name: str, layer) -> None:
             added = {p_name: p.grad - before[p_name] for p_name, p in params}
             _wiring(rec, name, layer, grad, result, added, rec.steps[base:])
             return result
+
         return composite_backward
 
     rec.patch(layer, "forward", make_forward)
     rec.patch(layer, "backward", make)
     if getattr(layer, "gated", False):  # a gated feed-forward's activation (SwiGLU): its own backward
+
         def gated(orig):
             def f(da, h):
                 dh = orig(da, h)
-                rec.add(f"{name}.act", "act", _where_function(orig), da, dh,
-                        _Check(_sum_against(da, layer.activate), np.array(h, dtype=np.float64)))
+                rec.add(
+                    f"{name}.act",
+                    "act",
+                    _where_function(orig),
+                    da,
+                    dh,
+                    _Check(_sum_against(da, layer.activate), np.array(h, dtype=np.float64)),
+                )
                 return dh
+
             return f
 
         rec.patch(layer, "_gated_backward", gated)
@@ -367,7 +441,8 @@ def _attention_pairs(name: str, layer, outs, inner: list, by: dict) -> list[tupl
     received; in_proj's dx (and the context's) is what the layer returned."""
     proj = [s for s in inner if s.op == "in_proj"]
     pairs = [("dx", outs[0], proj[0].grad_out)] + (
-        [("dcontext", outs[1], proj[1].grad_out)] if outs[1] is not None else [])
+        [("dcontext", outs[1], proj[1].grad_out)] if outs[1] is not None else []
+    )
     dy = by[f"{name}.out_proj"].grad_out
     B, T, C = dy.shape
     H = layer.n_head
@@ -377,15 +452,26 @@ def _attention_pairs(name: str, layer, outs, inner: list, by: dict) -> list[tupl
 
     first = next(s for s in inner if s.op in ("dv", "fused"))
     pairs.append(("dv received", first.grad_in, dy.reshape(B, T, H, C // H).transpose(0, 2, 1, 3)))
-    dq, dk, dv = (next(s for s in inner if s.name.startswith(f"{name}.{d}")).grad_out for d in ("dq", "dk", "dv"))
+    dq, dk, dv = (
+        next(s for s in inner if s.name.startswith(f"{name}.{d}")).grad_out for d in ("dq", "dk", "dv")
+    )
     if first.op == "dv":  # the reference lane's ops
-        pairs += [("dS received", by[f"{name}.dS"].grad_in, by[f"{name}.dA"].grad_out),
-                  ("dq received", by[f"{name}.dq"].grad_in, by[f"{name}.dS"].grad_out)]
+        pairs += [
+            ("dS received", by[f"{name}.dS"].grad_in, by[f"{name}.dA"].grad_out),
+            ("dq received", by[f"{name}.dq"].grad_in, by[f"{name}.dS"].grad_out),
+        ]
     if len(proj) == 2:  # cross-attention: q from x, k and v from the context
-        return pairs + [("in_proj (q) received", proj[0].grad_in, heads_last(dq).reshape(B, T, -1)),
-                        ("in_proj (k, v) received", proj[1].grad_in,
-                         np.concatenate([heads_last(dk).reshape(B, dk.shape[2], -1),
-                                         heads_last(dv).reshape(B, dv.shape[2], -1)], axis=-1))]
+        return pairs + [
+            ("in_proj (q) received", proj[0].grad_in, heads_last(dq).reshape(B, T, -1)),
+            (
+                "in_proj (k, v) received",
+                proj[1].grad_in,
+                np.concatenate(
+                    [heads_last(dk).reshape(B, dk.shape[2], -1), heads_last(dv).reshape(B, dv.shape[2], -1)],
+                    axis=-1,
+                ),
+            ),
+        ]
     group = H // layer.n_kv_head
 
     def summed(g):  # each key/value head receives its group of query heads' gradients
@@ -393,8 +479,10 @@ def _attention_pairs(name: str, layer, outs, inner: list, by: dict) -> list[tupl
 
     dk, dv = summed(dk), summed(dv)
     if f"{name}.rope (q)" in by:  # rotated back
-        pairs += [("rope (q) received", by[f"{name}.rope (q)"].grad_in, dq),
-                  ("rope (k) received", by[f"{name}.rope (k)"].grad_in, dk)]
+        pairs += [
+            ("rope (q) received", by[f"{name}.rope (q)"].grad_in, dq),
+            ("rope (k) received", by[f"{name}.rope (k)"].grad_in, dk),
+        ]
         dq, dk = by[f"{name}.rope (q)"].grad_out, by[f"{name}.rope (k)"].grad_out
     merged = np.concatenate([heads_last(dq), heads_last(dk), heads_last(dv)], axis=2).reshape(B, T, -1)
     return pairs + [("in_proj received", proj[0].grad_in, merged)]
@@ -411,11 +499,21 @@ def _record_activation(rec: _Recorder) -> None:
             dh = orig(da, dadh)
             name, layer = rec.ff
             fc1 = layer.fc1
-            h = linear_forward(np.array(rec.inputs[name], dtype=np.float64), fc1.weight.data,
-                               None if fc1.bias is None else fc1.bias.data)
-            rec.add(f"{name}.act", "act", _where_function(layer._act_with_grad), da, dh,
-                    _Check(_sum_against(da, layer.activate), h))
+            h = linear_forward(
+                np.array(rec.inputs[name], dtype=np.float64),
+                fc1.weight.data,
+                None if fc1.bias is None else fc1.bias.data,
+            )
+            rec.add(
+                f"{name}.act",
+                "act",
+                _where_function(layer._act_with_grad),
+                da,
+                dh,
+                _Check(_sum_against(da, layer.activate), h),
+            )
             return dh
+
         return f
 
     rec.patch(feedforward, "activation_backward", act)
@@ -430,21 +528,34 @@ def _wiring(rec: _Recorder, name: str, layer, grad, result, added: dict, inner: 
     expected = {p_name: np.zeros(a.shape) for p_name, a in added.items()}
     for s in inner:
         for key, (full, rows) in s.into.items():
-            rel = full[len(name) + 1:]
+            rel = full[len(name) + 1 :]
             if full.startswith(name + ".") and rel in expected and key in s.param_grads:
                 expected[rel][slice(None) if rows is None else rows] += s.param_grads[key]
     outs = result if isinstance(result, tuple) else (result, None)
     by = {s.name: s for s in inner}
     if isinstance(layer, FeedForward):
-        pairs = [("dx", outs[0], by[f"{name}.fc1"].grad_out),
-                 ("act received", by[f"{name}.act"].grad_in, by[f"{name}.fc2"].grad_out),
-                 ("fc1 received", by[f"{name}.fc1"].grad_in, by[f"{name}.act"].grad_out)]
+        pairs = [
+            ("dx", outs[0], by[f"{name}.fc1"].grad_out),
+            ("act received", by[f"{name}.act"].grad_in, by[f"{name}.fc2"].grad_out),
+            ("fc1 received", by[f"{name}.fc1"].grad_in, by[f"{name}.act"].grad_out),
+        ]
     else:
         pairs = _attention_pairs(name, layer, outs, inner, by)
     pairs += [(f"d{p_name}", added[p_name], expected[p_name]) for p_name in added]
-    step = rec.add(f"{name}: wiring", "wiring", _where_function(type(layer).backward), grad, outs[0],
-                   _Check(None, None, pairs=[(n, _copy(a), e) for n, a, e in pairs]), params=added)
-    step.against, step.tol, step.extra = "its ops", WIRING_TOL, {n: _copy(a) for n, a, _ in pairs if n not in ("dx",) and n[1:] not in added}
+    step = rec.add(
+        f"{name}: wiring",
+        "wiring",
+        _where_function(type(layer).backward),
+        grad,
+        outs[0],
+        _Check(None, None, pairs=[(n, _copy(a), e) for n, a, e in pairs]),
+        params=added,
+    )
+    step.against, step.tol, step.extra = (
+        "its ops",
+        WIRING_TOL,
+        {n: _copy(a) for n, a, _ in pairs if n not in ("dx",) and n[1:] not in added},
+    )
 
 
 def _record_attention_ops(rec: _Recorder) -> None:
@@ -465,14 +576,26 @@ def _record_attention_ops(rec: _Recorder) -> None:
 
                 def fwd(q, k, v):
                     return attention_forward(q, k, v, mask=allowed, bias=cache["bias"])[0]
+
                 where = _where_function(ops_attention.attention_backward, "dq, dk = ")  # the formulas
-                for out, x, of in ((dv, v, lambda t: fwd(q, k, t)), (dq, q, lambda t: fwd(t, k, v)),
-                                   (dk, k, lambda t: fwd(q, t, v))):
+                for out, x, of in (
+                    (dv, v, lambda t: fwd(q, k, t)),
+                    (dq, q, lambda t: fwd(t, k, v)),
+                    (dk, k, lambda t: fwd(q, t, v)),
+                ):
                     label = "dv" if out is dv else "dq" if out is dq else "dk"
-                    step = rec.add(f"{rec.attn}.{label} (fused)", "fused", where, dout, out,
-                                   _Check(_sum_against(dout, of), x), fast_form=fast_attention.attention_backward)
+                    step = rec.add(
+                        f"{rec.attn}.{label} (fused)",
+                        "fused",
+                        where,
+                        dout,
+                        out,
+                        _Check(_sum_against(dout, of), x),
+                        fast_form=fast_attention.attention_backward,
+                    )
                     step.formula = FORMULAS[label] + ";  " + FORMULAS["fused"]
             return dq, dk, dv
+
         return f
 
     rec.patch(nn_attention, "attention_backward", attention)
@@ -489,24 +612,46 @@ def _record_attention_math(rec: _Recorder) -> None:
         def f(dout, a, v):
             da, dv = orig(dout, a, v)
             A, V = np.array(a, dtype=np.float64), np.array(v, dtype=np.float64)
-            rec.add(f"{rec.attn}.dv", "dv", _where_function(orig, "dv ="), dout, dv,
-                    _Check(_sum_against(dout, lambda t: A @ t), V))
-            rec.add(f"{rec.attn}.dA", "dA", _where_function(orig, "da ="), dout, da,
-                    _Check(_sum_against(dout, lambda t: t @ V), A))
+            rec.add(
+                f"{rec.attn}.dv",
+                "dv",
+                _where_function(orig, "dv ="),
+                dout,
+                dv,
+                _Check(_sum_against(dout, lambda t: A @ t), V),
+            )
+            rec.add(
+                f"{rec.attn}.dA",
+                "dA",
+                _where_function(orig, "da ="),
+                dout,
+                da,
+                _Check(_sum_against(dout, lambda t: t @ V), A),
+            )
             return da, dv
+
         return f
 
     def softmax(orig):
         def f(dweights, weights):
             ds = orig(dweights, weights)
             c = rec.att_cache
-            scores = np.array(c["q"] @ c["k"].swapaxes(-1, -2) / math.sqrt(c["q"].shape[-1]), dtype=np.float64)
+            scores = np.array(
+                c["q"] @ c["k"].swapaxes(-1, -2) / math.sqrt(c["q"].shape[-1]), dtype=np.float64
+            )
             if c.get("bias") is not None:
                 scores = scores + c["bias"]
             allowed = c.get("allowed")
-            rec.add(f"{rec.attn}.dS", "dS", _where_function(orig, "return y * (dy"), dweights, ds,
-                    _Check(_sum_against(dweights, lambda s: _masked_softmax(s, allowed)), scores))
+            rec.add(
+                f"{rec.attn}.dS",
+                "dS",
+                _where_function(orig, "return y * (dy"),
+                dweights,
+                ds,
+                _Check(_sum_against(dweights, lambda s: _masked_softmax(s, allowed)), scores),
+            )
             return ds
+
         return f
 
     def scores(orig):
@@ -514,11 +659,24 @@ def _record_attention_math(rec: _Recorder) -> None:
             dq, dk = orig(dscores, q, k)
             Q, K = np.array(q, dtype=np.float64), np.array(k, dtype=np.float64)
             s = 1 / math.sqrt(q.shape[-1])
-            rec.add(f"{rec.attn}.dq", "dq", _where_function(orig, "dq ="), dscores, dq,
-                    _Check(_sum_against(dscores, lambda t: t @ K.swapaxes(-1, -2) * s), Q))
-            rec.add(f"{rec.attn}.dk", "dk", _where_function(orig, "dk ="), dscores, dk,
-                    _Check(_sum_against(dscores, lambda t: Q @ t.swapaxes(-1, -2) * s), K))
+            rec.add(
+                f"{rec.attn}.dq",
+                "dq",
+                _where_function(orig, "dq ="),
+                dscores,
+                dq,
+                _Check(_sum_against(dscores, lambda t: t @ K.swapaxes(-1, -2) * s), Q),
+            )
+            rec.add(
+                f"{rec.attn}.dk",
+                "dk",
+                _where_function(orig, "dk ="),
+                dscores,
+                dk,
+                _Check(_sum_against(dscores, lambda t: Q @ t.swapaxes(-1, -2) * s), K),
+            )
             return dq, dk
+
         return f
 
     rec.patch(ops_attention, "weighted_sum_backward", weighted_sum)
@@ -545,15 +703,32 @@ def _record_projections(rec: _Recorder) -> None:
             whole = weight_grad.shape == rec.attn_layer.in_proj_weight.grad.shape  # self-attention: one call
             part = "" if whole else (" (q)" if rec.calls["proj"] == 1 else " (k, v)")
             X = np.array(x, dtype=np.float64)
-            spec = _Check(_sum_against(dy, lambda t: linear_forward(t, weight, bias)), X,
-                          {"weight": weight, "bias": bias}, frozen=X)
+            spec = _Check(
+                _sum_against(dy, lambda t: linear_forward(t, weight, bias)),
+                X,
+                {"weight": weight, "bias": bias},
+                frozen=X,
+            )
             from scratchformer.fast import linear as fast_linear
-            step = rec.add(f"{rec.attn}.in_proj{part}", "in_proj", _where_function(linear_backward, "dx = "), dy, dx,
-                           spec, params=added, fast_form=fast_linear.linear_backward_into)
+
+            step = rec.add(
+                f"{rec.attn}.in_proj{part}",
+                "in_proj",
+                _where_function(linear_backward, "dx = "),
+                dy,
+                dx,
+                spec,
+                params=added,
+                fast_form=fast_linear.linear_backward_into,
+            )
             start = weight.shape[1] if part == " (k, v)" else 0  # cross-attention's W[d:] for the context
             rows = slice(start, start + weight.shape[0])
-            step.into = {"weight": (f"{rec.attn}.in_proj_weight", rows), "bias": (f"{rec.attn}.in_proj_bias", rows)}
+            step.into = {
+                "weight": (f"{rec.attn}.in_proj_weight", rows),
+                "bias": (f"{rec.attn}.in_proj_bias", rows),
+            }
             return dx
+
         return f
 
     def rope(orig):
@@ -561,9 +736,16 @@ def _record_projections(rec: _Recorder) -> None:
             dx = orig(dy, cos, sin)
             rec.calls["rope"] += 1
             part = "q" if rec.calls["rope"] == 1 else "k"
-            rec.add(f"{rec.attn}.rope ({part})", "rope", _where_function(orig), dy, dx,
-                    _Check(_sum_against(dy, lambda t: rope_forward(t, cos, sin)), np.zeros(dy.shape)))
+            rec.add(
+                f"{rec.attn}.rope ({part})",
+                "rope",
+                _where_function(orig),
+                dy,
+                dx,
+                _Check(_sum_against(dy, lambda t: rope_forward(t, cos, sin)), np.zeros(dy.shape)),
+            )
             return dx
+
         return f
 
     rec.patch(nn_attention, "linear_backward_into", in_proj)
@@ -580,6 +762,7 @@ def _record_residuals(rec: _Recorder) -> None:
             out = orig(layer, ds)
             rec.branch = (ds, out[0])
             return out
+
         return f
 
     def residual(orig):
@@ -597,13 +780,27 @@ def _record_residuals(rec: _Recorder) -> None:
                 into, skip, branch, at = norm_dx, norm_dx, returned, norm_at + 1
                 split_line, add_line = "drop.backward(dz)", "return dz + ds"
             name = rec.names[id(layer)]
-            rec.add(f"{name} residual: split", "split", _where_function(orig, split_line), into, received,
-                    _Check(_sum_against(into, lambda b: b), np.zeros(np.shape(into))), at=at)
+            rec.add(
+                f"{name} residual: split",
+                "split",
+                _where_function(orig, split_line),
+                into,
+                received,
+                _Check(_sum_against(into, lambda b: b), np.zeros(np.shape(into))),
+                at=at,
+            )
             skip_, branch_ = np.array(skip, dtype=np.float64), np.array(branch, dtype=np.float64)
-            rec.add(f"{name} residual: add", "add", _where_function(orig, add_line), skip, dx,
-                    _Check(lambda x: float(np.sum(x * skip_) + np.sum(x * branch_)), np.zeros(np.shape(dx))),
-                    also_in=branch)
+            rec.add(
+                f"{name} residual: add",
+                "add",
+                _where_function(orig, add_line),
+                skip,
+                dx,
+                _Check(lambda x: float(np.sum(x * skip_) + np.sum(x * branch_)), np.zeros(np.shape(dx))),
+                also_in=branch,
+            )
             return dx, dcontext
+
         return f
 
     rec.patch(blocks, "_sublayer_backward", sublayer)
@@ -619,16 +816,24 @@ def _record_pooling(rec: _Recorder) -> None:
         def f(dpooled, weights):
             dh = orig(dpooled, weights)
             w = np.array(weights, dtype=np.float64)
-            rec.add("pool", "pool", _where_function(orig, "return weights"), dpooled, dh,
-                    _Check(_sum_against(dpooled, lambda h: pool_forward(h, w)), np.zeros(np.shape(dh))))
+            rec.add(
+                "pool",
+                "pool",
+                _where_function(orig, "return weights"),
+                dpooled,
+                dh,
+                _Check(_sum_against(dpooled, lambda h: pool_forward(h, w)), np.zeros(np.shape(dh))),
+            )
             return dh
+
         return f
 
     rec.patch(classifier, "pool_backward", pool)
 
 
-def backward_steps(model, *inputs, seed: int = 0, sampling: Sampling = THOROUGH,
-                   lane: str = "reference") -> list[BackwardStep]:
+def backward_steps(
+    model, *inputs, seed: int = 0, sampling: Sampling = THOROUGH, lane: str = "reference"
+) -> list[BackwardStep]:
     """Run the model's backward on one batch and return its steps, in the order they ran, each
     checked by finite differences (see the module docstring). inputs: the model's forward
     arguments, targets included (GPT: ids, targets; classifier: x, y; seq2seq: src, tgt_in,
@@ -669,8 +874,15 @@ def backward_steps(model, *inputs, seed: int = 0, sampling: Sampling = THOROUGH,
     def ce_loss(lg):
         return cross_entropy_forward(lg, targets, ignore_index=-100, label_smoothing=ce["eps"])[0]
 
-    loss_step = BackwardStep("loss", "cross-entropy", FORMULAS["loss"], _where_function(cross_entropy_backward),
-                             1.0, rec.steps[0].grad_in, spec=_Check(ce_loss, np.array(logits, dtype=np.float64)))
+    loss_step = BackwardStep(
+        "loss",
+        "cross-entropy",
+        FORMULAS["loss"],
+        _where_function(cross_entropy_backward),
+        1.0,
+        rec.steps[0].grad_in,
+        spec=_Check(ce_loss, np.array(logits, dtype=np.float64)),
+    )
     steps = [loss_step, *rec.steps]
     rng = np.random.default_rng(seed)
     with fast.reference():  # each step against its forward's formula
@@ -684,7 +896,7 @@ def _picks(a: np.ndarray, rng, sampling: Sampling) -> tuple[list[tuple], str]:
     if a.size <= max(sampling.full, sampling.sampled + sampling.largest):
         flat, what = np.arange(a.size), f"all {a.size:,}"
     else:
-        largest = np.argsort(np.abs(a).reshape(-1), kind="stable")[a.size - sampling.largest:]
+        largest = np.argsort(np.abs(a).reshape(-1), kind="stable")[a.size - sampling.largest :]
         others = np.setdiff1d(np.arange(a.size), largest)
         flat = np.concatenate([largest, rng.choice(others, sampling.sampled, replace=False)])
         what = f"{sampling.sampled} random + {sampling.largest} largest of {a.size:,}"
@@ -704,8 +916,9 @@ def _check(step: BackwardStep, rng, sampling: Sampling) -> None:
             plus, minus = spec.x.copy(), spec.x.copy()
             plus[i] += FD_EPS
             minus[i] -= FD_EPS
-            step.checks.append(("dx", i, float(step.grad_out[i]),
-                                (spec.loss_of(plus) - spec.loss_of(minus)) / (2 * FD_EPS)))
+            step.checks.append(
+                ("dx", i, float(step.grad_out[i]), (spec.loss_of(plus) - spec.loss_of(minus)) / (2 * FD_EPS))
+            )
     frozen = spec.x if spec.frozen is None else spec.frozen
     for p_name, added in step.param_grads.items():
         p = spec.params[p_name]
@@ -752,16 +965,33 @@ def backward_walkthrough(steps: list[BackwardStep], path=None):
             thumb.imshow(g, cmap="RdBu_r", vmin=-lim, vmax=lim, aspect="auto", interpolation="nearest")
             thumb.set_axis_off()
         bad = s.failures()
-        verdict = f"{len(s.checks):,} entries agree" if s.ok else f"{len(bad)} of {len(s.checks):,} disagree: {bad[0]}"
+        verdict = (
+            f"{len(s.checks):,} entries agree"
+            if s.ok
+            else f"{len(bad)} of {len(s.checks):,} disagree: {bad[0]}"
+        )
         text_ax.text(0.86, r - 0.18, _clip(verdict, 70), fontsize=6, va="center", color=colour, weight="bold")
-        text_ax.text(0.86, r + 0.2, _clip("; ".join(f"{k} {v}" for k, v in s.checked.items()), 80), fontsize=5,
-                     va="center", color="grey")
+        text_ax.text(
+            0.86,
+            r + 0.2,
+            _clip("; ".join(f"{k} {v}" for k, v in s.checked.items()), 80),
+            fontsize=5,
+            va="center",
+            color="grey",
+        )
     y = np.arange(n)
     out = [0.0 if s.grad_out is None else float(np.linalg.norm(s.grad_out)) for s in steps]
-    par = [0.0 if s.op == "wiring" else float(np.sqrt(sum(np.sum(g * g) for g in s.param_grads.values())))
-           for s in steps]  # a wiring step's are its ops', already shown
-    bars.barh(y - 0.2, out, height=0.4, label="|returned gradient|",
-              color=["tab:blue" if s.ok else "tab:red" for s in steps])
+    par = [
+        0.0 if s.op == "wiring" else float(np.sqrt(sum(np.sum(g * g) for g in s.param_grads.values())))
+        for s in steps
+    ]  # a wiring step's are its ops', already shown
+    bars.barh(
+        y - 0.2,
+        out,
+        height=0.4,
+        label="|returned gradient|",
+        color=["tab:blue" if s.ok else "tab:red" for s in steps],
+    )
     bars.barh(y + 0.2, par, height=0.4, label="|added to parameters|", color="tab:orange")
     bars.set_yticks(y, [s.name for s in steps], fontsize=7)
     bars.set_ylim(n - 0.5, -0.5)
@@ -770,11 +1000,17 @@ def backward_walkthrough(steps: list[BackwardStep], path=None):
     bars.set_title("gradient flow", fontsize=9)
     red = [s.name for s in steps if not s.ok]
     total = sum(len(s.checks) for s in steps)
-    fig.suptitle(f"the backward, step by step ({n} steps, in the order they run): "
-                 + (f"{len(red)} step(s) disagree with finite differences: {', '.join(red)}" if red else
-                    f"every step agrees with finite differences at all {total:,} entries checked")
-                 + f"\nchecked: {steps[0].sampling.describe()} (per row, in grey); agree: |backward - central difference (float64, eps "
-                   f"{FD_EPS:g})| <= {FD_TOL:g} x max(1, the array's largest |entry|)", fontsize=9)
+    fig.suptitle(
+        f"the backward, step by step ({n} steps, in the order they run): "
+        + (
+            f"{len(red)} step(s) disagree with finite differences: {', '.join(red)}"
+            if red
+            else f"every step agrees with finite differences at all {total:,} entries checked"
+        )
+        + f"\nchecked: {steps[0].sampling.describe()} (per row, in grey); agree: |backward - central difference (float64, eps "  # noqa: E501
+        f"{FD_EPS:g})| <= {FD_TOL:g} x max(1, the array's largest |entry|)",
+        fontsize=9,
+    )
     return finish(fig, path)
 
 
@@ -800,13 +1036,18 @@ def backward_table(steps: list[BackwardStep]) -> str:
         shapes = f"{_shape(s.grad_in)} -> {_shape(s.grad_out)}"
         lane = s.lane + (f" {s.lane_where}" if s.lane_where else "")
         verdict = "ok" if s.ok else f"DISAGREES: {s.failures()[0]}"
-        lines.append(f"{r:3d}  {s.name:<{width}}  {shapes:<28}  {s.where} [{lane}]  max error {s.max_error:.1e}  "
-                     f"{verdict}")
+        lines.append(
+            f"{r:3d}  {s.name:<{width}}  {shapes:<28}  {s.where} [{lane}]  max error {s.max_error:.1e}  "
+            f"{verdict}"
+        )
     red = [s.name for s in steps if not s.ok]
     total = sum(len(s.checks) for s in steps)
-    lines.append(f"{len(red)} of {len(steps)} steps disagree with finite differences: {', '.join(red)}" if red else
-                 f"all {len(steps)} steps agree with finite differences (the wiring steps: with their ops) at the "
-                 f"{total:,} entries checked")
+    lines.append(
+        f"{len(red)} of {len(steps)} steps disagree with finite differences: {', '.join(red)}"
+        if red
+        else f"all {len(steps)} steps agree with finite differences (the wiring steps: with their ops) at the "
+        f"{total:,} entries checked"
+    )
     return "\n".join(lines)
 
 

@@ -39,8 +39,11 @@ def activation_functions(path=None):
     """GELU (erf), tanh-GELU and ReLU (left) and their derivatives (right), from scratchformer.ops."""
     x = np.linspace(-4, 4, 401)
     ones = np.ones_like(x)
-    fns = [("GELU", gelu_forward, gelu_backward), ("tanh-GELU", gelu_tanh_forward, gelu_tanh_backward),
-           ("ReLU", relu_forward, relu_backward)]
+    fns = [
+        ("GELU", gelu_forward, gelu_backward),
+        ("tanh-GELU", gelu_tanh_forward, gelu_tanh_backward),
+        ("ReLU", relu_forward, relu_backward),
+    ]
     fig = new_figure(9, 3.6)
     a, b = fig.subplots(1, 2)
     for (name, fwd, bwd), style in zip(fns, ("-", "--", ":")):
@@ -62,8 +65,12 @@ def softmax_temperatures(logits=None, temperatures=(0.5, 1.0, 2.0, 5.0), path=No
     ax = fig.subplots()
     n, width = len(temperatures), 0.8 / len(temperatures)
     for i, t in enumerate(temperatures):
-        ax.bar(np.arange(len(logits)) + (i - (n - 1) / 2) * width, softmax_forward(logits / t),
-               width=width, label=f"T = {t:g}")
+        ax.bar(
+            np.arange(len(logits)) + (i - (n - 1) / 2) * width,
+            softmax_forward(logits / t),
+            width=width,
+            label=f"T = {t:g}",
+        )
     ax.set_xticks(range(len(logits)), [f"{v:g}" for v in logits])
     ax.set_xlabel("logit")
     ax.set_ylabel("probability")
@@ -83,8 +90,10 @@ def _series(rows, key):
         try:
             value = float(value)
         except OverflowError:
-            raise DataError(f"log.jsonl: {key} at step {r['step']} is a number too large to plot "
-                            f"({value.bit_length()} bits); restore the log or delete it") from None
+            raise DataError(
+                f"log.jsonl: {key} at step {r['step']} is a number too large to plot "
+                f"({value.bit_length()} bits); restore the log or delete it"
+            ) from None
         if math.isfinite(value):
             pts.append((r["step"], value))
     return [p[0] for p in pts], [p[1] for p in pts]
@@ -98,8 +107,12 @@ def training_curves(log, path=None):
     Rows missing a field are skipped for that curve only; a panel none of whose fields was
     logged is left out (the loss panel always stays, and says when there is no validation loss)."""
     rows = log if isinstance(log, list) else log_rows(log)
-    panels = [("loss", ("train_loss", "val_loss")), ("learning rate", ("lr",)),
-              ("gradient norm (before clipping)", ("grad_norm",)), ("tokens / s", ("tokens_per_s",))]
+    panels = [
+        ("loss", ("train_loss", "val_loss")),
+        ("learning rate", ("lr",)),
+        ("gradient norm (before clipping)", ("grad_norm",)),
+        ("tokens / s", ("tokens_per_s",)),
+    ]
     panels = [(t, keys) for t, keys in panels if t == "loss" or any(_series(rows, k)[0] for k in keys)]
     fig = new_figure(10, 6) if len(panels) == 4 else new_figure(3.6 * len(panels) + 0.4, 3.4)
     axes = fig.subplots(2, 2).ravel() if len(panels) == 4 else np.atleast_1d(fig.subplots(1, len(panels)))

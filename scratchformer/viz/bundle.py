@@ -34,12 +34,19 @@ __all__ = ["report", "report_bert"]
 
 def _summary(rows: list[dict]) -> dict:
     """A few numbers from a run's log rows (fields that are missing are left out)."""
+
     def last(key):
         vals = [r[key] for r in rows if isinstance(r.get(key), (int, float))]
         return vals[-1] if vals else None
+
     vals = [r["val_loss"] for r in rows if isinstance(r.get("val_loss"), (int, float))]
-    out = {"steps": last("step"), "last train loss": last("train_loss"), "last val loss": last("val_loss"),
-           "best val loss": min(vals) if vals else None, "tokens/s": last("tokens_per_s")}
+    out = {
+        "steps": last("step"),
+        "last train loss": last("train_loss"),
+        "last val loss": last("val_loss"),
+        "best val loss": min(vals) if vals else None,
+        "tokens/s": last("tokens_per_s"),
+    }
     return {k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in out.items() if v is not None}
 
 
@@ -58,18 +65,45 @@ def _prepare(model, kind, ids, tokens, text, tokenizer):
     if len(tokens) != len(ids):
         raise DataError(f"report got {len(tokens)} token labels for {len(ids)} ids: give one label per id")
     if kind == "gpt" and len(ids) > model.config.block_size:  # keep the last block_size tokens
-        ids, tokens = ids[-model.config.block_size:], tokens[-model.config.block_size:]
+        ids, tokens = ids[-model.config.block_size :], tokens[-model.config.block_size :]
     return ids, tokens
 
 
-DIAGNOSTICS_FIGURES = ("diag_activations", "diag_activation_gradients", "diag_gradients", "diag_update_ratio",
-                       "diag_saturation", "diag_induction", "grokking")  # diagnostics.jsonl
-FIGURES = ("attention_seq2seq", "attention_grid", "classifier_attention", "causal_vs_bidirectional",
-           "attention_steps", "positions_learned", "positions_sinusoidal", "position_similarity",
-           "embedding_norms", "embedding_pca", "residual_norms", "residual_heatmap", "ff_activations",
-           "layernorm", "token_ids", "attention_bars", "residual_variance", "ff_scatter", "backward", "activations",
-           "softmax_temperature", "training_curves", "lens",
-           *DIAGNOSTICS_FIGURES)
+DIAGNOSTICS_FIGURES = (
+    "diag_activations",
+    "diag_activation_gradients",
+    "diag_gradients",
+    "diag_update_ratio",
+    "diag_saturation",
+    "diag_induction",
+    "grokking",
+)  # diagnostics.jsonl
+FIGURES = (
+    "attention_seq2seq",
+    "attention_grid",
+    "classifier_attention",
+    "causal_vs_bidirectional",
+    "attention_steps",
+    "positions_learned",
+    "positions_sinusoidal",
+    "position_similarity",
+    "embedding_norms",
+    "embedding_pca",
+    "residual_norms",
+    "residual_heatmap",
+    "ff_activations",
+    "layernorm",
+    "token_ids",
+    "attention_bars",
+    "residual_variance",
+    "ff_scatter",
+    "backward",
+    "activations",
+    "softmax_temperature",
+    "training_curves",
+    "lens",
+    *DIAGNOSTICS_FIGURES,
+)
 
 
 @dataclass
@@ -87,10 +121,27 @@ class _Input:
     maps: dict | None = None  # trace.attention_maps
 
 
-def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, tgt_ids=None,
-           tgt_tokens=None, class_names=None, vocab_labels=None, log=None, title=None,
-           only=None, true_class=None, accuracy=None, token_ids=None, init_model=None,
-           init_source=None) -> list[Path]:
+def report(
+    model,
+    out_dir,
+    ids=None,
+    tokens=None,
+    *,
+    text=None,
+    tokenizer=None,
+    tgt_ids=None,
+    tgt_tokens=None,
+    class_names=None,
+    vocab_labels=None,
+    log=None,
+    title=None,
+    only=None,
+    true_class=None,
+    accuracy=None,
+    token_ids=None,
+    init_model=None,
+    init_source=None,
+) -> list[Path]:
     """Draw every figure that applies to `model` on one input; write them as PNGs and a
     self-contained report.html into out_dir. Returns the paths written (report.html last).
 
@@ -135,8 +186,18 @@ def report(model, out_dir, ids=None, tokens=None, *, text=None, tokenizer=None, 
         add("backward", "Backward, step by step", "", lambda: BW.backward_walkthrough(steps))
     summary, diag_records = _add_training(add, log)
     if init_model is not None:  # the same views of the untrained model
-        _add_init_views(add, init_model, kind, inp.ids, inp.att_tokens, inp.tokens, vocab_labels, token_ids,
-                        inp.tgt_ids if kind == "seq2seq" else None, init_source)
+        _add_init_views(
+            add,
+            init_model,
+            kind,
+            inp.ids,
+            inp.att_tokens,
+            inp.tokens,
+            vocab_labels,
+            token_ids,
+            inp.tgt_ids if kind == "seq2seq" else None,
+            init_source,
+        )
     return _write(out_dir, inp, figures, steps, diag_records, summary, only, title)
 
 
@@ -146,47 +207,68 @@ def _add_attention(add, inp: _Input, class_names, true_class, accuracy) -> None:
     if kind == "seq2seq":
         if inp.tgt_ids is None:
             from scratchformer.inference.beam import greedy_decode
+
             out = greedy_decode(model, ids[None])[0]
             inp.tgt_ids = np.concatenate([[model.config.bos_id], out])[: model.config.max_len]
         inp.tgt_ids = np.asarray(inp.tgt_ids, dtype=np.int64).ravel()
         if inp.tgt_tokens is None:  # vocab_labels, else the ids, with BOS / EOS / PAD named
             c = model.config
             special = {c.bos_id: "<bos>", c.eos_id: "<eos>", c.pad_id: "<pad>"}
-            inp.tgt_tokens = [inp.vocab_labels[i] if inp.vocab_labels is not None else special.get(i, str(i))
-                              for i in inp.tgt_ids]
+            inp.tgt_tokens = [
+                inp.vocab_labels[i] if inp.vocab_labels is not None else special.get(i, str(i))
+                for i in inp.tgt_ids
+            ]
         inp.tgt_tokens = list(inp.tgt_tokens)
         maps = inp.maps = T.attention_maps(model, ids, inp.tgt_ids)
-        add("attention_seq2seq", "Encoder, decoder and cross attention",
+        add(
+            "attention_seq2seq",
+            "Encoder, decoder and cross attention",
             "Decoder self-attention is lower-triangular (causal); in cross-attention each target "
             "row shows which source tokens it reads: on a copy or reversal task, a diagonal.",
-            lambda: A.seq2seq_attention(maps, tokens, inp.tgt_tokens))
+            lambda: A.seq2seq_attention(maps, tokens, inp.tgt_tokens),
+        )
     else:
         maps = inp.maps = T.attention_maps(model, ids)
-    att_tokens = inp.att_tokens = (["[CLS]"] + tokens if kind == "classifier" and model.config.pooling == "cls"
-                                   else tokens)
-    add("attention_grid", "Every layer and head",
+    att_tokens = inp.att_tokens = (
+        ["[CLS]"] + tokens if kind == "classifier" and model.config.pooling == "cls" else tokens
+    )
+    add(
+        "attention_grid",
+        "Every layer and head",
         "Rows are queries, columns keys; each row sums to 1. Look for heads that attend to the "
         "previous token (a sub-diagonal), to the first token, or to identical tokens.",
-        lambda: A.attention_grid(maps["encoder"], att_tokens, title=kind))
+        lambda: A.attention_grid(maps["encoder"], att_tokens, title=kind),
+    )
     if kind == "classifier":
         probs = T.class_probabilities(model, ids)
         names = class_names if class_names is not None else [str(i) for i in range(len(probs))]
-        add("classifier_attention", "Prediction beside the heads",
+        add(
+            "classifier_attention",
+            "Prediction beside the heads",
             "Which tokens the last layer's heads read when the model makes this prediction.",
-            lambda: A.classifier_attention(probs, names, maps["encoder"], att_tokens, true_class=true_class,
-                                           accuracy=accuracy))
+            lambda: A.classifier_attention(
+                probs, names, maps["encoder"], att_tokens, true_class=true_class, accuracy=accuracy
+            ),
+        )
     # one head of the first block, on the model's own input to that block
     q, k, v = T.head_qkv(model, ids, layer=0, head=0)
     n = min(len(q), 16)  # step-by-step figures stay legible on a short prefix
     bias = T.head_score_bias(model, np.asarray(ids).reshape(-1)[:n], layer=0, head=0)  # ALiBi's, or None
-    add("causal_vs_bidirectional", "Causal against bidirectional",
+    add(
+        "causal_vs_bidirectional",
+        "Causal against bidirectional",
         "The same scores under two masks: with the causal mask a token cannot see the future and "
         "its weights renormalise over the past.",
-        lambda: A.causal_vs_bidirectional(q[:n], k[:n], att_tokens[:n], bias=bias))
-    add("attention_steps", "One head step by step",
+        lambda: A.causal_vs_bidirectional(q[:n], k[:n], att_tokens[:n], bias=bias),
+    )
+    add(
+        "attention_steps",
+        "One head step by step",
         "Scores, masked scores (future = -inf), softmax weights, and the output rows they mix.",
-        lambda: A.attention_steps(q[:n], k[:n], v[:n], att_tokens[:n], causal=T.is_causal(model), layer=0, head=0,
-                                  bias=bias))
+        lambda: A.attention_steps(
+            q[:n], k[:n], v[:n], att_tokens[:n], causal=T.is_causal(model), layer=0, head=0, bias=bias
+        ),
+    )
 
 
 def _add_positions(add, inp: _Input, token_ids) -> None:
@@ -195,70 +277,125 @@ def _add_positions(add, inp: _Input, token_ids) -> None:
     table, tok = T.position_table(model), T.token_table(model)
     # rotary positions (table None) add nothing to the tokens: no table to draw
     if table is not None and T.learned_positions(model):
-        add("positions_learned", "Learned positions",
+        add(
+            "positions_learned",
+            "Learned positions",
             "A learned table, position by dimension. The title compares neighbouring rows with distant "
             "ones: training often makes nearby positions alike, and an untrained table is noise.",
-            lambda: E.learned_positions(table))
+            lambda: E.learned_positions(table),
+        )
     elif table is not None:
-        add("positions_sinusoidal", "Sinusoidal positions",
+        add(
+            "positions_sinusoidal",
+            "Sinusoidal positions",
             "Each pair of columns is a sine/cosine wave; frequency falls from left to right.",
-            lambda: E.sinusoidal_encoding(min(len(table), 128), table.shape[1]))
+            lambda: E.sinusoidal_encoding(min(len(table), 128), table.shape[1]),
+        )
     if table is not None:
-        add("position_similarity", "Position similarity",
+        add(
+            "position_similarity",
+            "Position similarity",
             "Cosine similarity of position vectors; the title says, from the numbers, whether it falls "
             "with distance (sinusoids are not monotone: they rise again at some distances).",
-            lambda: E.position_similarity(table[:128]))
-        add("embedding_norms", "Token against position norms",
+            lambda: E.position_similarity(table[:128]),
+        )
+        add(
+            "embedding_norms",
+            "Token against position norms",
             "If positions are much smaller than tokens, the model barely sees order (and vice versa).",
-            lambda: E.embedding_norms(tok, table, ids, tokens))
-        add("embedding_pca", "PCA of the embeddings",
+            lambda: E.embedding_norms(tok, table, ids, tokens),
+        )
+        add(
+            "embedding_pca",
+            "PCA of the embeddings",
             "Vowels, digits or punctuation may cluster; the title says whether consecutive positions lie "
             "close together (a curve) or not.",
-            lambda: E.embedding_pca(tok, table, ids, tokens, inp.vocab_labels, token_ids=token_ids))
+            lambda: E.embedding_pca(tok, table, ids, tokens, inp.vocab_labels, token_ids=token_ids),
+        )
 
 
 def _add_inside(add, inp: _Input) -> None:
     """Inside the stack, and the close-ups (the decoder-only names tutorial's)."""
-    model, kind, ids, tokens, att_tokens, maps = inp.model, inp.kind, inp.ids, inp.tokens, inp.att_tokens, inp.maps
+    model, kind, ids, tokens, att_tokens, maps = (
+        inp.model,
+        inp.kind,
+        inp.ids,
+        inp.tokens,
+        inp.att_tokens,
+        inp.maps,
+    )
     tr = T.trace(model, ids)
-    add("residual_norms", "Residual stream", "The stream's mean token norm after each block (the title "
+    add(
+        "residual_norms",
+        "Residual stream",
+        "The stream's mean token norm after each block (the title "
         "says how it changes); the bars show how much each attention and feed-forward sub-layer adds.",
-        lambda: I.residual_norms(tr))
-    add("residual_heatmap", "Residual stream per token",
+        lambda: I.residual_norms(tr),
+    )
+    add(
+        "residual_heatmap",
+        "Residual stream per token",
         "Tokens whose norm grows fast are the ones the blocks write most into.",
-        lambda: I.residual_heatmap(tr, att_tokens))
+        lambda: I.residual_heatmap(tr, att_tokens),
+    )
     if tr.ff_pre:  # attention-only models have no feed-forward to draw
-        add("ff_activations", "Feed-forward activations",
+        add(
+            "ff_activations",
+            "Feed-forward activations",
             "The activation zeroes (ReLU) or shrinks (GELU) negative inputs. Firing rates are counted over "
             "this input and a few more of the model's inputs; a neuron is called dead only on enough tokens.",
-            lambda: I.ff_activations(tr, layer=0, more=[T.trace(model, x) for x in _more_inputs(model, kind, ids)]))
-    if getattr(model.config, "normalization", "layernorm") == "layernorm":  # the figure normalises as LayerNorm
-        add("layernorm", "LayerNorm in and out",
+            lambda: I.ff_activations(
+                tr, layer=0, more=[T.trace(model, x) for x in _more_inputs(model, kind, ids)]
+            ),
+        )
+    if (
+        getattr(model.config, "normalization", "layernorm") == "layernorm"
+    ):  # the figure normalises as LayerNorm
+        add(
+            "layernorm",
+            "LayerNorm in and out",
             "The LayerNorm whose input is farthest from normalised: whatever its scale, each token comes out "
             "with mean 0 and std 1 before the gain and bias.",
-            lambda: I.layernorm_histograms(tr))
-    add("token_ids", "Token ids", "The id of each token of the input: what the embedding table is indexed by.",
-        lambda: C.token_ids(ids, tokens))
-    add("attention_bars", "Each query's attention, as bars",
+            lambda: I.layernorm_histograms(tr),
+        )
+    add(
+        "token_ids",
+        "Token ids",
+        "The id of each token of the input: what the embedding table is indexed by.",
+        lambda: C.token_ids(ids, tokens),
+    )
+    add(
+        "attention_bars",
+        "Each query's attention, as bars",
         "Layer 0, head 0: the rows of its attention map, one bar chart per query.",
-        lambda: C.attention_bars(maps["encoder"][0, 0], att_tokens))
-    add("residual_variance", "Residual against attention output",
+        lambda: C.attention_bars(maps["encoder"][0, 0], att_tokens),
+    )
+    add(
+        "residual_variance",
+        "Residual against attention output",
         "Per position, the variance of the stream entering block 0 and of what its attention adds to it.",
-        lambda: C.residual_variance(tr.residual[0], tr.attn_update[0], att_tokens))
+        lambda: C.residual_variance(tr.residual[0], tr.attn_update[0], att_tokens),
+    )
     # the feed-forward's input: ff_norm's output (pre-norm), attn_norm's (post-norm)
     first = model.block_parts(T.blocks(model)[0])
     if first.feedforward is not None:
-        ff_in = dict((name, y) for name, _, y in tr.layernorms)["0.ff_norm" if first.norm_first else "0.attn_norm"]
-        add("ff_scatter", "Feed-forward input against output",
+        ff_in = dict((name, y) for name, _, y in tr.layernorms)[
+            "0.ff_norm" if first.norm_first else "0.attn_norm"
+        ]
+        add(
+            "ff_scatter",
+            "Feed-forward input against output",
             "Block 0's feed-forward, channel by channel: each point a token. A straight line would be a linear map.",
-            lambda: C.ff_scatter(ff_in, tr.ff_update[0]))
+            lambda: C.ff_scatter(ff_in, tr.ff_update[0]),
+        )
 
 
 def _backward_steps(inp: _Input, true_class):
     """The backward walk-through's steps on this input and its loss (None: no loss, or a model
     too big for its float64 copy)."""
-    loss_inputs = _loss_inputs(inp.model, inp.kind, inp.ids, inp.tgt_ids if inp.kind == "seq2seq" else None,
-                               true_class)
+    loss_inputs = _loss_inputs(
+        inp.model, inp.kind, inp.ids, inp.tgt_ids if inp.kind == "seq2seq" else None, true_class
+    )
     if loss_inputs is None or inp.model.num_parameters() > BACKWARD_MAX_PARAMETERS:
         return None
     return BW.backward_steps(inp.model, *loss_inputs, sampling=BW.QUICK)
@@ -266,17 +403,27 @@ def _backward_steps(inp: _Input, true_class):
 
 def _add_training(add, log):
     """The basics, and the training curves and diagnostics of the run's log: (summary, records)."""
-    add("activations", "Activation functions", "GELU is smooth and slightly negative for x < 0; "
-        "ReLU's derivative jumps from 0 to 1.", B.activation_functions)
-    add("softmax_temperature", "Softmax and temperature",
+    add(
+        "activations",
+        "Activation functions",
+        "GELU is smooth and slightly negative for x < 0; ReLU's derivative jumps from 0 to 1.",
+        B.activation_functions,
+    )
+    add(
+        "softmax_temperature",
+        "Softmax and temperature",
         "Sampling temperature divides the logits: T < 1 sharpens, T > 1 flattens.",
-        B.softmax_temperatures)
+        B.softmax_temperatures,
+    )
     if log is None:
         return None, None
     rows = B.log_rows(log)
-    add("training_curves", "Training curves",
+    add(
+        "training_curves",
+        "Training curves",
         "Validation loss should follow training loss; a widening gap means overfitting.",
-        lambda: B.training_curves(rows))
+        lambda: B.training_curves(rows),
+    )
     diag_records = D.diag_records(log)
     _add_diagnostics(add, diag_records)
     return _summary(rows), diag_records
@@ -293,12 +440,15 @@ def _write(out_dir: Path, inp: _Input, figures, steps, diag_records, summary, on
         if stem != "backward":  # the page shows the walk-through in its interactive Backward part
             embedded.append((ftitle, caption, p.read_bytes()))
     if steps is not None:
-        paths.append(write_atomic(out_dir / "backward.txt", (BW.backward_table(steps) + "\n").encode("utf-8")))
+        paths.append(
+            write_atomic(out_dir / "backward.txt", (BW.backward_table(steps) + "\n").encode("utf-8"))
+        )
     tabs = _explorer_tabs(inp, diag_records)
     lens = None
     if only is None or "lens" in only:
-        lens_figures, checks = _lens_part(inp.model, inp.kind, inp.ids, inp.tokens, inp.tgt_ids, inp.tgt_tokens,
-                                          inp.vocab_labels)
+        lens_figures, checks = _lens_part(
+            inp.model, inp.kind, inp.ids, inp.tokens, inp.tgt_ids, inp.tgt_tokens, inp.vocab_labels
+        )
         lens = ([], checks)
         for stem, ftitle, caption, fig in lens_figures:
             p = out_dir / f"{stem}.png"
@@ -307,9 +457,18 @@ def _write(out_dir: Path, inp: _Input, figures, steps, diag_records, summary, on
             lens[0].append((ftitle, caption, p.read_bytes()))
     model = inp.model
     config = {"model": type(model).__name__, "parameters": model.num_parameters(), **T.config_dict(model)}
-    paths.append(write_report(out_dir / "report.html",
-                              title or f"scratchformer: {inp.kind} on {''.join(inp.tokens)[:60]!r}",
-                              tabs, embedded, config, summary, lens, backward=steps))
+    paths.append(
+        write_report(
+            out_dir / "report.html",
+            title or f"scratchformer: {inp.kind} on {''.join(inp.tokens)[:60]!r}",
+            tabs,
+            embedded,
+            config,
+            summary,
+            lens,
+            backward=steps,
+        )
+    )
     return paths
 
 
@@ -328,10 +487,14 @@ def _progress_frames(records) -> list:
 def _explorer_tabs(inp: _Input, diag_records) -> list[tuple]:
     """The attention explorer's tabs (see html.write_report)."""
     maps, att_tokens = inp.maps, inp.att_tokens
-    tabs = [("encoder" if inp.kind == "seq2seq" else "self-attention", maps["encoder"], att_tokens, att_tokens)]
+    tabs = [
+        ("encoder" if inp.kind == "seq2seq" else "self-attention", maps["encoder"], att_tokens, att_tokens)
+    ]
     if inp.kind == "seq2seq":
-        tabs += [("decoder", maps["decoder"], inp.tgt_tokens, inp.tgt_tokens),
-                 ("cross", maps["cross"], inp.tokens, inp.tgt_tokens)]
+        tabs += [
+            ("decoder", maps["decoder"], inp.tgt_tokens, inp.tgt_tokens),
+            ("cross", maps["cross"], inp.tokens, inp.tgt_tokens),
+        ]
     if diag_records:  # the probe's attention at every diagnostics record, behind a step slider
         probe = [r for r in diag_records if r["probe"]["tokens"] == diag_records[-1]["probe"]["tokens"]]
         tokens_p = diag_records[-1]["probe"]["tokens"]
@@ -339,8 +502,16 @@ def _explorer_tabs(inp: _Input, diag_records) -> list[tuple]:
         for frame, progress in zip(frames, _progress_frames(probe)):  # the task's progress measures, if any
             if progress is not None:
                 frame["progress"] = progress
-        tabs.append((f"probe over training: {''.join(tokens_p)[:30]}", np.array([r["probe"]["attention"] for r in probe]),
-                     tokens_p, tokens_p, [r["step"] for r in probe], frames))
+        tabs.append(
+            (
+                f"probe over training: {''.join(tokens_p)[:30]}",
+                np.array([r["probe"]["attention"] for r in probe]),
+                tokens_p,
+                tokens_p,
+                [r["step"] for r in probe],
+                frames,
+            )
+        )
     return tabs
 
 
@@ -349,44 +520,75 @@ def _add_diagnostics(add, records) -> None:
     if not records:
         return
     if IND.has_measures(records):  # an induction run: its progress measures
-        add("diag_induction", "Induction heads forming (progress measures)",
+        add(
+            "diag_induction",
+            "Induction heads forming (progress measures)",
             "Loss on the first copy and on the repeat over training, the steepest fall of the repeat loss "
             "shaded; every head's prefix-matching score (attention from a token to the token after its "
             "previous occurrence). Titles are computed from the recorded numbers.",
-            lambda: IND.progress_figure(records))
+            lambda: IND.progress_figure(records),
+        )
     if not records[-1].get("layers"):  # attention-only blocks: no feed-forward to draw
-        add("diag_gradients", "Gradients per weight matrix (training diagnostics)",
-            "The gradient the optimiser stepped with at the last record.", lambda: D.gradient_histograms(records))
-        add("diag_update_ratio", "Update:data ratio over training",
+        add(
+            "diag_gradients",
+            "Gradients per weight matrix (training diagnostics)",
+            "The gradient the optimiser stepped with at the last record.",
+            lambda: D.gradient_histograms(records),
+        )
+        add(
+            "diag_update_ratio",
+            "Update:data ratio over training",
             "log10 of std(update) / std(weights) at each record; makemore's guide: about -3.",
-            lambda: D.update_ratios(records))
+            lambda: D.update_ratios(records),
+        )
         return
-    add("diag_activations", "Activations per layer (training diagnostics)",
+    add(
+        "diag_activations",
+        "Activations per layer (training diagnostics)",
         "The feed-forward activations on the probe batch at the last record: a layer piled up at the "
         "flat ends of its activation, or with many dead units, passes little gradient back.",
-        lambda: D.activation_histograms(records))
-    add("diag_activation_gradients", "Gradient at the activations per layer (training diagnostics)",
+        lambda: D.activation_histograms(records),
+    )
+    add(
+        "diag_activation_gradients",
+        "Gradient at the activations per layer (training diagnostics)",
         "The gradient of the probe batch's loss arriving at each layer's feed-forward activation, all layers "
         "on one range: similar widths mean the gradient neither vanishes nor explodes through depth.",
-        lambda: D.activation_gradients(records))
-    add("diag_gradients", "Gradients per weight matrix (training diagnostics)",
+        lambda: D.activation_gradients(records),
+    )
+    add(
+        "diag_gradients",
+        "Gradients per weight matrix (training diagnostics)",
         "The gradient the optimiser stepped with at the last record, one panel per matrix on its own "
         "range; very different widths (the stds) mean layers learning at very different speeds.",
-        lambda: D.gradient_histograms(records))
-    add("diag_update_ratio", "Update:data ratio over training",
+        lambda: D.gradient_histograms(records),
+    )
+    add(
+        "diag_update_ratio",
+        "Update:data ratio over training",
         "log10 of std(update) / std(weights) at each record, for the weight matrices; makemore's guide: "
         "about -3. Far below, a matrix barely moves; far above, it is rewritten at each step. Biases and "
-        "norm gains, apart on the right, sit higher and say less.", lambda: D.update_ratios(records))
-    add("diag_saturation", "Saturated and dead units over training",
+        "norm gains, apart on the right, sit higher and say less.",
+        lambda: D.update_ratios(records),
+    )
+    add(
+        "diag_saturation",
+        "Saturated and dead units over training",
         "Saturated: the activation's slope is below 0.05 there, so little gradient passes. Dead: a unit "
-        "never positive on any probe token.", lambda: D.saturation_dead(records))
+        "never positive on any probe token.",
+        lambda: D.saturation_dead(records),
+    )
     if any("modadd" in r for r in records):  # a modadd run: its grokking progress measures
         from scratchformer.viz.grokking import grokking_figure
 
-        add("grokking", "Grokking progress measures (modular addition)",
+        add(
+            "grokking",
+            "Grokking progress measures (modular addition)",
             "Train and test loss with the step test loss falls below 1; restricted loss (the logits kept "
             "on the embedding's key Fourier frequencies) and excluded loss (those removed); the embedding's "
-            "Fourier spectrum at the last record (Nanda et al. 2023).", lambda: grokking_figure(records))
+            "Fourier spectrum at the last record (Nanda et al. 2023).",
+            lambda: grokking_figure(records),
+        )
 
 
 def _marked(fig, label: str):
@@ -396,8 +598,9 @@ def _marked(fig, label: str):
     return fig
 
 
-def _add_init_views(add, model, kind, ids, att_tokens, tokens, vocab_labels, token_ids, tgt_ids,
-                    source=None) -> None:
+def _add_init_views(
+    add, model, kind, ids, att_tokens, tokens, vocab_labels, token_ids, tgt_ids, source=None
+) -> None:
     """The figures where training shows most, drawn for the run's initial weights (see `report`).
     A model without a position table (rotary positions) has no position figures."""
     maps = T.attention_maps(model, ids, tgt_ids) if kind == "seq2seq" else T.attention_maps(model, ids)
@@ -413,15 +616,32 @@ def _add_init_views(add, model, kind, ids, att_tokens, tokens, vocab_labels, tok
     def mark(fig):
         return _marked(fig, label)
 
-    add("attention_grid_init", f"Every layer and head, {short}", note,
-        lambda: mark(A.attention_grid(maps["encoder"], att_tokens, title=f"{kind}, {short}")))
+    add(
+        "attention_grid_init",
+        f"Every layer and head, {short}",
+        note,
+        lambda: mark(A.attention_grid(maps["encoder"], att_tokens, title=f"{kind}, {short}")),
+    )
     if table is not None:  # rotary positions add no table to the tokens: nothing to draw
         if T.learned_positions(model):
-            add("positions_learned_init", f"Learned positions, {short}", note, lambda: mark(E.learned_positions(table)))
-        add("position_similarity_init", f"Position similarity, {short}", note,
-            lambda: mark(E.position_similarity(table[:128])))
-        add("embedding_pca_init", f"PCA of the embeddings, {short}", note,
-            lambda: mark(E.embedding_pca(tok, table, ids, tokens, vocab_labels, token_ids=token_ids)))
+            add(
+                "positions_learned_init",
+                f"Learned positions, {short}",
+                note,
+                lambda: mark(E.learned_positions(table)),
+            )
+        add(
+            "position_similarity_init",
+            f"Position similarity, {short}",
+            note,
+            lambda: mark(E.position_similarity(table[:128])),
+        )
+        add(
+            "embedding_pca_init",
+            f"PCA of the embeddings, {short}",
+            note,
+            lambda: mark(E.embedding_pca(tok, table, ids, tokens, vocab_labels, token_ids=token_ids)),
+        )
     add("residual_norms_init", f"Residual stream, {short}", note, lambda: mark(I.residual_norms(tr)))
 
 
@@ -468,14 +688,25 @@ def _lens_part(model, kind, ids, tokens, tgt_ids, tgt_tokens, vocab_labels) -> t
         inputs, loss_inputs = (src, tgt_ids[None, :-1]), (src, tgt_ids[None, :-1], tgt_ids[None, 1:])
         positions = tgt_tokens[:-1]
     elif kind == "gpt":
-        inputs, loss_inputs, positions = (src,), ((src[:, :-1], src[:, 1:]) if src.shape[1] > 1 else None), tokens
+        inputs, loss_inputs, positions = (
+            (src,),
+            ((src[:, :-1], src[:, 1:]) if src.shape[1] > 1 else None),
+            tokens,
+        )
     else:
         inputs, loss_inputs, positions = (src,), None, tokens
     figures, checks = [], []
     if kind == "bert":
         scores = lens.head_scores(model, inputs)
-        return [("lens_head_scores", "Head scores", "Mean attention on the previous token, the first token "
-                 "(a sink) and earlier copies of the query's token.", LF.head_scores_figure(scores))], [str(scores.check)]
+        return [
+            (
+                "lens_head_scores",
+                "Head scores",
+                "Mean attention on the previous token, the first token "
+                "(a sink) and earlier copies of the query's token.",
+                LF.head_scores_figure(scores),
+            )
+        ], [str(scores.check)]
     with T.eval_mode(model):
         logits = model(*inputs)[0]
     last = logits[0, -1] if logits.ndim == 3 else logits[0]
@@ -485,28 +716,56 @@ def _lens_part(model, kind, ids, tokens, tgt_ids, tgt_tokens, vocab_labels) -> t
     if kind in ("gpt", "seq2seq"):
         ll = lens.logit_lens(model, inputs)
         checks.append(str(ll.check))
-        figures.append(("lens_logit_lens", "Logit lens", "Each layer's residual stream through the final norm and "
-                        "the unembedding: the token it would predict next, and how sure it is. The last row is the "
-                        "model's own prediction.", LF.logit_lens_figure(ll, list(positions), label)))
+        figures.append(
+            (
+                "lens_logit_lens",
+                "Logit lens",
+                "Each layer's residual stream through the final norm and "
+                "the unembedding: the token it would predict next, and how sure it is. The last row is the "
+                "model's own prediction.",
+                LF.logit_lens_figure(ll, list(positions), label),
+            )
+        )
     if loss_inputs is not None:  # a one-token GPT input predicts nothing: no loss to ablate
         abl = lens.head_ablation(model, loss_inputs)
         checks.append(str(abl.check))
-        figures.append(("lens_ablation", "Head ablation", "The loss on this input with one head's output set to 0: "
-                        "red heads help, blue heads hurt.", LF.ablation_figure(abl)))
+        figures.append(
+            (
+                "lens_ablation",
+                "Head ablation",
+                "The loss on this input with one head's output set to 0: red heads help, blue heads hurt.",
+                LF.ablation_figure(abl),
+            )
+        )
     objective = lens.logit_objective(-1, target)
     sal = lens.saliency(model, inputs, objective)
     ig = lens.integrated_gradients(model, inputs, objective, steps=32)
     checks.append(str(ig.check))
-    figures.append(("lens_saliency", "Saliency", f"Which input tokens the logit of {label(target)!r} (the prediction "
-                    "at the last position) depends on: gradient x input and integrated gradients, through the "
-                    "hand-written backward.",
-                    LF.saliency_figure(list(tokens), {"gradient x input": sal.grad_x_input[0],
-                                                      "integrated gradients": ig.attributions[0]})))
+    figures.append(
+        (
+            "lens_saliency",
+            "Saliency",
+            f"Which input tokens the logit of {label(target)!r} (the prediction "
+            "at the last position) depends on: gradient x input and integrated gradients, through the "
+            "hand-written backward.",
+            LF.saliency_figure(
+                list(tokens),
+                {"gradient x input": sal.grad_x_input[0], "integrated gradients": ig.attributions[0]},
+            ),
+        )
+    )
     scores = lens.head_scores(model, inputs)
     checks.append(str(scores.check))
-    figures.append(("lens_head_scores", "Head scores", "Mean attention on the previous token, the first token (a "
-                    "sink), earlier copies of the query's token; cross attention: the diagonal (copy) and the "
-                    "anti-diagonal (reverse).", LF.head_scores_figure(scores)))
+    figures.append(
+        (
+            "lens_head_scores",
+            "Head scores",
+            "Mean attention on the previous token, the first token (a "
+            "sink), earlier copies of the query's token; cross attention: the diagonal (copy) and the "
+            "anti-diagonal (reverse).",
+            LF.head_scores_figure(scores),
+        )
+    )
     return figures, checks
 
 
@@ -535,5 +794,12 @@ def report_bert(out_dir, text: str, path=None, only=None, on_note=None) -> list[
         if i < len(labels):
             labels[i] = word
     name = path.parent.name if path.name == "model" else path.name
-    return report(model, out_dir, ids, tokens, vocab_labels=labels, only=only,
-                  title=f"{name}: {text[:60]!r}" + (f" ({note})" if note else ""))
+    return report(
+        model,
+        out_dir,
+        ids,
+        tokens,
+        vocab_labels=labels,
+        only=only,
+        title=f"{name}: {text[:60]!r}" + (f" ({note})" if note else ""),
+    )

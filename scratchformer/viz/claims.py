@@ -42,8 +42,11 @@ def neighbour_similarity(table) -> str:
     P = len(t)
     dist = np.abs(np.arange(P)[:, None] - np.arange(P)[None, :])
     far = float(sim[dist >= max(2, P // 4)].mean())
-    verdict = ("nearby positions look alike" if near - far > 0.2 else
-               "no more alike than distant ones: no smooth structure")
+    verdict = (
+        "nearby positions look alike"
+        if near - far > 0.2
+        else "no more alike than distant ones: no smooth structure"
+    )
     return f"neighbouring positions' cosine {near:.2f}, distant ones' {far:.2f}: {verdict}"
 
 
@@ -81,5 +84,5 @@ def explained_variance(x) -> float:
     x = np.asarray(x, dtype=np.float64)
     x = x - x.mean(axis=0)
     s = np.linalg.svd(x, compute_uv=False)
-    total = float(np.sum(s ** 2))
+    total = float(np.sum(s**2))
     return float(np.sum(s[:2] ** 2) / total) if total > 0 else 0.0

@@ -85,8 +85,11 @@ def residual_variance(residual, attn_update, tokens, layer: int = 0, path=None):
     ax.set_ylabel("variance over channels")
     ax.legend(fontsize=8)
     ratio = float(np.median(va / np.maximum(vr, 1e-30)))
-    ax.set_title(f"block {layer}: the attention output's variance is {ratio:.3g} x the residual's "
-                 "(median over positions)", fontsize=9)
+    ax.set_title(
+        f"block {layer}: the attention output's variance is {ratio:.3g} x the residual's "
+        "(median over positions)",
+        fontsize=9,
+    )
     return finish(fig, path)
 
 
@@ -108,7 +111,11 @@ def ff_scatter(ff_in, ff_out, layer: int = 0, dims: int = 16, path=None):
             ax.set_axis_off()
             continue
         ax.scatter(x[:, j], y[:, j], s=8)
-        c = np.corrcoef(x[:, j], y[:, j])[0, 1] if len(x) > 2 and x[:, j].std() > 0 and y[:, j].std() > 0 else np.nan
+        c = (
+            np.corrcoef(x[:, j], y[:, j])[0, 1]
+            if len(x) > 2 and x[:, j].std() > 0 and y[:, j].std() > 0
+            else np.nan
+        )
         corr.append(c)
         ax.set_title(f"channel {j}: r = {c:.2f}", fontsize=8)
         if j % cols == 0:
@@ -116,6 +123,9 @@ def ff_scatter(ff_in, ff_out, layer: int = 0, dims: int = 16, path=None):
         if j >= n - cols:
             ax.set_xlabel("input", fontsize=8)
     typical = float(np.nanmedian(np.abs(corr))) if np.isfinite(corr).any() else float("nan")
-    fig.suptitle(f"block {layer} feed-forward, input against output per channel, {len(x)} tokens: "
-                 f"median |correlation| {typical:.2f}", fontsize=10)
+    fig.suptitle(
+        f"block {layer} feed-forward, input against output per channel, {len(x)} tokens: "
+        f"median |correlation| {typical:.2f}",
+        fontsize=10,
+    )
     return finish(fig, path)

@@ -20,11 +20,24 @@ from pathlib import Path
 
 import numpy as np
 
-from scratchformer.training.diagnostics import ACT_GRAD_STDS, DIAG_FILE, HIST_BINS, SATURATED_SLOPE, read_records
+from scratchformer.training.diagnostics import (
+    ACT_GRAD_STDS,
+    DIAG_FILE,
+    HIST_BINS,
+    SATURATED_SLOPE,
+    read_records,
+)
 from scratchformer.viz._plot import finish, new_figure
 
-__all__ = ["diag_records", "activation_histograms", "activation_gradients", "gradient_histograms",
-           "update_ratios", "saturation_dead", "is_matrix"]
+__all__ = [
+    "diag_records",
+    "activation_histograms",
+    "activation_gradients",
+    "gradient_histograms",
+    "update_ratios",
+    "saturation_dead",
+    "is_matrix",
+]
 
 GUIDE_RATIO = -3.0  # makemore's rule of thumb: updates about 1e-3 of the data
 
@@ -76,9 +89,13 @@ def activation_histograms(records: list[dict], path=None, step=None):
     ax = fig.subplots()
     for i, layer in enumerate(rec["layers"]):
         counts = np.asarray(layer["hist"], float)
-        ax.plot(x, counts / max(counts.sum(), 1), label=f"layer {i}: mean {_fmt(layer['mean'], '+.2f')}, "
-                f"std {_fmt(layer['std'], '.2f')}, saturated {100 * layer['saturation']:.1f}%, "
-                f"dead {100 * layer['dead']:.1f}%")
+        ax.plot(
+            x,
+            counts / max(counts.sum(), 1),
+            label=f"layer {i}: mean {_fmt(layer['mean'], '+.2f')}, "
+            f"std {_fmt(layer['std'], '.2f')}, saturated {100 * layer['saturation']:.1f}%, "
+            f"dead {100 * layer['dead']:.1f}%",
+        )
     ax.set_xlabel("activation f(h) of the feed-forward hidden units")
     ax.set_ylabel("fraction of probe values")
     ax.set_title(f"Feed-forward activations per layer at step {rec['step']}", fontsize=10)
@@ -101,21 +118,35 @@ def activation_gradients(records: list[dict], path=None, step=None):
         for i, layer in enumerate(rec["layers"]):
             counts = np.asarray(layer["grad_hist"], float)
             drawn = counts.sum() + layer.get("grad_outside", 0)  # the values not exactly 0
-            ax.plot(x, counts / max(drawn, 1), label=f"layer {i}: mean {_fmt(layer['grad_mean'], '+.1e')}, "
-                    f"std {_fmt(layer['grad_std'], '.1e')}, {100 * layer.get('grad_outside', 0) / max(drawn, 1):.1f}% "
-                    "beyond the range")
+            ax.plot(
+                x,
+                counts / max(drawn, 1),
+                label=f"layer {i}: mean {_fmt(layer['grad_mean'], '+.1e')}, "
+                f"std {_fmt(layer['grad_std'], '.1e')}, {100 * layer.get('grad_outside', 0) / max(drawn, 1):.1f}% "
+                "beyond the range",
+            )
         first = rec["layers"][0] if rec["layers"] else {}
         zero = first.get("grad_zero", 0)
         if zero:
             drawn = sum(first["grad_hist"]) + first.get("grad_outside", 0)
-            title += (f"\n{100 * zero / (zero + drawn):.0f}% of the values are exactly 0 (positions no loss "
-                      "depends on: padding) and are not drawn")
+            title += (
+                f"\n{100 * zero / (zero + drawn):.0f}% of the values are exactly 0 (positions no loss "
+                "depends on: padding) and are not drawn"
+            )
         ax.legend(fontsize=7)
         ax.ticklabel_format(axis="x", style="sci", scilimits=(-2, 2))
     else:
-        ax.text(0.5, 0.5, "this run's diagnostics predate activation gradients", ha="center", transform=ax.transAxes)
-    ax.set_xlabel(f"d loss / d f(h) at the feed-forward hidden units (probe batch; \u00b1{ACT_GRAD_STDS} std of the "
-                  "widest layer)")
+        ax.text(
+            0.5,
+            0.5,
+            "this run's diagnostics predate activation gradients",
+            ha="center",
+            transform=ax.transAxes,
+        )
+    ax.set_xlabel(
+        f"d loss / d f(h) at the feed-forward hidden units (probe batch; \u00b1{ACT_GRAD_STDS} std of the "
+        "widest layer)"
+    )
     ax.set_ylabel("fraction of the nonzero values")
     ax.set_title(title, fontsize=10)
     return finish(fig, path)
@@ -143,9 +174,11 @@ def gradient_histograms(records: list[dict], path=None, step=None):
         ax.ticklabel_format(axis="x", style="sci", scilimits=(-2, 2))
         ax.xaxis.get_offset_text().set_fontsize(6)
         ax.set_yticks([])
-    for ax in axes[len(mats):]:
+    for ax in axes[len(mats) :]:
         ax.set_axis_off()
-    fig.suptitle(f"Gradient of each weight matrix at step {rec['step']} (each panel on its own x-range)", fontsize=10)
+    fig.suptitle(
+        f"Gradient of each weight matrix at step {rec['step']} (each panel on its own x-range)", fontsize=10
+    )
     return finish(fig, path)
 
 
@@ -180,8 +213,14 @@ def update_ratios(records: list[dict], path=None):
     seen = set()
     for name in vecs:
         kind = _kind(name)
-        b.plot(steps, ys(name), lw=0.8, alpha=0.6, color=colours[kind],
-               label=None if kind in seen else f"{kind} ({sum(_kind(n) == kind for n in vecs)})")
+        b.plot(
+            steps,
+            ys(name),
+            lw=0.8,
+            alpha=0.6,
+            color=colours[kind],
+            label=None if kind in seen else f"{kind} ({sum(_kind(n) == kind for n in vecs)})",
+        )
         seen.add(kind)
     b.axhline(GUIDE_RATIO, color="black", ls="--", lw=1, label="1e-3 guide")
     b.set_title("Biases and norm gains, apart (not makemore's picture)", fontsize=10)

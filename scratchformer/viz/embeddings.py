@@ -9,8 +9,13 @@ from scratchformer.nn.positional import sinusoidal_table
 from scratchformer.viz import claims
 from scratchformer.viz._plot import finish, heatmap, new_figure, pca_2d, show_token
 
-__all__ = ["sinusoidal_encoding", "position_similarity", "learned_positions", "embedding_norms",
-           "embedding_pca"]
+__all__ = [
+    "sinusoidal_encoding",
+    "position_similarity",
+    "learned_positions",
+    "embedding_norms",
+    "embedding_pca",
+]
 
 
 def _table_heatmap(table, title, path):
@@ -28,14 +33,20 @@ def _table_heatmap(table, title, path):
 
 def sinusoidal_encoding(max_len: int = 64, n_embd: int = 64, path=None):
     """PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(...), as a heatmap."""
-    return _table_heatmap(sinusoidal_table(max_len, n_embd),
-                          "sinusoidal positions: fast waves on the left, slow on the right", path)
+    return _table_heatmap(
+        sinusoidal_table(max_len, n_embd),
+        "sinusoidal positions: fast waves on the left, slow on the right",
+        path,
+    )
 
 
 def learned_positions(table, path=None):
     """A learned (P, C) position-embedding table as a heatmap."""
-    return _table_heatmap(table, "learned position embeddings (position x dimension)\n"
-                                 + claims.neighbour_similarity(table), path)
+    return _table_heatmap(
+        table,
+        "learned position embeddings (position x dimension)\n" + claims.neighbour_similarity(table),
+        path,
+    )
 
 
 def position_similarity(table, path=None):
@@ -97,14 +108,22 @@ def embedding_pca(token_table, position_table, ids, tokens, vocab_labels=None, p
         rows = np.arange(len(token_table)) if len(token_table) <= 128 else np.unique(ids)
     n_pos = min(len(position_table), 64)
     every = max(1, n_pos // 32)  # label every position, or every other one when there are many
-    which = ("token embeddings" if len(rows) == len(token_table) else
-             "token embeddings (the task's)" if token_ids is not None else "token embeddings (this input's)")
+    which = (
+        "token embeddings"
+        if len(rows) == len(token_table)
+        else "token embeddings (the task's)"
+        if token_ids is not None
+        else "token embeddings (this input's)"
+    )
     positions = pca_2d(position_table[:n_pos])
     panels = [
         (which, pca_2d(token_table[rows]), [vocab_labels[i] for i in rows]),
         ("position embeddings", positions, [str(i) if i % every == 0 else "" for i in range(n_pos)]),
-        ("token + position (this input)", pca_2d(token_table[ids] + position_table[: len(ids)]),
-         list(tokens)),
+        (
+            "token + position (this input)",
+            pca_2d(token_table[ids] + position_table[: len(ids)]),
+            list(tokens),
+        ),
     ]
     sources = (token_table[rows], position_table[:n_pos], token_table[ids] + position_table[: len(ids)])
     fig = new_figure(13, 4.4)

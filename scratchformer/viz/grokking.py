@@ -21,12 +21,23 @@ def modadd_series(records: list[dict]) -> dict:
     freq_norms (n, K); only the records that hold modadd measures."""
     rows = [r for r in records if isinstance(r.get("modadd"), dict)]
     if not rows:
-        raise DataError("no modadd progress measures in these records: train with --task modadd "
-                        "and --diag-interval > 0")
+        raise DataError(
+            "no modadd progress measures in these records: train with --task modadd and --diag-interval > 0"
+        )
     out = {"step": np.array([r["step"] for r in rows])}
-    for key in ("train_loss", "test_loss", "train_accuracy", "test_accuracy", "restricted_loss", "excluded_loss",
-                "weight_norm", "fourier_check"):
-        out[key] = np.array([np.nan if r["modadd"][key] is None else r["modadd"][key] for r in rows], dtype=float)
+    for key in (
+        "train_loss",
+        "test_loss",
+        "train_accuracy",
+        "test_accuracy",
+        "restricted_loss",
+        "excluded_loss",
+        "weight_norm",
+        "fourier_check",
+    ):
+        out[key] = np.array(
+            [np.nan if r["modadd"][key] is None else r["modadd"][key] for r in rows], dtype=float
+        )
     out["freq_norms"] = np.array([r["modadd"]["freq_norms"] for r in rows], dtype=float)
     out["key_freqs"] = [r["modadd"]["key_freqs"] for r in rows]
     return out
@@ -52,12 +63,19 @@ def grokking_summary(records: list[dict]) -> dict:
     if fit is not None and below1 is not None and below1 > fit:
         window = (st >= fit) & (st <= below1)
         rose = bool(np.nanmax(s["excluded_loss"][window]) > s["excluded_loss"][st == fit][0] * 1.05)
-    return {"train_below_0.04": fit, "test_peak": float(s["test_loss"][peak]), "test_peak_step": int(st[peak]),
-            "test_below_1": below1, "test_below_0.01": first_step(st, s["test_loss"] < 0.01),
-            "grokked_step": first_step(st, s["test_accuracy"] >= GROKKED_ACCURACY),
-            "excluded_rose_first": rose, "key_freqs": s["key_freqs"][-1], "last_step": int(st[-1]),
-            "last_test_accuracy": float(s["test_accuracy"][-1]),
-            "max_fourier_check": float(np.nanmax(s["fourier_check"]))}
+    return {
+        "train_below_0.04": fit,
+        "test_peak": float(s["test_loss"][peak]),
+        "test_peak_step": int(st[peak]),
+        "test_below_1": below1,
+        "test_below_0.01": first_step(st, s["test_loss"] < 0.01),
+        "grokked_step": first_step(st, s["test_accuracy"] >= GROKKED_ACCURACY),
+        "excluded_rose_first": rose,
+        "key_freqs": s["key_freqs"][-1],
+        "last_step": int(st[-1]),
+        "last_test_accuracy": float(s["test_accuracy"][-1]),
+        "max_fourier_check": float(np.nanmax(s["fourier_check"])),
+    }
 
 
 def grokking_figure(records: list[dict], path=None):
@@ -73,11 +91,17 @@ def grokking_figure(records: list[dict], path=None):
     grok = summary["test_below_1"]
     if grok is not None:
         ax_loss.axvline(grok, color="k", ls="--", lw=1, label=f"test loss < 1 (step {grok})")
-        ax_loss.set_title(f"grokking: test loss below 1 at step {grok} (peak {summary['test_peak']:.1f} "
-                          f"at step {summary['test_peak_step']})", fontsize=9)
+        ax_loss.set_title(
+            f"grokking: test loss below 1 at step {grok} (peak {summary['test_peak']:.1f} "
+            f"at step {summary['test_peak_step']})",
+            fontsize=9,
+        )
     else:
-        ax_loss.set_title(f"not grokked by step {summary['last_step']}: test loss "
-                          f"{s['test_loss'][-1]:.2f}, peak {summary['test_peak']:.1f}", fontsize=9)
+        ax_loss.set_title(
+            f"not grokked by step {summary['last_step']}: test loss "
+            f"{s['test_loss'][-1]:.2f}, peak {summary['test_peak']:.1f}",
+            fontsize=9,
+        )
     ax_loss.legend(fontsize=8)
 
     ax_fourier.plot(st, s["restricted_loss"], label="restricted loss (key frequencies only)")
@@ -86,8 +110,15 @@ def grokking_figure(records: list[dict], path=None):
     ax_fourier.set_yscale("log")
     ax_fourier.set_xlabel("step")
     rose = summary["excluded_rose_first"]
-    ax_fourier.set_title("excluded loss " + {True: "rises before test loss falls", False: "does not rise first",
-                                             None: "(no fall of the test loss to compare)"}[rose], fontsize=9)
+    ax_fourier.set_title(
+        "excluded loss "
+        + {
+            True: "rises before test loss falls",
+            False: "does not rise first",
+            None: "(no fall of the test loss to compare)",
+        }[rose],
+        fontsize=9,
+    )
     ax_fourier.legend(fontsize=8)
 
     norms = s["freq_norms"][-1]
@@ -96,9 +127,11 @@ def grokking_figure(records: list[dict], path=None):
     ax_spec.bar(ks, norms, color=["tab:red" if k in key else "tab:gray" for k in ks])
     ax_spec.set_xlabel("frequency k")
     ax_spec.set_ylabel("norm of the embedding's Fourier component")
-    share = float((norms[[k - 1 for k in sorted(key)]] ** 2).sum() / max((norms ** 2).sum(), 1e-300))
-    ax_spec.set_title(f"embedding spectrum at step {summary['last_step']}: key k = {sorted(key)} "
-                      f"hold {share:.0%} of it", fontsize=9)
+    share = float((norms[[k - 1 for k in sorted(key)]] ** 2).sum() / max((norms**2).sum(), 1e-300))
+    ax_spec.set_title(
+        f"embedding spectrum at step {summary['last_step']}: key k = {sorted(key)} hold {share:.0%} of it",
+        fontsize=9,
+    )
     return finish(fig, path)
 
 
@@ -121,14 +154,27 @@ def slider_frames(records: list[dict]) -> list[dict | None]:
             frames.append(None)
             continue
         norms, key = [_finite(v) or 0.0 for v in m["freq_norms"]], set(m["key_freqs"])
-        frames.append({"title": "Grokking progress measures",
-                       "series": [[name.replace("_", " "), _finite(m[name])] for name in
-                                  ("train_loss", "test_loss", "restricted_loss", "excluded_loss")],
-                       "log": True, "span": None if below1 is None else [below1, below1],
-                       "span_label": None if below1 is None else f"test loss below 1 at step {below1}",
-                       "bars": {"title": "the embedding's Fourier spectrum at this step (red: key frequencies)",
-                                "labels": [str(k) for k in range(1, len(norms) + 1)], "values": norms,
-                                "on": [k in key for k in range(1, len(norms) + 1)], "line": None},
-                       "note": (f"test accuracy {m['test_accuracy']:.1%}, train accuracy {m['train_accuracy']:.1%}; "
-                                f"key frequencies {sorted(key)}; total weight norm {m['weight_norm']:.1f}")})
+        frames.append(
+            {
+                "title": "Grokking progress measures",
+                "series": [
+                    [name.replace("_", " "), _finite(m[name])]
+                    for name in ("train_loss", "test_loss", "restricted_loss", "excluded_loss")
+                ],
+                "log": True,
+                "span": None if below1 is None else [below1, below1],
+                "span_label": None if below1 is None else f"test loss below 1 at step {below1}",
+                "bars": {
+                    "title": "the embedding's Fourier spectrum at this step (red: key frequencies)",
+                    "labels": [str(k) for k in range(1, len(norms) + 1)],
+                    "values": norms,
+                    "on": [k in key for k in range(1, len(norms) + 1)],
+                    "line": None,
+                },
+                "note": (
+                    f"test accuracy {m['test_accuracy']:.1%}, train accuracy {m['train_accuracy']:.1%}; "
+                    f"key frequencies {sorted(key)}; total weight norm {m['weight_norm']:.1f}"
+                ),
+            }
+        )
     return frames

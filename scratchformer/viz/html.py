@@ -51,14 +51,24 @@ def diag_frame(record: dict) -> dict:
     from scratchformer.viz.diagnostics import is_matrix
 
     layers = record.get("layers", [])
-    frame = {"step": record["step"], "act_range": record.get("act_range"),
-             "act": [layer.get("hist") for layer in layers],
-             "stats": [{k: layer.get(k) for k in ("mean", "std", "saturation", "dead", "grad_std")}
-                       for layer in layers]}
+    frame = {
+        "step": record["step"],
+        "act_range": record.get("act_range"),
+        "act": [layer.get("hist") for layer in layers],
+        "stats": [
+            {k: layer.get(k) for k in ("mean", "std", "saturation", "dead", "grad_std")} for layer in layers
+        ],
+    }
     if "act_grad_range" in record:
-        frame["grad_range"], frame["grad"] = record["act_grad_range"], [layer.get("grad_hist") for layer in layers]
-    frame["weights"] = [[name, p.get("grad_range", record.get("grad_range")), p["grad_hist"], p.get("grad_std")]
-                        for name, p in record.get("params", {}).items() if is_matrix(name, p) and "grad_hist" in p]
+        frame["grad_range"], frame["grad"] = (
+            record["act_grad_range"],
+            [layer.get("grad_hist") for layer in layers],
+        )
+    frame["weights"] = [
+        [name, p.get("grad_range", record.get("grad_range")), p["grad_hist"], p.get("grad_std")]
+        for name, p in record.get("params", {}).items()
+        if is_matrix(name, p) and "grad_hist" in p
+    ]
     return frame
 
 
@@ -71,15 +81,28 @@ def _tab(name, weights, keys, queries, steps=None, diag=None) -> dict:
         frames = {"data": encode_attention(weights)}
     else:
         _, L, H, Tq, Tk = np.shape(weights)
-        frames = {"data": encode_attention(weights[-1]), "steps": [int(s) for s in steps],
-                  "frames": [encode_attention(w) for w in weights]}
+        frames = {
+            "data": encode_attention(weights[-1]),
+            "steps": [int(s) for s in steps],
+            "frames": [encode_attention(w) for w in weights],
+        }
     if diag is not None:
         frames["diag"] = list(diag)
-    return {"name": name, "L": L, "H": H, "Tq": Tq, "Tk": Tk, **frames,
-            "keys": [show_token(t) for t in keys], "queries": [show_token(t) for t in queries]}
+    return {
+        "name": name,
+        "L": L,
+        "H": H,
+        "Tq": Tq,
+        "Tk": Tk,
+        **frames,
+        "keys": [show_token(t) for t in keys],
+        "queries": [show_token(t) for t in queries],
+    }
 
 
-BACKWARD_CELLS = 64  # a step's values on the page: at most 64 x 64 of the returned gradient's first row (and head)
+BACKWARD_CELLS = (
+    64  # a step's values on the page: at most 64 x 64 of the returned gradient's first row (and head)
+)
 
 
 def backward_step_data(step) -> dict:
@@ -87,27 +110,52 @@ def backward_step_data(step) -> dict:
     file:line and lane, the shapes received and returned, the largest error against finite
     differences and what was checked, and the returned gradient's first batch row (and head),
     at most BACKWARD_CELLS x BACKWARD_CELLS, as float32 in base64 (row-major, `rows` x `cols`)."""
+
     def shape(g):
         return None if g is None else list(np.shape(g))
 
-    out = {"name": step.name, "op": step.op, "formula": step.formula, "where": step.where, "lane": step.lane,
-           "lane_where": step.lane_where, "in": shape(step.grad_in), "out": shape(step.grad_out),
-           "ok": bool(step.ok), "max_error": float(step.max_error), "n_checks": len(step.checks),
-           "checked": step.checked, "failures": step.failures()[:3],
-           "norm": None if step.grad_out is None else float(np.linalg.norm(step.grad_out))}
-    g = step.grad_in if step.grad_out is None else step.grad_out  # token ids return nothing: show what came in
+    out = {
+        "name": step.name,
+        "op": step.op,
+        "formula": step.formula,
+        "where": step.where,
+        "lane": step.lane,
+        "lane_where": step.lane_where,
+        "in": shape(step.grad_in),
+        "out": shape(step.grad_out),
+        "ok": bool(step.ok),
+        "max_error": float(step.max_error),
+        "n_checks": len(step.checks),
+        "checked": step.checked,
+        "failures": step.failures()[:3],
+        "norm": None if step.grad_out is None else float(np.linalg.norm(step.grad_out)),
+    }
+    g = (
+        step.grad_in if step.grad_out is None else step.grad_out
+    )  # token ids return nothing: show what came in
     g = np.atleast_2d(np.asarray(g, dtype=np.float64))
     while g.ndim > 2:
         g = g[0]
     g = g[:BACKWARD_CELLS, :BACKWARD_CELLS]
-    out.update(rows=g.shape[0], cols=g.shape[1], shown="received" if step.grad_out is None else "returned",
-               values=base64.b64encode(g.astype("<f4").tobytes()).decode("ascii"))
+    out.update(
+        rows=g.shape[0],
+        cols=g.shape[1],
+        shown="received" if step.grad_out is None else "returned",
+        values=base64.b64encode(g.astype("<f4").tobytes()).decode("ascii"),
+    )
     return out
 
 
-def write_report(path, title: str, attention: list[tuple], figures: list[tuple], config: dict,
-                 summary: dict | None = None, lens: tuple[list[tuple], list[str]] | None = None,
-                 backward: list | None = None) -> Path:
+def write_report(
+    path,
+    title: str,
+    attention: list[tuple],
+    figures: list[tuple],
+    config: dict,
+    summary: dict | None = None,
+    lens: tuple[list[tuple], list[str]] | None = None,
+    backward: list | None = None,
+) -> Path:
     """Write report.html atomically and return its path.
 
     attention: (tab name, (L, H, Tq, Tk) weights, key tokens, query tokens) per tab, or
@@ -119,38 +167,61 @@ def write_report(path, title: str, attention: list[tuple], figures: list[tuple],
     interactive "Backward" part: a list of the steps (click one for its values as a heatmap,
     hover for each value).
     """
-    data = {"tabs": [_tab(*a) for a in attention],
-            "backward": None if backward is None else [backward_step_data(s) for s in backward]}
+    data = {
+        "tabs": [_tab(*a) for a in attention],
+        "backward": None if backward is None else [backward_step_data(s) for s in backward],
+    }
     payload = json.dumps(data).replace("</", "<\\/")  # safe inside <script>
 
     def figs_html(figures):
         return "\n".join(
-            f'<figure><figcaption><b>{html.escape(t)}</b> {html.escape(c)}</figcaption>'
+            f"<figure><figcaption><b>{html.escape(t)}</b> {html.escape(c)}</figcaption>"
             f'<img alt="{html.escape(t)}" src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}">'
-            f"</figure>" for t, c, png in figures)
+            f"</figure>"
+            for t, c, png in figures
+        )
+
     figs = figs_html(figures)
-    lens_part = "" if lens is None else (
-        '<h2 id="sf-lens">Lens</h2>\n<p>Experiments on this input (docs/lens.md); each prints a check of its '
-        'own arithmetic:</p>\n<pre id="sf-checks">' + html.escape("\n".join(lens[1])) + "</pre>\n" + figs_html(lens[0]))
+    lens_part = (
+        ""
+        if lens is None
+        else (
+            '<h2 id="sf-lens">Lens</h2>\n<p>Experiments on this input (docs/lens.md); each prints a check of its '
+            'own arithmetic:</p>\n<pre id="sf-checks">'
+            + html.escape("\n".join(lens[1]))
+            + "</pre>\n"
+            + figs_html(lens[0])
+        )
+    )
 
     def table(d):
-        rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>"
-                       for k, v in d.items())
+        rows = "".join(
+            f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in d.items()
+        )
         return f"<table>{rows}</table>"
 
-    page = (_PAGE.replace("%TITLE%", html.escape(title)).replace("%CONFIG%", table(config))
-            .replace("%SUMMARY%", table(summary) if summary else "<p>no training log</p>")
-            .replace("%FIGURES%", figs).replace("%LENS%", lens_part)
-            .replace("%BACKWARD%", _BACKWARD_PART if backward is not None else "")
-            .replace("%NAV%", _nav(backward is not None, lens is not None)).replace("%DATA%", payload)
-            .replace("%SCRIPT%", _SCRIPT))
+    page = (
+        _PAGE.replace("%TITLE%", html.escape(title))
+        .replace("%CONFIG%", table(config))
+        .replace("%SUMMARY%", table(summary) if summary else "<p>no training log</p>")
+        .replace("%FIGURES%", figs)
+        .replace("%LENS%", lens_part)
+        .replace("%BACKWARD%", _BACKWARD_PART if backward is not None else "")
+        .replace("%NAV%", _nav(backward is not None, lens is not None))
+        .replace("%DATA%", payload)
+        .replace("%SCRIPT%", _SCRIPT)
+    )
     return write_atomic(path, page.encode("utf-8"))
 
 
 def _nav(backward: bool, lens: bool) -> str:
     """Links to the page's parts, at its top."""
-    parts = [("sf-explorer", "Attention explorer")] + ([("sf-backward", "Backward")] if backward else []) + [
-        ("sf-figures", "Figures")] + ([("sf-lens", "Lens")] if lens else [])
+    parts = (
+        [("sf-explorer", "Attention explorer")]
+        + ([("sf-backward", "Backward")] if backward else [])
+        + [("sf-figures", "Figures")]
+        + ([("sf-lens", "Lens")] if lens else [])
+    )
     return " ".join(f'<a class="tab" href="#{i}">{name}</a>' for i, name in parts)
 
 
@@ -158,8 +229,10 @@ def notebook_iframe(path, height: int = 900) -> str:
     """HTML that shows a report inside Jupyter: an iframe whose srcdoc is the whole page
     (display it with IPython.display.HTML). Nothing is fetched."""
     page = Path(path).read_text(encoding="utf-8")
-    return (f'<iframe style="width:100%;height:{height}px;border:0" '
-            f'srcdoc="{html.escape(page, quote=True)}"></iframe>')
+    return (
+        f'<iframe style="width:100%;height:{height}px;border:0" '
+        f'srcdoc="{html.escape(page, quote=True)}"></iframe>'
+    )
 
 
 _PAGE = """<!DOCTYPE html>

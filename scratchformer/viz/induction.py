@@ -51,20 +51,26 @@ def induction_claims(records) -> dict[str, str]:
     last, first = records[-1], records[0]
     pc = phase_change(records)
     if pc is None:
-        loss = (f"repeat loss {first['loss_repeat']:.2f} -> {last['loss_repeat']:.2f} (first copy "
-                f"{last['loss_first']:.2f}): no phase change")
+        loss = (
+            f"repeat loss {first['loss_repeat']:.2f} -> {last['loss_repeat']:.2f} (first copy "
+            f"{last['loss_first']:.2f}): no phase change"
+        )
     else:
-        loss = (f"repeat loss {first['loss_repeat']:.2f} -> {last['loss_repeat']:.2f} (first copy "
-                f"{last['loss_first']:.2f}); steepest fall ({pc[2]:.2f}) between steps {pc[0]} and {pc[1]}")
+        loss = (
+            f"repeat loss {first['loss_repeat']:.2f} -> {last['loss_repeat']:.2f} (first copy "
+            f"{last['loss_first']:.2f}); steepest fall ({pc[2]:.2f}) between steps {pc[0]} and {pc[1]}"
+        )
     scores = np.asarray(last["prefix_matching"], float)
     layer, head = np.unravel_index(int(np.nanargmax(scores)), scores.shape)
     best = float(scores[layer, head])
     name = head_label(records, layer, head)
     if best > INDUCTION_HEAD:
         n = int((scores > INDUCTION_HEAD).sum())
-        heads = (f"{name} prefix-matches at {best:.2f} (> {INDUCTION_HEAD}); ablating it costs "
-                 f"{last['ablate_best']:+.2f} nats on the repeat, all {n} such heads "
-                 f"{last.get('ablate_induction', float('nan')):+.2f}")
+        heads = (
+            f"{name} prefix-matches at {best:.2f} (> {INDUCTION_HEAD}); ablating it costs "
+            f"{last['ablate_best']:+.2f} nats on the repeat, all {n} such heads "
+            f"{last.get('ablate_induction', float('nan')):+.2f}"
+        )
     else:
         heads = f"no induction head: the best, {name}, prefix-matches at {best:.2f} (<= {INDUCTION_HEAD})"
     return {"loss": loss, "heads": heads}
@@ -90,8 +96,12 @@ def progress_figure(records, path=None):
     scores = np.array([r["prefix_matching"] for r in records], dtype=np.float64)  # (R, L, H)
     for layer in range(scores.shape[1]):
         for head in range(scores.shape[2]):
-            b.plot(steps, scores[:, layer, head], label=head_label(records, layer, head),
-                   linestyle="-" if layer == scores.shape[1] - 1 else "--")
+            b.plot(
+                steps,
+                scores[:, layer, head],
+                label=head_label(records, layer, head),
+                linestyle="-" if layer == scores.shape[1] - 1 else "--",
+            )
     b.axhline(INDUCTION_HEAD, color="grey", linewidth=0.8, linestyle=":")
     b.set_xlabel("step")
     b.set_ylabel("prefix-matching score")
@@ -117,20 +127,43 @@ def slider_frames(records) -> list[dict]:
     frames = []
     for r in records:
         scores = np.asarray(r["prefix_matching"], dtype=np.float64)  # (L, H)
-        labels = [f"{r['heads'][layer]}H{head}" for layer in range(scores.shape[0]) for head in range(scores.shape[1])]
+        labels = [
+            f"{r['heads'][layer]}H{head}"
+            for layer in range(scores.shape[0])
+            for head in range(scores.shape[1])
+        ]
         flat = scores.ravel()
         best = head_label([r], *r["best_head"])
-        note = (f"best head {best}: prefix matching {scores[tuple(r['best_head'])]:.2f}, ablating it costs "
-                f"{r['ablate_best']:+.2f} nats on the repeat; the weakest other head "
-                f"{head_label([r], *r['worst_head'])}: {r['ablate_worst']:+.2f}")
-        frames.append({"title": "Induction progress measures",
-                       "series": [[name, _finite(r[key])] for name, key in
-                                  (("loss first copy", "loss_first"), ("loss repeat", "loss_repeat"),
-                                   ("ablate best head", "ablate_best"), ("ablate weakest head", "ablate_worst"))],
-                       "log": False, "span": span,
-                       "span_label": None if pc is None else f"steepest fall of the repeat loss: steps {pc[0]}-{pc[1]}",
-                       "bars": {"title": "prefix-matching score per head at this step (red: > 0.5)", "labels": labels,
-                                "values": [_finite(v) or 0.0 for v in flat], "on": [bool(v > INDUCTION_HEAD) for v in flat],
-                                "line": INDUCTION_HEAD},
-                       "note": note})
+        note = (
+            f"best head {best}: prefix matching {scores[tuple(r['best_head'])]:.2f}, ablating it costs "
+            f"{r['ablate_best']:+.2f} nats on the repeat; the weakest other head "
+            f"{head_label([r], *r['worst_head'])}: {r['ablate_worst']:+.2f}"
+        )
+        frames.append(
+            {
+                "title": "Induction progress measures",
+                "series": [
+                    [name, _finite(r[key])]
+                    for name, key in (
+                        ("loss first copy", "loss_first"),
+                        ("loss repeat", "loss_repeat"),
+                        ("ablate best head", "ablate_best"),
+                        ("ablate weakest head", "ablate_worst"),
+                    )
+                ],
+                "log": False,
+                "span": span,
+                "span_label": None
+                if pc is None
+                else f"steepest fall of the repeat loss: steps {pc[0]}-{pc[1]}",
+                "bars": {
+                    "title": "prefix-matching score per head at this step (red: > 0.5)",
+                    "labels": labels,
+                    "values": [_finite(v) or 0.0 for v in flat],
+                    "on": [bool(v > INDUCTION_HEAD) for v in flat],
+                    "line": INDUCTION_HEAD,
+                },
+                "note": note,
+            }
+        )
     return frames

@@ -36,7 +36,9 @@ def residual_norms(tr, path=None):
     b.set_xticks(x)
     b.set_xlabel("block")
     b.set_ylabel("mean update norm")
-    b.set_ylim(0, 1.25 * max(float(att.max(initial=0)), float(ff.max(initial=0)), 1e-12))  # room for the legend
+    b.set_ylim(
+        0, 1.25 * max(float(att.max(initial=0)), float(ff.max(initial=0)), 1e-12)
+    )  # room for the legend
     b.legend(fontsize=8, loc="upper left", ncols=2)
     b.set_title("what each sub-layer writes", fontsize=10)
     return finish(fig, path)
@@ -47,8 +49,15 @@ def residual_heatmap(tr, tokens, path=None):
     norms = _norms(tr.residual)
     fig = new_figure(max(6, 0.2 * norms.shape[1] + 2), 1.5 + 0.35 * len(norms))
     ax = fig.subplots()
-    im = heatmap(ax, norms, tokens, ["emb"] + [f"block {i}" for i in range(len(norms) - 1)],
-                 annotate_max=0, vmin=None, vmax=None)
+    im = heatmap(
+        ax,
+        norms,
+        tokens,
+        ["emb"] + [f"block {i}" for i in range(len(norms) - 1)],
+        annotate_max=0,
+        vmin=None,
+        vmax=None,
+    )
     ax.set_xlabel("token")
     ax.set_ylabel("residual stream after")
     fig.colorbar(im, ax=ax, label="|x|")
@@ -64,7 +73,10 @@ def ff_activations(tr, layer: int = 0, path=None, more=()):
     fraction of tokens on which each neuron fires (output > 0), sorted. more: traces of further
     inputs, whose tokens count too (a neuron's firing rate from 5 tokens says little)."""
     traces = [tr, *more]
-    width, out_width = tr.ff_pre[layer].shape[-1], tr.ff_post[layer].shape[-1]  # SwiGLU: out_width = width / 2
+    width, out_width = (
+        tr.ff_pre[layer].shape[-1],
+        tr.ff_post[layer].shape[-1],
+    )  # SwiGLU: out_width = width / 2
     pre = np.concatenate([np.asarray(t.ff_pre[layer], np.float64).reshape(-1, width) for t in traces])
     post = np.concatenate([np.asarray(t.ff_post[layer], np.float64).reshape(-1, out_width) for t in traces])
     fires = np.sort((post > 0).mean(axis=0))[::-1]
@@ -96,6 +108,7 @@ def layernorm_histograms(tr, which: int | None = None, path=None):
     """One LayerNorm's input and its normalised input (x - mean) / std per token, before the gain
     and bias: what normalising does. which: the LayerNorm's index in tr.layernorms (default:
     the one whose input is farthest from normalised, so the figure shows a change)."""
+
     def off(x):  # how far the tokens of x are from mean 0, std 1
         x = np.asarray(x, np.float64)
         return float(np.mean(np.abs(x.mean(axis=-1))) + np.mean(np.abs(x.std(axis=-1) - 1)))
@@ -106,13 +119,18 @@ def layernorm_histograms(tr, which: int | None = None, path=None):
     x = np.asarray(x, np.float64)
     normalised = (x - x.mean(axis=-1, keepdims=True)) / np.sqrt(x.var(axis=-1, keepdims=True) + 1e-5)
     fig = new_figure(9, 3.4)
-    for ax, v, title in zip(fig.subplots(1, 2), (x, normalised), ("input", "normalised (before gain and bias)")):
+    for ax, v, title in zip(
+        fig.subplots(1, 2), (x, normalised), ("input", "normalised (before gain and bias)")
+    ):
         means, stds = v.mean(axis=-1).ravel(), v.std(axis=-1).ravel()
         ax.hist(v.ravel(), bins=60, color="tab:blue" if title == "input" else "tab:orange")
         for at in (means.mean() - stds.mean(), means.mean(), means.mean() + stds.mean()):
             ax.axvline(at, color="black", lw=0.8, ls="-" if at == means.mean() else "--")
         ax.set_xlabel("value (lines: mean and mean +- std)")
         ax.set_ylabel("count")
-        ax.set_title(f"{name} {title}\nper token: mean {means.mean():.2f} (+-{means.std():.2f}), "
-                     f"std {stds.mean():.2f}", fontsize=9)
+        ax.set_title(
+            f"{name} {title}\nper token: mean {means.mean():.2f} (+-{means.std():.2f}), "
+            f"std {stds.mean():.2f}",
+            fontsize=9,
+        )
     return finish(fig, path)

@@ -8,8 +8,14 @@ import numpy as np
 
 from scratchformer.viz._plot import finish, heatmap, new_figure, show_token
 
-__all__ = ["logit_lens_figure", "attribution_figure", "ablation_figure", "patching_figure",
-           "saliency_figure", "head_scores_figure"]
+__all__ = [
+    "logit_lens_figure",
+    "attribution_figure",
+    "ablation_figure",
+    "patching_figure",
+    "saliency_figure",
+    "head_scores_figure",
+]
 
 
 def logit_lens_figure(lens, tokens: list[str], decode, path=None):
@@ -21,8 +27,15 @@ def logit_lens_figure(lens, tokens: list[str], decode, path=None):
     im = heatmap(ax, lens.top_probs[:, :, 0], xlabels=tokens, ylabels=lens.layers, annotate_max=0)
     for i in range(L):
         for t in range(T):
-            ax.text(t, i, show_token(decode(int(lens.top_ids[i, t, 0]))), ha="center", va="center", fontsize=7,
-                    color="white" if lens.top_probs[i, t, 0] < 0.5 else "black")
+            ax.text(
+                t,
+                i,
+                show_token(decode(int(lens.top_ids[i, t, 0]))),
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="white" if lens.top_probs[i, t, 0] < 0.5 else "black",
+            )
     ax.set_xlabel("input position (the cell: the predicted next token)")
     ax.set_title("logit lens: top-1 token per layer")
     fig.colorbar(im, ax=ax, label="probability")
@@ -40,7 +53,9 @@ def attribution_figure(dla, token_label: str, path=None):
     ax.set_yticklabels(dla.labels, fontsize=7)
     ax.invert_yaxis()
     ax.axvline(0, color="black", lw=0.5)
-    ax.set_title(f"direct logit attribution: {token_label} (logit {dla.logit:.3f}, bias {dla.bias:.3f})", fontsize=9)
+    ax.set_title(
+        f"direct logit attribution: {token_label} (logit {dla.logit:.3f}, bias {dla.bias:.3f})", fontsize=9
+    )
     return finish(fig, path)
 
 
@@ -53,8 +68,9 @@ def _hide_nan_labels(ax) -> None:
 
 def _diverging(ax, values, xlabels, ylabels, fmt="{:.2f}"):
     lim = float(np.nanmax(np.abs(values))) if np.isfinite(values).any() else 1.0
-    im = heatmap(ax, values, xlabels=xlabels, ylabels=ylabels, vmin=-lim or -1, vmax=lim or 1,
-                 cmap="RdBu_r", fmt=fmt)
+    im = heatmap(
+        ax, values, xlabels=xlabels, ylabels=ylabels, vmin=-lim or -1, vmax=lim or 1, cmap="RdBu_r", fmt=fmt
+    )
     _hide_nan_labels(ax)
     return im
 
@@ -78,10 +94,16 @@ def patching_figure(patch, tokens: list[str], path=None):
     left.set_title("residual stream (block input)", fontsize=9)
     _diverging(right, patch.heads, [f"H{h}" for h in range(patch.heads.shape[1])], patch.head_labels)
     right.set_title("head outputs", fontsize=9)
-    recovered = ("fraction of the logit difference recovered" if patch.defined
-                 else "fraction recovered undefined: clean and corrupted runs give the same metric")
-    fig.suptitle(f"activation patching: {recovered} (clean {patch.clean_diff:.3f}, corrupted "
-                 f"{patch.corrupt_diff:.3f})", fontsize=9)
+    recovered = (
+        "fraction of the logit difference recovered"
+        if patch.defined
+        else "fraction recovered undefined: clean and corrupted runs give the same metric"
+    )
+    fig.suptitle(
+        f"activation patching: {recovered} (clean {patch.clean_diff:.3f}, corrupted "
+        f"{patch.corrupt_diff:.3f})",
+        fontsize=9,
+    )
     fig.colorbar(im, ax=[left, right])
     return finish(fig, path)
 

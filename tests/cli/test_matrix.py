@@ -35,7 +35,7 @@ ROWS = {  # id -> what the row is, as the docs table names it
     "gpt": "GPT, learned positions, LayerNorm, GELU (the default)",
     "gpt-sin": "GPT, sinusoidal positions",
     "llama": "Llama-style GPT: `--positional rope --normalization rmsnorm --activation swiglu --n-kv-head 1 "
-             "--no-bias` (BPE)",
+    "--no-bias` (BPE)",
     "alibi": "GPT with `--positional alibi`",
     "subclass": "a subclass of GPT (`class MyGPT(GPT)`, Python API)",
     "bpe": "GPT on `--tokenizer bpe` text",
@@ -70,40 +70,57 @@ TASK_ROWS = ("classifier", "seq2seq", "finetune")
 # the reasons, each written once (a footnote of docs/model-kinds.md)
 HF_ONLY = "n/a: --hf reads a Hugging Face directory, not a run"
 NOT_A_RUN = "n/a: a Hugging Face directory is not a run: train from it with --init-from (the rows above)"
-NO_HF_FORM = ("refused: no Hugging Face layout scratchformer writes holds this model -- export writes GPT-2's "
-              "or Llama's layout, with a BPE tokenizer (--tokenizer bpe or --init-from)")
+NO_HF_FORM = (
+    "refused: no Hugging Face layout scratchformer writes holds this model -- export writes GPT-2's "
+    "or Llama's layout, with a BPE tokenizer (--tokenizer bpe or --init-from)"
+)
 LM_ONLY = "refused: export writes language models -- only a language model has a Hugging Face causal-LM form"
-GPT2_LAYOUT = ("refused: GPT-2 cannot represent this model -- export writes GPT-2's layout (learned positions, "
-               "biases, a tied head); train with --bias --tie-weights to export")
-HF_DIR_IS_NO_RUN = ("refused: trainer_state.json is missing -- a Hugging Face directory is not a run: read it with "
-                    "--hf, or train from it with --init-from")
-NOT_FROM_SCRATCH = ("refused: --compare-init needs a model trained from scratch -- a fine-tuned classifier starts "
-                    "from pretrained weights")
-FINETUNE_LENS = ("refused: not a fine-tuned sentence classifier -- the lens's analyses explain the logits of a "
-                 "GPT, a task classifier or an encoder-decoder; a fine-tuned BERT's forward takes an attention "
-                 "mask and labels (its encoder's attention: viz; MiniLM's similarities: lens --bert)")
+GPT2_LAYOUT = (
+    "refused: GPT-2 cannot represent this model -- export writes GPT-2's layout (learned positions, "
+    "biases, a tied head); train with --bias --tie-weights to export"
+)
+HF_DIR_IS_NO_RUN = (
+    "refused: trainer_state.json is missing -- a Hugging Face directory is not a run: read it with "
+    "--hf, or train from it with --init-from"
+)
+NOT_FROM_SCRATCH = (
+    "refused: --compare-init needs a model trained from scratch -- a fine-tuned classifier starts "
+    "from pretrained weights"
+)
+FINETUNE_LENS = (
+    "refused: not a fine-tuned sentence classifier -- the lens's analyses explain the logits of a "
+    "GPT, a task classifier or an encoder-decoder; a fine-tuned BERT's forward takes an attention "
+    "mask and labels (its encoder's attention: viz; MiniLM's similarities: lens --bert)"
+)
 HF_LENS_NOT_A_RUN = "refused: is a Hugging Face model directory, not a run -- read it with lens --hf"
 AND = " | "  # between the bugs of a cell that has several
 
 
 def both(*bugs: str) -> str:
-    return "bug: " + AND.join(b[len("bug: "):] for b in bugs)
+    return "bug: " + AND.join(b[len("bug: ") :] for b in bugs)
 
 
 EXPECTED: dict[tuple[str, str], str] = {(r, c): OK for r in ROWS for c in COLUMNS}
 EXPECTED.update({(r, c): HF_ONLY for r in RUN_ROWS for c in ("sample-hf", "lens-hf")})
 EXPECTED.update({(r, c): NOT_A_RUN for r in HF_ROWS for c in ("train", "resume")})
-EXPECTED.update({(r, c): HF_DIR_IS_NO_RUN for r in HF_ROWS
-                 for c in ("sample", "eval", "viz", "viz-all", "viz-init", "lens", "lens-json", "export")})
+EXPECTED.update(
+    {
+        (r, c): HF_DIR_IS_NO_RUN
+        for r in HF_ROWS
+        for c in ("sample", "eval", "viz", "viz-all", "viz-init", "lens", "lens-json", "export")
+    }
+)
 EXPECTED.update({(r, c): HF_LENS_NOT_A_RUN for r in HF_ROWS for c in ("lens", "lens-json")})
 EXPECTED.update({(r, "export"): NO_HF_FORM for r in ("gpt", "gpt-sin", "alibi", "subclass")})
 EXPECTED.update({(r, "export"): LM_ONLY for r in TASK_ROWS})
-EXPECTED.update({
-    ("bpe", "export"): GPT2_LAYOUT,  # no biases: neither GPT-2's layout nor Llama's
-    ("finetune", "viz-init"): NOT_FROM_SCRATCH,
-    ("finetune", "lens"): FINETUNE_LENS,
-    ("finetune", "lens-json"): FINETUNE_LENS,
-})
+EXPECTED.update(
+    {
+        ("bpe", "export"): GPT2_LAYOUT,  # no biases: neither GPT-2's layout nor Llama's
+        ("finetune", "viz-init"): NOT_FROM_SCRATCH,
+        ("finetune", "lens"): FINETUNE_LENS,
+        ("finetune", "lens-json"): FINETUNE_LENS,
+    }
+)
 
 
 # -- docs/model-kinds.md ---------------------------------------------------------------------------
@@ -120,18 +137,22 @@ def split(value: str) -> tuple[str, str, str]:
 
 def markdown() -> str:
     """docs/model-kinds.md: the kinds x commands table, generated from EXPECTED."""
-    lines = ["# Model kinds × commands", "",
-             "Which command works on which kind of model. Generated from the table in tests/cli/test_matrix.py, "
-             "which runs every cell on tiny models; after changing that table, "
-             "`python tests/cli/test_matrix.py --markdown > docs/model-kinds.md` (a test fails when this file differs).",
-             "",
-             "**yes**: works. **no**: refused by design, in one line that says why (exit code 2). **not yet**: "
-             "should work but does not today (a known bug; its test is a strict xfail, so it fails the day the fix "
-             "lands and the table is updated). **–**: does not apply. `sample / predict`: `predict` for the tasks "
-             "and the fine-tuned classifier. The subclass row runs the Python functions behind each command on "
-             "a `MyGPT` instance (a class cannot be named on the command line).",
-             "", "| model kind | " + " | ".join(f"`{c}`" for c in COLUMNS.values()) + " |",
-             "|---|" + "---|" * len(COLUMNS)]
+    lines = [
+        "# Model kinds × commands",
+        "",
+        "Which command works on which kind of model. Generated from the table in tests/cli/test_matrix.py, "
+        "which runs every cell on tiny models; after changing that table, "
+        "`python tests/cli/test_matrix.py --markdown > docs/model-kinds.md` (a test fails when this file differs).",
+        "",
+        "**yes**: works. **no**: refused by design, in one line that says why (exit code 2). **not yet**: "
+        "should work but does not today (a known bug; its test is a strict xfail, so it fails the day the fix "
+        "lands and the table is updated). **–**: does not apply. `sample / predict`: `predict` for the tasks "
+        "and the fine-tuned classifier. The subclass row runs the Python functions behind each command on "
+        "a `MyGPT` instance (a class cannot be named on the command line).",
+        "",
+        "| model kind | " + " | ".join(f"`{c}`" for c in COLUMNS.values()) + " |",
+        "|---|" + "---|" * len(COLUMNS),
+    ]
     notes: dict[str, int] = {}
     footnotes: list[str] = []
     for row, name in ROWS.items():
@@ -157,8 +178,25 @@ def markdown() -> str:
 
 # -- the runs each row is made of -----------------------------------------------------------------
 QUIET = ["--no-progress", "--quiet", "--workers", "1"]
-TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--batch-size", "4", "--eval-batches", "1",
-        "--max-steps", "2", "--eval-interval", "2", "--num-samples", "0", *QUIET]
+TINY = [
+    "--n-layer",
+    "1",
+    "--n-head",
+    "2",
+    "--n-embd",
+    "16",
+    "--batch-size",
+    "4",
+    "--eval-batches",
+    "1",
+    "--max-steps",
+    "2",
+    "--eval-interval",
+    "2",
+    "--num-samples",
+    "0",
+    *QUIET,
+]
 STORY = "the cat sat on the mat and the dog ran to the log. " * 40 + "a cat and a dog sat on the log. " * 8
 TEXT = {"classifier": "2 0 2 1 2 0 2 1", "seq2seq": "3 1 4", "finetune": "sweet rose, love"}  # else below
 BPE_ROWS = ("llama", "bpe", "init-gpt2", "init-llama", "hf-gpt2", "hf-llama")
@@ -232,8 +270,7 @@ def files(tmp_path_factory):
     names.write_text("\n".join(resolve_data("names").read_text().splitlines()[:300]) + "\n")
     story = root / "story.txt"
     story.write_text(STORY)
-    return {"root": root, "names": names, "story": story,
-            "bpe": BPETokenizer.train([STORY], 280)}
+    return {"root": root, "names": names, "story": story, "bpe": BPETokenizer.train([STORY], 280)}
 
 
 def _hf_dir(files, row: str) -> Path:
@@ -249,13 +286,21 @@ def _hf_dir(files, row: str) -> Path:
     tok._tok.model.save(str(path))
     torch.manual_seed(0)
     if row == "hf-gpt2":
-        cfg = transformers.GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=tok.vocab_size, n_positions=32)
+        cfg = transformers.GPT2Config(
+            n_layer=1, n_head=2, n_embd=16, vocab_size=tok.vocab_size, n_positions=32
+        )
         model = transformers.GPT2LMHeadModel(cfg)
     else:
         # a wide feed-forward: SwiGLU's third matrix is more than the 5% a size check lets pass
-        cfg = transformers.LlamaConfig(hidden_size=16, num_attention_heads=2, num_key_value_heads=1,
-                                       num_hidden_layers=2, intermediate_size=256, vocab_size=tok.vocab_size,
-                                       max_position_embeddings=32)
+        cfg = transformers.LlamaConfig(
+            hidden_size=16,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            num_hidden_layers=2,
+            intermediate_size=256,
+            vocab_size=tok.vocab_size,
+            max_position_embeddings=32,
+        )
         model = transformers.LlamaForCausalLM(cfg)
     model.eval().save_pretrained(path, safe_serialization=True)
     return path
@@ -285,9 +330,26 @@ def train_argv(row: str, files, out: Path) -> list:
     if row == "alibi":
         return ["train", "--data", names, "--positional", "alibi", *TINY, "--out", out]
     if row == "llama":
-        return ["train", *text, "--tokenizer", "bpe", "--vocab-size", "300", "--positional", "rope",
-                "--normalization", "rmsnorm", "--activation", "swiglu", "--n-kv-head", "1", "--no-bias", *TINY,
-                "--out", out]
+        return [
+            "train",
+            *text,
+            "--tokenizer",
+            "bpe",
+            "--vocab-size",
+            "300",
+            "--positional",
+            "rope",
+            "--normalization",
+            "rmsnorm",
+            "--activation",
+            "swiglu",
+            "--n-kv-head",
+            "1",
+            "--no-bias",
+            *TINY,
+            "--out",
+            out,
+        ]
     if row == "bpe":
         return ["train", *text, "--tokenizer", "bpe", "--vocab-size", "300", *TINY, "--out", out]
     if row == "classifier":
@@ -296,12 +358,45 @@ def train_argv(row: str, files, out: Path) -> list:
         return ["train", "--task", "reverse", *TINY, "--out", out]
     if row == "finetune":
         b = _bert_files(files)
-        return ["finetune", "--model", b["bert"], "--data", b["train"], "--max-length", "16", "--batch-size", "8",
-                "--max-steps", "2", "--eval-interval", "2", *QUIET, "--out", out]
+        return [
+            "finetune",
+            "--model",
+            b["bert"],
+            "--data",
+            b["train"],
+            "--max-length",
+            "16",
+            "--batch-size",
+            "8",
+            "--max-steps",
+            "2",
+            "--eval-interval",
+            "2",
+            *QUIET,
+            "--out",
+            out,
+        ]
     if row in ("init-gpt2", "init-llama"):
         hf = _hf_dir(files, "hf-gpt2" if row == "init-gpt2" else "hf-llama")
-        return ["train", "--init-from", hf, *text, "--max-steps", "2", "--eval-interval", "2", "--batch-size", "4",
-                "--eval-batches", "1", "--num-samples", "0", *QUIET, "--out", out]
+        return [
+            "train",
+            "--init-from",
+            hf,
+            *text,
+            "--max-steps",
+            "2",
+            "--eval-interval",
+            "2",
+            "--batch-size",
+            "4",
+            "--eval-batches",
+            "1",
+            "--num-samples",
+            "0",
+            *QUIET,
+            "--out",
+            out,
+        ]
     raise KeyError(row)
 
 
@@ -314,9 +409,19 @@ def _subclass_run(files, out: Path) -> tuple[Result, object]:
     class MyGPT(GPT):
         pass
 
-    job, cfg = build_job("lines", model={"n_layer": 1, "n_head": 2, "n_embd": 16},
-                         train={"max_steps": 2, "eval_interval": 2, "batch_size": 4, "eval_batches": 1,
-                                "workers": 1, "num_samples": 0}, data={"path": str(files["names"])})
+    job, cfg = build_job(
+        "lines",
+        model={"n_layer": 1, "n_head": 2, "n_embd": 16},
+        train={
+            "max_steps": 2,
+            "eval_interval": 2,
+            "batch_size": 4,
+            "eval_batches": 1,
+            "workers": 1,
+            "num_samples": 0,
+        },
+        data={"path": str(files["names"])},
+    )
     job.model = MyGPT(job.model.config, seed=cfg.seed)
     state = {"job": job, "cfg": cfg, "cls": MyGPT}
 
@@ -372,7 +477,9 @@ def _subclass_cell(column: str, run: Path, state: dict, out: Path) -> Result:
 
     def viz(only=DEFAULT_FIGURES, init=False):
         inputs = job.viz_inputs(text)
-        init_model = cls(type(job.model.config).from_dict(job.model.config.to_dict()), seed=cfg.seed) if init else None
+        init_model = (
+            cls(type(job.model.config).from_dict(job.model.config.to_dict()), seed=cfg.seed) if init else None
+        )
         paths = report(job.model, out, log=run / "log.jsonl", only=only, init_model=init_model, **inputs)
         return "\n".join(str(p) for p in paths)
 
@@ -431,8 +538,21 @@ def run_cell(row: str, column: str, runs: Runs, out: Path) -> Result:
     if column == "export":
         return cli("export", run, "--hf", out / "hf")
     if column == "sample-hf":
-        return cli("sample", "--hf", run, "--prompt", "the cat", "-n", "1", "--max-new-tokens", "4",
-                   "--temperature", "0", "--seed", "0")
+        return cli(
+            "sample",
+            "--hf",
+            run,
+            "--prompt",
+            "the cat",
+            "-n",
+            "1",
+            "--max-new-tokens",
+            "4",
+            "--temperature",
+            "0",
+            "--seed",
+            "0",
+        )
     if column == "lens-hf":
         return cli("lens", "--hf", run, "--text", text)
     raise KeyError(column)
@@ -487,7 +607,7 @@ def check_output(row: str, column: str, r: Result, runs: Runs, out: Path) -> Non
             if row.startswith("init-"):  # the run's initial weights are the directory's
                 from scratchformer.interop.hf_lm import load_hf_causal_lm
 
-                hf = load_hf_causal_lm(runs.get("hf-" + row[len("init-"):])[0])[0].state_dict()
+                hf = load_hf_causal_lm(runs.get("hf-" + row[len("init-") :])[0])[0].state_dict()
                 assert start is not None and set(start) == set(hf)
                 assert all(np.array_equal(start[k], hf[k]) for k in hf), "not the directory's weights"
             elif row != "subclass":
@@ -513,12 +633,17 @@ def _cases():
             value = EXPECTED[(row, column)]
             marks = []
             if value.startswith("bug: "):
-                marks.append(pytest.mark.xfail(strict=True, reason=value[len("bug: "):]))
+                marks.append(pytest.mark.xfail(strict=True, reason=value[len("bug: ") :]))
             if value.startswith("n/a"):
                 continue
             if row == "alibi":
-                marks.append(pytest.mark.skipif(not alibi_is_built(), reason="'alibi' is not among "
-                                                "GPTConfig.positional's choices yet: the row runs once it is"))
+                marks.append(
+                    pytest.mark.skipif(
+                        not alibi_is_built(),
+                        reason="'alibi' is not among "
+                        "GPTConfig.positional's choices yet: the row runs once it is",
+                    )
+                )
             yield pytest.param(row, column, marks=marks, id=f"{row}-{column}")
 
 
@@ -570,8 +695,9 @@ def test_every_cell_has_one_outcome():
 
 
 def test_the_docs_table_is_generated_from_this_one():
-    assert DOC.read_text(encoding="utf-8") == markdown(), \
+    assert DOC.read_text(encoding="utf-8") == markdown(), (
         "docs/model-kinds.md is stale: python tests/cli/test_matrix.py --markdown > docs/model-kinds.md"
+    )
 
 
 if __name__ == "__main__" and "--markdown" in sys.argv:

@@ -51,21 +51,25 @@ MISUSES = {
 def _gpt(**over):
     from scratchformer.models import GPT, GPTConfig
 
-    return GPT(GPTConfig(**{**dict(vocab_size=5, block_size=8, n_layer=1, n_head=2, n_embd=8), **over}), seed=0)
+    return GPT(
+        GPTConfig(**{**dict(vocab_size=5, block_size=8, n_layer=1, n_head=2, n_embd=8), **over}), seed=0
+    )
 
 
 def _classifier():
     from scratchformer.models import ClassifierConfig, TransformerClassifier
 
-    return TransformerClassifier(ClassifierConfig(vocab_size=5, n_classes=3, max_len=8, n_layer=1, n_head=2, n_embd=8),
-                                 seed=0)
+    return TransformerClassifier(
+        ClassifierConfig(vocab_size=5, n_classes=3, max_len=8, n_layer=1, n_head=2, n_embd=8), seed=0
+    )
 
 
 def _seq2seq():
     from scratchformer.models import Seq2SeqConfig, Seq2SeqTransformer
 
-    return Seq2SeqTransformer(Seq2SeqConfig(src_vocab_size=5, tgt_vocab_size=6, max_len=8, n_layer=1, n_head=2,
-                                            n_embd=8), seed=0)
+    return Seq2SeqTransformer(
+        Seq2SeqConfig(src_vocab_size=5, tgt_vocab_size=6, max_len=8, n_layer=1, n_head=2, n_embd=8), seed=0
+    )
 
 
 def _trained(module, *inputs):
@@ -119,24 +123,72 @@ def _ops():
 
 
 # models
-entry("GPTConfig", lambda: __import__("scratchformer.models", fromlist=["GPTConfig"]).GPTConfig,
-      vocab_size=5, block_size=8, n_layer=1, n_head=2, n_embd=8, dropout=0.0, activation="gelu")
-entry("GPT", lambda: __import__("scratchformer.models", fromlist=["GPT"]).GPT,
-      config=__import__("scratchformer.models", fromlist=["GPTConfig"]).GPTConfig(
-          vocab_size=5, block_size=8, n_layer=1, n_head=2, n_embd=8), seed=0)
+entry(
+    "GPTConfig",
+    lambda: __import__("scratchformer.models", fromlist=["GPTConfig"]).GPTConfig,
+    vocab_size=5,
+    block_size=8,
+    n_layer=1,
+    n_head=2,
+    n_embd=8,
+    dropout=0.0,
+    activation="gelu",
+)
+entry(
+    "GPT",
+    lambda: __import__("scratchformer.models", fromlist=["GPT"]).GPT,
+    config=__import__("scratchformer.models", fromlist=["GPTConfig"]).GPTConfig(
+        vocab_size=5, block_size=8, n_layer=1, n_head=2, n_embd=8
+    ),
+    seed=0,
+)
 entry("GPT.__call__", lambda: _gpt(), idx=ids(2, 4), targets=ids(2, 4))
-entry("GPT.generate", lambda: _gpt().generate, idx=ids(1, 3), max_new_tokens=2, temperature=1.0, top_k=2,
-      top_p=0.9, rng=0)
+entry(
+    "GPT.generate",
+    lambda: _gpt().generate,
+    idx=ids(1, 3),
+    max_new_tokens=2,
+    temperature=1.0,
+    top_k=2,
+    top_p=0.9,
+    rng=0,
+)
 entry("GPT.backward", lambda: _trained(_gpt(), ids(2, 4), ids(2, 4)).backward, dloss=1.0)
 entry("GPT.load_state_dict", lambda: _gpt().load_state_dict, state_dict=_gpt().state_dict())
-entry("ClassifierConfig", lambda: __import__("scratchformer.models", fromlist=["ClassifierConfig"]).ClassifierConfig,
-      vocab_size=5, n_classes=3, max_len=8, n_layer=1, n_head=2, n_embd=8)
-entry("TransformerClassifier.__call__", lambda: _classifier(), x=ids(2, 4), labels=ids(2, high=3),
-      padding_mask=np.ones((2, 4), bool))
-entry("Seq2SeqConfig", lambda: __import__("scratchformer.models", fromlist=["Seq2SeqConfig"]).Seq2SeqConfig,
-      src_vocab_size=5, tgt_vocab_size=6, max_len=8, n_layer=1, n_head=2, n_embd=8)
-entry("Seq2SeqTransformer.__call__", lambda: _seq2seq(), src=ids(2, 4), tgt_in=ids(2, 3, high=6),
-      tgt_out=ids(2, 3, high=6))
+entry(
+    "ClassifierConfig",
+    lambda: __import__("scratchformer.models", fromlist=["ClassifierConfig"]).ClassifierConfig,
+    vocab_size=5,
+    n_classes=3,
+    max_len=8,
+    n_layer=1,
+    n_head=2,
+    n_embd=8,
+)
+entry(
+    "TransformerClassifier.__call__",
+    lambda: _classifier(),
+    x=ids(2, 4),
+    labels=ids(2, high=3),
+    padding_mask=np.ones((2, 4), bool),
+)
+entry(
+    "Seq2SeqConfig",
+    lambda: __import__("scratchformer.models", fromlist=["Seq2SeqConfig"]).Seq2SeqConfig,
+    src_vocab_size=5,
+    tgt_vocab_size=6,
+    max_len=8,
+    n_layer=1,
+    n_head=2,
+    n_embd=8,
+)
+entry(
+    "Seq2SeqTransformer.__call__",
+    lambda: _seq2seq(),
+    src=ids(2, 4),
+    tgt_in=ids(2, 3, high=6),
+    tgt_out=ids(2, 3, high=6),
+)
 # layers
 entry("Linear", lambda: _nn().Linear, in_features=4, out_features=3, bias=True)
 entry("Linear.__call__", lambda: _nn().Linear(4, 3), x=arr(2, 4))
@@ -152,18 +204,29 @@ entry("Dropout", lambda: _nn().Dropout, p=0.1)
 entry("Dropout.__call__", lambda: _nn().Dropout(0.1), x=arr(2, 4))
 entry("MultiHeadAttention", lambda: _nn().MultiHeadAttention, n_embd=8, n_head=2, dropout=0.0)
 entry("MultiHeadAttention.__call__", lambda: _nn().MultiHeadAttention(8, 2), x=arr(1, 3, 8), causal=True)
-entry("MultiHeadAttention.backward", lambda: _trained(_nn().MultiHeadAttention(8, 2), arr(1, 3, 8)).backward,
-      grad=arr(1, 3, 8))
+entry(
+    "MultiHeadAttention.backward",
+    lambda: _trained(_nn().MultiHeadAttention(8, 2), arr(1, 3, 8)).backward,
+    grad=arr(1, 3, 8),
+)
 entry("KVCache", lambda: _nn().KVCache, capacity=4)
 entry("FeedForward", lambda: _nn().FeedForward, n_embd=8, n_inner=16, activation="gelu")
 entry("FeedForward.__call__", lambda: _nn().FeedForward(8, 16), x=arr(2, 8))
 entry("FeedForward.backward", lambda: _trained(_nn().FeedForward(8, 16), arr(2, 8)).backward, dy=arr(2, 8))
 entry("SinusoidalPositionalEncoding", lambda: _nn().SinusoidalPositionalEncoding, max_len=8, n_embd=4)
-entry("SinusoidalPositionalEncoding.__call__", lambda: _nn().SinusoidalPositionalEncoding(8, 4),
-      x=arr(1, 3, 4), offset=0)
+entry(
+    "SinusoidalPositionalEncoding.__call__",
+    lambda: _nn().SinusoidalPositionalEncoding(8, 4),
+    x=arr(1, 3, 4),
+    offset=0,
+)
 entry("LearnedPositionalEmbedding", lambda: _nn().LearnedPositionalEmbedding, max_len=8, n_embd=4)
-entry("LearnedPositionalEmbedding.__call__", lambda: _nn().LearnedPositionalEmbedding(8, 4),
-      x=arr(1, 3, 4), offset=0)
+entry(
+    "LearnedPositionalEmbedding.__call__",
+    lambda: _nn().LearnedPositionalEmbedding(8, 4),
+    x=arr(1, 3, 4),
+    offset=0,
+)
 entry("sinusoidal_table", lambda: _nn().sinusoidal_table, max_len=8, n_embd=4)
 entry("EncoderBlock", lambda: _nn().EncoderBlock, n_embd=8, n_head=2, n_inner=16)
 entry("EncoderBlock.__call__", lambda: _nn().EncoderBlock(8, 2, 16), x=arr(1, 3, 8))
@@ -171,7 +234,7 @@ entry("DecoderBlock.__call__", lambda: _nn().DecoderBlock(8, 2, 16), x=arr(1, 3,
 entry("manual_seed", lambda: _nn().manual_seed, seed=0)
 entry("set_dropout_rng", lambda: _nn().set_dropout_rng, module=_gpt(), rng=np.random.default_rng(0))
 entry("make_norm", lambda: _nn().make_norm, normalization="layernorm", n_embd=4)
-entry("eval_mode", lambda: (lambda module: _nn().eval_mode(module).__enter__()), module=_gpt())
+entry("eval_mode", lambda: lambda module: _nn().eval_mode(module).__enter__(), module=_gpt())
 entry("Module.state_dict", lambda: _gpt().state_dict)
 entry("Module.parameters", lambda: _gpt().parameters)
 # ops
@@ -183,72 +246,199 @@ entry("gelu_backward", lambda: _ops().gelu_backward, dy=arr(2, 4), x=arr(2, 4))
 entry("relu_forward", lambda: _ops().relu_forward, x=arr(2, 4))
 entry("linear_forward", lambda: _ops().linear_forward, x=arr(2, 4), weight=arr(3, 4), bias=arr(3))
 entry("linear_backward", lambda: _ops().linear_backward, dy=arr(2, 3), x=arr(2, 4), weight=arr(3, 4))
-entry("layernorm_forward", lambda: _ops().layernorm_forward, x=arr(2, 4), weight=arr(4), bias=arr(4), eps=1e-5)
+entry(
+    "layernorm_forward", lambda: _ops().layernorm_forward, x=arr(2, 4), weight=arr(4), bias=arr(4), eps=1e-5
+)
 entry("rmsnorm_forward", lambda: _ops().rmsnorm_forward, x=arr(2, 4), weight=arr(4), eps=1e-6)
-entry("attention_forward", lambda: _ops().attention_forward, q=arr(1, 2, 3, 4), k=arr(1, 2, 3, 4),
-      v=arr(1, 2, 3, 4), causal=True)
+entry(
+    "attention_forward",
+    lambda: _ops().attention_forward,
+    q=arr(1, 2, 3, 4),
+    k=arr(1, 2, 3, 4),
+    v=arr(1, 2, 3, 4),
+    causal=True,
+)
 entry("attention_mask", lambda: _ops().attention_mask, mask=None, causal=True, Tq=3, Tk=3)
 entry("causal_mask", lambda: _ops().causal_mask, Tq=3, Tk=3)
 entry("dropout_forward", lambda: _ops().dropout_forward, x=arr(2, 4), p=0.1, rng=np.random.default_rng(0))
-entry("cross_entropy_forward", lambda: _ops().cross_entropy_forward, logits=arr(2, 5), targets=ids(2),
-      label_smoothing=0.0)
+entry(
+    "cross_entropy_forward",
+    lambda: _ops().cross_entropy_forward,
+    logits=arr(2, 5),
+    targets=ids(2),
+    label_smoothing=0.0,
+)
 entry("rope_tables", lambda: _ops().rope_tables, start=0, length=3, head_size=4, theta=10000.0)
-entry("rope_forward", lambda: _ops().rope_forward, x=arr(1, 2, 3, 4), cos=_ops().rope_tables(0, 3, 4)[0],
-      sin=_ops().rope_tables(0, 3, 4)[1])
+entry(
+    "rope_forward",
+    lambda: _ops().rope_forward,
+    x=arr(1, 2, 3, 4),
+    cos=_ops().rope_tables(0, 3, 4)[0],
+    sin=_ops().rope_tables(0, 3, 4)[1],
+)
 entry("swiglu_forward", lambda: _ops().swiglu_forward, h=arr(2, 8))
 entry("silu_forward", lambda: _ops().silu_forward, x=arr(2, 4))
 # sampling and decoding
-entry("sample_next", lambda: __import__("scratchformer.inference", fromlist=["x"]).sample_next, logits=arr(2, 5),
-      rng=0, temperature=1.0, top_k=2, top_p=0.9)
-entry("filtered_probs", lambda: __import__("scratchformer.inference", fromlist=["x"]).filtered_probs,
-      logits=arr(2, 5), temperature=1.0, top_k=2, top_p=0.9)
-entry("top_k_mask", lambda: __import__("scratchformer.inference", fromlist=["x"]).top_k_mask, logits=arr(2, 5), k=2)
-entry("top_p_mask", lambda: __import__("scratchformer.inference", fromlist=["x"]).top_p_mask,
-      probs=np.full((2, 5), 0.2), p=0.5)
+entry(
+    "sample_next",
+    lambda: __import__("scratchformer.inference", fromlist=["x"]).sample_next,
+    logits=arr(2, 5),
+    rng=0,
+    temperature=1.0,
+    top_k=2,
+    top_p=0.9,
+)
+entry(
+    "filtered_probs",
+    lambda: __import__("scratchformer.inference", fromlist=["x"]).filtered_probs,
+    logits=arr(2, 5),
+    temperature=1.0,
+    top_k=2,
+    top_p=0.9,
+)
+entry(
+    "top_k_mask",
+    lambda: __import__("scratchformer.inference", fromlist=["x"]).top_k_mask,
+    logits=arr(2, 5),
+    k=2,
+)
+entry(
+    "top_p_mask",
+    lambda: __import__("scratchformer.inference", fromlist=["x"]).top_p_mask,
+    probs=np.full((2, 5), 0.2),
+    p=0.5,
+)
 entry("as_rng", lambda: __import__("scratchformer.inference", fromlist=["x"]).as_rng, rng=0)
-entry("greedy_decode", lambda: __import__("scratchformer.inference", fromlist=["x"]).greedy_decode,
-      model=_seq2seq(), src=ids(1, 4), max_new_tokens=3)
-entry("beam_search", lambda: __import__("scratchformer.inference", fromlist=["x"]).beam_search,
-      model=_seq2seq(), src=ids(1, 4), beam_width=2, max_new_tokens=3)
+entry(
+    "greedy_decode",
+    lambda: __import__("scratchformer.inference", fromlist=["x"]).greedy_decode,
+    model=_seq2seq(),
+    src=ids(1, 4),
+    max_new_tokens=3,
+)
+entry(
+    "beam_search",
+    lambda: __import__("scratchformer.inference", fromlist=["x"]).beam_search,
+    model=_seq2seq(),
+    src=ids(1, 4),
+    beam_width=2,
+    max_new_tokens=3,
+)
 # tokenizers and data
 entry("CharTokenizer", lambda: __import__("scratchformer.data", fromlist=["x"]).CharTokenizer, chars="abcde")
 entry("CharTokenizer.encode", lambda: _char_tokenizer().encode, text="abc")
 entry("CharTokenizer.decode", lambda: _char_tokenizer().decode, ids=[0, 1, 2])
-entry("BPETokenizer.train", lambda: __import__("scratchformer.data", fromlist=["x"]).BPETokenizer.train,
-      texts=["the cat sat"], vocab_size=270)
+entry(
+    "BPETokenizer.train",
+    lambda: __import__("scratchformer.data", fromlist=["x"]).BPETokenizer.train,
+    texts=["the cat sat"],
+    vocab_size=270,
+)
 entry("BPETokenizer.encode", lambda: _bpe().encode, text="the cat")
 entry("BPETokenizer.decode", lambda: _bpe().decode, ids=[1, 2, 3])
-entry("guess_format", lambda: __import__("scratchformer.data", fromlist=["x"]).guess_format, text="emma\nolivia\nava\n")
-entry("TextDataset", lambda: __import__("scratchformer.data", fromlist=["x"]).TextDataset, ids=ids(40),
-      tokenizer=_char_tokenizer(), block_size=4)
+entry(
+    "guess_format",
+    lambda: __import__("scratchformer.data", fromlist=["x"]).guess_format,
+    text="emma\nolivia\nava\n",
+)
+entry(
+    "TextDataset",
+    lambda: __import__("scratchformer.data", fromlist=["x"]).TextDataset,
+    ids=ids(40),
+    tokenizer=_char_tokenizer(),
+    block_size=4,
+)
 # optimisers and training entry points
-entry("AdamW", lambda: __import__("scratchformer.optim", fromlist=["x"]).AdamW, params=_params(), lr=1e-3,
-      weight_decay=0.01)
+entry(
+    "AdamW",
+    lambda: __import__("scratchformer.optim", fromlist=["x"]).AdamW,
+    params=_params(),
+    lr=1e-3,
+    weight_decay=0.01,
+)
 entry("SGD", lambda: __import__("scratchformer.optim", fromlist=["x"]).SGD, params=_params(), lr=0.1)
-entry("clip_grad_norm", lambda: __import__("scratchformer.optim", fromlist=["x"]).clip_grad_norm,
-      params=_with_grads().parameters(), max_norm=1.0)
-entry("cosine_lr", lambda: __import__("scratchformer.optim", fromlist=["x"]).cosine_lr, step=3, max_lr=1e-3,
-      min_lr=1e-4, warmup_steps=2, decay_steps=10)
-entry("param_groups", lambda: __import__("scratchformer.optim", fromlist=["x"]).param_groups, model=_gpt(),
-      weight_decay=0.1)
-entry("TrainConfig", lambda: __import__("scratchformer.training.config", fromlist=["x"]).TrainConfig,
-      max_steps=2, batch_size=4, lr=1e-3)
-entry("check_fits", lambda: __import__("scratchformer.limits", fromlist=["x"]).check_fits, nbytes=10, what="x",
-      option="--x")
-entry("mfu", lambda: __import__("scratchformer.limits", fromlist=["x"]).mfu, flops_per_token=1.0, tokens_per_s=1.0,
-      peak=10.0)
+entry(
+    "clip_grad_norm",
+    lambda: __import__("scratchformer.optim", fromlist=["x"]).clip_grad_norm,
+    params=_with_grads().parameters(),
+    max_norm=1.0,
+)
+entry(
+    "cosine_lr",
+    lambda: __import__("scratchformer.optim", fromlist=["x"]).cosine_lr,
+    step=3,
+    max_lr=1e-3,
+    min_lr=1e-4,
+    warmup_steps=2,
+    decay_steps=10,
+)
+entry(
+    "param_groups",
+    lambda: __import__("scratchformer.optim", fromlist=["x"]).param_groups,
+    model=_gpt(),
+    weight_decay=0.1,
+)
+entry(
+    "TrainConfig",
+    lambda: __import__("scratchformer.training.config", fromlist=["x"]).TrainConfig,
+    max_steps=2,
+    batch_size=4,
+    lr=1e-3,
+)
+entry(
+    "check_fits",
+    lambda: __import__("scratchformer.limits", fromlist=["x"]).check_fits,
+    nbytes=10,
+    what="x",
+    option="--x",
+)
+entry(
+    "mfu",
+    lambda: __import__("scratchformer.limits", fromlist=["x"]).mfu,
+    flops_per_token=1.0,
+    tokens_per_s=1.0,
+    peak=10.0,
+)
 # lens
 entry("hook_names", lambda: __import__("scratchformer.lens", fromlist=["x"]).hook_names, model=_gpt())
-entry("run_with_cache", lambda: (lambda model, idx, names: __import__("scratchformer.lens", fromlist=["x"])
-                                 .run_with_cache(model, idx, names=names)),
-      model=_gpt(), idx=ids(1, 4), names=["embed"])
-entry("logit_lens", lambda: __import__("scratchformer.lens", fromlist=["x"]).logit_lens, model=_gpt(),
-      inputs=(ids(1, 4),), k=2)
-entry("direct_logit_attribution", lambda: __import__("scratchformer.lens", fromlist=["x"]).direct_logit_attribution,
-      model=_gpt(), inputs=(ids(1, 4),), token=1, position=-1)
-entry("head_scores", lambda: __import__("scratchformer.lens", fromlist=["x"]).head_scores, model=_gpt(),
-      inputs=(ids(1, 4),))
-entry("logit_metric", lambda: __import__("scratchformer.lens", fromlist=["x"]).logit_metric, position=-1, token=1)
+entry(
+    "run_with_cache",
+    lambda: (
+        lambda model, idx, names: __import__("scratchformer.lens", fromlist=["x"]).run_with_cache(
+            model, idx, names=names
+        )
+    ),
+    model=_gpt(),
+    idx=ids(1, 4),
+    names=["embed"],
+)
+entry(
+    "logit_lens",
+    lambda: __import__("scratchformer.lens", fromlist=["x"]).logit_lens,
+    model=_gpt(),
+    inputs=(ids(1, 4),),
+    k=2,
+)
+entry(
+    "direct_logit_attribution",
+    lambda: __import__("scratchformer.lens", fromlist=["x"]).direct_logit_attribution,
+    model=_gpt(),
+    inputs=(ids(1, 4),),
+    token=1,
+    position=-1,
+)
+entry(
+    "head_scores",
+    lambda: __import__("scratchformer.lens", fromlist=["x"]).head_scores,
+    model=_gpt(),
+    inputs=(ids(1, 4),),
+)
+entry(
+    "logit_metric",
+    lambda: __import__("scratchformer.lens", fromlist=["x"]).logit_metric,
+    position=-1,
+    token=1,
+)
 
 
 CASES = [(name, arg, bad) for name, (_, good) in ENTRIES.items() for arg in good for bad in MISUSES]
@@ -280,8 +470,13 @@ def call(name, arg, bad):
 NOT_YET: dict[str, str] = {}  # entry -> why its misuses are not typed yet (none today)
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=NOT_YET[n], strict=True))
-                                  if n in NOT_YET else n for n in ENTRIES])
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.xfail(reason=NOT_YET[n], strict=True)) if n in NOT_YET else n
+        for n in ENTRIES
+    ],
+)
 def test_every_misuse_is_a_typed_error(name):
     _, good = ENTRIES[name]
     untyped = []
@@ -296,5 +491,8 @@ def test_every_misuse_is_a_typed_error(name):
 def test_the_catalogue_is_wide():
     assert len(ENTRIES) >= 90 and len(CASES) >= 92 * 10
     assert len(ENTRIES) - len(NOT_YET) >= 60  # entry points whose every misuse is typed
-    assert all(issubclass(getattr(errors, n), ScratchformerError) for n in errors.__dict__
-               if isinstance(getattr(errors, n), type) and n.endswith("Error") and n != "ScratchformerError")
+    assert all(
+        issubclass(getattr(errors, n), ScratchformerError)
+        for n in errors.__dict__
+        if isinstance(getattr(errors, n), type) and n.endswith("Error") and n != "ScratchformerError"
+    )

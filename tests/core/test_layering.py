@@ -94,8 +94,9 @@ def upward_edges(root: Path) -> list[str]:
     for src, dst, where in imports(root):
         for unit in (src, dst):
             if unit not in LEVEL:
-                bad.append(f"{where}: scratchformer.{unit} is in no layer: "
-                           "add it to LAYERS and docs/architecture.md")
+                bad.append(
+                    f"{where}: scratchformer.{unit} is in no layer: add it to LAYERS and docs/architecture.md"
+                )
         if src in LEVEL and dst in LEVEL and LEVEL[dst] >= LEVEL[src]:
             bad.append(f"{where}: {src} imports {dst}, which is not below it")
     return sorted(set(bad))
@@ -106,8 +107,9 @@ def test_every_import_points_down_the_layers():
 
 
 def test_every_top_level_module_has_a_layer():
-    units = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__"} | {p.name for p in PACKAGE.iterdir()
-                                                                       if (p / "__init__.py").exists()}
+    units = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__"} | {
+        p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()
+    }
     assert sorted(units - set(LEVEL)) == []
 
 
@@ -127,13 +129,15 @@ def test_the_checker_sees_imports_anywhere(tmp_path):
     (root / "ops" / "planted.py").write_text("from ..nn import Linear\n", encoding="utf-8")
     (root / "models" / "planted.py").write_text("from scratchformer import training\n", encoding="utf-8")
     (root / "errors_extra.py").write_text("from scratchformer.errors import ConfigError\n", encoding="utf-8")
-    assert upward_edges(root) == sorted([
-        f"training/diagnostics.py:{lines}: training imports viz, which is not below it",
-        "ops/planted.py:1: ops imports nn, which is not below it",
-        "models/planted.py:1: models imports training, which is not below it",
-        "errors_extra.py:1: scratchformer.errors_extra is in no layer: "
-        "add it to LAYERS and docs/architecture.md",
-    ])
+    assert upward_edges(root) == sorted(
+        [
+            f"training/diagnostics.py:{lines}: training imports viz, which is not below it",
+            "ops/planted.py:1: ops imports nn, which is not below it",
+            "models/planted.py:1: models imports training, which is not below it",
+            "errors_extra.py:1: scratchformer.errors_extra is in no layer: "
+            "add it to LAYERS and docs/architecture.md",
+        ]
+    )
 
 
 def test_a_layer_does_not_import_its_neighbour(tmp_path):
@@ -150,8 +154,11 @@ def test_architecture_md_lists_the_same_order():
     """docs/architecture.md's table names every unit in the order LAYERS enforces, with its layer
     number (the package's own __init__.py and __main__.py aside)."""
     lines = ARCHITECTURE.read_text(encoding="utf-8").splitlines()
-    rows = [[cell.strip() for cell in line.split("|")[1:3]]
-            for line in lines if line.startswith("| `scratchformer")]
+    rows = [
+        [cell.strip() for cell in line.split("|")[1:3]]
+        for line in lines
+        if line.startswith("| `scratchformer")
+    ]
     documented = [(name.strip("`").removeprefix("scratchformer."), int(layer)) for name, layer in rows]
     layers = [layer for layer in LAYERS if layer not in (("scratchformer",), ("__main__",))]
     assert documented == [(unit, number) for number, layer in enumerate(layers, 1) for unit in layer]

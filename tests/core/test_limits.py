@@ -5,11 +5,18 @@ import hashlib
 import pytest
 
 from scratchformer.data.bundled import resolve_data
-from scratchformer.errors import DataError, ResourceError
 from scratchformer.data.datasets import check_line_lengths
-from scratchformer.limits import (activation_bytes, available_memory, check_fits,
-                                  check_model_fits, generation_bytes, model_flops_per_token,
-                                  param_count_bound, training_state_bytes)
+from scratchformer.errors import DataError, ResourceError
+from scratchformer.limits import (
+    activation_bytes,
+    available_memory,
+    check_fits,
+    check_model_fits,
+    generation_bytes,
+    model_flops_per_token,
+    param_count_bound,
+    training_state_bytes,
+)
 from scratchformer.models.gpt import GPT, GPTConfig
 
 
@@ -18,12 +25,24 @@ def test_available_memory_is_a_plausible_number():
     assert avail is None or 2**20 < avail < 2**50
 
 
-GPT_CONFIGS = [dict(), dict(tie_weights=True), dict(n_inner=40, bias=False),
-               # Llama blocks: SwiGLU's third matrix, grouped-query key/value heads, RMSNorm, no biases
-               dict(positional="rope", normalization="rmsnorm", activation="swiglu", bias=False, n_head=4,
-                    n_kv_head=2, tie_weights=False),
-               dict(positional="sinusoidal", activation="swiglu", n_kv_head=1, norm_first=False),
-               dict(attn_only=True), dict(attn_only=True, bias=False, normalization="rmsnorm", tie_weights=False)]
+GPT_CONFIGS = [
+    dict(),
+    dict(tie_weights=True),
+    dict(n_inner=40, bias=False),
+    # Llama blocks: SwiGLU's third matrix, grouped-query key/value heads, RMSNorm, no biases
+    dict(
+        positional="rope",
+        normalization="rmsnorm",
+        activation="swiglu",
+        bias=False,
+        n_head=4,
+        n_kv_head=2,
+        tie_weights=False,
+    ),
+    dict(positional="sinusoidal", activation="swiglu", n_kv_head=1, norm_first=False),
+    dict(attn_only=True),
+    dict(attn_only=True, bias=False, normalization="rmsnorm", tie_weights=False),
+]
 
 
 @pytest.mark.parametrize("kw", GPT_CONFIGS)
@@ -38,20 +57,59 @@ def test_param_count_is_the_real_models_count(kw):
 
 
 def test_task_model_counts_are_exact():
-    from scratchformer.models import ClassifierConfig, Seq2SeqConfig, Seq2SeqTransformer, TransformerClassifier
+    from scratchformer.models import (
+        ClassifierConfig,
+        Seq2SeqConfig,
+        Seq2SeqTransformer,
+        TransformerClassifier,
+    )
 
-    for model in (TransformerClassifier(ClassifierConfig(vocab_size=3, n_classes=3, max_len=8, n_layer=2, n_head=2,
-                                                         n_embd=16)),
-                  TransformerClassifier(ClassifierConfig(vocab_size=3, n_classes=3, max_len=8, n_layer=1, n_head=2,
-                                                         n_embd=16, pooling="cls", positional="learned",
-                                                         norm_first=False)),
-                  Seq2SeqTransformer(Seq2SeqConfig(src_vocab_size=13, tgt_vocab_size=13, max_len=13, n_layer=2,
-                                                   n_head=2, n_embd=16, share_embeddings=True)),
-                  Seq2SeqTransformer(Seq2SeqConfig(src_vocab_size=13, tgt_vocab_size=11, max_len=13, n_layer=1,
-                                                   n_decoder_layers=2, n_head=2, n_embd=16, norm_first=False))):
+    for model in (
+        TransformerClassifier(
+            ClassifierConfig(vocab_size=3, n_classes=3, max_len=8, n_layer=2, n_head=2, n_embd=16)
+        ),
+        TransformerClassifier(
+            ClassifierConfig(
+                vocab_size=3,
+                n_classes=3,
+                max_len=8,
+                n_layer=1,
+                n_head=2,
+                n_embd=16,
+                pooling="cls",
+                positional="learned",
+                norm_first=False,
+            )
+        ),
+        Seq2SeqTransformer(
+            Seq2SeqConfig(
+                src_vocab_size=13,
+                tgt_vocab_size=13,
+                max_len=13,
+                n_layer=2,
+                n_head=2,
+                n_embd=16,
+                share_embeddings=True,
+            )
+        ),
+        Seq2SeqTransformer(
+            Seq2SeqConfig(
+                src_vocab_size=13,
+                tgt_vocab_size=11,
+                max_len=13,
+                n_layer=1,
+                n_decoder_layers=2,
+                n_head=2,
+                n_embd=16,
+                norm_first=False,
+            )
+        ),
+    ):
         real = model.num_parameters()
         assert param_count_bound(model.config, type(model)) == real, type(model).__name__
-        assert param_count_bound(model.config.to_dict(), type(model)) == real  # config.json's "model" dict too
+        assert (
+            param_count_bound(model.config.to_dict(), type(model)) == real
+        )  # config.json's "model" dict too
 
 
 @pytest.mark.parametrize("vocab_size,max_length", [(79, 192), (30522, 64), (79, 512)])
@@ -61,8 +119,15 @@ def test_bert_classifier_count_has_the_whole_position_table_types_and_head(vocab
     from scratchformer.interop.bert import BertEncoder
     from scratchformer.interop.bert_classifier import BertClassifier, SentenceClassifierConfig
 
-    cfg = SentenceClassifierConfig(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                   intermediate_size=128, labels=list("abcdefgh"), max_length=max_length)
+    cfg = SentenceClassifierConfig(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        labels=list("abcdefgh"),
+        max_length=max_length,
+    )
     real = BertClassifier(BertEncoder(cfg.bert_config()), cfg.num_classes).num_parameters()
     assert param_count_bound(cfg.to_dict(), BertClassifier) == real
     assert BertEncoder.param_count(cfg.bert_config()) == BertEncoder(cfg.bert_config()).num_parameters()
@@ -74,7 +139,9 @@ def test_model_check_names_the_options_and_flops_follow_nanogpt(monkeypatch):
     cfg = GPTConfig(vocab_size=27, block_size=16, n_layer=2, n_head=2, n_embd=8)
     monkeypatch.setattr(limits, "memory_limits", lambda: {"the machine's available memory": 10**9})
     check_model_fits(cfg, GPT, training=True)
-    with pytest.raises(ResourceError, match=r"model of about .* parameters with its training state .*lower --n-embd"):
+    with pytest.raises(
+        ResourceError, match=r"model of about .* parameters with its training state .*lower --n-embd"
+    ):
         check_model_fits({**cfg.to_dict(), "n_embd": 2**16}, GPT, training=True)
     model = GPT(cfg)
     assert model_flops_per_token(model) == 6 * model.num_parameters() + 12 * 2 * 8 * 16
@@ -84,7 +151,10 @@ def test_estimates_grow_as_their_formulas_say():
     assert training_state_bytes(1000) == 16_000  # weights, grads, m, v in float32
     base = activation_bytes(4, 16, 2, 8, 2, 27)
     assert activation_bytes(8, 16, 2, 8, 2, 27) == 2 * base  # linear in the batch
-    assert activation_bytes(4, 16, 2, 8, 2, 27, per_layer_factor=0) == (2 * 2 * 4 * 2 * 16 * 16 + 3 * 4 * 16 * 27) * 4
+    assert (
+        activation_bytes(4, 16, 2, 8, 2, 27, per_layer_factor=0)
+        == (2 * 2 * 4 * 2 * 16 * 16 + 3 * 4 * 16 * 27) * 4
+    )
     # the 200,000-character names line of issue 9: block 200,001, default batch 64 -> far past any machine
     assert activation_bytes(64, 200_001, 4, 64, 4, 27) > 1e14
     assert generation_bytes(10, 5, 100, 2, 8, 27) == (2 * 2 * 10 * 105 * 8 + 4 * 10 * 27) * 4
@@ -95,8 +165,10 @@ def test_check_fits_names_the_option_and_the_numbers():
     with pytest.raises(ResourceError) as e:
         check_fits(37e9, "a training batch", "--batch-size or --block-size", available=8e9)
     msg = str(e.value)
-    assert msg == ("a training batch needs about 37 GB of memory but 8 GB is available: "
-                   "lower --batch-size or --block-size")
+    assert msg == (
+        "a training batch needs about 37 GB of memory but 8 GB is available: "
+        "lower --batch-size or --block-size"
+    )
     assert isinstance(e.value, MemoryError)
 
 
@@ -109,17 +181,22 @@ def test_check_fits_skips_when_memory_is_unknown(monkeypatch):
 
 def test_long_line_is_named_by_number():
     check_line_lengths(["emma", "olivia"], "names.txt", limit=6)
-    with pytest.raises(DataError, match=r"^n.txt line 3 has 200,000 characters .*limit for a lines file is 1,000"):
+    with pytest.raises(
+        DataError, match=r"^n.txt line 3 has 200,000 characters .*limit for a lines file is 1,000"
+    ):
         check_line_lengths(["ann", "bo", "x" * 200_000, "y" * 200_000], "n.txt")
 
 
 # -- bundled data sets -----------------------------------------------------------------------
-@pytest.mark.parametrize("name, sha", [
-    ("names", "0a30b5557f192f32ab962680889aac5f6fda0f4cecf40a6d0b5694f58ea8cc4d"),
-    ("shakespeare", "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"),
-    ("tinyshakespeare", "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"),
-    (None, "0a30b5557f192f32ab962680889aac5f6fda0f4cecf40a6d0b5694f58ea8cc4d"),
-])
+@pytest.mark.parametrize(
+    "name, sha",
+    [
+        ("names", "0a30b5557f192f32ab962680889aac5f6fda0f4cecf40a6d0b5694f58ea8cc4d"),
+        ("shakespeare", "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"),
+        ("tinyshakespeare", "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"),
+        (None, "0a30b5557f192f32ab962680889aac5f6fda0f4cecf40a6d0b5694f58ea8cc4d"),
+    ],
+)
 def test_bundled_names_resolve_to_the_shipped_files(name, sha):
     assert hashlib.sha256(resolve_data(name).read_bytes()).hexdigest() == sha
 
@@ -128,8 +205,11 @@ def test_paths_resolve_or_fail_in_one_line(tmp_path):
     f = tmp_path / "mine.txt"
     f.write_text("abc\n")
     assert resolve_data(str(f)) == f and resolve_data(f) == f
-    for bad, words in [("", "empty data path"), (str(tmp_path / "nope.txt"), "data file not found"),
-                       (str(tmp_path), "is not a file")]:
+    for bad, words in [
+        ("", "empty data path"),
+        (str(tmp_path / "nope.txt"), "data file not found"),
+        (str(tmp_path), "is not a file"),
+    ]:
         with pytest.raises(DataError, match=words) as e:
             resolve_data(bad)
         assert "\n" not in str(e.value)
@@ -169,8 +249,13 @@ def test_the_smallest_limit_wins_and_is_named(monkeypatch):
     import scratchformer.limits.memory as limits
 
     soft = 3 << 30
-    monkeypatch.setattr(resource, "getrlimit", lambda which: (soft, resource.RLIM_INFINITY)
-                        if which == resource.RLIMIT_AS else (resource.RLIM_INFINITY,) * 2)
+    monkeypatch.setattr(
+        resource,
+        "getrlimit",
+        lambda which: (
+            (soft, resource.RLIM_INFINITY) if which == resource.RLIMIT_AS else (resource.RLIM_INFINITY,) * 2
+        ),
+    )
     monkeypatch.setattr(limits, "_machine_available", lambda: 64 << 30)
     monkeypatch.setattr(limits, "_cgroup_left", lambda: None)
     left = limits.memory_limits()["the address-space limit (ulimit -v)"]
@@ -199,7 +284,11 @@ def test_text_data_and_workers_are_estimated_naming_their_option(tmp_path, monke
     assert read_text(data)[0].startswith("hello")
     model = GPT(GPTConfig(vocab_size=27, block_size=16, n_layer=1, n_head=2, n_embd=8))
     one = 3 * model.num_parameters() * 4 + activation_bytes(8, 16, 1, 8, 2, 27)
-    monkeypatch.setattr(limits, "memory_limits", lambda: {"the machine's available memory": 2 * one + (64 << 20)})
+    monkeypatch.setattr(
+        limits, "memory_limits", lambda: {"the machine's available memory": 2 * one + (64 << 20)}
+    )
     check_training_fits(model, 8, workers=1)
-    with pytest.raises(ResourceError, match="in 8 processes .* lower --batch-size or --block-size, or --workers"):
+    with pytest.raises(
+        ResourceError, match="in 8 processes .* lower --batch-size or --block-size, or --workers"
+    ):
         check_training_fits(model, 8, workers=8)

@@ -31,11 +31,18 @@ def _writes(root: Path) -> dict[str, list[str]]:
             fn = node.func
             name = fn.attr if isinstance(fn, ast.Attribute) else fn.id if isinstance(fn, ast.Name) else None
             if name == "open" and isinstance(fn, ast.Name):  # the builtin: a write mode is a write
-                mode = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords
-                                                                     if k.arg == "mode"), None)
+                mode = (
+                    node.args[1]
+                    if len(node.args) > 1
+                    else next((k.value for k in node.keywords if k.arg == "mode"), None)
+                )
                 writes = isinstance(mode, ast.Constant) and any(c in str(mode.value) for c in "wax+")
-            elif name in ("replace", "rename") and isinstance(fn, ast.Attribute) and \
-                    isinstance(fn.value, ast.Name) and fn.value.id == "os":
+            elif (
+                name in ("replace", "rename")
+                and isinstance(fn, ast.Attribute)
+                and isinstance(fn.value, ast.Name)
+                and fn.value.id == "os"
+            ):
                 writes = True
             else:
                 writes = name in WRITE_METHODS and not (name == "savefig" and _to_buffer(node))
@@ -73,7 +80,9 @@ def test_a_direct_write_is_found(tmp_path):
     assert _unexpected(root) == []
     (root / "viz" / "planted.py").write_text(
         "from pathlib import Path\n\ndef save(p, s):\n    Path(p).write_text(s)\n\n"
-        "def save2(p, s):\n    with open(p, 'w') as f:\n        f.write(s)\n", encoding="utf-8")
+        "def save2(p, s):\n    with open(p, 'w') as f:\n        f.write(s)\n",
+        encoding="utf-8",
+    )
     main = root / "cli" / "main.py"
     planted = "\n\ndef planted(a, b):\n    os.replace(a, b)\n"
     main.write_text(main.read_text(encoding="utf-8") + planted, encoding="utf-8")

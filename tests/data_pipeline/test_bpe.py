@@ -17,8 +17,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 from scratchformer.data.bpe import END_OF_TEXT, BPETokenizer  # noqa: E402
 from scratchformer.data.bundled import resolve_data  # noqa: E402
 from scratchformer.errors import CheckpointError, ConfigError, DataError  # noqa: E402
-from scratchformer.ops import IGNORE_INDEX  # noqa: E402
 from scratchformer.interop.hf_lm import hf_samples, load_hf_causal_lm  # noqa: E402
+from scratchformer.ops import IGNORE_INDEX  # noqa: E402
 
 SHAKESPEARE = resolve_data("shakespeare").read_text(encoding="utf-8")
 LINES = SHAKESPEARE.split("\n")
@@ -109,6 +109,7 @@ def test_bad_input_is_a_typed_error(tok, tmp_path):
 
 # -- sampling from a Hugging Face GPT-2 directory ---------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def gpt2_dir(tok, vocab_dir, tmp_path_factory):
     """A tiny random GPT2LMHeadModel saved by transformers, with GPT-2's two tokenizer files."""
@@ -116,8 +117,16 @@ def gpt2_dir(tok, vocab_dir, tmp_path_factory):
     transformers = pytest.importorskip("transformers")
     path = tmp_path_factory.mktemp("gpt2")
     torch.manual_seed(0)
-    cfg = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=16, vocab_size=tok.vocab_size, n_positions=64,
-                                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    cfg = transformers.GPT2Config(
+        n_layer=2,
+        n_head=2,
+        n_embd=16,
+        vocab_size=tok.vocab_size,
+        n_positions=64,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
     hf = transformers.GPT2LMHeadModel(cfg)
     with torch.no_grad():
         for p in hf.parameters():
@@ -135,25 +144,44 @@ def test_greedy_samples_equal_transformers_generate(gpt2_dir, tok):
     model, tokenizer = load_hf_causal_lm(path, dtype="float64")
     prompt = "ROMEO: what"
     with torch.no_grad():
-        ref = hf.double().generate(torch.tensor([tok.encode(prompt).tolist()]), max_new_tokens=12,
-                                   do_sample=False, eos_token_id=None, pad_token_id=0)
-    ref_text = prompt + tok.decode(ref[0, len(tok.encode(prompt)):].numpy())
+        ref = hf.double().generate(
+            torch.tensor([tok.encode(prompt).tolist()]),
+            max_new_tokens=12,
+            do_sample=False,
+            eos_token_id=None,
+            pad_token_id=0,
+        )
+    ref_text = prompt + tok.decode(ref[0, len(tok.encode(prompt)) :].numpy())
     ours = hf_samples(model, tokenizer, prompt, n=2, max_new_tokens=12, temperature=0)
     assert ours == [ref_text, ref_text]
 
 
 def _cli(*args):
     env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
-    return subprocess.run([sys.executable, "-m", "scratchformer", *args], capture_output=True, text=True,
-                          env=env, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "scratchformer", *args], capture_output=True, text=True, env=env, timeout=120
+    )
 
 
 def test_sample_hf_command(gpt2_dir):
     path, _ = gpt2_dir
     model, tokenizer = load_hf_causal_lm(path)
     expected = hf_samples(model, tokenizer, "To be", n=1, max_new_tokens=8, temperature=0)
-    r = _cli("sample", "--hf", str(path), "--prompt", "To be", "-n", "1", "--max-new-tokens", "8",
-             "--temperature", "0", "--seed", "1")
+    r = _cli(
+        "sample",
+        "--hf",
+        str(path),
+        "--prompt",
+        "To be",
+        "-n",
+        "1",
+        "--max-new-tokens",
+        "8",
+        "--temperature",
+        "0",
+        "--seed",
+        "1",
+    )
     assert r.returncode == 0, r.stderr
     assert expected[0].startswith("To be") and len(expected[0]) > len("To be")
     assert expected[0] in r.stdout

@@ -19,8 +19,26 @@ from scratchformer.errors import RunFileError
 from scratchformer.training.checkpoint import load_checkpoint
 from scratchformer.training.jobs import load_job
 
-TINY = ["--max-steps", "2", "--eval-interval", "2", "--n-layer", "1", "--n-embd", "16", "--n-head", "2",
-        "--batch-size", "4", "--no-progress", "--quiet", "--workers", "1", "--num-samples", "0"]
+TINY = [
+    "--max-steps",
+    "2",
+    "--eval-interval",
+    "2",
+    "--n-layer",
+    "1",
+    "--n-embd",
+    "16",
+    "--n-head",
+    "2",
+    "--batch-size",
+    "4",
+    "--no-progress",
+    "--quiet",
+    "--workers",
+    "1",
+    "--num-samples",
+    "0",
+]
 
 # Train text (90%) and val text (10%): the val part alone repeats "qzqz", which a tokenizer
 # trained on the whole file would merge.
@@ -51,15 +69,35 @@ def text_file(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def bpe_text_run(text_file, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("runs") / "bpe_text"
-    assert _run("train", "--data", text_file, "--format", "text", "--tokenizer", "bpe", "--vocab-size", "300",
-                "--block-size", "16", *TINY, "--out", out) == 0
+    assert (
+        _run(
+            "train",
+            "--data",
+            text_file,
+            "--format",
+            "text",
+            "--tokenizer",
+            "bpe",
+            "--vocab-size",
+            "300",
+            "--block-size",
+            "16",
+            *TINY,
+            "--out",
+            out,
+        )
+        == 0
+    )
     return out
 
 
 @pytest.fixture(scope="module")
 def bpe_names_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("runs") / "bpe_names"
-    assert _run("train", "--tokenizer", "bpe", "--vocab-size", "320", *TINY, "--eval-batches", "1", "--out", out) == 0
+    assert (
+        _run("train", "--tokenizer", "bpe", "--vocab-size", "320", *TINY, "--eval-batches", "1", "--out", out)
+        == 0
+    )
     return out
 
 
@@ -94,21 +132,26 @@ def test_text_splits_are_encoded_from_the_character_cut(text_file):
 def test_bits_per_char_of_a_bpe_run(bpe_text_run, text_file, capsys):
     result = _eval_json(bpe_text_run, capsys)
     text = text_file.read_text()
-    val = text[int(len(text) * 0.9):]
+    val = text[int(len(text) * 0.9) :]
     tok = load_job(bpe_text_run).tokenizer
     ids = tok.encode(val)
     tokens, chars = len(ids) - 1, len(val) - len(tok.decode(ids[:1]))
     assert tokens < chars  # merges happened, so bits per char differ from loss / ln 2
-    assert result["bits_per_char"] == pytest.approx(result["loss"] * tokens / (chars * math.log(2)), rel=1e-12)
+    assert result["bits_per_char"] == pytest.approx(
+        result["loss"] * tokens / (chars * math.log(2)), rel=1e-12
+    )
     rows = [json.loads(line) for line in (bpe_text_run / "log.jsonl").read_text().splitlines()]
     evals = [r for r in rows if "val_loss" in r]
-    assert evals and all(r["val_bits_per_char"] == pytest.approx(r["val_loss"] * tokens / (chars * math.log(2)))
-                         for r in evals)
+    assert evals and all(
+        r["val_bits_per_char"] == pytest.approx(r["val_loss"] * tokens / (chars * math.log(2))) for r in evals
+    )
 
 
 def test_bits_per_char_of_a_character_run_is_loss_over_ln2(text_file, tmp_path, capsys):
     out = tmp_path / "char"
-    assert _run("train", "--data", text_file, "--format", "text", "--block-size", "16", *TINY, "--out", out) == 0
+    assert (
+        _run("train", "--data", text_file, "--format", "text", "--block-size", "16", *TINY, "--out", out) == 0
+    )
     result = _eval_json(out, capsys)
     assert result["bits_per_char"] == pytest.approx(result["loss"] / math.log(2), rel=1e-12)
     names = tmp_path / "names"
@@ -130,8 +173,12 @@ def test_lines_are_framed_by_end_of_text_and_block_size_counts_tokens(bpe_names_
     assert longest < max(map(len, every))  # in tokens, not characters
     line, x, y = ds.train.lines[0], ds.train.x[0], ds.train.y[0]
     ids = tok.encode(line)
-    assert x[0] == tok.end_id and (x[1:len(ids) + 1] == ids).all()
-    assert (y[:len(ids)] == ids).all() and y[len(ids)] == tok.end_id and (y[len(ids) + 1:] == IGNORE_INDEX).all()
+    assert x[0] == tok.end_id and (x[1 : len(ids) + 1] == ids).all()
+    assert (
+        (y[: len(ids)] == ids).all()
+        and y[len(ids)] == tok.end_id
+        and (y[len(ids) + 1 :] == IGNORE_INDEX).all()
+    )
     # bits per char: each name and its end count as len(name) + 1 characters
     assert ds.test.chars == sum(len(s) + 1 for s in ds.test.lines)
 
@@ -139,15 +186,32 @@ def test_lines_are_framed_by_end_of_text_and_block_size_counts_tokens(bpe_names_
 def test_sample_viz_and_resume_use_the_run_tokenizer(bpe_names_run, capsys):
     job = load_job(bpe_names_run)
     a = job.samples(3, np.random.default_rng(0), prompt="Em", temperature=0)
-    assert all(s.startswith("Em") for s in a) and a == job.samples(3, np.random.default_rng(0), prompt="Em",
-                                                                      temperature=0)
+    assert all(s.startswith("Em") for s in a) and a == job.samples(
+        3, np.random.default_rng(0), prompt="Em", temperature=0
+    )
     inputs = job.viz_inputs("Emmanuel")
     tok = job.tokenizer
     assert inputs["tokens"] == ["<|endoftext|>", *tok.token_texts(tok.encode("Emmanuel"))]
     assert "".join(inputs["tokens"][1:]) == "Emmanuel" and len(inputs["tokens"]) < len("Emmanuel") + 1
-    assert len(inputs["vocab_labels"]) == tok.vocab_size and inputs["vocab_labels"][tok.end_id] == "<|endoftext|>"
-    assert _run("train", "--resume", "--out", bpe_names_run, "--max-steps", "3", "--no-progress", "--quiet",
-                "--workers", "1") == 0
+    assert (
+        len(inputs["vocab_labels"]) == tok.vocab_size
+        and inputs["vocab_labels"][tok.end_id] == "<|endoftext|>"
+    )
+    assert (
+        _run(
+            "train",
+            "--resume",
+            "--out",
+            bpe_names_run,
+            "--max-steps",
+            "3",
+            "--no-progress",
+            "--quiet",
+            "--workers",
+            "1",
+        )
+        == 0
+    )
     assert load_checkpoint(bpe_names_run / "last").step == 3
     assert _run("sample", bpe_names_run, "-n", "2", "--seed", "1") == 0
 
@@ -165,11 +229,14 @@ def test_damaged_bpe_tokenizer_json_is_one_line(bpe_text_run, tmp_path):
         load_checkpoint(run / "last")
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--vocab-size", "300"], "--vocab-size applies to --tokenizer bpe only"),
-    (["--tokenizer", "bpe", "--vocab-size", "100"], "--vocab-size: expected an integer >= 257"),
-    (["--task", "majority", "--tokenizer", "bpe"], "--tokenizer does not apply to the majority task"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--vocab-size", "300"], "--vocab-size applies to --tokenizer bpe only"),
+        (["--tokenizer", "bpe", "--vocab-size", "100"], "--vocab-size: expected an integer >= 257"),
+        (["--task", "majority", "--tokenizer", "bpe"], "--tokenizer does not apply to the majority task"),
+    ],
+)
 def test_bad_tokenizer_options_are_one_line(argv, message, tmp_path, capsys):
     with pytest.raises(SystemExit) if "expected" in message else _no_exit():
         code = _run("train", *argv, *TINY, "--out", tmp_path / "r")
@@ -213,9 +280,34 @@ def _hf_logits(path, ids):
 @pytest.fixture(scope="module")
 def init_run(gpt2_dir, text_file, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("runs") / "init"
-    assert _run("train", "--init-from", gpt2_dir, "--data", text_file, "--format", "text", "--block-size", "16",
-                "--max-steps", "2", "--eval-interval", "2", "--batch-size", "4", "--no-progress", "--quiet",
-                "--workers", "1", "--num-samples", "0", "--out", out) == 0
+    assert (
+        _run(
+            "train",
+            "--init-from",
+            gpt2_dir,
+            "--data",
+            text_file,
+            "--format",
+            "text",
+            "--block-size",
+            "16",
+            "--max-steps",
+            "2",
+            "--eval-interval",
+            "2",
+            "--batch-size",
+            "4",
+            "--no-progress",
+            "--quiet",
+            "--workers",
+            "1",
+            "--num-samples",
+            "0",
+            "--out",
+            out,
+        )
+        == 0
+    )
     return out
 
 
@@ -223,7 +315,9 @@ def test_init_from_starts_from_the_checkpoint_weights(gpt2_dir, text_file):
     from scratchformer.nn import eval_mode
     from scratchformer.training.jobs import build_job_from_hf
 
-    job, cfg = build_job_from_hf(gpt2_dir, "text", {"max_steps": 2}, {"path": str(text_file), "block_size": 16})
+    job, cfg = build_job_from_hf(
+        gpt2_dir, "text", {"max_steps": 2}, {"path": str(text_file), "block_size": 16}
+    )
     # fine-tuning rates, not the from-scratch 1e-3 of the text row
     assert (cfg.lr, cfg.min_lr, cfg.warmup_steps, cfg.max_steps) == (5e-5, 5e-6, 100, 2)
     _, cfg = build_job_from_hf(gpt2_dir, "text", {"lr": 1e-4}, {"path": str(text_file), "block_size": 16})
@@ -240,16 +334,34 @@ def test_init_from_run_is_an_ordinary_run(init_run, gpt2_dir, capsys):
     from scratchformer.interop.gpt2 import load_hf_gpt2
 
     ck = load_checkpoint(init_run / "last")
-    assert ck.config["model"] == load_hf_gpt2(gpt2_dir).config.to_dict()  # its own config, block size included
+    assert (
+        ck.config["model"] == load_hf_gpt2(gpt2_dir).config.to_dict()
+    )  # its own config, block size included
     assert ck.config["data"]["init_from"] == str(gpt2_dir.resolve()) and ck.config["data"]["block_size"] == 16
     start = load_hf_gpt2(gpt2_dir).state_dict()
     assert any(not np.array_equal(v, start[k]) for k, v in ck.model_state.items())  # it trained
     assert np.isfinite(_eval_json(init_run, capsys)["bits_per_char"])
-    assert _run("train", "--resume", "--out", init_run, "--max-steps", "3", "--no-progress", "--quiet",
-                "--workers", "1") == 0
+    assert (
+        _run(
+            "train",
+            "--resume",
+            "--out",
+            init_run,
+            "--max-steps",
+            "3",
+            "--no-progress",
+            "--quiet",
+            "--workers",
+            "1",
+        )
+        == 0
+    )
     assert load_checkpoint(init_run / "last").step == 3
     capsys.readouterr()
-    assert _run("sample", init_run, "-n", "1", "--seed", "0", "--prompt", "the cat", "--max-new-tokens", "5") == 0
+    assert (
+        _run("sample", init_run, "-n", "1", "--seed", "0", "--prompt", "the cat", "--max-new-tokens", "5")
+        == 0
+    )
     assert any(line.startswith("the cat") for line in capsys.readouterr().out.splitlines())
     tokens = load_job(init_run).viz_inputs("the cat")["tokens"]
     assert "".join(tokens) == "the cat" and tokens[-1] == " cat"  # labelled by BPE tokens
@@ -275,8 +387,27 @@ def test_export_is_read_by_transformers(init_run, tmp_path, capsys):
 
 def test_export_of_a_bpe_run_trained_here(text_file, tmp_path):
     out = tmp_path / "run"
-    assert _run("train", "--data", text_file, "--format", "text", "--tokenizer", "bpe", "--vocab-size", "300",
-                "--block-size", "16", "--bias", "--tie-weights", *TINY, "--out", out) == 0
+    assert (
+        _run(
+            "train",
+            "--data",
+            text_file,
+            "--format",
+            "text",
+            "--tokenizer",
+            "bpe",
+            "--vocab-size",
+            "300",
+            "--block-size",
+            "16",
+            "--bias",
+            "--tie-weights",
+            *TINY,
+            "--out",
+            out,
+        )
+        == 0
+    )
     assert _run("export", out, "--hf", tmp_path / "hf") == 0
     job = load_job(out)
     ids = job.tokenizer.encode(TRAIN_TEXT[:60])[None, :16]

@@ -3,7 +3,14 @@
 import numpy as np
 import pytest
 
-from scratchformer.data import IGNORE_INDEX, CharTokenizer, LineDataset, TextDataset, guess_format, load_dataset
+from scratchformer.data import (
+    IGNORE_INDEX,
+    CharTokenizer,
+    LineDataset,
+    TextDataset,
+    guess_format,
+    load_dataset,
+)
 from scratchformer.errors import ConfigError, DataError
 
 

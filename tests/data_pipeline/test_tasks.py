@@ -115,7 +115,11 @@ def test_errors():
 def test_unknown_task_is_refused_by_name():
     from scratchformer.data.tasks import get_task
 
-    for call in (lambda: make_task("shuffle", 3, 0), lambda: make_split("shuffle", 3, 3), lambda: get_task("shuffle")):
+    for call in (
+        lambda: make_task("shuffle", 3, 0),
+        lambda: make_split("shuffle", 3, 3),
+        lambda: get_task("shuffle"),
+    ):
         with pytest.raises(ConfigError, match=r"unknown task 'shuffle': choose one of \['majority', 'copy'"):
             call()
 
@@ -145,7 +149,9 @@ def test_a_registered_task_needs_no_other_edit(monkeypatch):
     """A new task is one Task entry: make_task generates it by its rule."""
     from scratchformer.data import tasks
 
-    monkeypatch.setitem(tasks.TASKS, "rotate", tasks.Task("rotate", "seq2seq", lambda x: x[1:] + x[:1], max_len=3))
+    monkeypatch.setitem(
+        tasks.TASKS, "rotate", tasks.Task("rotate", "seq2seq", lambda x: x[1:] + x[:1], max_len=3)
+    )
     data = make_task("rotate", 4, 0)
     for src, tgt in zip(data.src, data.tgt_out):
         x = [int(i) for i in src if i != PAD]

@@ -19,9 +19,23 @@ import suite  # noqa: E402
 
 def test_quick_training_run_prints_the_table_and_writes_json(tmp_path):
     out = tmp_path / "suite.json"
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "suite.py"), "--quick", "--only", "train,long",
-                           "--configs", "tiny", "--json", str(out)],
-                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "suite.py"),
+            "--quick",
+            "--only",
+            "train,long",
+            "--configs",
+            "tiny",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "train tiny" in proc.stdout and "ratio" in proc.stdout and "OPENBLAS_CORETYPE=" in proc.stdout
     res = json.loads(out.read_text())
@@ -32,7 +46,9 @@ def test_quick_training_run_prints_the_table_and_writes_json(tmp_path):
         assert side["tokens_per_s"] > 0 and side["peak_rss_mib"] > 0 and 0 < side["mfu"]
         assert min(side["forward_ms"], side["backward_ms"], side["optimiser_ms"]) > 0 < side["step_ms"]
     assert tiny["ratio"] == pytest.approx(ours["tokens_per_s"] / theirs["tokens_per_s"])
-    assert tiny["gemm_gflops"] > 0 and tiny["torch_gemm_gflops"] > 0  # NumPy's BLAS and PyTorch's, same shapes
+    assert (
+        tiny["gemm_gflops"] > 0 and tiny["torch_gemm_gflops"] > 0
+    )  # NumPy's BLAS and PyTorch's, same shapes
     env = res["environment"]
     assert env["blas"] and "OPENBLAS_CORETYPE" in env["env"]
     assert isinstance(env["cpu_flags"], list) and set(env["cpu_flags"]) <= set(suite.CPU_FLAGS)
@@ -43,8 +59,13 @@ def test_quick_training_run_prints_the_table_and_writes_json(tmp_path):
     assert suite.LONG_QUICK["long-1024-quick"][4] == suite.LONG_CONFIGS["long-1024"][4] == 1024
     for side in (long["scratchformer_summary"], long["reference_summary"]):
         assert side["tokens_per_s"] > 0 and side["peak_rss_mib"] > 0 and side["peak_rss_above_start_mib"] >= 0
-    table = subprocess.run([sys.executable, str(REPO / "benchmarks" / "suite.py"), "--markdown", str(out)],
-                           capture_output=True, text=True, cwd=REPO, timeout=60)
+    table = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "suite.py"), "--markdown", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
     assert table.returncode == 0 and "| tiny (16, 1, 2, 32, 16, 8) |" in table.stdout
     assert "| long-1024-quick (65, 1, 2, 32, 1024, 1) |" in table.stdout
 
@@ -55,7 +76,9 @@ def test_a_fresh_clone_without_the_data_still_runs(tmp_path, monkeypatch):
     monkeypatch.setattr(suite, "DEFAULT_DATA", tmp_path / "missing.txt")
     sections = {"train", "embed"}
     path, note = suite.resolve_data(None, sections, named=False, quick=True, e2e=False)
-    assert path.endswith("README.md") and Path(path).is_file() and "missing.txt" in note and "embed" in sections
+    assert (
+        path.endswith("README.md") and Path(path).is_file() and "missing.txt" in note and "embed" in sections
+    )
     path, note = suite.resolve_data(None, sections, named=False, quick=False, e2e=False)
     assert path is None and sections == {"train"} and "embed left out" in note
     for kwargs in (dict(named=True, quick=False, e2e=False), dict(named=False, quick=True, e2e=True)):
@@ -83,19 +106,34 @@ def test_pairs_alternate_and_the_ratio_is_the_median_of_pair_ratios(monkeypatch)
 
 
 def test_unknown_section_or_config_is_one_clear_line(tmp_path):
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "suite.py"), "--configs", "huge",
-                           "--json", str(tmp_path / "x.json")], capture_output=True, text=True, cwd=REPO)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "suite.py"),
+            "--configs",
+            "huge",
+            "--json",
+            str(tmp_path / "x.json"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert proc.returncode != 0 and "configs are tiny, names" in proc.stderr and "long" in proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "x.json").exists()
 
 
 def test_ab_step_prints_one_json_line_and_refuses_unknown_configs():
     script = str(REPO / "benchmarks" / "ab_step.py")
-    proc = subprocess.run([sys.executable, script, "names"], capture_output=True, text=True, cwd=REPO, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, script, "names"], capture_output=True, text=True, cwd=REPO, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     row = json.loads(proc.stdout.strip().splitlines()[-1])
     assert row["config"] == "names" and row["ms"] > 0
-    bad = subprocess.run([sys.executable, script, "huge"], capture_output=True, text=True, cwd=REPO, timeout=60)
+    bad = subprocess.run(
+        [sys.executable, script, "huge"], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
     assert bad.returncode == 2 and bad.stderr.startswith("usage:")
 
 
@@ -112,13 +150,16 @@ def test_gemm_floor_runs_every_product_of_a_slice_and_prints_json():
         flops += 2 * a[..., 0].size * a.shape[-1] * b.shape[-1]
     assert flops == 3 * linear + attention  # forward, dx and dW of each linear
     script = str(REPO / "benchmarks" / "gemm_floor.py")
-    proc = subprocess.run([sys.executable, script, "tiny", "--reps", "2"], capture_output=True, text=True,
-                          cwd=REPO, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, script, "tiny", "--reps", "2"], capture_output=True, text=True, cwd=REPO, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     row = json.loads(proc.stdout.strip().splitlines()[-1])
     assert row["config"] == "tiny" and row["products_ms_alone"] > 0 and row["step_ms_alone"] > 0
     assert len(row["products_ms_together"]) == len(row["step_ms_together"]) == 2
-    bad = subprocess.run([sys.executable, script, "huge"], capture_output=True, text=True, cwd=REPO, timeout=60)
+    bad = subprocess.run(
+        [sys.executable, script, "huge"], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
     assert bad.returncode == 2 and "configs are tiny" in bad.stderr and "Traceback" not in bad.stderr
 
 
@@ -145,11 +186,21 @@ def test_fast_pieces_save_the_big_temporaries(monkeypatch):
     from scratchformer.fast import linear as fast_linear
 
     monkeypatch.setattr(fast_linear, "BLOCK_BYTES", 64 * 32 * 4)  # a (1000, 32) weight in blocks of 64 rows
-    monkeypatch.setattr(fast_attention, "CHUNK_BYTES", 2 * 256 * 4 * 16)  # (1, 2, 256, 8) in blocks of 16 queries
-    rows = {row["piece"].split()[0]: row for row in fast_pieces.pieces(tokens=16, vocab=1000, width=32,
-                                                                         gelu_shape=(300, 500),
-                                                                         attn_shape=(1, 2, 256, 8), repeats=1)}
-    assert set(rows) == {"log_softmax_forward", "linear_backward_into", "attention_forward+backward", "gelu_with_grad"}
+    monkeypatch.setattr(
+        fast_attention, "CHUNK_BYTES", 2 * 256 * 4 * 16
+    )  # (1, 2, 256, 8) in blocks of 16 queries
+    rows = {
+        row["piece"].split()[0]: row
+        for row in fast_pieces.pieces(
+            tokens=16, vocab=1000, width=32, gelu_shape=(300, 500), attn_shape=(1, 2, 256, 8), repeats=1
+        )
+    }
+    assert set(rows) == {
+        "log_softmax_forward",
+        "linear_backward_into",
+        "attention_forward+backward",
+        "gelu_with_grad",
+    }
     for row in rows.values():
         (_, before), (_, after) = row["before"], row["after"]
         assert after < before, row  # each fast form holds less at its peak than the form it replaces
@@ -160,17 +211,39 @@ def test_modadd_step_quick_runs_both_sides_on_the_same_model(tmp_path):
     weights: the same loss at init) and its GEMM floor, with the CPU and the BLAS kernel printed.
     No timing is asserted."""
     out = tmp_path / "modadd.json"
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "modadd_step.py"), "--quick", "--threads", "1",
-                           "--json", str(out)], capture_output=True, text=True, cwd=REPO, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "modadd_step.py"),
+            "--quick",
+            "--threads",
+            "1",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "OPENBLAS_CORETYPE=" in proc.stdout and "openblas" in proc.stdout.lower()  # the kernel, threadpoolctl
+    assert (
+        "OPENBLAS_CORETYPE=" in proc.stdout and "openblas" in proc.stdout.lower()
+    )  # the kernel, threadpoolctl
     assert "GEMM floor" in proc.stdout and "scratchformer / PyTorch step time" in proc.stdout
     res = json.loads(out.read_text())
-    assert res["quick"] and res["data"]["modulus"] == 13 and res["environment"]["cpu"] and res["environment"]["blas"]
+    assert (
+        res["quick"]
+        and res["data"]["modulus"] == 13
+        and res["environment"]["cpu"]
+        and res["environment"]["blas"]
+    )
     ours, theirs = res["scratchformer"][0], res["torch"][0]
-    assert ours["pairs"] == theirs["pairs"] == round(0.3 * 13 ** 2) and ours["positions"] == 3
+    assert ours["pairs"] == theirs["pairs"] == round(0.3 * 13**2) and ours["positions"] == 3
     assert (ours["n_embd"], ours["n_head"], ours["n_inner"], ours["dtype"]) == (128, 4, 512, "float32")
-    assert ours["loss_at_init"] == pytest.approx(theirs["loss_at_init"], rel=1e-5)  # the same model and weights
+    assert ours["loss_at_init"] == pytest.approx(
+        theirs["loss_at_init"], rel=1e-5
+    )  # the same model and weights
     for side in (ours, theirs):
         assert min(side["forward_ms"], side["backward_ms"], side["optimiser_ms"], side["floor_ms"]) > 0
         assert side["step_gflop"] > 0 and side["gemm_gflops"] > 0

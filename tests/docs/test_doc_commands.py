@@ -29,25 +29,59 @@ SKIP_DOCS = {
 SKIP = [  # (a regular expression a command matches, why it is not run here)
     (r"^pip install", "installs packages: a download"),
     (r"python -m pytest", "the test suite itself"),
-    (r"^python examples/", "a whole example, 1-7 minutes; tests/docs/test_examples.py runs each with --quick"),
+    (
+        r"^python examples/",
+        "a whole example, 1-7 minutes; tests/docs/test_examples.py runs each with --quick",
+    ),
     (r"^python scripts/make_plays_csv\.py", "writes a data set into data/plays for the finetune commands"),
     (r"^printf ", "samples from out/tinyshakespeare, a full tinyshakespeare training"),
-    (r"--data shakespeare|--data data/|--data mytext", "a training on another data set: minutes at its settings, "
-                                                      "or a file the reader brings"),
-    (r"--hf |--init-from |--bert|--from minilm|^scratchformer embed|^scratchformer export",
-     "reads a Hugging Face model directory (a placeholder path) or the all-MiniLM-L6-v2 package"),
+    (
+        r"--data shakespeare|--data data/|--data mytext",
+        "a training on another data set: minutes at its settings, or a file the reader brings",
+    ),
+    (
+        r"--hf |--init-from |--bert|--from minilm|^scratchformer embed|^scratchformer export",
+        "reads a Hugging Face model directory (a placeholder path) or the all-MiniLM-L6-v2 package",
+    ),
     (r"out/plays|out/majority|out/tinyshakespeare", "reads a run the commands above do not make here"),
     (r"--task (induction|modadd)", "a circuit training of minutes (examples f and g show it shorter)"),
     (r"--resume", "continues a stopped full-length run"),
     (r"--positional|--activation", "another names architecture: a full training of minutes"),
-    (r"--out out/quick", "a second names training like `scratchformer train` here (each about 5 s at TINY "
-                         "settings, most of it drawing the loss curve)"),
-    (r"exercise diagnose_runs$", "trains four small runs (10-20 s); tests/exercises/test_exercises_more.py runs this command"),
-    (r"^scratchformer viz", "draws figures: 8-40 s each even on a tiny run; tests/viz/test_viz_cli.py runs viz on "
-                            "tiny runs (a GPT with --all, the toy tasks, --bert)"),
+    (
+        r"--out out/quick",
+        "a second names training like `scratchformer train` here (each about 5 s at TINY "
+        "settings, most of it drawing the loss curve)",
+    ),
+    (
+        r"exercise diagnose_runs$",
+        "trains four small runs (10-20 s); tests/exercises/test_exercises_more.py runs this command",
+    ),
+    (
+        r"^scratchformer viz",
+        "draws figures: 8-40 s each even on a tiny run; tests/viz/test_viz_cli.py runs viz on "
+        "tiny runs (a GPT with --all, the toy tasks, --bert)",
+    ),
 ]
-TINY = ["--max-steps", "12", "--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--eval-interval", "12",
-        "--eval-batches", "1", "--workers", "1", "--num-samples", "2", "--no-progress", "--quiet"]
+TINY = [
+    "--max-steps",
+    "12",
+    "--n-layer",
+    "1",
+    "--n-head",
+    "2",
+    "--n-embd",
+    "16",
+    "--eval-interval",
+    "12",
+    "--eval-batches",
+    "1",
+    "--workers",
+    "1",
+    "--num-samples",
+    "2",
+    "--no-progress",
+    "--quiet",
+]
 
 
 def _commands() -> list[tuple[str, str]]:
@@ -126,8 +160,11 @@ def test_the_docs_commands_run(tmp_path, monkeypatch, capsys):
 def test_a_command_that_fails_is_reported(tmp_path, monkeypatch, capsys):
     # a run the docs name but nothing made, a flag that does not exist, a stub graded right
     monkeypatch.chdir(tmp_path)
-    planted = [("x.md", "scratchformer eval out/nowhere --json"), ("x.md", "scratchformer sample --no-such-flag"),
-               ("x.md", "scratchformer exercise gelu --check gelu.py")]
+    planted = [
+        ("x.md", "scratchformer eval out/nowhere --json"),
+        ("x.md", "scratchformer sample --no-such-flag"),
+        ("x.md", "scratchformer exercise gelu --check gelu.py"),
+    ]
     (tmp_path / "gelu.py").write_text(solution_source("gelu"))
     failed = _walk(planted, capsys)
     assert [f.split(" -> ")[0] for f in failed] == [f"x.md: {c}" for _, c in planted]

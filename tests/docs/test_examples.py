@@ -15,64 +15,111 @@ PNG = b"\x89PNG\r\n\x1a\n"
 # script -> (figures it writes, lines its output must contain (regular expressions))
 EXPECTED = {
     "a_attention_lab": (
-        ["attention_steps", "causal_vs_bidirectional", "multi_head", "sinusoidal", "position_similarity",
-         "training_curves"],
-        [r"row sums: \[1\.0, 1\.0, 1\.0, 1\.0, 1\.0\]", r"first token: \[1\.0, 0\.0, 0\.0, 0\.0, 0\.0\]",
-         r"upper triangle of the causal weights is zero: True", r"every row sums to 1: True",
-         r"varies with p by at most \d\.\de-1[0-9]", r"is the identity: True",
-         r"lm_head.weight is wte.weight: True; 26,336 parameters against 27,200 untied",
-         r"as in_proj_weight \(24, 8\): same output as cell 1: True",
-         r"cos\(PE\[0\], PE\[k\]\) for k = 1, 5, 10, 25 \(the lab's table and its k\): \[0\.9662, 0\.7345, 0\.6579, "
-         r"0\.6292\] -- not monotone, it rises again at k = \[6, 11, 12, 17",
-         r"pre-norm, 4 layers, lr 1e-2 without warmup, 3 seeds: val loss \[\d\.\d+, \d\.\d+, \d\.\d+\]",
-         r"post-norm, 4 layers, lr 1e-2 without warmup, 3 seeds: val loss", r"verdict: pre-norm"]),
+        [
+            "attention_steps",
+            "causal_vs_bidirectional",
+            "multi_head",
+            "sinusoidal",
+            "position_similarity",
+            "training_curves",
+        ],
+        [
+            r"row sums: \[1\.0, 1\.0, 1\.0, 1\.0, 1\.0\]",
+            r"first token: \[1\.0, 0\.0, 0\.0, 0\.0, 0\.0\]",
+            r"upper triangle of the causal weights is zero: True",
+            r"every row sums to 1: True",
+            r"varies with p by at most \d\.\de-1[0-9]",
+            r"is the identity: True",
+            r"lm_head.weight is wte.weight: True; 26,336 parameters against 27,200 untied",
+            r"as in_proj_weight \(24, 8\): same output as cell 1: True",
+            r"cos\(PE\[0\], PE\[k\]\) for k = 1, 5, 10, 25 \(the lab's table and its k\): \[0\.9662, 0\.7345, 0\.6579, "
+            r"0\.6292\] -- not monotone, it rises again at k = \[6, 11, 12, 17",
+            r"pre-norm, 4 layers, lr 1e-2 without warmup, 3 seeds: val loss \[\d\.\d+, \d\.\d+, \d\.\d+\]",
+            r"post-norm, 4 layers, lr 1e-2 without warmup, 3 seeds: val loss",
+            r"verdict: pre-norm",
+        ],
+    ),
     "b_majority_classifier": (
         ["classifier_attention", "attention_grid", "training_curves"],
-        [r"held-out accuracy: [01]\.\d{4} after 30 steps", r"predicted [012]",
-         r"held-out accuracy by margin \(majority count minus runner-up's\): 0: [01]\.\d{3}",
-         r"verdict: the hardest sequences are those with margin \d",
-         r"majority-class baseline \(always answer [012], the most frequent training label\): 0\.\d{4}",
-         r"the tutorial's split: 86 of its 400 test sequences are training sequences; always answering 0 scores "
-         r"0\.4325 on its test labels, the 43\.2% its own code reached"]),
+        [
+            r"held-out accuracy: [01]\.\d{4} after 30 steps",
+            r"predicted [012]",
+            r"held-out accuracy by margin \(majority count minus runner-up's\): 0: [01]\.\d{3}",
+            r"verdict: the hardest sequences are those with margin \d",
+            r"majority-class baseline \(always answer [012], the most frequent training label\): 0\.\d{4}",
+            r"the tutorial's split: 86 of its 400 test sequences are training sequences; always answering 0 scores "
+            r"0\.4325 on its test labels, the 43\.2% its own code reached",
+        ],
+    ),
     "c_copy_encoder_decoder": (
         ["seq2seq_attention", "training_curves"],
-        [r"encoder gradient after one backward: sum \|grad\| = \d+\.\d+", r"held-out exact match: [01]\.\d{4}",
-         r"output changed: (True|False)",
-         r"held-out exact match with the tutorial's bug \(cross_attn\(x, src_mask\)\): [01]\.\d{4}, "
-         r"final train loss \d+\.\d{3}; fixed: [01]\.\d{4}", r"verdict: ", r"largest weight per target row \[[0-9., ]+\] \(uniform would be 0\.17\)"]),
+        [
+            r"encoder gradient after one backward: sum \|grad\| = \d+\.\d+",
+            r"held-out exact match: [01]\.\d{4}",
+            r"output changed: (True|False)",
+            r"held-out exact match with the tutorial's bug \(cross_attn\(x, src_mask\)\): [01]\.\d{4}, "
+            r"final train loss \d+\.\d{3}; fixed: [01]\.\d{4}",
+            r"verdict: ",
+            r"largest weight per target row \[[0-9., ]+\] \(uniform would be 0\.17\)",
+        ],
+    ),
     "d_names_gpt": (
-        ["embedding_pca", "residual_norms", "residual_heatmap", "attention_grid", "training_curves",
-         "residual_init_vs_trained"],
-        [r"30033 training names, vocabulary 27", r"val loss \d\.\d{3}", r"\d+/10 are not in the training set",
-         r"vowel-vowel -?\d\.\d{3}, consonant-consonant -?\d\.\d{3}, vowel-consonant -?\d\.\d{3}",
-         r"verdict: the vowels (sit|are not)", r"mean \d\.\d\d against 0\.\d\d for uniform heads",
-         r"verdict: most heads (rest|do not rest)",
-         r"residual-stream norm after the embedding and each block: \[([0-9.]+, ){4}[0-9.]+\]",
-         r"residual-stream norm with the tutorial's init, untrained: \[([0-9.]+, ){4}[0-9.]+\]; with this model's "
-         r"init, untrained: \[([0-9.]+, ){4}[0-9.]+\]; trained here"]),
+        [
+            "embedding_pca",
+            "residual_norms",
+            "residual_heatmap",
+            "attention_grid",
+            "training_curves",
+            "residual_init_vs_trained",
+        ],
+        [
+            r"30033 training names, vocabulary 27",
+            r"val loss \d\.\d{3}",
+            r"\d+/10 are not in the training set",
+            r"vowel-vowel -?\d\.\d{3}, consonant-consonant -?\d\.\d{3}, vowel-consonant -?\d\.\d{3}",
+            r"verdict: the vowels (sit|are not)",
+            r"mean \d\.\d\d against 0\.\d\d for uniform heads",
+            r"verdict: most heads (rest|do not rest)",
+            r"residual-stream norm after the embedding and each block: \[([0-9.]+, ){4}[0-9.]+\]",
+            r"residual-stream norm with the tutorial's init, untrained: \[([0-9.]+, ){4}[0-9.]+\]; with this model's "
+            r"init, untrained: \[([0-9.]+, ){4}[0-9.]+\]; trained here",
+        ],
+    ),
     "e_reverse_beam_search": (
         ["masks", "seq2seq_attention", "training_curves"],
-        [r"source mask of row 2: \[1, 1, 0, 0, 0, 0\]",
-         r"weight on the keys the series' mask hides: 2\.00 if passed as a bool mask as it is, 0\.00 with "
-         r'mask_means="masked"',
-         r"held-out exact match after 40 steps: greedy [01]\.\d{4}, beam search \(4\) [01]\.\d{4}",
-         r"greedy and beam search decode \d+ of 40 held-out sequences differently", r"verdict: "]),
+        [
+            r"source mask of row 2: \[1, 1, 0, 0, 0, 0\]",
+            r"weight on the keys the series' mask hides: 2\.00 if passed as a bool mask as it is, 0\.00 with "
+            r'mask_means="masked"',
+            r"held-out exact match after 40 steps: greedy [01]\.\d{4}, beam search \(4\) [01]\.\d{4}",
+            r"greedy and beam search decode \d+ of 40 held-out sequences differently",
+            r"verdict: ",
+        ],
+    ),
     "f_induction_heads": (
         ["induction_progress", "attention_grid"],
-        [r"39,808 parameters, attention only: True; 3 records of the progress measures, every 10 steps",
-         r"loss on the first copy \d\.\d{3}, on the repeat \d\.\d{3} \(log of the symbols: 3\.466\)",
-         r"prefix-matching score per head \(rows: layers\): \[\[",
-         r"best induction head L\dH\d \(0\.\d\d\): ablating it costs [+-]\d\.\d{3} nats",
-         r"phase change: (none|the repeat loss fell fastest)", r"1 layer: loss on the repeat \d\.\d{3}",
-         r"the repeat's loss is (below|not below) half", r"verdict: \d of 4 bars hold"]),
+        [
+            r"39,808 parameters, attention only: True; 3 records of the progress measures, every 10 steps",
+            r"loss on the first copy \d\.\d{3}, on the repeat \d\.\d{3} \(log of the symbols: 3\.466\)",
+            r"prefix-matching score per head \(rows: layers\): \[\[",
+            r"best induction head L\dH\d \(0\.\d\d\): ablating it costs [+-]\d\.\d{3} nats",
+            r"phase change: (none|the repeat loss fell fastest)",
+            r"1 layer: loss on the repeat \d\.\d{3}",
+            r"the repeat's loss is (below|not below) half",
+            r"verdict: \d of 4 bars hold",
+        ],
+    ),
     "g_grokking": (
         ["grokking"],
-        [r"p = 11: 85 training pairs, 36 held out; [\d,]+ parameters, normalization=none",
-         r"trained 20 steps; 5 records of the progress measures",
-         r"sum of their 2-D Fourier components\| over the run: \d\.\de-1\d \(exact: True\)",
-         r"key frequencies at step 20: \[\d, \d, \d, \d, \d\]",
-         r"excluded loss rises before the test loss falls: (True|False|None)",
-         r"verdict: (grokked|not grokked) -- test accuracy [01]\.\d{4} at step 20"]),
+        [
+            r"p = 11: 85 training pairs, 36 held out; [\d,]+ parameters, normalization=none",
+            r"trained 20 steps; 5 records of the progress measures",
+            r"sum of their 2-D Fourier components\| over the run: \d\.\de-1\d \(exact: True\)",
+            r"key frequencies at step 20: \[\d, \d, \d, \d, \d\]",
+            r"excluded loss rises before the test loss falls: (True|False|None)",
+            r"verdict: (grokked|not grokked) -- test accuracy [01]\.\d{4} at step 20",
+        ],
+    ),
 }
 
 
@@ -83,9 +130,17 @@ def test_every_example_is_tested():
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_example_runs_quick(name, tmp_path):
     figures, claims = EXPECTED[name]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EXAMPLES.parent), os.environ.get("PYTHONPATH", "")])}
-    run = subprocess.run([sys.executable, str(EXAMPLES / f"{name}.py"), "--quick", "--out", str(tmp_path)],
-                         capture_output=True, text=True, env=env, timeout=600)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(EXAMPLES.parent), os.environ.get("PYTHONPATH", "")]),
+    }
+    run = subprocess.run(
+        [sys.executable, str(EXAMPLES / f"{name}.py"), "--quick", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     for claim in claims:
         assert re.search(claim, run.stdout), f"{name} did not print {claim!r}:\n{run.stdout}"

@@ -19,20 +19,21 @@ pytest.importorskip("ipykernel")
 
 # Put first on the kernel's path: a sitecustomize that makes torch and transformers unimportable,
 # as on a machine where they were never installed.
-NO_TORCH = '''import importlib.abc, sys
+NO_TORCH = """import importlib.abc, sys
 class _NotInstalled(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] in ("torch", "transformers"):
             raise ModuleNotFoundError(f"No module named {name!r} (blocked: notebooks run without torch)")
         return None
 sys.meta_path.insert(0, _NotInstalled())
-'''
+"""
 
 
 def test_committed_notebooks_are_generated():
     assert make_notebooks.main(["--check"]) == 0, "run python scripts/make_notebooks.py"
-    assert sorted(p.stem for p in (ROOT / "examples" / "notebooks").glob("*.ipynb")) == \
-        sorted(p.stem for p in make_notebooks.scripts())
+    assert sorted(p.stem for p in (ROOT / "examples" / "notebooks").glob("*.ipynb")) == sorted(
+        p.stem for p in make_notebooks.scripts()
+    )
 
 
 def test_notebook_cells_are_the_script():
@@ -48,8 +49,12 @@ def test_notebook_cells_are_the_script():
 
 def test_blocker_blocks_torch(tmp_path):
     (tmp_path / "sitecustomize.py").write_text(NO_TORCH)
-    run = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    run = subprocess.run(
+        [sys.executable, "-c", "import torch"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
     assert run.returncode != 0 and "blocked" in run.stderr
 
 
@@ -57,10 +62,15 @@ def test_blocker_blocks_torch(tmp_path):
 def test_notebook_runs_without_torch(name, tmp_path):
     (tmp_path / "sitecustomize.py").write_text(NO_TORCH)
     nb = nbformat.reads(make_notebooks.render(make_notebooks.notebook(ROOT / "examples" / f"{name}.py")), 4)
-    env = {**os.environ, "SCRATCHFORMER_QUICK": "1", "MPLBACKEND": "Agg",
-           "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
-                                     resources={"metadata": {"path": str(tmp_path)}})
+    env = {
+        **os.environ,
+        "SCRATCHFORMER_QUICK": "1",
+        "MPLBACKEND": "Agg",
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    client = nbclient.NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    )
     client.execute(env=env)
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]

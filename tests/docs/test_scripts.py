@@ -17,8 +17,9 @@ TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nS
 
 
 def run_script(*argv: str) -> str:
-    done = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          check=False)
+    done = subprocess.run(
+        [sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -28,14 +29,39 @@ def text_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("text")
     (tmp / "plays.txt").write_text(TEXT)
     out = tmp / "run"
-    assert main(["train", "--data", str(tmp / "plays.txt"), "--block-size", "16", "--max-steps", "4",
-                 "--eval-interval", "4", "--out", str(out), *TINY]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--data",
+                str(tmp / "plays.txt"),
+                "--block-size",
+                "16",
+                "--max-steps",
+                "4",
+                "--eval-interval",
+                "4",
+                "--out",
+                str(out),
+                *TINY,
+            ]
+        )
+        == 0
+    )
     return tmp
 
 
 def test_nanogpt_estimates(text_run):
-    out = run_script("scripts/nanogpt_estimates.py", str(text_run / "run"), "--draws", "5", "--eval-iters", "2",
-                     "--batch-size", "3")
+    out = run_script(
+        "scripts/nanogpt_estimates.py",
+        str(text_run / "run"),
+        "--draws",
+        "5",
+        "--eval-iters",
+        "2",
+        "--batch-size",
+        "3",
+    )
     whole = float(re.search(r"whole val split: ([0-9.]+)", out).group(1))
     mean, sd = map(float, re.search(r"mean ([0-9.]+), sd ([0-9.]+)", out).groups())
     assert 0 < whole < 5 and abs(mean - whole) < 1.0 and sd > 0  # random windows: estimates vary
@@ -45,16 +71,24 @@ def test_nanogpt_estimates(text_run):
 def test_names_novelty(tmp_path):
     out = tmp_path / "names"
     assert main(["train", "--max-steps", "3", "--eval-interval", "3", "--out", str(out), *TINY]) == 0
-    printed = run_script("scripts/names_novelty.py", str(out), "-n", "20", "--show", "3").rstrip("\n").split("\n")
+    printed = (
+        run_script("scripts/names_novelty.py", str(out), "-n", "20", "--show", "3").rstrip("\n").split("\n")
+    )
     assert len(printed) == 4  # 3 shown samples, then the summary
-    new, not_train = map(float, re.fullmatch(
-        r"20 samples: ([0-9.]+)% not in names.txt, ([0-9.]+)% not in the training split", printed[-1]).groups())
+    new, not_train = map(
+        float,
+        re.fullmatch(
+            r"20 samples: ([0-9.]+)% not in names.txt, ([0-9.]+)% not in the training split", printed[-1]
+        ).groups(),
+    )
     assert 0 <= new <= not_train <= 100  # a name absent from names.txt is absent from its training split
 
 
 def test_lockstep_with_torch_gives_the_same_losses(text_run):
     pytest.importorskip("torch")
-    out = run_script("benchmarks/shakespeare_lockstep.py", "--data", str(text_run / "plays.txt"), "--steps", "30")
+    out = run_script(
+        "benchmarks/shakespeare_lockstep.py", "--data", str(text_run / "plays.txt"), "--steps", "30"
+    )
     ours_theirs = re.search(r"torch ([0-9.]+), scratchformer ([0-9.]+)$", out.strip())
     assert ours_theirs and ours_theirs.group(1) == ours_theirs.group(2), out
     step_line = re.search(r"step 30: train loss torch ([0-9.]+), scratchformer ([0-9.]+)", out)
@@ -63,8 +97,14 @@ def test_lockstep_with_torch_gives_the_same_losses(text_run):
 
 @pytest.mark.parametrize("script", ["scripts/nanogpt_estimates.py", "scripts/names_novelty.py"])
 def test_scripts_reject_a_missing_run_in_one_line(script, tmp_path):
-    done = subprocess.run([sys.executable, script, str(tmp_path / "missing")], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [sys.executable, script, str(tmp_path / "missing")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0 and "not found" in done.stderr
 
@@ -77,19 +117,54 @@ def test_random_bert_with_a_character_vocabulary_spells_words_out_and_trains(tmp
 
     csv = tmp_path / "train.csv"
     rows = [("Romeo, wherefore art thou?", "love"), ("Cry havoc! and let slip the dogs of war", "war")] * 10
-    csv.write_text("text,label\n" + "".join(f'"{t}",{label}\n' for t, label in rows) + '"Café",love\n',
-                   encoding="utf-8")
-    printed = run_script("scripts/random_bert.py", str(tmp_path / "chars"), "--chars-of", str(csv),
-                         "--hidden-size", "16", "--heads", "2", "--layers", "1")
+    csv.write_text(
+        "text,label\n" + "".join(f'"{t}",{label}\n' for t, label in rows) + '"Café",love\n', encoding="utf-8"
+    )
+    printed = run_script(
+        "scripts/random_bert.py",
+        str(tmp_path / "chars"),
+        "--chars-of",
+        str(csv),
+        "--hidden-size",
+        "16",
+        "--heads",
+        "2",
+        "--layers",
+        "1",
+    )
     assert "character-level" in printed
     vocab = (tmp_path / "chars" / "vocab.txt").read_text(encoding="utf-8").split("\n")[:-1]
     letters = {c for text, _ in rows for c in text.lower() if c.isalpha()}
-    assert vocab[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] and "é" not in vocab and "C" not in vocab
+    assert (
+        vocab[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] and "é" not in vocab and "C" not in vocab
+    )
     assert set(letters) | {",", "?", "!"} <= set(vocab) and {"##" + c for c in letters} <= set(vocab)
-    tokens = WordPieceTokenizer.from_dir(tmp_path / "chars", max_length=64).tokenizer.encode("Romeo, café!").tokens
+    tokens = (
+        WordPieceTokenizer.from_dir(tmp_path / "chars", max_length=64).tokenizer.encode("Romeo, café!").tokens
+    )
     assert tokens == ["[CLS]", "r", "##o", "##m", "##e", "##o", ",", "c", "##a", "##f", "##e", "!", "[SEP]"]
-    assert main(["finetune", "--model", str(tmp_path / "chars"), "--data", str(csv), "--out", str(tmp_path / "run"),
-                 "--max-steps", "2", "--batch-size", "4", "--eval-interval", "2", "--no-progress", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "finetune",
+                "--model",
+                str(tmp_path / "chars"),
+                "--data",
+                str(csv),
+                "--out",
+                str(tmp_path / "run"),
+                "--max-steps",
+                "2",
+                "--batch-size",
+                "4",
+                "--eval-interval",
+                "2",
+                "--no-progress",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert load_checkpoint(tmp_path / "run" / "last").config["model"]["vocab_size"] == len(vocab)
     # its 512-position table is most of a small model: eval reads the run (config and weights agree)
     assert main(["eval", str(tmp_path / "run"), "--data", str(csv), "--json"]) == 0
@@ -102,11 +177,15 @@ def test_unseen_words_set_keeps_every_test_noun_out_of_training(tmp_path):
 
     sys.path.insert(0, str(ROOT / "scripts"))
     try:
-        from make_unseen_words_csv import NOUNS, main as make
+        from make_unseen_words_csv import NOUNS
+        from make_unseen_words_csv import main as make
     finally:
         sys.path.remove(str(ROOT / "scripts"))
     assert make([str(tmp_path / "a")]) == 0 and make([str(tmp_path / "b")]) == 0
-    rows = {name: list(csv.DictReader(open(tmp_path / "a" / name, encoding="utf-8"))) for name in ("train.csv", "test.csv")}
+    rows = {
+        name: list(csv.DictReader(open(tmp_path / "a" / name, encoding="utf-8")))
+        for name in ("train.csv", "test.csv")
+    }
     assert [len(rows["train.csv"]), len(rows["test.csv"])] == [300, 120]
     assert {r["label"] for r in rows["test.csv"]} == set(NOUNS)
     assert all(sum(r["label"] == k for r in rows["train.csv"]) == 75 for k in NOUNS)

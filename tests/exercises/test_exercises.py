@@ -16,42 +16,90 @@ from scratchformer.errors import DataError
 from scratchformer.exercises import EXERCISES, check, solution_source, stub_source
 from scratchformer.exercises.catalogue import DIAGONAL_ONLY
 
-BACKWARD = [name for name, e in EXERCISES.items() if e.kind == "backward"]  # the others: test_exercises_more.py
+BACKWARD = [
+    name for name, e in EXERCISES.items() if e.kind == "backward"
+]  # the others: test_exercises_more.py
 CORPUS = sorted((Path(__file__).parents[1] / "data" / "learner_bugs").glob("*.py"))
 
 # Wrong solutions beyond the catalogue's known mistakes (which the grader itself knows):
 # exercise -> [(old, new, words the report must contain)], edits of the reference solution
 # caught by the generic checks (sign, factor, transpose, accumulation, contract).
 GENERIC_FAULTS = {
-    "softmax": [("return y * (", "return -y * (", "sign is flipped"),
-                ("return y * (dy - (dy * y).sum(axis=-1, keepdims=True))",
-                 "dy -= (dy * y).sum(axis=-1, keepdims=True)\n        return y * dy", "changed its argument in place"),
-                ("return y * (dy - (dy * y).sum(axis=-1, keepdims=True))",
-                 "return (y * (dy - (dy * y).sum(axis=-1, keepdims=True))).T", "transposed")],
+    "softmax": [
+        ("return y * (", "return -y * (", "sign is flipped"),
+        (
+            "return y * (dy - (dy * y).sum(axis=-1, keepdims=True))",
+            "dy -= (dy * y).sum(axis=-1, keepdims=True)\n        return y * dy",
+            "changed its argument in place",
+        ),
+        (
+            "return y * (dy - (dy * y).sum(axis=-1, keepdims=True))",
+            "return (y * (dy - (dy * y).sum(axis=-1, keepdims=True))).T",
+            "transposed",
+        ),
+    ],
     "cross_entropy": [("return dlogits * (dloss / N)", "return -dlogits * (dloss / N)", "sign is flipped")],
-    "layernorm": [("self.weight.grad += (dy", "self.weight.grad[...] = (dy", "overwritten instead of accumulated")],
-    "gelu": [("return dy * (cdf", "return -dy * (cdf", "sign is flipped"),
-             ("return dy * (cdf", "return 2 * dy * (cdf", "counted twice")],
-    "linear": [("self.bias.grad += dy2", "self.bias.grad = dy2", "overwritten instead of accumulated"),
-               ("dy2.T @ x2", "dy[0].T @ self.x[0]", "only batch row 0 is counted")],
-    "embedding": [("        np.add.at(", "        self.weight.grad[...] = 0\n        np.add.at(",
-                   "overwritten instead of accumulated"),
-                  ("dy.reshape(-1, C))", "-dy.reshape(-1, C))", "sign is flipped")],
-    "attention": [("return dq, dk, dv", "return dk, dq, dv", "wrong order"),
-                  ("return dq, dk, dv", "return dq", "must return the tuple (dq, dk, dv)")],
-    "mha": [("self.out_proj_bias.grad +=", "self.out_proj_bias.grad =", "overwritten instead of accumulated")],
-    "block": [("h = x + self.attn(self.ln1(x), causal=True)", "h = x + self.attn(x, causal=True)",
-               "forward's output differs from the given forward")],
-    "rmsnorm": [("self.weight.grad += (dy", "self.weight.grad[...] = (dy", "overwritten instead of accumulated"),
-                ("return rstd * (", "return -rstd * (", "sign is flipped")],
-    "swiglu": [("return np.concatenate(", "return -np.concatenate(", "sign is flipped"),
-               ("return np.concatenate([dgate, dup], axis=-1)",
-                "return np.concatenate([dgate, dup], axis=-1)[..., :-1]", "dh has shape")],
-    "rope": [("return dy * cos - rotate_half(dy) * sin", "return 2 * (dy * cos - rotate_half(dy) * sin)",
-              "counted twice"),
-             ("return dy * cos - rotate_half(dy) * sin", "return rotate_half(dy) * sin - dy * cos", "sign is flipped")],
-    "gqa": [("return dq, dk, dv", "return dk, dq, dv", "wrong order"),
-            ("return dq, dk, dv", "return dq, dk", "must return the tuple (dq, dk, dv)")],
+    "layernorm": [
+        ("self.weight.grad += (dy", "self.weight.grad[...] = (dy", "overwritten instead of accumulated")
+    ],
+    "gelu": [
+        ("return dy * (cdf", "return -dy * (cdf", "sign is flipped"),
+        ("return dy * (cdf", "return 2 * dy * (cdf", "counted twice"),
+    ],
+    "linear": [
+        ("self.bias.grad += dy2", "self.bias.grad = dy2", "overwritten instead of accumulated"),
+        ("dy2.T @ x2", "dy[0].T @ self.x[0]", "only batch row 0 is counted"),
+    ],
+    "embedding": [
+        (
+            "        np.add.at(",
+            "        self.weight.grad[...] = 0\n        np.add.at(",
+            "overwritten instead of accumulated",
+        ),
+        ("dy.reshape(-1, C))", "-dy.reshape(-1, C))", "sign is flipped"),
+    ],
+    "attention": [
+        ("return dq, dk, dv", "return dk, dq, dv", "wrong order"),
+        ("return dq, dk, dv", "return dq", "must return the tuple (dq, dk, dv)"),
+    ],
+    "mha": [
+        ("self.out_proj_bias.grad +=", "self.out_proj_bias.grad =", "overwritten instead of accumulated")
+    ],
+    "block": [
+        (
+            "h = x + self.attn(self.ln1(x), causal=True)",
+            "h = x + self.attn(x, causal=True)",
+            "forward's output differs from the given forward",
+        )
+    ],
+    "rmsnorm": [
+        ("self.weight.grad += (dy", "self.weight.grad[...] = (dy", "overwritten instead of accumulated"),
+        ("return rstd * (", "return -rstd * (", "sign is flipped"),
+    ],
+    "swiglu": [
+        ("return np.concatenate(", "return -np.concatenate(", "sign is flipped"),
+        (
+            "return np.concatenate([dgate, dup], axis=-1)",
+            "return np.concatenate([dgate, dup], axis=-1)[..., :-1]",
+            "dh has shape",
+        ),
+    ],
+    "rope": [
+        (
+            "return dy * cos - rotate_half(dy) * sin",
+            "return 2 * (dy * cos - rotate_half(dy) * sin)",
+            "counted twice",
+        ),
+        (
+            "return dy * cos - rotate_half(dy) * sin",
+            "return rotate_half(dy) * sin - dy * cos",
+            "sign is flipped",
+        ),
+    ],
+    "gqa": [
+        ("return dq, dk, dv", "return dk, dq, dv", "wrong order"),
+        ("return dq, dk, dv", "return dq, dk", "must return the tuple (dq, dk, dv)"),
+    ],
 }
 
 
@@ -112,9 +160,15 @@ def test_cli_lists_writes_and_grades(tmp_path, capsys, monkeypatch):
     assert capsys.readouterr().out.startswith("right: linear")
 
 
-@pytest.mark.parametrize("content, words", [(None, "no such file"), ("def (", "line 1: syntax error"),
-                                            ("import no_such_module_here", "does not load: ModuleNotFoundError"),
-                                            ("x = 1", "defines no class Softmax")])
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        (None, "no such file"),
+        ("def (", "line 1: syntax error"),
+        ("import no_such_module_here", "does not load: ModuleNotFoundError"),
+        ("x = 1", "defines no class Softmax"),
+    ],
+)
 def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys, content, words):
     path = tmp_path / "f.py"
     if content is not None:
@@ -126,9 +180,13 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys, content, words):
 
 def test_grading_needs_no_torch(tmp_path):
     path = _write(tmp_path, "attention", solution_source("attention"))
-    code = ("import sys; sys.modules['torch'] = None; from scratchformer.cli.main import main; "
-            f"sys.exit(main(['exercise', 'attention', '--check', {str(path)!r}]))")
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    code = (
+        "import sys; sys.modules['torch'] = None; from scratchformer.cli.main import main; "
+        f"sys.exit(main(['exercise', 'attention', '--check', {str(path)!r}]))"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
     assert run.returncode == 0, run.stderr
 
 
@@ -147,10 +205,20 @@ def test_graded_on_several_shapes_and_seeds(name, tmp_path):
 def test_the_catalogue_names_the_common_mistakes():
     causes = [m.cause for e in EXERCISES.values() for m in e.mistakes]
     assert len(causes) >= 97
-    for words in ["treated as constants", "Bessel", DIAGONAL_ONLY, "merged with a reshape alone",
-                  "log-softmax's backward", "tanh approximation", "never -inf", "positional embedding",
-                  "the rms is treated as a constant", "SiLU's derivative is taken as sigmoid(g) alone",
-                  "the inverse rotation by -angle", "that share a key/value head are not summed"]:
+    for words in [
+        "treated as constants",
+        "Bessel",
+        DIAGONAL_ONLY,
+        "merged with a reshape alone",
+        "log-softmax's backward",
+        "tanh approximation",
+        "never -inf",
+        "positional embedding",
+        "the rms is treated as a constant",
+        "SiLU's derivative is taken as sigmoid(g) alone",
+        "the inverse rotation by -angle",
+        "that share a key/value head are not summed",
+    ]:
         assert any(words in c for c in causes), words
 
 
@@ -181,26 +249,35 @@ def _edited(tmp_path, name, old, new):
 
 
 def test_one_nan_entry_is_named(tmp_path):
-    path = _edited(tmp_path, "softmax", "        return y * (dy - (dy * y).sum(axis=-1, keepdims=True))\n",
-                   "        dx = y * (dy - (dy * y).sum(axis=-1, keepdims=True))\n        dx[1, 2, 3] = np.inf\n"
-                   "        return dx\n")
+    path = _edited(
+        tmp_path,
+        "softmax",
+        "        return y * (dy - (dy * y).sum(axis=-1, keepdims=True))\n",
+        "        dx = y * (dy - (dy * y).sum(axis=-1, keepdims=True))\n        dx[1, 2, 3] = np.inf\n"
+        "        return dx\n",
+    )
     report = check("softmax", path).report()
     assert "dx[1, 2, 3] is inf: every gradient must be finite (1 of 30" in report
 
 
 def test_nan_in_a_parameter_gradient_is_wrong(tmp_path):
-    path = _edited(tmp_path, "linear", "self.bias.grad += dy2.sum(axis=0)", "self.bias.grad += dy2.sum(axis=0) * np.nan")
+    path = _edited(
+        tmp_path, "linear", "self.bias.grad += dy2.sum(axis=0)", "self.bias.grad += dy2.sum(axis=0) * np.nan"
+    )
     assert "bias.grad[0] is nan" in check("linear", path).report()
 
 
-@pytest.mark.parametrize("line, words", [
-    ("exit()", "SystemExit: exit() or sys.exit() was called"),
-    ("import sys; sys.exit(0)", "SystemExit: exit() or sys.exit() was called (code 0)"),
-    ("raise SystemExit", "SystemExit"),
-    ("import os; os._exit(0)", "your code ended the grading process (exit status 0)"),
-    ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", "killed by SIGKILL"),
-    ("input()", "EOFError"),
-])
+@pytest.mark.parametrize(
+    "line, words",
+    [
+        ("exit()", "SystemExit: exit() or sys.exit() was called"),
+        ("import sys; sys.exit(0)", "SystemExit: exit() or sys.exit() was called (code 0)"),
+        ("raise SystemExit", "SystemExit"),
+        ("import os; os._exit(0)", "your code ended the grading process (exit status 0)"),
+        ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", "killed by SIGKILL"),
+        ("input()", "EOFError"),
+    ],
+)
 def test_a_backward_that_ends_its_process_is_one_line(tmp_path, line, words):
     path = _edited(tmp_path, "gelu", "        x = self.x\n", f"        x = self.x\n        {line}\n")
     grade = check("gelu", path)
@@ -208,10 +285,18 @@ def test_a_backward_that_ends_its_process_is_one_line(tmp_path, line, words):
 
 
 def test_an_endless_loop_is_stopped_and_named(tmp_path):
-    path = _edited(tmp_path, "mha", "        B, T, C = dy.shape\n", "        B, T, C = dy.shape\n        while B:\n            pass\n")
+    path = _edited(
+        tmp_path,
+        "mha",
+        "        B, T, C = dy.shape\n",
+        "        B, T, C = dy.shape\n        while B:\n            pass\n",
+    )
     grade = check("mha", path, time_limit=2)
     assert not grade.passed
-    assert "did not finish within 2 s: it was stopped in your backward on MultiHeadAttention(6, 2)" in grade.report()
+    assert (
+        "did not finish within 2 s: it was stopped in your backward on MultiHeadAttention(6, 2)"
+        in grade.report()
+    )
     assert "endless loop" in grade.cause
 
 
@@ -219,7 +304,9 @@ def test_a_huge_allocation_is_a_memory_error(tmp_path):
     pytest.importorskip("resource")
     if not Path("/proc/self/statm").exists():
         pytest.skip("RLIMIT_AS needs the starting address space from /proc (Linux)")
-    path = _edited(tmp_path, "gelu", "        x = self.x\n", "        x = self.x\n        big = np.ones(64 << 20)\n")
+    path = _edited(
+        tmp_path, "gelu", "        x = self.x\n", "        x = self.x\n        big = np.ones(64 << 20)\n"
+    )
     grade = check("gelu", path, memory_limit=128 << 20)  # 512 MiB asked, 128 MiB allowed
     assert "backward raised MemoryError" in grade.report() and "far larger" in grade.cause
 
@@ -236,17 +323,26 @@ def test_the_learner_code_runs_in_another_process(tmp_path):
     changes = "import scratchformer.exercises.grading as g\ng.TOLERANCE = 1e9\n" + solution_source("gelu")
     assert check("gelu", _write(tmp_path, "gelu", changes)).passed
     from scratchformer.exercises import grading
+
     assert grading.TOLERANCE == 1e-6
     assert not check("gelu", _edited(tmp_path, "gelu", "dy * (cdf + x * pdf)", "dy * cdf")).passed
 
 
 def test_an_extra_or_missing_parameter_is_refused_in_one_line(tmp_path):
-    extra = _edited(tmp_path, "linear", "        self.bias = Parameter(np.zeros(out_features))\n",
-                    "        self.scale = Parameter(np.ones(1))\n        self.bias = Parameter(np.zeros(out_features))\n")
+    extra = _edited(
+        tmp_path,
+        "linear",
+        "        self.bias = Parameter(np.zeros(out_features))\n",
+        "        self.scale = Parameter(np.ones(1))\n        self.bias = Parameter(np.zeros(out_features))\n",
+    )
     report = check("linear", extra).report()
     assert "your class has parameter(s) the stub's has not: scale" in report
-    missing = _edited(tmp_path, "layernorm", "        self.bias = Parameter(np.zeros(C))\n",
-                      "        self.shift = Parameter(np.zeros(C))\n")
+    missing = _edited(
+        tmp_path,
+        "layernorm",
+        "        self.bias = Parameter(np.zeros(C))\n",
+        "        self.shift = Parameter(np.zeros(C))\n",
+    )
     report = check("layernorm", missing).report()
     assert "has not: shift; it lacks the stub's parameter(s) bias" in report and "Traceback" not in report
 
@@ -277,8 +373,9 @@ def test_without_fork_the_child_is_a_fresh_interpreter(tmp_path, monkeypatch):
         check("softmax", _write(tmp_path, "other", "x = 1\n"))
 
 
-@pytest.mark.parametrize("kwargs", [{"time_limit": 0}, {"time_limit": "60"}, {"memory_limit": 1 << 20},
-                                    {"memory_limit": 2.5e9}])
+@pytest.mark.parametrize(
+    "kwargs", [{"time_limit": 0}, {"time_limit": "60"}, {"memory_limit": 1 << 20}, {"memory_limit": 2.5e9}]
+)
 def test_limits_out_of_range_are_a_typed_error(kwargs, tmp_path):
     from scratchformer.errors import ConfigError
 
@@ -325,7 +422,9 @@ def test_a_passed_exercise_is_recorded_and_listed(tmp_path, capsys, monkeypatch)
     _write(tmp_path, "sw", solution_source("swiglu"))
     assert main(["exercise", "swiglu", "--check", "sw.py"]) == 0
     assert "not recorded as passed" in capsys.readouterr().err
-    assert passed() == {"rope"} and [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == [PROGRESS_FILE]
+    assert passed() == {"rope"} and [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == [
+        PROGRESS_FILE
+    ]
     (tmp_path / PROGRESS_FILE).write_text('{"passed": 3}')
     assert main(["exercise"]) == 2
     err = capsys.readouterr().err

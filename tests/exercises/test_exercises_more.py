@@ -44,8 +44,13 @@ def test_the_bpe_text_separates_the_counting_mistakes():
 
     right = bpe.trainer_merges()
     once = lambda ws: {p: sum(p in set(zip(w, w[1:])) for w in ws) for w in ws for p in zip(w, w[1:])}  # noqa: E731
-    per_word = lambda ws: {p: sum(n for w, n in ws.items() if p in set(zip(w, w[1:])))  # noqa: E731
-                           for w in ws for p in zip(w, w[1:])}
+    per_word = (
+        lambda ws: {
+            p: sum(n for w, n in ws.items() if p in set(zip(w, w[1:])))  # noqa: E731
+            for w in ws
+            for p in zip(w, w[1:])
+        }
+    )
     assert run(bpe.pair_counts) == right and run(once) != right and run(per_word) != right
 
 
@@ -55,8 +60,11 @@ def test_the_graded_merges_follow_the_trainer(monkeypatch, tmp_path):
 
     right = bpe.trainer_merges()
     monkeypatch.setattr(bpe, "trainer_merges", lambda: [right[1], right[0]] + right[2:])
-    verdict = grading._verdict(EXERCISES["bpe_merge"], grading._class_from_source(
-        solution_source("bpe_merge"), "merge_step", "<bpe>"), "<bpe>")
+    verdict = grading._verdict(
+        EXERCISES["bpe_merge"],
+        grading._class_from_source(solution_source("bpe_merge"), "merge_step", "<bpe>"),
+        "<bpe>",
+    )
     assert not verdict.right and verdict.text.startswith(f"merge 1: you merged {right[0]!r}")
 
 
@@ -66,7 +74,9 @@ def test_the_shipped_model_is_the_induction_run_s_and_small():
 
     model, data = induction.load_model()
     c = model.config
-    assert {k: getattr(c, k) for k in RUN_DEFAULTS["induction"]["model"]} == RUN_DEFAULTS["induction"]["model"]
+    assert {k: getattr(c, k) for k in RUN_DEFAULTS["induction"]["model"]} == RUN_DEFAULTS["induction"][
+        "model"
+    ]
     assert (c.vocab_size, c.block_size) == (data["symbols"], data["block_size"])
     assert (induction.MODEL_DIR / "model.safetensors").stat().st_size < 200_000
     assert not list(induction.MODEL_DIR.glob("*.pkl")) and not list(induction.MODEL_DIR.glob("*.pt"))
@@ -95,13 +105,19 @@ def test_reordered_heads_compute_the_same_function():
 def test_an_answer_written_in_fails_on_the_reordered_model(tmp_path):
     written = "def find_induction_head(model, tokens):\n    return 1, {}\n"
     grade = check("induction_head", _write(tmp_path, "ih0", written.format(0)))  # right on the model only
-    assert not grade.passed and grade.lines[0].startswith("wrong: induction_head: the model with its heads reordered")
+    assert not grade.passed and grade.lines[0].startswith(
+        "wrong: induction_head: the model with its heads reordered"
+    )
     assert "an answer written in" in grade.cause
     grade = check("induction_head", _write(tmp_path, "ih1", written.format(1)))  # the weaker head of layer 1
-    assert not grade.passed and grade.lines[0].startswith("wrong: induction_head: the model: zeroing head (1, 1)")
+    assert not grade.passed and grade.lines[0].startswith(
+        "wrong: induction_head: the model: zeroing head (1, 1)"
+    )
     # the reference answers (1, 0) then (1, 1)
-    assert "head (1, 0) of the model" in check("induction_head", _write(
-        tmp_path, "ok", solution_source("induction_head"))).report()
+    assert (
+        "head (1, 0) of the model"
+        in check("induction_head", _write(tmp_path, "ok", solution_source("induction_head"))).report()
+    )
 
 
 # -- diagnose_runs ----------------------------------------------------------------------------
@@ -129,22 +145,33 @@ def _reading(run: Path) -> dict:
 
     _, records = read_records(run / "diagnostics.jsonl")
     first, later = records[0], records[1:]
-    losses = [json.loads(line)["train_loss"] for line in (run / "log.jsonl").read_text().splitlines()
-              if "train_loss" in line]
-    ratios = [v["update_ratio"] for r in later for name, v in r["params"].items()
-              if v["update_ratio"] is not None and len(v["shape"]) == 2]
+    losses = [
+        json.loads(line)["train_loss"]
+        for line in (run / "log.jsonl").read_text().splitlines()
+        if "train_loss" in line
+    ]
+    ratios = [
+        v["update_ratio"]
+        for r in later
+        for name, v in r["params"].items()
+        if v["update_ratio"] is not None and len(v["shape"]) == 2
+    ]
     grad_std = [layer["grad_std"] for layer in first["layers"]]
-    return {"dead": min(layer["dead"] for layer in first["layers"]),
-            "update": float(np.median(ratios)),
-            "grad_spread": max(grad_std) / min(grad_std),
-            "first_loss": losses[0]}
+    return {
+        "dead": min(layer["dead"] for layer in first["layers"]),
+        "update": float(np.median(ratios)),
+        "grad_spread": max(grad_std) / min(grad_std),
+        "first_loss": losses[0],
+    }
 
 
 def test_each_run_shows_its_fault_and_no_other(runs):
-    signs = {"dead_relu": lambda r: r["dead"] > 0.99,
-             "lr_too_high": lambda r: r["update"] > -1.5,
-             "vanishing_gradient": lambda r: r["grad_spread"] > 100,
-             "init_too_large": lambda r: r["first_loss"] > 2 * math.log(27) and r["update"] < -1.5}
+    signs = {
+        "dead_relu": lambda r: r["dead"] > 0.99,
+        "lr_too_high": lambda r: r["update"] > -1.5,
+        "vanishing_gradient": lambda r: r["grad_spread"] > 100,
+        "init_too_large": lambda r: r["first_loss"] > 2 * math.log(27) and r["update"] < -1.5,
+    }
     for name, fault in diagnose.RUNS.items():
         reading = _reading(runs / name)
         shown = [f for f, sign in signs.items() if sign(reading)]
@@ -156,10 +183,15 @@ def test_the_runs_are_made_once_and_graded(runs, tmp_path):
     assert "diagnose_runs/" in diagnose.setup(runs.parent / "x.py")  # already there: kept
     assert (runs / "a" / "diagnostics.jsonl").stat().st_mtime_ns == stamp
     assert check("diagnose_runs", _write(tmp_path, "d", solution_source("diagnose_runs"))).passed
-    wrong = ("def diagnose():\n"
-             "    return {'a': 'dead_relu', 'b': 'lr_too_high', 'c': 'init_too_large', 'd': 'dead_relu'}\n")
+    wrong = (
+        "def diagnose():\n"
+        "    return {'a': 'dead_relu', 'b': 'lr_too_high', 'c': 'init_too_large', 'd': 'dead_relu'}\n"
+    )
     grade = check("diagnose_runs", _write(tmp_path, "w", wrong))
-    assert grade.report().startswith("wrong: diagnose_runs: run a: not dead_relu") and "fraction of dead" in grade.cause
+    assert (
+        grade.report().startswith("wrong: diagnose_runs: run a: not dead_relu")
+        and "fraction of dead" in grade.cause
+    )
 
 
 def test_the_hints_name_the_figures_that_show_the_faults():

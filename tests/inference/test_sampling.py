@@ -43,7 +43,8 @@ def test_top_k_only_samples_the_k_best():
     ids = sample_next(_rows(logits), np.random.default_rng(0), top_k=3)
     f = _freq(ids, 6)
     assert set(np.flatnonzero(f)) == {1, 3, 5}
-    p = np.exp(logits[[1, 3, 5]]); p /= p.sum()
+    p = np.exp(logits[[1, 3, 5]])
+    p /= p.sum()
     np.testing.assert_allclose(f[[1, 3, 5]], p, atol=0.015)
 
 
@@ -71,8 +72,11 @@ def test_top_k_and_top_p_compose():
 
 def test_temperature_sharpens_and_flattens():
     logits = np.array([[1.0, 2.0, 3.0]])
-    np.testing.assert_allclose(filtered_probs(logits, temperature=2.0)[0],
-                               np.exp(logits[0] / 2) / np.exp(logits[0] / 2).sum(), rtol=1e-12)
+    np.testing.assert_allclose(
+        filtered_probs(logits, temperature=2.0)[0],
+        np.exp(logits[0] / 2) / np.exp(logits[0] / 2).sum(),
+        rtol=1e-12,
+    )
     cold = _freq(sample_next(_rows(logits[0]), np.random.default_rng(0), temperature=0.1), 3)
     hot = _freq(sample_next(_rows(logits[0]), np.random.default_rng(0), temperature=100.0), 3)
     assert cold[2] > 0.99
@@ -86,12 +90,22 @@ def test_seeded_sampling_is_deterministic():
     c = sample_next(logits, np.random.default_rng(8), temperature=0.9, top_k=20, top_p=0.9)
     np.testing.assert_array_equal(a, b)
     assert not np.array_equal(a, c)
-    np.testing.assert_array_equal(sample_next(logits, 7, top_k=20), sample_next(logits, np.random.default_rng(7), top_k=20))
+    np.testing.assert_array_equal(
+        sample_next(logits, 7, top_k=20), sample_next(logits, np.random.default_rng(7), top_k=20)
+    )
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"temperature": -1.0}, {"top_k": 0}, {"top_k": 2.5}, {"top_p": 0.0}, {"top_p": 1.5}, {"temperature": np.nan},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"temperature": -1.0},
+        {"top_k": 0},
+        {"top_k": 2.5},
+        {"top_p": 0.0},
+        {"top_p": 1.5},
+        {"temperature": np.nan},
+    ],
+)
 def test_invalid_sampling_arguments(kwargs):
     with pytest.raises(ValueError):
         sample_next(np.zeros((1, 5)), np.random.default_rng(0), **kwargs)
@@ -117,16 +131,21 @@ def _prompt(B=3, T=3, V=13, seed=0):
     return np.random.default_rng(seed).integers(0, V, (B, T))
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"top_k": 1},
-    {"temperature": 0},
-    {"temperature": 1.0},
-    {"temperature": 0.8, "top_k": 5},
-    {"temperature": 1.3, "top_p": 0.9},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"top_k": 1},
+        {"temperature": 0},
+        {"temperature": 1.0},
+        {"temperature": 0.8, "top_k": 5},
+        {"temperature": 1.3, "top_p": 0.9},
+    ],
+)
 def test_cached_and_uncached_pick_identical_tokens(model, kwargs):
     prompt = _prompt()
-    cached = model.generate(prompt, 12, rng=np.random.default_rng(5), use_cache=True, **kwargs)  # goes past block
+    cached = model.generate(
+        prompt, 12, rng=np.random.default_rng(5), use_cache=True, **kwargs
+    )  # goes past block
     uncached = model.generate(prompt, 12, rng=np.random.default_rng(5), use_cache=False, **kwargs)
     assert cached.shape == (3, 15) and cached.dtype == np.int64
     np.testing.assert_array_equal(cached, uncached)
@@ -151,6 +170,7 @@ def test_cache_feeds_one_token_per_step(model, monkeypatch):
 
 def test_kv_cache_writes_in_place_grows_and_selects_rows():
     from scratchformer.nn import KVCache
+
     rng = np.random.default_rng(0)
     steps = [rng.standard_normal((2, 3, t, 4)).astype(np.float32) for t in (2, 1, 1, 3)]
     cache = KVCache(capacity=4)
@@ -286,8 +306,20 @@ def test_tiny_temperature_is_greedy_not_a_boundary_token():
 def _tiny_seq2seq():
     from scratchformer.models import Seq2SeqConfig, Seq2SeqTransformer
 
-    return Seq2SeqTransformer(Seq2SeqConfig(src_vocab_size=13, tgt_vocab_size=13, max_len=8, n_layer=1,
-                                            n_head=2, n_embd=8, pad_id=10, bos_id=11, eos_id=12), seed=0)
+    return Seq2SeqTransformer(
+        Seq2SeqConfig(
+            src_vocab_size=13,
+            tgt_vocab_size=13,
+            max_len=8,
+            n_layer=1,
+            n_head=2,
+            n_embd=8,
+            pad_id=10,
+            bos_id=11,
+            eos_id=12,
+        ),
+        seed=0,
+    )
 
 
 @pytest.mark.parametrize("width", [2.0, "2", True, 0, -1, 10**6])
@@ -300,14 +332,16 @@ def test_beam_width_not_an_int_or_out_of_range_is_a_config_error(width):
 
 
 def test_beam_that_cannot_fit_in_memory_is_refused_before_decoding(monkeypatch):
-    from scratchformer.limits import memory as limits
     from scratchformer.errors import ResourceError
     from scratchformer.inference import beam_search
     from scratchformer.inference.beam import beam_bytes
+    from scratchformer.limits import memory as limits
 
     model = _tiny_seq2seq()
     need = beam_bytes(model, 1, 64, 3, 8)
-    monkeypatch.setattr(limits, "memory_limits", lambda: {"the machine's available memory": need})  # 90% of it is usable: too little
+    monkeypatch.setattr(
+        limits, "memory_limits", lambda: {"the machine's available memory": need}
+    )  # 90% of it is usable: too little
     with pytest.raises(ResourceError, match="beam_width"):
         beam_search(model, np.array([[1, 2, 3]]), beam_width=64)
     monkeypatch.setattr(limits, "memory_limits", lambda: {"the machine's available memory": 2 * need})

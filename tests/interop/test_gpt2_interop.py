@@ -19,8 +19,16 @@ from scratchformer.models import GPT, GPTConfig  # noqa: E402
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-SMALL = dict(n_layer=2, n_head=2, n_embd=16, vocab_size=50, n_positions=32,
-             resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+SMALL = dict(
+    n_layer=2,
+    n_head=2,
+    n_embd=16,
+    vocab_size=50,
+    n_positions=32,
+    resid_pdrop=0.0,
+    embd_pdrop=0.0,
+    attn_pdrop=0.0,
+)
 
 
 def _hf_model(seed=0, **overrides):
@@ -74,8 +82,13 @@ def test_greedy_tokens_match_hf_generate(hf_dir):
     idx = _idx(B=3, T=5, seed=1)
     ours = model.generate(idx, 15, top_k=1)
     with torch.no_grad():
-        theirs = hf.generate(torch.tensor(idx), attention_mask=torch.ones(idx.shape, dtype=torch.long),
-                             do_sample=False, max_new_tokens=15, pad_token_id=0).numpy()
+        theirs = hf.generate(
+            torch.tensor(idx),
+            attention_mask=torch.ones(idx.shape, dtype=torch.long),
+            do_sample=False,
+            max_new_tokens=15,
+            pad_token_id=0,
+        ).numpy()
     np.testing.assert_array_equal(ours, theirs)
     np.testing.assert_array_equal(model.generate(idx, 15, top_k=1, use_cache=False), theirs)
 
@@ -107,7 +120,9 @@ def test_float64_gradients_match(hf_dir):
     # the LM loss in float64 (transformers' own loss upcasts logits to float32 only)
     logits = hf(input_ids=t_idx).logits
     assert logits.dtype == torch.float64
-    ref = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), t_idx[:, 1:].reshape(-1))
+    ref = torch.nn.functional.cross_entropy(
+        logits[:, :-1].reshape(-1, logits.shape[-1]), t_idx[:, 1:].reshape(-1)
+    )
     ref.backward()
     assert loss == pytest.approx(ref.item(), rel=1e-12)
     hf_params = dict(hf.named_parameters())
@@ -129,8 +144,12 @@ def test_training_in_lockstep_with_torch(hf_dir):
     model = load_hf_gpt2(path, dtype="float64")
     decay = [p for p in hf.parameters() if p.dim() >= 2]
     no_decay = [p for p in hf.parameters() if p.dim() < 2]
-    their_opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                                  lr=1e-2, betas=(0.9, 0.99), foreach=False)
+    their_opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=1e-2,
+        betas=(0.9, 0.99),
+        foreach=False,
+    )
     our_opt = AdamW(param_groups(model, 0.1, decay_embeddings=True), lr=1e-2, betas=(0.9, 0.99))
     rng, norms = np.random.default_rng(5), []
     for step in range(25):
@@ -139,7 +158,9 @@ def test_training_in_lockstep_with_torch(hf_dir):
         targets = np.concatenate([idx[:, 1:], np.full((4, 1), -100)], axis=1)
         t_idx = torch.tensor(idx)
         logits = hf(input_ids=t_idx).logits
-        ref = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), t_idx[:, 1:].reshape(-1))
+        ref = torch.nn.functional.cross_entropy(
+            logits[:, :-1].reshape(-1, logits.shape[-1]), t_idx[:, 1:].reshape(-1)
+        )
         their_opt.zero_grad()
         ref.backward()
         their_norm = torch.nn.utils.clip_grad_norm_(hf.parameters(), 1.0).item()
@@ -185,8 +206,12 @@ def test_save_roundtrip_through_transformers(hf_dir, tmp_path):
 
 
 def test_save_a_scratch_model_with_exact_gelu(tmp_path):
-    model = GPT(GPTConfig(vocab_size=30, block_size=16, n_layer=2, n_head=2, n_embd=16, activation="gelu",
-                          n_inner=24), seed=0)
+    model = GPT(
+        GPTConfig(
+            vocab_size=30, block_size=16, n_layer=2, n_head=2, n_embd=16, activation="gelu", n_inner=24
+        ),
+        seed=0,
+    )
     rng = np.random.default_rng(0)
     for p in model.parameters():
         if p.data.ndim == 2:
@@ -212,12 +237,17 @@ def test_untied_and_unprefixed_checkpoints(tmp_path):
     # the original openai checkpoints have no "transformer." prefix and carry attn.bias buffers
     tied = _hf_model(seed=2)
     tied.save_pretrained(tmp_path / "tied", safe_serialization=True)
-    tensors = {k.removeprefix("transformer."): v for k, v in load_file(str(tmp_path / "tied/model.safetensors")).items()}
+    tensors = {
+        k.removeprefix("transformer."): v
+        for k, v in load_file(str(tmp_path / "tied/model.safetensors")).items()
+    }
     tensors["h.0.attn.bias"] = np.tril(np.ones((1, 1, 32, 32), dtype=np.float32))
     (tmp_path / "bare").mkdir()
     save_file(tensors, str(tmp_path / "bare/model.safetensors"))
     (tmp_path / "bare/config.json").write_text((tmp_path / "tied/config.json").read_text())
-    np.testing.assert_allclose(load_hf_gpt2(tmp_path / "bare")(idx)[0], _hf_logits(tied, idx), atol=1e-4, rtol=0)
+    np.testing.assert_allclose(
+        load_hf_gpt2(tmp_path / "bare")(idx)[0], _hf_logits(tied, idx), atol=1e-4, rtol=0
+    )
 
 
 def test_errors(hf_dir, tmp_path):
@@ -228,8 +258,12 @@ def test_errors(hf_dir, tmp_path):
     with pytest.raises(CheckpointError, match="model.safetensors"):
         load_hf_gpt2(tmp_path)
     base = json.loads((path / "config.json").read_text())
-    for field, value in [("scale_attn_by_inverse_layer_idx", True), ("reorder_and_upcast_attn", True),
-                         ("activation_function", "silu"), ("scale_attn_weights", False)]:
+    for field, value in [
+        ("scale_attn_by_inverse_layer_idx", True),
+        ("reorder_and_upcast_attn", True),
+        ("activation_function", "silu"),
+        ("scale_attn_weights", False),
+    ]:
         with pytest.raises(ConfigError, match=field):
             gpt2_config_from_hf({**base, field: value})
     assert gpt2_config_from_hf({**base, "n_inner": 40}).inner_size == 40
@@ -241,7 +275,12 @@ def test_errors(hf_dir, tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({**base, "n_embd": 32}))
     with pytest.raises(CheckpointError):
         load_hf_gpt2(tmp_path)
-    for bad in [dict(positional="sinusoidal"), dict(norm_first=False), dict(bias=False), dict(tie_weights=False)]:
+    for bad in [
+        dict(positional="sinusoidal"),
+        dict(norm_first=False),
+        dict(bias=False),
+        dict(tie_weights=False),
+    ]:
         m = GPT(GPTConfig(vocab_size=10, block_size=8, n_layer=1, n_head=1, n_embd=8, **bad))
         with pytest.raises(ConfigError):
             save_hf_gpt2(m, tmp_path / "x")

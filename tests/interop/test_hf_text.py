@@ -31,11 +31,25 @@ tokenizers = pytest.importorskip("tokenizers")
 
 LINES = resolve_data("shakespeare").read_text(encoding="utf-8").split("\n")[:3000]
 LINES += ["café naïve — “quoted” 日本語 😀"] * 3
-PROMPTS = ["my lord", "  two leading spaces", "café — 日本語 😀", "First line\nSecond", "<|endoftext|>ROMEO:",
-           "the <|endoftext|> marker", " ", ""]
+PROMPTS = [
+    "my lord",
+    "  two leading spaces",
+    "café — 日本語 😀",
+    "First line\nSecond",
+    "<|endoftext|>ROMEO:",
+    "the <|endoftext|> marker",
+    " ",
+    "",
+]
 NEW = 16
-LLAMA = dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2, intermediate_size=48,
-             max_position_embeddings=128)
+LLAMA = dict(
+    hidden_size=32,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    num_hidden_layers=2,
+    intermediate_size=48,
+    max_position_embeddings=128,
+)
 
 
 def _random_weights(model, seed):
@@ -53,7 +67,9 @@ def _random_weights(model, seed):
 
 
 def _bpe_trainer(special, **extra):
-    return tokenizers.trainers.BpeTrainer(vocab_size=420, special_tokens=special, show_progress=False, **extra)
+    return tokenizers.trainers.BpeTrainer(
+        vocab_size=420, special_tokens=special, show_progress=False, **extra
+    )
 
 
 def _gpt2_tokenizer(path):
@@ -62,14 +78,24 @@ def _gpt2_tokenizer(path):
     tok = hf.Tokenizer(hf.models.BPE())
     tok.pre_tokenizer = hf.pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = hf.decoders.ByteLevel()
-    tok.train_from_iterator(LINES, trainer=_bpe_trainer([], initial_alphabet=hf.pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        LINES, trainer=_bpe_trainer([], initial_alphabet=hf.pre_tokenizers.ByteLevel.alphabet())
+    )
     vocab = tok.get_vocab()
     vocab["<|endoftext|>"] = len(vocab)
     tok.model.save(str(path))
     (path / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
-    (path / "tokenizer_config.json").write_text(json.dumps(
-        {"tokenizer_class": "GPT2Tokenizer", "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>",
-         "unk_token": "<|endoftext|>", "add_prefix_space": False}))
+    (path / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "GPT2Tokenizer",
+                "bos_token": "<|endoftext|>",
+                "eos_token": "<|endoftext|>",
+                "unk_token": "<|endoftext|>",
+                "add_prefix_space": False,
+            }
+        )
+    )
     return len(vocab), {"bos_token_id": vocab["<|endoftext|>"], "eos_token_id": vocab["<|endoftext|>"]}
 
 
@@ -79,15 +105,28 @@ def _llama3_tokenizer(path):
     tok = hf.Tokenizer(hf.models.BPE())
     tok.pre_tokenizer = hf.pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = hf.decoders.ByteLevel()
-    tok.train_from_iterator(LINES, trainer=_bpe_trainer(["<|begin_of_text|>", "<|end_of_text|>"],
-                                                        initial_alphabet=hf.pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        LINES,
+        trainer=_bpe_trainer(
+            ["<|begin_of_text|>", "<|end_of_text|>"], initial_alphabet=hf.pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
     bos, eos = tok.token_to_id("<|begin_of_text|>"), tok.token_to_id("<|end_of_text|>")
     tok.post_processor = hf.processors.TemplateProcessing(
-        single="<|begin_of_text|> $A", pair="<|begin_of_text|> $A <|begin_of_text|> $B",
-        special_tokens=[("<|begin_of_text|>", bos)])
+        single="<|begin_of_text|> $A",
+        pair="<|begin_of_text|> $A <|begin_of_text|> $B",
+        special_tokens=[("<|begin_of_text|>", bos)],
+    )
     tok.save(str(path / "tokenizer.json"))
-    (path / "tokenizer_config.json").write_text(json.dumps(
-        {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>"}))
+    (path / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": "<|begin_of_text|>",
+                "eos_token": "<|end_of_text|>",
+            }
+        )
+    )
     return tok.get_vocab_size(), {"bos_token_id": bos, "eos_token_id": eos}
 
 
@@ -98,33 +137,60 @@ def _llama2_tokenizer(path):
     hf = tokenizers
     tok = hf.Tokenizer(hf.models.BPE(unk_token="<unk>", byte_fallback=True))
     tok.pre_tokenizer = hf.pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")
-    tok.train_from_iterator([line for line in LINES if "日" not in line],  # those characters: bytes
-                            trainer=_bpe_trainer(["<unk>", "<s>", "</s>"]))
+    tok.train_from_iterator(
+        [line for line in LINES if "日" not in line],  # those characters: bytes
+        trainer=_bpe_trainer(["<unk>", "<s>", "</s>"]),
+    )
     spec = json.loads(tok.to_str())
     learned = sorted(spec["model"]["vocab"].items(), key=lambda kv: kv[1])[3:]  # after the three special ids
     vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"<0x{b:02X}>": 3 + b for b in range(256)}}
     vocab.update({t: len(vocab) + i for i, (t, _) in enumerate(learned)})
     spec["model"]["vocab"] = vocab
     tok = hf.Tokenizer.from_str(json.dumps(spec))
-    tok.decoder = hf.decoders.Sequence([hf.decoders.ByteFallback(),  # <0xE6><0x97><0xA5> -> 日
-                                        hf.decoders.Metaspace(replacement="▁", prepend_scheme="first")])
-    tok.post_processor = hf.processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
-                                                          special_tokens=[("<s>", 1)])
+    tok.decoder = hf.decoders.Sequence(
+        [
+            hf.decoders.ByteFallback(),  # <0xE6><0x97><0xA5> -> 日
+            hf.decoders.Metaspace(replacement="▁", prepend_scheme="first"),
+        ]
+    )
+    tok.post_processor = hf.processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", 1)]
+    )
     tok.save(str(path / "tokenizer.json"))
-    (path / "tokenizer_config.json").write_text(json.dumps(
-        {"tokenizer_class": "LlamaTokenizerFast", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
-         "add_bos_token": True, "add_eos_token": False}))  # as Llama 2's own tokenizer_config.json
+    (path / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "LlamaTokenizerFast",
+                "bos_token": "<s>",
+                "eos_token": "</s>",
+                "unk_token": "<unk>",
+                "add_bos_token": True,
+                "add_eos_token": False,
+            }
+        )
+    )  # as Llama 2's own tokenizer_config.json
     return tok.get_vocab_size(), {"bos_token_id": 1, "eos_token_id": 2}
 
 
 def _make_dir(path, style, seed=0, dtype=None, pad_vocab=0):
     """A tiny random model of `style` ("gpt2", "llama3", "llama2") saved by transformers, with its tokenizer."""
     path.mkdir(parents=True, exist_ok=True)
-    make_tokenizer = {"gpt2": _gpt2_tokenizer, "llama3": _llama3_tokenizer, "llama2": _llama2_tokenizer}[style]
+    make_tokenizer = {"gpt2": _gpt2_tokenizer, "llama3": _llama3_tokenizer, "llama2": _llama2_tokenizer}[
+        style
+    ]
     n_vocab, ids = make_tokenizer(path)
     if style == "gpt2":
-        cfg = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=n_vocab + pad_vocab, n_positions=128,
-                                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **ids)
+        cfg = transformers.GPT2Config(
+            n_layer=2,
+            n_head=2,
+            n_embd=32,
+            vocab_size=n_vocab + pad_vocab,
+            n_positions=128,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+            **ids,
+        )
         model = transformers.GPT2LMHeadModel(cfg)
     else:
         cfg = transformers.LlamaConfig(vocab_size=n_vocab + pad_vocab, **LLAMA, **ids)
@@ -152,15 +218,19 @@ def _reference(path, prompt, new=NEW, dtype=torch.float32):
     if not start:  # GPT-2 with an empty prompt starts from <|endoftext|>
         start = [tok.eos_token_id]
     with torch.no_grad():
-        out = model.generate(torch.tensor([start]), attention_mask=torch.ones(1, len(start), dtype=torch.long),
-                             max_new_tokens=new, do_sample=False)[0].tolist()
-    new_ids = out[len(start):]
+        out = model.generate(
+            torch.tensor([start]),
+            attention_mask=torch.ones(1, len(start), dtype=torch.long),
+            max_new_tokens=new,
+            do_sample=False,
+        )[0].tolist()
+    new_ids = out[len(start) :]
     if model.generation_config.eos_token_id in new_ids:
         new_ids = new_ids[: new_ids.index(model.generation_config.eos_token_id)]
     whole, head = tok.decode(out, skip_special_tokens=True), tok.decode(start, skip_special_tokens=True)
     if not whole.startswith(head):  # byte-fallback tokens of the prompt's last character merged with new ones
         return start, new_ids, prompt + tok.decode(new_ids, skip_special_tokens=True)
-    return start, new_ids, prompt + whole[len(head):]
+    return start, new_ids, prompt + whole[len(head) :]
 
 
 def test_greedy_ids_and_text_equal_transformers(hf_dir):
@@ -207,8 +277,26 @@ def test_sample_hf_command_prints_transformers_text(hf_dir, capsys):
 
     prompt = "  my lord\nsay: café"
     _, _, text = _reference(hf_dir, prompt)
-    assert main(["sample", "--hf", str(hf_dir), "--prompt", prompt, "-n", "1", "--max-new-tokens", str(NEW),
-                 "--temperature", "0", "--seed", "1"]) == 0
+    assert (
+        main(
+            [
+                "sample",
+                "--hf",
+                str(hf_dir),
+                "--prompt",
+                prompt,
+                "-n",
+                "1",
+                "--max-new-tokens",
+                str(NEW),
+                "--temperature",
+                "0",
+                "--seed",
+                "1",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert out == f"=== sample 1 of 1 ===\n{text}\n"
 
@@ -231,8 +319,26 @@ def test_half_precision_llama_directory(tmp_path, capsys, dtype):
         ours_start, ours_new = hf_generate(model, tokenizer, prompt, max_new_tokens=NEW, temperature=0)
         assert ours_start.tolist() == start and ours_new[0].tolist() == new_ids
     capsys.readouterr()  # transformers' progress bars
-    assert main(["sample", "--hf", str(path), "--prompt", "my lord", "-n", "1", "--max-new-tokens", "4",
-                 "--temperature", "0", "--seed", "1"]) == 0
+    assert (
+        main(
+            [
+                "sample",
+                "--hf",
+                str(path),
+                "--prompt",
+                "my lord",
+                "-n",
+                "1",
+                "--max-new-tokens",
+                "4",
+                "--temperature",
+                "0",
+                "--seed",
+                "1",
+            ]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
     assert f"holds {dtype} weights, read as float32" in err and len(err.strip().splitlines()) == 1
 
@@ -253,10 +359,28 @@ def test_padded_vocabulary_never_samples_past_the_tokenizer(tmp_path, capsys):
     model, tokenizer = load_hf_causal_lm(path)
     assert model.config.vocab_size == tokenizer.vocab_size == n_tok
     for temperature in (0, 1.0):
-        _, news = hf_generate(model, tokenizer, "my lord", n=8, max_new_tokens=12, temperature=temperature, rng=0)
+        _, news = hf_generate(
+            model, tokenizer, "my lord", n=8, max_new_tokens=12, temperature=temperature, rng=0
+        )
         assert all(new.max(initial=0) < n_tok for new in news)
-    assert main(["sample", "--hf", str(path), "--prompt", "my lord", "-n", "2", "--max-new-tokens", "8",
-                 "--seed", "1"]) == 0
+    assert (
+        main(
+            [
+                "sample",
+                "--hf",
+                str(path),
+                "--prompt",
+                "my lord",
+                "-n",
+                "2",
+                "--max-new-tokens",
+                "8",
+                "--seed",
+                "1",
+            ]
+        )
+        == 0
+    )
     captured = capsys.readouterr()
     assert "40 rows no text uses are dropped" in captured.err
     assert captured.out.count("my lord") == 2
@@ -264,12 +388,47 @@ def test_padded_vocabulary_never_samples_past_the_tokenizer(tmp_path, capsys):
 
 # -- export: GPT-2 or Llama layout, chosen by what the model is; bos/eos ids in config.json ----
 
-TINY_RUN = ["--format", "text", "--tokenizer", "bpe", "--vocab-size", "300", "--block-size", "32", "--n-layer", "1",
-            "--n-embd", "16", "--n-head", "2", "--max-steps", "2", "--eval-interval", "2", "--eval-batches", "1",
-            "--batch-size", "4",
-            "--no-progress", "--quiet", "--workers", "1", "--num-samples", "0"]
-LLAMA_RUN = ["--positional", "rope", "--normalization", "rmsnorm", "--activation", "swiglu", "--no-bias",
-             "--n-kv-head", "1"]
+TINY_RUN = [
+    "--format",
+    "text",
+    "--tokenizer",
+    "bpe",
+    "--vocab-size",
+    "300",
+    "--block-size",
+    "32",
+    "--n-layer",
+    "1",
+    "--n-embd",
+    "16",
+    "--n-head",
+    "2",
+    "--max-steps",
+    "2",
+    "--eval-interval",
+    "2",
+    "--eval-batches",
+    "1",
+    "--batch-size",
+    "4",
+    "--no-progress",
+    "--quiet",
+    "--workers",
+    "1",
+    "--num-samples",
+    "0",
+]
+LLAMA_RUN = [
+    "--positional",
+    "rope",
+    "--normalization",
+    "rmsnorm",
+    "--activation",
+    "swiglu",
+    "--no-bias",
+    "--n-kv-head",
+    "1",
+]
 
 
 @pytest.fixture(scope="module")
@@ -317,8 +476,12 @@ def _stops_at_eos(path, capfd):
     enc = tok("First Citizen", return_tensors="pt")
     capfd.readouterr()
     with torch.no_grad():
-        out = model.generate(**enc, max_new_tokens=10, do_sample=False,
-                             logits_processor=transformers.LogitsProcessorList([ForceEnd()]))
+        out = model.generate(
+            **enc,
+            max_new_tokens=10,
+            do_sample=False,
+            logits_processor=transformers.LogitsProcessorList([ForceEnd()]),
+        )
     err = capfd.readouterr().err
     return out.shape[1] - enc["input_ids"].shape[1], out[0, -1].item() == eos, err
 
@@ -370,7 +533,9 @@ def test_export_refuses_a_model_no_layout_holds(text_file, tmp_path, capfd):
     assert main(["export", str(run), "--hf", str(tmp_path / "hf")]) == 2
     err = capfd.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err
-    assert "bias=False (GPT-2 has biases)" in err and "positional='learned' (Llama has positional='rope')" in err
+    assert (
+        "bias=False (GPT-2 has biases)" in err and "positional='learned' (Llama has positional='rope')" in err
+    )
     assert not (tmp_path / "hf").exists()
 
 
@@ -380,10 +545,30 @@ def test_init_from_llama2_directory_and_export(tmp_path, text_file, capfd):
     from scratchformer.cli.main import main
 
     src = _make_dir(tmp_path / "src", "llama2")
-    run = _train(tmp_path / "run", "--init-from", src, "--data", text_file, "--format", "text", "--block-size", "32",
-                 "--max-steps", "2", "--eval-interval", "2", "--eval-batches", "1", "--batch-size", "2",
-                 "--no-progress", "--workers", "1",
-                 "--num-samples", "1")
+    run = _train(
+        tmp_path / "run",
+        "--init-from",
+        src,
+        "--data",
+        text_file,
+        "--format",
+        "text",
+        "--block-size",
+        "32",
+        "--max-steps",
+        "2",
+        "--eval-interval",
+        "2",
+        "--eval-batches",
+        "1",
+        "--batch-size",
+        "2",
+        "--no-progress",
+        "--workers",
+        "1",
+        "--num-samples",
+        "1",
+    )
     out = tmp_path / "hf"
     assert main(["export", str(run), "--hf", str(out)]) == 0
     assert _logits_equal(run, out) == "LlamaForCausalLM"
@@ -400,16 +585,39 @@ def test_init_from_a_padded_vocabulary(tmp_path, text_file, capfd):
 
     src = _make_dir(tmp_path / "src", "gpt2", pad_vocab=24)
     capfd.readouterr()
-    run = _train(tmp_path / "run", "--init-from", src, "--data", text_file, "--format", "text", "--block-size", "32",
-                 "--max-steps", "1", "--eval-interval", "1", "--eval-batches", "1", "--batch-size", "2",
-                 "--no-progress", "--workers", "1",
-                 "--num-samples", "1")
+    run = _train(
+        tmp_path / "run",
+        "--init-from",
+        src,
+        "--data",
+        text_file,
+        "--format",
+        "text",
+        "--block-size",
+        "32",
+        "--max-steps",
+        "1",
+        "--eval-interval",
+        "1",
+        "--eval-batches",
+        "1",
+        "--batch-size",
+        "2",
+        "--no-progress",
+        "--workers",
+        "1",
+        "--num-samples",
+        "1",
+    )
     assert "the 24 rows no text uses are dropped" in capfd.readouterr().err
     assert main(["sample", str(run), "-n", "3", "--max-new-tokens", "20", "--seed", "0"]) == 0
     assert main(["export", str(run), "--hf", str(tmp_path / "hf")]) == 0
     n_tok = transformers.AutoTokenizer.from_pretrained(src).vocab_size
-    assert json.loads((tmp_path / "hf/config.json").read_text())["vocab_size"] == len(
-        transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")) >= n_tok
+    assert (
+        json.loads((tmp_path / "hf/config.json").read_text())["vocab_size"]
+        == len(transformers.AutoTokenizer.from_pretrained(tmp_path / "hf"))
+        >= n_tok
+    )
 
 
 def test_hf_name_instead_of_a_directory_says_how_to_get_one(tmp_path, capfd):
@@ -429,7 +637,9 @@ def test_sharded_checkpoint_reads_as_one(tmp_path):
     model.save_pretrained(sharded, max_shard_size="40KB")
     for name in ("tokenizer.json", "tokenizer_config.json"):
         (sharded / name).write_bytes((path / name).read_bytes())
-    assert (sharded / "model.safetensors.index.json").is_file() and not (sharded / "model.safetensors").exists()
+    assert (sharded / "model.safetensors.index.json").is_file() and not (
+        sharded / "model.safetensors"
+    ).exists()
     assert len(list(sharded.glob("model-*.safetensors"))) > 1
     a, _ = load_hf_causal_lm(path)
     b, _ = load_hf_causal_lm(sharded)
@@ -449,9 +659,13 @@ def test_safetensors_reader_converts_exactly_and_refuses_damage(tmp_path):
     from scratchformer.interop.hf_files import read_safetensors, safetensors_dtypes
 
     special = torch.tensor([0.0, -0.0, 1.0, -2.5, float("inf"), -float("inf"), 1e-40, 3.0e38, 1 / 3])
-    tensors = {"bf16": torch.cat([special, torch.randn(40)]).to(torch.bfloat16).reshape(7, 7),
-               "f16": torch.cat([special[:6], torch.randn(10)]).half(), "f64": torch.randn(3, dtype=torch.float64),
-               "i64": torch.arange(5), "empty": torch.zeros(0, 4)}
+    tensors = {
+        "bf16": torch.cat([special, torch.randn(40)]).to(torch.bfloat16).reshape(7, 7),
+        "f16": torch.cat([special[:6], torch.randn(10)]).half(),
+        "f64": torch.randn(3, dtype=torch.float64),
+        "i64": torch.arange(5),
+        "empty": torch.zeros(0, 4),
+    }
     path = tmp_path / "model.safetensors"
     save_file(tensors, str(path))
     got = read_safetensors(path)
@@ -465,12 +679,12 @@ def test_safetensors_reader_converts_exactly_and_refuses_damage(tmp_path):
     # damage: one line naming the file, never a traceback from a parser
     data = path.read_bytes()
     n = int.from_bytes(data[:8], "little")
-    header = json.loads(data[8:8 + n])
+    header = json.loads(data[8 : 8 + n])
     for label, damaged in [
         ("truncated", data[:-10]),
         ("short", data[:5]),
         ("huge header", (1 << 40).to_bytes(8, "little") + data[8:]),
-        ("not json", data[:8] + b"\xff" * n + data[8 + n:]),
+        ("not json", data[:8] + b"\xff" * n + data[8 + n :]),
         ("unknown dtype", _with_header(data, {**header, "i64": {**header["i64"], "dtype": "F8_E4M3"}})),
         ("bad shape", _with_header(data, {**header, "i64": {**header["i64"], "shape": [6]}})),
     ]:
@@ -486,4 +700,4 @@ def _with_header(data: bytes, header: dict) -> bytes:
     n = int.from_bytes(data[:8], "little")
     text = json.dumps(header, separators=(",", ":")).encode()
     assert len(text) <= n
-    return data[:8] + text.ljust(n) + data[8 + n:]
+    return data[:8] + text.ljust(n) + data[8 + n :]

@@ -34,8 +34,14 @@ from transformers.models.llama import modeling_llama  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-SMALL = dict(hidden_size=32, num_attention_heads=4, num_hidden_layers=2, intermediate_size=40, vocab_size=50,
-             max_position_embeddings=64)
+SMALL = dict(
+    hidden_size=32,
+    num_attention_heads=4,
+    num_hidden_layers=2,
+    intermediate_size=40,
+    vocab_size=50,
+    max_position_embeddings=64,
+)
 TOL64 = 1e-9
 
 
@@ -58,6 +64,7 @@ def _save(m, path):
 @pytest.fixture
 def float64_llama(monkeypatch):
     """LlamaRMSNorm and the rotary tables computed in float64 (the same formulas)."""
+
     def rmsnorm(self, x):
         return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon))
 
@@ -86,25 +93,36 @@ def _hf_grads(hf) -> dict[str, np.ndarray]:
     for i in range(hf.config.num_hidden_layers):
         hfp = f"model.layers.{i}."
         out[f"h.{i}.attn_norm.weight"] = g[hfp + "input_layernorm.weight"]
-        out[f"h.{i}.self_attn.in_proj_weight"] = np.concatenate([g[hfp + f"self_attn.{p}_proj.weight"]
-                                                                 for p in "qkv"])
+        out[f"h.{i}.self_attn.in_proj_weight"] = np.concatenate(
+            [g[hfp + f"self_attn.{p}_proj.weight"] for p in "qkv"]
+        )
         out[f"h.{i}.self_attn.out_proj.weight"] = g[hfp + "self_attn.o_proj.weight"]
         out[f"h.{i}.ff_norm.weight"] = g[hfp + "post_attention_layernorm.weight"]
-        out[f"h.{i}.ff.fc1.weight"] = np.concatenate([g[hfp + "mlp.gate_proj.weight"], g[hfp + "mlp.up_proj.weight"]])
+        out[f"h.{i}.ff.fc1.weight"] = np.concatenate(
+            [g[hfp + "mlp.gate_proj.weight"], g[hfp + "mlp.up_proj.weight"]]
+        )
         out[f"h.{i}.ff.fc2.weight"] = g[hfp + "mlp.down_proj.weight"]
     if "lm_head.weight" in g and not hf.config.tie_word_embeddings:
         out["lm_head.weight"] = g["lm_head.weight"]
     return out
 
 
-@pytest.mark.parametrize("overrides", [{}, {"num_key_value_heads": 2, "tie_word_embeddings": True,
-                                            "rope_theta": 500.0}],
-                         ids=["mha-untied", "gqa-tied-theta500"])
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"num_key_value_heads": 2, "tie_word_embeddings": True, "rope_theta": 500.0}],
+    ids=["mha-untied", "gqa-tied-theta500"],
+)
 def test_load_matches_transformers_float64(tmp_path, float64_llama, overrides):
     hf = _hf_model(**overrides)
     ours = load_hf_llama(_save(hf, tmp_path / "llama"), dtype="float64")
     c = ours.config
-    assert (c.positional, c.normalization, c.activation, c.bias, c.n_inner) == ("rope", "rmsnorm", "swiglu", False, 40)
+    assert (c.positional, c.normalization, c.activation, c.bias, c.n_inner) == (
+        "rope",
+        "rmsnorm",
+        "swiglu",
+        False,
+        40,
+    )
     assert c.n_kv_head == overrides.get("num_key_value_heads") and c.tie_weights == bool(overrides)
     assert c.rope_theta == overrides.get("rope_theta", 10000.0) and c.layer_norm_eps == 1e-6
     idx = np.random.default_rng(0).integers(0, 50, (2, 11))
@@ -116,8 +134,9 @@ def test_load_matches_transformers_float64(tmp_path, float64_llama, overrides):
     out = hf(torch.from_numpy(idx), labels=torch.from_numpy(idx))
     assert _rel(logits, out.logits) <= TOL64, _rel(logits, out.logits)
     assert abs(loss - out.loss.item()) <= 1e-6 * abs(out.loss.item())  # HF's loss upcasts to float32
-    ref_loss = torch.nn.functional.cross_entropy(out.logits[:, :-1].reshape(-1, 50),
-                                                 torch.from_numpy(idx[:, 1:]).reshape(-1))  # in float64
+    ref_loss = torch.nn.functional.cross_entropy(
+        out.logits[:, :-1].reshape(-1, 50), torch.from_numpy(idx[:, 1:]).reshape(-1)
+    )  # in float64
     assert abs(loss - ref_loss.item()) <= TOL64 * abs(ref_loss.item())
     # every parameter's gradient
     ours.zero_grad()
@@ -147,15 +166,31 @@ def test_load_matches_unmodified_transformers_within_float32_parts(tmp_path):
 
 
 def test_save_round_trips_through_transformers(tmp_path, float64_llama):
-    cfg = GPTConfig(vocab_size=30, block_size=16, n_layer=2, n_head=4, n_embd=16, n_kv_head=2, n_inner=24,
-                    positional="rope", normalization="rmsnorm", activation="swiglu", bias=False, tie_weights=False,
-                    layer_norm_eps=1e-6, rope_theta=1000.0, dtype="float64")
+    cfg = GPTConfig(
+        vocab_size=30,
+        block_size=16,
+        n_layer=2,
+        n_head=4,
+        n_embd=16,
+        n_kv_head=2,
+        n_inner=24,
+        positional="rope",
+        normalization="rmsnorm",
+        activation="swiglu",
+        bias=False,
+        tie_weights=False,
+        layer_norm_eps=1e-6,
+        rope_theta=1000.0,
+        dtype="float64",
+    )
     ours = GPT(cfg, seed=0)
     rng = np.random.default_rng(0)
     for p in ours.parameters():
         p.data[...] = rng.normal(1.0 if p.data.ndim == 1 else 0.0, 0.3, p.shape)
     path = save_hf_llama(ours, tmp_path / "out")
-    hf = transformers.LlamaForCausalLM.from_pretrained(path, torch_dtype=torch.float64, attn_implementation="sdpa")
+    hf = transformers.LlamaForCausalLM.from_pretrained(
+        path, torch_dtype=torch.float64, attn_implementation="sdpa"
+    )
     idx = np.random.default_rng(2).integers(0, 30, (2, 10))
     with torch.no_grad():
         ref = hf.eval()(torch.from_numpy(idx)).logits
@@ -168,15 +203,17 @@ def test_save_round_trips_through_transformers(tmp_path, float64_llama):
 
 def test_refusals_are_one_clear_line(tmp_path):
     base = {"model_type": "llama", **SMALL}
-    for extra, match in [({"rope_scaling": {"rope_type": "linear", "factor": 2.0}}, "rope scaling"),
-                         ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5}}, "rope scaling 'llama3'"),
-                         ({"hidden_act": "gelu"}, "hidden_act='gelu'"),
-                         ({"attention_bias": True}, "attention_bias"),
-                         ({"mlp_bias": True}, "mlp_bias"),
-                         ({"head_dim": 16}, "head_dim=16"),
-                         ({"attention_dropout": 0.1}, "attention_dropout"),
-                         ({"model_type": "mistral"}, "model_type"),
-                         ({"num_key_value_heads": 3}, "n_kv_head must divide n_head=4")]:
+    for extra, match in [
+        ({"rope_scaling": {"rope_type": "linear", "factor": 2.0}}, "rope scaling"),
+        ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5}}, "rope scaling 'llama3'"),
+        ({"hidden_act": "gelu"}, "hidden_act='gelu'"),
+        ({"attention_bias": True}, "attention_bias"),
+        ({"mlp_bias": True}, "mlp_bias"),
+        ({"head_dim": 16}, "head_dim=16"),
+        ({"attention_dropout": 0.1}, "attention_dropout"),
+        ({"model_type": "mistral"}, "model_type"),
+        ({"num_key_value_heads": 3}, "n_kv_head must divide n_head=4"),
+    ]:
         with pytest.raises(ConfigError, match=match):
             llama_config_from_hf({**base, **extra})
     with pytest.raises(ConfigError, match="lacks"):
@@ -212,6 +249,26 @@ def test_sample_hf_runs_a_llama_directory(tmp_path, capsys):
     tok._tok.model.save(str(path))  # GPT-2's vocab.json + merges.txt
     model, _ = load_hf_causal_lm(path)
     assert model.config.positional == "rope" and model.config.vocab_size == tok.vocab_size
-    assert main(["sample", "--hf", str(path), "--prompt", "to be", "-n", "1", "--max-new-tokens", "6",
-                 "--temperature", "0", "--seed", "1"]) == 0
-    assert capsys.readouterr().out.splitlines()[1].startswith("to be")  # after the "=== sample 1 of 1 ===" line
+    assert (
+        main(
+            [
+                "sample",
+                "--hf",
+                str(path),
+                "--prompt",
+                "to be",
+                "-n",
+                "1",
+                "--max-new-tokens",
+                "6",
+                "--temperature",
+                "0",
+                "--seed",
+                "1",
+            ]
+        )
+        == 0
+    )
+    assert (
+        capsys.readouterr().out.splitlines()[1].startswith("to be")
+    )  # after the "=== sample 1 of 1 ===" line

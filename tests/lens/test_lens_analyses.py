@@ -35,8 +35,9 @@ def _gpt(**kw):
 
 
 def _seq2seq():
-    return Seq2SeqTransformer(Seq2SeqConfig(src_vocab_size=9, tgt_vocab_size=9, n_layer=2, n_embd=8, n_head=2),
-                              seed=0).to(np.float64)
+    return Seq2SeqTransformer(
+        Seq2SeqConfig(src_vocab_size=9, tgt_vocab_size=9, n_layer=2, n_embd=8, n_head=2), seed=0
+    ).to(np.float64)
 
 
 def test_logit_lens_last_layer_is_the_model_and_earlier_layers_are_not():
@@ -113,7 +114,9 @@ def test_saliency_matches_finite_differences_and_leaves_the_gradients_alone():
             x = x.copy()
             x[0, t, c] += delta
             return x
+
         return run_with_hooks(model, IDS, hooks={"embed": nudge})[0][0, -1, 3]
+
     assert s.value == pytest.approx(f(0.0), abs=1e-13)
     assert (f(eps) - f(-eps)) / (2 * eps) == pytest.approx(s.gradient[0, t, c], abs=1e-8)
     assert np.allclose(s.grad_x_input, (s.gradient * s.embeddings).sum(-1))
@@ -126,8 +129,12 @@ def test_integrated_gradients_are_complete_for_logits_losses_and_sentence_simila
     assert integrated_gradients(model, (IDS[:, :-1], IDS[:, 1:]), loss_objective, steps=32).check.ok
     bad = integrated_gradients(model, (IDS,), logit_objective(-1, 3), steps=1)  # one trapezoid: too coarse
     assert bad.check.error > ig.check.error
-    bert = BertEncoder(BertConfig(vocab_size=11, hidden_size=8, num_hidden_layers=2, num_attention_heads=2,
-                                  intermediate_size=16), dtype=np.float64)
+    bert = BertEncoder(
+        BertConfig(
+            vocab_size=11, hidden_size=8, num_hidden_layers=2, num_attention_heads=2, intermediate_size=16
+        ),
+        dtype=np.float64,
+    )
     other = np.random.default_rng(0).standard_normal(8)
     obj = similarity_objective(other)
     s = saliency(bert, (IDS,), obj)
@@ -168,8 +175,12 @@ def test_every_analysis_draws_a_figure(tmp_path):
         figures.logit_lens_figure(logit_lens(model, (IDS,)), tokens, str, path=tmp_path / "lens.png"),
         figures.attribution_figure(direct_logit_attribution(model, (IDS,), token=3), "3"),
         figures.ablation_figure(head_ablation(model, (IDS[:, :-1], IDS[:, 1:]))),
-        figures.patching_figure(activation_patching(model, (IDS,), (corrupt,), logit_metric(-1, 3, 4)), tokens),
-        figures.saliency_figure(tokens, {"grad x input": saliency(model, (IDS,), logit_objective(-1, 3)).grad_x_input[0]}),
+        figures.patching_figure(
+            activation_patching(model, (IDS,), (corrupt,), logit_metric(-1, 3, 4)), tokens
+        ),
+        figures.saliency_figure(
+            tokens, {"grad x input": saliency(model, (IDS,), logit_objective(-1, 3)).grad_x_input[0]}
+        ),
         figures.head_scores_figure(head_scores(_seq2seq(), (IDS[:, :4] % 9, IDS[:, :5] % 9))),
     ]
     assert all(len(fig.axes) >= 1 for fig in drawn)
@@ -178,15 +189,20 @@ def test_every_analysis_draws_a_figure(tmp_path):
 
 def test_one_sequence_analyses_refuse_a_batch_in_one_line():
     model, batch = _gpt(), np.concatenate([IDS, IDS[:, ::-1]])
-    for call in (lambda: logit_lens(model, (batch,)), lambda: direct_logit_attribution(model, (batch,), token=3),
-                 lambda: saliency(model, (batch,), logit_objective(-1, 3)),
-                 lambda: head_ablation(model, (batch,), metric=logit_metric(-1, 3))):
+    for call in (
+        lambda: logit_lens(model, (batch,)),
+        lambda: direct_logit_attribution(model, (batch,), token=3),
+        lambda: saliency(model, (batch,), logit_objective(-1, 3)),
+        lambda: head_ablation(model, (batch,), metric=logit_metric(-1, 3)),
+    ):
         with pytest.raises(DataError, match="got a batch of 2: call it once per sequence") as e:
             call()
         assert len(str(e.value).splitlines()) == 1
     # the analyses that average over the batch use every sequence
     table = head_ablation(model, (batch[:, :-1], batch[:, 1:]))
-    assert table.check.ok and not np.allclose(table.change, head_ablation(model, (IDS[:, :-1], IDS[:, 1:])).change)
+    assert table.check.ok and not np.allclose(
+        table.change, head_ablation(model, (IDS[:, :-1], IDS[:, 1:])).change
+    )
 
 
 def test_integrated_gradients_baselines_and_bounded_steps():
@@ -237,14 +253,20 @@ def test_a_check_with_nothing_to_compare_is_undefined_and_not_ok():
     assert not Check("x", "y", float("inf"), 1e-9).ok
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda m: logit_lens(m, (IDS,), k=0), r"k must be an integer in \[1, 11\]"),
-    (lambda m: logit_lens(m, (IDS,), k=12), r"k must be an integer in \[1, 11\]"),
-    (lambda m: direct_logit_attribution(m, (IDS,), token=11), r"token must be an integer in \[-11, 10\]"),
-    (lambda m: direct_logit_attribution(m, (IDS,), token=3, position=7), r"position must be an integer in \[-7, 6\]"),
-    (lambda m: saliency(m, (IDS,), logit_objective(9, 3)), "position must be"),
-    (lambda m: activation_patching(m, (IDS,), (IDS,), logit_metric(-1, 3, 99)), "other must be"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda m: logit_lens(m, (IDS,), k=0), r"k must be an integer in \[1, 11\]"),
+        (lambda m: logit_lens(m, (IDS,), k=12), r"k must be an integer in \[1, 11\]"),
+        (lambda m: direct_logit_attribution(m, (IDS,), token=11), r"token must be an integer in \[-11, 10\]"),
+        (
+            lambda m: direct_logit_attribution(m, (IDS,), token=3, position=7),
+            r"position must be an integer in \[-7, 6\]",
+        ),
+        (lambda m: saliency(m, (IDS,), logit_objective(9, 3)), "position must be"),
+        (lambda m: activation_patching(m, (IDS,), (IDS,), logit_metric(-1, 3, 99)), "other must be"),
+    ],
+)
 def test_out_of_range_arguments_are_typed_errors(call, message):
     with pytest.raises((ConfigError, DataError), match=message):
         call(_gpt())

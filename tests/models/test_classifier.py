@@ -4,21 +4,32 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from model_state import assert_same_init, assert_seed_equals_manual_seed, seeded_state
 
 from scratchformer.data.tasks import make_task
 from scratchformer.errors import ConfigError, ShapeError
 from scratchformer.gradcheck import numerical_gradient, relative_error
 from scratchformer.models import ClassifierConfig, Seq2SeqConfig, TransformerClassifier
 from scratchformer.nn import BackwardError, manual_seed
-from model_state import assert_same_init, assert_seed_equals_manual_seed, seeded_state
 
 PAD = 0
 
 
 def tiny(pooling="mean", norm_first=True, positional="sinusoidal", dtype=np.float64, **kw):
     manual_seed(0)
-    cfg = {"vocab_size": 7, "n_classes": 3, "max_len": 6, "n_layer": 2, "n_head": 2, "n_embd": 8, "n_inner": 12,
-               "norm_first": norm_first, "positional": positional, "pooling": pooling, "pad_id": PAD}
+    cfg = {
+        "vocab_size": 7,
+        "n_classes": 3,
+        "max_len": 6,
+        "n_layer": 2,
+        "n_head": 2,
+        "n_embd": 8,
+        "n_inner": 12,
+        "norm_first": norm_first,
+        "positional": positional,
+        "pooling": pooling,
+        "pad_id": PAD,
+    }
     cfg.update(kw)
     return TransformerClassifier(ClassifierConfig(**cfg)).to(dtype)
 
@@ -74,16 +85,26 @@ def test_padding_does_not_change_predictions():
 
 def test_float32_default_and_predict():
     manual_seed(0)
-    model = TransformerClassifier(ClassifierConfig(vocab_size=5, n_classes=2, max_len=4, n_layer=1,
-                                                   n_head=2, n_embd=8))
+    model = TransformerClassifier(
+        ClassifierConfig(vocab_size=5, n_classes=2, max_len=4, n_layer=1, n_head=2, n_embd=8)
+    )
     logits, loss = model(np.array([[1, 2, 3, 4]]), np.array([1]))
     assert logits.dtype == np.float32 and isinstance(loss, float)
     assert model.predict(np.array([[1, 2, 3, 4]])).shape == (1,)
     assert model.training  # predict restores the mode
 
 
-SEEDED_CFG = dict(vocab_size=7, n_classes=3, max_len=6, n_layer=2, n_head=2, n_embd=8, dropout=0.1,
-                  positional="learned", pooling="cls")  # every random tensor and dropout generator in play
+SEEDED_CFG = dict(
+    vocab_size=7,
+    n_classes=3,
+    max_len=6,
+    n_layer=2,
+    n_head=2,
+    n_embd=8,
+    dropout=0.1,
+    positional="learned",
+    pooling="cls",
+)  # every random tensor and dropout generator in play
 
 
 def test_seed_fixes_initial_weights():
@@ -91,8 +112,14 @@ def test_seed_fixes_initial_weights():
     a, b, c = (TransformerClassifier(cfg, seed=s) for s in (3, 3, 4))
     assert_same_init(a, b)
     (pa, ra), (pc, rc) = seeded_state(a), seeded_state(c)
-    for name in ("tok_emb.weight", "pos.weight", "cls_token", "blocks.0.self_attn.in_proj_weight",
-                 "blocks.1.ff.fc2.weight", "head.weight"):  # drawn at random (LayerNorms start at 1 / 0)
+    for name in (
+        "tok_emb.weight",
+        "pos.weight",
+        "cls_token",
+        "blocks.0.self_attn.in_proj_weight",
+        "blocks.1.ff.fc2.weight",
+        "head.weight",
+    ):  # drawn at random (LayerNorms start at 1 / 0)
         assert not np.array_equal(pa[name], pc[name]), name
     assert ra != rc
 
@@ -123,10 +150,14 @@ ENC_MAP = {
     "self_attn.in_proj_bias": "self_attn.in_proj_bias",
     "self_attn.out_proj.weight": "self_attn.out_proj.weight",
     "self_attn.out_proj.bias": "self_attn.out_proj.bias",
-    "norm1.weight": "attn_norm.weight", "norm1.bias": "attn_norm.bias",
-    "linear1.weight": "ff.fc1.weight", "linear1.bias": "ff.fc1.bias",
-    "linear2.weight": "ff.fc2.weight", "linear2.bias": "ff.fc2.bias",
-    "norm2.weight": "ff_norm.weight", "norm2.bias": "ff_norm.bias",
+    "norm1.weight": "attn_norm.weight",
+    "norm1.bias": "attn_norm.bias",
+    "linear1.weight": "ff.fc1.weight",
+    "linear1.bias": "ff.fc1.bias",
+    "linear2.weight": "ff.fc2.weight",
+    "linear2.bias": "ff.fc2.bias",
+    "norm2.weight": "ff_norm.weight",
+    "norm2.bias": "ff_norm.bias",
 }
 
 
@@ -151,9 +182,16 @@ def test_matches_pytorch(pooling, norm_first, positional):
 
     layers = []
     for i in range(c.n_layer):
-        layer = torch.nn.TransformerEncoderLayer(c.n_embd, c.n_head, c.n_inner, dropout=0.0,
-                                                 activation=c.activation, batch_first=True,
-                                                 norm_first=c.norm_first, dtype=torch.float64)
+        layer = torch.nn.TransformerEncoderLayer(
+            c.n_embd,
+            c.n_head,
+            c.n_inner,
+            dropout=0.0,
+            activation=c.activation,
+            batch_first=True,
+            norm_first=c.norm_first,
+            dtype=torch.float64,
+        )
         tparams = dict(layer.named_parameters())
         with torch.no_grad():
             for tname, oname in ENC_MAP.items():
@@ -199,8 +237,9 @@ def test_majority_smoke_training_improves_loss():
     from scratchformer.optim import AdamW
 
     manual_seed(0)
-    model = TransformerClassifier(ClassifierConfig(vocab_size=3, n_classes=3, max_len=8, n_layer=1,
-                                                   n_head=2, n_embd=16, n_inner=32))
+    model = TransformerClassifier(
+        ClassifierConfig(vocab_size=3, n_classes=3, max_len=8, n_layer=1, n_head=2, n_embd=16, n_inner=32)
+    )
     data = make_task("majority", 512, np.random.default_rng(0))
     opt = AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
     rng = np.random.default_rng(0)
@@ -215,10 +254,13 @@ def test_majority_smoke_training_improves_loss():
     assert np.mean(losses[-5:]) < np.mean(losses[:5]) - 0.05, losses
 
 
-@pytest.mark.parametrize("cls, base", [
-    (ClassifierConfig, {"vocab_size": 7, "n_classes": 3}),
-    (Seq2SeqConfig, {"src_vocab_size": 9, "tgt_vocab_size": 9}),
-])
+@pytest.mark.parametrize(
+    "cls, base",
+    [
+        (ClassifierConfig, {"vocab_size": 7, "n_classes": 3}),
+        (Seq2SeqConfig, {"src_vocab_size": 9, "tgt_vocab_size": 9}),
+    ],
+)
 def test_task_configs_from_dict_is_strict_and_round_trips(cls, base):
     """Old names (d_model / d_ff) are read by the checkpoint upgrade (test_checkpoint.py), not here."""
     c = cls.from_dict({**base, "n_embd": 16, "n_inner": 40, "n_head": 2})

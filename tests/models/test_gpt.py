@@ -10,8 +10,13 @@ import pytest
 from scratchformer.errors import ConfigError, DataError, ShapeError
 from scratchformer.gradcheck import numerical_gradient, relative_error
 from scratchformer.models import GPT, GPTConfig
+from scratchformer.nn import (
+    BackwardError,
+    DecoderBlock,
+    LearnedPositionalEmbedding,
+    SinusoidalPositionalEncoding,
+)
 from scratchformer.ops import IGNORE_INDEX
-from scratchformer.nn import BackwardError, DecoderBlock, LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 
 TINY = dict(vocab_size=7, block_size=6, n_layer=2, n_head=2, n_embd=8)
 
@@ -23,17 +28,35 @@ def _ids(rng, shape, vocab):
 # -- config -------------------------------------------------------------------------------------
 def test_config_defaults():
     c = GPTConfig()
-    assert (c.norm_first, c.positional, c.activation, c.tie_weights, c.bias) == (True, "learned", "gelu", True, True)
+    assert (c.norm_first, c.positional, c.activation, c.tie_weights, c.bias) == (
+        True,
+        "learned",
+        "gelu",
+        True,
+        True,
+    )
     assert c.inner_size == 4 * c.n_embd and c.layer_norm_eps == 1e-5 and c.dtype == "float32"
     assert GPTConfig(n_embd=16, n_head=2, n_inner=40).inner_size == 40
     assert GPTConfig.from_dict(c.to_dict()) == c
 
 
-@pytest.mark.parametrize("field, value", [
-    ("vocab_size", 0), ("block_size", -1), ("n_layer", 1.5), ("n_head", 5), ("n_embd", True),
-    ("dropout", 1.0), ("activation", "swish"), ("positional", "rotary"), ("dtype", "float16"),
-    ("layer_norm_eps", 0.0), ("n_inner", 0), ("tie_weights", "yes"),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("vocab_size", 0),
+        ("block_size", -1),
+        ("n_layer", 1.5),
+        ("n_head", 5),
+        ("n_embd", True),
+        ("dropout", 1.0),
+        ("activation", "swish"),
+        ("positional", "rotary"),
+        ("dtype", "float16"),
+        ("layer_norm_eps", 0.0),
+        ("n_inner", 0),
+        ("tie_weights", "yes"),
+    ],
+)
 def test_config_errors_name_the_field(field, value):
     with pytest.raises(ConfigError, match=field if field != "n_head" else "n_head"):
         GPTConfig(**{**TINY, field: value})
@@ -48,8 +71,14 @@ def test_from_dict_rejects_unknown_fields():
 def test_models_take_only_their_own_config(model):
     import scratchformer.models as models
 
-    for wrong in (dict(TINY), GPTConfig(**TINY) if model != "GPT" else models.ClassifierConfig(
-            vocab_size=8, n_classes=2, max_len=4, n_embd=8, n_head=2, n_layer=1, n_inner=16)):
+    for wrong in (
+        dict(TINY),
+        GPTConfig(**TINY)
+        if model != "GPT"
+        else models.ClassifierConfig(
+            vocab_size=8, n_classes=2, max_len=4, n_embd=8, n_head=2, n_layer=1, n_inner=16
+        ),
+    ):
         with pytest.raises(ConfigError, match=f"^{model} needs a \\w+Config, got {type(wrong).__name__}$"):
             getattr(models, model)(wrong, seed=0)
 
@@ -133,7 +162,9 @@ def test_ignore_index_is_honoured():
     m.to(np.float64)
 
     def grad(targets):
-        m.zero_grad(); m(idx, targets); m.backward()
+        m.zero_grad()
+        m(idx, targets)
+        m.backward()
         return np.concatenate([p.grad.ravel() for p in m.parameters()])
 
     total = np.zeros_like(grad(tgt))
@@ -149,14 +180,25 @@ def _loss_fn(m, idx, tgt):
     return lambda: m(idx, tgt)[1]
 
 
-@pytest.mark.parametrize("overrides", [
-    {},  # pre-norm, learned positions, exact GELU, tied
-    {"positional": "sinusoidal", "norm_first": False},
-    {"tie_weights": False, "activation": "gelu_tanh"},
-    {"bias": False, "activation": "relu", "n_inner": 12},
-    {"attn_only": True},  # no feed-forward (the induction-heads toy model)
-    {"attn_only": True, "norm_first": False, "tie_weights": False},
-], ids=["default", "sinusoidal-postnorm", "untied-geluTanh", "nobias-relu", "attn-only", "attn-only-postnorm"])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},  # pre-norm, learned positions, exact GELU, tied
+        {"positional": "sinusoidal", "norm_first": False},
+        {"tie_weights": False, "activation": "gelu_tanh"},
+        {"bias": False, "activation": "relu", "n_inner": 12},
+        {"attn_only": True},  # no feed-forward (the induction-heads toy model)
+        {"attn_only": True, "norm_first": False, "tie_weights": False},
+    ],
+    ids=[
+        "default",
+        "sinusoidal-postnorm",
+        "untied-geluTanh",
+        "nobias-relu",
+        "attn-only",
+        "attn-only-postnorm",
+    ],
+)
 def test_gradcheck_whole_gpt_float64(overrides):
     m = GPT(GPTConfig(**TINY, dtype="float64", **overrides), seed=0)
     rng = np.random.default_rng(0)
@@ -169,8 +211,10 @@ def test_gradcheck_whole_gpt_float64(overrides):
     m(idx, tgt)
     m.backward()
     f = _loss_fn(m, idx, tgt)
-    errors = {name: relative_error(p.grad, numerical_gradient(f, p.data, eps=1e-6))
-              for name, p in m.named_parameters()}
+    errors = {
+        name: relative_error(p.grad, numerical_gradient(f, p.data, eps=1e-6))
+        for name, p in m.named_parameters()
+    }
     worst = max(errors, key=errors.get)
     assert errors[worst] <= 5e-8, f"{worst}: {errors[worst]:.2e}"
     assert len(errors) == len(m.parameters())
@@ -180,9 +224,12 @@ def test_gradients_accumulate_and_scale():
     m = GPT(GPTConfig(**TINY, dtype="float64"), seed=0)
     rng = np.random.default_rng(0)
     idx, tgt = _ids(rng, (2, 6), 7), _ids(rng, (2, 6), 7)
-    m.zero_grad(); m(idx, tgt); m.backward()
+    m.zero_grad()
+    m(idx, tgt)
+    m.backward()
     once = [p.grad.copy() for p in m.parameters()]
-    m(idx, tgt); m.backward(dloss=0.5)
+    m(idx, tgt)
+    m.backward(dloss=0.5)
     for g, p in zip(once, m.parameters()):
         np.testing.assert_allclose(p.grad, 1.5 * g, rtol=1e-12, atol=1e-15)
 

@@ -7,15 +7,31 @@ import numpy as np
 
 from scratchformer.models import GPT, GPTConfig
 
-SMALL = dict(vocab_size=32, block_size=3, n_layer=1, n_head=4, n_embd=64, n_inner=256, activation="relu",
-             normalization="none", tie_weights=False)
+SMALL = dict(
+    vocab_size=32,
+    block_size=3,
+    n_layer=1,
+    n_head=4,
+    n_embd=64,
+    n_inner=256,
+    activation="relu",
+    normalization="none",
+    tie_weights=False,
+)
 
 
 def test_grokking_init_scales_every_weight_by_the_width_and_the_unembedding_by_the_vocabulary():
     m = GPT(GPTConfig(**SMALL, init="grokking"), seed=0)
     C, V = SMALL["n_embd"], SMALL["vocab_size"]
     attn, ff = m.h[0].self_attn, m.h[0].ff
-    for w in (m.wte.weight, m.wpe.weight, attn.in_proj_weight, attn.out_proj.weight, ff.fc1.weight, ff.fc2.weight):
+    for w in (
+        m.wte.weight,
+        m.wpe.weight,
+        attn.in_proj_weight,
+        attn.out_proj.weight,
+        ff.fc1.weight,
+        ff.fc2.weight,
+    ):
         assert abs(w.data.std() / (1 / math.sqrt(C)) - 1) < 0.1, w.shape
     assert abs(m.lm_head.weight.data.std() / (1 / math.sqrt(V)) - 1) < 0.1
     for b in (attn.in_proj_bias, attn.out_proj.bias, ff.fc1.bias, ff.fc2.bias):

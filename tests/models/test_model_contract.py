@@ -11,8 +11,14 @@ from scratchformer.errors import BackwardError, ConfigError, DataError, DTypeErr
 from scratchformer.gradcheck import gradcheck
 from scratchformer.interop import BertConfig
 from scratchformer.interop.bert import BertEncoder
-from scratchformer.models import (GPT, ClassifierConfig, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer,
-                                  TransformerClassifier)
+from scratchformer.models import (
+    GPT,
+    ClassifierConfig,
+    GPTConfig,
+    Seq2SeqConfig,
+    Seq2SeqTransformer,
+    TransformerClassifier,
+)
 from scratchformer.models.base import Model
 from scratchformer.nn import manual_seed
 from scratchformer.ops import IGNORE_INDEX
@@ -24,10 +30,12 @@ def families():
     """(name, model in float64, inputs, targets) for each family with a loss."""
     manual_seed(0)
     gpt = GPT(GPTConfig(vocab_size=7, block_size=6, n_layer=1, n_head=2, n_embd=8, dtype="float64"), seed=0)
-    clf = TransformerClassifier(ClassifierConfig(vocab_size=7, n_classes=3, n_layer=1, n_head=2, n_embd=8)).to(
-        np.float64)
-    s2s = Seq2SeqTransformer(Seq2SeqConfig(src_vocab_size=7, tgt_vocab_size=7, n_layer=1, n_head=2, n_embd=8)).to(
-        np.float64)
+    clf = TransformerClassifier(
+        ClassifierConfig(vocab_size=7, n_classes=3, n_layer=1, n_head=2, n_embd=8)
+    ).to(np.float64)
+    s2s = Seq2SeqTransformer(
+        Seq2SeqConfig(src_vocab_size=7, tgt_vocab_size=7, n_layer=1, n_head=2, n_embd=8)
+    ).to(np.float64)
     ids = RNG.integers(1, 7, (2, 5))
     yield "gpt", gpt, (ids,), RNG.integers(0, 7, (2, 5))
     yield "classifier", clf, (ids,), RNG.integers(0, 3, 2)
@@ -79,8 +87,14 @@ def test_backward_means_the_same_on_every_family(name, model, inputs, targets):
 
 
 def test_the_bert_encoder_takes_its_output_gradient_and_passes_gradcheck():
-    cfg = BertConfig(vocab_size=11, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
-                     intermediate_size=16, max_position_embeddings=8)
+    cfg = BertConfig(
+        vocab_size=11,
+        hidden_size=8,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=16,
+        max_position_embeddings=8,
+    )
     model = BertEncoder(cfg, dtype=np.float64).train()
     ids = RNG.integers(1, 11, (2, 5))  # no [PAD] (id 0): its row is never trained, as HF's padding_idx
     model(ids)
@@ -97,7 +111,7 @@ def test_one_ignore_index_everywhere():
 
     assert data_ignore == IGNORE_INDEX
     assert inspect.signature(cross_entropy_forward).parameters["ignore_index"].default == IGNORE_INDEX
-    for name, model, inputs, targets in families():
+    for name, model, inputs, targets in families():  # noqa: B007
         targets = targets.copy()
         targets.flat[0] = -1  # not the ignore index: refused, never silently skipped
         with pytest.raises(DataError, match="outside"):
@@ -119,15 +133,41 @@ def test_viz_finds_the_family_by_type_so_a_subclass_is_drawn():
 
 
 # -- the contract the tools ask (models/base.py): lens, viz, limits, init-from runs -------------
-LLAMA_BLOCKS = dict(positional="rope", normalization="rmsnorm", activation="swiglu", bias=False, n_kv_head=1,
-                    tie_weights=False)
-TINY_RUN = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--batch-size", "4", "--eval-batches", "1",
-            "--max-steps", "2", "--workers", "1", "--no-progress", "--quiet", "--num-samples", "0"]
+LLAMA_BLOCKS = dict(
+    positional="rope",
+    normalization="rmsnorm",
+    activation="swiglu",
+    bias=False,
+    n_kv_head=1,
+    tie_weights=False,
+)
+TINY_RUN = [
+    "--n-layer",
+    "1",
+    "--n-head",
+    "2",
+    "--n-embd",
+    "16",
+    "--batch-size",
+    "4",
+    "--eval-batches",
+    "1",
+    "--max-steps",
+    "2",
+    "--workers",
+    "1",
+    "--no-progress",
+    "--quiet",
+    "--num-samples",
+    "0",
+]
 
 
 def _llama_gpt(cls=GPT, dtype="float64"):
-    return cls(GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=4, n_embd=16, dtype=dtype,
-                         **LLAMA_BLOCKS), seed=0)
+    return cls(
+        GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=4, n_embd=16, dtype=dtype, **LLAMA_BLOCKS),
+        seed=0,
+    )
 
 
 def test_every_family_answers_the_contract():
@@ -135,13 +175,25 @@ def test_every_family_answers_the_contract():
     unembedding, position table (None with rotary positions), parameter count."""
     from scratchformer.interop.bert_classifier import BertClassifier, SentenceClassifierConfig
 
-    cfg = SentenceClassifierConfig(vocab_size=20, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
-                                   intermediate_size=16, labels=["a", "b"], max_position_embeddings=16,
-                                   max_length=8)
+    cfg = SentenceClassifierConfig(
+        vocab_size=20,
+        hidden_size=8,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=16,
+        labels=["a", "b"],
+        max_position_embeddings=16,
+        max_length=8,
+    )
     bert_clf = BertClassifier(BertEncoder(cfg.bert_config()), 2)
     models = [m for _, m, _, _ in families()] + [_llama_gpt(), bert_clf.encoder, bert_clf]
-    expected = {"gpt": [""], "classifier": [""], "seq2seq": ["encoder.", "decoder."], "bert": [""],
-                "sentence_classifier": ["encoder."]}
+    expected = {
+        "gpt": [""],
+        "classifier": [""],
+        "seq2seq": ["encoder.", "decoder."],
+        "bert": [""],
+        "sentence_classifier": ["encoder."],
+    }
     for model in models:
         assert list(model.stacks()) == expected[model.family], model.family
         config = cfg if model is bert_clf else model.config
@@ -196,8 +248,9 @@ def test_logit_attribution_goes_through_the_models_own_final_norm(kw):
     KeyError) and on an RMSNorm model no centring (the old code's LayerNorm formula was off)."""
     from scratchformer import lens
 
-    model = GPT(GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=4, n_embd=16, dtype="float64", **kw),
-                seed=1)
+    model = GPT(
+        GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=4, n_embd=16, dtype="float64", **kw), seed=1
+    )
     for p in model.parameters():  # a norm weight away from 1 and a residual with a mean
         p.data += 0.05 * np.random.default_rng(2).standard_normal(p.shape)
     ids, token, pos = np.array([[1, 2, 3, 4, 5, 6]]), 7, 3
@@ -222,8 +275,9 @@ def test_logit_attribution_goes_through_the_models_own_final_norm(kw):
     assert dla.labels[0] == "embed"
     np.testing.assert_allclose(dla.contributions[0], expect(cache["embed"][0, pos]), rtol=1e-9, atol=1e-12)
     mlp = dla.labels.index("L1 mlp")
-    np.testing.assert_allclose(dla.contributions[mlp], expect(cache["blocks.1.mlp.out"][0, pos]), rtol=1e-9,
-                               atol=1e-12)
+    np.testing.assert_allclose(
+        dla.contributions[mlp], expect(cache["blocks.1.mlp.out"][0, pos]), rtol=1e-9, atol=1e-12
+    )
     np.testing.assert_allclose(dla.bias, bias, atol=1e-12)
     np.testing.assert_allclose(dla.contributions.sum() + dla.bias, logits[0, pos, token], rtol=1e-10)
 
@@ -237,8 +291,14 @@ def test_viz_draws_a_subclass_and_a_rotary_models_initial_weights(tmp_path):
         pass
 
     model, init = _llama_gpt(MyGPT, "float32"), _llama_gpt(MyGPT, "float32")
-    paths = report(model, tmp_path, ids=np.array([1, 2, 3, 4]), tokens=list("abcd"), init_model=init,
-                   only=["attention_grid", "residual_norms"])
+    paths = report(
+        model,
+        tmp_path,
+        ids=np.array([1, 2, 3, 4]),
+        tokens=list("abcd"),
+        init_model=init,
+        only=["attention_grid", "residual_norms"],
+    )
     written = {p.stem for p in paths}
     assert {"attention_grid_init", "residual_norms_init"} <= written
     assert not any(s.startswith(("position", "embedding_pca")) for s in written)
@@ -259,8 +319,17 @@ def llama_dir(tmp_path_factory):
     path.mkdir()
     tok = BPETokenizer.train([text.read_text()], 280)
     tok._tok.model.save(str(path))
-    model = GPT(GPTConfig(vocab_size=tok.vocab_size, block_size=32, n_layer=2, n_head=4, n_embd=16,
-                          **{**LLAMA_BLOCKS, "n_kv_head": 2}), seed=3)
+    model = GPT(
+        GPTConfig(
+            vocab_size=tok.vocab_size,
+            block_size=32,
+            n_layer=2,
+            n_head=4,
+            n_embd=16,
+            **{**LLAMA_BLOCKS, "n_kv_head": 2},
+        ),
+        seed=3,
+    )
     save_hf_llama(model, path)
     return path, text
 
@@ -277,14 +346,59 @@ def test_init_from_a_llama_directory_then_sample_resume_viz_and_lens(llama_dir, 
 
     path, text = llama_dir
     run = tmp_path / "run"
-    assert main(["train", "--init-from", str(path), "--data", str(text), "--format", "text", "--block-size", "16",
-                 "--max-steps", "2", "--eval-interval", "2", "--batch-size", "4", "--no-progress", "--quiet",
-                 "--workers", "1", "--num-samples", "0", "--out", str(run)]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--init-from",
+                str(path),
+                "--data",
+                str(text),
+                "--format",
+                "text",
+                "--block-size",
+                "16",
+                "--max-steps",
+                "2",
+                "--eval-interval",
+                "2",
+                "--batch-size",
+                "4",
+                "--no-progress",
+                "--quiet",
+                "--workers",
+                "1",
+                "--num-samples",
+                "0",
+                "--out",
+                str(run),
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
-    assert main(["sample", str(run), "-n", "1", "--seed", "0", "--prompt", "the cat", "--max-new-tokens", "4"]) == 0
+    assert (
+        main(["sample", str(run), "-n", "1", "--seed", "0", "--prompt", "the cat", "--max-new-tokens", "4"])
+        == 0
+    )
     assert "the cat" in capsys.readouterr().out
-    assert main(["train", "--resume", "--out", str(run), "--max-steps", "3", "--no-progress", "--quiet",
-                 "--workers", "1"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--resume",
+                "--out",
+                str(run),
+                "--max-steps",
+                "3",
+                "--no-progress",
+                "--quiet",
+                "--workers",
+                "1",
+            ]
+        )
+        == 0
+    )
     job = load_job(run)
     initial, source = _initial_model(run, job)
     assert source is not None and str(path.resolve()) in source
@@ -311,12 +425,41 @@ def test_compare_init_says_in_one_line_when_the_initial_weights_are_gone(llama_d
     moved = tmp_path / "llama"
     shutil.copytree(path, moved)
     run = tmp_path / "run"
-    assert main(["train", "--init-from", str(moved), "--data", str(text), "--format", "text", "--block-size", "16",
-                 "--max-steps", "1", "--eval-interval", "1", "--batch-size", "4", "--no-progress", "--quiet",
-                 "--workers", "1", "--num-samples", "0", "--out", str(run)]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--init-from",
+                str(moved),
+                "--data",
+                str(text),
+                "--format",
+                "text",
+                "--block-size",
+                "16",
+                "--max-steps",
+                "1",
+                "--eval-interval",
+                "1",
+                "--batch-size",
+                "4",
+                "--no-progress",
+                "--quiet",
+                "--workers",
+                "1",
+                "--num-samples",
+                "0",
+                "--out",
+                str(run),
+            ]
+        )
+        == 0
+    )
     shutil.rmtree(moved)
     capsys.readouterr()
-    assert main(["viz", str(run), "--text", "the cat", "--compare-init", "--out", str(tmp_path / "figs")]) == 2
+    assert (
+        main(["viz", str(run), "--text", "the cat", "--compare-init", "--out", str(tmp_path / "figs")]) == 2
+    )
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "no initial weights" in err and "Traceback" not in err
 
@@ -344,10 +487,14 @@ def test_no_tool_maps_a_family_to_attribute_names():
     import scratchformer
 
     root = Path(scratchformer.__file__).parent
-    patterns = [r"type\([^)]*\)\.__name__\s*(==|!=|in\b)", r"\.__name__\s*(==|!=)\s*[\"']",
-                r"[\"'](lm_head|ln_f|wte|wpe|tok_emb|src_emb|tgt_emb|enc_norm|dec_norm|word_embeddings)[\"']",
-                r"\.(lm_head|ln_f|wte|wpe|tok_emb|src_emb|tgt_emb|enc_norm|dec_norm|word_embeddings)\b",
-                r"\bmodel\.(h|blocks|layers)\b", r"[\"']h[\"']\s*:"]
+    patterns = [
+        r"type\([^)]*\)\.__name__\s*(==|!=|in\b)",
+        r"\.__name__\s*(==|!=)\s*[\"']",
+        r"[\"'](lm_head|ln_f|wte|wpe|tok_emb|src_emb|tgt_emb|enc_norm|dec_norm|word_embeddings)[\"']",
+        r"\.(lm_head|ln_f|wte|wpe|tok_emb|src_emb|tgt_emb|enc_norm|dec_norm|word_embeddings)\b",
+        r"\bmodel\.(h|blocks|layers)\b",
+        r"[\"']h[\"']\s*:",
+    ]
     found = []
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root).as_posix()

@@ -35,7 +35,9 @@ def randn(seed, *shape):
 
 # ---------------------------------------------------------------------------------------------
 @FEW
-@given(hnp.arrays(np.float64, hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=7), elements=finite))
+@given(
+    hnp.arrays(np.float64, hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=7), elements=finite)
+)
 def test_softmax_rows_sum_to_one(x):
     y = softmax_forward(x)
     assert np.all(np.isfinite(y))
@@ -50,7 +52,9 @@ def test_softmax_rows_sum_to_one(x):
 
 @FEW
 @given(
-    st.integers(1, 5), st.integers(1, 5), seeds,
+    st.integers(1, 5),
+    st.integers(1, 5),
+    seeds,
     st.data(),
     st.booleans(),
 )
@@ -81,10 +85,10 @@ def test_causal_output_ignores_the_future(T, data, seed, norm_first, cross):
     mem = randn(seed + 1, 2, 3, D) if cross else None
     y = blk(x, mem)
     x2 = x.copy()
-    x2[:, t + 1:] = randn(seed + 2, 2, T - t - 1, D) * 5  # change every token after t
+    x2[:, t + 1 :] = randn(seed + 2, 2, T - t - 1, D) * 5  # change every token after t
     y2 = blk(x2, mem)
     np.testing.assert_allclose(y2[:, : t + 1], y[:, : t + 1], rtol=0, atol=1e-12)
-    assert not np.allclose(y2[:, t + 1:], y[:, t + 1:])  # ... while the future itself does change
+    assert not np.allclose(y2[:, t + 1 :], y[:, t + 1 :])  # ... while the future itself does change
 
 
 @FEW
@@ -96,7 +100,7 @@ def test_causal_attention_ignores_the_future(T, data, seed):
     x = randn(seed, 1, T, D)
     y = mha(x, causal=True)
     x2 = x.copy()
-    x2[:, t + 1:] += 3.0
+    x2[:, t + 1 :] += 3.0
     y2 = mha(x2, causal=True)
     np.testing.assert_allclose(y2[:, : t + 1], y[:, : t + 1], rtol=0, atol=1e-12)
     # and the gradient of position <= t's output never reaches tokens after t
@@ -104,7 +108,7 @@ def test_causal_attention_ignores_the_future(T, data, seed):
     R[:, : t + 1] = randn(seed + 3, 1, t + 1, D)
     dx, dcontext = mha.backward(R)
     assert dcontext is None  # self-attention: no context was given
-    assert np.all(dx[:, t + 1:] == 0.0)
+    assert np.all(dx[:, t + 1 :] == 0.0)
     assert np.any(dx[:, : t + 1] != 0.0)
 
 
@@ -125,15 +129,21 @@ def test_decoder_output_changes_when_encoder_output_changes(seed, norm_first, S)
     mmask[..., -1] = False
     mem3 = mem.copy()
     mem3[:, -1] += 10.0
-    np.testing.assert_allclose(blk(x, mem3, memory_mask=mmask), blk(x, mem, memory_mask=mmask),
-                               rtol=0, atol=1e-12)
+    np.testing.assert_allclose(
+        blk(x, mem3, memory_mask=mmask), blk(x, mem, memory_mask=mmask), rtol=0, atol=1e-12
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 @FEW
-@given(hnp.arrays(np.float32, hnp.array_shapes(min_dims=1, max_dims=4, max_side=6),
-                  elements=st.floats(-100, 100, width=32)),
-       st.floats(0.0, 0.95))
+@given(
+    hnp.arrays(
+        np.float32,
+        hnp.array_shapes(min_dims=1, max_dims=4, max_side=6),
+        elements=st.floats(-100, 100, width=32),
+    ),
+    st.floats(0.0, 0.95),
+)
 def test_eval_mode_dropout_is_identity(x, p):
     d = Dropout(p, rng=np.random.default_rng(0)).eval()
     y = d(x)

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from model_state import assert_same_init, assert_seed_equals_manual_seed, seeded_state
 
 from scratchformer.data.tasks import BOS, EOS, PAD, VOCAB_SIZE, exact_match, make_task
 from scratchformer.errors import ConfigError, DataError, ShapeError
@@ -15,15 +16,26 @@ from scratchformer.inference import beam_search, greedy_decode, sequence_scores
 from scratchformer.models import Seq2SeqConfig, Seq2SeqTransformer
 from scratchformer.nn import manual_seed
 from scratchformer.ops import IGNORE_INDEX
-from model_state import assert_same_init, assert_seed_equals_manual_seed, seeded_state
 
 
 def tiny(norm_first=True, share=False, label_smoothing=0.1, dtype=np.float64, **kw):
     manual_seed(0)
-    cfg = {"src_vocab_size": VOCAB_SIZE, "tgt_vocab_size": VOCAB_SIZE, "max_len": 7, "n_layer": 1,
-               "n_decoder_layers": 2, "n_head": 2, "n_embd": 4, "n_inner": 8, "norm_first": norm_first,
-               "share_embeddings": share, "label_smoothing": label_smoothing, "pad_id": PAD, "bos_id": BOS,
-               "eos_id": EOS}
+    cfg = {
+        "src_vocab_size": VOCAB_SIZE,
+        "tgt_vocab_size": VOCAB_SIZE,
+        "max_len": 7,
+        "n_layer": 1,
+        "n_decoder_layers": 2,
+        "n_head": 2,
+        "n_embd": 4,
+        "n_inner": 8,
+        "norm_first": norm_first,
+        "share_embeddings": share,
+        "label_smoothing": label_smoothing,
+        "pad_id": PAD,
+        "bos_id": BOS,
+        "eos_id": EOS,
+    }
     cfg.update(kw)
     return Seq2SeqTransformer(Seq2SeqConfig(**cfg)).to(dtype)
 
@@ -104,8 +116,16 @@ def test_matches_pytorch(norm_first, share, ls):
         return leaves[name]
 
     def torch_layer(cls, prefix, mapping):
-        layer = cls(c.n_embd, c.n_head, c.n_inner, dropout=0.0, activation=c.activation,
-                    batch_first=True, norm_first=c.norm_first, dtype=torch.float64)
+        layer = cls(
+            c.n_embd,
+            c.n_head,
+            c.n_inner,
+            dropout=0.0,
+            activation=c.activation,
+            batch_first=True,
+            norm_first=c.norm_first,
+            dtype=torch.float64,
+        )
         tparams = dict(layer.named_parameters())
         assert set(tparams) == set(mapping)
         with torch.no_grad():
@@ -114,10 +134,14 @@ def test_matches_pytorch(norm_first, share, ls):
                 leaves[f"{prefix}.{oname}"] = tparams[tname]
         return layer.train()
 
-    enc = [torch_layer(torch.nn.TransformerEncoderLayer, f"encoder.{i}", ENC_MAP)
-           for i in range(c.n_encoder_layers)]
-    dec = [torch_layer(torch.nn.TransformerDecoderLayer, f"decoder.{i}", DEC_MAP)
-           for i in range(c.n_decoder_layers)]
+    enc = [
+        torch_layer(torch.nn.TransformerEncoderLayer, f"encoder.{i}", ENC_MAP)
+        for i in range(c.n_encoder_layers)
+    ]
+    dec = [
+        torch_layer(torch.nn.TransformerDecoderLayer, f"decoder.{i}", DEC_MAP)
+        for i in range(c.n_decoder_layers)
+    ]
     S, T = src.shape[1], tgt_in.shape[1]
     pe = torch.from_numpy(model.src_pos.pe)
     src_t, tin_t = torch.from_numpy(src), torch.from_numpy(tgt_in)
@@ -133,13 +157,16 @@ def test_matches_pytorch(norm_first, share, ls):
     h = tgt_table[tin_t] * scale + pe[:T]
     causal = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
     for layer in dec:
-        h = layer(h, memory, tgt_mask=causal, tgt_key_padding_mask=tgt_pad,
-                  memory_key_padding_mask=src_pad)
+        h = layer(h, memory, tgt_mask=causal, tgt_key_padding_mask=tgt_pad, memory_key_padding_mask=src_pad)
     if norm_first:
         h = F.layer_norm(h, (c.n_embd,), leaf("dec_norm.weight"), leaf("dec_norm.bias"), eps=1e-5)
     logits = F.linear(h, leaf("lm_head.weight"), leaf("lm_head.bias"))
-    tloss = F.cross_entropy(logits.reshape(-1, c.tgt_vocab_size), torch.from_numpy(tgt_out).reshape(-1),
-                            ignore_index=PAD, label_smoothing=ls)
+    tloss = F.cross_entropy(
+        logits.reshape(-1, c.tgt_vocab_size),
+        torch.from_numpy(tgt_out).reshape(-1),
+        ignore_index=PAD,
+        label_smoothing=ls,
+    )
     tloss.backward()
 
     assert abs(loss - tloss.item()) <= 1e-9 * max(1.0, abs(tloss.item()))
@@ -180,8 +207,17 @@ def test_decode_step_with_cache_matches_full_decode():
         np.testing.assert_allclose(step, full[:, t], atol=1e-10)
 
 
-SEEDED_CFG = dict(src_vocab_size=VOCAB_SIZE, tgt_vocab_size=VOCAB_SIZE, max_len=7, n_layer=1, n_decoder_layers=2,
-                  n_head=2, n_embd=4, n_inner=8, dropout=0.1)  # unshared embeddings: both tables drawn
+SEEDED_CFG = dict(
+    src_vocab_size=VOCAB_SIZE,
+    tgt_vocab_size=VOCAB_SIZE,
+    max_len=7,
+    n_layer=1,
+    n_decoder_layers=2,
+    n_head=2,
+    n_embd=4,
+    n_inner=8,
+    dropout=0.1,
+)  # unshared embeddings: both tables drawn
 
 
 def test_seed_fixes_initial_weights():
@@ -189,8 +225,13 @@ def test_seed_fixes_initial_weights():
     a, b, c = (Seq2SeqTransformer(cfg, seed=s) for s in (3, 3, 4))
     assert_same_init(a, b)
     (pa, ra), (pc, rc) = seeded_state(a), seeded_state(c)
-    for name in ("src_emb.weight", "tgt_emb.weight", "encoder.0.self_attn.in_proj_weight",
-                 "decoder.1.cross_attn.in_proj_weight", "lm_head.weight"):  # drawn at random
+    for name in (
+        "src_emb.weight",
+        "tgt_emb.weight",
+        "encoder.0.self_attn.in_proj_weight",
+        "decoder.1.cross_attn.in_proj_weight",
+        "lm_head.weight",
+    ):  # drawn at random
         assert not np.array_equal(pa[name], pc[name]), name
     assert ra != rc
 
@@ -228,9 +269,20 @@ def test_errors():
 def random_model(seed, dtype=np.float64):
     """A random model whose outputs vary in length (EOS made likely enough)."""
     manual_seed(seed)
-    model = Seq2SeqTransformer(Seq2SeqConfig(
-        src_vocab_size=VOCAB_SIZE, tgt_vocab_size=VOCAB_SIZE, max_len=10, n_layer=2, n_head=2,
-        n_embd=16, n_inner=32, pad_id=PAD, bos_id=BOS, eos_id=EOS)).to(dtype)
+    model = Seq2SeqTransformer(
+        Seq2SeqConfig(
+            src_vocab_size=VOCAB_SIZE,
+            tgt_vocab_size=VOCAB_SIZE,
+            max_len=10,
+            n_layer=2,
+            n_head=2,
+            n_embd=16,
+            n_inner=32,
+            pad_id=PAD,
+            bos_id=BOS,
+            eos_id=EOS,
+        )
+    ).to(dtype)
     model.lm_head.bias.data[EOS] += 1.0
     return model
 
@@ -257,8 +309,7 @@ def test_beam_width_one_equals_greedy(seed):
     src = sources(32, seed)
     g, g_scores = greedy_decode(model, src, return_scores=True)
     for include_greedy in (True, False):
-        b, b_scores = beam_search(model, src, beam_width=1, include_greedy=include_greedy,
-                                  return_scores=True)
+        b, b_scores = beam_search(model, src, beam_width=1, include_greedy=include_greedy, return_scores=True)
         np.testing.assert_array_equal(b, g)
         np.testing.assert_allclose(b_scores, g_scores, atol=1e-12)
 
@@ -299,9 +350,21 @@ def test_copy_smoke_training_improves_loss():
     from scratchformer.optim import AdamW
 
     manual_seed(0)
-    model = Seq2SeqTransformer(Seq2SeqConfig(
-        src_vocab_size=VOCAB_SIZE, tgt_vocab_size=VOCAB_SIZE, max_len=9, n_layer=1, n_head=2,
-        n_embd=16, n_inner=32, share_embeddings=True, pad_id=PAD, bos_id=BOS, eos_id=EOS))
+    model = Seq2SeqTransformer(
+        Seq2SeqConfig(
+            src_vocab_size=VOCAB_SIZE,
+            tgt_vocab_size=VOCAB_SIZE,
+            max_len=9,
+            n_layer=1,
+            n_head=2,
+            n_embd=16,
+            n_inner=32,
+            share_embeddings=True,
+            pad_id=PAD,
+            bos_id=BOS,
+            eos_id=EOS,
+        )
+    )
     data = make_task("copy", 512, np.random.default_rng(0), max_len=8)
     opt = AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
     rng = np.random.default_rng(0)

@@ -47,7 +47,9 @@ def padding_mask(lengths, Tk):
 
 
 def assert_ok(report, expected_names):
-    assert set(expected_names) <= set(report.errors), f"not checked: {set(expected_names) - set(report.errors)}"
+    assert set(expected_names) <= set(report.errors), (
+        f"not checked: {set(expected_names) - set(report.errors)}"
+    )
     assert report.max_error <= TOL, f"gradcheck failed:\n{report}"
 
 
@@ -119,7 +121,9 @@ def test_multihead_attention(kind, kwargs, bias):
     m = randomize(MultiHeadAttention(D, H, bias=bias), seed=1)
     inputs = (x_of((B, T, D), 1),) + ((x_of((B, S, D), 2),) if kind == "cross" else ())
     r = gradcheck(m, *inputs, kwargs=kwargs)
-    names = ["input0", "in_proj_weight", "out_proj.weight"] + (["in_proj_bias", "out_proj.bias"] if bias else [])
+    names = ["input0", "in_proj_weight", "out_proj.weight"] + (
+        ["in_proj_bias", "out_proj.bias"] if bias else []
+    )
     assert_ok(r, names + (["input1"] if kind == "cross" else []))
     assert set(r.errors) == set(names) | {"input0"} | ({"input1"} if kind == "cross" else set())
 
@@ -176,13 +180,21 @@ def test_encoder_block(norm_first, activation):
 def test_decoder_block(cross, norm_first, activation):
     manual_seed(6)
     dropout = 0.2 if activation == "gelu" else 0.0
-    m = randomize(DecoderBlock(D, H, FF, dropout=dropout, activation=activation, norm_first=norm_first,
-                               cross_attention=cross), 6)
+    m = randomize(
+        DecoderBlock(
+            D, H, FF, dropout=dropout, activation=activation, norm_first=norm_first, cross_attention=cross
+        ),
+        6,
+    )
     set_dropout_rng(m, np.random.default_rng(0))
     x = x_of((B, T, D), 9)
     if cross:  # Tq = 4 != Tk = 5, with a source padding mask and an extra target padding mask
-        r = gradcheck(m, x, x_of((B, S, D), 10),
-                      kwargs={"memory_mask": padding_mask([5, 3], S), "self_mask": padding_mask([4, 3], T)})
+        r = gradcheck(
+            m,
+            x,
+            x_of((B, S, D), 10),
+            kwargs={"memory_mask": padding_mask([5, 3], S), "self_mask": padding_mask([4, 3], T)},
+        )
         assert_ok(r, ["input0", "input1"] + param_names(m))
         assert "cross_attn.in_proj_weight" in r.errors
     else:

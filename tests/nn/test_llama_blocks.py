@@ -16,10 +16,26 @@ import pytest
 from scratchformer.errors import ConfigError, ShapeError
 from scratchformer.gradcheck import gradcheck, numerical_gradient, relative_error
 from scratchformer.models import GPT, GPTConfig
-from scratchformer.ops import IGNORE_INDEX
-from scratchformer.nn import DecoderBlock, FeedForward, KVCache, LayerNorm, MultiHeadAttention, RMSNorm, manual_seed
-from scratchformer.ops import attention_forward, rope_backward, rope_forward, rope_tables, rotate_half
-from scratchformer.ops import rmsnorm_forward, swiglu_backward, swiglu_forward
+from scratchformer.nn import (
+    DecoderBlock,
+    FeedForward,
+    KVCache,
+    LayerNorm,
+    MultiHeadAttention,
+    RMSNorm,
+    manual_seed,
+)
+from scratchformer.ops import (
+    IGNORE_INDEX,
+    attention_forward,
+    rmsnorm_forward,
+    rope_backward,
+    rope_forward,
+    rope_tables,
+    rotate_half,
+    swiglu_backward,
+    swiglu_forward,
+)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -72,8 +88,10 @@ def test_rope_is_a_rotation_by_position():
     p, i = 3, 1
     angle = p * 10000.0 ** (-2 * i / hs)
     x1, x2 = x[p, i], x[p, i + hs // 2]
-    np.testing.assert_allclose([y[p, i], y[p, i + hs // 2]],
-                               [x1 * np.cos(angle) - x2 * np.sin(angle), x2 * np.cos(angle) + x1 * np.sin(angle)])
+    np.testing.assert_allclose(
+        [y[p, i], y[p, i + hs // 2]],
+        [x1 * np.cos(angle) - x2 * np.sin(angle), x2 * np.cos(angle) + x1 * np.sin(angle)],
+    )
     np.testing.assert_array_equal(rotate_half(np.arange(4.0)), [-2.0, -3.0, 0.0, 1.0])
 
 
@@ -111,7 +129,7 @@ def rope_ref(x, start=0, theta=10000.0):
     inv_freq = 1.0 / theta ** (torch.arange(0, hs, 2, dtype=torch.float64) / hs)
     freqs = torch.arange(start, start + T_, dtype=torch.float64)[:, None] * inv_freq
     emb = torch.cat((freqs, freqs), dim=-1)
-    half = torch.cat((-x[..., hs // 2:], x[..., : hs // 2]), dim=-1)
+    half = torch.cat((-x[..., hs // 2 :], x[..., : hs // 2]), dim=-1)
     return x * emb.cos() + half * emb.sin()
 
 
@@ -120,7 +138,9 @@ def test_rmsnorm_output_has_unit_root_mean_square():
     x = x_of((B, T, D)) * 7 + 3
     y, _, _ = rmsnorm_forward(x, np.ones(D), eps=0.0)
     np.testing.assert_allclose(np.sqrt((y * y).mean(-1)), 1.0)
-    np.testing.assert_allclose(y / x, np.broadcast_to(y[..., :1] / x[..., :1], y.shape))  # no centring: x scaled
+    np.testing.assert_allclose(
+        y / x, np.broadcast_to(y[..., :1] / x[..., :1], y.shape)
+    )  # no centring: x scaled
     m = RMSNorm(D)
     assert [n for n, _ in m.named_parameters()] == ["weight"] and m.eps == 1e-6
 
@@ -217,8 +237,9 @@ def test_rope_attention_with_kv_cache_equals_the_full_forward():
     x = x_of((B, 6, D))
     full = m(x, causal=True)
     cache = KVCache()
-    steps = [m(x[:, :2], causal=True, kv_cache=cache)] + [m(x[:, i:i + 1], causal=True, kv_cache=cache)
-                                                          for i in range(2, 6)]
+    steps = [m(x[:, :2], causal=True, kv_cache=cache)] + [
+        m(x[:, i : i + 1], causal=True, kv_cache=cache) for i in range(2, 6)
+    ]
     np.testing.assert_allclose(np.concatenate(steps, axis=1), full, rtol=0, atol=1e-12)
     assert cache.length == 6
 
@@ -228,15 +249,21 @@ def test_grouped_query_attention_gradcheck():
     manual_seed(0)
     m = randomize(MultiHeadAttention(D, 4, bias=True, rope_theta=10000.0, n_kv_head=2))
     assert m.in_proj_weight.shape == ((4 + 2 * 2) * 2, D)  # 4 query heads, 2 key and 2 value heads of size 2
-    assert_grad_ok(gradcheck(m, x_of((B, T, D)), kwargs={"causal": True}),
-                   ["input0", "in_proj_weight", "in_proj_bias", "out_proj.weight"])
+    assert_grad_ok(
+        gradcheck(m, x_of((B, T, D)), kwargs={"causal": True}),
+        ["input0", "in_proj_weight", "in_proj_bias", "out_proj.weight"],
+    )
 
 
 def test_grouped_query_attention_matches_torch_repeat_kv():
     """Hugging Face's layout: query head h reads key/value head h // (n_head / n_kv_head)."""
     manual_seed(0)
     Hq, Hkv, hs = 4, 2, 2
-    m = randomize(MultiHeadAttention(D, Hq, bias=False, rope_theta=10000.0, n_kv_head=Hkv)).to(np.float64).train()
+    m = (
+        randomize(MultiHeadAttention(D, Hq, bias=False, rope_theta=10000.0, n_kv_head=Hkv))
+        .to(np.float64)
+        .train()
+    )
     W, Wo = t(m.in_proj_weight.data), t(m.out_proj.weight.data)
     x, dy = x_of((B, T, D)), x_of((B, T, D), 1)
     tx = t(x)
@@ -253,8 +280,9 @@ def test_grouped_query_attention_matches_torch_repeat_kv():
     # the cache holds only the key/value heads, and decoding with it equals the full forward
     m.eval()
     cache = KVCache()
-    steps = [m(x[:, :3], causal=True, kv_cache=cache)] + [m(x[:, i:i + 1], causal=True, kv_cache=cache)
-                                                          for i in range(3, T)]
+    steps = [m(x[:, :3], causal=True, kv_cache=cache)] + [
+        m(x[:, i : i + 1], causal=True, kv_cache=cache) for i in range(3, T)
+    ]
     np.testing.assert_allclose(np.concatenate(steps, axis=1), m(x, causal=True), rtol=0, atol=1e-12)
     assert cache.k.shape == (B, Hkv, T, hs)
 
@@ -275,11 +303,31 @@ def test_rope_refuses_odd_head_sizes_and_cross_attention():
 @pytest.mark.parametrize("norm_first", [True, False])
 def test_modern_decoder_block_gradcheck(norm_first):
     manual_seed(0)
-    b = randomize(DecoderBlock(D, H, FF, activation="swiglu", norm_first=norm_first, cross_attention=False,
-                               bias=False, normalization="rmsnorm", rope_theta=10000.0))
+    b = randomize(
+        DecoderBlock(
+            D,
+            H,
+            FF,
+            activation="swiglu",
+            norm_first=norm_first,
+            cross_attention=False,
+            bias=False,
+            normalization="rmsnorm",
+            rope_theta=10000.0,
+        )
+    )
     assert isinstance(b.attn_norm, RMSNorm) and isinstance(b.ff_norm, RMSNorm)
-    assert_grad_ok(gradcheck(b, x_of((B, T, D))), ["input0", "attn_norm.weight", "self_attn.in_proj_weight",
-                                                  "ff.fc1.weight", "ff.fc2.weight", "ff_norm.weight"])
+    assert_grad_ok(
+        gradcheck(b, x_of((B, T, D))),
+        [
+            "input0",
+            "attn_norm.weight",
+            "self_attn.in_proj_weight",
+            "ff.fc1.weight",
+            "ff.fc2.weight",
+            "ff_norm.weight",
+        ],
+    )
 
 
 TINY = dict(vocab_size=7, block_size=6, n_layer=2, n_head=2, n_embd=8)
@@ -296,18 +344,29 @@ def test_gpt_config_of_the_modern_blocks():
     assert "wpe.weight" not in m.state_dict()
     gelu = GPT(GPTConfig(**{**TINY, "n_embd": 48, "n_head": 4}), seed=0)
     swiglu = GPT(GPTConfig(**{**TINY, "n_embd": 48, "n_head": 4}, activation="swiglu"), seed=0)
-    assert gelu.h[0].ff.fc1.weight.data.size + gelu.h[0].ff.fc2.weight.data.size == \
-        swiglu.h[0].ff.fc1.weight.data.size + swiglu.h[0].ff.fc2.weight.data.size  # 2 * 48 * 192 == 3 * 48 * 128
-    for field, value in (("normalization", "batchnorm"), ("positional", "xpos"), ("activation", "geglu"),
-                         ("rope_theta", 0.0)):
+    assert (
+        gelu.h[0].ff.fc1.weight.data.size + gelu.h[0].ff.fc2.weight.data.size
+        == swiglu.h[0].ff.fc1.weight.data.size + swiglu.h[0].ff.fc2.weight.data.size
+    )  # 2 * 48 * 192 == 3 * 48 * 128
+    for field, value in (
+        ("normalization", "batchnorm"),
+        ("positional", "xpos"),
+        ("activation", "geglu"),
+        ("rope_theta", 0.0),
+    ):
         with pytest.raises(ConfigError, match=field):
             GPTConfig(**{**TINY, field: value})
     assert isinstance(GPT(GPTConfig(**TINY), seed=0).ln_f, LayerNorm)  # the defaults are unchanged
 
 
-@pytest.mark.parametrize("overrides", [MODERN, {**MODERN, "norm_first": False, "tie_weights": False,
-                                                "bias": True, "n_head": 4, "n_kv_head": 2}],
-                         ids=["llama", "postnorm-untied-bias-gqa"])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        MODERN,
+        {**MODERN, "norm_first": False, "tie_weights": False, "bias": True, "n_head": 4, "n_kv_head": 2},
+    ],
+    ids=["llama", "postnorm-untied-bias-gqa"],
+)
 def test_gradcheck_whole_modern_gpt_float64(overrides):
     m = GPT(GPTConfig(**{**TINY, "dtype": "float64", **overrides}), seed=0)
     rng = np.random.default_rng(0)
@@ -318,8 +377,10 @@ def test_gradcheck_whole_modern_gpt_float64(overrides):
     m.zero_grad()
     m(idx, tgt)
     m.backward()
-    errors = {name: relative_error(p.grad, numerical_gradient(lambda: m(idx, tgt)[1], p.data))
-              for name, p in m.named_parameters()}
+    errors = {
+        name: relative_error(p.grad, numerical_gradient(lambda: m(idx, tgt)[1], p.data))
+        for name, p in m.named_parameters()
+    }
     worst = max(errors, key=errors.get)
     assert errors[worst] <= GRAD_TOL, f"{worst}: {errors[worst]:.2e}"
 
@@ -330,13 +391,15 @@ def test_rope_gpt_with_kv_cache_equals_the_full_forward():
     idx = np.random.default_rng(1).integers(0, 7, (2, 8))
     full, _ = m.eval()(idx)
     caches = m.new_caches()
-    last = [m._last_logits(idx[:, :3], caches)] + [m._last_logits(idx[:, i:i + 1], caches, offset=i)
-                                                   for i in range(3, 8)]
+    last = [m._last_logits(idx[:, :3], caches)] + [
+        m._last_logits(idx[:, i : i + 1], caches, offset=i) for i in range(3, 8)
+    ]
     np.testing.assert_allclose(np.stack(last, axis=1), full[:, 2:], rtol=0, atol=1e-12)
     for temperature in (0.0, 1.0):  # past block_size too: the window is recomputed from scratch
         cached = m.generate(idx[:, :3], 9, temperature=temperature, rng=5, use_cache=True)
-        np.testing.assert_array_equal(cached, m.generate(idx[:, :3], 9, temperature=temperature, rng=5,
-                                                         use_cache=False))
+        np.testing.assert_array_equal(
+            cached, m.generate(idx[:, :3], 9, temperature=temperature, rng=5, use_cache=False)
+        )
 
 
 # -- checkpoints and the command line --------------------------------------------------------------
@@ -345,10 +408,39 @@ def test_cli_trains_evaluates_and_samples_a_llama_style_gpt(tmp_path, capsys):
     from scratchformer.training.jobs import load_job
 
     out = tmp_path / "llama"
-    assert main(["train", "--positional", "rope", "--normalization", "rmsnorm", "--activation", "swiglu",
-                 "--no-bias", "--max-steps", "2", "--eval-interval", "2", "--n-layer", "1", "--n-head", "2",
-                 "--n-embd", "16", "--batch-size", "8", "--eval-batches", "2", "--no-progress", "--quiet",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--positional",
+                "rope",
+                "--normalization",
+                "rmsnorm",
+                "--activation",
+                "swiglu",
+                "--no-bias",
+                "--max-steps",
+                "2",
+                "--eval-interval",
+                "2",
+                "--n-layer",
+                "1",
+                "--n-head",
+                "2",
+                "--n-embd",
+                "16",
+                "--batch-size",
+                "8",
+                "--eval-batches",
+                "2",
+                "--no-progress",
+                "--quiet",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     job = load_job(out)  # the checkpoint's schema accepts the new fields and the model is rebuilt from them
     c = job.model.config
     assert (c.positional, c.normalization, c.activation, c.bias) == ("rope", "rmsnorm", "swiglu", False)
@@ -357,8 +449,22 @@ def test_cli_trains_evaluates_and_samples_a_llama_style_gpt(tmp_path, capsys):
     assert main(["eval", str(out), "--split", "test", "--workers", "1"]) == 0
     assert "loss" in capsys.readouterr().out
     assert main(["sample", str(out), "-n", "2", "--seed", "0"]) == 0
-    assert main(["train", "--task", "copy", "--positional", "rope", "--max-steps", "1",
-                 "--out", str(tmp_path / "copy")]) == 2
+    assert (
+        main(
+            [
+                "train",
+                "--task",
+                "copy",
+                "--positional",
+                "rope",
+                "--max-steps",
+                "1",
+                "--out",
+                str(tmp_path / "copy"),
+            ]
+        )
+        == 2
+    )
     assert "positional" in capsys.readouterr().err
 
 
@@ -371,7 +477,9 @@ def test_one_head_figure_shows_the_rotated_scores():
     m = GPT(GPTConfig(vocab_size=9, block_size=12, n_layer=2, n_head=2, n_embd=16, **MODERN), seed=0)
     randomize(m, seed=1, scale=0.8)
     ids = np.random.default_rng(0).integers(0, 9, 10)
-    gqa = GPT(GPTConfig(vocab_size=9, block_size=12, n_layer=1, n_head=4, n_embd=16, n_kv_head=2, **MODERN), seed=0)
+    gqa = GPT(
+        GPTConfig(vocab_size=9, block_size=12, n_layer=1, n_head=4, n_embd=16, n_kv_head=2, **MODERN), seed=0
+    )
     randomize(gqa, seed=1, scale=0.8)
     for head in range(4):  # grouped-query: heads 2 and 3 share key/value head 1
         q, k, v = T.head_qkv(gqa, ids, layer=0, head=head)

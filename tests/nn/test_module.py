@@ -52,7 +52,10 @@ MODULES = {
     "Embedding": (lambda: Embedding(11, D), lambda: ((np.array([[1, 2, 3], [4, 5, 10]]),), {})),
     "LayerNorm": (lambda: LayerNorm(D), lambda: ((randn(B, T, D),), {})),
     "Dropout": (lambda: Dropout(0.3), lambda: ((randn(B, T, D),), {})),
-    "MHA-self": (lambda: MultiHeadAttention(D, H, dropout=0.1), lambda: ((randn(B, T, D),), {"causal": True})),
+    "MHA-self": (
+        lambda: MultiHeadAttention(D, H, dropout=0.1),
+        lambda: ((randn(B, T, D),), {"causal": True}),
+    ),
     "MHA-cross": (lambda: MultiHeadAttention(D, H), lambda: ((randn(B, T, D), randn(B, S, D, seed=1)), {})),
     "FeedForward-relu": (lambda: FeedForward(D, FF, "relu", dropout=0.1), lambda: ((randn(B, T, D),), {})),
     "FeedForward-gelu": (lambda: FeedForward(D, FF, "gelu"), lambda: ((randn(B, T, D),), {})),
@@ -60,12 +63,18 @@ MODULES = {
     "Sinusoidal": (lambda: SinusoidalPositionalEncoding(10, D), lambda: ((randn(B, T, D),), {"offset": 2})),
     "LearnedPos": (lambda: LearnedPositionalEmbedding(10, D), lambda: ((randn(B, T, D),), {"offset": 2})),
     "Encoder-pre": (lambda: EncoderBlock(D, H, FF, dropout=0.1), lambda: ((randn(B, T, D),), {})),
-    "Encoder-post": (lambda: EncoderBlock(D, H, FF, norm_first=False, activation="relu"),
-                     lambda: ((randn(B, T, D),), {"mask": np.ones((B, 1, 1, T), bool)})),
-    "Decoder-cross": (lambda: DecoderBlock(D, H, FF, dropout=0.1),
-                      lambda: ((randn(B, T, D), randn(B, S, D, seed=1)), {})),
-    "Decoder-gpt": (lambda: DecoderBlock(D, H, FF, cross_attention=False, norm_first=False),
-                    lambda: ((randn(B, T, D),), {})),
+    "Encoder-post": (
+        lambda: EncoderBlock(D, H, FF, norm_first=False, activation="relu"),
+        lambda: ((randn(B, T, D),), {"mask": np.ones((B, 1, 1, T), bool)}),
+    ),
+    "Decoder-cross": (
+        lambda: DecoderBlock(D, H, FF, dropout=0.1),
+        lambda: ((randn(B, T, D), randn(B, S, D, seed=1)), {}),
+    ),
+    "Decoder-gpt": (
+        lambda: DecoderBlock(D, H, FF, cross_attention=False, norm_first=False),
+        lambda: ((randn(B, T, D),), {}),
+    ),
 }
 ALL = pytest.mark.parametrize("kind", list(MODULES))
 
@@ -93,9 +102,18 @@ def test_shared_parameter_listed_once_under_first_name():
 def test_named_parameters_are_pytorch_style():
     names = [n for n, _ in EncoderBlock(D, H, FF).named_parameters()]
     assert names == [
-        "self_attn.in_proj_weight", "self_attn.in_proj_bias", "self_attn.out_proj.weight",
-        "self_attn.out_proj.bias", "attn_norm.weight", "attn_norm.bias", "ff.fc1.weight", "ff.fc1.bias",
-        "ff.fc2.weight", "ff.fc2.bias", "ff_norm.weight", "ff_norm.bias",
+        "self_attn.in_proj_weight",
+        "self_attn.in_proj_bias",
+        "self_attn.out_proj.weight",
+        "self_attn.out_proj.bias",
+        "attn_norm.weight",
+        "attn_norm.bias",
+        "ff.fc1.weight",
+        "ff.fc1.bias",
+        "ff.fc2.weight",
+        "ff.fc2.bias",
+        "ff_norm.weight",
+        "ff_norm.bias",
     ]
     dec = dict(DecoderBlock(D, H, FF).named_parameters())
     assert {"cross_attn.in_proj_weight", "cross_norm.weight", "ff_norm.bias"} <= set(dec)
@@ -106,7 +124,9 @@ def test_named_parameters_are_pytorch_style():
     tied = [n for n, _ in Tied().named_parameters()]
     assert "blocks.1.self_attn.in_proj_weight" in tied and "blocks.0.ff_norm.bias" in tied
     assert [n for n, _ in MultiHeadAttention(D, H, bias=False).named_parameters()] == [
-        "in_proj_weight", "out_proj.weight"]
+        "in_proj_weight",
+        "out_proj.weight",
+    ]
     assert [n for n, _ in Tied().named_modules()][:3] == ["", "wte", "blocks.0"]
 
 
@@ -144,7 +164,9 @@ def test_load_state_dict_rejects_wrong_shapes_naming_them():
     sd = dict(before)
     sd["self_attn.in_proj_weight"] = np.zeros((D, 3 * D))
     for strict in (True, False):
-        with pytest.raises(StateDictError, match=r"self_attn.in_proj_weight: expected \(24, 8\), got \(8, 24\)"):
+        with pytest.raises(
+            StateDictError, match=r"self_attn.in_proj_weight: expected \(24, 8\), got \(8, 24\)"
+        ):
             m.load_state_dict(sd, strict=strict)
     for k, v in m.state_dict().items():  # nothing was half-loaded
         np.testing.assert_array_equal(v, before[k])
@@ -220,8 +242,11 @@ def test_to_float64_converts_and_returns_module(kind):
     args = tuple(a.astype(np.float64) if a.dtype.kind == "f" else a for a in args)
     out = m(*args, **kwargs)
     assert out.dtype == np.float64
-    assert m.to(np.float32) is m and m(*tuple(a.astype(np.float32) if a.dtype.kind == "f" else a
-                                               for a in args), **kwargs).dtype == np.float32
+    assert (
+        m.to(np.float32) is m
+        and m(*tuple(a.astype(np.float32) if a.dtype.kind == "f" else a for a in args), **kwargs).dtype
+        == np.float32
+    )
 
 
 def test_to_rejects_non_float():
@@ -321,21 +346,24 @@ def test_bad_configs_raise():
         Dropout(1.0)
 
 
-@pytest.mark.parametrize("build, message", [
-    (lambda: MultiHeadAttention(16, 0), "n_head must be a positive integer, got 0"),
-    (lambda: MultiHeadAttention(16, -4), "n_head must be a positive integer"),
-    (lambda: MultiHeadAttention(0, 1), "n_embd must be a positive integer"),
-    (lambda: MultiHeadAttention(16, 4, dropout=1.5), r"dropout must be a number in \[0, 1\), got 1.5"),
-    (lambda: MultiHeadAttention(16, 4, dropout=-1), r"dropout must be a number in \[0, 1\), got -1"),
-    (lambda: Dropout(-0.1), r"\[0, 1\), got -0.1"),
-    (lambda: Dropout(float("nan")), r"\[0, 1\), got nan"),
-    (lambda: LayerNorm(D, eps=-1), "eps must be a finite number > 0, got -1"),
-    (lambda: LayerNorm(D, eps=0), "eps must be a finite number > 0, got 0"),
-    (lambda: LayerNorm(D, eps=float("inf")), "eps must be a finite number > 0"),
-    (lambda: EncoderBlock(D, H, FF, dropout=1.0), r"dropout must be a number in \[0, 1\)"),
-    (lambda: Linear(0, 3), "in_features must be a positive integer"),
-    (lambda: Embedding(5, 2.5), "embedding_dim must be a positive integer"),
-])
+@pytest.mark.parametrize(
+    "build, message",
+    [
+        (lambda: MultiHeadAttention(16, 0), "n_head must be a positive integer, got 0"),
+        (lambda: MultiHeadAttention(16, -4), "n_head must be a positive integer"),
+        (lambda: MultiHeadAttention(0, 1), "n_embd must be a positive integer"),
+        (lambda: MultiHeadAttention(16, 4, dropout=1.5), r"dropout must be a number in \[0, 1\), got 1.5"),
+        (lambda: MultiHeadAttention(16, 4, dropout=-1), r"dropout must be a number in \[0, 1\), got -1"),
+        (lambda: Dropout(-0.1), r"\[0, 1\), got -0.1"),
+        (lambda: Dropout(float("nan")), r"\[0, 1\), got nan"),
+        (lambda: LayerNorm(D, eps=-1), "eps must be a finite number > 0, got -1"),
+        (lambda: LayerNorm(D, eps=0), "eps must be a finite number > 0, got 0"),
+        (lambda: LayerNorm(D, eps=float("inf")), "eps must be a finite number > 0"),
+        (lambda: EncoderBlock(D, H, FF, dropout=1.0), r"dropout must be a number in \[0, 1\)"),
+        (lambda: Linear(0, 3), "in_features must be a positive integer"),
+        (lambda: Embedding(5, 2.5), "embedding_dim must be a positive integer"),
+    ],
+)
 def test_layer_constructors_reject_bad_arguments_with_config_error(build, message):
     """issue 9, 7.: no ZeroDivisionError, no silently accepted dropout or eps."""
     with pytest.raises(ConfigError, match=message):
@@ -394,7 +422,8 @@ def test_layers_models_and_optimisers_import_no_process_code():
         "from scratchformer.nn import Linear\n"
         "import scratchformer.models, scratchformer.optim, scratchformer.interop\n"
         "print(sorted(m for m in ('multiprocessing', 'mmap', 'signal', 'scratchformer.training.parallel')"
-        " if m in sys.modules))\n")
+        " if m in sys.modules))\n"
+    )
     assert out.strip() == "[]"
 
 
@@ -407,7 +436,8 @@ def test_building_layers_and_optimisers_leaves_malloc_alone():
         "from scratchformer.optim import AdamW, SGD\n"
         "m = GPT(GPTConfig(vocab_size=5, block_size=4, n_layer=1, n_head=1, n_embd=4), seed=0)\n"
         "AdamW(m.parameters()); SGD(m.parameters(), lr=0.1)\n"
-        "print(allocator._done)\n")
+        "print(allocator._done)\n"
+    )
     assert out.strip() == "False"
 
 
@@ -418,6 +448,24 @@ def test_train_and_the_cli_tune_the_allocator(monkeypatch, tmp_path):
     calls = []
     monkeypatch.setattr(trainer, "keep_freed_memory", lambda: calls.append("train") or True)
     monkeypatch.setattr(cli, "keep_freed_memory", lambda: calls.append("cli") or True)
-    assert cli.main(["train", "--task", "sort", "--max-steps", "1", "--eval-batches", "1", "--workers", "1",
-                     "--out", str(tmp_path / "run"), "--no-progress", "--quiet"]) == 0
+    assert (
+        cli.main(
+            [
+                "train",
+                "--task",
+                "sort",
+                "--max-steps",
+                "1",
+                "--eval-batches",
+                "1",
+                "--workers",
+                "1",
+                "--out",
+                str(tmp_path / "run"),
+                "--no-progress",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert calls == ["cli", "train"]

@@ -83,13 +83,19 @@ def randomize(module, seed=0, scale=0.5):
 def rename(name: str, table: dict[str, str]) -> str:
     for ours, theirs in table.items():
         if name.startswith(ours + "."):
-            return theirs + name[len(ours):]
+            return theirs + name[len(ours) :]
     return name
 
 
 ENC_MAP = {"attn_norm": "norm1", "ff.fc1": "linear1", "ff.fc2": "linear2", "ff_norm": "norm2"}
-DEC_MAP = {"attn_norm": "norm1", "cross_attn": "multihead_attn", "cross_norm": "norm2",
-           "ff.fc1": "linear1", "ff.fc2": "linear2", "ff_norm": "norm3"}
+DEC_MAP = {
+    "attn_norm": "norm1",
+    "cross_attn": "multihead_attn",
+    "cross_norm": "norm2",
+    "ff.fc1": "linear1",
+    "ff.fc2": "linear2",
+    "ff_norm": "norm3",
+}
 
 
 def run_parity(ours: Module, tmod, inputs, our_kwargs, torch_fwd, dtype, name_map=lambda n: n, seed=0):
@@ -201,10 +207,15 @@ def test_multihead_attention(dtype, bias, case):
 
     def tfwd(t, x, c=None):
         kv = x if c is None else c
-        out, w = t(x, kv, kv,
-                   key_padding_mask=None if pad is None else torch.from_numpy(~pad),
-                   attn_mask=torch.from_numpy(~np.tri(T, T, dtype=bool)) if causal else None,
-                   need_weights=True, average_attn_weights=False)
+        out, w = t(
+            x,
+            kv,
+            kv,
+            key_padding_mask=None if pad is None else torch.from_numpy(~pad),
+            attn_mask=torch.from_numpy(~np.tri(T, T, dtype=bool)) if causal else None,
+            need_weights=True,
+            average_attn_weights=False,
+        )
         weights["torch"] = w
         return out
 
@@ -269,13 +280,15 @@ def test_learned_positional_embedding(dtype):
 # ---------------------------------------------------------------------------------------------
 # blocks vs torch.nn.TransformerEncoderLayer / TransformerDecoderLayer
 def torch_encoder_layer(activation, norm_first):
-    return torch.nn.TransformerEncoderLayer(D, H, FF, dropout=0.0, activation=torch_act(activation),
-                                            batch_first=True, norm_first=norm_first)
+    return torch.nn.TransformerEncoderLayer(
+        D, H, FF, dropout=0.0, activation=torch_act(activation), batch_first=True, norm_first=norm_first
+    )
 
 
 def torch_decoder_layer(activation, norm_first):
-    return torch.nn.TransformerDecoderLayer(D, H, FF, dropout=0.0, activation=torch_act(activation),
-                                            batch_first=True, norm_first=norm_first)
+    return torch.nn.TransformerDecoderLayer(
+        D, H, FF, dropout=0.0, activation=torch_act(activation), batch_first=True, norm_first=norm_first
+    )
 
 
 def torch_causal(Tq):
@@ -291,8 +304,12 @@ def test_encoder_block(dtype, activation, norm_first):
     pad = key_padding([T, T - 1], T)
     x = np.random.default_rng(13).standard_normal((B, T, D))
     _, n = run_parity(
-        m, torch_encoder_layer(activation, norm_first), [x], {"mask": pad[:, None, None, :]},
-        lambda t, x: t(x, src_key_padding_mask=torch.from_numpy(~pad)), dtype,
+        m,
+        torch_encoder_layer(activation, norm_first),
+        [x],
+        {"mask": pad[:, None, None, :]},
+        lambda t, x: t(x, src_key_padding_mask=torch.from_numpy(~pad)),
+        dtype,
         name_map=lambda n: rename(n, ENC_MAP),
     )
     assert n == 12
@@ -308,11 +325,19 @@ def test_decoder_block_cross_attention(dtype, activation, norm_first):
     x, mem = g.standard_normal((B, T, D)), g.standard_normal((B, S, D))  # Tq = 4 != Tk = 5
     src_pad, tgt_pad = key_padding([S, S - 2], S), key_padding([T, T - 1], T)
     _, n = run_parity(
-        m, torch_decoder_layer(activation, norm_first), [x, mem],
+        m,
+        torch_decoder_layer(activation, norm_first),
+        [x, mem],
         {"self_mask": tgt_pad[:, None, None, :], "memory_mask": src_pad[:, None, None, :]},
-        lambda t, x, mem: t(x, mem, tgt_mask=torch_causal(T), tgt_key_padding_mask=torch.from_numpy(~tgt_pad),
-                            memory_key_padding_mask=torch.from_numpy(~src_pad)),
-        dtype, name_map=lambda n: rename(n, DEC_MAP),
+        lambda t, x, mem: t(
+            x,
+            mem,
+            tgt_mask=torch_causal(T),
+            tgt_key_padding_mask=torch.from_numpy(~tgt_pad),
+            memory_key_padding_mask=torch.from_numpy(~src_pad),
+        ),
+        dtype,
+        name_map=lambda n: rename(n, DEC_MAP),
     )
     assert n == 18
 
@@ -323,11 +348,18 @@ def test_decoder_block_cross_attention(dtype, activation, norm_first):
 def test_decoder_block_without_cross_attention(dtype, activation, norm_first):
     """A GPT block is an encoder layer with a causal mask."""
     manual_seed(16)
-    m = randomize(DecoderBlock(D, H, FF, activation=activation, norm_first=norm_first, cross_attention=False), 16)
+    m = randomize(
+        DecoderBlock(D, H, FF, activation=activation, norm_first=norm_first, cross_attention=False), 16
+    )
     x = np.random.default_rng(17).standard_normal((B, T, D))
     _, n = run_parity(
-        m, torch_encoder_layer(activation, norm_first), [x], {},
-        lambda t, x: t(x, src_mask=torch_causal(T)), dtype, name_map=lambda n: rename(n, ENC_MAP),
+        m,
+        torch_encoder_layer(activation, norm_first),
+        [x],
+        {},
+        lambda t, x: t(x, src_mask=torch_causal(T)),
+        dtype,
+        name_map=lambda n: rename(n, ENC_MAP),
     )
     assert n == 12
 
@@ -339,8 +371,12 @@ class EncDec(Module):
 
     def __init__(self, activation, norm_first, layers=2):
         super().__init__()
-        self.encoder = [EncoderBlock(D, H, FF, activation=activation, norm_first=norm_first) for _ in range(layers)]
-        self.decoder = [DecoderBlock(D, H, FF, activation=activation, norm_first=norm_first) for _ in range(layers)]
+        self.encoder = [
+            EncoderBlock(D, H, FF, activation=activation, norm_first=norm_first) for _ in range(layers)
+        ]
+        self.decoder = [
+            DecoderBlock(D, H, FF, activation=activation, norm_first=norm_first) for _ in range(layers)
+        ]
 
     def forward(self, src, tgt, src_mask=None):
         for blk in self.encoder:
@@ -362,14 +398,20 @@ class EncDec(Module):
 class TorchEncDec(torch.nn.Module):
     def __init__(self, activation, norm_first, layers=2):
         super().__init__()
-        self.encoder = torch.nn.ModuleList([torch_encoder_layer(activation, norm_first) for _ in range(layers)])
-        self.decoder = torch.nn.ModuleList([torch_decoder_layer(activation, norm_first) for _ in range(layers)])
+        self.encoder = torch.nn.ModuleList(
+            [torch_encoder_layer(activation, norm_first) for _ in range(layers)]
+        )
+        self.decoder = torch.nn.ModuleList(
+            [torch_decoder_layer(activation, norm_first) for _ in range(layers)]
+        )
 
     def forward(self, src, tgt, src_key_padding_mask):
         for layer in self.encoder:
             src = layer(src, src_key_padding_mask=src_key_padding_mask)
         for layer in self.decoder:
-            tgt = layer(tgt, src, tgt_mask=torch_causal(tgt.shape[1]), memory_key_padding_mask=src_key_padding_mask)
+            tgt = layer(
+                tgt, src, tgt_mask=torch_causal(tgt.shape[1]), memory_key_padding_mask=src_key_padding_mask
+            )
         return tgt
 
 
@@ -388,8 +430,13 @@ def test_two_layer_encoder_decoder_stack(dtype, activation, norm_first):
     src, tgt = g.standard_normal((B, S, D)), g.standard_normal((B, T, D))
     src_pad = key_padding([S, S - 2], S)
     _, n = run_parity(
-        m, TorchEncDec(activation, norm_first), [src, tgt], {"src_mask": src_pad[:, None, None, :]},
-        lambda t, s, x: t(s, x, torch.from_numpy(~src_pad)), dtype, name_map=stack_name_map,
+        m,
+        TorchEncDec(activation, norm_first),
+        [src, tgt],
+        {"src_mask": src_pad[:, None, None, :]},
+        lambda t, s, x: t(s, x, torch.from_numpy(~src_pad)),
+        dtype,
+        name_map=stack_name_map,
     )
     assert n == 2 * 12 + 2 * 18  # every parameter, including the encoder's (reached via cross-attention)
 
@@ -412,8 +459,9 @@ def test_cross_entropy(dtype, shape, label_smoothing, ignore_index):
 
     tl = torch.tensor(logits, requires_grad=True)
     inp = tl if len(shape) == 1 else tl.permute(0, 2, 1)  # torch wants (B, V, T)
-    tloss = F.cross_entropy(inp, torch.from_numpy(targets), ignore_index=ignore_index,
-                            label_smoothing=label_smoothing)
+    tloss = F.cross_entropy(
+        inp, torch.from_numpy(targets), ignore_index=ignore_index, label_smoothing=label_smoothing
+    )
     (tloss * 0.7).backward()
     assert abs(loss - tloss.item()) / abs(tloss.item()) <= TOL[dtype]
     assert_close("dlogits", dlogits, tl.grad, dtype)
@@ -424,8 +472,10 @@ def test_softmax_and_log_softmax(dtype):
     g = np.random.default_rng(21)
     x = (g.standard_normal((2, 3, 7)) * 4).astype(dtype)
     R = g.standard_normal(x.shape).astype(dtype)
-    for fwd, bwd, tf in [(softmax_forward, softmax_backward, torch.softmax),
-                         (log_softmax_forward, log_softmax_backward, torch.log_softmax)]:
+    for fwd, bwd, tf in [
+        (softmax_forward, softmax_backward, torch.softmax),
+        (log_softmax_forward, log_softmax_backward, torch.log_softmax),
+    ]:
         tx = torch.tensor(x, requires_grad=True)
         ty = tf(tx, -1)
         ty.backward(torch.from_numpy(R))

@@ -53,16 +53,19 @@ def close(name, ours, ref, tol=TORCH_TOL):
 # -- the slopes ----------------------------------------------------------------------------------
 def paper_get_slopes(n):
     """The paper's reference code (github.com/ofirpress/attention_with_linear_biases), as written there."""
+
     def get_slopes_power_of_2(n):
-        start = 2 ** (-2 ** -(math.log2(n) - 3))
+        start = 2 ** (-(2 ** -(math.log2(n) - 3)))
         ratio = start
-        return [start * ratio ** i for i in range(n)]
+        return [start * ratio**i for i in range(n)]
 
     if math.log2(n).is_integer():
         return get_slopes_power_of_2(n)
     closest_power_of_2 = 2 ** math.floor(math.log2(n))
-    return (get_slopes_power_of_2(closest_power_of_2)
-            + paper_get_slopes(2 * closest_power_of_2)[0::2][: n - closest_power_of_2])
+    return (
+        get_slopes_power_of_2(closest_power_of_2)
+        + paper_get_slopes(2 * closest_power_of_2)[0::2][: n - closest_power_of_2]
+    )
 
 
 def bloom_slopes(n):
@@ -73,21 +76,29 @@ def bloom_slopes(n):
     if closest != n:
         extra_base = torch.tensor(2 ** (-(2 ** -(math.log2(2 * closest) - 3))), dtype=torch.float64)
         remaining = min(closest, n - closest)
-        slopes = torch.cat([slopes, torch.pow(extra_base, torch.arange(1, 1 + 2 * remaining, 2, dtype=torch.float64))])
+        slopes = torch.cat(
+            [slopes, torch.pow(extra_base, torch.arange(1, 1 + 2 * remaining, 2, dtype=torch.float64))]
+        )
     return slopes
 
 
 def test_slopes_are_the_papers_table_for_8_heads():
-    np.testing.assert_array_equal(alibi_slopes(8), [1 / 2, 1 / 4, 1 / 8, 1 / 16, 1 / 32, 1 / 64, 1 / 128, 1 / 256])
-    np.testing.assert_array_equal(alibi_slopes(16)[:3], [2 ** -0.5, 1 / 2, 2 ** -1.5])  # 2^(-8/16), ...
+    np.testing.assert_array_equal(
+        alibi_slopes(8), [1 / 2, 1 / 4, 1 / 8, 1 / 16, 1 / 32, 1 / 64, 1 / 128, 1 / 256]
+    )
+    np.testing.assert_array_equal(alibi_slopes(16)[:3], [2**-0.5, 1 / 2, 2**-1.5])  # 2^(-8/16), ...
 
 
 def test_slopes_of_a_head_count_that_is_not_a_power_of_2_interleave():
     # 6 heads: the four of H=4 (1/4 ... 1/256), then the first two odd-numbered ones of H=8 (1/2, 1/8)
     np.testing.assert_array_equal(alibi_slopes(6), [1 / 4, 1 / 16, 1 / 64, 1 / 256, 1 / 2, 1 / 8])
     for n in (1, 2, 3, 5, 6, 7, 12, 20, 24, 32):  # a few ulps: the reference codes multiply repeatedly
-        np.testing.assert_allclose(alibi_slopes(n), paper_get_slopes(n), rtol=1e-14, atol=0, err_msg=f"{n} heads")
-        np.testing.assert_allclose(alibi_slopes(n), bloom_slopes(n).numpy(), rtol=1e-14, atol=0, err_msg=f"{n} heads")
+        np.testing.assert_allclose(
+            alibi_slopes(n), paper_get_slopes(n), rtol=1e-14, atol=0, err_msg=f"{n} heads"
+        )
+        np.testing.assert_allclose(
+            alibi_slopes(n), bloom_slopes(n).numpy(), rtol=1e-14, atol=0, err_msg=f"{n} heads"
+        )
 
 
 def test_bias_equals_the_formula_written_element_by_element():
@@ -119,10 +130,18 @@ def torch_alibi_attention(q, k, v, allowed):
     return torch.softmax(scores, dim=-1) @ v
 
 
-@pytest.mark.parametrize("Tq,Tk,padded", [(5, 5, False), (5, 5, True), (2, 6, False), (1, 6, False)],
-                         ids=["square", "padding", "cached-2", "cached-1"])
+@pytest.mark.parametrize(
+    "Tq,Tk,padded",
+    [(5, 5, False), (5, 5, True), (2, 6, False), (1, 6, False)],
+    ids=["square", "padding", "cached-2", "cached-1"],
+)
 def test_op_matches_torch_forward_and_backward(lane, Tq, Tk, padded):
-    q, k, v, dout = x_of((B, H, Tq, 3), 1), x_of((B, H, Tk, 3), 2), x_of((B, H, Tk, 3), 3), x_of((B, H, Tq, 3), 4)
+    q, k, v, dout = (
+        x_of((B, H, Tq, 3), 1),
+        x_of((B, H, Tk, 3), 2),
+        x_of((B, H, Tk, 3), 3),
+        x_of((B, H, Tq, 3), 4),
+    )
     mask = None
     allowed = np.broadcast_to(np.tri(Tq, Tk, k=Tk - Tq, dtype=bool), (B, H, Tq, Tk))
     if padded:  # batch row 1 has only its first 3 keys
@@ -133,7 +152,9 @@ def test_op_matches_torch_forward_and_backward(lane, Tq, Tk, padded):
     tout = torch_alibi_attention(tq, tk, tv, allowed)
     close("out", out, tout)
     tout.backward(torch.from_numpy(dout))
-    for name, ours, ref in zip(("dq", "dk", "dv"), attention_backward(dout, cache), (tq.grad, tk.grad, tv.grad)):
+    for name, ours, ref in zip(
+        ("dq", "dk", "dv"), attention_backward(dout, cache), (tq.grad, tk.grad, tv.grad)
+    ):
         close(name, ours, ref)
     plain, _ = attention_forward(q, k, v, mask=mask, causal=True)
     assert np.abs(plain - out).max() > 1e-2  # the bias matters here: the comparison has teeth
@@ -176,7 +197,9 @@ def assert_grad_ok(report, names):
 def test_attention_gradcheck(lane, bias, n_kv_head):
     manual_seed(0)
     m = randomize(MultiHeadAttention(D, H, bias=bias, alibi=True, n_kv_head=n_kv_head))
-    names = ["input0", "in_proj_weight", "out_proj.weight"] + (["in_proj_bias", "out_proj.bias"] if bias else [])
+    names = ["input0", "in_proj_weight", "out_proj.weight"] + (
+        ["in_proj_bias", "out_proj.bias"] if bias else []
+    )
     assert_grad_ok(gradcheck(m, x_of((B, T, D)), kwargs={"causal": True}), names)
 
 
@@ -217,8 +240,9 @@ def test_attention_with_kv_cache_equals_the_full_forward(n_kv_head):
     np.testing.assert_allclose(weights, m.attn_weights, rtol=0, atol=1e-14)
     assert MultiHeadAttention(D, H).score_bias(6, 6) is None
     cache = KVCache()
-    steps = [m(x[:, :2], causal=True, kv_cache=cache)] + [m(x[:, i:i + 1], causal=True, kv_cache=cache)
-                                                          for i in range(2, 6)]
+    steps = [m(x[:, :2], causal=True, kv_cache=cache)] + [
+        m(x[:, i : i + 1], causal=True, kv_cache=cache) for i in range(2, 6)
+    ]
     np.testing.assert_allclose(np.concatenate(steps, axis=1), full, rtol=0, atol=1e-12)
     plain = randomize(MultiHeadAttention(D, H, n_kv_head=n_kv_head)).to(np.float64).eval()
     assert np.abs(plain(x, causal=True) - full).max() > 1e-3  # same weights without ALiBi differ
@@ -253,9 +277,21 @@ def test_gpt_has_no_position_table_and_its_config_round_trips():
     assert not GPT(GPTConfig(**{**TINY, "positional": "rope"}), seed=0).h[0].self_attn.alibi
 
 
-@pytest.mark.parametrize("overrides", [{}, {"norm_first": False, "tie_weights": False, "n_kv_head": 2,
-                                            "normalization": "rmsnorm", "activation": "swiglu", "bias": False}],
-                         ids=["gpt2-blocks", "postnorm-untied-gqa-llama-blocks"])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {
+            "norm_first": False,
+            "tie_weights": False,
+            "n_kv_head": 2,
+            "normalization": "rmsnorm",
+            "activation": "swiglu",
+            "bias": False,
+        },
+    ],
+    ids=["gpt2-blocks", "postnorm-untied-gqa-llama-blocks"],
+)
 def test_gradcheck_whole_gpt_float64(lane, overrides):
     m = GPT(GPTConfig(**{**TINY, "dtype": "float64", **overrides}), seed=0)
     rng = np.random.default_rng(0)
@@ -266,8 +302,10 @@ def test_gradcheck_whole_gpt_float64(lane, overrides):
     m.zero_grad()
     m(idx, tgt)
     m.backward()
-    errors = {name: relative_error(p.grad, numerical_gradient(lambda: m(idx, tgt)[1], p.data))
-              for name, p in m.named_parameters()}
+    errors = {
+        name: relative_error(p.grad, numerical_gradient(lambda: m(idx, tgt)[1], p.data))
+        for name, p in m.named_parameters()
+    }
     worst = max(errors, key=errors.get)
     assert errors[worst] <= GRAD_TOL, f"{worst}: {errors[worst]:.2e}"
 
@@ -287,18 +325,32 @@ def test_cached_generation_equals_uncached_greedy_decoding():
     idx = np.random.default_rng(1).integers(0, 7, (2, 8))
     full, _ = m.eval()(idx)
     caches = m.new_caches()
-    last = [m._last_logits(idx[:, :3], caches)] + [m._last_logits(idx[:, i:i + 1], caches, offset=i)
-                                                   for i in range(3, 8)]
+    last = [m._last_logits(idx[:, :3], caches)] + [
+        m._last_logits(idx[:, i : i + 1], caches, offset=i) for i in range(3, 8)
+    ]
     np.testing.assert_allclose(np.stack(last, axis=1), full[:, 2:], rtol=0, atol=1e-12)
     for temperature in (0.0, 1.0):  # past block_size too: the window is then recomputed from scratch
         cached = m.generate(idx[:, :3], 9, temperature=temperature, rng=5, use_cache=True)
-        np.testing.assert_array_equal(cached, m.generate(idx[:, :3], 9, temperature=temperature, rng=5,
-                                                         use_cache=False))
+        np.testing.assert_array_equal(
+            cached, m.generate(idx[:, :3], 9, temperature=temperature, rng=5, use_cache=False)
+        )
 
 
 # -- the command line --------------------------------------------------------------------------
-CLI_TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--batch-size", "8", "--eval-batches", "2",
-            "--no-progress", "--quiet"]
+CLI_TINY = [
+    "--n-layer",
+    "1",
+    "--n-head",
+    "2",
+    "--n-embd",
+    "16",
+    "--batch-size",
+    "8",
+    "--eval-batches",
+    "2",
+    "--no-progress",
+    "--quiet",
+]
 
 
 @pytest.fixture(scope="module")
@@ -306,8 +358,23 @@ def alibi_run(tmp_path_factory):
     from scratchformer.cli.main import main
 
     out = tmp_path_factory.mktemp("alibi") / "names"
-    assert main(["train", "--positional", "alibi", "--max-steps", "30", "--eval-interval", "15", *CLI_TINY,
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--positional",
+                "alibi",
+                "--max-steps",
+                "30",
+                "--eval-interval",
+                "15",
+                *CLI_TINY,
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     return out
 
 
@@ -333,7 +400,9 @@ def test_cli_resumes_an_alibi_run(alibi_run, tmp_path):
 
     run = tmp_path / "copy"
     shutil.copytree(alibi_run, run)
-    assert main(["train", "--resume", "--out", str(run), "--max-steps", "34", "--no-progress", "--quiet"]) == 0
+    assert (
+        main(["train", "--resume", "--out", str(run), "--max-steps", "34", "--no-progress", "--quiet"]) == 0
+    )
     assert load_job(run).model.config.positional == "alibi"
 
 
@@ -350,8 +419,26 @@ def test_export_refuses_an_alibi_run_in_one_line(tmp_path, capsys):
     from scratchformer.cli.main import main
 
     out = tmp_path / "bpe"
-    assert main(["train", "--tokenizer", "bpe", "--vocab-size", "300", "--positional", "alibi", "--tie-weights",
-                 "--max-steps", "2", *CLI_TINY, "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--tokenizer",
+                "bpe",
+                "--vocab-size",
+                "300",
+                "--positional",
+                "alibi",
+                "--tie-weights",
+                "--max-steps",
+                "2",
+                *CLI_TINY,
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert main(["export", str(out), "--hf", str(tmp_path / "hf")]) == 2
     err = capsys.readouterr().err.strip()
@@ -377,12 +464,18 @@ def test_cli_viz_compare_init_on_an_alibi_run(alibi_run, tmp_path):
 def test_the_one_head_figure_shows_the_weights_the_model_softmaxes():
     from scratchformer.viz import trace as T
 
-    m = randomize(GPT(GPTConfig(vocab_size=9, block_size=12, n_layer=1, n_head=2, n_embd=16, positional="alibi"),
-                      seed=0), seed=1, scale=0.8)
+    m = randomize(
+        GPT(
+            GPTConfig(vocab_size=9, block_size=12, n_layer=1, n_head=2, n_embd=16, positional="alibi"), seed=0
+        ),
+        seed=1,
+        scale=0.8,
+    )
     ids = np.arange(9)
     q, k, v = T.head_qkv(m, ids, layer=0, head=0)
     bias = T.head_score_bias(m, ids, layer=0, head=0)
     assert bias is not None and bias.shape == (9, 9)
-    drawn = attention_forward(q[None, None], k[None, None], v[None, None], causal=True,
-                              bias=bias[None, None])[1]["weights"][0, 0]
+    drawn = attention_forward(
+        q[None, None], k[None, None], v[None, None], causal=True, bias=bias[None, None]
+    )[1]["weights"][0, 0]
     np.testing.assert_allclose(drawn, T.attention_maps(m, ids)["encoder"][0, 0], atol=1e-6)

@@ -64,8 +64,13 @@ def test_the_environment_variable_chooses_the_lane_at_import(value, enabled):
     env = {k: v for k, v in os.environ.items() if k != "SCRATCHFORMER_REFERENCE"}
     if value is not None:
         env["SCRATCHFORMER_REFERENCE"] = value
-    out = subprocess.run([sys.executable, "-c", "import scratchformer.fast as f; print(f.enabled)"],
-                         env=env, capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", "import scratchformer.fast as f; print(f.enabled)"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.stdout.strip() == str(enabled), out.stderr
 
 
@@ -87,7 +92,16 @@ def test_use_reference_and_the_context_manager_flip_one_flag():
     assert fast.enabled  # restored even on an error
 
 
-FAST_MODULES = ["activations", "attention", "embedding", "layernorm", "linear", "optim", "reductions", "softmax"]
+FAST_MODULES = [
+    "activations",
+    "attention",
+    "embedding",
+    "layernorm",
+    "linear",
+    "optim",
+    "reductions",
+    "softmax",
+]
 
 
 def _trap_fast_lane(monkeypatch, calls):
@@ -99,17 +113,20 @@ def _trap_fast_lane(monkeypatch, calls):
         module = importlib.import_module(f"scratchformer.fast.{name}")
         for attr, value in vars(module).items():
             if (inspect.isfunction(value) or inspect.isclass(value)) and value.__module__ == module.__name__:
+
                 def trap(*args, _real=value, _name=f"{name}.{attr}", **kwargs):
                     calls.append(_name)
                     return _real(*args, **kwargs)
+
                 monkeypatch.setattr(module, attr, trap)
 
 
 def _train_two_steps(activation):
     from scratchformer.models import GPT, GPTConfig
 
-    cfg = GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=16, dropout=0.1,
-                    activation=activation)
+    cfg = GPTConfig(
+        vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=16, dropout=0.1, activation=activation
+    )
     model = GPT(cfg, seed=0)
     opt = make_adamw(param_groups(model, 0.1), lr=1e-2)  # the lane's AdamW, as the trainer builds it
     x = np.random.default_rng(1).integers(0, 11, size=(3, 8))
@@ -132,18 +149,38 @@ def test_the_switch_runs_the_reference_everywhere_and_the_fast_lane_by_default(a
         reference_losses = _train_two_steps(activation)
     assert calls == []  # a GPT's forward, backward, clip and AdamW step: no fast-lane code ran
     fast_losses = _train_two_steps(activation)
-    entry_points = {"attention.attention_forward", "attention.attention_backward", "layernorm.layernorm_forward",
-                    "layernorm.layernorm_backward", "linear.linear_backward_into", "softmax.log_softmax_forward",
-                    "embedding.embedding_backward_into", "optim.adamw_update", "optim.clip_grad_norm"}
+    entry_points = {
+        "attention.attention_forward",
+        "attention.attention_backward",
+        "layernorm.layernorm_forward",
+        "layernorm.layernorm_backward",
+        "linear.linear_backward_into",
+        "softmax.log_softmax_forward",
+        "embedding.embedding_backward_into",
+        "optim.adamw_update",
+        "optim.clip_grad_norm",
+    }
     assert entry_points <= set(calls)  # each op the GPT's step uses handed over to its fast form
     assert ("activations.gelu_with_grad" in calls) == (activation == "gelu")
     np.testing.assert_allclose(fast_losses, reference_losses, rtol=1e-5)
 
 
 # -- the one dispatch point (fast.lane) ----------------------------------------------------------
-FAST_OPS = {"softmax_forward", "softmax_backward", "log_softmax_forward", "log_softmax_backward",
-            "layernorm_forward", "layernorm_backward", "linear_backward", "linear_backward_into",
-            "gelu_forward", "gelu_with_grad", "attend", "attention_backward", "embedding_backward_into"}
+FAST_OPS = {
+    "softmax_forward",
+    "softmax_backward",
+    "log_softmax_forward",
+    "log_softmax_backward",
+    "layernorm_forward",
+    "layernorm_backward",
+    "linear_backward",
+    "linear_backward_into",
+    "gelu_forward",
+    "gelu_with_grad",
+    "attend",
+    "attention_backward",
+    "embedding_backward_into",
+}
 
 
 def test_each_op_with_a_fast_form_is_registered_with_the_same_parameters():
@@ -153,7 +190,9 @@ def test_each_op_with_a_fast_form_is_registered_with_the_same_parameters():
     for key, variant in fast.VARIANTS.items():
         fast_form = getattr(variant.module, variant.name)
         assert variant.module.__name__.startswith("scratchformer.fast."), key
-        assert list(inspect.signature(variant.formula).parameters) == list(inspect.signature(fast_form).parameters), key
+        assert list(inspect.signature(variant.formula).parameters) == list(
+            inspect.signature(fast_form).parameters
+        ), key
 
 
 def test_no_op_or_layer_reads_the_switch_itself():
@@ -162,18 +201,32 @@ def test_no_op_or_layer_reads_the_switch_itself():
     import ast
     from pathlib import Path
 
-    def reads_the_lane(node) -> bool:  # fast.enabled, `from scratchformer.fast import enabled`, cache.get("lane")
-        return ((isinstance(node, ast.Attribute) and node.attr == "enabled" and getattr(node.value, "id", "") == "fast")
-                or (isinstance(node, ast.ImportFrom) and any(a.name == "enabled" for a in node.names))
-                or (isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "get"
-                    and any(getattr(a, "value", None) == "lane" for a in node.args)))
+    def reads_the_lane(
+        node,
+    ) -> bool:  # fast.enabled, `from scratchformer.fast import enabled`, cache.get("lane")
+        return (
+            (
+                isinstance(node, ast.Attribute)
+                and node.attr == "enabled"
+                and getattr(node.value, "id", "") == "fast"
+            )
+            or (isinstance(node, ast.ImportFrom) and any(a.name == "enabled" for a in node.names))
+            or (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "attr", "") == "get"
+                and any(getattr(a, "value", None) == "lane" for a in node.args)
+            )
+        )
 
     def reads(source: str) -> bool:
         return any(map(reads_the_lane, ast.walk(ast.parse(source))))
 
     package = Path(fast.__file__).resolve().parents[1]
-    readers = sorted(str(path.relative_to(package)) for path in package.rglob("*.py")
-                     if path.parts[-2] not in ("fast", "optim") and reads(path.read_text(encoding="utf-8")))
+    readers = sorted(
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        if path.parts[-2] not in ("fast", "optim") and reads(path.read_text(encoding="utf-8"))
+    )
     assert readers == []
     # what it looks for: the forms the lane was chosen in before fast.lane
     assert reads("if fast.enabled:\n    pass") and reads('if cache.get("lane") == "fast":\n    pass')
@@ -185,9 +238,13 @@ def test_a_direct_call_is_checked_in_either_lane_and_a_layers_call_is_not(refere
     from scratchformer.errors import DTypeError, ShapeError
 
     ints, x = np.arange(6).reshape(2, 3), np.ones((2, 3))
-    calls = [lambda: ops.softmax_forward(ints), lambda: ops.log_softmax_backward(x, x[:1]),
-             lambda: ops.layernorm_forward(x, np.ones(4), None), lambda: ops.linear_backward(x, x, np.ones((3, 4))),
-             lambda: ops.gelu_forward(ints)]
+    calls = [
+        lambda: ops.softmax_forward(ints),
+        lambda: ops.log_softmax_backward(x, x[:1]),
+        lambda: ops.layernorm_forward(x, np.ones(4), None),
+        lambda: ops.linear_backward(x, x, np.ones((3, 4))),
+        lambda: ops.gelu_forward(ints),
+    ]
     with fast.reference(reference):
         for call in calls:
             with pytest.raises((DTypeError, ShapeError)):
@@ -254,14 +311,19 @@ def test_embedding_backward_by_sorted_runs_equals_np_add_at(dtype, ids_shape):
 
 # -- reductions (fast/reductions.py) ---------------------------------------------------------
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("shape", [(3, 5, 7), (256, 64), (1, 1), (0, 4), (4, 0), (2100, 1000)],
-                         ids=["3d", "2d", "one", "no-rows", "no-columns", "past-GEMV_MAX_SIZE"])
+@pytest.mark.parametrize(
+    "shape",
+    [(3, 5, 7), (256, 64), (1, 1), (0, 4), (4, 0), (2100, 1000)],
+    ids=["3d", "2d", "one", "no-rows", "no-columns", "past-GEMV_MAX_SIZE"],
+)
 def test_blas_sums_match_numpy_sums(dtype, shape):
     x = np.random.default_rng(4).standard_normal(shape).astype(dtype)
     assert (x.size > GEMV_MAX_SIZE) == (shape == (2100, 1000))
     tol = 1e-5 if dtype == np.float32 else 1e-12
-    for got, want in ((sum_last(x), x.sum(axis=-1, keepdims=True)),
-                      (sum_leading(x), x.sum(axis=tuple(range(x.ndim - 1))))):
+    for got, want in (
+        (sum_last(x), x.sum(axis=-1, keepdims=True)),
+        (sum_leading(x), x.sum(axis=tuple(range(x.ndim - 1)))),
+    ):
         assert got.shape == want.shape and got.dtype == dtype
         np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.sqrt(max(x.size, 1)))
     np.testing.assert_array_equal(sum_last(x), sum_last(x.copy()))  # deterministic
@@ -272,13 +334,20 @@ def test_blas_sums_propagate_nan_and_inf_and_leave_integers_to_numpy():
     x[0, 1], x[1, 2], x[2, :2] = np.nan, np.inf, (np.inf, -np.inf)
     with np.errstate(invalid="ignore"):  # inf - inf warns "invalid value", as x.sum does
         assert np.isnan(sum_last(x)[0, 0]) and sum_last(x)[1, 0] == np.inf and np.isnan(sum_last(x)[2, 0])
-        assert np.isnan(sum_leading(x)[1]) and sum_leading(x)[0] == sum_leading(x)[2] == np.inf and sum_leading(x)[3] == 3
+        assert (
+            np.isnan(sum_leading(x)[1])
+            and sum_leading(x)[0] == sum_leading(x)[2] == np.inf
+            and sum_leading(x)[3] == 3
+        )
     ints = np.arange(12).reshape(3, 4)
     assert sum_last(ints).dtype == ints.dtype and sum_last(ints)[2, 0] == 8 + 9 + 10 + 11
 
 
-@pytest.mark.parametrize("shape", [(2, 3, 16, 16), (5, 32), (5, 33), (7, 1), (0, 16)],
-                         ids=["scores", "longest-transposed", "plain", "one-column", "empty"])
+@pytest.mark.parametrize(
+    "shape",
+    [(2, 3, 16, 16), (5, 32), (5, 33), (7, 1), (0, 16)],
+    ids=["scores", "longest-transposed", "plain", "one-column", "empty"],
+)
 def test_max_last_is_the_exact_max_with_nan_propagating(shape):
     x = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
     np.testing.assert_array_equal(max_last(x), x.max(axis=-1, keepdims=True))
@@ -296,8 +365,12 @@ def test_softmax_and_log_softmax_equal_the_reference(dtype, shape):
     rng = np.random.default_rng(6)
     x, dy = (rng.standard_normal(shape) * 3).astype(dtype), rng.standard_normal(shape).astype(dtype)
     y, logy = ops.softmax_forward(x), ops.log_softmax_forward(x)
-    for f, args in ((ops.softmax_forward, (x,)), (ops.softmax_backward, (dy, y)),
-                    (ops.log_softmax_forward, (x,)), (ops.log_softmax_backward, (dy, logy))):
+    for f, args in (
+        (ops.softmax_forward, (x,)),
+        (ops.softmax_backward, (dy, y)),
+        (ops.log_softmax_forward, (x,)),
+        (ops.log_softmax_backward, (dy, logy)),
+    ):
         assert_close(*both_lanes(f, *args), dtype)
 
 
@@ -402,7 +475,8 @@ def test_float32_gelu_equals_the_reference_within_the_tables_error():
 @pytest.mark.parametrize("block", [fast_activations.BLOCK, 1000], ids=["one-block", "blocks"])
 @pytest.mark.parametrize("layout", ["contiguous", "transposed"])
 def test_gelu_derivative_in_place_is_bit_identical_to_the_reference_formula_with_the_same_phi(
-        block, layout, monkeypatch):
+    block, layout, monkeypatch
+):
     monkeypatch.setattr(fast_activations, "BLOCK", block)  # 1000: 6 blocks and a partial 7th of 144
     rng = np.random.default_rng(1)
     x = (rng.standard_normal((64, 96)) * 3).astype(np.float32)
@@ -424,23 +498,35 @@ ATTN_CASES = {
     "causal+padding": dict(Tq=4, Tk=4, mask=_padding_mask([3, 4], 4), causal=True),
     "cross Tq<Tk": dict(Tq=3, Tk=5, mask=_padding_mask([5, 3], 5), causal=False),
     "causal Tq<Tk (kv cache)": dict(Tq=2, Tk=5, mask=None, causal=True),
-    "all-masked rows": dict(Tq=3, Tk=4, mask=np.array([[True, False, True, True], [False] * 4, [True] * 4]),
-                            causal=False),
+    "all-masked rows": dict(
+        Tq=3, Tk=4, mask=np.array([[True, False, True, True], [False] * 4, [True] * 4]), causal=False
+    ),
     "causal all-masked (Tq>Tk)": dict(Tq=5, Tk=3, mask=None, causal=True),
 }
 
 
 def _attn_inputs(B, Tq, Tk, dtype, seed=28, H=2, d=3):
     g = np.random.default_rng(seed)
-    return tuple(g.standard_normal(s).astype(dtype) for s in ((B, H, Tq, d), (B, H, Tk, d), (B, H, Tk, d),
-                                                            (B, H, Tq, d)))
+    return tuple(
+        g.standard_normal(s).astype(dtype)
+        for s in ((B, H, Tq, d), (B, H, Tk, d), (B, H, Tk, d), (B, H, Tq, d))
+    )
 
 
 def _attention(q, k, v, dout, case, dropout=0.0, keep=True):
     """(out, weights, dq, dk, dv), the dropout drawn from the same seed every call."""
     c = ATTN_CASES[case]
-    out, cache = ops.attention_forward(q, k, v, mask=c["mask"], causal=c["causal"], dropout_p=dropout,
-                                       rng=np.random.default_rng(9), training=True, keep_weights=keep)
+    out, cache = ops.attention_forward(
+        q,
+        k,
+        v,
+        mask=c["mask"],
+        causal=c["causal"],
+        dropout_p=dropout,
+        rng=np.random.default_rng(9),
+        training=True,
+        keep_weights=keep,
+    )
     return (out, cache["weights"], *ops.attention_backward(dout, cache))
 
 
@@ -514,8 +600,18 @@ def _score_bias(kind, B, H, Tq, Tk, dtype):
 def _attention_biased(q, k, v, dout, case, bias, dropout=0.0, keep=True):
     """(out, weights, dq, dk, dv) with a score bias, the dropout drawn from the same seed every call."""
     c = ATTN_CASES[case]
-    out, cache = ops.attention_forward(q, k, v, mask=c["mask"], causal=c["causal"], dropout_p=dropout,
-                                       rng=np.random.default_rng(9), training=True, keep_weights=keep, bias=bias)
+    out, cache = ops.attention_forward(
+        q,
+        k,
+        v,
+        mask=c["mask"],
+        causal=c["causal"],
+        dropout_p=dropout,
+        rng=np.random.default_rng(9),
+        training=True,
+        keep_weights=keep,
+        bias=bias,
+    )
     return (out, cache["weights"], *ops.attention_backward(dout, cache))
 
 
@@ -537,7 +633,9 @@ def test_attention_in_query_blocks_equals_the_reference(case, bias_kind, dtype, 
     pieces = cache["pieces"]
     covered = [(b, i) for p in pieces for b in range(2)[p.rows] for i in range(c["Tq"])[p.queries]]
     assert covered == [(b, i) for b in range(2) for i in range(c["Tq"])]  # every query of every row, once
-    assert [len(range(c["Tq"])[p.queries]) for p in pieces[:len(pieces) // 2]] == [2] * (c["Tq"] // 2) + [1] * (c["Tq"] % 2)
+    assert [len(range(c["Tq"])[p.queries]) for p in pieces[: len(pieces) // 2]] == [2] * (c["Tq"] // 2) + [
+        1
+    ] * (c["Tq"] % 2)
     if case == "long causal":  # blocks 0-1, 2-3, 4-5, 6 see keys up to 1, 3, 5, 6 only
         assert [p.keys for p in pieces] == [2, 4, 6, 7] * 2
     got = _attention_biased(q, k, v, dout, case, bias)
@@ -556,8 +654,11 @@ def test_attention_with_a_score_bias_takes_the_fast_lane_and_equals_the_referenc
     q, k, v, dout = _attn_inputs(2, c["Tq"], c["Tk"], dtype)
     bias = _score_bias("heads", 2, 2, c["Tq"], c["Tk"], dtype)
     calls = []
-    monkeypatch.setattr(fast_attention, "_softmax_weights",
-                        lambda *a, _real=fast_attention._softmax_weights, **kw: calls.append(a[3]) or _real(*a, **kw))
+    monkeypatch.setattr(
+        fast_attention,
+        "_softmax_weights",
+        lambda *a, _real=fast_attention._softmax_weights, **kw: calls.append(a[3]) or _real(*a, **kw),
+    )
     got, want = both_lanes(_attention_biased, q, k, v, dout, case, bias)
     assert calls and calls[0] is not None  # the fast form ran, with the bias
     assert_close(got, want, dtype)
@@ -569,7 +670,9 @@ def test_a_wider_bias_widens_the_fast_lanes_scores_as_the_reference():
     q, k, v, dout = _attn_inputs(2, 4, 4, np.float32)
     bias = _score_bias("heads", 2, 2, 4, 4, np.float64)
     for keep in (True, False):
-        got, want = both_lanes(lambda: ops.attention_forward(q, k, v, causal=True, bias=bias, keep_weights=keep)[0])
+        got, want = both_lanes(
+            lambda: ops.attention_forward(q, k, v, causal=True, bias=bias, keep_weights=keep)[0]
+        )
         assert got.dtype == want.dtype == np.float64
         np.testing.assert_allclose(got, want, **TOL[np.float32])  # scores of float32 q, k: float32 rounding
 
@@ -586,7 +689,8 @@ def test_query_blocks_with_dropout_match_finite_differences(monkeypatch):
     got = _attention_biased(q, k, v, dout, case, bias, dropout=0.3, keep=False)
     for x, grad in zip((q, k, v), got[2:]):
         numeric = numerical_gradient(
-            lambda: float(np.sum(_attention_biased(q, k, v, dout, case, bias, 0.3)[0] * dout)), x)
+            lambda: float(np.sum(_attention_biased(q, k, v, dout, case, bias, 0.3)[0] * dout)), x
+        )
         assert relative_error(grad, numeric) <= 5e-8
 
 
@@ -602,8 +706,9 @@ def test_grouped_query_attention_with_alibi_in_query_blocks_equals_the_reference
     for reference in (True, False):
         if not reference:
             monkeypatch.setattr(fast_attention, "CHUNK_BYTES", 3 * 4 * 9 * 8)  # 3 queries x 4 heads x 9 keys
-        attn = MultiHeadAttention(16, 4, n_kv_head=n_kv_head, alibi=True, dtype=np.float64,
-                                  rng=np.random.default_rng(0))
+        attn = MultiHeadAttention(
+            16, 4, n_kv_head=n_kv_head, alibi=True, dtype=np.float64, rng=np.random.default_rng(0)
+        )
         with fast.reference(reference):
             y = attn(x, causal=True)
             dx, _ = attn.backward(dy)
@@ -618,10 +723,13 @@ def test_a_gpt_trains_in_query_blocks_as_in_the_reference_lane(positional, monke
     recomputed in the backward) give the reference lane's losses and weights."""
     from scratchformer.models import GPT, GPTConfig
 
-    monkeypatch.setattr(fast_attention, "CHUNK_BYTES", 5 * 2 * 16 * 8)  # 5 queries x 2 heads x 16 keys, float64
+    monkeypatch.setattr(
+        fast_attention, "CHUNK_BYTES", 5 * 2 * 16 * 8
+    )  # 5 queries x 2 heads x 16 keys, float64
     monkeypatch.setattr(fast_attention, "KEEP_WEIGHTS_BYTES", 0)  # recompute, as long context does
-    cfg = GPTConfig(vocab_size=11, block_size=16, n_layer=2, n_head=2, n_embd=16, positional=positional,
-                    dtype="float64")
+    cfg = GPTConfig(
+        vocab_size=11, block_size=16, n_layer=2, n_head=2, n_embd=16, positional=positional, dtype="float64"
+    )
     x = np.random.default_rng(1).integers(0, 11, size=(2, 16))
 
     def train():
@@ -636,11 +744,16 @@ def test_a_gpt_trains_in_query_blocks_as_in_the_reference_lane(positional, monke
         return losses, [p.data for p in model.parameters()]
 
     blocks = []
-    monkeypatch.setattr(fast_attention, "_pieces",
-                        lambda *a, _real=fast_attention._pieces: blocks.append(_real(*a)) or blocks[-1])
+    monkeypatch.setattr(
+        fast_attention,
+        "_pieces",
+        lambda *a, _real=fast_attention._pieces: blocks.append(_real(*a)) or blocks[-1],
+    )
     (losses, params), (ref_losses, ref_params) = both_lanes(train)
-    assert blocks and all([p.queries for p in b] == [slice(0, 5), slice(5, 10), slice(10, 15), slice(15, 16)] * 2
-                          for b in blocks)  # each of the 2 rows in 4 blocks, the last partial
+    assert blocks and all(
+        [p.queries for p in b] == [slice(0, 5), slice(5, 10), slice(10, 15), slice(15, 16)] * 2
+        for b in blocks
+    )  # each of the 2 rows in 4 blocks, the last partial
     np.testing.assert_allclose(losses, ref_losses, rtol=1e-12)
     for a, b in zip(params, ref_params):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
@@ -668,15 +781,21 @@ def test_query_blocks_hold_a_block_of_weights_not_the_whole(monkeypatch):
     blocks = peak()
     with fast.reference():
         reference = peak()
-    assert blocks < whole / 3 and reference > 2 * whole  # in blocks: (H, 16, T) scores a piece, the mask, the outputs
+    assert (
+        blocks < whole / 3 and reference > 2 * whole
+    )  # in blocks: (H, 16, T) scores a piece, the mask, the outputs
 
 
 # -- AdamW and clip_grad_norm (fast/optim.py, optim/flat.py) ----------------------------------
 def _adamw_run(init, steps, dtype):
     """The weights and moments after `steps` of make_adamw's optimiser (the lane's)."""
     params = [Parameter(a.copy()) for a in init]
-    opt = make_adamw([{"params": params[:2], "weight_decay": 0.1}, {"params": params[2:], "weight_decay": 0.0}],
-                     lr=1e-2, betas=(0.9, 0.95), eps=1e-8)
+    opt = make_adamw(
+        [{"params": params[:2], "weight_decay": 0.1}, {"params": params[2:], "weight_decay": 0.0}],
+        lr=1e-2,
+        betas=(0.9, 0.95),
+        eps=1e-8,
+    )
     for grads in steps:
         opt.zero_grad()
         for p, g in zip(params, grads):

@@ -9,7 +9,11 @@ from scratchformer.ops import attention_forward
 
 def _qkv():
     rng = np.random.default_rng(0)
-    return rng.standard_normal((2, 1, 3, 4)), rng.standard_normal((2, 1, 5, 4)), rng.standard_normal((2, 1, 5, 4))
+    return (
+        rng.standard_normal((2, 1, 3, 4)),
+        rng.standard_normal((2, 1, 5, 4)),
+        rng.standard_normal((2, 1, 5, 4)),
+    )
 
 
 def test_masked_convention_hides_the_ones():

@@ -125,8 +125,12 @@ def test_cross_entropy_grad(shape, label_smoothing, ignore_index):
     targets = _ce_targets(shape, V, ignore_index, seed=6)
     loss, cache = cross_entropy_forward(logits, targets, ignore_index, label_smoothing)
     dlogits = cross_entropy_backward(cache, dloss=1.7)
-    check(dlogits, lambda: 1.7 * cross_entropy_forward(logits, targets, ignore_index, label_smoothing)[0],
-          logits, "cross_entropy")
+    check(
+        dlogits,
+        lambda: 1.7 * cross_entropy_forward(logits, targets, ignore_index, label_smoothing)[0],
+        logits,
+        "cross_entropy",
+    )
     # ignored positions get exactly zero gradient
     assert np.all(dlogits[targets == ignore_index] == 0)
     assert np.any(dlogits[targets != ignore_index] != 0)
@@ -290,8 +294,12 @@ def test_linear_grad(bias, shape):
 # scaled dot-product attention
 def _attn_case(B, H, Tq, Tk, d, seed):
     g = rng(seed)
-    return (g.standard_normal((B, H, Tq, d)), g.standard_normal((B, H, Tk, d)),
-            g.standard_normal((B, H, Tk, d)), g.standard_normal((B, H, Tq, d)))
+    return (
+        g.standard_normal((B, H, Tq, d)),
+        g.standard_normal((B, H, Tk, d)),
+        g.standard_normal((B, H, Tk, d)),
+        g.standard_normal((B, H, Tq, d)),
+    )
 
 
 def _padding_mask(B, Tk, lengths):
@@ -308,9 +316,11 @@ ATTN_CASES = {
     "causal Tq<Tk (kv cache)": dict(Tq=2, Tk=5, mask=None, causal=True),
     # query row 1 of batch 0 sees nothing; rows of batch 1 with the causal mask see only key 0
     "all-masked rows": dict(
-        Tq=3, Tk=4,
-        mask=np.array([[[True, False, True, True], [False] * 4, [True] * 4]],
-                      dtype=bool)[None].repeat(2, axis=0),
+        Tq=3,
+        Tk=4,
+        mask=np.array([[[True, False, True, True], [False] * 4, [True] * 4]], dtype=bool)[None].repeat(
+            2, axis=0
+        ),
         causal=False,
     ),
     "causal all-masked (Tq>Tk)": dict(Tq=5, Tk=3, mask=None, causal=True),
@@ -341,8 +351,9 @@ def test_attention_grad_with_dropout_fixed_mask():
 
     def run():
         gen.bit_generator.state = state
-        return attention_forward(q, k, v, mask=_padding_mask(2, 4, [4, 3]), dropout_p=0.3, rng=gen,
-                                 training=True)
+        return attention_forward(
+            q, k, v, mask=_padding_mask(2, 4, [4, 3]), dropout_p=0.3, rng=gen, training=True
+        )
 
     out, cache = run()
     assert cache["drop_mask"] is not None and np.any(cache["drop_mask"] == 0)

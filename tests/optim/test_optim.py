@@ -64,13 +64,21 @@ def test_adamw_matches_torch_with_groups_and_changing_lr():
     lrs = [cosine_lr(t, 1e-2, 1e-3, 3, STEPS) for t in range(STEPS)]
 
     def ours(ps):
-        return AdamW([{"params": ps[:2], "weight_decay": 0.1}, {"params": ps[2:], "weight_decay": 0.0}],
-                     lr=1e-2, betas=(0.9, 0.95), eps=1e-8)
+        return AdamW(
+            [{"params": ps[:2], "weight_decay": 0.1}, {"params": ps[2:], "weight_decay": 0.0}],
+            lr=1e-2,
+            betas=(0.9, 0.95),
+            eps=1e-8,
+        )
 
     def theirs(torch, ps):
-        return torch.optim.AdamW([{"params": ps[:2], "weight_decay": 0.1},
-                                  {"params": ps[2:], "weight_decay": 0.0}],
-                                 lr=1e-2, betas=(0.9, 0.95), eps=1e-8, foreach=False)
+        return torch.optim.AdamW(
+            [{"params": ps[:2], "weight_decay": 0.1}, {"params": ps[2:], "weight_decay": 0.0}],
+            lr=1e-2,
+            betas=(0.9, 0.95),
+            eps=1e-8,
+            foreach=False,
+        )
 
     expected = run_torch(theirs, init, grads, lrs)
     got, _ = run_ours(ours, init, grads, lrs)

@@ -16,8 +16,20 @@ from scratchformer.training.rundir import RunLock, clear_run, read_log, recover_
 from scratchformer.training.trainer import resume_config
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "8", "--batch-size", "8", "--eval-batches", "1",
-        "--no-progress", "--quiet"]
+TINY = [
+    "--n-layer",
+    "1",
+    "--n-head",
+    "2",
+    "--n-embd",
+    "8",
+    "--batch-size",
+    "8",
+    "--eval-batches",
+    "1",
+    "--no-progress",
+    "--quiet",
+]
 
 
 def cli(capsys, *argv):
@@ -51,10 +63,12 @@ def test_overwrite_keeps_a_users_dot_old_files(run2, tmp_path, capsys):
     (out / ".last.tmp-notes").write_text("not a temporary of ours")  # not the PID-N pattern
     (out / ".best.tmp-drafts").mkdir()  # a directory of that name: not ours either
     (out / ".best.tmp-drafts" / "a").write_text("mine")
-    (out / ".diagnostics.jsonl.tmp-99-3").write_text("{}")           # a kill -9 leftover: ours
+    (out / ".diagnostics.jsonl.tmp-99-3").write_text("{}")  # a kill -9 leftover: ours
     assert ".bashrc.old" not in " ".join(run_files(out))
     assert cli(capsys, "train", *TINY, "--max-steps", "2", "--out", out, "--overwrite")[0] == 0
-    assert (out / ".bashrc.old").read_text() == "mine" and (out / ".notes.old" / "a").read_text() == "mine too"
+    assert (out / ".bashrc.old").read_text() == "mine" and (
+        out / ".notes.old" / "a"
+    ).read_text() == "mine too"
     assert (out / ".last.tmp-notes").exists() and not (out / ".diagnostics.jsonl.tmp-99-3").exists()
     assert (out / ".best.tmp-drafts" / "a").read_text() == "mine"  # survived every save of the run
 
@@ -91,8 +105,19 @@ def test_a_stray_file_in_a_checkpoint_survives_the_save_and_the_resume(run2, tmp
     (out / which / ".model.safetensors.swp").write_text("editor")
     (out / which / "figs").mkdir()  # `viz --out` pointed inside a checkpoint
     (out / which / "figs" / "loss.png").write_bytes(b"png")
-    code, _, err = cli(capsys, "train", "--resume", "--out", out, "--max-steps", "4", "--eval-interval", "1",
-                       "--no-progress", "--quiet")
+    code, _, err = cli(
+        capsys,
+        "train",
+        "--resume",
+        "--out",
+        out,
+        "--max-steps",
+        "4",
+        "--eval-interval",
+        "1",
+        "--no-progress",
+        "--quiet",
+    )
     assert code == 0, err
     assert load_checkpoint(out / "last").step == 4
     assert (out / which / ".model.safetensors.swp").read_text() == "editor"
@@ -120,8 +145,19 @@ def test_a_linked_checkpoint_directory_is_followed(run2, tmp_path, capsys, which
     shutil.move(out / which, disk2 / which)
     (out / which).symlink_to(disk2 / which)
     for max_steps in (3, 4):  # a save, then a resume reading through the link, then a save again
-        code, _, err = cli(capsys, "train", "--resume", "--out", out, "--max-steps", max_steps, "--eval-interval", "1",
-                           "--no-progress", "--quiet")
+        code, _, err = cli(
+            capsys,
+            "train",
+            "--resume",
+            "--out",
+            out,
+            "--max-steps",
+            max_steps,
+            "--eval-interval",
+            "1",
+            "--no-progress",
+            "--quiet",
+        )
         assert code == 0, err
     assert (out / which).is_symlink() and load_checkpoint(disk2 / which).step in (3, 4)
     assert load_checkpoint(out / "last").step == 4
@@ -145,7 +181,9 @@ def test_a_checkpoint_path_no_save_can_replace_is_refused_at_the_start(run2, tmp
         (best / "thesis.tex").write_text("x")
     else:
         best.symlink_to(tmp_path / "no" / "such" / "best")
-    code, _, err = cli(capsys, "train", "--resume", "--out", out, "--max-steps", "3", "--no-progress", "--quiet")
+    code, _, err = cli(
+        capsys, "train", "--resume", "--out", out, "--max-steps", "3", "--no-progress", "--quiet"
+    )
     assert code == 2 and len(err) == 1 and str(best) in err[0], err
     assert load_checkpoint(out / "last").step == 2 and [r["step"] for r in read_log(out)[0]][-1] == 2
     if make == "foreign_dir":
@@ -207,8 +245,19 @@ def test_resume_with_other_workers_says_it_will_not_repeat_the_run():
 
 def test_resume_cli_prints_the_workers_line(run2, tmp_path, capsys):
     out = copy(run2, tmp_path / "run")
-    code, stdout, _ = cli(capsys, "train", "--resume", "--out", out, "--max-steps", "3", "--workers", "1",
-                          "--no-progress", "--quiet")
+    code, stdout, _ = cli(
+        capsys,
+        "train",
+        "--resume",
+        "--out",
+        out,
+        "--max-steps",
+        "3",
+        "--workers",
+        "1",
+        "--no-progress",
+        "--quiet",
+    )
     assert code == 0 and "--workers 1 instead of the run's 2: the steps from here will not repeat" in stdout
 
 
@@ -218,8 +267,26 @@ def diverged_run(tmp_path_factory):
     """A run whose diagnostics recorder wrote null for the NaN and infinities of a diverging
     model (relu at --lr 1e4), stopped by the divergence."""
     out = tmp_path_factory.mktemp("diverged") / "run"
-    code = main(["train", *TINY, "--max-steps", "12", "--eval-interval", "1", "--diag-interval", "1",
-                 "--activation", "relu", "--lr", "1e4", "--workers", "1", "--out", str(out)])
+    code = main(
+        [
+            "train",
+            *TINY,
+            "--max-steps",
+            "12",
+            "--eval-interval",
+            "1",
+            "--diag-interval",
+            "1",
+            "--activation",
+            "relu",
+            "--lr",
+            "1e4",
+            "--workers",
+            "1",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 2
     assert b"null" in (out / "diagnostics.jsonl").read_bytes()  # what the recorder wrote
     return out
@@ -254,7 +321,9 @@ def _set_diag(run, edit):
 NULLED = {  # every number the figures read, null (as the recorder writes NaN and infinity)
     "layer_stats": lambda r: r["layers"][0].update(mean=None, std=None, saturation=None, dead=None),
     "ranges": lambda r: r.update(act_range=[None, None], grad_range=[None, None]),
-    "params": lambda r: [p.update(grad_mean=None, grad_std=None, update_ratio=None) for p in r["params"].values()],
+    "params": lambda r: [
+        p.update(grad_mean=None, grad_std=None, update_ratio=None) for p in r["params"].values()
+    ],
     "attention": lambda r: r["probe"]["attention"][0][0][0].__setitem__(0, None),
     "lr": lambda r: r.update(lr=None),
 }
@@ -309,15 +378,30 @@ def test_viz_all_on_a_damaged_record_exits_2_in_one_line(run2, tmp_path, capsys)
 def test_a_resume_rewrites_nulls_as_nulls(run2, tmp_path, capsys):
     out = copy(run2, tmp_path / "run")
     _set_diag(out, NULLED["layer_stats"])
-    assert cli(capsys, "train", "--resume", "--out", out, "--max-steps", "3", "--no-progress", "--quiet")[0] == 0
+    assert (
+        cli(capsys, "train", "--resume", "--out", out, "--max-steps", "3", "--no-progress", "--quiet")[0] == 0
+    )
     _, records = _diag_lines(out)
     assert records[-2]["layers"][0]["mean"] is None and records[-1]["step"] == 3
 
 
 def test_a_run_failing_before_its_first_row_leaves_nothing_that_blocks_the_retry(tmp_path, capsys):
     out = tmp_path / "run"
-    code, _, err = cli(capsys, "train", *TINY, "--max-steps", "20", "--lr", "1e4", "--log-interval", "50",
-                       "--eval-interval", "50", "--out", out)
+    code, _, err = cli(
+        capsys,
+        "train",
+        *TINY,
+        "--max-steps",
+        "20",
+        "--lr",
+        "1e4",
+        "--log-interval",
+        "50",
+        "--eval-interval",
+        "50",
+        "--out",
+        out,
+    )
     assert code == 2 and len(err) == 1 and "became" in err[0], err
     assert not (out / "log.jsonl").exists() and not (out / "diagnostics.jsonl").exists()
     assert cli(capsys, "train", *TINY, "--max-steps", "2", "--out", out)[0] == 0  # no --overwrite needed
@@ -341,11 +425,31 @@ def bert_files(tmp_path_factory):
     files = {"bert": make_bert_dir(d / "bert"), "train": make_csv(d / "train.csv"), "root": d}
     rows = files["train"].read_text().splitlines()
     rows[3] = ",love"  # line 4: an empty text
-    rows[9] = '"   ",war'                  # line 10: a text of spaces
+    rows[9] = '"   ",war'  # line 10: a text of spaces
     (d / "empty.csv").write_text("\n".join(rows) + "\n")
     run = d / "run"
-    assert main(["finetune", "--model", str(files["bert"]), "--data", str(files["train"]), "--out", str(run),
-                 "--max-length", "16", "--batch-size", "8", "--max-steps", "2", "--no-progress", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "finetune",
+                "--model",
+                str(files["bert"]),
+                "--data",
+                str(files["train"]),
+                "--out",
+                str(run),
+                "--max-length",
+                "16",
+                "--batch-size",
+                "8",
+                "--max-steps",
+                "2",
+                "--no-progress",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     files["run"] = run
     return files
 
@@ -353,8 +457,23 @@ def bert_files(tmp_path_factory):
 @pytest.mark.parametrize("seed", ["1", "2", "3"])
 def test_finetune_refuses_empty_texts_up_front_whatever_the_seed(bert_files, tmp_path, capsys, seed):
     out = tmp_path / "ft"
-    code, _, err = cli(capsys, "finetune", "--model", bert_files["bert"], "--data", bert_files["root"] / "empty.csv",
-                       "--out", out, "--max-length", "16", "--max-steps", "2", "--seed", seed, "--no-progress")
+    code, _, err = cli(
+        capsys,
+        "finetune",
+        "--model",
+        bert_files["bert"],
+        "--data",
+        bert_files["root"] / "empty.csv",
+        "--out",
+        out,
+        "--max-length",
+        "16",
+        "--max-steps",
+        "2",
+        "--seed",
+        seed,
+        "--no-progress",
+    )
     assert code == 2 and len(err) == 1 and "line 4: the text is empty" in err[0], err
     assert not (out / "log.jsonl").exists()
 
@@ -386,8 +505,21 @@ def test_duplicate_lines_in_vocab_txt_are_one_line(bert_files, tmp_path, capsys,
     bert = shutil.copytree(bert_files["bert"], tmp_path / "bert")
     with open(bert / "vocab.txt", "a", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
-    code, _, err = cli(capsys, "finetune", "--model", bert, "--data", bert_files["train"], "--out", tmp_path / "ft",
-                       "--max-length", "16", "--max-steps", "1", "--no-progress")
+    code, _, err = cli(
+        capsys,
+        "finetune",
+        "--model",
+        bert,
+        "--data",
+        bert_files["train"],
+        "--out",
+        tmp_path / "ft",
+        "--max-length",
+        "16",
+        "--max-steps",
+        "1",
+        "--no-progress",
+    )
     assert code == 2 and len(err) == 1 and "vocab.txt line" in err[0] and "repeats the token" in err[0], err
 
 
@@ -395,17 +527,50 @@ def test_a_vocab_txt_longer_than_the_models_vocabulary_is_refused(bert_files, tm
     bert = shutil.copytree(bert_files["bert"], tmp_path / "bert")
     with open(bert / "vocab.txt", "a", encoding="utf-8") as f:
         f.write("zzz\n")
-    code, _, err = cli(capsys, "finetune", "--model", bert, "--data", bert_files["train"], "--out", tmp_path / "ft",
-                       "--max-length", "16", "--max-steps", "1", "--no-progress")
+    code, _, err = cli(
+        capsys,
+        "finetune",
+        "--model",
+        bert,
+        "--data",
+        bert_files["train"],
+        "--out",
+        tmp_path / "ft",
+        "--max-length",
+        "16",
+        "--max-steps",
+        "1",
+        "--no-progress",
+    )
     assert code == 2 and len(err) == 1 and "vocab_size" in err[0], err
 
 
-GPT2_HF = {"model_type": "gpt2", "vocab_size": 50, "n_positions": 16, "n_embd": 8, "n_layer": 1, "n_head": 2,
-           "resid_pdrop": 0.1, "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True}
-LLAMA_HF = {"model_type": "llama", "vocab_size": 50, "hidden_size": 8, "intermediate_size": 16,
-            "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 16,
-            "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "attention_dropout": 0.0, "head_dim": 4,
-            "tie_word_embeddings": False}
+GPT2_HF = {
+    "model_type": "gpt2",
+    "vocab_size": 50,
+    "n_positions": 16,
+    "n_embd": 8,
+    "n_layer": 1,
+    "n_head": 2,
+    "resid_pdrop": 0.1,
+    "layer_norm_epsilon": 1e-5,
+    "tie_word_embeddings": True,
+}
+LLAMA_HF = {
+    "model_type": "llama",
+    "vocab_size": 50,
+    "hidden_size": 8,
+    "intermediate_size": 16,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "max_position_embeddings": 16,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 10000.0,
+    "attention_dropout": 0.0,
+    "head_dim": 4,
+    "tie_word_embeddings": False,
+}
 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
@@ -427,9 +592,17 @@ def test_a_hf_config_with_a_bad_value_anywhere_is_a_typed_error(family, bad):
         # a value that reads (None: the default; -1 eps...) must not be a bare builtin error
 
 
-@pytest.mark.parametrize("key,bad", [("tie_word_embeddings", "false"), ("layer_norm_epsilon", "1e-5"),
-                                     ("resid_pdrop", "0.1"), ("scale_attn_by_inverse_layer_idx", "false"),
-                                     ("scale_attn_weights", "true"), ("add_cross_attention", 0)])
+@pytest.mark.parametrize(
+    "key,bad",
+    [
+        ("tie_word_embeddings", "false"),
+        ("layer_norm_epsilon", "1e-5"),
+        ("resid_pdrop", "0.1"),
+        ("scale_attn_by_inverse_layer_idx", "false"),
+        ("scale_attn_weights", "true"),
+        ("add_cross_attention", 0),
+    ],
+)
 def test_a_string_where_hf_config_wants_a_number_or_flag_is_refused_not_guessed(key, bad):
     from scratchformer.errors import ConfigError
     from scratchformer.interop.gpt2 import gpt2_config_from_hf
@@ -446,8 +619,31 @@ def bpe_run(tmp_path_factory):
     rng = np.random.default_rng(0)
     text.write_text(" ".join(rng.choice(words, 3000)) + "\n")
     out = d / "run"
-    assert main(["train", "--data", str(text), "--format", "text", "--tokenizer", "bpe", "--vocab-size", "280",
-                 "--block-size", "16", "--bias", "--tie-weights", *TINY, "--max-steps", "2", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--data",
+                str(text),
+                "--format",
+                "text",
+                "--tokenizer",
+                "bpe",
+                "--vocab-size",
+                "280",
+                "--block-size",
+                "16",
+                "--bias",
+                "--tie-weights",
+                *TINY,
+                "--max-steps",
+                "2",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     return out
 
 
@@ -458,7 +654,9 @@ def _full_disk(*a, **kw):
 
 
 @pytest.mark.parametrize("writer", ["weights", "tokenizer_config"])
-def test_export_on_a_full_disk_is_one_line_and_leaves_no_directory(bpe_run, tmp_path, capsys, monkeypatch, writer):
+def test_export_on_a_full_disk_is_one_line_and_leaves_no_directory(
+    bpe_run, tmp_path, capsys, monkeypatch, writer
+):
     import pathlib
 
     import safetensors.numpy
@@ -469,9 +667,13 @@ def test_export_on_a_full_disk_is_one_line_and_leaves_no_directory(bpe_run, tmp_
         import scratchformer.runfiles as runfiles
 
         real = runfiles.write_atomic
-        monkeypatch.setattr(runfiles, "write_atomic",
-                            lambda path, data: _full_disk() if pathlib.Path(path).name == "tokenizer_config.json"
-                            else real(path, data))
+        monkeypatch.setattr(
+            runfiles,
+            "write_atomic",
+            lambda path, data: (
+                _full_disk() if pathlib.Path(path).name == "tokenizer_config.json" else real(path, data)
+            ),
+        )
     hf = tmp_path / "exports" / "hf"
     code, _, err = cli(capsys, "export", bpe_run, "--hf", hf)
     assert code == 2 and len(err) == 1 and "No space left on device" in err[0], err
@@ -513,16 +715,40 @@ def _text_file(path, nbytes):
 
 def test_bpe_training_on_a_big_text_under_a_limit_is_one_line(tmp_path, capsys, limit_60mb):
     data = _text_file(tmp_path / "big.txt", 1 << 20)  # 1 MB: reading it fits, training a BPE on it does not
-    code, _, err = cli(capsys, "train", "--data", data, "--format", "text", "--tokenizer", "bpe", "--vocab-size", "300",
-                       *TINY, "--workers", "1", "--max-steps", "1", "--out", tmp_path / "run")
-    assert code == 2 and len(err) == 1 and "training a BPE tokenizer on" in err[0] and "under the test's limit" in err[0], err
+    code, _, err = cli(
+        capsys,
+        "train",
+        "--data",
+        data,
+        "--format",
+        "text",
+        "--tokenizer",
+        "bpe",
+        "--vocab-size",
+        "300",
+        *TINY,
+        "--workers",
+        "1",
+        "--max-steps",
+        "1",
+        "--out",
+        tmp_path / "run",
+    )
+    assert (
+        code == 2
+        and len(err) == 1
+        and "training a BPE tokenizer on" in err[0]
+        and "under the test's limit" in err[0]
+    ), err
 
 
 def test_bpe_encoding_a_long_prompt_file_under_a_limit_is_one_line(bpe_run, tmp_path, capsys, limit_60mb):
     hf = tmp_path / "hf"
     assert cli(capsys, "export", bpe_run, "--hf", hf)[0] == 0
     prompt = _text_file(tmp_path / "prompt.txt", 400_000)
-    code, _, err = cli(capsys, "sample", "--hf", hf, "--prompt-file", prompt, "-n", "1", "--max-new-tokens", "2")
+    code, _, err = cli(
+        capsys, "sample", "--hf", hf, "--prompt-file", prompt, "-n", "1", "--max-new-tokens", "2"
+    )
     assert code == 2 and len(err) == 1 and "BPE-encoding --prompt" in err[0], err
     code, _, err = cli(capsys, "sample", bpe_run, "--prompt-file", prompt, "-n", "1", "--max-new-tokens", "2")
     assert code == 2 and len(err) == 1 and "BPE-encoding" in err[0], err
@@ -537,9 +763,9 @@ def test_a_prompt_file_too_big_to_read_is_refused_before_reading(tmp_path, capsy
 
 
 def test_bpe_estimates_in_python(limit_60mb, monkeypatch):
-    from scratchformer.limits import memory as limits
     from scratchformer.data.bpe import BPETokenizer
     from scratchformer.errors import ResourceError
+    from scratchformer.limits import memory as limits
 
     tok = BPETokenizer.train(["the cat sat on the mat " * 50], 280)
     with pytest.raises(ResourceError, match="BPE-encoding the text"):
@@ -554,9 +780,14 @@ def test_a_kill_9_leftover_is_swept_by_the_next_fresh_run_and_resume(run2, tmp_p
     out = tmp_path / "fresh"
     out.mkdir()
     (out / ".diagnostics.jsonl.tmp-4242-7").write_text('{"format": "scratch')  # what kill -9 mid-write leaves
-    assert cli(capsys, "train", *TINY, "--max-steps", "2", "--out", out)[0] == 0  # no --overwrite: not a run file
+    assert (
+        cli(capsys, "train", *TINY, "--max-steps", "2", "--out", out)[0] == 0
+    )  # no --overwrite: not a run file
     assert not (out / ".diagnostics.jsonl.tmp-4242-7").exists()
     resumed = copy(run2, tmp_path / "resumed")
     (resumed / ".log.jsonl.tmp-4242-8").write_text("{")
-    assert cli(capsys, "train", "--resume", "--out", resumed, "--max-steps", "3", "--no-progress", "--quiet")[0] == 0
+    assert (
+        cli(capsys, "train", "--resume", "--out", resumed, "--max-steps", "3", "--no-progress", "--quiet")[0]
+        == 0
+    )
     assert not (resumed / ".log.jsonl.tmp-4242-8").exists()

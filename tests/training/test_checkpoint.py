@@ -16,12 +16,12 @@ import pytest
 
 from scratchformer.errors import CheckpointError, ConfigError, RunFileError
 from scratchformer.models import GPTConfig
-from scratchformer.specs import Int, Maybe, Num
-from scratchformer.training.config import TrainConfig
-from scratchformer.training import checkpoint as ckpt_mod
 from scratchformer.runfiles import write_atomic
+from scratchformer.specs import Int, Maybe, Num
+from scratchformer.training import checkpoint as ckpt_mod
 from scratchformer.training.checkpoint import load_checkpoint as load_run_checkpoint
 from scratchformer.training.checkpoint import save_checkpoint as save_run_checkpoint
+from scratchformer.training.config import TrainConfig
 
 
 def load_checkpoint(path):
@@ -36,11 +36,19 @@ def save_checkpoint(path, **kw):
 
 def make_state(seed):
     rng = np.random.default_rng(seed)
-    model = {"wte.weight": rng.standard_normal((5, 3)).astype(np.float32),
-             "ln.bias": rng.standard_normal(3).astype(np.float32)}
-    opt = {"kind": "AdamW", "step": seed, "num_params": 2,
-           "m.0": np.ones((5, 3), np.float32), "v.0": np.zeros((5, 3), np.float32),
-           "m.1": np.ones(3, np.float32), "v.1": np.zeros(3, np.float32)}
+    model = {
+        "wte.weight": rng.standard_normal((5, 3)).astype(np.float32),
+        "ln.bias": rng.standard_normal(3).astype(np.float32),
+    }
+    opt = {
+        "kind": "AdamW",
+        "step": seed,
+        "num_params": 2,
+        "m.0": np.ones((5, 3), np.float32),
+        "v.0": np.zeros((5, 3), np.float32),
+        "m.1": np.ones(3, np.float32),
+        "v.1": np.zeros(3, np.float32),
+    }
     return model, opt
 
 
@@ -48,10 +56,16 @@ def save(path, seed, **kw):
     model, opt = make_state(seed)
     rng = np.random.default_rng(seed)
     rng.random(3)  # advance so the state is not the initial one
-    return save_checkpoint(path, model_state=model, config={"n_layer": 2, "seed": seed},
-                           tokenizer={"type": "char", "chars": ["a", "é"], "special": "<eot>"},
-                           optimizer_state=opt, rng_state={"data": rng.bit_generator.state},
-                           extra={"best_val_loss": 1.5}, **kw)
+    return save_checkpoint(
+        path,
+        model_state=model,
+        config={"n_layer": 2, "seed": seed},
+        tokenizer={"type": "char", "chars": ["a", "é"], "special": "<eot>"},
+        optimizer_state=opt,
+        rng_state={"data": rng.bit_generator.state},
+        extra={"best_val_loss": 1.5},
+        **kw,
+    )
 
 
 def test_round_trip(tmp_path):
@@ -173,7 +187,9 @@ def test_files_and_directories_follow_the_umask(tmp_path):
     assert stat.S_IMODE((tmp_path / "log.jsonl").stat().st_mode) == 0o644
 
 
-@pytest.mark.parametrize("name", ["model.safetensors", "optimizer.safetensors", "trainer_state.json", "config.json"])
+@pytest.mark.parametrize(
+    "name", ["model.safetensors", "optimizer.safetensors", "trainer_state.json", "config.json"]
+)
 def test_truncated_file_names_the_file(tmp_path, name):
     path = save(tmp_path / "ckpt", seed=1)
     data = (path / name).read_bytes()
@@ -256,12 +272,16 @@ def test_the_upgrade_is_the_one_reader_of_old_names():
     upgraded, _ = upgrade_run_files(config, {})
     assert upgraded["model"]["n_embd"] == config["model"]["d_model"] and "d_model" not in upgraded["model"]
     from scratchformer.models import ClassifierConfig
+
     with pytest.raises(ConfigError, match="unknown ClassifierConfig fields"):  # from_dict itself is strict
         ClassifierConfig.from_dict(config["model"])
 
 
-GPT_RUN = {"kind": "gpt", "model": GPTConfig(vocab_size=5, block_size=4, n_layer=1, n_head=1, n_embd=4).to_dict(),
-           "data": {"path": None, "format": "lines", "seed": 0, "block_size": 4}}
+GPT_RUN = {
+    "kind": "gpt",
+    "model": GPTConfig(vocab_size=5, block_size=4, n_layer=1, n_head=1, n_embd=4).to_dict(),
+    "data": {"path": None, "format": "lines", "seed": 0, "block_size": 4},
+}
 
 
 def save_run(path, config=GPT_RUN, train_config=None):
@@ -351,7 +371,11 @@ def _model_and_data_options():
     return [*MODEL_HELP, "block_size", *DATA_OPTIONS]
 
 
-DATA_OPTIONS = {"split_seed": "seed", "tokenizer": "tokenizer", "vocab_size": "vocab_size"}  # option -> data field
+DATA_OPTIONS = {
+    "split_seed": "seed",
+    "tokenizer": "tokenizer",
+    "vocab_size": "vocab_size",
+}  # option -> data field
 
 
 @pytest.mark.parametrize("dest", _model_and_data_options())
@@ -387,8 +411,12 @@ def test_training_refuses_settings_a_checkpoint_cannot_hold_before_the_first_ste
     from scratchformer.training.jobs import build_job
     from scratchformer.training.trainer import train
 
-    job, cfg = build_job("majority", model={"n_layer": 1, "n_embd": 8, "n_head": 2},
-                         train={"max_steps": 2}, data={"n_train": 20, "n_test": 5})
+    job, cfg = build_job(
+        "majority",
+        model={"n_layer": 1, "n_embd": 8, "n_head": 2},
+        train={"max_steps": 2},
+        data={"n_train": 20, "n_test": 5},
+    )
     cfg.max_steps = 2**40  # changed after the config was built
     with pytest.raises(ConfigError, match="max_steps must be an integer >= 1 and <= 2147483647"):
         train(job, cfg, tmp_path / "run", progress=False, verbose=False)

@@ -11,9 +11,9 @@ from scratchformer.errors import ConfigError
 from scratchformer.ops import ACTIVATIONS
 from scratchformer.training import diagnostics as diagnostics_module
 from scratchformer.training.checkpoint import load_checkpoint
+from scratchformer.training.config import DIAG_RECORDS
 from scratchformer.training.diagnostics import DIAG_FILE, SATURATED_SLOPE, Diagnostics, read_records
 from scratchformer.training.lm import LMJob
-from scratchformer.training.config import DIAG_RECORDS
 from scratchformer.training.trainer import TrainConfig, train
 from scratchformer.viz import trace as T
 
@@ -25,8 +25,19 @@ def tiny_job(**model):
 
 
 def tiny_cfg(**kw):
-    base = dict(max_steps=8, batch_size=8, eval_interval=2, eval_batches=1, lr=5e-3, warmup_steps=0,
-                log_interval=1, num_samples=0, seed=3, decay_steps=8, workers=1)
+    base = dict(
+        max_steps=8,
+        batch_size=8,
+        eval_interval=2,
+        eval_batches=1,
+        lr=5e-3,
+        warmup_steps=0,
+        log_interval=1,
+        num_samples=0,
+        seed=3,
+        decay_steps=8,
+        workers=1,
+    )
     return TrainConfig(**{**base, **kw})
 
 
@@ -67,7 +78,9 @@ def test_recorded_values_equal_a_direct_computation(tmp_path, activation):
         pre = pre.reshape(-1, pre.shape[-1]).astype(np.float64)
         post = f(pre)
         slope = (f(pre + 1e-6) - f(pre - 1e-6)) / 2e-6  # the activation's slope, by central differences
-        np.testing.assert_allclose([stats["mean"], stats["std"]], [post.mean(), post.std()], rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(
+            [stats["mean"], stats["std"]], [post.mean(), post.std()], rtol=1e-5, atol=1e-7
+        )
         # values at the threshold, or at ReLU's kink (where the batched and the row-by-row forward may
         # differ in the last bits), may land either side
         near = (np.abs(np.abs(slope) - SATURATED_SLOPE) < 1e-3) | (np.abs(pre) < 1e-5)
@@ -95,7 +108,9 @@ def test_recorded_values_equal_a_direct_computation(tmp_path, activation):
         if p.data.ndim == 2:
             g_max = float(np.abs(p.grad).max())
             assert r["grad_range"] == [-g_max, g_max] and sum(r["grad_hist"]) == p.grad.size
-            assert max(r["grad_hist"][0], r["grad_hist"][-1]) >= 1  # its largest |gradient| lies in an end bin
+            assert (
+                max(r["grad_hist"][0], r["grad_hist"][-1]) >= 1
+            )  # its largest |gradient| lies in an end bin
             ranges.add(g_max)
         else:
             assert "grad_hist" not in r
@@ -111,7 +126,10 @@ def test_recorded_values_equal_a_direct_computation(tmp_path, activation):
 def test_activation_gradients_are_the_probe_losss_gradient_at_each_activation(tmp_path):
     from scratchformer.lens.hooks import hooked, run_with_hooks
 
-    job, plain = tiny_job(dropout=0.1), tiny_job(dropout=0.0)  # the same weights; the recorder turns dropout off
+    job, plain = (
+        tiny_job(dropout=0.1),
+        tiny_job(dropout=0.0),
+    )  # the same weights; the recorder turns dropout off
     for m in (job.model, plain.model):
         m.to("float64")  # finite differences below
     diag = Diagnostics(job, interval=1, max_steps=10, seed=3, path=tmp_path / DIAG_FILE)
@@ -123,12 +141,18 @@ def test_activation_gradients_are_the_probe_losss_gradient_at_each_activation(tm
     rec = diag.record(0, 0.0, None)
     for n, p in job.model.named_parameters():  # the step's gradients are left as they were
         np.testing.assert_array_equal(p.grad, step_grads[n], err_msg=n)
-    assert rngs and [r.bit_generator.state for r in rngs] == rng_states  # no dropout draw: the run's masks stay
+    assert (
+        rngs and [r.bit_generator.state for r in rngs] == rng_states
+    )  # no dropout draw: the run's masks stay
 
     x, y = diag.probe_batch
     caught = {}
-    with hooked(plain.model, grad_hooks={f"blocks.{i}.mlp.post": (lambda g, name: caught.__setitem__(name, g.copy()))
-                                         for i in range(2)}):
+    with hooked(
+        plain.model,
+        grad_hooks={
+            f"blocks.{i}.mlp.post": (lambda g, name: caught.__setitem__(name, g.copy())) for i in range(2)
+        },
+    ):
         plain.model(x, y)
         plain.model.backward()
     assert len(rec["layers"]) == len(caught) == 2
@@ -139,9 +163,12 @@ def test_activation_gradients_are_the_probe_losss_gradient_at_each_activation(tm
         assert zero.any() and stats["grad_zero"] == (g == 0).sum() == zero.sum() * g.shape[-1]
         # the caught array is d(loss)/d(activation): a directional derivative by central differences
         delta, h = rng.standard_normal(g.shape), 1e-4
-        losses = [run_with_hooks(plain.model, x, y,
-                                 hooks={f"blocks.{i}.mlp.post": lambda a, _n, s=s: a + s * h * delta})[1]
-                  for s in (1, -1)]
+        losses = [
+            run_with_hooks(
+                plain.model, x, y, hooks={f"blocks.{i}.mlp.post": lambda a, _n, s=s: a + s * h * delta}
+            )[1]
+            for s in (1, -1)
+        ]
         assert (losses[0] - losses[1]) / (2 * h) == pytest.approx(float((g * delta).sum()), rel=1e-5)
         g = g[~zero]  # the statistics and the histogram are of the others
         assert stats["grad_mean"] == pytest.approx(float(g.mean()), rel=1e-9, abs=1e-15)
@@ -263,14 +290,21 @@ def test_viz_draws_the_diagnostics_figures(tmp_path):
     job = tiny_job()
     run(job, tiny_cfg(max_steps=4), out)
     records = D.diag_records(out)
-    for draw in (D.activation_histograms, D.activation_gradients, D.gradient_histograms, D.update_ratios,
-                 D.saturation_dead):
+    for draw in (
+        D.activation_histograms,
+        D.activation_gradients,
+        D.gradient_histograms,
+        D.update_ratios,
+        D.saturation_dead,
+    ):
         fig = draw(records)
         assert fig.axes and any(ax.lines for ax in fig.axes)
     params = records[-1]["params"]
     matrices = [n for n, p in params.items() if len(p["shape"]) == 2]
     vectors = [n for n, p in params.items() if len(p["shape"]) == 1]
-    assert matrices == [n for n, p in job.model.named_parameters() if p.data.ndim == 2] and len(matrices) >= 10
+    assert (
+        matrices == [n for n, p in job.model.named_parameters() if p.data.ndim == 2] and len(matrices) >= 10
+    )
     assert vectors == [n for n, p in job.model.named_parameters() if p.data.ndim == 1] and vectors
     # update:data: the matrices alone in the first panel, each line labelled, and makemore's guide
     weights, others = D.update_ratios(records).axes
@@ -280,7 +314,9 @@ def test_viz_draws_the_diagnostics_figures(tmp_path):
     assert np.allclose(weights.get_lines()[-1].get_ydata(), -3)
     assert len(others.get_lines()) == len(vectors) + 1  # biases and norm gains apart
     first = weights.get_lines()[0]
-    np.testing.assert_allclose(first.get_ydata()[1:], [r["params"][matrices[0]]["update_ratio"] for r in records[1:]])
+    np.testing.assert_allclose(
+        first.get_ydata()[1:], [r["params"][matrices[0]]["update_ratio"] for r in records[1:]]
+    )
     assert np.isnan(first.get_ydata()[0])  # step 0: no update yet
     # one gradient panel per matrix, each on its own range
     panels = [ax for ax in D.gradient_histograms(records).axes if ax.get_visible() and ax.lines]
@@ -290,12 +326,28 @@ def test_viz_draws_the_diagnostics_figures(tmp_path):
         x = ax.lines[0].get_xdata()
         assert x[0] == pytest.approx(lo + (hi - lo) / 80) and x[-1] == pytest.approx(hi - (hi - lo) / 80)
     assert len({round(ax.lines[0].get_xdata()[-1], 12) for ax in panels}) == len(matrices)
-    paths = report(job.model, tmp_path / "fig", text="emma", tokenizer=job.tokenizer, log=out / "log.jsonl",
-                   only=["diag_activations", "diag_activation_gradients", "diag_gradients", "diag_update_ratio",
-                         "diag_saturation"])
-    assert sorted(p.name for p in paths) == ["diag_activation_gradients.png", "diag_activations.png",
-                                             "diag_gradients.png", "diag_saturation.png", "diag_update_ratio.png",
-                                             "report.html"]
+    paths = report(
+        job.model,
+        tmp_path / "fig",
+        text="emma",
+        tokenizer=job.tokenizer,
+        log=out / "log.jsonl",
+        only=[
+            "diag_activations",
+            "diag_activation_gradients",
+            "diag_gradients",
+            "diag_update_ratio",
+            "diag_saturation",
+        ],
+    )
+    assert sorted(p.name for p in paths) == [
+        "diag_activation_gradients.png",
+        "diag_activations.png",
+        "diag_gradients.png",
+        "diag_saturation.png",
+        "diag_update_ratio.png",
+        "report.html",
+    ]
     assert D.diag_records(tmp_path / "nothing") is None
 
 
@@ -314,7 +366,9 @@ def test_report_replays_the_probe_attention_over_training(tmp_path):
     tab = data["tabs"][-1]
     assert tab["name"].startswith("probe over training") and tab["steps"] == [0, 2, 4, 6]
     for frame, rec in zip(tab["frames"], records):
-        np.testing.assert_allclose(decode_attention(frame, (2, 2, 5, 5)), rec["probe"]["attention"], atol=0.5 / 255)
+        np.testing.assert_allclose(
+            decode_attention(frame, (2, 2, 5, 5)), rec["probe"]["attention"], atol=0.5 / 255
+        )
     with opened(path) as page:
         assert page.locator("#sf-steps").is_hidden()  # the model's own tab has no slider
         page.click("#sf-tabs button >> text=probe over training")
@@ -331,9 +385,18 @@ def test_report_replays_the_probe_attention_over_training(tmp_path):
 def test_every_model_family_records_its_probe(tmp_path, run_kind, model):
     from scratchformer.training.jobs import build_job
 
-    job, cfg = build_job(run_kind, {"n_layer": 1, "n_embd": 16, **model},
-                         {"max_steps": 4, "eval_batches": 1, "eval_interval": 2, "workers": 1, "num_samples": 0,
-                          "diag_interval": 2})
+    job, cfg = build_job(
+        run_kind,
+        {"n_layer": 1, "n_embd": 16, **model},
+        {
+            "max_steps": 4,
+            "eval_batches": 1,
+            "eval_interval": 2,
+            "workers": 1,
+            "num_samples": 0,
+            "diag_interval": 2,
+        },
+    )
     run(job, cfg, tmp_path / run_kind)
     records = read_records(tmp_path / run_kind / DIAG_FILE)[1]
     assert [r["step"] for r in records] == [0, 2, 4]
@@ -353,8 +416,12 @@ def test_a_fine_tuned_classifiers_padding_is_left_out_of_the_statistics(tmp_path
     from scratchformer.training.jobs import build_job
     from scratchformer.training.sentence import SentenceClassifierJob
 
-    job, _ = build_job("finetune", {"max_length": 32}, {"max_steps": 1},
-                       {"path": str(make_csv(tmp_path / "t.csv", n=40)), "base": str(make_bert_dir(tmp_path / "b"))})
+    job, _ = build_job(
+        "finetune",
+        {"max_length": 32},
+        {"max_steps": 1},
+        {"path": str(make_csv(tmp_path / "t.csv", n=40)), "base": str(make_bert_dir(tmp_path / "b"))},
+    )
     assert isinstance(job, SentenceClassifierJob)
     diag = Diagnostics(job, interval=1, max_steps=1, seed=3, path=tmp_path / DIAG_FILE)
     real = job.real_tokens(diag.probe_batch)

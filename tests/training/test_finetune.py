@@ -27,9 +27,16 @@ NUM_CLASSES, VOCAB, B, T = 3, 40, 4, 9
 def bert_dir(tmp_path_factory):
     path = tmp_path_factory.mktemp("bert")
     torch.manual_seed(0)
-    cfg = transformers.BertConfig(vocab_size=VOCAB, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                                  intermediate_size=32, max_position_embeddings=16, hidden_dropout_prob=0.0,
-                                  attention_probs_dropout_prob=0.0)
+    cfg = transformers.BertConfig(
+        vocab_size=VOCAB,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=16,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     transformers.BertModel(cfg, add_pooling_layer=False).save_pretrained(path, safe_serialization=True)
     return path
 
@@ -49,8 +56,9 @@ def _batches(steps, seed=0):
 class _TorchClassifier(torch.nn.Module):
     def __init__(self, path, head_w, head_b, dtype):
         super().__init__()
-        self.bert = transformers.BertModel.from_pretrained(path, add_pooling_layer=False,
-                                                           attn_implementation="eager").to(dtype)
+        self.bert = transformers.BertModel.from_pretrained(
+            path, add_pooling_layer=False, attn_implementation="eager"
+        ).to(dtype)
         self.head = torch.nn.Linear(head_w.shape[1], head_w.shape[0]).to(dtype)
         with torch.no_grad():
             self.head.weight.copy_(torch.tensor(head_w))
@@ -76,7 +84,9 @@ def _lockstep(path, dtype, steps=50, freeze=False):
         ours.backward()
         opt.step()
         ref_opt.zero_grad()
-        ref_loss = torch.nn.functional.cross_entropy(ref(torch.tensor(ids), torch.tensor(mask)), torch.tensor(labels))
+        ref_loss = torch.nn.functional.cross_entropy(
+            ref(torch.tensor(ids), torch.tensor(mask)), torch.tensor(labels)
+        )
         ref_loss.backward()
         ref_opt.step()
         losses.append(loss)
@@ -95,10 +105,13 @@ def test_fifty_steps_in_lockstep_with_pytorch(bert_dir, dtype, tol):
     losses, ref_losses, ours, ref = _lockstep(bert_dir, dtype)
     assert _rel(losses, ref_losses) < tol
     assert losses[-5:].mean() < losses[:5].mean()  # it learns the (random) labels
-    pairs = [("head.weight", "head.weight"), ("head.bias", "head.bias"),
-             ("encoder.word_embeddings.weight", "bert.embeddings.word_embeddings.weight"),
-             ("encoder.layers.0.ff.fc1.weight", "bert.encoder.layer.0.intermediate.dense.weight"),
-             ("encoder.layers.1.ff_norm.weight", "bert.encoder.layer.1.output.LayerNorm.weight")]
+    pairs = [
+        ("head.weight", "head.weight"),
+        ("head.bias", "head.bias"),
+        ("encoder.word_embeddings.weight", "bert.embeddings.word_embeddings.weight"),
+        ("encoder.layers.0.ff.fc1.weight", "bert.encoder.layer.0.intermediate.dense.weight"),
+        ("encoder.layers.1.ff_norm.weight", "bert.encoder.layer.1.output.LayerNorm.weight"),
+    ]
     for name, ref_name in pairs:
         assert _rel(ours[name], ref[ref_name]) < tol, name
     # the encoder moved: fine-tuning reached it, not only the head

@@ -25,8 +25,17 @@ from scratchformer.ops import IGNORE_INDEX
 from scratchformer.training import modadd
 
 GRAD_TOL = 5e-8
-NONE = dict(vocab_size=8, block_size=3, n_layer=1, n_head=2, n_embd=8, n_inner=16, activation="relu",
-            normalization="none", tie_weights=False)
+NONE = dict(
+    vocab_size=8,
+    block_size=3,
+    n_layer=1,
+    n_head=2,
+    n_embd=8,
+    n_inner=16,
+    activation="relu",
+    normalization="none",
+    tie_weights=False,
+)
 
 
 def test_no_norm_gpt_gradcheck_float64(lane):
@@ -41,8 +50,10 @@ def test_no_norm_gpt_gradcheck_float64(lane):
     m.zero_grad()
     m(idx, tgt)
     m.backward()
-    errors = {name: relative_error(p.grad, numerical_gradient(lambda: m(idx, tgt)[1], p.data))
-              for name, p in m.named_parameters()}
+    errors = {
+        name: relative_error(p.grad, numerical_gradient(lambda: m(idx, tgt)[1], p.data))
+        for name, p in m.named_parameters()
+    }
     worst = max(errors, key=errors.get)
     assert errors[worst] <= GRAD_TOL, f"{lane}: {worst}: {errors[worst]:.2e}"
 
@@ -123,14 +134,34 @@ def test_progress_measures_of_a_model():
 
 def test_cli_trains_resumes_and_evaluates_modadd(tmp_path, capsys):
     out = tmp_path / "run"
-    args = ["train", "--task", "modadd", "--modulus", "7", "--n-embd", "16", "--max-steps", "4",
-            "--eval-interval", "2", "--diag-interval", "2", "--workers", "1", "--no-progress", "--out", str(out)]
+    args = [
+        "train",
+        "--task",
+        "modadd",
+        "--modulus",
+        "7",
+        "--n-embd",
+        "16",
+        "--max-steps",
+        "4",
+        "--eval-interval",
+        "2",
+        "--diag-interval",
+        "2",
+        "--workers",
+        "1",
+        "--no-progress",
+        "--out",
+        str(out),
+    ]
     assert main(args) == 0
     config = json.loads((out / "last" / "config.json").read_text())
     assert config["kind"] == "modadd" and config["data"]["modulus"] == 7
     assert config["model"]["normalization"] == "none" and config["model"]["vocab_size"] == 8
     rows = [json.loads(line) for line in (out / "diagnostics.jsonl").read_text().splitlines()[1:]]
-    assert [r["step"] for r in rows] == [0, 2, 4] and rows[-1]["modadd"]["fourier_check"] < 1e-9  # 0: the init
+    assert [r["step"] for r in rows] == [0, 2, 4] and rows[-1]["modadd"][
+        "fourier_check"
+    ] < 1e-9  # 0: the init
     assert main(["train", "--resume", "--max-steps", "6", "--out", str(out), "--no-progress"]) == 0
     rows = [json.loads(line) for line in (out / "diagnostics.jsonl").read_text().splitlines()[1:]]
     assert [r["step"] for r in rows] == [0, 2, 4, 6]
@@ -154,21 +185,44 @@ def _exit_code(args) -> int:
 
 def _records(p, steps, test_loss, train_loss, excluded):
     norms = [1.0] * ((p - 1) // 2)
-    return [{"step": s, "modadd": {"train_loss": a, "test_loss": t, "train_accuracy": 1.0,
-                                   "test_accuracy": 1.0 if t < 0.05 else 0.0, "restricted_loss": 1.0,
-                                   "excluded_loss": e, "weight_norm": 1.0, "fourier_check": 1e-14,
-                                   "freq_norms": norms, "key_freqs": [1, 2]}}
-            for s, t, a, e in zip(steps, test_loss, train_loss, excluded)]
+    return [
+        {
+            "step": s,
+            "modadd": {
+                "train_loss": a,
+                "test_loss": t,
+                "train_accuracy": 1.0,
+                "test_accuracy": 1.0 if t < 0.05 else 0.0,
+                "restricted_loss": 1.0,
+                "excluded_loss": e,
+                "weight_norm": 1.0,
+                "fourier_check": 1e-14,
+                "freq_norms": norms,
+                "key_freqs": [1, 2],
+            },
+        }
+        for s, t, a, e in zip(steps, test_loss, train_loss, excluded)
+    ]
 
 
 def test_grokking_summary_reads_the_steps_from_the_data(tmp_path):
     from scratchformer.errors import DataError
     from scratchformer.viz.grokking import grokking_figure, grokking_summary
 
-    recs = _records(7, [0, 100, 200, 300, 400], [5, 20, 8, 0.5, 0.005], [4, 0.01, 0.01, 0.01, 0.001],
-                    [4, 0.01, 3.0, 0.2, 0.1])
+    recs = _records(
+        7,
+        [0, 100, 200, 300, 400],
+        [5, 20, 8, 0.5, 0.005],
+        [4, 0.01, 0.01, 0.01, 0.001],
+        [4, 0.01, 3.0, 0.2, 0.1],
+    )
     s = grokking_summary(recs)
-    assert (s["train_below_0.04"], s["test_below_1"], s["test_below_0.01"], s["grokked_step"]) == (100, 300, 400, 400)
+    assert (s["train_below_0.04"], s["test_below_1"], s["test_below_0.01"], s["grokked_step"]) == (
+        100,
+        300,
+        400,
+        400,
+    )
     assert (s["test_peak"], s["test_peak_step"], s["excluded_rose_first"]) == (20, 100, True)
     flat = _records(7, [0, 100, 200, 300], [5, 20, 8, 0.5], [4, 0.01, 0.01, 0.01], [4, 0.01, 0.01, 0.01])
     assert grokking_summary(flat)["excluded_rose_first"] is False

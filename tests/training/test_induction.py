@@ -31,7 +31,7 @@ def test_sequences_repeat_a_segment_at_varying_distances():
     assert seqs.shape == (200, 24) and seqs.dtype == np.int64 and seqs.max() < 16
     assert set(seg) <= set(range(6, 13)) and len(set(seg)) > 3  # no fixed distance to copy from
     for row, s in zip(seqs, seg):
-        np.testing.assert_array_equal(row[24 - s:], row[24 - 2 * s:24 - s])
+        np.testing.assert_array_equal(row[24 - s :], row[24 - 2 * s : 24 - s])
     first, rep = target_masks(seqs, 2)
     x, y = inputs_targets(seqs)
     assert (y[:, -1] == IGNORE_INDEX).all() and not (first & rep).any() and not rep[:, -1].any()
@@ -87,10 +87,39 @@ def test_prefix_matching_score_is_attention_to_the_token_after_the_previous_occu
 
 def _train_tiny(tmp_path, *extra):
     out = tmp_path / "run"
-    assert main(["train", "--task", "induction", "--out", str(out), "--no-progress", "--quiet",
-                 "--symbols", "8", "--block-size", "12", "--n-embd", "16", "--n-head", "2",
-                 "--max-steps", "6", "--eval-interval", "3", "--diag-interval", "2", "--batch-size", "8",
-                 "--workers", "1", *extra]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--task",
+                "induction",
+                "--out",
+                str(out),
+                "--no-progress",
+                "--quiet",
+                "--symbols",
+                "8",
+                "--block-size",
+                "12",
+                "--n-embd",
+                "16",
+                "--n-head",
+                "2",
+                "--max-steps",
+                "6",
+                "--eval-interval",
+                "3",
+                "--diag-interval",
+                "2",
+                "--batch-size",
+                "8",
+                "--workers",
+                "1",
+                *extra,
+            ]
+        )
+        == 0
+    )
     return out
 
 
@@ -98,8 +127,14 @@ def test_cli_run_records_progress_measures_and_every_command_reads_it(tmp_path, 
     out = _train_tiny(tmp_path)
     config = json.loads((out / "last" / "config.json").read_text())
     assert config["kind"] == "induction" and config["model"]["attn_only"] is True
-    assert config["data"] == {"symbols": 8, "block_size": 12, "repeats": 2, "n_train": 20000, "n_test": 256,
-                              "seed": 1337}
+    assert config["data"] == {
+        "symbols": 8,
+        "block_size": 12,
+        "repeats": 2,
+        "n_train": 20000,
+        "n_test": 256,
+        "seed": 1337,
+    }
     _, records = read_records(out / DIAG_FILE)
     assert [r["step"] for r in records] == [0, 2, 4, 6]  # step 0: the initialisation
     rec = records[-1]
@@ -125,9 +160,19 @@ def test_options_of_other_tasks_are_refused(capsys):
 
 
 def _records(losses, prefix):
-    return [{"step": 10 * (i + 1), "loss_first": 3.4, "loss_repeat": loss, "heads": ["L0", "L1"],
-             "prefix_matching": p, "ablate_best": 1.0, "ablate_worst": 0.0, "ablate_induction": 2.0}
-            for i, (loss, p) in enumerate(zip(losses, prefix))]
+    return [
+        {
+            "step": 10 * (i + 1),
+            "loss_first": 3.4,
+            "loss_repeat": loss,
+            "heads": ["L0", "L1"],
+            "prefix_matching": p,
+            "ablate_best": 1.0,
+            "ablate_worst": 0.0,
+            "ablate_induction": 2.0,
+        }
+        for i, (loss, p) in enumerate(zip(losses, prefix))
+    ]
 
 
 def test_figure_titles_follow_the_data():
@@ -181,10 +226,18 @@ def test_two_layers_form_an_induction_head_and_one_layer_does_not(tmp_path):
 def test_the_weakest_head_is_the_lowest_of_the_others(tmp_path):
     """worst_head: the lowest prefix-matching head other than the best, over the whole model
     (with two heads per layer it may sit in either layer)."""
-    job, cfg = build_job("induction", model={"n_head": 2, "n_embd": 16},
-                         train={"max_steps": 1, "workers": 1, "num_samples": 0}, data={"n_test": 64, "n_train": 100})
+    job, cfg = build_job(
+        "induction",
+        model={"n_head": 2, "n_embd": 16},
+        train={"max_steps": 1, "workers": 1, "num_samples": 0},
+        data={"n_test": 64, "n_train": 100},
+    )
     rec = job.progress_measures()
     scores = np.asarray(rec["prefix_matching"])
-    others = [(scores[layer, head], [layer, head]) for layer in range(2) for head in range(2)
-              if [layer, head] != rec["best_head"]]
+    others = [
+        (scores[layer, head], [layer, head])
+        for layer in range(2)
+        for head in range(2)
+        if [layer, head] != rec["best_head"]
+    ]
     assert rec["worst_head"] == min(others)[1] and scores[tuple(rec["best_head"])] == scores.max()

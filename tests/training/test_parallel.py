@@ -2,20 +2,25 @@
 gradients (up to float rounding), for every model family; deterministic; eval mode, small
 batches and forwards without targets are the model alone; a dead worker is one clear error."""
 
-import numpy as np
-import pytest
-
 import os
 import signal
 
+import numpy as np
+import pytest
+
 from scratchformer.errors import BackwardError, ConfigError, DataError, ParallelWorkerError
-from scratchformer.models import (GPT, ClassifierConfig, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer,
-                                  TransformerClassifier)
-from scratchformer.nn import eval_mode, manual_seed, set_dropout_rng
-from scratchformer.training.parallel import DataParallel
-from scratchformer.nn import Parameter
+from scratchformer.models import (
+    GPT,
+    ClassifierConfig,
+    GPTConfig,
+    Seq2SeqConfig,
+    Seq2SeqTransformer,
+    TransformerClassifier,
+)
+from scratchformer.nn import Parameter, eval_mode, manual_seed, set_dropout_rng
 from scratchformer.ops import IGNORE_INDEX
 from scratchformer.optim import AdamW, FlatAdamW, make_adamw, param_groups
+from scratchformer.training.parallel import DataParallel
 from scratchformer.training.trainer import TrainConfig, resume_config
 
 RNG = np.random.default_rng(0)
@@ -39,12 +44,21 @@ def cases():
     tgt_out = tgt.copy()
     tgt_out[1, 3:] = 0  # padding (pad_id 0) is ignored by the loss
     yield "gpt", lambda: GPT(GPT_CFG, seed=1), gpt_batch()
-    yield ("classifier", lambda: seeded(TransformerClassifier, ClassifierConfig(vocab_size=9, n_classes=3, n_layer=1,
-                                                                                n_embd=16, n_head=2)),
-           (RNG.integers(0, 9, (6, 5)), RNG.integers(0, 3, 6)))
-    yield ("seq2seq", lambda: seeded(Seq2SeqTransformer, Seq2SeqConfig(src_vocab_size=9, tgt_vocab_size=9, n_layer=1,
-                                                                       n_embd=16, n_head=2)),
-           (src, tgt, tgt_out))
+    yield (
+        "classifier",
+        lambda: seeded(
+            TransformerClassifier, ClassifierConfig(vocab_size=9, n_classes=3, n_layer=1, n_embd=16, n_head=2)
+        ),
+        (RNG.integers(0, 9, (6, 5)), RNG.integers(0, 3, 6)),
+    )
+    yield (
+        "seq2seq",
+        lambda: seeded(
+            Seq2SeqTransformer,
+            Seq2SeqConfig(src_vocab_size=9, tgt_vocab_size=9, n_layer=1, n_embd=16, n_head=2),
+        ),
+        (src, tgt, tgt_out),
+    )
     ids, mask = RNG.integers(1, 20, (6, 7)), np.ones((6, 7), dtype=np.int64)
     mask[2, 4:] = mask[5, 2:] = 0  # padded texts, as a fine-tuning batch trimmed to its longest
     ids[mask == 0] = 0
@@ -57,8 +71,16 @@ def bert_classifier():
     from scratchformer.interop.bert_classifier import BertClassifier
 
     manual_seed(1)
-    encoder = BertEncoder(BertConfig(vocab_size=20, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                                     intermediate_size=32, max_position_embeddings=16))
+    encoder = BertEncoder(
+        BertConfig(
+            vocab_size=20,
+            hidden_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=32,
+            max_position_embeddings=16,
+        )
+    )
     return BertClassifier(encoder, 3, seed=0).train()
 
 
@@ -117,7 +139,9 @@ def test_replicas_follow_the_optimiser_and_dloss_scales():
             opt.step()
     for (n, p), q in zip(alone.named_parameters(), parallel.module.parameters()):
         np.testing.assert_allclose(q.data, p.data, rtol=1e-4, atol=2e-5, err_msg=n)
-    assert parallel._pool.copied == []  # AdamW's weights were moved to shared memory: the workers read them in place
+    assert (
+        parallel._pool.copied == []
+    )  # AdamW's weights were moved to shared memory: the workers read them in place
     # AdamW hides the scale of a gradient, so check dloss on the gradients themselves
     for model in (alone, parallel.module):
         model.zero_grad()
@@ -193,6 +217,7 @@ def test_eval_mode_splits_too_and_no_targets_give_outputs_only():
 def test_job_evaluation_through_the_runner_equals_the_model_alone():
     from scratchformer.training.evaluation import run_evaluation
     from scratchformer.training.lm import LMJob
+
     job = LMJob.create("lines", dict(n_layer=1, n_head=2, n_embd=16), {"split_seed": 1337}, 0)
     runner = DataParallel(job.model)
     alone, split = job.evaluate("val"), run_evaluation(job.evaluation("val"), job.model, runner)
@@ -201,9 +226,14 @@ def test_job_evaluation_through_the_runner_equals_the_model_alone():
     runner.close()
 
 
-@pytest.mark.parametrize("run_kind,data", [("reverse", {"n_train": 40, "n_test": 24}),
-                                           ("induction", {"n_train": 40, "n_test": 24}),
-                                           ("modadd", {"modulus": 13})])
+@pytest.mark.parametrize(
+    "run_kind,data",
+    [
+        ("reverse", {"n_train": 40, "n_test": 24}),
+        ("induction", {"n_train": 40, "n_test": 24}),
+        ("modadd", {"modulus": 13}),
+    ],
+)
 def test_every_kinds_evaluation_runs_through_the_runner_as_alone(run_kind, data):
     """A job never sees how its batches run: seq2seq (its scores decode with the model itself),
     and the kinds whose forwards take no targets (their outputs come back joined)."""
@@ -336,7 +366,10 @@ def test_share_memory_puts_the_declared_state_where_a_forked_worker_shares_it(ki
 
     if not can_fork_workers():
         pytest.skip("fork is Linux-only here")
-    params = [Parameter(np.arange(12, dtype=np.float32).reshape(3, 4)), Parameter(np.ones(5, dtype=np.float32))]
+    params = [
+        Parameter(np.arange(12, dtype=np.float32).reshape(3, 4)),
+        Parameter(np.ones(5, dtype=np.float32)),
+    ]
     twins = [Parameter(p.data.copy()) for p in params]
     if kind == "FlatAdamW":
         opt, twin = FlatAdamW(params, lr=0.1).bind(), FlatAdamW(twins, lr=0.1).bind()
@@ -435,9 +468,26 @@ def test_workers_beyond_reason_are_refused_naming_the_option():
 def test_the_cli_refuses_unreasonable_workers_in_one_line(tmp_path, capsys):
     from scratchformer.cli.main import main
 
-    assert main(["train", "--workers", "1500", "--max-steps", "1", "--out", str(tmp_path / "run"), "--no-progress"]) == 2
+    assert (
+        main(
+            [
+                "train",
+                "--workers",
+                "1500",
+                "--max-steps",
+                "1",
+                "--out",
+                str(tmp_path / "run"),
+                "--no-progress",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
-    assert err.startswith("scratchformer train: error: --workers must be an integer from 1 to") and err.count("\n") == 1
+    assert (
+        err.startswith("scratchformer train: error: --workers must be an integer from 1 to")
+        and err.count("\n") == 1
+    )
     assert not (tmp_path / "run" / "last").exists()
 
 
@@ -451,30 +501,51 @@ def test_a_refused_fork_is_one_line(monkeypatch):
     monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", refuse)
     with pytest.raises(ParallelWorkerError) as info:
         model(*gpt_batch(6))
-    assert str(info.value).startswith("could not start worker process 1 of 2 (Resource temporarily unavailable)")
+    assert str(info.value).startswith(
+        "could not start worker process 1 of 2 (Resource temporarily unavailable)"
+    )
     assert "lower --workers" in str(info.value) and "\n" not in str(info.value)
     assert model._pool is None
 
 
-def test_where_processes_cannot_fork_training_runs_one_records_it_and_resumes_exactly(tmp_path, monkeypatch, capsys):
+def test_where_processes_cannot_fork_training_runs_one_records_it_and_resumes_exactly(
+    tmp_path, monkeypatch, capsys
+):
     from scratchformer.training import parallel
     from scratchformer.training.checkpoint import load_checkpoint
     from scratchformer.training.lm import LMJob
     from scratchformer.training.trainer import train
 
     def job():
-        return LMJob.create("lines", dict(n_layer=1, n_head=2, n_embd=16, dropout=0.1), {"split_seed": 1337}, 0)
+        return LMJob.create(
+            "lines", dict(n_layer=1, n_head=2, n_embd=16, dropout=0.1), {"split_seed": 1337}, 0
+        )
 
     def cfg(**kw):
-        return TrainConfig(**{**dict(max_steps=6, decay_steps=6, batch_size=64, eval_interval=3, eval_batches=1,
-                                     warmup_steps=1,
-                                     num_samples=0, seed=3, workers=2), **kw})
+        return TrainConfig(
+            **{
+                **dict(
+                    max_steps=6,
+                    decay_steps=6,
+                    batch_size=64,
+                    eval_interval=3,
+                    eval_batches=1,
+                    warmup_steps=1,
+                    num_samples=0,
+                    seed=3,
+                    workers=2,
+                ),
+                **kw,
+            }
+        )
 
     monkeypatch.delattr(os, "fork")  # as on Windows (macOS: sys.platform is not linux)
     assert not parallel.can_fork_workers()
     train(job(), cfg(max_steps=3), tmp_path / "run", progress=False, verbose=False)
     lines = [line for line in capsys.readouterr().out.splitlines() if "fork" in line]
-    assert lines == ["this platform cannot fork worker processes: training in one process (--workers 1 instead of 2)"]
+    assert lines == [
+        "this platform cannot fork worker processes: training in one process (--workers 1 instead of 2)"
+    ]
     ck = load_checkpoint(tmp_path / "run" / "last")
     assert ck.extra["train_config"]["workers"] == 1  # what ran, not what was asked
     monkeypatch.undo()
@@ -522,9 +593,13 @@ def _start_training(tmp_path, timeout_s: float):
     root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
     pids = tmp_path / "pids"
-    proc = subprocess.Popen([sys.executable, "-c", _TRAIN_AND_REPORT_WORKERS, str(pids), str(timeout_s),
-                             str(tmp_path / "run")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _TRAIN_AND_REPORT_WORKERS, str(pids), str(timeout_s), str(tmp_path / "run")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     for _ in range(600):  # the workers start at the first step (at most a minute on a busy machine)
         if pids.exists() and pids.read_text():
             return proc, [int(p) for p in pids.read_text().split()]
@@ -541,7 +616,7 @@ def _end(proc, seconds: float):
         out, err = proc.communicate(timeout=seconds)
     except subprocess.TimeoutExpired:
         proc.kill()
-        raise AssertionError(f"training did not end within {seconds} s: {proc.communicate()}")
+        raise AssertionError(f"training did not end within {seconds} s: {proc.communicate()}")  # noqa: B904
     return proc.returncode, out, err
 
 
@@ -557,8 +632,10 @@ def test_a_stopped_worker_is_detected_and_the_run_saves_and_ends_with_one_line(t
     assert code == 2, err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in err, err
-    assert lines[0].startswith(f"scratchformer train: error: DataParallel worker 1 (pid {worker}) has stopped or "
-                               "is stuck: no answer in 2 s")
+    assert lines[0].startswith(
+        f"scratchformer train: error: DataParallel worker 1 (pid {worker}) has stopped or "
+        "is stuck: no answer in 2 s"
+    )
     assert "checkpoint of step" in lines[0] and "--resume" in lines[0]
     assert load_checkpoint(tmp_path / "run" / "last").step >= 1
     assert not os.path.exists(f"/proc/{worker}") or open(f"/proc/{worker}/stat").read().split()[2] == "Z"
@@ -585,8 +662,21 @@ def test_a_step_that_cannot_end_in_time_is_refused_at_the_start(tmp_path, capsys
     from scratchformer.training.lm import LMJob
     from scratchformer.training.trainer import train
 
-    base = ["train", "--max-steps", "5", "--n-layer", "1", "--n-embd", "16", "--n-head", "2", "--workers", "1",
-            "--no-progress", "--quiet"]
+    base = [
+        "train",
+        "--max-steps",
+        "5",
+        "--n-layer",
+        "1",
+        "--n-embd",
+        "16",
+        "--n-head",
+        "2",
+        "--workers",
+        "1",
+        "--no-progress",
+        "--quiet",
+    ]
     with pytest.raises(SystemExit) as refused:  # beyond what a checkpoint holds: the option refuses it
         main(base + ["--grad-accum", "3000000000", "--time-limit", "1", "--out", str(tmp_path / "a")])
     assert refused.value.code == 2
@@ -594,8 +684,16 @@ def test_a_step_that_cannot_end_in_time_is_refused_at_the_start(tmp_path, capsys
     assert "--grad-accum 100,000 micro-batches a step cannot be honoured" in capsys.readouterr().err
     assert not (tmp_path / "a" / "last").exists()
     job = LMJob.create("lines", dict(n_layer=1, n_head=2, n_embd=16), {"split_seed": 1337}, 0)
-    with pytest.raises(ConfigError, match=r"--grad-accum 1,000 makes one step take about .* longer than "
-                                          r"--time-limit 0.001"):
-        train(job, TrainConfig(max_steps=5, grad_accum=1000, time_limit=0.001, workers=1, batch_size=8),
-              tmp_path / "b", progress=False, verbose=False)
+    with pytest.raises(
+        ConfigError,
+        match=r"--grad-accum 1,000 makes one step take about .* longer than "
+        r"--time-limit 0.001",
+    ):
+        train(
+            job,
+            TrainConfig(max_steps=5, grad_accum=1000, time_limit=0.001, workers=1, batch_size=8),
+            tmp_path / "b",
+            progress=False,
+            verbose=False,
+        )
     assert not (tmp_path / "b" / "last").exists()

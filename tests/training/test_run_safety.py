@@ -19,8 +19,20 @@ from scratchformer.training.rundir import RunLock, read_log
 from scratchformer.training.trainer import resume_config
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "8", "--batch-size", "8", "--eval-batches", "1",
-        "--no-progress", "--quiet"]
+TINY = [
+    "--n-layer",
+    "1",
+    "--n-head",
+    "2",
+    "--n-embd",
+    "8",
+    "--batch-size",
+    "8",
+    "--eval-batches",
+    "1",
+    "--no-progress",
+    "--quiet",
+]
 
 
 def cli(capsys, *argv):
@@ -33,8 +45,14 @@ def cli(capsys, *argv):
 
 def subprocess_cli(*argv, env=None, **kw):
     env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-    return subprocess.Popen([sys.executable, "-m", "scratchformer.cli.main", *map(str, argv)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-m", "scratchformer.cli.main", *map(str, argv)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kw,
+    )
 
 
 def steps(log):
@@ -44,8 +62,9 @@ def steps(log):
 # -- non-finite training ----------------------------------------------------------------------
 def test_diverging_run_stops_in_one_line_and_saves_no_nan(tmp_path, capsys):
     out = tmp_path / "run"
-    code, _, err = cli(capsys, "train", *TINY, "--max-steps", "30", "--eval-interval", "1", "--lr", "1e4",
-                       "--out", out)
+    code, _, err = cli(
+        capsys, "train", *TINY, "--max-steps", "30", "--eval-interval", "1", "--lr", "1e4", "--out", out
+    )
     assert code == 2 and len(err) == 1 and "became" in err[0] and "lower --lr" in err[0], err
     for which in ("best", "last"):
         if (out / which).exists():  # steps before the divergence: finite weights and losses
@@ -78,8 +97,22 @@ def test_second_writer_fails_at_once(tmp_path, capsys):
 
 def test_torn_log_line_is_dropped_on_resume_with_a_note(tmp_path, capsys):
     out = tmp_path / "run"
-    assert cli(capsys, "train", *TINY, "--max-steps", "4", "--eval-interval", "2", "--log-interval", "1",
-               "--out", out)[0] == 0
+    assert (
+        cli(
+            capsys,
+            "train",
+            *TINY,
+            "--max-steps",
+            "4",
+            "--eval-interval",
+            "2",
+            "--log-interval",
+            "1",
+            "--out",
+            out,
+        )[0]
+        == 0
+    )
     with open(out / "log.jsonl", "ab") as f:
         f.write(b'{"step": 5, "lr": 0.00')  # a kill in the middle of a row
     code, stdout, _ = cli(capsys, "train", "--resume", "--out", out, "--max-steps", "6", "--no-progress")
@@ -97,7 +130,10 @@ def test_fresh_run_refuses_a_stale_log_unless_overwrite(tmp_path, capsys):
     assert steps(out / "log.jsonl") == [1, 2]  # untouched
     code, _, err = cli(capsys, "train", "--resume", "--out", out)
     assert code == 2 and len(err) == 1 and "only log.jsonl" in err[0] and "--overwrite" in err[0], err
-    assert cli(capsys, "train", *TINY, "--max-steps", "2", "--log-interval", "1", "--out", out, "--overwrite")[0] == 0
+    assert (
+        cli(capsys, "train", *TINY, "--max-steps", "2", "--log-interval", "1", "--out", out, "--overwrite")[0]
+        == 0
+    )
     assert all(r.get("train_loss") != 9.0 for r in read_log(out / "log.jsonl")[0])
     assert steps(out / "log.jsonl") == [1, 2, 2]
 
@@ -119,8 +155,10 @@ def copy_run(finished_run, dest, keep):
     return dest
 
 
-@pytest.mark.parametrize("keep", [{"best": "best"}, {"last": ".last.old", "best": ".best.old"},
-                                  {"last": "last"}, {"best": ".best.old"}])
+@pytest.mark.parametrize(
+    "keep",
+    [{"best": "best"}, {"last": ".last.old", "best": ".best.old"}, {"last": "last"}, {"best": ".best.old"}],
+)
 def test_fresh_run_never_touches_an_existing_run(finished_run, tmp_path, capsys, keep):
     out = copy_run(finished_run, tmp_path / "run", keep)
     before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
@@ -134,12 +172,18 @@ def test_fresh_run_never_touches_an_existing_run(finished_run, tmp_path, capsys,
 
 
 def test_an_interrupted_saves_backup_is_read_and_resumed(finished_run, tmp_path, capsys):
-    out = copy_run(finished_run, tmp_path / "run", {"last": ".last.old", "best": "best", "log.jsonl": "log.jsonl"})
+    out = copy_run(
+        finished_run, tmp_path / "run", {"last": ".last.old", "best": "best", "log.jsonl": "log.jsonl"}
+    )
     assert load_checkpoint(out / "last").step == 4  # every reader reads through the backup
     assert cli(capsys, "eval", out / "last")[0] == 0
     code, stdout, err = cli(capsys, "train", "--resume", "--out", out, "--max-steps", "6", "--no-progress")
     assert code == 0 and "step 6" in stdout, err
-    assert (out / "last").is_dir() and not (out / ".last.old").exists() and load_checkpoint(out / "last").step == 6
+    assert (
+        (out / "last").is_dir()
+        and not (out / ".last.old").exists()
+        and load_checkpoint(out / "last").step == 6
+    )
 
 
 def test_resume_with_only_best_says_how_to_start_over(finished_run, tmp_path, capsys):
@@ -156,13 +200,16 @@ def test_log_rows_have_milliseconds_per_step_and_mfu_that_is_right_or_absent(tmp
     from scratchformer.limits import gemm as limits
 
     monkeypatch.setattr(limits, "gemm_peak_flops", lambda: 1.0)  # measured under load: far too low
-    monkeypatch.setattr(limits, "gemm_rate", lambda: 1e30)       # measured again: the machine is free
+    monkeypatch.setattr(limits, "gemm_rate", lambda: 1e30)  # measured again: the machine is free
     out = tmp_path / "run"
     assert cli(capsys, "train", *TINY, "--max-steps", "2", "--log-interval", "1", "--out", out)[0] == 0
     rows = [r for r in read_log(out / "log.jsonl")[0] if "grad_norm" in r]
     assert len(rows) == 2 and all(r["ms_per_step"] >= 0 and 0 <= r["mfu"] < 1e-6 for r in rows), rows
     monkeypatch.setattr(limits, "gemm_rate", lambda: 1.0)  # every measurement wrong: no MFU written at all
-    assert cli(capsys, "train", *TINY, "--max-steps", "2", "--log-interval", "1", "--out", out, "--overwrite")[0] == 0
+    assert (
+        cli(capsys, "train", *TINY, "--max-steps", "2", "--log-interval", "1", "--out", out, "--overwrite")[0]
+        == 0
+    )
     rows = [r for r in read_log(out / "log.jsonl")[0] if "grad_norm" in r]
     assert len(rows) == 2 and not any("mfu" in r for r in rows), rows
 
@@ -187,7 +234,12 @@ def test_changed_data_stops_eval_and_resume_unless_allowed(tmp_path, capsys):
         f.write("word1\n")  # same characters: only the fingerprint tells
     for argv in (["eval", out], ["train", "--resume", "--out", out, "--max-steps", "3", "--no-progress"]):
         code, _, err = cli(capsys, *argv)
-        assert code == 2 and len(err) == 1 and "changed since training" in err[0] and "--allow-changed-data" in err[0]
+        assert (
+            code == 2
+            and len(err) == 1
+            and "changed since training" in err[0]
+            and "--allow-changed-data" in err[0]
+        )
         assert cli(capsys, *argv, "--allow-changed-data")[0] == 0
 
 
@@ -230,8 +282,12 @@ sys.exit(main(sys.argv[2:]))
 def test_kill_during_checkpoint_keeps_a_usable_run(tmp_path, capsys, nth_file):
     out = tmp_path / "run"
     argv = ["train", *TINY, "--max-steps", "6", "--eval-interval", "2", "--out", str(out)]
-    proc = subprocess.run([sys.executable, "-c", KILL_DURING_SAVE, str(nth_file), *argv],
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", KILL_DURING_SAVE, str(nth_file), *argv],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        timeout=120,
+    )
     assert proc.returncode == -signal.SIGKILL
     assert cli(capsys, "eval", out)[0] == 0
     code, stdout, _ = cli(capsys, "train", "--resume", "--out", out, "--no-progress", "--quiet")
@@ -241,10 +297,22 @@ def test_kill_during_checkpoint_keeps_a_usable_run(tmp_path, capsys, nth_file):
 
 def test_ctrl_c_writes_a_checkpoint_of_the_current_step_and_exits_130(tmp_path, capsys):
     out = tmp_path / "run"
-    proc = subprocess_cli("train", *TINY, "--max-steps", "100000", "--eval-interval", "100000",
-                          "--log-interval", "1", "--out", out)
+    proc = subprocess_cli(
+        "train",
+        *TINY,
+        "--max-steps",
+        "100000",
+        "--eval-interval",
+        "100000",
+        "--log-interval",
+        "1",
+        "--out",
+        out,
+    )
     deadline = time.time() + 60
-    while time.time() < deadline and len(steps(out / "log.jsonl") if (out / "log.jsonl").exists() else []) < 3:
+    while (
+        time.time() < deadline and len(steps(out / "log.jsonl") if (out / "log.jsonl").exists() else []) < 3
+    ):
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
@@ -252,17 +320,33 @@ def test_ctrl_c_writes_a_checkpoint_of_the_current_step_and_exits_130(tmp_path, 
     assert "checkpoint written to" in err and str(out / "last") in err and "Traceback" not in err
     ck = load_checkpoint(out / "last")
     assert ck.step >= 3 and steps(out / "log.jsonl")[-1] <= ck.step
-    code, stdout, _ = cli(capsys, "train", "--resume", "--out", out, "--max-steps", ck.step + 2, "--no-progress",
-                          "--quiet")
+    code, stdout, _ = cli(
+        capsys, "train", "--resume", "--out", out, "--max-steps", ck.step + 2, "--no-progress", "--quiet"
+    )
     assert code == 0 and f"step {ck.step + 2}" in stdout
 
 
 def test_sigterm_saves_a_checkpoint_and_exits_143(tmp_path, capsys):
     out = tmp_path / "run"  # its own process group, signalled whole, as systemd and Slurm do
-    proc = subprocess_cli("train", *TINY, "--max-steps", "100000", "--eval-interval", "100000", "--workers", "2",
-                          "--log-interval", "1", "--out", out, start_new_session=True)
+    proc = subprocess_cli(
+        "train",
+        *TINY,
+        "--max-steps",
+        "100000",
+        "--eval-interval",
+        "100000",
+        "--workers",
+        "2",
+        "--log-interval",
+        "1",
+        "--out",
+        out,
+        start_new_session=True,
+    )
     deadline = time.time() + 60
-    while time.time() < deadline and len(steps(out / "log.jsonl") if (out / "log.jsonl").exists() else []) < 3:
+    while (
+        time.time() < deadline and len(steps(out / "log.jsonl") if (out / "log.jsonl").exists() else []) < 3
+    ):
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
@@ -271,8 +355,9 @@ def test_sigterm_saves_a_checkpoint_and_exits_143(tmp_path, capsys):
     assert "terminated (SIGTERM)" in err and str(out / "last") in err and "--resume" in err
     ck = load_checkpoint(out / "last")
     assert ck.step >= 3 and steps(out / "log.jsonl")[-1] <= ck.step
-    code, stdout, _ = cli(capsys, "train", "--resume", "--out", out, "--max-steps", ck.step + 1, "--no-progress",
-                          "--quiet")
+    code, stdout, _ = cli(
+        capsys, "train", "--resume", "--out", out, "--max-steps", ck.step + 1, "--no-progress", "--quiet"
+    )
     assert code == 0 and f"step {ck.step + 1}" in stdout
 
 
@@ -289,17 +374,33 @@ def test_a_closed_stdout_saves_first_and_ends_cleanly(tmp_path):
     proc.wait(timeout=60)
     err = proc.stderr.read()
     lines = [line for line in err.splitlines() if line.strip()]
-    assert proc.returncode == 141 and len(lines) == 1 and "stdout was closed" in err and "Traceback" not in err, err
+    assert (
+        proc.returncode == 141 and len(lines) == 1 and "stdout was closed" in err and "Traceback" not in err
+    ), err
     ck = load_checkpoint(out / "last")
     assert ck.step >= 2 and load_checkpoint(out / "best").step <= ck.step
 
 
 def test_an_ascii_stdout_cannot_stop_a_run(tmp_path):
     data, out = tmp_path / "noms.txt", tmp_path / "run"
-    data.write_text("".join(f"{n}{i}\n" for i in range(100) for n in ("zoé", "josé", "noël")), encoding="utf-8")
-    proc = subprocess_cli("train", *VERBOSE, "--data", data, "--max-steps", "3", "--eval-interval", "1",
-                          "--num-samples", "20", "--out", out,
-                          env={"PYTHONIOENCODING": "ascii"})
+    data.write_text(
+        "".join(f"{n}{i}\n" for i in range(100) for n in ("zoé", "josé", "noël")), encoding="utf-8"
+    )
+    proc = subprocess_cli(
+        "train",
+        *VERBOSE,
+        "--data",
+        data,
+        "--max-steps",
+        "3",
+        "--eval-interval",
+        "1",
+        "--num-samples",
+        "20",
+        "--out",
+        out,
+        env={"PYTHONIOENCODING": "ascii"},
+    )
     stdout, err = proc.communicate(timeout=120)
     assert proc.returncode == 0 and "Traceback" not in err, err
     assert "\\x" in stdout or "\\u" in stdout  # non-ASCII samples are printed as escapes
@@ -326,10 +427,28 @@ def test_loading_while_training_saves_every_step_never_fails(tmp_path):
     from scratchformer.training.jobs import checkpoint_dir
 
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-c", SLOW_SAVES, "train", *TINY, "--max-steps", "100000",
-                             "--time-limit", "4", "--eval-interval", "1", "--workers", "1", "--out", str(out)],
-                            env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            SLOW_SAVES,
+            "train",
+            *TINY,
+            "--max-steps",
+            "100000",
+            "--time-limit",
+            "4",
+            "--eval-interval",
+            "1",
+            "--workers",
+            "1",
+            "--out",
+            str(out),
+        ],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     deadline, seen = time.time() + 120, set()
     try:
         while not (out / "last").exists() and proc.poll() is None and time.time() < deadline:
@@ -357,8 +476,13 @@ assert main(["train", "--resume", "--out", out, "--max-steps", "3", "--no-progre
 
 def test_runs_train_and_resume_where_fcntl_is_missing(tmp_path):
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-c", WITHOUT_FCNTL, str(out), *TINY, "--workers", "1"],
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", WITHOUT_FCNTL, str(out), *TINY, "--workers", "1"],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "is not locked" in proc.stdout  # said once per training, in one line
     assert load_checkpoint(out / "last").step == 3
@@ -383,8 +507,13 @@ assert main(["train", "--resume", "--out", out, "--max-steps", "3", "--no-progre
 
 def test_every_command_works_without_fcntl_and_fork(tmp_path):
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-c", WITHOUT_FCNTL_OR_FORK, str(out), *TINY],
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(
+        [sys.executable, "-c", WITHOUT_FCNTL_OR_FORK, str(out), *TINY],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.count("usage: scratchformer") >= 8  # every command's --help
     assert "is not locked" in proc.stdout and "cannot fork worker processes" in proc.stdout
@@ -405,11 +534,29 @@ def test_resume_config_keeps_the_schedule_and_says_what_an_extension_does():
 
 def test_finished_run_says_nothing_to_do_and_an_extension_runs_at_min_lr(tmp_path, capsys):
     out = tmp_path / "run"
-    assert cli(capsys, "train", *TINY, "--max-steps", "4", "--warmup-steps", "1", "--min-lr", "1e-4",
-               "--log-interval", "1", "--out", out)[0] == 0
+    assert (
+        cli(
+            capsys,
+            "train",
+            *TINY,
+            "--max-steps",
+            "4",
+            "--warmup-steps",
+            "1",
+            "--min-lr",
+            "1e-4",
+            "--log-interval",
+            "1",
+            "--out",
+            out,
+        )[0]
+        == 0
+    )
     code, stdout, err = cli(capsys, "train", "--resume", "--out", out)
     assert code == 0 and "nothing to do" in stdout and not err
-    code, stdout, _ = cli(capsys, "train", "--resume", "--out", out, "--max-steps", "6", "--no-progress", "--quiet")
+    code, stdout, _ = cli(
+        capsys, "train", "--resume", "--out", out, "--max-steps", "6", "--no-progress", "--quiet"
+    )
     assert code == 0 and "extending the run from 4 to 6 steps" in stdout
     lrs = {r["step"]: r["lr"] for r in read_log(out / "log.jsonl")[0] if "grad_norm" in r}
     assert lrs[5] == lrs[6] == pytest.approx(1e-4) and lrs[2] > 1e-4
@@ -452,7 +599,9 @@ def test_prompt_file(names_run, tmp_path, capsys):
 
 def test_bundled_shakespeare_trains_and_text_has_no_test_split(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    code, stdout, _ = cli(capsys, "train", *TINY, "--data", "shakespeare", "--max-steps", "1", "--block-size", "16")
+    code, stdout, _ = cli(
+        capsys, "train", *TINY, "--data", "shakespeare", "--max-steps", "1", "--block-size", "16"
+    )
     assert code == 0 and "-> out/tinyshakespeare" in stdout
     config = json.loads((tmp_path / "out/tinyshakespeare/last/config.json").read_text())
     assert config["data"]["path"] is None and config["data"]["name"] == "shakespeare"

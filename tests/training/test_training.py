@@ -20,8 +20,18 @@ def tiny_job(seed=0, split_seed=1337, **model):
 
 
 def tiny_cfg(**kw):
-    base = dict(max_steps=20, batch_size=16, eval_interval=10, eval_batches=2, lr=5e-3, warmup_steps=2,
-                log_interval=1, num_samples=2, seed=3, decay_steps=20)
+    base = dict(
+        max_steps=20,
+        batch_size=16,
+        eval_interval=10,
+        eval_batches=2,
+        lr=5e-3,
+        warmup_steps=2,
+        log_interval=1,
+        num_samples=2,
+        seed=3,
+        decay_steps=20,
+    )
     return TrainConfig(**{**base, **kw})
 
 
@@ -30,13 +40,21 @@ def read_log(path):
 
 
 def test_loss_falls_and_files_appear(tmp_path):
-    summary = train(tiny_job(), tiny_cfg(max_steps=40, decay_steps=40), tmp_path, progress=False, verbose=False)
+    summary = train(
+        tiny_job(), tiny_cfg(max_steps=40, decay_steps=40), tmp_path, progress=False, verbose=False
+    )
     rows = [r for r in read_log(tmp_path / "log.jsonl") if "tokens_per_s" in r]
     assert len(rows) == 40
     first, last = np.mean([r["train_loss"] for r in rows[:5]]), np.mean([r["train_loss"] for r in rows[-5:]])
     assert last < first - 0.3, (first, last)
     for which in ("best", "last"):
-        for f in ("model.safetensors", "config.json", "tokenizer.json", "optimizer.safetensors", "trainer_state.json"):
+        for f in (
+            "model.safetensors",
+            "config.json",
+            "tokenizer.json",
+            "optimizer.safetensors",
+            "trainer_state.json",
+        ):
             assert (tmp_path / which / f).is_file()
     assert summary["step"] == 40 and summary["stopped_by"] == "max_steps"
     assert {"step", "lr", "train_loss", "grad_norm", "tokens_per_s"} <= set(rows[0])
@@ -51,10 +69,17 @@ def test_the_progress_bar_starts_no_thread_before_the_workers_fork(tmp_path, mon
 
     names_at_fork = []
     fork = os.fork
-    monkeypatch.setattr(os, "fork", lambda: names_at_fork.append({t.name for t in threading.enumerate()}) or fork())
+    monkeypatch.setattr(
+        os, "fork", lambda: names_at_fork.append({t.name for t in threading.enumerate()}) or fork()
+    )
     before = {t.name for t in threading.enumerate()}
-    train(tiny_job(), tiny_cfg(max_steps=2, workers=2, batch_size=64, eval_interval=100, num_samples=0), tmp_path,
-          progress=True, verbose=False)
+    train(
+        tiny_job(),
+        tiny_cfg(max_steps=2, workers=2, batch_size=64, eval_interval=100, num_samples=0),
+        tmp_path,
+        progress=True,
+        verbose=False,
+    )
     assert len(names_at_fork) == 1 and names_at_fork[0] <= before  # one worker forked; no thread started
 
 
@@ -62,25 +87,42 @@ def test_the_progress_bar_starts_no_thread_before_the_workers_fork(tmp_path, mon
 def test_resume_equals_uninterrupted_run(tmp_path, monkeypatch, workers):
     # batches of 64 names (>= 512 tokens): workers=2 splits them over two processes (training.parallel.DataParallel)
     from scratchformer.training.parallel import DataParallel
+
     split_steps = []
     split_forward = DataParallel._split_forward
-    monkeypatch.setattr(DataParallel, "_split_forward", lambda self, *a: split_steps.append(self.module.training)
-                        or split_forward(self, *a))
+    monkeypatch.setattr(
+        DataParallel,
+        "_split_forward",
+        lambda self, *a: split_steps.append(self.module.training) or split_forward(self, *a),
+    )
     a, b = tmp_path / "a", tmp_path / "b"
     job_a = tiny_job(dropout=0.1)
     train(job_a, tiny_cfg(workers=workers, batch_size=64), a, progress=False, verbose=False)
-    train(tiny_job(dropout=0.1), tiny_cfg(max_steps=10, workers=workers, batch_size=64), b, progress=False,
-          verbose=False)
+    train(
+        tiny_job(dropout=0.1),
+        tiny_cfg(max_steps=10, workers=workers, batch_size=64),
+        b,
+        progress=False,
+        verbose=False,
+    )
     ck = load_checkpoint(b / "last")
     job_b = LMJob.from_checkpoint(ck)
-    train(job_b, tiny_cfg(workers=workers, batch_size=64), b, resume=True, progress=False, verbose=False,
-          checkpoint=ck)
+    train(
+        job_b,
+        tiny_cfg(workers=workers, batch_size=64),
+        b,
+        resume=True,
+        progress=False,
+        verbose=False,
+        checkpoint=ck,
+    )
     assert split_steps.count(True) == (0 if workers == 1 else 2 * 20)  # every step of both runs was split
     assert split_steps.count(False) == (0 if workers == 1 else 4 * 2)  # 4 evaluations of 2 batches each
     sa, sb = job_a.model.state_dict(), job_b.model.state_dict()
     assert sa.keys() == sb.keys()
     for k in sa:
         np.testing.assert_array_equal(sa[k], sb[k], err_msg=k)
+
     # same losses, learning rates and grad norms at every step (throughput naturally differs)
     def strip(rows):
         return [{k: v for k, v in r.items() if k not in ("tokens_per_s", "ms_per_step", "mfu")} for r in rows]
@@ -89,7 +131,9 @@ def test_resume_equals_uninterrupted_run(tmp_path, monkeypatch, workers):
 
 
 def test_time_limit_stops_and_saves(tmp_path):
-    summary = train(tiny_job(), tiny_cfg(max_steps=10_000, time_limit=0.5), tmp_path, progress=False, verbose=False)
+    summary = train(
+        tiny_job(), tiny_cfg(max_steps=10_000, time_limit=0.5), tmp_path, progress=False, verbose=False
+    )
     assert summary["stopped_by"] == "time_limit"
     assert 0 < summary["step"] < 10_000
     assert (tmp_path / "last" / "model.safetensors").is_file()
@@ -167,13 +211,19 @@ def _scripted_val(job, losses):
 
 def test_patience_stops_after_evaluations_without_a_lower_val_loss(tmp_path):
     cfg = tiny_cfg(max_steps=10, eval_interval=1, num_samples=0, patience=2, workers=1)
-    summary = train(_scripted_val(tiny_job(), [3.0, 2.0, 2.5, 2.4, 1.0]), cfg, tmp_path, progress=False, verbose=False)
+    summary = train(
+        _scripted_val(tiny_job(), [3.0, 2.0, 2.5, 2.4, 1.0]), cfg, tmp_path, progress=False, verbose=False
+    )
     assert summary["stopped_by"] == "patience" and summary["step"] == 4 and summary["best_val_loss"] == 2.0
     assert load_checkpoint(tmp_path / "best").step == 2 and load_checkpoint(tmp_path / "last").step == 4
     # without patience the same losses run to max_steps
-    summary = train(_scripted_val(tiny_job(), [3.0, 2.0, 2.5, 2.4, 1.0, 1, 1, 1, 1, 1]),
-                    tiny_cfg(max_steps=10, eval_interval=1, num_samples=0, workers=1), tmp_path / "all",
-                    progress=False, verbose=False)
+    summary = train(
+        _scripted_val(tiny_job(), [3.0, 2.0, 2.5, 2.4, 1.0, 1, 1, 1, 1, 1]),
+        tiny_cfg(max_steps=10, eval_interval=1, num_samples=0, workers=1),
+        tmp_path / "all",
+        progress=False,
+        verbose=False,
+    )
     assert summary["stopped_by"] == "max_steps" and summary["step"] == 10
 
 
@@ -208,6 +258,7 @@ def test_weight_seed_does_not_move_the_held_out_split():
 
 def test_decay_embeddings_decays_only_the_embedding_tables(tmp_path):
     """`decay_embeddings` adds nanoGPT's decay of wte/wpe; without weight decay it changes nothing."""
+
     def one_step(out, **kw):
         job = tiny_job()
         train(job, tiny_cfg(max_steps=1, decay_steps=1, **kw), tmp_path / out, progress=False, verbose=False)
@@ -235,28 +286,53 @@ def test_defaults_table_covers_every_run_kind_with_dataclass_field_names():
         assert job_cls.kind == row["kind"]
         assert set(row["model"]) <= {f.name for f in fields(job_cls.config_class)}, kind
         assert set(row["train"]) <= train_fields and "seed" not in row["train"], kind
-        assert set(row["data"]) == ({"block_size", "split_seed", "tokenizer", "vocab_size"} if row["kind"] == "gpt"
-                                    else {"base", "val_fraction", "split_seed"} if kind in FINETUNE_RUN_KINDS
-                                    else {"modulus", "train_fraction", "max_len"} if kind == "modadd"
-                                    else {"symbols", "block_size", "repeats", "n_train", "n_test"} if kind == "induction"
-                                    else {"n_train", "n_test", "max_len"}), kind
-        assert set(row.get("init_from", {})) <= train_fields and (row["kind"] == "gpt" or "init_from" not in row)
+        assert set(row["data"]) == (
+            {"block_size", "split_seed", "tokenizer", "vocab_size"}
+            if row["kind"] == "gpt"
+            else {"base", "val_fraction", "split_seed"}
+            if kind in FINETUNE_RUN_KINDS
+            else {"modulus", "train_fraction", "max_len"}
+            if kind == "modadd"
+            else {"symbols", "block_size", "repeats", "n_train", "n_test"}
+            if kind == "induction"
+            else {"n_train", "n_test", "max_len"}
+        ), kind
+        assert set(row.get("init_from", {})) <= train_fields and (
+            row["kind"] == "gpt" or "init_from" not in row
+        )
         resolved = run_defaults(kind)
         assert resolved["train"]["seed"] == DEFAULT_SEED == 1337
         assert set(resolved["train"]) == train_fields
-        for train in (resolved["train"], {**resolved["train"], **resolved["init_from"]}):
+        for train in (resolved["train"], {**resolved["train"], **resolved["init_from"]}):  # noqa: F402
             TrainConfig.from_dict(train)  # every default schedule decays: its floor is at most its peak
     # values the published results depend on (docs/results.md)
-    assert RUN_DEFAULTS["lines"]["train"]["max_steps"] == 16000 and RUN_DEFAULTS["sort"]["train"]["max_steps"] == 2500
-    assert RUN_DEFAULTS["copy"]["train"]["max_steps"] == 1500 and RUN_DEFAULTS["text"]["data"]["block_size"] == 64
+    assert (
+        RUN_DEFAULTS["lines"]["train"]["max_steps"] == 16000
+        and RUN_DEFAULTS["sort"]["train"]["max_steps"] == 2500
+    )
+    assert (
+        RUN_DEFAULTS["copy"]["train"]["max_steps"] == 1500
+        and RUN_DEFAULTS["text"]["data"]["block_size"] == 64
+    )
 
 
 def test_every_job_class_implements_the_protocol():
     from scratchformer.training.jobs import JOBS, Job
 
     methods = [name for name in vars(Job) if not name.startswith("_") and callable(getattr(Job, name))]
-    assert {"create", "from_checkpoint", "train_batch", "batch_tokens", "evaluation", "evaluate", "samples", "predict",
-            "config_dict", "tokenizer_dict", "check_compatible"} <= set(methods)
+    assert {
+        "create",
+        "from_checkpoint",
+        "train_batch",
+        "batch_tokens",
+        "evaluation",
+        "evaluate",
+        "samples",
+        "predict",
+        "config_dict",
+        "tokenizer_dict",
+        "check_compatible",
+    } <= set(methods)
     for kind, cls in JOBS.items():
         missing = [name for name in methods if not callable(getattr(cls, name, None))]
         assert not missing, (kind, missing)
@@ -266,8 +342,12 @@ def test_every_job_class_implements_the_protocol():
 def test_build_job_and_load_job_round_trip_a_task_run(run_kind, tmp_path):
     from scratchformer.training.jobs import build_job
 
-    job, cfg = build_job(run_kind, {"n_layer": 1, "n_embd": 16}, {"max_steps": 2, "eval_batches": 1},
-                         {"n_train": 300, "n_test": 30})
+    job, cfg = build_job(
+        run_kind,
+        {"n_layer": 1, "n_embd": 16},
+        {"max_steps": 2, "eval_batches": 1},
+        {"n_train": 300, "n_test": 30},
+    )
     assert cfg.max_steps == 2 and cfg.eval_interval == (120 if run_kind == "majority" else 300)  # the table's
     train(job, cfg, tmp_path, progress=False, verbose=False)
     loaded = load_job(tmp_path)

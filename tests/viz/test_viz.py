@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from scratchformer import viz
 from scratchformer.data.tokenizer import CharTokenizer
 from scratchformer.errors import DataError, RunFileError, ShapeError
 from scratchformer.interop.bert import BertConfig, BertEncoder
@@ -19,7 +20,6 @@ from scratchformer.models.gpt import GPT, GPTConfig
 from scratchformer.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 from scratchformer.nn import manual_seed
 from scratchformer.ops import attention_forward
-from scratchformer import viz
 from scratchformer.viz import trace as T
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,21 +35,35 @@ def png_size(path) -> tuple[int, int]:
 
 
 def tiny_gpt(n_layer=2, n_head=2, n_embd=16, block_size=16, vocab_size=TOK.vocab_size):
-    return GPT(GPTConfig(vocab_size=vocab_size, block_size=block_size, n_layer=n_layer, n_head=n_head,
-                         n_embd=n_embd), seed=0)
+    return GPT(
+        GPTConfig(
+            vocab_size=vocab_size, block_size=block_size, n_layer=n_layer, n_head=n_head, n_embd=n_embd
+        ),
+        seed=0,
+    )
 
 
 def tiny_classifier(pooling="cls"):
     manual_seed(1)
-    return TransformerClassifier(ClassifierConfig(vocab_size=TOK.vocab_size, n_classes=3, max_len=16,
-                                                  n_layer=2, n_head=2, n_embd=16, pooling=pooling,
-                                                  positional="learned"))
+    return TransformerClassifier(
+        ClassifierConfig(
+            vocab_size=TOK.vocab_size,
+            n_classes=3,
+            max_len=16,
+            n_layer=2,
+            n_head=2,
+            n_embd=16,
+            pooling=pooling,
+            positional="learned",
+        )
+    )
 
 
 def tiny_seq2seq():
     manual_seed(2)
-    return Seq2SeqTransformer(Seq2SeqConfig(src_vocab_size=12, tgt_vocab_size=12, max_len=12, n_layer=2,
-                                            n_head=2, n_embd=16))
+    return Seq2SeqTransformer(
+        Seq2SeqConfig(src_vocab_size=12, tgt_vocab_size=12, max_len=12, n_layer=2, n_head=2, n_embd=16)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -64,8 +78,10 @@ def ids():
 
 # -- import cost -----------------------------------------------------------------------------
 def test_import_does_not_load_matplotlib():
-    code = ("import sys, scratchformer, scratchformer.viz; "
-            "assert 'matplotlib' not in sys.modules, 'matplotlib was imported'")
+    code = (
+        "import sys, scratchformer, scratchformer.viz; "
+        "assert 'matplotlib' not in sys.modules, 'matplotlib was imported'"
+    )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
@@ -81,14 +97,17 @@ def _figure_calls(gpt, ids):
     s2s = tiny_seq2seq()
     src, tgt = np.array([3, 4, 5, 6]), np.array([1, 6, 5, 4, 3])
     s2s_maps = T.attention_maps(s2s, src, tgt)
-    rows = [{"step": 0, "lr": 1e-3, "train_loss": 3.0, "grad_norm": 1.0, "tokens_per_s": 900.0},
-            {"step": 10, "lr": 2e-3, "train_loss": 2.5, "val_loss": 2.6},
-            {"step": 20, "train_loss": 2.0, "tokens_per_s": 950.0}]
+    rows = [
+        {"step": 0, "lr": 1e-3, "train_loss": 3.0, "grad_norm": 1.0, "tokens_per_s": 900.0},
+        {"step": 10, "lr": 2e-3, "train_loss": 2.5, "val_loss": 2.6},
+        {"step": 20, "train_loss": 2.0, "tokens_per_s": 950.0},
+    ]
     return {
         "attention_grid": lambda p: viz.attention_grid(maps["encoder"], tokens, path=p),
         "seq2seq_attention": lambda p: viz.seq2seq_attention(s2s_maps, list("3456"), list("B6543"), path=p),
-        "classifier_attention": lambda p: viz.classifier_attention([0.2, 0.7, 0.1], ["a", "b", "c"],
-                                                                   maps["encoder"], tokens, path=p),
+        "classifier_attention": lambda p: viz.classifier_attention(
+            [0.2, 0.7, 0.1], ["a", "b", "c"], maps["encoder"], tokens, path=p
+        ),
         "causal_vs_bidirectional": lambda p: viz.causal_vs_bidirectional(q, k, tokens, path=p),
         "attention_steps": lambda p: viz.attention_steps(q, k, v, tokens, path=p),
         "sinusoidal_encoding": lambda p: viz.sinusoidal_encoding(32, 16, path=p),
@@ -105,18 +124,34 @@ def _figure_calls(gpt, ids):
         "training_curves": lambda p: viz.training_curves(rows, path=p),
         "token_ids": lambda p: viz.token_ids(ids, tokens, path=p),
         "attention_bars": lambda p: viz.attention_bars(maps["encoder"][0, 0], tokens, path=p),
-        "residual_variance": lambda p: viz.residual_variance(tr.residual[0], tr.attn_update[0], tokens, path=p),
+        "residual_variance": lambda p: viz.residual_variance(
+            tr.residual[0], tr.attn_update[0], tokens, path=p
+        ),
         "ff_scatter": lambda p: viz.ff_scatter(tr.layernorms[1][2], tr.ff_update[0], path=p),
         "backward_walkthrough": lambda p: viz.backward_walkthrough(
-            viz.backward_steps(gpt, ids[None, :-1], ids[None, 1:]), path=p),
+            viz.backward_steps(gpt, ids[None, :-1], ids[None, 1:]), path=p
+        ),
     }
 
 
 def test_every_figure_writes_a_png_of_its_size(gpt, ids, tmp_path):
     calls = _figure_calls(gpt, ids)
-    public = {n for n in viz.__all__ if n not in ("trace", "decode_attention", "encode_attention",
-                                                 "notebook_iframe", "write_report", "report", "report_bert",
-                                                 "backward_steps", "backward_table")}  # data and text, not figures
+    public = {
+        n
+        for n in viz.__all__
+        if n
+        not in (
+            "trace",
+            "decode_attention",
+            "encode_attention",
+            "notebook_iframe",
+            "write_report",
+            "report",
+            "report_bert",
+            "backward_steps",
+            "backward_table",
+        )
+    }  # data and text, not figures
     assert public == set(calls), "a figure function without a test (or a test without a function)"
     for name, call in calls.items():
         path = tmp_path / f"{name}.png"
@@ -166,14 +201,24 @@ def test_trace_reproduces_the_forward(gpt, ids):
     out = T.trace(clf, ids).output
     np.testing.assert_allclose(clf.head(out.mean(axis=1)), logits, atol=1e-5)
     manual_seed(3)  # post-norm blocks (BERT)
-    bert = BertEncoder(BertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                                  intermediate_size=32, max_position_embeddings=16))
+    bert = BertEncoder(
+        BertConfig(
+            vocab_size=30,
+            hidden_size=16,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=32,
+            max_position_embeddings=16,
+        )
+    )
     np.testing.assert_allclose(T.trace(bert, ids).output, bert(ids[None]), atol=1e-5)
 
 
 def test_training_curves_tolerate_missing_fields(tmp_path):
     log = tmp_path / "log.jsonl"
-    log.write_text('{"step": 1, "train_loss": 3.0}\n\n{"step": 2, "val_loss": 2.9, "lr": 0.1}\n{"step": 3, "lr')
+    log.write_text(
+        '{"step": 1, "train_loss": 3.0}\n\n{"step": 2, "val_loss": 2.9, "lr": 0.1}\n{"step": 3, "lr'
+    )
     fig = viz.training_curves(tmp_path)  # a torn last line (a kill mid-write) is dropped
     loss_ax, lr_ax = fig.axes  # gradient norm and tokens/s were never logged: no empty panels
     assert [ln.get_label() for ln in loss_ax.lines] == ["train_loss", "val_loss"]
@@ -182,8 +227,15 @@ def test_training_curves_tolerate_missing_fields(tmp_path):
         viz.training_curves(tmp_path / "missing")
 
 
-@pytest.mark.parametrize("bad", ['not json\n{"step": 2}\n', '{"step": "1", "lr": 0.1}\n{"step": 2}\n',
-                                 '{"step": null}\n{"step": 2}\n', '{"step": [1]}\n{"step": 2}\n'])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        'not json\n{"step": 2}\n',
+        '{"step": "1", "lr": 0.1}\n{"step": 2}\n',
+        '{"step": null}\n{"step": 2}\n',
+        '{"step": [1]}\n{"step": 2}\n',
+    ],
+)
 def test_training_curves_refuse_a_log_resume_refuses(tmp_path, bad):
     (tmp_path / "log.jsonl").write_text(bad)  # viz reads logs with the trainer's strict reader
     with pytest.raises(RunFileError, match="log.jsonl line 1"):

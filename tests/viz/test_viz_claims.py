@@ -22,7 +22,9 @@ def _texts(fig) -> str:
 @pytest.fixture(scope="module")
 def random_gpt():
     """A tiny untrained GPT: its learned positions are noise (nothing falls with distance)."""
-    return GPT(GPTConfig(vocab_size=11, block_size=16, n_layer=2, n_head=2, n_embd=32, init="pytorch"), seed=0)
+    return GPT(
+        GPTConfig(vocab_size=11, block_size=16, n_layer=2, n_head=2, n_embd=32, init="pytorch"), seed=0
+    )
 
 
 def _smooth_table(P=16, C=32):
@@ -36,13 +38,17 @@ def test_position_similarity_title_follows_the_data(random_gpt):
     sinus = _texts(viz.position_similarity(sinusoidal_table(64, 32)))
     assert "not monotone (rises again at distance" in sinus and "falls with distance" not in sinus
     angle = np.arange(16) * np.pi / 16  # positions on a half circle: cosine = cos(distance * pi / 16)
-    assert "falls with distance" in _texts(viz.position_similarity(np.stack([np.cos(angle), np.sin(angle)], axis=1)))
+    assert "falls with distance" in _texts(
+        viz.position_similarity(np.stack([np.cos(angle), np.sin(angle)], axis=1))
+    )
 
 
 def test_distance_similarity_numbers_are_the_curve():
     m = np.array([1.0, 0.97, 0.9, 0.8, 0.85, 0.7, 0.6, 0.5])
     text = claims.distance_similarity(m)
-    assert text.startswith("similarity at distance 1: 0.97, at 6: 0.60") and "rises again at distance 4" in text
+    assert (
+        text.startswith("similarity at distance 1: 0.97, at 6: 0.60") and "rises again at distance 4" in text
+    )
     assert claims.distance_similarity([1, 0.02, -0.03, 0.01, 0.0]).endswith("about 0 at every distance")
 
 
@@ -57,7 +63,9 @@ def test_embedding_pca_title_follows_the_data(random_gpt):
     ids = np.array([0, 3, 4, 4, 1])
     scattered = _texts(viz.embedding_pca(tok, pos, ids, list("xabbc")))
     assert "scattered, no curve" in scattered and "trace a curve" not in scattered
-    assert "they trace a curve" in _texts(viz.embedding_pca(tok, sinusoidal_table(16, 32), ids, list("xabbc")))
+    assert "they trace a curve" in _texts(
+        viz.embedding_pca(tok, sinusoidal_table(16, 32), ids, list("xabbc"))
+    )
 
 
 def test_embedding_pca_shows_only_the_given_tokens(random_gpt):
@@ -77,9 +85,13 @@ def _trace(norms):
 def test_residual_norms_title_follows_the_data(random_gpt):
     assert "grows" not in _texts(viz.residual_norms(_trace([1.36, 1.37, 1.38, 1.42, 1.44])))
     assert "changes by less than 10%" in _texts(viz.residual_norms(_trace([1.36, 1.37, 1.38, 1.42, 1.44])))
-    assert "10.6 -> 29.3: grows at every block" in _texts(viz.residual_norms(_trace([10.6, 13.8, 18.2, 23.9, 29.3])))
+    assert "10.6 -> 29.3: grows at every block" in _texts(
+        viz.residual_norms(_trace([10.6, 13.8, 18.2, 23.9, 29.3]))
+    )
     assert "not monotone" in _texts(viz.residual_norms(_trace([10, 20, 15, 30])))
-    tr = viz.trace.trace(random_gpt, np.array([0, 3, 4, 4, 1]))  # a real model: the title says what its stream does
+    tr = viz.trace.trace(
+        random_gpt, np.array([0, 3, 4, 4, 1])
+    )  # a real model: the title says what its stream does
     norms = [float(np.linalg.norm(r[0], axis=-1).mean()) for r in tr.residual]
     assert claims.residual_growth(norms) in _texts(viz.residual_norms(tr))
 
@@ -95,19 +107,30 @@ def test_attention_steps_without_a_mask_does_not_repeat_the_scores():
     assert "layer 1, head 2" in _texts(bidirectional) and "no mask (bidirectional)" in _texts(bidirectional)
 
 
-@pytest.mark.parametrize("draw", ["attention_steps", "attention_grid", "classifier_attention",
-                                  "causal_vs_bidirectional", "seq2seq_attention"])
+@pytest.mark.parametrize(
+    "draw",
+    [
+        "attention_steps",
+        "attention_grid",
+        "classifier_attention",
+        "causal_vs_bidirectional",
+        "seq2seq_attention",
+    ],
+)
 def test_every_heatmap_has_a_colorbar_and_axis_names(draw):
     rng = np.random.default_rng(0)
     tokens = list("abcd")
     maps = rng.dirichlet(np.ones(4), size=(2, 2, 4))  # (L, H, T, T)
     q, k, v = rng.standard_normal((3, 4, 4))
-    fig = {"attention_steps": lambda: viz.attention_steps(q, k, v, tokens),
-           "attention_grid": lambda: viz.attention_grid(maps, tokens),
-           "classifier_attention": lambda: viz.classifier_attention([0.2, 0.8], ["a", "b"], maps, tokens),
-           "causal_vs_bidirectional": lambda: viz.causal_vs_bidirectional(q, k, tokens),
-           "seq2seq_attention": lambda: viz.seq2seq_attention({"encoder": maps, "decoder": maps, "cross": maps},
-                                                              tokens, tokens)}[draw]()
+    fig = {
+        "attention_steps": lambda: viz.attention_steps(q, k, v, tokens),
+        "attention_grid": lambda: viz.attention_grid(maps, tokens),
+        "classifier_attention": lambda: viz.classifier_attention([0.2, 0.8], ["a", "b"], maps, tokens),
+        "causal_vs_bidirectional": lambda: viz.causal_vs_bidirectional(q, k, tokens),
+        "seq2seq_attention": lambda: viz.seq2seq_attention(
+            {"encoder": maps, "decoder": maps, "cross": maps}, tokens, tokens
+        ),
+    }[draw]()
     panels = [ax for ax in fig.axes if ax.images]
     colorbars = [ax for ax in fig.axes if not ax.images and ax.get_label() == "<colorbar>"]
     assert panels and colorbars
@@ -118,13 +141,18 @@ def test_every_heatmap_has_a_colorbar_and_axis_names(draw):
 
 def test_classifier_title_names_input_truth_and_accuracy():
     maps = np.full((1, 2, 3, 3), 1 / 3)
-    text = _texts(viz.classifier_attention([0.1, 0.2, 0.7], ["c0", "c1", "c2"], maps, ["2", "0", "2"],
-                                           true_class=2, accuracy=0.995))
+    text = _texts(
+        viz.classifier_attention(
+            [0.1, 0.2, 0.7], ["c0", "c1", "c2"], maps, ["2", "0", "2"], true_class=2, accuracy=0.995
+        )
+    )
     assert "input 2 0 2" in text and "predicted c2" in text and "true c2 (right)" in text and "99.5%" in text
 
 
 def test_cell_text_is_dark_on_pale_cells():
-    fig = viz.attention_steps(*np.zeros((3, 3, 2)), list("abc"), causal=False)  # every score 0: the pale middle
+    fig = viz.attention_steps(
+        *np.zeros((3, 3, 2)), list("abc"), causal=False
+    )  # every score 0: the pale middle
     scores = fig.axes[0]
     assert scores.texts and all(t.get_color() == "black" for t in scores.texts)
 
@@ -171,17 +199,39 @@ def test_compare_init_draws_the_runs_initial_weights(tmp_path, capsys):
     from scratchformer.training.jobs import build_job, load_job
 
     run = tmp_path / "run"
-    settings = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--batch-size", "8", "--eval-batches", "2",
-                "--max-steps", "3", "--seed", "7", "--workers", "1", "--no-progress", "--quiet"]
+    settings = [
+        "--n-layer",
+        "1",
+        "--n-head",
+        "2",
+        "--n-embd",
+        "16",
+        "--batch-size",
+        "8",
+        "--eval-batches",
+        "2",
+        "--max-steps",
+        "3",
+        "--seed",
+        "7",
+        "--workers",
+        "1",
+        "--no-progress",
+        "--quiet",
+    ]
     assert main(["train", *settings, "--out", str(run)]) == 0
-    fresh, _ = build_job("lines", {"n_layer": 1, "n_head": 2, "n_embd": 16}, {"seed": 7})  # what training started from
+    fresh, _ = build_job(
+        "lines", {"n_layer": 1, "n_head": 2, "n_embd": 16}, {"seed": 7}
+    )  # what training started from
     job = load_job(run)
     initial_model, source = _initial_model(run, job)
     assert source is None  # trained from scratch: the untrained model of its config and seed
     initial = initial_model.state_dict()
     for name, value in fresh.model.state_dict().items():
         np.testing.assert_array_equal(initial[name], value, err_msg=name)
-    assert any(not np.array_equal(initial[n], v) for n, v in job.model.state_dict().items())  # training moved them
+    assert any(
+        not np.array_equal(initial[n], v) for n, v in job.model.state_dict().items()
+    )  # training moved them
     assert main(["viz", str(run), "--compare-init", "--out", str(tmp_path / "figs")]) == 0
     written = {p.stem for p in (tmp_path / "figs").glob("*.png")}
     assert {"attention_grid_init", "embedding_pca_init", "residual_norms_init"} <= written

@@ -13,11 +13,25 @@ from scratchformer.training.jobs import build_job
 from scratchformer.training.trainer import train
 
 PNG = b"\x89PNG\r\n\x1a\n"
-TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--batch-size", "8", "--eval-batches", "2",
-        "--no-progress", "--quiet"]
-TINY_TASK = ({"n_layer": 1, "n_head": 2, "n_embd": 16, "n_inner": 32},
-             {"max_steps": 4, "eval_interval": 2, "batch_size": 8, "warmup_steps": 1},
-             {"n_train": 200, "n_test": 20})
+TINY = [
+    "--n-layer",
+    "1",
+    "--n-head",
+    "2",
+    "--n-embd",
+    "16",
+    "--batch-size",
+    "8",
+    "--eval-batches",
+    "2",
+    "--no-progress",
+    "--quiet",
+]
+TINY_TASK = (
+    {"n_layer": 1, "n_head": 2, "n_embd": 16, "n_inner": 32},
+    {"max_steps": 4, "eval_interval": 2, "batch_size": 8, "warmup_steps": 1},
+    {"n_train": 200, "n_test": 20},
+)
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +81,14 @@ def test_viz_gpt_run_defaults(gpt_run, capsys):
     assert main(["viz", str(gpt_run)]) == 0
     paths = printed_paths(capsys)
     assert all(p.parent == gpt_run / "viz" for p in paths)  # --out defaults to RUN_DIR/viz
-    assert [p.stem for p in paths] == ["attention_grid", "attention_steps", "embedding_pca", "residual_norms",
-                                       "training_curves", "report"]
+    assert [p.stem for p in paths] == [
+        "attention_grid",
+        "attention_steps",
+        "embedding_pca",
+        "residual_norms",
+        "training_curves",
+        "report",
+    ]
     html = check_pngs(paths)
     assert "best val loss" in html and "emma" in html  # the run's log; the default name
 
@@ -76,7 +96,9 @@ def test_viz_gpt_run_defaults(gpt_run, capsys):
 def test_viz_checkpoint_dir_with_all_figures(gpt_run, tmp_path, capsys):
     assert main(["viz", str(gpt_run / "best"), "--text", "ann", "--out", str(tmp_path), "--all"]) == 0
     paths = printed_paths(capsys)
-    assert len(paths) > 10 and {"layernorm", "positions_learned", "training_curves"} <= {p.stem for p in paths}
+    assert len(paths) > 10 and {"layernorm", "positions_learned", "training_curves"} <= {
+        p.stem for p in paths
+    }
     check_pngs(paths)
 
 
@@ -105,8 +127,9 @@ def test_viz_backward_prints_and_draws_the_walk_through_alone(which, gpt_run, ta
     assert table[-1].startswith("all ") and "steps agree with finite differences" in table[-1]
     names = [line.split()[1] for line in table[:-1]]
     attention = "h.0.self_attn" if which == "gpt" else "blocks.0.self_attn"
-    assert [f"{attention}.{op}" for op in ("dv", "dA", "dS", "dq", "dk")] == [n for n in names if n.startswith(
-        attention + ".d")]
+    assert [f"{attention}.{op}" for op in ("dv", "dA", "dS", "dq", "dk")] == [
+        n for n in names if n.startswith(attention + ".d")
+    ]
     assert ("pool" in names) == (which == "majority")
     assert all(" [reference]" in line for line in table[:-1])
 
@@ -155,22 +178,29 @@ def test_viz_bert_says_when_it_cuts_a_long_text(tmp_path):
     assert notes == []  # a text that fits: nothing cut, nothing said
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["viz", "{missing}"], "checkpoint not found"),
-    (["viz", "{gpt}", "--text", "Emma!"], "not in the vocabulary"),
-    (["viz", "{gpt}", "--text", "abcdefghijklmnopqrstuvwxyz"], "give a shorter text"),
-    (["viz", "{majority}", "--text", "3 a"], "bad token"),
-    (["viz", "{majority}", "--text", "5 5 5"], "only the digits 0, 1 and 2"),
-    (["viz", "{reverse}", "--text", "1 2 3 4 5 6 7 8 9 0 1 2 3 4 5"], "at most"),
-    (["viz", "--bert"], "--bert needs --text"),
-    (["viz", "{gpt}", "--bert", "x", "--text", "a"], "not both"),
-    (["viz", "{gpt}", "--out", "{file}/sub"], "cannot create --out"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["viz", "{missing}"], "checkpoint not found"),
+        (["viz", "{gpt}", "--text", "Emma!"], "not in the vocabulary"),
+        (["viz", "{gpt}", "--text", "abcdefghijklmnopqrstuvwxyz"], "give a shorter text"),
+        (["viz", "{majority}", "--text", "3 a"], "bad token"),
+        (["viz", "{majority}", "--text", "5 5 5"], "only the digits 0, 1 and 2"),
+        (["viz", "{reverse}", "--text", "1 2 3 4 5 6 7 8 9 0 1 2 3 4 5"], "at most"),
+        (["viz", "--bert"], "--bert needs --text"),
+        (["viz", "{gpt}", "--bert", "x", "--text", "a"], "not both"),
+        (["viz", "{gpt}", "--out", "{file}/sub"], "cannot create --out"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(argv, message, gpt_run, task_runs, tmp_path, capsys):
     a_file = tmp_path / "file.txt"
     a_file.write_text("x")
-    names = {"missing": "/nonexistent/run", "gpt": str(gpt_run), "file": str(a_file),
-             **{k: str(v) for k, v in task_runs.items()}}
+    names = {
+        "missing": "/nonexistent/run",
+        "gpt": str(gpt_run),
+        "file": str(a_file),
+        **{k: str(v) for k, v in task_runs.items()},
+    }
     argv = [a.format(**names) for a in argv]
     capsys.readouterr()
     assert main(argv) == 2
@@ -194,8 +224,27 @@ def test_text_run_needs_text_and_reads_its_prompt(tmp_path, capsys):
     data = tmp_path / "text.txt"
     data.write_text("to be or not to be, that is the question. " * 40)
     run = tmp_path / "text"
-    assert main(["train", "--data", str(data), "--format", "text", "--block-size", "16", "--max-steps", "2",
-                 "--eval-interval", "2", "--out", str(run), *TINY]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--data",
+                str(data),
+                "--format",
+                "text",
+                "--block-size",
+                "16",
+                "--max-steps",
+                "2",
+                "--eval-interval",
+                "2",
+                "--out",
+                str(run),
+                *TINY,
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert main(["viz", str(run)]) == 2
     assert "needs an input: --text" in capsys.readouterr().err
@@ -217,15 +266,36 @@ def printed_paths_from(out: str) -> list[Path]:
     return [Path(line) for line in out.split("\n") if line]
 
 
-@pytest.mark.parametrize("sizes", [["--n-embd", "1", "--n-head", "1"],
-                                   ["--block-size", "1", "--format", "text", "--n-embd", "8", "--n-head", "2"]])
+@pytest.mark.parametrize(
+    "sizes",
+    [
+        ["--n-embd", "1", "--n-head", "1"],
+        ["--block-size", "1", "--format", "text", "--n-embd", "8", "--n-head", "2"],
+    ],
+)
 def test_width_1_and_block_size_1_models_draw(sizes, tmp_path, capsys):
     data = tmp_path / "text.txt"
     data.write_text("to be or not to be, that is the question. " * 40)
     run = tmp_path / "run"
     tiny = ["--n-layer", "1", "--batch-size", "8", "--eval-batches", "2", "--no-progress", "--quiet"]
-    assert main(["train", "--data", str(data), "--max-steps", "2", "--eval-interval", "2", "--out", str(run),
-                 *tiny, *sizes]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--data",
+                str(data),
+                "--max-steps",
+                "2",
+                "--eval-interval",
+                "2",
+                "--out",
+                str(run),
+                *tiny,
+                *sizes,
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert main(["viz", str(run), "--text", "t", "--all", "--out", str(tmp_path / "v")]) == 0
     check_pngs(printed_paths(capsys))

@@ -16,18 +16,23 @@ import shutil
 
 import numpy as np
 import pytest
-
-from scratchformer.data.tokenizer import CharTokenizer
-from scratchformer.models.gpt import GPT, GPTConfig
-from scratchformer import viz
-from scratchformer.viz import trace as T
 from test_viz import TEXT as SHORT_TEXT
 from test_viz import TOK, tiny_classifier, tiny_seq2seq
 
+from scratchformer import viz
+from scratchformer.data.tokenizer import CharTokenizer
+from scratchformer.models.gpt import GPT, GPTConfig
+from scratchformer.viz import trace as T
 
 TEXT = "First Citizen: Before we proceed any further, hear me speak. All:"[:64]
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--no-first-run", "--disable-sync"]
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +41,10 @@ def shakespeare(tmp_path_factory):
     training log: (model, tokenizer, paths written by report)."""
     out = tmp_path_factory.mktemp("report")
     log = out / "log.jsonl"
-    log.write_text('{"step": 0, "lr": 0.001, "train_loss": 3.3, "grad_norm": 2.0, "tokens_per_s": 500.0}\n'
-                   '{"step": 5, "lr": 0.001, "train_loss": 3.0, "val_loss": 3.1}\n')
+    log.write_text(
+        '{"step": 0, "lr": 0.001, "train_loss": 3.3, "grad_norm": 2.0, "tokens_per_s": 500.0}\n'
+        '{"step": 5, "lr": 0.001, "train_loss": 3.0, "val_loss": 3.1}\n'
+    )
     tok = CharTokenizer.from_text(TEXT + "abcdefghijklmnopqrstuvwxyz")
     model = GPT(GPTConfig(vocab_size=tok.vocab_size, block_size=64, n_layer=4, n_head=4, n_embd=64), seed=0)
     return model, tok, viz.report(model, out / "figs", text=TEXT, tokenizer=tok, log=log)
@@ -76,8 +83,13 @@ def check_self_contained(paths, n_figures=13):
     for p in pngs:  # every other figure is embedded, byte for byte
         assert base64.b64encode(p.read_bytes()).decode() in page, p.name
     assert page.count("data:image/png;base64,") == len(pngs)
-    for pattern in (r"""(?:src|href)\s*=\s*["']?\s*(?!data:)[a-z]+:""", r"https?://", r"\bfetch\s*\(",
-                    r"""\bimport\s*(?:\(|["'])""", r"XMLHttpRequest"):
+    for pattern in (
+        r"""(?:src|href)\s*=\s*["']?\s*(?!data:)[a-z]+:""",
+        r"https?://",
+        r"\bfetch\s*\(",
+        r"""\bimport\s*(?:\(|["'])""",
+        r"XMLHttpRequest",
+    ):
         assert not re.search(pattern, page, re.I), f"report.html refers outside itself: {pattern}"
     return page
 
@@ -97,8 +109,14 @@ def test_gpt_report_is_self_contained_and_decodes(shakespeare):
 
 def test_classifier_report(tmp_path):
     clf = tiny_classifier(pooling="cls")
-    paths = viz.report(clf, tmp_path, TOK.encode(SHORT_TEXT), list(SHORT_TEXT), class_names=["x", "y", "z"],
-                       only=["classifier_attention", "embedding_pca"])
+    paths = viz.report(
+        clf,
+        tmp_path,
+        TOK.encode(SHORT_TEXT),
+        list(SHORT_TEXT),
+        class_names=["x", "y", "z"],
+        only=["classifier_attention", "embedding_pca"],
+    )
     (tab,) = page_data(check_self_contained(paths, n_figures=2))["tabs"]
     assert tab["keys"][0] == "[CLS]" and tab["Tk"] == len(SHORT_TEXT) + 1
     assert "classifier_attention.png" in {p.name for p in paths}
@@ -107,8 +125,14 @@ def test_classifier_report(tmp_path):
 def test_seq2seq_report_has_three_tabs(tmp_path):
     s2s = tiny_seq2seq()
     src, tgt = np.array([3, 4, 5, 6, 7]), np.array([1, 7, 6, 5])
-    paths = viz.report(s2s, tmp_path, src, tgt_ids=tgt, tgt_tokens=["<bos>", "7", "6", "5"],
-                       only=["attention_seq2seq", "positions_sinusoidal"])
+    paths = viz.report(
+        s2s,
+        tmp_path,
+        src,
+        tgt_ids=tgt,
+        tgt_tokens=["<bos>", "7", "6", "5"],
+        only=["attention_seq2seq", "positions_sinusoidal"],
+    )
     tabs = page_data(check_self_contained(paths, n_figures=2))["tabs"]
     assert [t["name"] for t in tabs] == ["encoder", "decoder", "cross"]
     cross = tabs[2]
@@ -150,7 +174,9 @@ def _canvas(page, canvas_id: str) -> dict:
     return page.evaluate(
         """id => { const c = document.getElementById(id);
                    const d = new Uint32Array(c.getContext('2d').getImageData(0, 0, c.width, c.height).data.buffer);
-                   return {w: c.width, h: c.height, colours: new Set(d).size, png: c.toDataURL()}; }""", canvas_id)
+                   return {w: c.width, h: c.height, colours: new Set(d).size, png: c.toDataURL()}; }""",
+        canvas_id,
+    )
 
 
 @contextlib.contextmanager
@@ -173,7 +199,10 @@ def opened(report_path):
 
             page.route("**/*", route)
             page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
-            page.on("console", lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+            page.on(
+                "console",
+                lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None,
+            )
             page.goto(report_path.resolve().as_uri())
             page.wait_for_function("window.scratchformerReady === true", timeout=15000)
             yield page
@@ -238,7 +267,9 @@ def test_the_step_slider_replays_the_training_diagnostics(tmp_path):
     path = viz.report(job.model, tmp_path / "fig", text="emma", tokenizer=job.tokenizer, log=out, only=[])[-1]
     tab = page_data(path.read_text())["tabs"][-1]
     assert [f["step"] for f in tab["diag"]] == tab["steps"] == [r["step"] for r in records] == [0, 2, 4, 6]
-    assert [f["weights"][0][2] for f in tab["diag"]] == [r["params"]["wte.weight"]["grad_hist"] for r in records]
+    assert [f["weights"][0][2] for f in tab["diag"]] == [
+        r["params"]["wte.weight"]["grad_hist"] for r in records
+    ]
 
     def table(page):  # the per-layer numbers shown: [[mean, std, saturated %, dead %, grad std], ...]
         rows = page.evaluate("""Array.from(document.querySelectorAll('#sf-diag-table tr')).slice(1)
@@ -246,8 +277,10 @@ def test_the_step_slider_replays_the_training_diagnostics(tmp_path):
         return [[float(v.rstrip("%")) for v in row] for row in rows]
 
     def expected(rec):
-        return [[layer["mean"], layer["std"], 100 * layer["saturation"], 100 * layer["dead"], layer["grad_std"]]
-                for layer in rec["layers"]]
+        return [
+            [layer["mean"], layer["std"], 100 * layer["saturation"], 100 * layer["dead"], layer["grad_std"]]
+            for layer in rec["layers"]
+        ]
 
     def canvases(page):
         return [_canvas(page, c)["png"] for c in ("sf-diag-act", "sf-diag-grad", "sf-diag-weights")]
@@ -262,7 +295,9 @@ def test_the_step_slider_replays_the_training_diagnostics(tmp_path):
         page.dispatch_event("#sf-step", "input")
         assert page.inner_text("#sf-step-label").startswith("0 ")
         first = table(page)
-        np.testing.assert_allclose(first, expected(records[0]), rtol=2e-2, atol=2e-3)  # step 0: the initialisation
+        np.testing.assert_allclose(
+            first, expected(records[0]), rtol=2e-2, atol=2e-3
+        )  # step 0: the initialisation
         assert first != last, "another step, the same numbers"
         assert all(a != b for a, b in zip(canvases(page), last_pixels)), "another step, the same histograms"
 
@@ -302,10 +337,11 @@ def test_hover_shows_the_stored_weight_of_the_cell_under_the_mouse(tmp_path):
 def test_the_backward_part_lists_the_steps_and_shows_each_ones_values(tmp_path):
     """The Backward part: one row per step, a planted bug's step red and first shown, a click
     on another row shows that step's formula, file:line, lane and values (hover: the stored value)."""
+    from test_viz_backward import IDS, TARGETS, _gpt_variant, _wrong_softmax
+
     from scratchformer.ops import attention as ops_attention
     from scratchformer.viz.backward import backward_steps
     from scratchformer.viz.html import write_report
-    from test_viz_backward import IDS, TARGETS, _gpt_variant, _wrong_softmax
 
     reference = backward_steps(_gpt_variant(), IDS[:1], TARGETS[:1])
     original = ops_attention.softmax_backward
@@ -315,18 +351,28 @@ def test_the_backward_part_lists_the_steps_and_shows_each_ones_values(tmp_path):
     finally:
         ops_attention.softmax_backward = original
     maps = np.full((1, 1, 2, 2), 0.5)
-    path = write_report(tmp_path / "report.html", "t", [("self-attention", maps, ["a", "b"], ["a", "b"])], [], {},
-                        backward=steps)
+    path = write_report(
+        tmp_path / "report.html",
+        "t",
+        [("self-attention", maps, ["a", "b"], ["a", "b"])],
+        [],
+        {},
+        backward=steps,
+    )
     names = [s.name for s in steps]
     with opened(path) as page:
         page.click("nav >> text=Backward")  # the link at the top of the page
         assert page.evaluate("location.hash") == "#sf-backward"
         rows = page.locator("#sf-bw-rows tr")
         assert rows.count() == len(steps) == len(reference)
-        assert "1 step(s) disagree with finite differences: h.0.self_attn.dS" in page.inner_text("#sf-bw-summary")
+        assert "1 step(s) disagree with finite differences: h.0.self_attn.dS" in page.inner_text(
+            "#sf-bw-summary"
+        )
         dS = names.index("h.0.self_attn.dS")
         assert page.evaluate("window.scratchformerBackwardStep") == dS  # the red step is shown first
-        bad = page.evaluate("Array.from(document.querySelectorAll('#sf-bw-rows td.bad')).map(td => td.parentNode.cells[1].textContent)")
+        bad = page.evaluate(
+            "Array.from(document.querySelectorAll('#sf-bw-rows td.bad')).map(td => td.parentNode.cells[1].textContent)"
+        )
         assert bad == ["h.0.self_attn.dS"]
         dv = names.index("h.0.self_attn.dv")
         rows.nth(dv).click()

@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import pytest
+from test_viz_report import _canvas, opened, page_data
 
 from scratchformer import viz
 from scratchformer.cli.main import main
@@ -15,30 +16,90 @@ from scratchformer.training.diagnostics import DIAG_FILE, read_records
 from scratchformer.training.jobs import load_job
 from scratchformer.viz import grokking as G
 from scratchformer.viz import induction as IND
-from test_viz_report import _canvas, opened, page_data
 
 
 def _induction_run(tmp_path):
     out = tmp_path / "ind"
-    assert main(["train", "--task", "induction", "--out", str(out), "--no-progress", "--quiet", "--symbols", "8",
-                 "--block-size", "12", "--n-embd", "16", "--n-head", "2", "--max-steps", "6", "--eval-interval", "6",
-                 "--diag-interval", "2", "--batch-size", "8", "--workers", "1", "--num-samples", "0"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--task",
+                "induction",
+                "--out",
+                str(out),
+                "--no-progress",
+                "--quiet",
+                "--symbols",
+                "8",
+                "--block-size",
+                "12",
+                "--n-embd",
+                "16",
+                "--n-head",
+                "2",
+                "--max-steps",
+                "6",
+                "--eval-interval",
+                "6",
+                "--diag-interval",
+                "2",
+                "--batch-size",
+                "8",
+                "--workers",
+                "1",
+                "--num-samples",
+                "0",
+            ]
+        )
+        == 0
+    )
     return out
 
 
 def _modadd_run(tmp_path):
     out = tmp_path / "modadd"
-    assert main(["train", "--task", "modadd", "--modulus", "7", "--n-embd", "16", "--max-steps", "6",
-                 "--eval-interval", "6", "--diag-interval", "2", "--workers", "1", "--no-progress", "--quiet",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--task",
+                "modadd",
+                "--modulus",
+                "7",
+                "--n-embd",
+                "16",
+                "--max-steps",
+                "6",
+                "--eval-interval",
+                "6",
+                "--diag-interval",
+                "2",
+                "--workers",
+                "1",
+                "--no-progress",
+                "--quiet",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     return out
 
 
 def _report(run, tmp_path):
     job = load_job(run)
     v = job.viz_inputs(None)
-    return viz.report(job.model, tmp_path / f"fig-{run.name}", np.asarray(v["ids"]), list(v["tokens"]),
-                      vocab_labels=v["vocab_labels"], log=run, only=[])[-1]
+    return viz.report(
+        job.model,
+        tmp_path / f"fig-{run.name}",
+        np.asarray(v["ids"]),
+        list(v["tokens"]),
+        vocab_labels=v["vocab_labels"],
+        log=run,
+        only=[],
+    )[-1]
 
 
 def test_frames_hold_each_records_measures(tmp_path):
@@ -55,13 +116,24 @@ def test_frames_hold_each_records_measures(tmp_path):
     for f, r in zip(frames, records):
         assert dict(f["series"])["test loss"] == r["modadd"]["test_loss"] and f["log"]
         assert f["bars"]["values"] == r["modadd"]["freq_norms"] and len(f["bars"]["labels"]) == 3
-        assert [int(k) for k, on in zip(f["bars"]["labels"], f["bars"]["on"]) if on] == sorted(r["modadd"]["key_freqs"])
+        assert [int(k) for k, on in zip(f["bars"]["labels"], f["bars"]["on"]) if on] == sorted(
+            r["modadd"]["key_freqs"]
+        )
     json.dumps(frames, allow_nan=False)  # strict JSON: the page parses it
 
 
 def test_a_diverged_record_is_null_not_nan():
-    rec = {"step": 0, "loss_first": float("nan"), "loss_repeat": 1.0, "heads": ["L0"], "prefix_matching": [[float("nan")]],
-           "best_head": [0, 0], "worst_head": [0, 0], "ablate_best": float("inf"), "ablate_worst": 0.0}
+    rec = {
+        "step": 0,
+        "loss_first": float("nan"),
+        "loss_repeat": 1.0,
+        "heads": ["L0"],
+        "prefix_matching": [[float("nan")]],
+        "best_head": [0, 0],
+        "worst_head": [0, 0],
+        "ablate_best": float("inf"),
+        "ablate_worst": 0.0,
+    }
     (frame,) = IND.slider_frames([rec])
     json.dumps(frame, allow_nan=False)
     assert dict(frame["series"])["loss first copy"] is None and frame["bars"]["values"] == [0.0]
@@ -73,15 +145,24 @@ def test_the_step_slider_draws_the_progress_measures(tmp_path, task):
     records = read_records(run / DIAG_FILE)[1]
     path = _report(run, tmp_path)
     tab = page_data(path.read_text(encoding="utf-8"))["tabs"][-1]
-    assert [f["step"] for f in tab["diag"]] == [r["step"] for r in records] and all("progress" in f for f in tab["diag"])
+    assert [f["step"] for f in tab["diag"]] == [r["step"] for r in records] and all(
+        "progress" in f for f in tab["diag"]
+    )
 
     def shown(page):  # the numbers of the table at this step
-        return [float(c) for c in page.evaluate(
-            "Array.from(document.querySelectorAll('#sf-progress-table tr')[1].cells).map(c => c.textContent)")]
+        return [
+            float(c)
+            for c in page.evaluate(
+                "Array.from(document.querySelectorAll('#sf-progress-table tr')[1].cells).map(c => c.textContent)"
+            )
+        ]
 
     def expected(r):
-        return ([r["loss_first"], r["loss_repeat"], r["ablate_best"], r["ablate_worst"]] if task == "induction" else
-                [r["modadd"][k] for k in ("train_loss", "test_loss", "restricted_loss", "excluded_loss")])
+        return (
+            [r["loss_first"], r["loss_repeat"], r["ablate_best"], r["ablate_worst"]]
+            if task == "induction"
+            else [r["modadd"][k] for k in ("train_loss", "test_loss", "restricted_loss", "excluded_loss")]
+        )
 
     with opened(path) as page:
         assert page.locator("#sf-progress").is_hidden()  # the model's own tab: no slider

@@ -38,8 +38,12 @@ def find_induction_head(model, tokens):
     n_layer = model.config.n_layer
     names = [f"blocks.{layer}.attn.pattern" for layer in range(n_layer)]
     _, cache = lens.run_with_cache(model, tokens, names=names)
-    scores = np.stack([((cache[name] * target[:, None]).sum(-1) * has[:, None]).sum(axis=(0, 2)) / has.sum()
-                       for name in names])  # (n_layer, H): the mean over the queries that have such a key
+    scores = np.stack(
+        [
+            ((cache[name] * target[:, None]).sum(-1) * has[:, None]).sum(axis=(0, 2)) / has.sum()
+            for name in names
+        ]
+    )  # (n_layer, H): the mean over the queries that have such a key
     layer, head = np.unravel_index(int(np.argmax(scores)), scores.shape)
     return int(layer), int(head)
     # END SOLUTION

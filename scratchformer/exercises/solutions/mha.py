@@ -46,7 +46,14 @@ class MultiHeadAttention:
         e = np.exp(masked - masked.max(axis=-1, keepdims=True))
         weights = e / e.sum(axis=-1, keepdims=True)
         a = self.merge_heads(weights @ v)  # (B, T, C)
-        self.x, self.q, self.k, self.v, self.mask, self.scale = x, q, k, v, mask, scale  # kept for the backward
+        self.x, self.q, self.k, self.v, self.mask, self.scale = (
+            x,
+            q,
+            k,
+            v,
+            mask,
+            scale,
+        )  # kept for the backward
         self.scores, self.weights, self.a = scores, weights, a
         return a @ self.out_proj_weight.data.T + self.out_proj_bias.data
 
