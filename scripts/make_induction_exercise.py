@@ -4,7 +4,7 @@ Usage::
 
     python scripts/make_induction_exercise.py [OUT_DIR]
 
-Trains the default `--task induction` model (2 attention-only layers of 2 heads, 64 wide) 700
+Trains the `--task induction` model with 2 heads a layer (2 attention-only layers, 64 wide) 700
 steps on 4,000 training sequences with the default seed (about 90 s on a busy core), and writes
 OUT_DIR/model.safetensors (the weights) and OUT_DIR/config.json (the model's GPTConfig and the
 task's data spec), by default into the package. Same seed, same bytes: a rerun on the same
@@ -26,11 +26,15 @@ from scratchformer.training.jobs import build_job
 from scratchformer.training.trainer import train
 
 STEPS = 700
+# Two heads a layer, not the task's default one: the learner chooses among heads, and the other
+# head of the later layer must do too little for a wrong answer to pass.
+MODEL = dict(n_head=2)
 
 
 def main(out: Path) -> None:
     job, cfg = build_job(
         "induction",
+        model=MODEL,
         train=dict(max_steps=STEPS, diag_interval=STEPS, eval_interval=STEPS, workers=1, num_samples=0),
         data=dict(n_train=4000, n_test=64),
     )

@@ -28,6 +28,7 @@ SKIP_DOCS = {
 }
 SKIP = [  # (a regular expression a command matches, why it is not run here)
     (r"^pip install", "installs packages: a download"),
+    (r"^ruff ", "the style check over the repository: .ci/run runs it"),
     (r"python -m pytest", "the test suite itself"),
     (
         r"^python examples/",

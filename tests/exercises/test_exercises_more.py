@@ -5,6 +5,7 @@ solutions and learner bugs are graded with the others in test_exercises.py; here
 graders rest on."""
 
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -70,13 +71,15 @@ def test_the_graded_merges_follow_the_trainer(monkeypatch, tmp_path):
 
 # -- induction_head ---------------------------------------------------------------------------
 def test_the_shipped_model_is_the_induction_run_s_and_small():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+    import make_induction_exercise  # the task's defaults with two heads a layer
+
     from scratchformer.training.jobs import RUN_DEFAULTS
 
     model, data = induction.load_model()
     c = model.config
-    assert {k: getattr(c, k) for k in RUN_DEFAULTS["induction"]["model"]} == RUN_DEFAULTS["induction"][
-        "model"
-    ]
+    made = {**RUN_DEFAULTS["induction"]["model"], **make_induction_exercise.MODEL}
+    assert {k: getattr(c, k) for k in made} == made
     assert (c.vocab_size, c.block_size) == (data["symbols"], data["block_size"])
     assert (induction.MODEL_DIR / "model.safetensors").stat().st_size < 200_000
     assert not list(induction.MODEL_DIR.glob("*.pkl")) and not list(induction.MODEL_DIR.glob("*.pt"))

@@ -659,21 +659,17 @@ def test_export_on_a_full_disk_is_one_line_and_leaves_no_directory(
 ):
     import pathlib
 
-    import safetensors.numpy
+    import scratchformer.interop.gpt2 as gpt2
+    import scratchformer.runfiles as runfiles
 
-    if writer == "weights":  # the first file written
-        monkeypatch.setattr(safetensors.numpy, "save_file", _full_disk)
-    else:  # the last one, after every other file is written
-        import scratchformer.runfiles as runfiles
-
-        real = runfiles.write_atomic
-        monkeypatch.setattr(
-            runfiles,
-            "write_atomic",
-            lambda path, data: (
-                _full_disk() if pathlib.Path(path).name == "tokenizer_config.json" else real(path, data)
-            ),
-        )
+    # the first file written (the weights, by the exporter) or the last one, after every other
+    owner, full = (gpt2, "model.safetensors") if writer == "weights" else (runfiles, "tokenizer_config.json")
+    real = owner.write_atomic
+    monkeypatch.setattr(
+        owner,
+        "write_atomic",
+        lambda path, data: _full_disk() if pathlib.Path(path).name == full else real(path, data),
+    )
     hf = tmp_path / "exports" / "hf"
     code, _, err = cli(capsys, "export", bpe_run, "--hf", hf)
     assert code == 2 and len(err) == 1 and "No space left on device" in err[0], err

@@ -382,16 +382,17 @@ DATA_OPTIONS = {
 def test_model_and_data_options_at_their_boundaries_are_stored_and_read_back(tmp_path, dest):
     """Every value a model or data option accepts at its edges (every choice, both bools) is
     written into config.json and read back unchanged."""
-    from scratchformer.specs import Bool, Str
+    from scratchformer.specs import Bool, Maybe, Str
     from scratchformer.training.schema import LM_DATA
 
     spec = LM_DATA.fields[DATA_OPTIONS[dest]] if dest in DATA_OPTIONS else GPTConfig.spec(dest)
     action = _train_option(dest)
     if isinstance(spec, Bool):
         values = [True, False]
-    elif isinstance(spec, Str):
-        assert tuple(action.choices) == spec.choices  # the option offers exactly the declared choices
-        values = list(spec.choices)
+    elif isinstance(spec, Str) or (isinstance(spec, Maybe) and isinstance(spec.spec, Str)):
+        choices = spec.choices if isinstance(spec, Str) else spec.spec.choices
+        assert tuple(action.choices) == choices  # the option offers exactly the declared choices
+        values = list(choices) + ([None] if isinstance(spec, Maybe) else [])  # None: the default's "unset"
     else:
         ok, bad = _boundaries(spec)
         values = [action.type(text) for text in ok]
