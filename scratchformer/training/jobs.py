@@ -209,7 +209,8 @@ TASK_DEFAULTS: dict[str, dict] = {
             tie_weights=False,
             bias=True,
             dropout=0.0,
-            init="pytorch",
+            init="grokking",
+            loss_dtype="float64",
         ),
         "train": dict(
             max_steps=16000,

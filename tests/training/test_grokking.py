@@ -230,3 +230,26 @@ def test_grokking_summary_reads_the_steps_from_the_data(tmp_path):
     assert "step 300" in fig.axes[0].get_title() and (tmp_path / "g.png").stat().st_size > 5000
     with pytest.raises(DataError, match="modadd"):
         grokking_summary([{"step": 1}])
+
+
+def test_the_default_is_the_paper_s_preset():
+    """Nanda et al. 2023 (the grokking paper's code and the TransformerLens demo): the settings a
+    plain `train --task modadd` takes, its two numerical details included (their init and the
+    loss's log-softmax in float64: without them a 16,000-step run memorised and did not grok,
+    docs/results.md)."""
+    from scratchformer.training.jobs import RUN_DEFAULTS
+
+    d = RUN_DEFAULTS["modadd"]
+    model = dict(n_layer=1, n_head=4, n_embd=128, n_inner=512, activation="relu", normalization="none")
+    assert {k: d["model"][k] for k in model} == model and d["model"]["tie_weights"] is False
+    assert (d["model"]["init"], d["model"]["loss_dtype"]) == ("grokking", "float64")
+    t = d["train"]
+    assert (t["lr"], t["min_lr"], t["weight_decay"], t["beta1"], t["beta2"], t["max_steps"]) == (
+        1e-3,
+        1e-3,
+        1.0,
+        0.9,
+        0.98,
+        16000,
+    )
+    assert t["batch_size"] >= 113 * 113 and (d["data"]["modulus"], d["data"]["train_fraction"]) == (113, 0.3)
