@@ -1,25 +1,40 @@
 """Fast lane of `ops/attention.py`: the same attention in cache-sized pieces (a few batch rows
 at a time, or, when one batch row's (H, Tq, Tk) weights are bigger than a piece, blocks of its
 queries), the scale on q (the smaller array), and, when asked, the weights recomputed in the
-backward instead of kept. Equal to the reference within float32 rounding (the scale and the
-sums round differently); recomputed weights equal kept ones bit for bit.
+backward instead of kept. Equal to the reference within float32 rounding (the scale, the sums
+and the recomputation round differently): float64 within 1e-12 relative
+(tests/ops/test_fast_lane.py, tests/ops/test_blocked_attention.py).
 
-Long context: with blocks of queries and keep_weights=False, no (Tq, Tk) array of every head
-is held at once: a piece holds (H, block, Tk) scores, the cache keeps each row's max and
-denominator, and the backward recomputes each block's weights as it goes (flash attention's
-scheme, in NumPy's terms), so the attention's working memory is O(block x Tk) per head. A
-block of queries attends only to the keys up to the last one any of its rows may see (a
-causal mask's blocks skip the keys after their diagonal: half the products at long T).
-Training dropout's mask is still kept whole: (B, H, Tq, Tk), the weights' dtype.
+The block rule, in one place (`_pieces`): a piece holds at most CHUNK_BYTES (2 MB) of scores,
+about one core's L2, so that the softmax's passes and the backward's two (block, Tk) arrays
+(W and dS) run from cache. Weights that fit CHUNK_BYTES make one piece (the default
+configurations, T = 16 and 64); otherwise a few batch rows a piece (medium, T = 256), or, when
+one batch row's (H, Tq, Tk) weights pass CHUNK_BYTES, blocks of its queries:
+block = CHUNK_BYTES // (H x Tk x itemsize) (at T = 1024, 4 float32 heads: 128 queries).
+
+Long context (blocks of queries, keep_weights=False, as a training forward over
+KEEP_WEIGHTS_BYTES runs): no (Tq, Tk) array of every head is held at once. A piece holds
+(H, block, Tk) scores; the forward keeps each query's lse = row max + log(denominator), divides
+its (block, d) output instead of the weights, and the backward recomputes each block's weights
+as it goes (flash attention's scheme, in NumPy's terms):
+    W  = exp(where(allowed, [q s, -lse] [k, 1]^T + bias, -inf))      one product, one exp
+    dS = W * ([dout, -rowsum] [v, 1]^T)                               one product, one multiply
+(the subtractions ride in the products as a (d + 1)-th column), so the attention's working
+memory is O(block x Tk) per head plus (T, d) arrays. A block of queries attends only to the
+keys up to the last one any of its rows may see, and its mask is written over the keys from
+its first hidden one on (a causal block: keys after its diagonal skipped, about half the
+products at long T; -inf written over the (block, block) diagonal square only). Training
+dropout draws its mask block by block, from the same random stream as with kept weights, and
+keeps it as bits (np.packbits): (B, H, Tq, Tk) / 8 bytes.
 
 `ops/attention.py` checks the arguments and builds the mask, then (`fast.lane` choosing this
 lane) hands over to `attention_forward` here, with the arguments of its formula `attend`:
 `allowed` (True = may attend, broadcastable to (B, H, Tq, Tk), or None), `bias` (added to the
 scaled scores, broadcastable to (B, H, Tq, Tk), or None: ALiBi's), `drop(w) -> (dropped, mask)`,
-its dropout with p, rng and training bound, and `training`, `keep_weights` for this lane's rule:
-a training forward keeps weights up to KEEP_WEIGHTS_BYTES and recomputes bigger ones in the
-backward (the reference always keeps them). Its cache holds lane="fast", which sends the
-backward here too.
+its dropout with p, rng and training bound (it multiplies by a mask of 0 and one value drawn
+from w's shape alone), and `training`, `keep_weights` for this lane's rule: a training forward
+keeps weights up to KEEP_WEIGHTS_BYTES and recomputes bigger ones in the backward (the
+reference always keeps them). Its cache holds lane="fast", which sends the backward here too.
 """
 
 from __future__ import annotations
@@ -31,10 +46,11 @@ import numpy as np
 
 from scratchformer.fast.reductions import max_last, sum_last
 
-# Pieces are sized so that each one's (H, Tq, Tk) scores stay in the core's cache through the
-# softmax's passes (medium size, 8 x 6 x 256 x 256: forward 17.6 -> 15.0 ms, backward 26 ->
-# 21.6 ms a layer); a model small enough runs in one piece. At T = 1024 with 6 heads one query
-# row of every head is 24 KB in float32, so a piece is a block of 85 queries.
+# The block rule's one constant: a piece's scores, at most this many bytes, stay in one core's
+# cache (about its L2) through the softmax's passes (medium size, 8 x 6 x 256 x 256: forward
+# 17.6 -> 15.0 ms, backward 26 -> 21.6 ms a layer). At T = 1024, 4 float32 heads, a block of 128
+# queries; 1 MB and 2 MB time alike there, 256 KB and 4 MB 1.3-1.5x slower (one thread, Xeon
+# with 2 MB of L2 a core).
 CHUNK_BYTES = 2 << 20
 
 # a training-mode forward keeps its attention weights for the backward up to this size; above

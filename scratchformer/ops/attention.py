@@ -83,12 +83,7 @@ def attention_mask(mask: np.ndarray | None, causal: bool, Tq: int, Tk: int) -> n
         mask = as_array(mask, "attention mask")
         if mask.dtype != bool:
             raise DTypeError(f"attention mask must be boolean (True = may attend), got dtype {mask.dtype}")
-        try:
-            fits = mask.ndim <= 4 and np.broadcast_shapes(mask.shape[-2:], (Tq, Tk)) == (Tq, Tk)
-        except ValueError:
-            fits = False
-        if not fits:
-            raise ShapeError(f"attention mask of shape {mask.shape} does not broadcast to (B, H, {Tq}, {Tk})")
+        _check_broadcasts(mask, "attention mask", Tq, Tk)
     if causal and Tq > 1:  # one query (a decoding step) sees every key: nothing to mask
         c = causal_mask(Tq, Tk)
         mask = c if mask is None else (mask & c)
@@ -171,13 +166,18 @@ def _check_bias(bias, Tq: int, Tk: int) -> np.ndarray:
     bias = np.asarray(bias)
     if not np.issubdtype(bias.dtype, np.floating):
         raise DTypeError(f"attention bias must hold floats (added to the scores), got dtype {bias.dtype}")
+    _check_broadcasts(bias, "attention bias", Tq, Tk)
+    return bias
+
+
+def _check_broadcasts(a: np.ndarray, what: str, Tq: int, Tk: int) -> None:
+    """A ShapeError naming `what` unless a (at most 4-D) broadcasts to (B, H, Tq, Tk)."""
     try:
-        fits = bias.ndim <= 4 and np.broadcast_shapes(bias.shape[-2:], (Tq, Tk)) == (Tq, Tk)
+        fits = a.ndim <= 4 and np.broadcast_shapes(a.shape[-2:], (Tq, Tk)) == (Tq, Tk)
     except ValueError:
         fits = False
     if not fits:
-        raise ShapeError(f"attention bias of shape {bias.shape} does not broadcast to (B, H, {Tq}, {Tk})")
-    return bias
+        raise ShapeError(f"{what} of shape {a.shape} does not broadcast to (B, H, {Tq}, {Tk})")
 
 
 def _from_masked_convention(mask, mask_means: str):
