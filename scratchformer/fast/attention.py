@@ -14,7 +14,8 @@ block = CHUNK_BYTES // (H x Tk x itemsize) (at T = 1024, 4 float32 heads: 128 qu
 
 Long context (blocks of queries, keep_weights=False, as a training forward over
 KEEP_WEIGHTS_BYTES runs): no (Tq, Tk) array of every head is held at once. A piece holds
-(H, block, Tk) scores; the forward keeps each query's lse = row max + log(denominator), divides
+(H, block, Tk) scores; the forward keeps each query's lse = log(sum_j exp(score_j)) (the row
+max subtracted first unless Cauchy-Schwarz bounds every score well inside exp's range), divides
 its (block, d) output instead of the weights, and the backward recomputes each block's weights
 as it goes (flash attention's scheme, in NumPy's terms):
     W  = exp(where(allowed, [q s, -lse] [k, 1]^T + bias, -inf))      one product, one exp
@@ -163,18 +164,21 @@ def _add_bias(scores, bias, fresh: bool):
     return scores
 
 
-def _softmax_weights(q, k, allowed, bias, scale, out=None, masked_from=0, normalise=True):
+def _softmax_weights(q, k, allowed, bias, scale, out=None, masked_from=0, normalise=True, shift=True):
     """weights = softmax(where(allowed, (q s) k^T + bias, -inf)) over the keys, in one (..., Tq,
     Tk) array (out, if given). Returns (weights, row_max, denom). normalise=False leaves
     exp(scores - row_max) undivided (the recomputing forward divides its (..., Tq, d) output
-    by denom instead of the weights)."""
+    by denom instead of the weights). shift=False skips the row max (row_max is then None):
+    exp(scores) itself, for scores known to be bounded (`_scores_bounded`)."""
     # the scale on q, (..., Tq, d), is a smaller pass than on the scores when d < Tk
     weights = _add_bias(np.matmul(q * scale, k.swapaxes(-1, -2), out=out), bias, fresh=out is None)
     _hide(weights, allowed, masked_from)
-    row_max = max_last(weights)  # (..., Tq, 1)
-    if allowed is not None:
-        row_max[~np.isfinite(row_max)] = 0  # fully masked row: avoid inf - inf
-    weights -= row_max
+    row_max = None
+    if shift:
+        row_max = max_last(weights)  # (..., Tq, 1)
+        if allowed is not None:
+            row_max[~np.isfinite(row_max)] = 0  # fully masked row: avoid inf - inf
+        weights -= row_max
     np.exp(weights, out=weights)  # exp(-inf) = 0 for masked keys
     denom = sum_last(weights)
     if allowed is not None:
@@ -189,7 +193,8 @@ def attention_forward(q, k, v, allowed, bias, drop, training, keep_weights):
     (B, H, Tq, Tk). Returns (out (B, H, Tq, d), cache), as the reference `ops.attention.attend`.
 
     keep_weights=True keeps the weights (B, H, Tq, Tk) for the backward (and for plots).
-    keep_weights=False keeps, per query, only lse = row max + log(denominator) (B, H, Tq, 1),
+    keep_weights=False keeps, per query, only lse = row max + log(denominator) (B, H, Tq, 1)
+    (log(denominator) alone when the scores are bounded and no max was subtracted),
     and the backward recomputes each piece's weights as exp(scores - lse) (as flash attention
     does, and PyTorch's scaled_dot_product_attention): cache["weights"] is then None. A piece's
     weights are left undivided, exp(scores - max), and its (Tq, d) output is divided by the
@@ -247,6 +252,7 @@ def _forward_recomputed(q, k, v, allowed, bias, drop, scale, pieces, lead, w_dty
     """The forward that keeps lse (B, H, Tq, 1) and, with dropout, each piece's mask as bits."""
     B, Tq, Tk = q.shape[0], q.shape[-2], k.shape[-2]
     lse = np.empty(lead + (Tq, 1), dtype=w_dtype)
+    shift = bias is not None or not _scores_bounded(q, k, scale, w_dtype)
     drop_bits = []  # per piece: (its mask as bits along the keys, the mask's nonzero value)
     for p in pieces:
         e, row_max, denom = _softmax_weights(
@@ -257,6 +263,7 @@ def _forward_recomputed(q, k, v, allowed, bias, drop, scale, pieces, lead, w_dty
             scale,
             masked_from=p.masked_from,
             normalise=False,
+            shift=shift,
         )
         dropped, mask_rows = drop(e)  # dropout(e) / denom = dropout(e / denom): the same draw
         if mask_rows is not None:
@@ -264,9 +271,26 @@ def _forward_recomputed(q, k, v, allowed, bias, drop, scale, pieces, lead, w_dty
         o = _rows(out, p, B)
         np.matmul(dropped, _rows(v, p, B, keys=True), out=o)
         o /= denom  # (Tq, d) divided instead of (Tq, Tk)
-        np.log(denom, out=denom)
-        np.add(row_max, denom, out=_rows(lse, p, B))
+        if shift:
+            np.log(denom, out=denom)
+            np.add(row_max, denom, out=_rows(lse, p, B))
+        else:
+            np.log(denom, out=_rows(lse, p, B))
     return dict(weights=None, lse=lse, drop_bits=drop_bits or None, drop_mask=None)
+
+
+def _scores_bounded(q, k, scale, dtype) -> bool:
+    """True when no score |q_i . k_j| s can pass log(dtype's max) / 2 - log(Tk) (float32 at
+    Tk = 1024: 37), by Cauchy-Schwarz on each (batch row, head)'s longest q and k: exp(score)
+    then neither overflows, nor do Tk of them summed, nor does a visible key's underflow to 0,
+    so softmax needs no row max subtracted (a pass over the scores saved, and the max's). NaN
+    or inf anywhere: False (the shifted form propagates them as the reference does)."""
+    Tk = k.shape[-2]
+    limit = math.log(float(np.finfo(dtype).max)) / 2 - math.log(Tk)
+    q2 = sum_last(q * q).max(axis=-2)  # (B, H, 1): the longest query's squared length
+    k2 = sum_last(k * k).max(axis=-2)
+    bound = float(np.sqrt((q2 * k2).max()) * scale)
+    return bound <= limit  # NaN compares False
 
 
 def attention_backward(dout: np.ndarray, cache: dict):

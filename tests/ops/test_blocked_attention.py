@@ -202,3 +202,29 @@ def test_the_peak_memory_is_a_few_blocks_not_the_whole_weights(dropout, monkeypa
     blocked = _peak(step(False))
     assert blocked <= bound < whole / 4
     assert _peak(step(True)) > bound  # the same step keeping the (B, H, T, T) weights
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_large_scores_take_the_row_max_and_small_ones_need_none(dtype, monkeypatch):
+    """Scores bounded by Cauchy-Schwarz (`_scores_bounded`) skip the row max; scores that could
+    pass the bound (q 8x longer in float32, 80x in float64) subtract it. Both equal the
+    reference, finite: float64 to 1e-12, float32 to 1e-5 relative, and with q 8x longer to
+    1e-4 (each score's rounding, and so each weight's relative error, grows with the score)."""
+    q, k, v, dout = _inputs(2, 2, 37, 37, 4, dtype)
+    tol = TOL64 if dtype == np.float64 else dict(rtol=1e-5, atol=1e-6)
+    scale = np.asarray(0.5, dtype)  # 1 / sqrt(d)
+    _blocks_of(monkeypatch, q, k, block=8)
+    for factor, bounded in ((1, True), (8 if dtype == np.float32 else 80, False)):
+        qf = q * dtype(factor)
+        assert fast_attention._scores_bounded(qf, k, scale, dtype) == bounded
+        with fast.reference():
+            want, _ = _run(qf, k, v, dout, False, causal=True)
+        got, _ = _run(qf, k, v, dout, False, causal=True)
+        if dtype == np.float32 and factor > 1:
+            tol = dict(rtol=1e-4, atol=1e-5)
+        for a, w in zip(got, want):
+            assert np.isfinite(a).all()
+            np.testing.assert_allclose(a, w, **tol)
+    nan = q.copy()
+    nan[0, 0, 3, 1] = np.nan
+    assert not fast_attention._scores_bounded(nan, k, scale, dtype)  # NaN: the shifted form, as the reference
