@@ -36,7 +36,12 @@ import numpy as np
 
 from scratchformer.checks import config_flag, config_number
 from scratchformer.errors import CheckpointError, ConfigError, DTypeError
-from scratchformer.interop.hf_files import load_checkpoint_state, read_checkpoint, write_checkpoint
+from scratchformer.interop.hf_files import (
+    check_representable,
+    load_checkpoint_state,
+    read_checkpoint,
+    write_checkpoint,
+)
 from scratchformer.models.gpt import GPT, GPTConfig
 
 __all__ = ["load_hf_gpt2", "save_hf_gpt2", "gpt2_config_from_hf", "gpt2_config_to_hf"]
@@ -134,8 +139,7 @@ def gpt2_config_to_hf(config: GPTConfig) -> dict:
         problems.append(f"normalization={config.normalization!r} (GPT-2 has LayerNorm)")
     if config.n_kv_head not in (None, config.n_head):
         problems.append(f"n_kv_head={config.n_kv_head} (GPT-2 has one key/value head per query head)")
-    if problems:
-        raise ConfigError("GPT-2 cannot represent this model: " + "; ".join(problems))
+    check_representable("GPT-2", problems)
     return {
         "model_type": "gpt2",
         "architectures": ["GPT2LMHeadModel"],

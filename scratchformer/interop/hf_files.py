@@ -29,6 +29,7 @@ __all__ = [
     "HALF_DTYPES",
     "weight_files",
     "read_checkpoint",
+    "check_representable",
     "load_checkpoint_state",
     "write_checkpoint",
 ]
@@ -234,3 +235,10 @@ def write_checkpoint(
         path / "config.json", (json.dumps({**hf_cfg, **(token_ids or {})}, indent=2) + "\n").encode()
     )
     return path
+
+
+def check_representable(family: str, problems: list[str]) -> None:
+    """A model saved as `family` ("GPT-2", "Llama") must have none of `problems` (each a
+    setting that family cannot hold, with what it has instead): one ConfigError naming them all."""
+    if problems:
+        raise ConfigError(f"{family} cannot represent this model: " + "; ".join(problems))

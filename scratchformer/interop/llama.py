@@ -37,7 +37,12 @@ import numpy as np
 
 from scratchformer.checks import config_flag, config_int, config_number
 from scratchformer.errors import CheckpointError, ConfigError, DTypeError
-from scratchformer.interop.hf_files import load_checkpoint_state, read_checkpoint, write_checkpoint
+from scratchformer.interop.hf_files import (
+    check_representable,
+    load_checkpoint_state,
+    read_checkpoint,
+    write_checkpoint,
+)
 from scratchformer.models.gpt import GPT, GPTConfig
 
 __all__ = ["load_hf_llama", "save_hf_llama", "llama_config_from_hf", "llama_config_to_hf"]
@@ -127,8 +132,7 @@ def llama_config_to_hf(config: GPTConfig) -> dict:
         for name, want in LLAMA_BLOCKS.items()
         if getattr(config, name) != want
     ]
-    if problems:
-        raise ConfigError("Llama cannot represent this model: " + "; ".join(problems))
+    check_representable("Llama", problems)
     return {
         "model_type": "llama",
         "architectures": ["LlamaForCausalLM"],
