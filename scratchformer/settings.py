@@ -84,9 +84,21 @@ class DictConfig:
 
 
 class TransformerConfig(DictConfig):
-    """What the model configs share: the feed-forward's hidden size rule."""
+    """What the model configs share: the feed-forward's hidden size rule and the block arguments."""
 
     @property
     def inner_size(self) -> int:
         """The feed-forward's hidden size: n_inner, or 4 * n_embd when n_inner is None."""
         return 4 * self.n_embd if self.n_inner is None else self.n_inner
+
+    def block_args(self) -> dict:
+        """The arguments of an encoder or decoder block (nn/blocks.py) that every model config
+        holds: n_embd, n_head, n_inner (`inner_size`), dropout, activation, norm_first."""
+        return {
+            "n_embd": self.n_embd,
+            "n_head": self.n_head,
+            "n_inner": self.inner_size,
+            "dropout": self.dropout,
+            "activation": self.activation,
+            "norm_first": self.norm_first,
+        }

@@ -23,8 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from scratchformer.checks import check_id_sequence
-from scratchformer.data.tokenizer import IGNORE_INDEX
+from scratchformer.data.tokenizer import check_saved_json, decodable_ids
 from scratchformer.errors import ConfigError, DataError, DTypeError, RunFileError
 from scratchformer.limits.estimates import check_bpe_fits
 from scratchformer.runfiles import read_json_file, write_atomic
@@ -198,13 +197,7 @@ class BPETokenizer:
 
     def decode(self, ids) -> str:
         """ids (any int sequence/array) -> str; skips special tokens and IGNORE_INDEX (-100)."""
-        ids = check_id_sequence("ids", ids)
-        ids = ids[ids != IGNORE_INDEX]
-        bad = ids[(ids < 0) | (ids >= self.vocab_size)]
-        if bad.size:
-            raise DataError(
-                f"cannot decode ids {sorted(set(bad.tolist()))[:5]}: valid ids are 0..{self.vocab_size - 1}"
-            )
+        ids = decodable_ids(ids, self.vocab_size)
         return self._tok.decode(ids.tolist(), skip_special_tokens=True)
 
     def encode_prompt(self, text: str, what: str = "prompt") -> np.ndarray:
@@ -257,11 +250,7 @@ class BPETokenizer:
 
     @classmethod
     def from_json(cls, d: dict) -> BPETokenizer:
-        if not isinstance(d, dict) or d.get("type") != "bpe" or not isinstance(d.get("hf"), dict):
-            raise DataError(
-                "not a BPE tokenizer JSON (expected {'type': 'bpe', 'hf': {...}}): "
-                "was it saved by BPETokenizer.save?"
-            )
+        check_saved_json(d, cls, "bpe", "hf", dict, "BPE")
         try:
             tok = _hf().Tokenizer.from_str(json.dumps(d["hf"]))
         except Exception as e:

@@ -25,6 +25,30 @@ DEFAULT_BOUNDARY = "<eot>"
 _AUTO = "auto"
 
 
+def decodable_ids(ids, vocab_size: int) -> np.ndarray:
+    """ids (any int sequence/array) -> (n,) int64 ids to decode: IGNORE_INDEX (-100, a padded
+    target) left out; an id outside 0..vocab_size-1 is a DataError naming it."""
+    ids = check_id_sequence("ids", ids)
+    ids = ids[ids != IGNORE_INDEX]
+    bad = ids[(ids < 0) | (ids >= vocab_size)]
+    if bad.size:
+        raise DataError(
+            f"cannot decode ids {sorted(set(bad.tolist()))[:5]}: valid ids are 0..{vocab_size - 1}"
+        )
+    return ids
+
+
+def check_saved_json(d, cls, kind: str, field: str, field_type: type, what: str) -> None:
+    """`d` must be the JSON `cls.save` writes: {"type": kind, field: a field_type, ...}; else a
+    DataError naming the `what` tokenizer it should have been."""
+    if not isinstance(d, dict) or d.get("type") != kind or not isinstance(d.get(field), field_type):
+        shown = "[...]" if field_type is list else "{...}"
+        raise DataError(
+            f"not a {what} tokenizer JSON (expected {{'type': {kind!r}, {field!r}: {shown}}}): "
+            f"was it saved by {cls.__name__}.save?"
+        )
+
+
 class CharTokenizer:
     """Maps characters <-> int ids.
 
@@ -93,13 +117,7 @@ class CharTokenizer:
 
     def decode(self, ids) -> str:
         """ids (any int sequence/array) -> str; skips special tokens and IGNORE_INDEX."""
-        ids = check_id_sequence("ids", ids)
-        ids = ids[ids != IGNORE_INDEX]
-        bad = ids[(ids < 0) | (ids >= self.vocab_size)]
-        if bad.size:
-            raise DataError(
-                f"cannot decode ids {sorted(set(bad.tolist()))[:5]}: valid ids are 0..{self.vocab_size - 1}"
-            )
+        ids = decodable_ids(ids, self.vocab_size)
         return "".join(self._itos[ids[ids >= self._num_special]])
 
     def token_texts(self, ids) -> list[str]:
@@ -113,11 +131,7 @@ class CharTokenizer:
 
     @classmethod
     def from_json(cls, d: dict) -> CharTokenizer:
-        if not isinstance(d, dict) or d.get("type") != "char" or not isinstance(d.get("chars"), list):
-            raise DataError(
-                "not a character tokenizer JSON (expected {'type': 'char', 'chars': [...]}): "
-                "was it saved by CharTokenizer.save?"
-            )
+        check_saved_json(d, cls, "char", "chars", list, "character")
         return cls(d["chars"], d.get("special"))
 
     def save(self, path: str | Path) -> None:

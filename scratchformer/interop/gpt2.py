@@ -30,16 +30,19 @@ reorder_and_upcast_attn, scale_attn_weights=False, cross-attention) are a Config
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
 from scratchformer.checks import config_flag, config_number
 from scratchformer.errors import CheckpointError, ConfigError, DTypeError
-from scratchformer.interop.hf_files import read_checkpoint
+from scratchformer.interop.hf_files import (
+    check_representable,
+    load_checkpoint_state,
+    read_checkpoint,
+    write_checkpoint,
+)
 from scratchformer.models.gpt import GPT, GPTConfig
-from scratchformer.runfiles import write_atomic
 
 __all__ = ["load_hf_gpt2", "save_hf_gpt2", "gpt2_config_from_hf", "gpt2_config_to_hf"]
 
@@ -136,8 +139,7 @@ def gpt2_config_to_hf(config: GPTConfig) -> dict:
         problems.append(f"normalization={config.normalization!r} (GPT-2 has LayerNorm)")
     if config.n_kv_head not in (None, config.n_head):
         problems.append(f"n_kv_head={config.n_kv_head} (GPT-2 has one key/value head per query head)")
-    if problems:
-        raise ConfigError("GPT-2 cannot represent this model: " + "; ".join(problems))
+    check_representable("GPT-2", problems)
     return {
         "model_type": "gpt2",
         "architectures": ["GPT2LMHeadModel"],
@@ -186,12 +188,7 @@ def load_hf_gpt2(path, dtype: str = "float32") -> GPT:
             state[f"h.{i}.{ours}"] = t.T if transpose else t
     if not config.tie_weights:
         state["lm_head.weight"] = get("lm_head.weight")
-    model = GPT(config)
-    try:
-        model.load_state_dict(state, strict=True)
-    except ValueError as e:
-        raise CheckpointError(f"GPT-2 checkpoint {weights_file} does not fit its config.json: {e}") from e
-    return model
+    return load_checkpoint_state(GPT(config), state, "GPT-2", weights_file)
 
 
 def save_hf_gpt2(model: GPT, path, token_ids: dict[str, int] | None = None) -> Path:
@@ -201,21 +198,13 @@ def save_hf_gpt2(model: GPT, path, token_ids: dict[str, int] | None = None) -> P
     token_ids: {"bos_token_id": ..., "eos_token_id": ..., "pad_token_id": ...} for config.json
     (where generate stops). Weights keep the model's dtype. Returns the directory.
     """
-    from safetensors.numpy import save
-
     if not isinstance(model, GPT):
         raise DTypeError(f"save_hf_gpt2 needs a GPT, got {type(model).__name__}")
-    hf_cfg = gpt2_config_to_hf(model.config)
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
+    hf_cfg = gpt2_config_to_hf(model.config)  # a model GPT-2 cannot hold fails here, before any tensor
     sd = model.state_dict()
     tensors = {f"transformer.{theirs}": sd[ours] for ours, theirs in _TOP_MAP}
     for i in range(model.config.n_layer):
         for ours, theirs, transpose in _BLOCK_MAP:
             t = sd[f"h.{i}.{ours}"]
             tensors[f"transformer.h.{i}.{theirs}"] = t.T if transpose else t
-    tensors = {k: np.ascontiguousarray(v) for k, v in tensors.items()}
-    write_atomic(path / "model.safetensors", save(tensors, metadata={"format": "pt"}))
-    hf_cfg.update(token_ids or {})
-    write_atomic(path / "config.json", (json.dumps(hf_cfg, indent=2) + "\n").encode())
-    return path
+    return write_checkpoint(path, hf_cfg, tensors, token_ids)

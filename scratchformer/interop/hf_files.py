@@ -1,4 +1,5 @@
-"""Reading the files of a Hugging Face model directory: JSON configs and safetensors weights.
+"""Reading and writing the files of a Hugging Face model directory: JSON configs and
+safetensors weights.
 
 Every failure is one of the library's errors naming the file (never a raw JSON or safetensors
 traceback); which error class depends on what the caller is reading (a config or a checkpoint).
@@ -19,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from scratchformer.errors import CheckpointError, ConfigError, RunFileError
-from scratchformer.runfiles import read_json_file
+from scratchformer.runfiles import read_json_file, write_atomic
 
 __all__ = [
     "read_json",
@@ -28,6 +29,9 @@ __all__ = [
     "HALF_DTYPES",
     "weight_files",
     "read_checkpoint",
+    "check_representable",
+    "load_checkpoint_state",
+    "write_checkpoint",
 ]
 
 # safetensors dtype -> numpy dtype of the stored bytes (little-endian)
@@ -204,3 +208,37 @@ def read_checkpoint(path: str | Path, family: str) -> tuple[dict, dict[str, np.n
     for f in files:
         tensors.update(read_safetensors(f))
     return read_json(cfg_file, error=CheckpointError), tensors, files[0] if len(files) == 1 else path
+
+
+def load_checkpoint_state(model, state: dict[str, np.ndarray], family: str, weights_file: Path):
+    """`model` with `state` loaded (strict); tensors that do not fit the model built from
+    config.json are a CheckpointError naming the weights and the `family`."""
+    try:
+        model.load_state_dict(state, strict=True)
+    except ValueError as e:
+        raise CheckpointError(f"{family} checkpoint {weights_file} does not fit its config.json: {e}") from e
+    return model
+
+
+def write_checkpoint(
+    path: str | Path, hf_cfg: dict, tensors: dict[str, np.ndarray], token_ids: dict[str, int] | None
+) -> Path:
+    """Write a Hugging Face model directory: `tensors` as model.safetensors and `hf_cfg`, with
+    `token_ids` ({"bos_token_id": ..., ...}) added, as config.json. Returns the directory."""
+    from safetensors.numpy import save
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    tensors = {k: np.ascontiguousarray(v) for k, v in tensors.items()}
+    write_atomic(path / "model.safetensors", save(tensors, metadata={"format": "pt"}))
+    write_atomic(
+        path / "config.json", (json.dumps({**hf_cfg, **(token_ids or {})}, indent=2) + "\n").encode()
+    )
+    return path
+
+
+def check_representable(family: str, problems: list[str]) -> None:
+    """A model saved as `family` ("GPT-2", "Llama") must have none of `problems` (each a
+    setting that family cannot hold, with what it has instead): one ConfigError naming them all."""
+    if problems:
+        raise ConfigError(f"{family} cannot represent this model: " + "; ".join(problems))

@@ -193,20 +193,11 @@ def hf_generate(
     return start, news
 
 
-def hf_samples(
-    model: GPT,
-    tokenizer: BPETokenizer,
-    prompt: str = "",
-    n: int = 1,
-    max_new_tokens: int = 50,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    rng=None,
-) -> list[str]:
-    """n continuations of `prompt` (see `hf_generate`), each the prompt followed by its new
-    tokens' text as transformers decodes the whole sequence (special tokens skipped)."""
-    start, news = hf_generate(model, tokenizer, prompt, n, max_new_tokens, temperature, top_k, top_p, rng)
+def hf_samples(model: GPT, tokenizer: BPETokenizer, prompt: str = "", *args, **options) -> list[str]:
+    """n continuations of `prompt`, each the prompt followed by its new tokens' text as
+    transformers decodes the whole sequence (special tokens skipped). The arguments are
+    `hf_generate`'s (n, max_new_tokens, temperature, top_k, top_p, rng), passed on to it."""
+    start, news = hf_generate(model, tokenizer, prompt, *args, **options)
     return [prompt + tokenizer.decode_continuation(start, new) for new in news]
 
 

@@ -31,16 +31,19 @@ hidden_size / num_attention_heads, attention dropout.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
 from scratchformer.checks import config_flag, config_int, config_number
 from scratchformer.errors import CheckpointError, ConfigError, DTypeError
-from scratchformer.interop.hf_files import read_checkpoint
+from scratchformer.interop.hf_files import (
+    check_representable,
+    load_checkpoint_state,
+    read_checkpoint,
+    write_checkpoint,
+)
 from scratchformer.models.gpt import GPT, GPTConfig
-from scratchformer.runfiles import write_atomic
 
 __all__ = ["load_hf_llama", "save_hf_llama", "llama_config_from_hf", "llama_config_to_hf"]
 
@@ -129,8 +132,7 @@ def llama_config_to_hf(config: GPTConfig) -> dict:
         for name, want in LLAMA_BLOCKS.items()
         if getattr(config, name) != want
     ]
-    if problems:
-        raise ConfigError("Llama cannot represent this model: " + "; ".join(problems))
+    check_representable("Llama", problems)
     return {
         "model_type": "llama",
         "architectures": ["LlamaForCausalLM"],
@@ -195,12 +197,7 @@ def load_hf_llama(path, dtype: str = "float32") -> GPT:
     state = {
         ours: np.concatenate([get(t) for t in theirs], axis=0) for ours, theirs in _names(config).items()
     }
-    model = GPT(config)
-    try:
-        model.load_state_dict(state, strict=True)
-    except ValueError as e:
-        raise CheckpointError(f"Llama checkpoint {weights_file} does not fit its config.json: {e}") from e
-    return model
+    return load_checkpoint_state(GPT(config), state, "Llama", weights_file)
 
 
 def save_hf_llama(model: GPT, path, token_ids: dict[str, int] | None = None) -> Path:
@@ -210,8 +207,6 @@ def save_hf_llama(model: GPT, path, token_ids: dict[str, int] | None = None) -> 
     (where generate stops). Weights keep the model's dtype; a tied head is written once, as the embedding (as
     transformers does). Returns the directory.
     """
-    from safetensors.numpy import save
-
     if not isinstance(model, GPT):
         raise DTypeError(f"save_hf_llama needs a GPT, got {type(model).__name__}")
     config = model.config
@@ -224,12 +219,4 @@ def save_hf_llama(model: GPT, path, token_ids: dict[str, int] | None = None) -> 
     for ours, theirs in _names(config).items():  # unstack [q; k; v] and [gate; up] by rows
         parts = np.split(sd[ours], cuts[ours.split(".", 2)[2]], axis=0) if len(theirs) > 1 else [sd[ours]]
         tensors.update(zip(theirs, parts))
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    write_atomic(
-        path / "model.safetensors",
-        save({k: np.ascontiguousarray(v) for k, v in tensors.items()}, metadata={"format": "pt"}),
-    )
-    hf_cfg.update(token_ids or {})
-    write_atomic(path / "config.json", (json.dumps(hf_cfg, indent=2) + "\n").encode())
-    return path
+    return write_checkpoint(path, hf_cfg, tensors, token_ids)

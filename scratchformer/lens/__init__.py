@@ -7,54 +7,9 @@ and the training diagnostics read of a model (`trace.py`). Their figures are in
 Layering: after `scratchformer.models` and `scratchformer.interop`, before `scratchformer.training`
 (whose diagnostics and induction measures use it) and `scratchformer.viz`."""
 
-from scratchformer.lens.analyses import (
-    Check,
-    activation_patching,
-    direct_logit_attribution,
-    head_ablation,
-    head_scores,
-    integrated_gradients,
-    logit_lens,
-    logit_metric,
-    logit_objective,
-    loss_metric,
-    loss_objective,
-    mean_token_embedding,
-    saliency,
-    similarity_objective,
-    token_embeddings,
-)
-from scratchformer.lens.hooks import (
-    grad_hook_names,
-    hook_names,
-    hook_points,
-    hooked,
-    resolve_names,
-    run_with_cache,
-    run_with_hooks,
-)
+# the names each module declares in its own __all__, listed once there
+from scratchformer.lens import analyses, hooks
+from scratchformer.lens.analyses import *  # noqa: F403
+from scratchformer.lens.hooks import *  # noqa: F403
 
-__all__ = [
-    "hook_names",
-    "grad_hook_names",
-    "hook_points",
-    "hooked",
-    "resolve_names",
-    "run_with_cache",
-    "run_with_hooks",
-    "Check",
-    "logit_lens",
-    "direct_logit_attribution",
-    "head_ablation",
-    "activation_patching",
-    "saliency",
-    "integrated_gradients",
-    "head_scores",
-    "logit_metric",
-    "loss_metric",
-    "logit_objective",
-    "loss_objective",
-    "similarity_objective",
-    "token_embeddings",
-    "mean_token_embedding",
-]
+__all__ = hooks.__all__ + analyses.__all__

@@ -49,7 +49,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from scratchformer.checks import check_backward_args
+from scratchformer.checks import check_backward_args, check_config_type
 from scratchformer.errors import BackwardError, ConfigError
 from scratchformer.limits.estimates import Sizes
 from scratchformer.nn import (
@@ -59,6 +59,7 @@ from scratchformer.nn import (
     NoNorm,
     RMSNorm,
     SinusoidalPositionalEncoding,
+    manual_seed,
 )
 from scratchformer.nn.module import Module
 from scratchformer.ops.loss import IGNORE_INDEX, cross_entropy_backward
@@ -169,6 +170,18 @@ class Model(Module):
         type
     ]  # the config a constructor takes (GPTConfig, ...): its from_dict reads config.json
     decodes: ClassVar[bool] = False  # the encoder-decoder decoding API (inference/beam.py)
+
+    def _take_config(self, config, seed: int | None):
+        """What every family's constructor does first: `config` must be its `config_class`
+        (checked again: a field may have been set since it was built); with a `seed`,
+        `scratchformer.nn.manual_seed(seed)` runs first, so the initial weights (and dropout
+        generators) are a deterministic function of the seed. Returns the config."""
+        check_config_type(type(self).__name__, config, self.config_class)
+        config.validate()
+        if seed is not None:
+            manual_seed(seed)
+        self.config = config
+        return config
 
     # -- the parts every tool asks for (see the module docstring) ------------------------------
     def stacks(self) -> dict[str, list]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scratchformer.checks import as_array, check_config_type, check_heads, check_int_in_range, check_token_ids
+from scratchformer.checks import as_array, check_heads, check_int_in_range, check_token_ids
 from scratchformer.errors import DataError, ShapeError
 from scratchformer.models.base import Model, Sizes, block_params, linear_params, norm_params
 from scratchformer.nn import (
@@ -32,7 +32,6 @@ from scratchformer.nn import (
     Parameter,
     SinusoidalPositionalEncoding,
     init,
-    manual_seed,
 )
 from scratchformer.nn.hooks import HookPoint
 from scratchformer.nn.module import eval_mode
@@ -73,10 +72,7 @@ class TransformerClassifier(Model):
     """See the module docstring. Parameters: `tok_emb`, `pos` (learned only), `cls_token`
     (cls pooling only), `blocks.i` (EncoderBlock), `ln_f` (pre-norm only), `head`.
 
-    Args:
-        config: a ClassifierConfig.
-        seed: if given, `scratchformer.nn.manual_seed(seed)` is called first, so the initial
-            weights (and dropout generators) are a deterministic function of the seed.
+    `TransformerClassifier(config, seed=None)`: config a ClassifierConfig; seed: see `Model._take_config`.
     """
 
     _targets_name = "labels"
@@ -85,10 +81,7 @@ class TransformerClassifier(Model):
 
     def __init__(self, config: ClassifierConfig, seed: int | None = None):
         super().__init__()
-        check_config_type("TransformerClassifier", config, ClassifierConfig)
-        if seed is not None:
-            manual_seed(seed)
-        c = self.config = config
+        c = self._take_config(config, seed)
         self.tok_emb = Embedding(c.vocab_size, c.n_embd)
         n_pos = c.max_len + (1 if c.pooling == "cls" else 0)
         if c.positional == "learned":
@@ -98,17 +91,7 @@ class TransformerClassifier(Model):
         if c.pooling == "cls":
             self.cls_token = Parameter(init.normal((c.n_embd,), 1.0, self.tok_emb.weight.data.dtype))
         self.drop = Dropout(c.dropout)
-        self.blocks = [
-            EncoderBlock(
-                c.n_embd,
-                c.n_head,
-                c.inner_size,
-                dropout=c.dropout,
-                activation=c.activation,
-                norm_first=c.norm_first,
-            )
-            for _ in range(c.n_layer)
-        ]
+        self.blocks = [EncoderBlock(**c.block_args()) for _ in range(c.n_layer)]
         if c.norm_first:
             self.ln_f = LayerNorm(c.n_embd)
         self.head = Linear(c.n_embd, c.n_classes)

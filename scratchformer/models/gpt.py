@@ -45,7 +45,6 @@ import numpy as np
 from scratchformer.checks import (
     FLOAT_DTYPES,
     as_array,
-    check_config_type,
     check_heads,
     check_int_in_range,
     check_token_ids,
@@ -64,7 +63,6 @@ from scratchformer.nn import (
     NoNorm,
     SinusoidalPositionalEncoding,
     make_norm,
-    manual_seed,
 )
 from scratchformer.nn import init as nn_init
 from scratchformer.nn.feedforward import GATED_ACTIVATIONS
@@ -159,10 +157,7 @@ class GPTConfig(TransformerConfig):
 class GPT(Model):
     """Decoder-only Transformer language model. See the module docstring.
 
-    Args:
-        config: a GPTConfig.
-        seed: if given, `scratchformer.nn.manual_seed(seed)` is called first, so the initial
-            weights (and dropout generators) are a deterministic function of the seed.
+    `GPT(config, seed=None)`: config a GPTConfig; seed: see `Model._take_config`.
     """
 
     family = "gpt"
@@ -170,12 +165,8 @@ class GPT(Model):
 
     def __init__(self, config: GPTConfig, seed: int | None = None):
         super().__init__()
-        check_config_type("GPT", config, GPTConfig)
-        config.validate()
-        if seed is not None:
-            manual_seed(seed)
-        self.config = config
-        c, dtype = config, np.dtype(config.dtype)
+        c = self._take_config(config, seed)
+        dtype = np.dtype(c.dtype)
         self.wte = Embedding(c.vocab_size, c.n_embd, dtype=dtype)
         if c.positional == "learned":
             self.wpe = LearnedPositionalEmbedding(c.block_size, c.n_embd, dtype=dtype)
@@ -188,12 +179,7 @@ class GPT(Model):
         self.drop = Dropout(c.dropout)
         self.h = [
             DecoderBlock(
-                c.n_embd,
-                c.n_head,
-                c.inner_size,
-                dropout=c.dropout,
-                activation=c.activation,
-                norm_first=c.norm_first,
+                **c.block_args(),
                 cross_attention=False,
                 eps=c.layer_norm_eps,
                 bias=c.bias,

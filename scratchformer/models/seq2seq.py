@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scratchformer.checks import as_array, check_config_type, check_heads, check_int_in_range, check_token_ids
+from scratchformer.checks import as_array, check_heads, check_int_in_range, check_token_ids
 from scratchformer.errors import ConfigError, DataError, ShapeError
 from scratchformer.models.base import (
     IGNORE_INDEX,
@@ -50,7 +50,6 @@ from scratchformer.nn import (
     Linear,
     SinusoidalPositionalEncoding,
     init,
-    manual_seed,
 )
 from scratchformer.nn.hooks import HookPoint
 from scratchformer.nn.module import door
@@ -103,10 +102,7 @@ class Seq2SeqTransformer(Model):
     """Parameters: `src_emb`, `tgt_emb` (the same weight when shared), `encoder.i`, `enc_norm`,
     `decoder.i`, `dec_norm` (the norms only with pre-norm), `lm_head` (n_embd -> tgt vocab).
 
-    Args:
-        config: a Seq2SeqConfig.
-        seed: if given, `scratchformer.nn.manual_seed(seed)` is called first, so the initial
-            weights (and dropout generators) are a deterministic function of the seed.
+    `Seq2SeqTransformer(config, seed=None)`: config a Seq2SeqConfig; seed: see `Model._take_config`.
     """
 
     _targets_name = "tgt_out"
@@ -116,10 +112,7 @@ class Seq2SeqTransformer(Model):
 
     def __init__(self, config: Seq2SeqConfig, seed: int | None = None):
         super().__init__()
-        check_config_type("Seq2SeqTransformer", config, Seq2SeqConfig)
-        if seed is not None:
-            manual_seed(seed)
-        c = self.config = config
+        c = self._take_config(config, seed)
         std = c.n_embd**-0.5
         self.src_emb = Embedding(c.src_vocab_size, c.n_embd)
         self.src_emb.weight.data[...] = init.normal(
@@ -136,13 +129,9 @@ class Seq2SeqTransformer(Model):
         self.src_pos = SinusoidalPositionalEncoding(c.max_len, c.n_embd)
         self.tgt_pos = SinusoidalPositionalEncoding(c.max_len, c.n_embd)
         self.src_drop, self.tgt_drop = Dropout(c.dropout), Dropout(c.dropout)
-        kw = {"dropout": c.dropout, "activation": c.activation, "norm_first": c.norm_first}
-        self.encoder = [
-            EncoderBlock(c.n_embd, c.n_head, c.inner_size, **kw) for _ in range(c.n_encoder_layers)
-        ]
+        self.encoder = [EncoderBlock(**c.block_args()) for _ in range(c.n_encoder_layers)]
         self.decoder = [
-            DecoderBlock(c.n_embd, c.n_head, c.inner_size, cross_attention=True, **kw)
-            for _ in range(c.n_decoder_layers)
+            DecoderBlock(**c.block_args(), cross_attention=True) for _ in range(c.n_decoder_layers)
         ]
         if c.norm_first:
             self.enc_norm = LayerNorm(c.n_embd)

@@ -47,7 +47,8 @@ from scratchformer.limits.estimates import check_model_fits
 from scratchformer.models import GPT, GPTConfig
 from scratchformer.nn import eval_mode
 from scratchformer.ops.loss import IGNORE_INDEX
-from scratchformer.training.lm import LMJob, gpt_from_checkpoint
+from scratchformer.training.jobparts import model_from_checkpoint, refuse_data_file, task_config_dict
+from scratchformer.training.lm import LMJob
 
 PROBE_SEQUENCES = 64  # held-out sequences the progress measures are taken on
 INDUCTION_HEAD = 0.5  # prefix-matching score above which a head counts as an induction head
@@ -92,13 +93,8 @@ class InductionJob(LMJob):
 
     @classmethod
     def from_checkpoint(cls, ck, data=None, allow_changed_data: bool = False) -> InductionJob:
-        if data is not None:
-            raise ConfigError(
-                "--data applies to language models on a file: the induction task generates its data "
-                "from the recorded seed"
-            )
-        model = gpt_from_checkpoint(ck)
-        return cls(model, dict(ck.config["data"]))
+        refuse_data_file(data, ck)
+        return cls(model_from_checkpoint(ck, cls), dict(ck.config["data"]))
 
     @property
     def splits(self) -> dict[str, np.ndarray]:
@@ -117,12 +113,7 @@ class InductionJob(LMJob):
         raise DataError("the induction task has no data file: its sequences are generated (job.splits)")
 
     def config_dict(self) -> dict:
-        return {
-            "kind": self.kind,
-            "task": self.task,
-            "model": self.model.config.to_dict(),
-            "data": self.data_spec,
-        }
+        return task_config_dict(self)
 
     default_split = "test"
 

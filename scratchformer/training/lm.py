@@ -26,7 +26,7 @@ from scratchformer.errors import CheckpointError, ConfigError, DataError
 from scratchformer.limits.estimates import check_model_fits, generation_bytes
 from scratchformer.limits.memory import check_fits
 from scratchformer.models import GPT, GPTConfig
-from scratchformer.training.evaluation import run_evaluation
+from scratchformer.training.jobparts import TokenBatches, model_from_checkpoint
 from scratchformer.training.rundir import check_data_unchanged
 
 
@@ -79,17 +79,7 @@ def _read_data(run_kind: str, data: dict, tokenizer) -> tuple:
 EXAMPLE_NAME = "emma"  # `viz`'s input for a names-like run when none is given: names.txt's first line
 
 
-def gpt_from_checkpoint(ck) -> GPT:
-    """The GPT of a read checkpoint: its config checked (`from_dict`: unknown fields are a
-    ConfigError) and its memory estimated before the weights are built and loaded."""
-    config = GPTConfig.from_dict(ck.config["model"])
-    check_model_fits(config, GPT, training=False)
-    model = GPT(config)
-    model.load_state_dict(ck.model_state)
-    return model
-
-
-class LMJob:
+class LMJob(TokenBatches):
     kind, config_class, model_class = "gpt", GPTConfig, GPT
     eval_batch_size = 64  # sequences per forward when evaluating a whole split
 
@@ -151,7 +141,7 @@ class LMJob:
     def from_checkpoint(cls, ck, data: str | Path | None = None, allow_changed_data: bool = False) -> LMJob:
         """The job of an already-read checkpoint; `data` replaces the recorded data file path
         (checked: a file whose sha256 differs from the recorded one needs allow_changed_data)."""
-        model = gpt_from_checkpoint(ck)
+        model = model_from_checkpoint(ck, cls)
         spec = dict(ck.config["data"])
         file = None
         if data is not None:  # checked now: a resume that finds nothing to do must still refuse it
@@ -216,13 +206,6 @@ class LMJob:
     # -- training ------------------------------------------------------------------------------
     def train_batch(self, rng: np.random.Generator, batch_size: int):
         return self.dataset.train.batch(rng, batch_size)
-
-    @staticmethod
-    def batch_tokens(batch) -> int:
-        return int(batch[0].size)
-
-    def evaluate(self, split: str = "val", batches: int | None = None, **options) -> dict:
-        return run_evaluation(self.evaluation(split, batches, **options), self.model)
 
     def evaluation(self, split: str = "val", batches: int | None = None, **options):
         """Token-weighted mean loss over the split (padding excluded, nats per token);

@@ -28,13 +28,12 @@ from __future__ import annotations
 import numpy as np
 
 from scratchformer.data.tasks import ClassificationData, modadd_split
-from scratchformer.errors import CheckpointError, ConfigError, DataError
+from scratchformer.errors import ConfigError, DataError
 from scratchformer.limits.estimates import check_model_fits
 from scratchformer.models import GPT, GPTConfig
 from scratchformer.nn import eval_mode
 from scratchformer.ops.loss import IGNORE_INDEX
-from scratchformer.training.evaluation import run_evaluation
-from scratchformer.training.lm import gpt_from_checkpoint
+from scratchformer.training.jobparts import GeneratedData, model_from_checkpoint, refuse_data_file
 
 N_KEY = 5  # key frequencies: the paper finds 5 for p = 113 (k = 14, 35, 41, 42, 52 in its run)
 EVAL_ROWS = 4096  # pairs per forward when evaluating
@@ -98,11 +97,10 @@ def _loss_acc(logits: np.ndarray, answers: np.ndarray) -> tuple[float, float]:
     return float(-logp[np.arange(len(answers)), answers].mean()), float((logits.argmax(1) == answers).mean())
 
 
-class ModAddJob:
+class ModAddJob(GeneratedData):
     """`train --task modadd`: a GPT over p + 1 tokens (0..p-1 and '='), full-batch, loss at '='."""
 
     kind, config_class, model_class = "modadd", GPTConfig, GPT
-    default_split = "test"
 
     def __init__(self, task: str, model, data_spec: dict):
         """data_spec: {"modulus", "train_fraction", "max_len", "seed"}: what regenerates the split."""
@@ -134,31 +132,8 @@ class ModAddJob:
 
     @classmethod
     def from_checkpoint(cls, ck, data=None, allow_changed_data: bool = False) -> ModAddJob:
-        if data is not None:
-            raise ConfigError(
-                "--data applies to language models only: the modadd task generates its pairs from the "
-                "recorded seed"
-            )
-        model = gpt_from_checkpoint(ck)
-        return cls(ck.config["task"], model, ck.config["data"])
-
-    def config_dict(self) -> dict:
-        return {
-            "kind": self.kind,
-            "task": self.task,
-            "model": self.model.config.to_dict(),
-            "data": self.data_spec,
-        }
-
-    def tokenizer_dict(self) -> None:
-        return None  # ids 0..p-1 are the numbers, p is '='
-
-    def check_compatible(self, ck) -> None:
-        saved = GPTConfig.from_dict(ck.config.get("model") or {}).to_dict()
-        if saved != self.model.config.to_dict() or ck.config.get("task") != self.task:
-            raise CheckpointError(
-                f"{ck.path}: a different task or model config; resume with the same options"
-            )
+        refuse_data_file(data, ck)  # the pairs are generated from the recorded seed
+        return cls(ck.config["task"], model_from_checkpoint(ck, cls), ck.config["data"])
 
     # -- training ------------------------------------------------------------------------------
     def train_batch(self, rng: np.random.Generator, batch_size: int):
@@ -169,10 +144,6 @@ class ModAddJob:
             train if batch_size >= len(train) else train.subset(rng.integers(0, len(train), size=batch_size))
         )
         return picked.x, targets_of(picked)
-
-    @staticmethod
-    def batch_tokens(batch) -> int:
-        return int(batch[0].size)
 
     def _last_logits(self, x: np.ndarray) -> np.ndarray:
         """x (n, 3) -> (n, V) float64 logits at '=', eval mode."""
@@ -185,9 +156,6 @@ class ModAddJob:
                     for i in range(0, len(x), EVAL_ROWS)
                 ]
             )
-
-    def evaluate(self, split: str = "val", batches: int | None = None, **options) -> dict:
-        return run_evaluation(self.evaluation(split, batches, **options), self.model)
 
     def evaluation(self, split: str = "val", batches: int | None = None, **options):
         """{"loss", "accuracy"} at '=' on a whole split (batches: its first batches * EVAL_ROWS pairs).

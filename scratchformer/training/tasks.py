@@ -28,14 +28,14 @@ from scratchformer.data.tasks import (
     make_split,
     parse_digits,
 )
-from scratchformer.errors import CheckpointError, ConfigError, DataError
+from scratchformer.errors import ConfigError, DataError
 from scratchformer.inference.beam import beam_search, greedy_decode
 from scratchformer.limits.estimates import check_model_fits
 from scratchformer.models import ClassifierConfig, Seq2SeqConfig, Seq2SeqTransformer, TransformerClassifier
-from scratchformer.training.evaluation import run_evaluation
+from scratchformer.training.jobparts import GeneratedData, model_from_checkpoint, refuse_data_file
 
 
-class TaskJob:
+class TaskJob(GeneratedData):
     """What the classifier and the seq2seq jobs share: generated splits, batches, checkpoints."""
 
     kind: str  # "classifier" | "seq2seq": set by the subclasses, with their config and model classes
@@ -88,47 +88,13 @@ class TaskJob:
     def from_checkpoint(cls, ck, data=None, allow_changed_data: bool = False) -> TaskJob:
         """The job of an already-read checkpoint. Task data are generated, never read: `data` is
         refused (and `allow_changed_data` has nothing to allow)."""
-        if data is not None:
-            raise ConfigError(
-                "--data applies to language models only: task runs generate their data from the recorded seed"
-            )
-        config = cls.config_class.from_dict(ck.config["model"])
-        check_model_fits(config, cls.model_class, training=False)
-        model = cls.model_class(config)
-        model.load_state_dict(ck.model_state)
-        return cls(ck.config["task"], model, ck.config["data"])
-
-    default_split = "test"  # the split `eval` reads when none is named
-
-    def config_dict(self) -> dict:
-        return {
-            "kind": self.kind,
-            "task": self.task,
-            "model": self.model.config.to_dict(),
-            "data": self.data_spec,
-        }
-
-    def tokenizer_dict(self) -> None:
-        return None  # the digits vocabulary is fixed (scratchformer.data.tasks)
-
-    def check_compatible(self, ck) -> None:
-        saved = type(self.model.config).from_dict(ck.config.get("model") or {}).to_dict()
-        if saved != self.model.config.to_dict() or ck.config.get("task") != self.task:
-            raise CheckpointError(
-                f"{ck.path}: a different task or model config; resume with the same options"
-            )
+        refuse_data_file(data, ck)
+        return cls(ck.config["task"], model_from_checkpoint(ck, cls), ck.config["data"])
 
     # -- training ------------------------------------------------------------------------------
     def train_batch(self, rng: np.random.Generator, batch_size: int):
         train = self.splits["train"]
         return train.subset(rng.integers(0, len(train), size=batch_size))
-
-    @staticmethod
-    def batch_tokens(batch) -> int:
-        return int(batch[0].size)
-
-    def evaluate(self, split: str = "val", batches: int | None = None, **options) -> dict:
-        return run_evaluation(self.evaluation(split, batches, **options), self.model)
 
     def evaluation(self, split: str = "val", batches: int | None = None, **options):
         """Loss and the task's scores (see `_score`) on a whole split, or its first `batches`

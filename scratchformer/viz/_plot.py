@@ -95,6 +95,20 @@ def show_token(tok) -> str:
     return {" ": "\u2423", "\n": "\u21b5", "": "\u2205"}.get(s, s.replace("\n", "\u21b5"))
 
 
+def token_axis(ax, tokens, n: int) -> None:
+    """x ticks at positions 0..n-1 labelled with `tokens` (every k-th: about 40 labels at most)."""
+    x = np.arange(n)
+    step = max(1, n // 40)
+    ax.set_xticks(x[::step], [show_token(tokens[i]) for i in x[::step]], fontsize=8)
+
+
+def paired_bars(ax, first, second, labels: tuple[str, str]) -> None:
+    """Two bars at each x = 0..len(first)-1: `first` on the left, `second` on the right."""
+    x = np.arange(len(first))
+    ax.bar(x - 0.2, first, width=0.4, label=labels[0])
+    ax.bar(x + 0.2, second, width=0.4, label=labels[1])
+
+
 def pca_2d(x: np.ndarray) -> np.ndarray:
     """(N, C) -> (N, 2): projection on the two principal components (SVD of the centred rows).
     With fewer than two components (one row, or width 1) the missing coordinates are 0."""

@@ -8,16 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
+from scratchformer import ops
 from scratchformer.errors import DataError
-from scratchformer.ops import (
-    gelu_backward,
-    gelu_forward,
-    gelu_tanh_backward,
-    gelu_tanh_forward,
-    relu_backward,
-    relu_forward,
-    softmax_forward,
-)
 from scratchformer.training.rundir import read_log
 from scratchformer.viz._plot import finish, new_figure
 
@@ -40,9 +32,9 @@ def activation_functions(path=None):
     x = np.linspace(-4, 4, 401)
     ones = np.ones_like(x)
     fns = [
-        ("GELU", gelu_forward, gelu_backward),
-        ("tanh-GELU", gelu_tanh_forward, gelu_tanh_backward),
-        ("ReLU", relu_forward, relu_backward),
+        ("GELU", ops.gelu_forward, ops.gelu_backward),
+        ("tanh-GELU", ops.gelu_tanh_forward, ops.gelu_tanh_backward),
+        ("ReLU", ops.relu_forward, ops.relu_backward),
     ]
     fig = new_figure(9, 3.6)
     a, b = fig.subplots(1, 2)
@@ -67,7 +59,7 @@ def softmax_temperatures(logits=None, temperatures=(0.5, 1.0, 2.0, 5.0), path=No
     for i, t in enumerate(temperatures):
         ax.bar(
             np.arange(len(logits)) + (i - (n - 1) / 2) * width,
-            softmax_forward(logits / t),
+            ops.softmax_forward(logits / t),
             width=width,
             label=f"T = {t:g}",
         )

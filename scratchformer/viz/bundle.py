@@ -677,6 +677,33 @@ def _more_inputs(model, kind, ids) -> list[np.ndarray]:
     return [rng.permutation(ids) for _ in range(MORE_INPUTS)]
 
 
+# the lens figures of the report: stem -> (title, caption); {token!r}: the explained token
+_LENS_TEXT = {
+    "lens_logit_lens": (
+        "Logit lens",
+        "Each layer's residual stream through the final norm and the unembedding: the token it would "
+        "predict next, and how sure it is. The last row is the model's own prediction.",
+    ),
+    "lens_ablation": (
+        "Head ablation",
+        "The loss on this input with one head's output set to 0: red heads help, blue heads hurt.",
+    ),
+    "lens_saliency": (
+        "Saliency",
+        "Which input tokens the logit of {token!r} (the prediction at the last position) depends on: "
+        "gradient x input and integrated gradients, through the hand-written backward.",
+    ),
+    "lens_head_scores": (
+        "Head scores",
+        "Mean attention on the previous token, the first token (a sink), earlier copies of the query's "
+        "token; cross attention: the diagonal (copy) and the anti-diagonal (reverse).",
+    ),
+}
+_BERT_HEAD_SCORES = (  # an encoder has no cross attention
+    "Mean attention on the previous token, the first token (a sink) and earlier copies of the query's token."
+)
+
+
 def _lens_part(model, kind, ids, tokens, tgt_ids, tgt_tokens, vocab_labels) -> tuple[list, list[str]]:
     """The lens analyses on the report's input: (stem, title, caption, figure) each, and the
     check lines. The explained token is the model's prediction at the last position."""
@@ -696,17 +723,18 @@ def _lens_part(model, kind, ids, tokens, tgt_ids, tgt_tokens, vocab_labels) -> t
     else:
         inputs, loss_inputs, positions = (src,), None, tokens
     figures, checks = [], []
+
+    def add(stem, result, figure, caption=None, **words):
+        """One figure of _LENS_TEXT's `stem` (its caption filled in with `words`) and the check
+        of the analysis `result` it draws."""
+        title, text = _LENS_TEXT[stem]
+        figures.append((stem, title, (caption or text).format(**words), figure))
+        checks.append(str(result.check))
+
     if kind == "bert":
         scores = lens.head_scores(model, inputs)
-        return [
-            (
-                "lens_head_scores",
-                "Head scores",
-                "Mean attention on the previous token, the first token "
-                "(a sink) and earlier copies of the query's token.",
-                LF.head_scores_figure(scores),
-            )
-        ], [str(scores.check)]
+        add("lens_head_scores", scores, LF.head_scores_figure(scores), caption=_BERT_HEAD_SCORES)
+        return figures, checks
     with T.eval_mode(model):
         logits = model(*inputs)[0]
     last = logits[0, -1] if logits.ndim == 3 else logits[0]
@@ -715,57 +743,17 @@ def _lens_part(model, kind, ids, tokens, tgt_ids, tgt_tokens, vocab_labels) -> t
         loss_inputs = (src, np.array([target]))
     if kind in ("gpt", "seq2seq"):
         ll = lens.logit_lens(model, inputs)
-        checks.append(str(ll.check))
-        figures.append(
-            (
-                "lens_logit_lens",
-                "Logit lens",
-                "Each layer's residual stream through the final norm and "
-                "the unembedding: the token it would predict next, and how sure it is. The last row is the "
-                "model's own prediction.",
-                LF.logit_lens_figure(ll, list(positions), label),
-            )
-        )
+        add("lens_logit_lens", ll, LF.logit_lens_figure(ll, list(positions), label))
     if loss_inputs is not None:  # a one-token GPT input predicts nothing: no loss to ablate
         abl = lens.head_ablation(model, loss_inputs)
-        checks.append(str(abl.check))
-        figures.append(
-            (
-                "lens_ablation",
-                "Head ablation",
-                "The loss on this input with one head's output set to 0: red heads help, blue heads hurt.",
-                LF.ablation_figure(abl),
-            )
-        )
+        add("lens_ablation", abl, LF.ablation_figure(abl))
     objective = lens.logit_objective(-1, target)
     sal = lens.saliency(model, inputs, objective)
     ig = lens.integrated_gradients(model, inputs, objective, steps=32)
-    checks.append(str(ig.check))
-    figures.append(
-        (
-            "lens_saliency",
-            "Saliency",
-            f"Which input tokens the logit of {label(target)!r} (the prediction "
-            "at the last position) depends on: gradient x input and integrated gradients, through the "
-            "hand-written backward.",
-            LF.saliency_figure(
-                list(tokens),
-                {"gradient x input": sal.grad_x_input[0], "integrated gradients": ig.attributions[0]},
-            ),
-        )
-    )
+    attributions = {"gradient x input": sal.grad_x_input[0], "integrated gradients": ig.attributions[0]}
+    add("lens_saliency", ig, LF.saliency_figure(list(tokens), attributions), token=label(target))
     scores = lens.head_scores(model, inputs)
-    checks.append(str(scores.check))
-    figures.append(
-        (
-            "lens_head_scores",
-            "Head scores",
-            "Mean attention on the previous token, the first token (a "
-            "sink), earlier copies of the query's token; cross attention: the diagonal (copy) and the "
-            "anti-diagonal (reverse).",
-            LF.head_scores_figure(scores),
-        )
-    )
+    add("lens_head_scores", scores, LF.head_scores_figure(scores))
     return figures, checks
 
 

@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from scratchformer.errors import ShapeError
-from scratchformer.viz._plot import finish, new_figure, show_token
+from scratchformer.viz._plot import finish, new_figure, paired_bars, show_token, token_axis
 
 __all__ = ["token_ids", "attention_bars", "residual_variance", "ff_scatter"]
 
@@ -30,8 +30,7 @@ def token_ids(ids, tokens, path=None):
     ax.bar(x, ids, color="tab:blue")
     for i, v in zip(x, ids):
         ax.text(i, v, str(int(v)), ha="center", va="bottom", fontsize=7)
-    step = max(1, len(ids) // 40)
-    ax.set_xticks(x[::step], [show_token(tokens[i]) for i in x[::step]], fontsize=8)
+    token_axis(ax, tokens, len(ids))
     ax.set_xlabel("token")
     ax.set_ylabel("id in the vocabulary")
     ax.set_title(f"{len(ids)} tokens, {len(np.unique(ids))} distinct ids", fontsize=10)
@@ -76,11 +75,8 @@ def residual_variance(residual, attn_update, tokens, layer: int = 0, path=None):
     vr, va = r.var(axis=-1), a.var(axis=-1)
     fig = new_figure(max(6, 0.3 * len(vr) + 2), 3.4)
     ax = fig.subplots()
-    x = np.arange(len(vr))
-    ax.bar(x - 0.2, vr, width=0.4, label="residual stream (block input)")
-    ax.bar(x + 0.2, va, width=0.4, label="attention output")
-    step = max(1, len(x) // 40)
-    ax.set_xticks(x[::step], [show_token(tokens[i]) for i in x[::step]], fontsize=8)
+    paired_bars(ax, vr, va, ("residual stream (block input)", "attention output"))
+    token_axis(ax, tokens, len(vr))
     ax.set_xlabel("position")
     ax.set_ylabel("variance over channels")
     ax.legend(fontsize=8)

@@ -7,7 +7,7 @@ import numpy as np
 
 from scratchformer.nn.positional import sinusoidal_table
 from scratchformer.viz import claims
-from scratchformer.viz._plot import finish, heatmap, new_figure, pca_2d, show_token
+from scratchformer.viz._plot import finish, heatmap, new_figure, paired_bars, pca_2d, show_token, token_axis
 
 __all__ = [
     "sinusoidal_encoding",
@@ -80,11 +80,8 @@ def embedding_norms(token_table, position_table, ids, tokens, path=None):
     pos = np.linalg.norm(np.asarray(position_table, np.float64)[: len(ids)], axis=1)
     fig = new_figure(max(6, 0.22 * len(ids) + 2), 3.5)
     ax = fig.subplots()
-    x = np.arange(len(ids))
-    ax.bar(x - 0.2, tok, width=0.4, label="token embedding")
-    ax.bar(x + 0.2, pos, width=0.4, label="position embedding")
-    step = max(1, len(ids) // 40)
-    ax.set_xticks(x[::step], [show_token(tokens[i]) for i in x[::step]], fontsize=8)
+    paired_bars(ax, tok, pos, ("token embedding", "position embedding"))
+    token_axis(ax, tokens, len(ids))
     ax.set_ylabel("L2 norm")
     ax.legend(fontsize=8)
     ax.set_title("which one dominates the sum the first block sees?", fontsize=10)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from scratchformer.viz import claims
-from scratchformer.viz._plot import finish, heatmap, new_figure
+from scratchformer.viz._plot import finish, heatmap, new_figure, paired_bars
 
 __all__ = ["residual_norms", "residual_heatmap", "ff_activations", "layernorm_histograms"]
 
@@ -30,10 +30,8 @@ def residual_norms(tr, path=None):
     a.set_xlabel("after block")
     a.set_ylabel("mean token norm")
     a.set_title("residual stream: " + claims.residual_growth(res), fontsize=9)
-    x = np.arange(len(att))
-    b.bar(x - 0.2, att, width=0.4, label="attention update")
-    b.bar(x + 0.2, ff, width=0.4, label="feed-forward update")
-    b.set_xticks(x)
+    paired_bars(b, att, ff, ("attention update", "feed-forward update"))
+    b.set_xticks(np.arange(len(att)))
     b.set_xlabel("block")
     b.set_ylabel("mean update norm")
     b.set_ylim(
