@@ -203,7 +203,7 @@ def _bar_run(tmp_path, n_layer):
     return read_records(tmp_path / f"l{n_layer}" / DIAG_FILE)[1]
 
 
-def test_two_layers_form_an_induction_head_and_one_layer_does_not(tmp_path):
+def test_two_layers_form_an_induction_head_and_one_layer_does_not(tmp_path, one_blas_thread):
     """Olsson et al.'s bars: a 2-layer attention-only model's best head prefix-matches above
     0.5, the repeat's loss falls well below the first copy's, zeroing that head alone brings
     most of it back (the default model has one head per layer; with two, both heads of layer 1
