@@ -573,15 +573,17 @@ def stopped(pid):  # the state letter of /proc/PID/stat: T once SIGSTOP has land
         return f.read().rsplit(")", 1)[1].split()[0] == "T"
 
 def report(self, *args):
-    # At the second step's forward (step 1 is done and saved in memory), tell the test the workers'
-    # pids, then wait until the test has stopped them: the stop lands in step 2 whatever the load.
+    # At the second step's forward (step 1 is applied), tell the test the workers' pids, then wait
+    # until the test has stopped them: the stop lands in step 2 whatever the load. (A test that
+    # never stops them fails on its own; this process then goes on after two minutes.)
     report.calls += 1
     if report.calls == 2:
         pids = self.worker_pids()
         with open(sys.argv[1] + ".part", "w") as f:
             f.write(" ".join(map(str, pids)))
         os.replace(sys.argv[1] + ".part", sys.argv[1])  # the test never reads half a list
-        while not all(stopped(p) for p in pids):
+        deadline = time.monotonic() + 120
+        while not all(stopped(p) for p in pids) and time.monotonic() < deadline:
             time.sleep(0.01)
     return split_forward(self, *args)
 
