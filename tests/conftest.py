@@ -22,6 +22,18 @@ sys.path[1:1] = [
 from scratchformer import fast  # noqa: E402
 
 
+@pytest.fixture
+def one_blas_thread():
+    """NumPy's BLAS on one thread for a test that trains for hundreds of steps on small products:
+    OpenBLAS's thread pool costs far more than it saves there (the induction bars, 700 steps of a
+    40K-parameter model: 158 s of CPU with its default two threads on a loaded 2-core machine, 9 s
+    on one). Subprocesses keep the default, as a user's command does."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
+
+
 @pytest.fixture(params=["fast", "reference"])
 def lane(request):
     """Runs the test once in each lane (docs/performance.md): the fast variants, then the

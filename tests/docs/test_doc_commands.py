@@ -32,7 +32,7 @@ SKIP = [  # (a regular expression a command matches, why it is not run here)
     (r"python -m pytest", "the test suite itself"),
     (
         r"^python examples/",
-        "a whole example, 1-7 minutes; tests/docs/test_examples.py runs each with --quick",
+        "a whole example, 1-7 minutes; tests/docs/test_notebooks.py runs each in its quick mode",
     ),
     (r"^python scripts/make_plays_csv\.py", "writes a data set into data/plays for the finetune commands"),
     (r"^printf ", "samples from out/tinyshakespeare, a full tinyshakespeare training"),

@@ -1,6 +1,8 @@
 """Every example runs as a Jupyter notebook, generated from its script (scripts/make_notebooks.py),
 executed by a real kernel in its quick mode with torch and transformers impossible to import: a
-learner's notebook needs neither. The committed notebooks are exactly what the generator writes."""
+learner's notebook needs neither. That run is each example's test: its figures and printed claims
+(tests/docs/test_examples.py's table) and the figures shown inline. The committed notebooks are
+exactly what the generator writes."""
 
 import os
 import subprocess
@@ -12,6 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 import make_notebooks  # noqa: E402
+from test_examples import check_example  # noqa: E402
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
@@ -74,6 +77,8 @@ def test_notebook_runs_without_torch(name, tmp_path):
     client.execute(env=env)
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
+    printed = "".join(o.text for o in outputs if o.output_type == "stream" and o.name == "stdout")
+    check_example(name, printed, tmp_path / "out" / name)
     images = [o for o in outputs if o.output_type == "display_data" and "image/png" in o.get("data", {})]
     written = sorted((tmp_path / "out" / name).glob("*.png"))
     assert written and len(images) == len(written), (len(images), [p.name for p in written])

@@ -561,22 +561,33 @@ def test_where_processes_cannot_fork_training_runs_one_records_it_and_resumes_ex
 
 # -- a stopped worker and Ctrl-C end the run (subprocesses, each bounded in time) -------------------
 _TRAIN_AND_REPORT_WORKERS = """
-import sys
+import os, sys, time
 from scratchformer.cli.main import main
 from scratchformer.training import parallel
 
 parallel.WORKER_TIMEOUT_S = float(sys.argv[2])
 split_forward = parallel.DataParallel._split_forward
 
-def report(self, *args):  # tell the test the workers' pids once they run
-    out = split_forward(self, *args)
-    if not report.done:
-        report.done = True
-        with open(sys.argv[1], "w") as f:
-            f.write(" ".join(map(str, self.worker_pids())))
-    return out
+def stopped(pid):  # the state letter of /proc/PID/stat: T once SIGSTOP has landed
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "T"
 
-report.done = False
+def report(self, *args):
+    # At the second step's forward (step 1 is applied), tell the test the workers' pids, then wait
+    # until the test has stopped them: the stop lands in step 2 whatever the load. (A test that
+    # never stops them fails on its own; this process then goes on after two minutes.)
+    report.calls += 1
+    if report.calls == 2:
+        pids = self.worker_pids()
+        with open(sys.argv[1] + ".part", "w") as f:
+            f.write(" ".join(map(str, pids)))
+        os.replace(sys.argv[1] + ".part", sys.argv[1])  # the test never reads half a list
+        deadline = time.monotonic() + 120
+        while not all(stopped(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    return split_forward(self, *args)
+
+report.calls = 0
 parallel.DataParallel._split_forward = report
 sys.exit(main(["train", "--max-steps", "100000", "--batch-size", "64", "--n-layer", "1", "--n-embd", "16",
                "--n-head", "2", "--eval-interval", "100000", "--workers", "2", "--no-progress", "--quiet",
@@ -600,7 +611,7 @@ def _start_training(tmp_path, timeout_s: float):
         text=True,
         env=env,
     )
-    for _ in range(600):  # the workers start at the first step (at most a minute on a busy machine)
+    for _ in range(600):  # the pids come at the second step (at most a minute on a busy machine)
         if pids.exists() and pids.read_text():
             return proc, [int(p) for p in pids.read_text().split()]
         assert proc.poll() is None, proc.communicate()
@@ -636,8 +647,8 @@ def test_a_stopped_worker_is_detected_and_the_run_saves_and_ends_with_one_line(t
         f"scratchformer train: error: DataParallel worker 1 (pid {worker}) has stopped or "
         "is stuck: no answer in 2 s"
     )
-    assert "checkpoint of step" in lines[0] and "--resume" in lines[0]
-    assert load_checkpoint(tmp_path / "run" / "last").step >= 1
+    assert "checkpoint of step 1 written" in lines[0] and "--resume" in lines[0]
+    assert load_checkpoint(tmp_path / "run" / "last").step == 1  # the last step done before the stop
     assert not os.path.exists(f"/proc/{worker}") or open(f"/proc/{worker}/stat").read().split()[2] == "Z"
 
 
@@ -652,9 +663,9 @@ def test_ctrl_c_ends_at_once_even_while_a_worker_is_stopped(tmp_path):
     finally:
         os.kill(worker, signal.SIGKILL) if os.path.exists(f"/proc/{worker}") else None
     assert code == 130, err
-    assert err.count("\n") == 1 and err.startswith("scratchformer train: interrupted at step "), err
+    assert err.count("\n") == 1 and err.startswith("scratchformer train: interrupted at step 1: "), err
     assert "Exception ignored" not in err and "Traceback" not in err
-    assert load_checkpoint(tmp_path / "run" / "last").step >= 0
+    assert load_checkpoint(tmp_path / "run" / "last").step == 1
 
 
 def test_a_step_that_cannot_end_in_time_is_refused_at_the_start(tmp_path, capsys):
