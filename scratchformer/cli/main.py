@@ -10,7 +10,7 @@ import argparse
 import math
 import os
 import sys
-from dataclasses import asdict, fields
+from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
@@ -64,6 +64,23 @@ MODEL_HELP = {
 FINETUNE_HELP = {  # `finetune`'s model settings (SentenceClassifierConfig fields)
     "max_length": "tokens per text, [CLS] and [SEP] included; longer texts are truncated",
     "freeze_encoder": "train the linear head alone on the frozen encoder (a linear probe)",
+}
+DATA_HELP = {  # train's data settings (RUN_DEFAULTS "data" keys); each spec is the run's config.json's
+    "symbols": "induction task: symbols the random tokens are drawn from",
+    "repeats": "induction task: copies of the random segment in each sequence of --block-size tokens",
+    "modulus": "--task modadd: learn (a + b) mod N, N odd",
+    "train_fraction": "--task modadd: the part of the N^2 pairs trained on, the rest held out",
+    "split_seed": "seed of the train/val/test split of a lines file",
+    "tokenizer": "char: one token per character; bpe: a byte-level BPE trained on the training split",
+    "vocab_size": (
+        "ids of the BPE with --tokenizer bpe, the end-of-text token included",
+        "{DEFAULT_BPE_VOCAB} with --tokenizer bpe",  # data.datasets.DEFAULT_BPE_VOCAB, filled in
+    ),
+}
+DATA_TASK = {"symbols": "induction", "repeats": "induction", "modulus": "modadd", "train_fraction": "modadd"}
+FINETUNE_DATA_HELP = {  # `finetune`'s data settings (CSV_DATA fields; split_seed is its "seed")
+    "val_fraction": "part of the training CSV held out for validation",
+    "split_seed": "seed of the held-out part",
 }
 TRAIN_HELP = {
     "max_steps": "optimiser steps",
@@ -163,19 +180,13 @@ class Parser(argparse.ArgumentParser):
         return parsed
 
 
-def _shown(value, none_means: str | None) -> str:
-    if value is None:
-        return none_means or "none"
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
-
 def _defaults_text(values: dict[str, object], none_means: str | None = None) -> str:
     """{run kind: value} -> "default: 4" or "default: 64 for lines; 128 for text; ..."."""
+    from scratchformer.training.trainer import shown
+
     by_value: dict[str, list[str]] = {}
     for kind, value in values.items():
-        by_value.setdefault(_shown(value, none_means), []).append(kind)
+        by_value.setdefault(shown(value, none_means), []).append(kind)
     if len(by_value) == 1:
         return f"default: {next(iter(by_value))}"
     return "default: " + "; ".join(f"{v} for {', '.join(kinds)}" for v, kinds in by_value.items())
@@ -336,18 +347,14 @@ def _add_train_parser(sub, values) -> None:
     m = t.add_argument_group("model")
     for name, help_spec in MODEL_HELP.items():
         _add_setting(m, name, GPTConfig.spec(name), help_spec, values("model", name))
-    m.add_argument(
-        "--block-size",
-        type=_spec_type(GPTConfig.spec("block_size")),
-        metavar="N",
-        help="context length (" + _defaults_text(values("data", "block_size"), "longest line + 1") + ")",
-    )
+    block = ("context length", "longest line + 1")  # a data setting: the data are cut to it
+    _add_setting(m, "block_size", GPTConfig.spec("block_size"), block, values("data", "block_size"))
     _add_training_settings(t.add_argument_group("optimisation"), values)
 
 
 def _add_train_data(data, values) -> None:
     """train's data options: the file and how it is read, or the task that generates it."""
-    from scratchformer.data.datasets import DEFAULT_BPE_VOCAB, FORMATS, TOKENIZERS
+    from scratchformer.data.datasets import DEFAULT_BPE_VOCAB, FORMATS
     from scratchformer.data.tasks import TASKS
     from scratchformer.training.jobs import LM_TASKS
     from scratchformer.training.schema import INDUCTION_DATA, LM_DATA, MODADD_DATA
@@ -371,54 +378,16 @@ def _add_train_data(data, values) -> None:
         "(induction: random tokens repeated, the induction-heads setting) or a 1-layer GPT "
         "that groks modular addition (modadd, Nanda et al. 2023)",
     )
-    data.add_argument(
-        "--symbols",
-        type=_spec_type(INDUCTION_DATA.fields["symbols"]),
-        metavar="N",
-        help="induction task: symbols the random tokens are drawn from "
-        f"({_defaults_text(values('data', 'symbols'))})",
-    )
-    data.add_argument(
-        "--repeats",
-        type=_spec_type(INDUCTION_DATA.fields["repeats"]),
-        metavar="N",
-        help="induction task: copies of the random segment in each sequence of --block-size "
-        f"tokens ({_defaults_text(values('data', 'repeats'))})",
-    )
-    data.add_argument(
-        "--modulus",
-        type=_spec_type(MODADD_DATA.fields["modulus"]),
-        metavar="P",
-        help=f"--task modadd: learn (a + b) mod P, P odd ({_defaults_text(values('data', 'modulus'))})",
-    )
-    data.add_argument(
-        "--train-fraction",
-        type=_spec_type(MODADD_DATA.fields["train_fraction"]),
-        metavar="X",
-        help="--task modadd: the part of the P^2 pairs trained on, the rest held out "
-        f"({_defaults_text(values('data', 'train_fraction'))})",
-    )
-    data.add_argument(
-        "--split-seed",
-        type=_spec_type(LM_DATA.fields["seed"]),
-        metavar="N",
-        help="seed of the train/val/test split of a lines file "
-        f"({_defaults_text(values('data', 'split_seed'))})",
-    )
-    data.add_argument(
-        "--tokenizer",
-        choices=TOKENIZERS,
-        help="char: one token per character; bpe: a byte-level BPE trained on the training split "
-        f"({_defaults_text(values('data', 'tokenizer'))})",
-    )
-    data.add_argument(
-        "--vocab-size",
-        type=_spec_type(LM_DATA.fields["vocab_size"].spec),
-        metavar="N",
-        help="ids of the BPE with --tokenizer bpe, the end-of-text token included ("
-        + _defaults_text(values("data", "vocab_size"), f"{DEFAULT_BPE_VOCAB} with --tokenizer bpe")
-        + ")",
-    )
+    specs = {
+        **LM_DATA.fields,
+        **INDUCTION_DATA.fields,
+        **MODADD_DATA.fields,
+        "split_seed": LM_DATA.fields["seed"],
+    }
+    for name, help_spec in DATA_HELP.items():
+        if isinstance(help_spec, tuple):
+            help_spec = (help_spec[0], help_spec[1].format(DEFAULT_BPE_VOCAB=DEFAULT_BPE_VOCAB))
+        _add_setting(data, name, specs[name], help_spec, values("data", name))
 
 
 def _add_finetune_parser(sub, values) -> None:
@@ -456,19 +425,9 @@ def _add_finetune_parser(sub, values) -> None:
         "(config.json, model.safetensors, vocab.txt or tokenizer.json)",
     )
     f.add_argument("--out", metavar="DIR", help="output directory (default: out/finetune-<CSV name>)")
-    f.add_argument(
-        "--val-fraction",
-        type=_spec_type(CSV_DATA.fields["val_fraction"]),
-        metavar="X",
-        help="part of the training CSV held out for validation "
-        f"({_defaults_text(values('data', 'val_fraction', FINETUNE_RUN_KINDS))})",
-    )
-    f.add_argument(
-        "--split-seed",
-        type=_spec_type(CSV_DATA.fields["seed"]),
-        metavar="N",
-        help=f"seed of the held-out part ({_defaults_text(values('data', 'split_seed', FINETUNE_RUN_KINDS))})",
-    )
+    specs = {**CSV_DATA.fields, "split_seed": CSV_DATA.fields["seed"]}
+    for name, help_spec in FINETUNE_DATA_HELP.items():
+        _add_setting(f, name, specs[name], help_spec, values("data", name, FINETUNE_RUN_KINDS))
     _add_run_options(
         f,
         resume="continue the run in --out from its last checkpoint",
@@ -640,268 +599,165 @@ def _add_export_parser(sub) -> None:
     x.add_argument("--hf", metavar="OUT", required=True, help="the directory to write")
 
 
-# -- commands --------------------------------------------------------------------------------
+# -- train and finetune ----------------------------------------------------------------------
 def _given(args, names) -> dict:
     """The settings among `names` that the user gave (argparse leaves the others None)."""
     return {k: getattr(args, k) for k in names if getattr(args, k, None) is not None}
 
 
 def cmd_train(args) -> int:
+    """`train`: the options decided here, once, into plain settings (the run kind, --out, the
+    model, data and training settings given); the run is then resumed or built
+    (training.jobs) and trained (training.trainer)."""
     from scratchformer.data import read_data
     from scratchformer.data.bundled import resolve_data
-    from scratchformer.training.jobs import job_class
-    from scratchformer.training.rundir import check_fresh
 
-    if args.out == "":
-        raise CLIError("--out is empty: give a directory, or omit --out (default: out/<data name or task>)")
-    if args.task not in (None, "lm"):
-        if args.format:
-            raise CLIError(
-                f"--format applies to language models only: the {args.task} task generates its data"
-            )
-        run_kind, default_out = args.task, f"out/{args.task}"
+    task = None if args.task in (None, "lm") else args.task
+    model = _given(args, MODEL_HELP)
+    if "norm_first" in model:  # spelled --norm pre/post
+        model["norm_first"] = model["norm_first"] == "pre"
+    data = _given(args, ["block_size", *DATA_HELP])
+    _refuse_train_options(args.out, task, args.format, args.init_from, args.resume, model, data)
+    if task is not None:
+        run_kind, source, default_out = task, args.data, f"out/{task}"  # a task refuses --data itself
     elif args.resume:
-        run_kind, default_out = (
-            None,
-            "out/names" if args.data is None else f"out/{resolve_data(args.data).stem}",
-        )
+        run_kind, source = None, None
+        default_out = "out/names" if args.data is None else f"out/{resolve_data(args.data).stem}"
     else:
         # read once ("" and missing files: one line): format, sha256 and tokens come from these bytes
-        data_file = read_data(args.data)
-        if data_file.path.suffix.lower() == ".csv":
+        source = read_data(args.data)
+        if source.path.suffix.lower() == ".csv":
             print(
-                f"note: {data_file.path} is a CSV: train reads it as plain text for a character model; to train "
-                f"a classifier on its text,label rows run 'scratchformer finetune --data {data_file.path}'",
+                f"note: {source.path} is a CSV: train reads it as plain text for a character model; to train "
+                f"a classifier on its text,label rows run 'scratchformer finetune --data {source.path}'",
                 file=sys.stderr,
             )
-        run_kind = args.format or (data_file.format if args.data is not None else "lines")
-        default_out = "out/names" if args.data is None else f"out/{data_file.path.stem}"
-    for flag in ("modulus", "train_fraction"):
-        if getattr(args, flag, None) is not None and args.task != "modadd":
-            raise CLIError(f"--{flag.replace('_', '-')} applies to --task modadd only")
-    out = Path(args.out or default_out)
-    train_settings = _given(args, TRAIN_HELP)
-    model_settings = _given(args, MODEL_HELP)
-    if "norm_first" in model_settings:
-        model_settings["norm_first"] = model_settings["norm_first"] == "pre"
-    data_settings = _given(
-        args,
-        [
-            "block_size",
-            "split_seed",
-            "tokenizer",
-            "vocab_size",
-            "symbols",
-            "repeats",
-            "modulus",
-            "train_fraction",
-        ],
-    )
-    for name in ("symbols", "repeats"):
-        if name in data_settings and run_kind != "induction":
-            raise CLIError(f"--{name} applies to --task induction only")
-    if args.init_from is not None:
-        _check_init_from(args, model_settings, data_settings)
-
-    checkpoint = None
+        run_kind = args.format or (source.format if args.data is not None else "lines")
+        default_out = "out/names" if args.data is None else f"out/{source.path.stem}"
+    out, train, options = Path(args.out or default_out), _given(args, TRAIN_HELP), _run_options(args)
     if args.resume:
-        if model_settings or data_settings or args.format:
-            raise CLIError(
-                "--resume continues the saved run: model and data options cannot change "
-                "(training options such as --max-steps can; --data only says where its file moved)"
-            )
-
-        def job_of(checkpoint):
-            saved_task = checkpoint.config.get("task", "lm")
-            if args.task is not None and args.task != saved_task:
-                raise CLIError(
-                    f"--resume continues the saved {saved_task!r} run in {out}: drop --task "
-                    f"{args.task}, or train it into another --out"
-                )
-            return job_class(checkpoint)
-
-        resumed = _resume(
-            args, out, train_settings, {"data": args.data}, _no_run_to_resume, job_of, "train again"
-        )
-        if resumed is None:
-            return 0
-        job, cfg, checkpoint = resumed
-    else:
-        if not args.overwrite:
-            check_fresh(out)  # before the data is tokenized; train() checks again, under the run's lock
-        path = data_file if args.task in (None, "lm") else args.data  # a task refuses --data itself
-        data_settings.update({"path": path} if path is not None else {})
-        job, cfg = _new_job(args, run_kind, model_settings, train_settings, data_settings)
-    return _run_training(job, cfg, out, args, checkpoint)
+        changes = bool(model or data or args.format)
+        return _resume_and_train(out, train, options, changes, "train", task=args.task, data=args.data)
+    if source is not None:
+        data["path"] = source
+    return _build_and_train(out, run_kind, model, train, data, options, init_from=args.init_from)
 
 
-def _check_init_from(args, model_settings: dict, data_settings: dict) -> None:
-    """--init-from starts a language model from a pretrained one: its model and tokenizer stay."""
-    if args.resume:
+def _refuse_train_options(out, task, format, init_from, resume, model: dict, data: dict) -> None:
+    """train's options that cannot go together, refused before any file is read."""
+    if out == "":
+        raise CLIError("--out is empty: give a directory, or omit --out (default: out/<data name or task>)")
+    if task is not None and format:
+        raise CLIError(f"--format applies to language models only: the {task} task generates its data")
+    for name, task_of in DATA_TASK.items():
+        if name in data and task != task_of:
+            raise CLIError(f"--{name.replace('_', '-')} applies to --task {task_of} only")
+    if init_from is None:
+        return
+    if resume:
         raise CLIError("--init-from starts a run; --resume continues one: drop --init-from")
-    if args.task not in (None, "lm"):
-        raise CLIError(f"--init-from continues a language model: drop --task {args.task}")
-    if model_settings:
-        flag = "--" + next(iter(model_settings)).replace("_", "-").replace("norm-first", "norm")
+    if task is not None:
+        raise CLIError(f"--init-from continues a language model: drop --task {task}")
+    if model:
+        flag = "--" + next(iter(model)).replace("_", "-").replace("norm-first", "norm")
         raise CLIError(f"--init-from keeps the checkpoint's model: drop {flag}")
-    if "tokenizer" in data_settings or "vocab_size" in data_settings:
+    if "tokenizer" in data or "vocab_size" in data:
         raise CLIError("--init-from uses the checkpoint's own tokenizer: drop --tokenizer and --vocab-size")
 
 
-def _new_job(args, run_kind: str, model_settings: dict, train_settings: dict, data_settings: dict):
-    """A fresh run's job and TrainConfig: from the run kind's defaults, or from --init-from."""
-    from scratchformer.training.jobs import build_job, build_job_from_hf
-
-    if args.init_from is None:
-        return build_job(run_kind, model_settings, train_settings, data_settings)
-    job_cfg = build_job_from_hf(args.init_from, run_kind, train_settings, data_settings)
-    from scratchformer.interop.hf_lm import hf_notes
-
-    for note in hf_notes(args.init_from):  # bf16 weights read as float32, padding rows dropped
-        print(note, file=sys.stderr)
-    return job_cfg
-
-
 def cmd_finetune(args) -> int:
-    from scratchformer.training.jobs import build_job
-    from scratchformer.training.rundir import check_fresh
+    """`finetune`: as `train`, the options decided here into plain settings, for the
+    sentence-classifier rows ("finetune", "probe" with --freeze-encoder)."""
     from scratchformer.training.sentence import SentenceClassifierJob
-    from scratchformer.training.trainer import LAST
 
     if args.out == "" or args.data == "":
         raise CLIError(f"--{'out' if args.out == '' else 'data'} is empty: give a path")
     if args.data is None and not args.resume:
         raise CLIError("finetune needs --data FILE.csv (a UTF-8 CSV with the columns text,label)")
     out = Path(args.out or f"out/finetune-{Path(args.data).stem if args.data else 'run'}")
-    train_settings = _given(args, TRAIN_HELP)
-    model_settings = _given(args, FINETUNE_HELP)
-    data_settings = _given(args, ["val_fraction", "split_seed"])
+    model, data = _given(args, FINETUNE_HELP), _given(args, FINETUNE_DATA_HELP)
     if args.model is not None or args.base is not None:
-        data_settings["base"] = args.model if args.model is not None else args.base
-    checkpoint = None
+        data["base"] = args.model if args.model is not None else args.base
+    train, options = _given(args, TRAIN_HELP), _run_options(args)
     if args.resume:
-        if model_settings or data_settings:
-            raise CLIError(
-                "--resume continues the saved run: model and data options cannot change "
-                "(training options such as --max-steps can; --data only says where its CSV moved)"
-            )
-
-        def job_of(checkpoint):
-            kind = checkpoint.config.get("kind")
-            if kind != SentenceClassifierJob.kind:
-                raise CLIError(f"{out} holds a {kind!r} run: resume it with 'scratchformer train'")
-            return SentenceClassifierJob
-
-        def no_checkpoint(out: Path) -> str:
-            return f"nothing to resume: {out} holds no checkpoint ({LAST}/); fine-tune without --resume"
-
-        resumed = _resume(
-            args, out, train_settings, {"train_data": args.data}, no_checkpoint, job_of, "fine-tune again"
+        kind = SentenceClassifierJob.kind
+        return _resume_and_train(
+            out, train, options, bool(model or data), "fine-tune", kind=kind, train_data=args.data
         )
-        if resumed is None:
-            return 0
-        job, cfg, checkpoint = resumed
+    run_kind = "probe" if model.get("freeze_encoder") else "finetune"
+    return _build_and_train(out, run_kind, model, train, {"path": args.data, **data}, options)
+
+
+def _run_options(args) -> dict:
+    """How train and finetune run, as trainer.train takes it."""
+    return {
+        "progress": not args.no_progress,
+        "verbose": not args.quiet,
+        "overwrite": args.overwrite,
+        "allow_changed_data": args.allow_changed_data,
+    }
+
+
+def _build_and_train(out: Path, run_kind: str, model, train, data, options: dict, init_from=None) -> int:
+    """A fresh run: --out checked, the job built from the run kind's defaults (or --init-from),
+    then trained."""
+    from scratchformer.training.jobs import build_job, build_job_from_hf
+    from scratchformer.training.rundir import check_fresh
+
+    if not options["overwrite"]:
+        check_fresh(out)  # before the data is read or tokenized; train() checks again, under the run's lock
+    if init_from is None:
+        job, cfg = build_job(run_kind, model, train, data)
     else:
-        if not args.overwrite:
-            check_fresh(out)  # before the CSV and the encoder are read; train() checks again, under the lock
-        run_kind = "probe" if model_settings.get("freeze_encoder") else "finetune"
-        job, cfg = build_job(run_kind, model_settings, train_settings, {"path": args.data, **data_settings})
-    return _run_training(job, cfg, out, args, checkpoint)
+        notes: list[str] = []  # bf16 weights read as float32, padding rows dropped
+        job, cfg = build_job_from_hf(init_from, run_kind, train, data, notes=notes)
+        for note in notes:
+            print(note, file=sys.stderr)
+    return _train(job, cfg, out, options)
 
 
-def _no_run_to_resume(out: Path) -> str:
-    """train --resume into an --out without a last/ checkpoint: what it holds instead."""
-    from scratchformer.training.rundir import run_files
-    from scratchformer.training.trainer import LAST
+def _resume_and_train(out: Path, train: dict, options: dict, changes: bool, command: str, **resume) -> int:
+    """--resume, for train and finetune alike: the run in --out continued (training.jobs.resume_job;
+    `resume`: the run the command continues and where its data moved), its schedule's change
+    printed, then trained. Model and data options (`changes`) cannot change a saved run."""
+    from scratchformer.training.jobs import resume_job
 
-    found = run_files(out)
-    if found:
-        return (
-            f"nothing to resume: {out} holds no {LAST}/ checkpoint, only {', '.join(found)}: train with "
-            "--overwrite (instead of --resume) to start a new run there, or choose another --out"
+    if changes:
+        raise CLIError(
+            "--resume continues the saved run: model and data options cannot change "
+            "(training options such as --max-steps can; --data only says where its file moved)"
         )
-    return f"nothing to resume: {out} holds no run; train without --resume to start one"
-
-
-def _resume(args, out: Path, train_settings: dict, data: dict, no_run, job_of, again: str):
-    """--resume, for train and finetune alike: out/last read once, its job (`data`: where its data
-    file has moved, as the job's from_checkpoint names it) and the TrainConfig the run continues
-    with (the saved one, with the training options given), its change printed. None, said in
-    one line, when the run has already reached it (trainer.nothing_to_do decides). What differs
-    between the commands is given: `no_run(out)` words the refusal of an --out without a
-    checkpoint, `job_of(checkpoint)` is the job class that reads it (or a CLIError)."""
-    from scratchformer.training.checkpoint import checkpoint_exists, load_checkpoint
-    from scratchformer.training.trainer import LAST, nothing_to_do, resume_config
-
-    if args.overwrite:
+    if options["overwrite"]:
         raise CLIError("--resume continues the run in --out and --overwrite deletes it: pass one of them")
-    if not checkpoint_exists(out / LAST):
-        raise CLIError(no_run(out))
-    checkpoint = load_checkpoint(out / LAST)
-    job = job_of(checkpoint).from_checkpoint(checkpoint, allow_changed_data=args.allow_changed_data, **data)
-    saved = checkpoint.extra.get("train_config")
-    if saved is None:
-        raise CheckpointError(
-            f"{checkpoint.path / 'trainer_state.json'} has no extra.train_config: cannot "
-            f"resume from it; restore the file or {again}"
-        )
-    cfg, note = resume_config(saved, train_settings)
-    done = nothing_to_do(checkpoint.step, cfg, out)
-    if done is not None:
-        print(done)
-        return None
+    job, cfg, checkpoint, note = resume_job(
+        out, train, command, allow_changed_data=options["allow_changed_data"], **resume
+    )
     if note:
         print(note)
-    return job, cfg, checkpoint
+    return _train(job, cfg, out, options, checkpoint)
 
 
-def _run_training(job, cfg, out: Path, args, checkpoint) -> int:
-    """What `train` and `finetune` share: the settings printed, the loop, the summary, the curves."""
-    from scratchformer.training.trainer import stdout, train
+def _train(job, cfg, out: Path, options: dict, checkpoint=None) -> int:
+    """The training (the trainer prints its header, evaluations and summary), then its curves."""
+    from scratchformer.training.trainer import train
 
-    model = job.model
-    say = stdout.say  # a closed or narrow stdout never stops training (the trainer saves, then stops)
-    say(
-        f"training {type(model).__name__} ({model.num_parameters():,} parameters) for {cfg.max_steps} steps"
-        f"{f' (time limit {cfg.time_limit:g}s)' if cfg.time_limit else ''} -> {out}"
-    )
-    say("model: " + _settings_line(job.config_dict()["model"]))
-    say("train: " + _settings_line(asdict(cfg)))
     summary = train(
         job,
         cfg,
         out,
-        resume=args.resume,
-        progress=not args.no_progress,
-        verbose=not args.quiet,
+        resume=checkpoint is not None,
+        progress=options["progress"],
+        verbose=options["verbose"],
         checkpoint=checkpoint,
-        overwrite=args.overwrite,
+        overwrite=options["overwrite"],
+        announce=True,
     )
-    say(
-        f"done: step {summary['step']}, val loss {summary['val_loss']:.4f} "
-        f"(best {summary['best_val_loss']:.4f}), {summary['seconds']:.0f}s, stopped by {summary['stopped_by']}; "
-        f"checkpoints in {out}/best and {out}/last"
-    )
-    write_training_curves(out)
+    if summary["stopped_by"] != "nothing to do":
+        write_training_curves(out)
     return 0
 
 
-def _settings_line(settings: dict, width: int = 100) -> str:
-    """key=value pairs, wrapped at `width` characters, continuation lines indented."""
-    import textwrap
-
-    pairs = [f"{k}={_shown(v, None)}" for k, v in settings.items()]
-    return "\n".join(
-        textwrap.wrap(
-            " ".join(pairs),
-            width - 7,
-            subsequent_indent="       ",
-            break_long_words=False,
-            break_on_hyphens=False,
-        )
-    )
-
-
+# -- the other commands ----------------------------------------------------------------------
 def cmd_sample(args) -> int:
     from scratchformer.training.jobs import load_job
 

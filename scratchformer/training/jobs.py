@@ -11,8 +11,10 @@ the model and its data. The loop owns the rest (optimiser, schedule, checkpoints
     build_job       a fresh job + TrainConfig for a run kind, defaults overridden by the caller
     build_job_from_hf   the same, starting from a pretrained Hugging Face causal LM (--init-from)
     load_job        a run (or checkpoint) directory -> its job, the checkpoint read once
-    job_class       an already-read checkpoint -> its job class (`--resume` reads the checkpoint
-                    once and hands it to both the job and the training loop)
+    job_class       an already-read checkpoint -> its job class
+    resume_job      a run directory's last/ -> its job, the TrainConfig it continues with and
+                    the checkpoint, read once (train and finetune --resume; the training loop
+                    takes the same checkpoint)
 
 A new command loads any run the same way: `job = load_job(path)` (optionally `data=` a moved
 data file), then calls the protocol's methods (`job.model`, `job.evaluate(...)`, ...); it never
@@ -38,9 +40,10 @@ from scratchformer.training.config import TrainConfig
 from scratchformer.training.induction import InductionJob
 from scratchformer.training.lm import LMJob
 from scratchformer.training.modadd import ModAddJob
+from scratchformer.training.rundir import run_files
 from scratchformer.training.sentence import SentenceClassifierJob
 from scratchformer.training.tasks import ClassifierJob, Seq2SeqJob
-from scratchformer.training.trainer import BEST, LAST
+from scratchformer.training.trainer import BEST, LAST, resume_config
 
 __all__ = [
     "DEFAULT_SEED",
@@ -55,6 +58,7 @@ __all__ = [
     "epochs_text",
     "job_class",
     "load_job",
+    "resume_job",
     "run_defaults",
 ]
 
@@ -378,18 +382,74 @@ def build_job(
 
 
 def build_job_from_hf(
-    hf_dir: str | Path, run_kind: str, train: dict | None = None, data: dict | None = None
+    hf_dir: str | Path,
+    run_kind: str,
+    train: dict | None = None,
+    data: dict | None = None,
+    notes: list[str] | None = None,
 ) -> tuple[Job, TrainConfig]:
     """A job that continues training a pretrained Hugging Face causal LM (its config and
     tokenizer) on a data file read as `run_kind` ("lines" or "text"), and its TrainConfig: the
-    row's training settings with its fine-tuning rates ("init_from") on top."""
+    row's training settings with its fine-tuning rates ("init_from") on top. `notes` (a list)
+    gets what the reading changed (bf16 weights read as float32, padding rows dropped)."""
+    from scratchformer.interop.hf_lm import hf_notes
+
     row = _row(run_kind)
     if row["kind"] != "gpt":
         raise ConfigError(
             f"--init-from continues a language model: the {run_kind} task has no pretrained form"
         )
     cfg = TrainConfig.from_dict(_train_settings(row, train, init_from=True))
-    return LMJob.from_hf(hf_dir, run_kind, {**row["data"], **(data or {})}), cfg
+    job = LMJob.from_hf(hf_dir, run_kind, {**row["data"], **(data or {})})
+    if notes is not None:
+        notes.extend(hf_notes(hf_dir))
+    return job, cfg
+
+
+def resume_job(
+    out: str | Path,
+    train: dict | None = None,
+    command: str = "train",
+    task: str | None = None,
+    kind: str | None = None,
+    **job_options,
+) -> tuple[Job, TrainConfig, Checkpoint, str | None]:
+    """The run in `out` continued, for `train --resume` and `finetune --resume` alike: out/last
+    read once; its job (`job_options` go to its from_checkpoint: where its data file has moved,
+    allow_changed_data); the TrainConfig it continues with (the saved one, the `train` settings
+    on top); that checkpoint, for the training loop; and the note saying how the schedule
+    changes (`resume_config`; None when it does not). `task` and `kind`: the run the command
+    continues (None: any); `command` words the refusals. Whether a run has steps left is
+    train()'s to decide (trainer.nothing_to_do)."""
+    out = Path(out)
+    if not checkpoint_exists(out / LAST):
+        found = run_files(out)
+        raise ConfigError(
+            f"nothing to resume: {out} holds no {LAST}/ checkpoint, only {', '.join(found)}: {command} with "
+            "--overwrite (instead of --resume) to start a new run there, or choose another --out"
+            if found
+            else f"nothing to resume: {out} holds no run; {command} without --resume to start one"
+        )
+    ck = load_checkpoint(out / LAST)
+    saved_task = ck.config.get("task", "lm")
+    if task is not None and task != saved_task:
+        raise ConfigError(
+            f"--resume continues the saved {saved_task!r} run in {out}: drop --task {task}, or train it "
+            "into another --out"
+        )
+    if kind is not None and ck.config.get("kind") != kind:
+        raise ConfigError(
+            f"{out} holds a {ck.config.get('kind')!r} run: resume it with 'scratchformer train'"
+        )
+    job = job_class(ck).from_checkpoint(ck, **job_options)
+    saved = ck.extra.get("train_config")
+    if saved is None:
+        raise CheckpointError(
+            f"{ck.path / 'trainer_state.json'} has no extra.train_config: cannot resume from it; restore the "
+            f"file or {command} again"
+        )
+    cfg, note = resume_config(saved, train or {})
+    return job, cfg, ck, note
 
 
 def checkpoint_dir(path: str | Path) -> Path:
