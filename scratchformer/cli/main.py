@@ -606,41 +606,71 @@ def _given(args, names) -> dict:
 
 
 def cmd_train(args) -> int:
-    """`train`: the options decided here, once, into plain settings (the run kind, --out, the
-    model, data and training settings given); the run is then resumed or built
-    (training.jobs) and trained (training.trainer)."""
+    """`train`: the options decided here, once, into plain values (the run kind, the data file
+    read once, --out, the model, data and training settings given); the run is then resumed or
+    built (training.jobs) and trained (training.trainer)."""
+    from scratchformer.training.jobs import build_job, build_job_from_hf, resume_job
+    from scratchformer.training.rundir import check_fresh
+    from scratchformer.training.trainer import train
+
+    task = None if args.task in (None, "lm") else args.task
+    model, data, settings = (
+        _given(args, MODEL_HELP),
+        _given(args, ["block_size", *DATA_HELP]),
+        _given(args, TRAIN_HELP),
+    )
+    if "norm_first" in model:  # spelled --norm pre/post
+        model["norm_first"] = model["norm_first"] == "pre"
+    _refuse_train_options(args.out, task, args.format, args.init_from, args.resume, model, data)
+    run_kind, source, default_out = _train_source(task, args.data, args.format, args.resume)
+    out, options = Path(args.out or default_out), _run_options(args)
+    if args.resume:
+        fixed = {**model, **data, **({"format": args.format} if args.format else {})}
+        job, cfg, checkpoint, note = resume_job(
+            out, settings, fixed, command="train", task=args.task, data=args.data, **options["resume"]
+        )
+        if note:  # how the schedule changes
+            print(note)
+    else:
+        if not args.overwrite:
+            check_fresh(out)  # before the data is tokenized; train() checks again, under the run's lock
+        if source is not None:  # a task refuses --data itself
+            data["path"] = source
+        notes: list[str] = []  # --init-from: bf16 weights read as float32, padding rows dropped
+        if args.init_from is None:
+            job, cfg = build_job(run_kind, model, settings, data)
+        else:
+            job, cfg = build_job_from_hf(args.init_from, run_kind, settings, data, notes=notes)
+        for note in notes:
+            print(note, file=sys.stderr)
+        checkpoint = None
+    summary = train(job, cfg, out, checkpoint=checkpoint, announce=True, **options["train"])
+    if summary["stopped_by"] != "nothing to do":
+        write_training_curves(out)
+    return 0
+
+
+def _train_source(task: str | None, data: str | None, format: str | None, resume: bool):
+    """(run kind, what the job reads its data from, the default --out): a task's name and its
+    --data (which it refuses); a resumed run's name alone (its run kind is saved); else the
+    data file, read once ("" and missing files: one line): format, sha256 and tokens come from
+    these bytes."""
     from scratchformer.data import read_data
     from scratchformer.data.bundled import resolve_data
 
-    task = None if args.task in (None, "lm") else args.task
-    model = _given(args, MODEL_HELP)
-    if "norm_first" in model:  # spelled --norm pre/post
-        model["norm_first"] = model["norm_first"] == "pre"
-    data = _given(args, ["block_size", *DATA_HELP])
-    _refuse_train_options(args.out, task, args.format, args.init_from, args.resume, model, data)
     if task is not None:
-        run_kind, source, default_out = task, args.data, f"out/{task}"  # a task refuses --data itself
-    elif args.resume:
-        run_kind, source = None, None
-        default_out = "out/names" if args.data is None else f"out/{resolve_data(args.data).stem}"
-    else:
-        # read once ("" and missing files: one line): format, sha256 and tokens come from these bytes
-        source = read_data(args.data)
-        if source.path.suffix.lower() == ".csv":
-            print(
-                f"note: {source.path} is a CSV: train reads it as plain text for a character model; to train "
-                f"a classifier on its text,label rows run 'scratchformer finetune --data {source.path}'",
-                file=sys.stderr,
-            )
-        run_kind = args.format or (source.format if args.data is not None else "lines")
-        default_out = "out/names" if args.data is None else f"out/{source.path.stem}"
-    out, train, options = Path(args.out or default_out), _given(args, TRAIN_HELP), _run_options(args)
-    if args.resume:
-        changes = bool(model or data or args.format)
-        return _resume_and_train(out, train, options, changes, "train", task=args.task, data=args.data)
-    if source is not None:
-        data["path"] = source
-    return _build_and_train(out, run_kind, model, train, data, options, init_from=args.init_from)
+        return task, data, f"out/{task}"
+    if resume:
+        return None, None, "out/names" if data is None else f"out/{resolve_data(data).stem}"
+    file = read_data(data)
+    if file.path.suffix.lower() == ".csv":
+        print(
+            f"note: {file.path} is a CSV: train reads it as plain text for a character model; to train "
+            f"a classifier on its text,label rows run 'scratchformer finetune --data {file.path}'",
+            file=sys.stderr,
+        )
+    run_kind = format or (file.format if data is not None else "lines")
+    return run_kind, file, "out/names" if data is None else f"out/{file.path.stem}"
 
 
 def _refuse_train_options(out, task, format, init_from, resume, model: dict, data: dict) -> None:
@@ -666,95 +696,63 @@ def _refuse_train_options(out, task, format, init_from, resume, model: dict, dat
 
 
 def cmd_finetune(args) -> int:
-    """`finetune`: as `train`, the options decided here into plain settings, for the
-    sentence-classifier rows ("finetune", "probe" with --freeze-encoder)."""
+    """`finetune`: as `train`, the options decided here into plain values, for the
+    sentence-classifier rows ("finetune"; "probe" with --freeze-encoder)."""
+    from scratchformer.training.jobs import build_job, resume_job
+    from scratchformer.training.rundir import check_fresh
     from scratchformer.training.sentence import SentenceClassifierJob
+    from scratchformer.training.trainer import train
 
     if args.out == "" or args.data == "":
         raise CLIError(f"--{'out' if args.out == '' else 'data'} is empty: give a path")
     if args.data is None and not args.resume:
         raise CLIError("finetune needs --data FILE.csv (a UTF-8 CSV with the columns text,label)")
     out = Path(args.out or f"out/finetune-{Path(args.data).stem if args.data else 'run'}")
-    model, data = _given(args, FINETUNE_HELP), _given(args, FINETUNE_DATA_HELP)
+    model, data, settings = (
+        _given(args, FINETUNE_HELP),
+        _given(args, FINETUNE_DATA_HELP),
+        _given(args, TRAIN_HELP),
+    )
     if args.model is not None or args.base is not None:
         data["base"] = args.model if args.model is not None else args.base
-    train, options = _given(args, TRAIN_HELP), _run_options(args)
+    options = _run_options(args)
     if args.resume:
         kind = SentenceClassifierJob.kind
-        return _resume_and_train(
-            out, train, options, bool(model or data), "fine-tune", kind=kind, train_data=args.data
+        job, cfg, checkpoint, note = resume_job(
+            out,
+            settings,
+            {**model, **data},
+            command="fine-tune",
+            kind=kind,
+            train_data=args.data,
+            **options["resume"],
         )
-    run_kind = "probe" if model.get("freeze_encoder") else "finetune"
-    return _build_and_train(out, run_kind, model, train, {"path": args.data, **data}, options)
-
-
-def _run_options(args) -> dict:
-    """How train and finetune run, as trainer.train takes it."""
-    return {
-        "progress": not args.no_progress,
-        "verbose": not args.quiet,
-        "overwrite": args.overwrite,
-        "allow_changed_data": args.allow_changed_data,
-    }
-
-
-def _build_and_train(out: Path, run_kind: str, model, train, data, options: dict, init_from=None) -> int:
-    """A fresh run: --out checked, the job built from the run kind's defaults (or --init-from),
-    then trained."""
-    from scratchformer.training.jobs import build_job, build_job_from_hf
-    from scratchformer.training.rundir import check_fresh
-
-    if not options["overwrite"]:
-        check_fresh(out)  # before the data is read or tokenized; train() checks again, under the run's lock
-    if init_from is None:
-        job, cfg = build_job(run_kind, model, train, data)
+        if note:  # how the schedule changes
+            print(note)
     else:
-        notes: list[str] = []  # bf16 weights read as float32, padding rows dropped
-        job, cfg = build_job_from_hf(init_from, run_kind, train, data, notes=notes)
-        for note in notes:
-            print(note, file=sys.stderr)
-    return _train(job, cfg, out, options)
-
-
-def _resume_and_train(out: Path, train: dict, options: dict, changes: bool, command: str, **resume) -> int:
-    """--resume, for train and finetune alike: the run in --out continued (training.jobs.resume_job;
-    `resume`: the run the command continues and where its data moved), its schedule's change
-    printed, then trained. Model and data options (`changes`) cannot change a saved run."""
-    from scratchformer.training.jobs import resume_job
-
-    if changes:
-        raise CLIError(
-            "--resume continues the saved run: model and data options cannot change "
-            "(training options such as --max-steps can; --data only says where its file moved)"
-        )
-    if options["overwrite"]:
-        raise CLIError("--resume continues the run in --out and --overwrite deletes it: pass one of them")
-    job, cfg, checkpoint, note = resume_job(
-        out, train, command, allow_changed_data=options["allow_changed_data"], **resume
-    )
-    if note:
-        print(note)
-    return _train(job, cfg, out, options, checkpoint)
-
-
-def _train(job, cfg, out: Path, options: dict, checkpoint=None) -> int:
-    """The training (the trainer prints its header, evaluations and summary), then its curves."""
-    from scratchformer.training.trainer import train
-
-    summary = train(
-        job,
-        cfg,
-        out,
-        resume=checkpoint is not None,
-        progress=options["progress"],
-        verbose=options["verbose"],
-        checkpoint=checkpoint,
-        overwrite=options["overwrite"],
-        announce=True,
-    )
+        if not args.overwrite:
+            check_fresh(out)  # before the CSV and the encoder are read; train() checks again, under the lock
+        run_kind = "probe" if model.get("freeze_encoder") else "finetune"
+        job, cfg = build_job(run_kind, model, settings, {"path": args.data, **data})
+        checkpoint = None
+    summary = train(job, cfg, out, checkpoint=checkpoint, announce=True, **options["train"])
     if summary["stopped_by"] != "nothing to do":
         write_training_curves(out)
     return 0
+
+
+def _run_options(args) -> dict:
+    """What train and finetune share of their options: how trainer.train runs ("train") and
+    what resume_job checks ("resume")."""
+    return {
+        "train": {
+            "resume": args.resume,
+            "overwrite": args.overwrite,
+            "progress": not args.no_progress,
+            "verbose": not args.quiet,
+        },
+        "resume": {"overwrite": args.overwrite, "allow_changed_data": args.allow_changed_data},
+    }
 
 
 # -- the other commands ----------------------------------------------------------------------

@@ -409,18 +409,28 @@ def build_job_from_hf(
 def resume_job(
     out: str | Path,
     train: dict | None = None,
+    fixed: dict | None = None,
     command: str = "train",
     task: str | None = None,
     kind: str | None = None,
+    overwrite: bool = False,
     **job_options,
 ) -> tuple[Job, TrainConfig, Checkpoint, str | None]:
     """The run in `out` continued, for `train --resume` and `finetune --resume` alike: out/last
     read once; its job (`job_options` go to its from_checkpoint: where its data file has moved,
     allow_changed_data); the TrainConfig it continues with (the saved one, the `train` settings
     on top); that checkpoint, for the training loop; and the note saying how the schedule
-    changes (`resume_config`; None when it does not). `task` and `kind`: the run the command
+    changes (`resume_config`; None when it does not). Refused: model or data settings (`fixed`,
+    the saved run's own), `overwrite`, a run of another `task` or `kind` than the command
     continues (None: any); `command` words the refusals. Whether a run has steps left is
     train()'s to decide (trainer.nothing_to_do)."""
+    if fixed:
+        raise ConfigError(
+            "--resume continues the saved run: model and data options cannot change (training options "
+            "such as --max-steps can; --data only says where its file moved)"
+        )
+    if overwrite:
+        raise ConfigError("--resume continues the run in --out and --overwrite deletes it: pass one of them")
     out = Path(out)
     if not checkpoint_exists(out / LAST):
         found = run_files(out)

@@ -13,9 +13,9 @@ steps as an uninterrupted one, bit for bit on the same machine. `resume_config` 
 original schedule when a resumed run is extended; `nothing_to_do` decides, once, inside
 train(), that a resumed run has already reached its max_steps.
 
-Inside: `train` takes the run's lock; `_start` checks the settings, builds the run's state
-(`_Run`: the optimiser and what a checkpoint records, the DataParallel runner, the diagnostics),
-starts or restores the run directory (rundir.start_run / `_restore`), then `_loop` runs
+Inside: `train` takes the run's lock; `_train_locked` checks the settings, builds the run's
+state (`_Run`: the optimiser and what a checkpoint records), restores it (`_restore`) or starts
+the run directory (rundir.start_run), `_prepare`s the runner and diagnostics, then `_loop` runs
 `_step`, logs `_Throughput`'s rows and `_evaluate`s, saving last/ first on any stop
 (`_stop_if_asked`, `_save_after_failure`). With `announce`, train() prints the run's header
 (`_header`, `settings_line`) and summary line, as `scratchformer train` shows them.
@@ -267,17 +267,9 @@ def train(
             _say(lock.note)
         started = {"log": False}  # set once a fresh run has started its own log
         try:
-            run = _start(job, cfg, out_dir, lock, resume, checkpoint, overwrite, started)
-            if run.done is not None:
-                if announce:
-                    _say(run.done)
-                return run.summary(0.0, "nothing to do")
-            if announce:
-                _say(_header(run))
-            summary = _loop(run, progress, verbose)
-            if announce:
-                _say(_summary_line(summary, out_dir))
-            return summary
+            return _train_locked(
+                job, cfg, out_dir, lock, started, resume, checkpoint, overwrite, progress, verbose, announce
+            )
         except BaseException:
             if started["log"]:
                 _drop_unstarted_run(out_dir)
@@ -360,22 +352,36 @@ def _progress_bar(total: int, initial: int):
         tqdm.monitor_interval = interval
 
 
-def _start(job, cfg, out_dir, lock, resume, checkpoint, overwrite, started) -> _Run:
-    """train() under the run's lock, up to the first step: the settings checked, the run's state
-    built, then restored from last/ (`run.done` says when it has nothing left to do) or its
-    directory started; the processes, the memory estimate and the diagnostics set up."""
+def _train_locked(
+    job, cfg, out_dir, lock, started, resume, checkpoint, overwrite, progress, verbose, announce
+) -> dict:
+    """train() under the run's lock: the settings checked, the run's state built, then restored
+    from last/ (where it may have nothing left to do) or its directory started; then the loop."""
     cfg = _checked_settings(job, cfg, out_dir)
     run = _Run(job, cfg, out_dir, lock, _optimizer(job.model, cfg))
-    run.data_rng = np.random.default_rng(cfg.seed)
-    run.dropout_rng = set_dropout_rng(job.model, np.random.default_rng(cfg.seed + 1))
     if resume:
         _restore(run, checkpoint)
         if run.done is not None:
-            return run
+            if announce:
+                _say(run.done)
+            return run.summary(0.0, "nothing to do")
     else:
         start_run(out_dir, overwrite)
         started["log"] = True
-    check_checkpoint_paths(out_dir)  # what no save could replace is refused now, not at the first save
+    _prepare(run, diag_resume_step=run.step if resume else None)
+    if announce:
+        _say(_header(run))
+    summary = _loop(run, progress, verbose)
+    if announce:
+        _say(_summary_line(summary, out_dir))
+    return summary
+
+
+def _prepare(run: _Run, diag_resume_step: int | None) -> None:
+    """Before the first step: what no save could replace refused, the memory estimate asked, the
+    diagnostics recorder (resumed at `diag_resume_step`) and the processes that run each batch."""
+    job, cfg, out_dir = run.job, run.cfg, run.out_dir
+    check_checkpoint_paths(out_dir)  # refused now, not at the first save
     check_training_fits(job.model, cfg.batch_size, cfg.workers)
     if cfg.diagnostics_every > 0:  # the recorder runs only on its own steps
         run.diag = Diagnostics(
@@ -384,7 +390,7 @@ def _start(job, cfg, out_dir, lock, resume, checkpoint, overwrite, started) -> _
             cfg.max_steps,
             cfg.seed,
             out_dir / DIAG_FILE,
-            resume_step=run.step if resume else None,
+            resume_step=diag_resume_step,
         )
     # runs each batch (with workers=1, the model alone); a pending Ctrl-C or SIGTERM ends a wait for a worker
     run.runner = DataParallel(
@@ -394,7 +400,6 @@ def _start(job, cfg, out_dir, lock, resume, checkpoint, overwrite, started) -> _
         train_outputs=False,  # the steps use the loss alone
         interrupted=lambda: run.stop.reason is not None,
     )
-    return run
 
 
 def _header(run: _Run) -> str:
@@ -473,14 +478,15 @@ class _Run:
     def __init__(self, job, cfg: TrainConfig, out_dir: Path, lock: RunLock, opt: AdamW):
         self.job, self.cfg, self.out_dir, self.lock, self.opt = job, cfg, out_dir, lock, opt
         self.params = job.model.parameters()
-        self.data_rng = self.dropout_rng = None
+        self.data_rng = np.random.default_rng(cfg.seed)  # the batches
+        self.dropout_rng = set_dropout_rng(job.model, np.random.default_rng(cfg.seed + 1))
         self.step, self.best_val, self.val_loss, self.train_loss = 0, math.inf, float("nan"), float("nan")
         self.since_best = 0  # evaluations since the lowest validation loss (early stopping: cfg.patience)
         self.step_start = (
             None  # the generators' states where an abandoned step restarts (None: between steps)
         )
         self.stop: _StopRequests | None = None  # set while the loop runs
-        self.runner = None  # the DataParallel that runs each batch (set by _start)
+        self.runner = None  # the DataParallel that runs each batch (set by _prepare)
         self.diag: Diagnostics | None = None  # the diagnostics recorder, when cfg.diagnostics_every
         self.done: str | None = None  # a resumed run with nothing left to do: the line that says so
 
