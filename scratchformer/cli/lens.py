@@ -21,14 +21,8 @@ from scratchformer.lens.analyses import MAX_STEPS
 TOP_HEADS = 5  # heads listed by ablation
 
 
-def add_parser(sub) -> None:
-    """The `lens` subcommand, added to the main parser's subparsers."""
-    p = sub.add_parser(
-        "lens",
-        help="logit lens, head ablation, saliency and patching of a trained model on one input",
-        description="Run the lens analyses (docs/lens.md) on one input and print their tables and "
-        "check lines. With --bert: saliency of the similarity of two sentences' embeddings.",
-    )
+def add_options(p) -> None:
+    """The `lens` command's options, added to its parser (cli/main.py makes it)."""
     p.add_argument(
         "dir", nargs="?", metavar="RUN_DIR", help="run or checkpoint directory (default: out/names)"
     )

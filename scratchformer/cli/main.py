@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 
 from scratchformer.allocator import keep_freed_memory
-from scratchformer.cli.exercise import add_parser as add_exercise_parser
+from scratchformer.cli.exercise import add_options as add_exercise_options
 from scratchformer.cli.exercise import cmd_exercise
-from scratchformer.cli.lens import add_parser as add_lens_parser
+from scratchformer.cli.lens import add_options as add_lens_options
 from scratchformer.cli.lens import cmd_lens
-from scratchformer.cli.viz import add_parser as add_viz_parser
+from scratchformer.cli.viz import add_options as add_viz_options
 from scratchformer.cli.viz import cmd_viz, write_training_curves
 from scratchformer.errors import CheckpointError, CLIError, ScratchformerError
 from scratchformer.specs import Bool, Int, Maybe, SchemaMismatch, Str
@@ -260,6 +260,8 @@ def _defaults_by_kind():
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The command line: one subparser per command of COMMANDS, its help and description from
+    `_about`, its options added by the command's own function."""
     values = _defaults_by_kind()
     p = Parser(
         prog="scratchformer",
@@ -271,22 +273,106 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"scratchformer {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")  # none given: main() prints the commands
     p.commands = sub.choices  # command name -> its parser
-    _add_train_parser(sub, values)
-    _add_finetune_parser(sub, values)
-    _add_sample_parser(sub)
-    _add_eval_parser(sub)
-    _add_predict_parser(sub)
-    _add_embed_parser(sub)
-    _add_export_parser(sub)
-    add_viz_parser(sub)
-    add_exercise_parser(sub)
-    add_lens_parser(sub)
+    add_options = {
+        "train": lambda parser: _add_train_options(parser, values),
+        "finetune": lambda parser: _add_finetune_options(parser, values),
+        "sample": _add_sample_options,
+        "eval": _add_eval_options,
+        "predict": _add_predict_options,
+        "embed": _add_embed_options,
+        "export": _add_export_options,
+        "viz": add_viz_options,
+        "exercise": add_exercise_options,
+        "lens": add_lens_options,
+    }
+    for name, (summary, description) in _about().items():
+        add_options[name](sub.add_parser(name, help=summary, description=description))
     return p
 
 
-def _add_run_options(parser, resume: str, changed: str, quiet: str) -> None:
-    """The options train and finetune share, each command's wording given: how a run starts,
-    continues and reports."""
+def _about() -> dict[str, tuple[str, str]]:
+    """Command -> (its line in 'scratchformer --help', the opening of its own --help), in the
+    order the commands are listed."""
+    from scratchformer.exercises.grading import MEMORY_LIMIT, TIME_LIMIT
+
+    return {
+        "train": (
+            "train a model (default: a character-level GPT on the bundled baby names)",
+            "Train a model. With no options: a 4-layer character-level GPT on the bundled "
+            "names.txt, written to out/names/. Model and optimiser options override the "
+            "defaults of the run kind (lines: makemore-like; text: nanoGPT's CPU config; "
+            "the tasks: their tuned settings); --help shows them per kind.",
+        ),
+        "finetune": (
+            "fine-tune a pretrained BERT encoder (all-MiniLM-L6-v2) as a sentence classifier",
+            "Fine-tune a pretrained BERT-family encoder with mean pooling and a linear head on a "
+            "labelled CSV (columns text,label), through the hand-written backward of every layer; "
+            "--freeze-encoder trains the head alone (a linear probe). The run directory works with "
+            "eval (--data test.csv), predict, viz and --resume like any other run.",
+        ),
+        "sample": (
+            "generate text from a trained language model",
+            "Sample from a trained language model (DIR: a run directory or a checkpoint).",
+        ),
+        "eval": (
+            "loss/perplexity (LM) or accuracy (tasks) on a split",
+            "Evaluate a trained model on a held-out split.",
+        ),
+        "predict": (
+            "run a classifier or seq2seq checkpoint on one input",
+            'Map one input such as "3 1 4 1 5" through a toy-task model, or label '
+            "a sentence with a fine-tuned classifier.",
+        ),
+        "embed": (
+            "sentence embeddings with a pretrained BERT-family encoder",
+            "Embed texts with a Hugging Face BERT-family sentence encoder "
+            "(default: the installed all-MiniLM-L6-v2 package).",
+        ),
+        "export": (
+            "write a language-model run as a Hugging Face GPT-2 or Llama directory",
+            "Write a run's best checkpoint (or a checkpoint directory) as a Hugging Face "
+            "directory that transformers' from_pretrained reads: GPT2LMHeadModel's layout "
+            "(learned positions, pre-norm, LayerNorm, biases, a tied head) or "
+            "LlamaForCausalLM's (rotary positions, RMSNorm, SwiGLU, no biases, grouped-query "
+            "attention allowed). The run needs a BPE tokenizer (--tokenizer bpe or --init-from); "
+            "config.json gets its bos/eos ids.",
+        ),
+        "viz": (
+            "figures and an interactive report.html of a trained model (or a BERT encoder)",
+            "Draw the attention maps, embeddings, residual stream and training curves of a "
+            "trained run on one input, as PNGs and a self-contained report.html (opens from "
+            "disk, no network). With --bert: a pretrained BERT-family encoder.",
+        ),
+        "exercise": (
+            "graded exercises: write a layer's backward (and three more), have it checked",
+            "Graded exercises. Without NAME: the list. With NAME: write a stub file whose forward is "
+            "given and whose backward is yours to write; then --check FILE grades it by finite "
+            "differences (float64, on inputs of several shapes) and the layer contract (returned shapes and "
+            "types, finite gradients ADDED into .grad), naming the first wrong element and the likely "
+            f"cause; the file runs in a child process limited to {TIME_LIMIT:g} s and {MEMORY_LIMIT >> 30} GiB. "
+            "Exit codes of --check: "
+            "0 right, 1 wrong, 2 bad input (a missing file, a file that does not load). A right --check is "
+            "recorded in .scratchformer-exercises.json in the current directory; the list marks the "
+            "exercises passed there. Three exercises are not a backward: bpe_merge (one BPE merge step, "
+            "graded against the library's trainer), diagnose_runs (its stub comes with four recorded runs to "
+            "diagnose) and induction_head (graded by ablation); docs/exercises.md.",
+        ),
+        "lens": (
+            "logit lens, head ablation, saliency and patching of a trained model on one input",
+            "Run the lens analyses (docs/lens.md) on one input and print their tables and "
+            "check lines. With --bert: saliency of the similarity of two sentences' embeddings.",
+        ),
+    }
+
+
+def _add_run_options(
+    parser, data_group, data: tuple[str, str], out: str, resume: str, changed: str, quiet: str
+):
+    """The options train and finetune share, each command's wording given: the data file (in
+    `data_group`; `data`: its metavar and help), the output directory (`out`: its default), how
+    a run starts, continues and reports."""
+    data_group.add_argument("--data", metavar=data[0], help=data[1])
+    parser.add_argument("--out", metavar="DIR", help=f"output directory (default: {out})")
     parser.add_argument("--resume", action="store_true", help=resume)
     parser.add_argument(
         "--overwrite",
@@ -299,6 +385,16 @@ def _add_run_options(parser, resume: str, changed: str, quiet: str) -> None:
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--quiet", action="store_true", help=quiet)
+
+
+def _add_bert_dir(parser, instead: str) -> None:
+    """--model DIR: the pretrained encoder finetune and embed read, instead of `instead`."""
+    parser.add_argument(
+        "--model",
+        metavar="DIR",
+        help="a Hugging Face BERT directory (config.json, model.safetensors, vocab.txt or tokenizer.json) "
+        f"instead of {instead}",
+    )
 
 
 def _add_training_settings(group, values, kinds=None) -> None:
@@ -315,34 +411,33 @@ def _add_training_settings(group, values, kinds=None) -> None:
         )
 
 
-def _add_train_parser(sub, values) -> None:
+def _add_train_options(t, values) -> None:
     """`train`: data, run, model and optimisation options, defaults per run kind."""
     from scratchformer.models import GPTConfig
 
-    t = sub.add_parser(
-        "train",
-        help="train a model (default: a character-level GPT on the bundled baby names)",
-        description="Train a model. With no options: a 4-layer character-level GPT on the bundled "
-        "names.txt, written to out/names/. Model and optimiser options override the "
-        "defaults of the run kind (lines: makemore-like; text: nanoGPT's CPU config; "
-        "the tasks: their tuned settings); --help shows them per kind.",
+    data = t.add_argument_group("data")
+    _add_run_options(
+        t,
+        data,
+        data=(
+            "PATH",
+            "a UTF-8 text file, or a bundled data set: names (the default; makemore's 32K names) "
+            "or shakespeare (tinyshakespeare, 1.1M characters)",
+        ),
+        out="out/<data name or task>",
+        resume="continue the run in --out from its last checkpoint, on its original schedule; a "
+        "larger --max-steps extends it (the cosine keeps its length unless --decay-steps is "
+        "given)",
+        changed="the data file changed since training",
+        quiet="no evaluation lines or samples",
     )
-    _add_train_data(t.add_argument_group("data"), values)
+    _add_train_data(data, values)
     t.add_argument(
         "--init-from",
         metavar="HF_DIR",
         help="continue training a Hugging Face GPT-2 or Llama directory (config.json, model.safetensors, "
         "its tokenizer) on --data, with its own config and tokenizer and fine-tuning rates (--lr, "
         "--min-lr, --warmup-steps: see their --init-from defaults) (default: none: a fresh model)",
-    )
-    t.add_argument("--out", metavar="DIR", help="output directory (default: out/<data name or task>)")
-    _add_run_options(
-        t,
-        resume="continue the run in --out from its last checkpoint, on its original schedule; a "
-        "larger --max-steps extends it (the cosine keeps its length unless --decay-steps is "
-        "given)",
-        changed="the data file changed since training",
-        quiet="no evaluation lines or samples",
     )
     m = t.add_argument_group("model")
     for name, help_spec in MODEL_HELP.items():
@@ -353,18 +448,12 @@ def _add_train_parser(sub, values) -> None:
 
 
 def _add_train_data(data, values) -> None:
-    """train's data options: the file and how it is read, or the task that generates it."""
+    """train's data options beside --data: how the file is read, or the task that generates it."""
     from scratchformer.data.datasets import DEFAULT_BPE_VOCAB, FORMATS
     from scratchformer.data.tasks import TASKS
     from scratchformer.training.jobs import LM_TASKS
     from scratchformer.training.schema import INDUCTION_DATA, LM_DATA, MODADD_DATA
 
-    data.add_argument(
-        "--data",
-        metavar="PATH",
-        help="a UTF-8 text file, or a bundled data set: names (the default; makemore's 32K names) "
-        "or shakespeare (tinyshakespeare, 1.1M characters)",
-    )
     data.add_argument(
         "--format",
         choices=FORMATS,
@@ -390,26 +479,25 @@ def _add_train_data(data, values) -> None:
         _add_setting(data, name, specs[name], help_spec, values("data", name))
 
 
-def _add_finetune_parser(sub, values) -> None:
+def _add_finetune_options(f, values) -> None:
     """`finetune`: the CSV, the pretrained encoder, run, model and optimisation options."""
     from scratchformer.interop.bert_classifier import SentenceClassifierConfig
     from scratchformer.training.jobs import FINETUNE_RUN_KINDS
     from scratchformer.training.schema import CSV_DATA
     from scratchformer.training.sentence import BASE_MODELS
 
-    f = sub.add_parser(
-        "finetune",
-        help="fine-tune a pretrained BERT encoder (all-MiniLM-L6-v2) as a sentence classifier",
-        description="Fine-tune a pretrained BERT-family encoder with mean pooling and a linear head on a "
-        "labelled CSV (columns text,label), through the hand-written backward of every layer; "
-        "--freeze-encoder trains the head alone (a linear probe). The run directory works with "
-        "eval (--data test.csv), predict, viz and --resume like any other run.",
-    )
-    f.add_argument(
-        "--data",
-        metavar="FILE.csv",
-        help="the training CSV (UTF-8, header row with text and label); "
-        "a fraction is held out to pick the best checkpoint",
+    _add_run_options(
+        f,
+        f,
+        data=(
+            "FILE.csv",
+            "the training CSV (UTF-8, header row with text and label); a fraction is held out to pick "
+            "the best checkpoint",
+        ),
+        out="out/finetune-<CSV name>",
+        resume="continue the run in --out from its last checkpoint",
+        changed="the training CSV changed since",
+        quiet="no evaluation lines",
     )
     base = f.add_mutually_exclusive_group()
     base.add_argument(
@@ -418,22 +506,10 @@ def _add_finetune_parser(sub, values) -> None:
         choices=BASE_MODELS,
         help="the pretrained encoder: minilm = the installed all-MiniLM-L6-v2 (default: minilm)",
     )
-    base.add_argument(
-        "--model",
-        metavar="DIR",
-        help="any Hugging Face BERT directory instead of --from "
-        "(config.json, model.safetensors, vocab.txt or tokenizer.json)",
-    )
-    f.add_argument("--out", metavar="DIR", help="output directory (default: out/finetune-<CSV name>)")
+    _add_bert_dir(base, "--from")
     specs = {**CSV_DATA.fields, "split_seed": CSV_DATA.fields["seed"]}
     for name, help_spec in FINETUNE_DATA_HELP.items():
         _add_setting(f, name, specs[name], help_spec, values("data", name, FINETUNE_RUN_KINDS))
-    _add_run_options(
-        f,
-        resume="continue the run in --out from its last checkpoint",
-        changed="the training CSV changed since",
-        quiet="no evaluation lines",
-    )
     fm = f.add_argument_group("model")
     for name, help_spec in FINETUNE_HELP.items():
         _add_setting(
@@ -447,13 +523,8 @@ def _add_finetune_parser(sub, values) -> None:
     _add_training_settings(optimisation, values, FINETUNE_RUN_KINDS)
 
 
-def _add_sample_parser(sub) -> None:
+def _add_sample_options(s) -> None:
     """`sample`: a run or a Hugging Face directory, the prompt and the sampling settings."""
-    s = sub.add_parser(
-        "sample",
-        help="generate text from a trained language model",
-        description="Sample from a trained language model (DIR: a run directory or a checkpoint).",
-    )
     s.add_argument("dir", nargs="?", metavar="DIR", help="default: out/names")
     s.add_argument(
         "--hf",
@@ -499,15 +570,10 @@ def _add_sample_parser(sub) -> None:
     )
 
 
-def _add_eval_parser(sub) -> None:
+def _add_eval_options(e) -> None:
     """`eval`: a run, its split and where its data moved."""
     from scratchformer.training.config import TrainConfig
 
-    e = sub.add_parser(
-        "eval",
-        help="loss/perplexity (LM) or accuracy (tasks) on a split",
-        description="Evaluate a trained model on a held-out split.",
-    )
     e.add_argument("dir", nargs="?", default="out/names", metavar="DIR", help="default: out/names")
     e.add_argument(
         "--split",
@@ -544,14 +610,8 @@ def _add_eval_parser(sub) -> None:
     )
 
 
-def _add_predict_parser(sub) -> None:
+def _add_predict_options(pr) -> None:
     """`predict`: a classifier or seq2seq run and one input."""
-    pr = sub.add_parser(
-        "predict",
-        help="run a classifier or seq2seq checkpoint on one input",
-        description='Map one input such as "3 1 4 1 5" through a toy-task model, or label '
-        "a sentence with a fine-tuned classifier.",
-    )
     pr.add_argument("dir", metavar="DIR")
     pr.add_argument(
         "input",
@@ -563,38 +623,19 @@ def _add_predict_parser(sub) -> None:
     )
 
 
-def _add_embed_parser(sub) -> None:
+def _add_embed_options(em) -> None:
     """`embed`: texts, the encoder and where the array goes."""
-    em = sub.add_parser(
-        "embed",
-        help="sentence embeddings with a pretrained BERT-family encoder",
-        description="Embed texts with a Hugging Face BERT-family sentence encoder "
-        "(default: the installed all-MiniLM-L6-v2 package).",
-    )
     em.add_argument("texts", nargs="+", metavar="TEXT")
-    em.add_argument(
-        "--model", metavar="DIR", help="model directory (config.json, model.safetensors, vocab.txt)"
-    )
+    _add_bert_dir(em, "the installed all-MiniLM-L6-v2 (default: none)")
     em.add_argument(
         "--out",
         metavar="FILE.npy",
-        help="save the (n, d) float32 array in this file, named exactly as "
-        "given (np.load reads it; default: print the first values)",
+        help="save the (n, d) float32 array for np.load, named exactly as given (default: print them)",
     )
 
 
-def _add_export_parser(sub) -> None:
+def _add_export_options(x) -> None:
     """`export`: a language-model run written as a Hugging Face directory."""
-    x = sub.add_parser(
-        "export",
-        help="write a language-model run as a Hugging Face GPT-2 or Llama directory",
-        description="Write a run's best checkpoint (or a checkpoint directory) as a Hugging Face "
-        "directory that transformers' from_pretrained reads: GPT2LMHeadModel's layout "
-        "(learned positions, pre-norm, LayerNorm, biases, a tied head) or "
-        "LlamaForCausalLM's (rotary positions, RMSNorm, SwiGLU, no biases, grouped-query "
-        "attention allowed). The run needs a BPE tokenizer (--tokenizer bpe or --init-from); "
-        "config.json gets its bos/eos ids.",
-    )
     x.add_argument("dir", metavar="RUN")
     x.add_argument("--hf", metavar="OUT", required=True, help="the directory to write")
 
