@@ -210,36 +210,33 @@ def check_backward_args(dloss, grad=None, out_shape=None, grad_name: str = "grad
             )
 
 
-def config_number(config: dict, key: str, default, where: str = "config.json"):
-    """config[key] (default when absent or null) as a float; a string, list or bool where a
-    number belongs is one ConfigError line naming the field."""
+def _config_field(config: dict, key: str, default, where: str, fits, what: str, convert):
+    """config[key] (default when absent or null) passed through `convert`; a value `fits`
+    refuses (a string, list or bool where a number belongs) is one ConfigError line naming the
+    field and what it must be."""
     value = config.get(key)
     if value is None:
         return default
-    if not is_number(value):
-        raise ConfigError(f"{where}: {key} must be a number, got {value!r}: fix the file")
-    return float(value)
+    if not fits(value):
+        raise ConfigError(f"{where}: {key} must be {what}, got {value!r}: fix the file")
+    return convert(value)
+
+
+def config_number(config: dict, key: str, default, where: str = "config.json"):
+    """config[key] (default when absent or null) as a float."""
+    return _config_field(config, key, default, where, is_number, "a number", float)
 
 
 def config_int(config: dict, key: str, default=None, where: str = "config.json"):
     """config[key] (default when absent or null), which must be an integer."""
-    value = config.get(key)
-    if value is None:
-        return default
-    if not is_int(value):
-        raise ConfigError(f"{where}: {key} must be an integer, got {value!r}: fix the file")
-    return int(value)
+    return _config_field(config, key, default, where, is_int, "an integer", int)
 
 
 def config_flag(config: dict, key: str, default: bool, where: str = "config.json") -> bool:
     """config[key] (default when absent or null), which must be true or false (bool("false")
     would read the string as true)."""
-    value = config.get(key)
-    if value is None:
-        return default
-    if not isinstance(value, (bool, np.bool_)):
-        raise ConfigError(f"{where}: {key} must be true or false, got {value!r}: fix the file")
-    return bool(value)
+    is_flag = lambda value: isinstance(value, (bool, np.bool_))
+    return _config_field(config, key, default, where, is_flag, "true or false", bool)
 
 
 def check_text(name: str, value) -> str:

@@ -21,26 +21,10 @@ from scratchformer.runfiles import write_atomic
 EXIT_WRONG = 1
 
 
-def add_parser(sub) -> None:
-    """The `exercise` subcommand, added to the main parser's subparsers."""
+def add_options(e) -> None:
+    """The `exercise` command's options, added to its parser (cli/main.py makes it)."""
     from scratchformer.exercises import EXERCISES
-    from scratchformer.exercises.grading import MEMORY_LIMIT, TIME_LIMIT
 
-    e = sub.add_parser(
-        "exercise",
-        help="graded exercises: write a layer's backward (and three more), have it checked",
-        description="Graded exercises. Without NAME: the list. With NAME: write a stub file whose forward is "
-        "given and whose backward is yours to write; then --check FILE grades it by finite "
-        "differences (float64, on inputs of several shapes) and the layer contract (returned shapes and "
-        "types, finite gradients ADDED into .grad), naming the first wrong element and the likely "
-        f"cause; the file runs in a child process limited to {TIME_LIMIT:g} s and {MEMORY_LIMIT >> 30} GiB. "
-        "Exit codes of --check: "
-        "0 right, 1 wrong, 2 bad input (a missing file, a file that does not load). A right --check is "
-        "recorded in .scratchformer-exercises.json in the current directory; the list marks the "
-        "exercises passed there. Three exercises are not a backward: bpe_merge (one BPE merge step, "
-        "graded against the library's trainer), diagnose_runs (its stub comes with four recorded runs to "
-        "diagnose) and induction_head (graded by ablation); docs/exercises.md.",
-    )
     e.add_argument(
         "name",
         nargs="?",

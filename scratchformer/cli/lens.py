@@ -21,14 +21,8 @@ from scratchformer.lens.analyses import MAX_STEPS
 TOP_HEADS = 5  # heads listed by ablation
 
 
-def add_parser(sub) -> None:
-    """The `lens` subcommand, added to the main parser's subparsers."""
-    p = sub.add_parser(
-        "lens",
-        help="logit lens, head ablation, saliency and patching of a trained model on one input",
-        description="Run the lens analyses (docs/lens.md) on one input and print their tables and "
-        "check lines. With --bert: saliency of the similarity of two sentences' embeddings.",
-    )
+def add_options(p) -> None:
+    """The `lens` command's options, added to its parser (cli/main.py makes it)."""
     p.add_argument(
         "dir", nargs="?", metavar="RUN_DIR", help="run or checkpoint directory (default: out/names)"
     )
@@ -173,74 +167,114 @@ def _vocab_id(labels: list[str], target: str) -> int:
 
 
 def _run_report(job, args) -> dict:
+    """Every analysis of a run's model on --text: the logit lens and attribution (language
+    models, seq2seq), head ablation, saliency, the activations --show names and, with
+    --corrupt, patching; each analysis's check line in "checks"."""
     from scratchformer import lens
-    from scratchformer.lens.parts import family, unembedding
+    from scratchformer.lens.parts import family
 
     model = job.model.to(np.float64)  # the checks are exact in float64
     v = job.viz_inputs(args.text)
-    ids, tokens, labels = np.asarray(v["ids"])[None], list(v["tokens"]), list(v["vocab_labels"])
+    ids, labels = np.asarray(v["ids"])[None], list(v["vocab_labels"])
     kind = family(model)
-    report: dict = {"tokens": tokens, "checks": []}
-    if kind == "gpt":
-        inputs, loss_inputs = (ids,), ((ids[:, :-1], ids[:, 1:]) if ids.shape[1] > 1 else None)
-    elif kind == "seq2seq":
-        from scratchformer.inference.beam import greedy_decode
-
-        out = greedy_decode(model, ids)[0]  # the model's own answer, ending in EOS
-        ids_of = model.decoding_sizes()  # pad_id, bos_id
-        tgt_out = np.concatenate([out[out != ids_of["pad_id"]]])[None]
-        tgt_in = np.concatenate([[ids_of["bos_id"]], tgt_out[0, :-1]])[None]
-        inputs, loss_inputs = (ids, tgt_in), (ids, tgt_in, tgt_out)
-        report["answer"] = [labels[i] for i in tgt_out[0]]
-    else:  # classifier
-        inputs = (ids,)
-    logits = _first(model.eval()(*inputs))
-    last = logits[0, -1] if logits.ndim == 3 else logits[0]
+    report: dict = {"tokens": list(v["tokens"]), "checks": []}
+    inputs, loss_inputs = _run_inputs(model, kind, ids, labels, report)
+    last = _last_logits(model, inputs)
     target = (
         int(last.argmax())
         if args.target is None
         else _vocab_id(labels if kind != "classifier" else [str(i) for i in range(len(last))], args.target)
     )
-    target_label = labels[target] if kind != "classifier" else str(target)
-    report["target"] = target_label
+    label = (lambda i: labels[i]) if kind != "classifier" else str
+    report["target"] = label(target)
     if kind == "classifier":
         loss_inputs = (ids, np.array([target]))
-    if kind != "classifier":
-        ll = lens.logit_lens(model, inputs, k=1)
-        rows = ll.top_ids[:, :, 0]
-        report["logit_lens"] = {
-            "layers": ll.layers,
-            "top1": [[labels[i] for i in row] for row in rows],
-            "prob": ll.top_probs[:, :, 0].round(4).tolist(),
-            "positions": tokens if kind == "gpt" else ["<bos>"] + report["answer"][:-1],
-        }
-        report["checks"].append(str(ll.check))
-        if unembedding(model).pre_norm:  # attribution needs the stream to be a sum of its parts
-            dla = lens.direct_logit_attribution(model, inputs, target)
-            order = np.argsort(-np.abs(dla.contributions))[:TOP_HEADS]
-            report["attribution"] = [[dla.labels[i], round(float(dla.contributions[i]), 5)] for i in order]
-            report["checks"].append(str(dla.check))
+    else:
+        _add_logit_lens(report, model, inputs, target, labels, kind)
     if loss_inputs is not None:
         abl = lens.head_ablation(model, loss_inputs)
-        flat = [
-            (abl.labels[r], h, float(abl.change[r, h]))
-            for r in range(len(abl.labels))
-            for h in range(abl.change.shape[1])
-            if np.isfinite(abl.change[r, h])
-        ]
-        flat.sort(key=lambda x: -abs(x[2]))
-        report["ablation"] = {
-            "baseline_loss": round(abl.baseline, 6),
-            "top": [[f"{a} H{h}", round(c, 6)] for a, h, c in flat[:TOP_HEADS]],
-        }
+        report["ablation"] = {"baseline_loss": round(abl.baseline, 6), "top": _top_heads(abl)}
         report["checks"].append(str(abl.check))
+    _add_saliency(report, job, args, model, ids, inputs, target)
+    report["checks"].append(str(lens.head_scores(model, inputs).check))
+    if args.show:
+        _, cache = lens.run_with_cache(model, *inputs, names=args.show)
+        report["activations"] = {
+            name: np.round(x[0] if x.ndim > 2 else x, 5).tolist() for name, x in cache.items()
+        }
+    if args.corrupt is not None:
+        _add_patching(report, job, args.corrupt, model, ids, inputs, target, label)
+    return report
+
+
+def _run_inputs(model, kind: str, ids, labels: list, report: dict) -> tuple:
+    """(the model's inputs, the inputs of its loss or None) for `ids` (1, T); a seq2seq model's
+    own greedy answer is its target (report["answer"])."""
+    if kind == "gpt":
+        return (ids,), ((ids[:, :-1], ids[:, 1:]) if ids.shape[1] > 1 else None)
+    if kind != "seq2seq":  # classifier: its loss needs the target class, chosen later
+        return (ids,), None
+    from scratchformer.inference.beam import greedy_decode
+
+    out = greedy_decode(model, ids)[0]  # the model's own answer, ending in EOS
+    ids_of = model.decoding_sizes()  # pad_id, bos_id
+    tgt_out = np.concatenate([out[out != ids_of["pad_id"]]])[None]
+    tgt_in = np.concatenate([[ids_of["bos_id"]], tgt_out[0, :-1]])[None]
+    report["answer"] = [labels[i] for i in tgt_out[0]]
+    return (ids, tgt_in), (ids, tgt_in, tgt_out)
+
+
+def _last_logits(model, inputs) -> np.ndarray:
+    """The logits at the last position (V,), or a classifier's (C,)."""
+    logits = _first(model.eval()(*inputs))
+    return logits[0, -1] if logits.ndim == 3 else logits[0]
+
+
+def _add_logit_lens(report: dict, model, inputs, target: int, labels: list, kind: str) -> None:
+    """The logit lens's top token per layer and position, and, where the stream is a sum of its
+    parts (pre-norm), the heads' direct logit attribution to `target`."""
+    from scratchformer import lens
+    from scratchformer.lens.parts import unembedding
+
+    ll = lens.logit_lens(model, inputs, k=1)
+    rows = ll.top_ids[:, :, 0]
+    report["logit_lens"] = {
+        "layers": ll.layers,
+        "top1": [[labels[i] for i in row] for row in rows],
+        "prob": ll.top_probs[:, :, 0].round(4).tolist(),
+        "positions": report["tokens"] if kind == "gpt" else ["<bos>"] + report["answer"][:-1],
+    }
+    report["checks"].append(str(ll.check))
+    if unembedding(model).pre_norm:  # attribution needs the stream to be a sum of its parts
+        dla = lens.direct_logit_attribution(model, inputs, target)
+        order = np.argsort(-np.abs(dla.contributions))[:TOP_HEADS]
+        report["attribution"] = [[dla.labels[i], round(float(dla.contributions[i]), 5)] for i in order]
+        report["checks"].append(str(dla.check))
+
+
+def _top_heads(abl) -> list:
+    """The TOP_HEADS heads whose ablation changes the measure most: [["L0 H1", change], ...]."""
+    flat = [
+        (abl.labels[r], h, float(abl.change[r, h]))
+        for r in range(len(abl.labels))
+        for h in range(abl.change.shape[1])
+        if np.isfinite(abl.change[r, h])
+    ]
+    flat.sort(key=lambda x: -abs(x[2]))
+    return [[f"{a} H{h}", round(c, 6)] for a, h, c in flat[:TOP_HEADS]]
+
+
+def _add_saliency(report: dict, job, args, model, ids, inputs, target: int) -> None:
+    """Gradient x input and integrated gradients of the target's logit at the last position."""
+    from scratchformer import lens
+
     objective = lens.logit_objective(-1, target)
     sal = lens.saliency(model, inputs, objective)
     ig = lens.integrated_gradients(
         model, inputs, objective, steps=args.steps, baseline=_baseline(job, args, model, ids, inputs)
     )
     report["saliency"] = {
-        "of": f"logit of {target_label!r} at the last position",
+        "of": f"logit of {report['target']!r} at the last position",
         "baseline": f"the embeddings of {args.baseline_text!r}"
         if args.baseline_text is not None
         else {"zero": "zero embeddings", "mean": "the mean token embedding"}[_baseline_kind(args, model)],
@@ -248,54 +282,43 @@ def _run_report(job, args) -> dict:
         "integrated_gradients": ig.attributions[0].round(6).tolist(),
     }
     report["checks"] += [str(sal.check), str(ig.check)]
-    hs = lens.head_scores(model, inputs)
-    report["checks"].append(str(hs.check))
-    if args.show:
-        _, cache = lens.run_with_cache(model, *inputs, names=args.show)
-        report["activations"] = {
-            name: np.round(x[0] if x.ndim > 2 else x, 5).tolist() for name, x in cache.items()
+
+
+def _add_patching(report: dict, job, corrupt: str, model, ids, inputs, target: int, label) -> None:
+    """Activation patching from --text into --corrupt (same length), on the logit difference
+    between the target and the corrupted run's own answer (its runner-up when they agree)."""
+    from scratchformer import lens
+
+    cids = np.asarray(job.viz_inputs(corrupt)["ids"])[None]
+    if cids.shape != ids.shape:
+        raise DataError(
+            f"--corrupt gives {cids.shape[1]} tokens and --text {ids.shape[1]}: patching needs "
+            "inputs of the same length"
+        )
+    corrupt_inputs = (cids,) + inputs[1:]
+    c_last = _last_logits(model, corrupt_inputs)
+    other = int(c_last.argmax())
+    if other == target:
+        other = int(np.argsort(-c_last)[1])
+    patch = lens.activation_patching(model, inputs, corrupt_inputs, lens.logit_metric(-1, target, other))
+    report["patching"] = {
+        "metric": f"logit {label(target)!r} - logit {label(other)!r}",
+        "clean": round(patch.clean_diff, 6),
+        "corrupt": round(patch.corrupt_diff, 6),
+    }
+    if not patch.defined:
+        report["patching"]["undefined"] = "clean and corrupted runs give the same metric: nothing to recover"
+    else:
+        report["patching"]["residual"] = patch.residual.round(4).tolist()
+        report["patching"]["heads"] = {
+            f"{lab} H{h}": round(float(patch.heads[r, h]), 4)
+            for r, lab in enumerate(patch.head_labels)
+            for h in range(patch.heads.shape[1])
+            if np.isfinite(patch.heads[r, h])
         }
-    if args.corrupt is not None:
-        cv = job.viz_inputs(args.corrupt)
-        cids = np.asarray(cv["ids"])[None]
-        if cids.shape != ids.shape:
-            raise DataError(
-                f"--corrupt gives {cids.shape[1]} tokens and --text {ids.shape[1]}: patching needs "
-                "inputs of the same length"
-            )
-        corrupt_inputs = (cids,) + inputs[1:]
-        c_last = _first(model(*corrupt_inputs))
-        c_last = c_last[0, -1] if c_last.ndim == 3 else c_last[0]
-        other = int(c_last.argmax())
-        if other == target:
-            other = int(np.argsort(-c_last)[1])
-        other_label = labels[other] if kind != "classifier" else str(other)
-        patch = lens.activation_patching(model, inputs, corrupt_inputs, lens.logit_metric(-1, target, other))
-        report["patching"] = {
-            "metric": f"logit {target_label!r} - logit {other_label!r}",
-            "clean": round(patch.clean_diff, 6),
-            "corrupt": round(patch.corrupt_diff, 6),
-        }
-        if not patch.defined:
-            report["patching"]["undefined"] = (
-                "clean and corrupted runs give the same metric: nothing to recover"
-            )
-        else:
-            report["patching"].update(
-                {
-                    "residual": patch.residual.round(4).tolist(),
-                    "heads": {
-                        f"{lab} H{h}": round(float(patch.heads[r, h]), 4)
-                        for r, lab in enumerate(patch.head_labels)
-                        for h in range(patch.heads.shape[1])
-                        if np.isfinite(patch.heads[r, h])
-                    },
-                }
-            )
-            if patch.encoder_residual is not None:
-                report["patching"]["encoder_residual"] = patch.encoder_residual.round(4).tolist()
-        report["checks"].append(str(patch.check))
-    return report
+        if patch.encoder_residual is not None:
+            report["patching"]["encoder_residual"] = patch.encoder_residual.round(4).tolist()
+    report["checks"].append(str(patch.check))
 
 
 def _baseline_kind(args, model) -> str:

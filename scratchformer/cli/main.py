@@ -10,17 +10,17 @@ import argparse
 import math
 import os
 import sys
-from dataclasses import asdict, fields
+from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
 
 from scratchformer.allocator import keep_freed_memory
-from scratchformer.cli.exercise import add_parser as add_exercise_parser
+from scratchformer.cli.exercise import add_options as add_exercise_options
 from scratchformer.cli.exercise import cmd_exercise
-from scratchformer.cli.lens import add_parser as add_lens_parser
+from scratchformer.cli.lens import add_options as add_lens_options
 from scratchformer.cli.lens import cmd_lens
-from scratchformer.cli.viz import add_parser as add_viz_parser
+from scratchformer.cli.viz import add_options as add_viz_options
 from scratchformer.cli.viz import cmd_viz, write_training_curves
 from scratchformer.errors import CheckpointError, CLIError, ScratchformerError
 from scratchformer.specs import Bool, Int, Maybe, SchemaMismatch, Str
@@ -64,6 +64,23 @@ MODEL_HELP = {
 FINETUNE_HELP = {  # `finetune`'s model settings (SentenceClassifierConfig fields)
     "max_length": "tokens per text, [CLS] and [SEP] included; longer texts are truncated",
     "freeze_encoder": "train the linear head alone on the frozen encoder (a linear probe)",
+}
+DATA_HELP = {  # train's data settings (RUN_DEFAULTS "data" keys); each spec is the run's config.json's
+    "symbols": "induction task: symbols the random tokens are drawn from",
+    "repeats": "induction task: copies of the random segment in each sequence of --block-size tokens",
+    "modulus": "--task modadd: learn (a + b) mod N, N odd",
+    "train_fraction": "--task modadd: the part of the N^2 pairs trained on, the rest held out",
+    "split_seed": "seed of the train/val/test split of a lines file",
+    "tokenizer": "char: one token per character; bpe: a byte-level BPE trained on the training split",
+    "vocab_size": (
+        "ids of the BPE with --tokenizer bpe, the end-of-text token included",
+        "{DEFAULT_BPE_VOCAB} with --tokenizer bpe",  # data.datasets.DEFAULT_BPE_VOCAB, filled in
+    ),
+}
+DATA_TASK = {"symbols": "induction", "repeats": "induction", "modulus": "modadd", "train_fraction": "modadd"}
+FINETUNE_DATA_HELP = {  # `finetune`'s data settings (CSV_DATA fields; split_seed is its "seed")
+    "val_fraction": "part of the training CSV held out for validation",
+    "split_seed": "seed of the held-out part",
 }
 TRAIN_HELP = {
     "max_steps": "optimiser steps",
@@ -163,19 +180,13 @@ class Parser(argparse.ArgumentParser):
         return parsed
 
 
-def _shown(value, none_means: str | None) -> str:
-    if value is None:
-        return none_means or "none"
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
-
 def _defaults_text(values: dict[str, object], none_means: str | None = None) -> str:
     """{run kind: value} -> "default: 4" or "default: 64 for lines; 128 for text; ..."."""
+    from scratchformer.training.trainer import shown
+
     by_value: dict[str, list[str]] = {}
     for kind, value in values.items():
-        by_value.setdefault(_shown(value, none_means), []).append(kind)
+        by_value.setdefault(shown(value, none_means), []).append(kind)
     if len(by_value) == 1:
         return f"default: {next(iter(by_value))}"
     return "default: " + "; ".join(f"{v} for {', '.join(kinds)}" for v, kinds in by_value.items())
@@ -249,6 +260,8 @@ def _defaults_by_kind():
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The command line: one subparser per command of COMMANDS, its help and description from
+    `_about`, its options added by the command's own function."""
     values = _defaults_by_kind()
     p = Parser(
         prog="scratchformer",
@@ -260,22 +273,106 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"scratchformer {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")  # none given: main() prints the commands
     p.commands = sub.choices  # command name -> its parser
-    _add_train_parser(sub, values)
-    _add_finetune_parser(sub, values)
-    _add_sample_parser(sub)
-    _add_eval_parser(sub)
-    _add_predict_parser(sub)
-    _add_embed_parser(sub)
-    _add_export_parser(sub)
-    add_viz_parser(sub)
-    add_exercise_parser(sub)
-    add_lens_parser(sub)
+    add_options = {
+        "train": lambda parser: _add_train_options(parser, values),
+        "finetune": lambda parser: _add_finetune_options(parser, values),
+        "sample": _add_sample_options,
+        "eval": _add_eval_options,
+        "predict": _add_predict_options,
+        "embed": _add_embed_options,
+        "export": _add_export_options,
+        "viz": add_viz_options,
+        "exercise": add_exercise_options,
+        "lens": add_lens_options,
+    }
+    for name, (summary, description) in _about().items():
+        add_options[name](sub.add_parser(name, help=summary, description=description))
     return p
 
 
-def _add_run_options(parser, resume: str, changed: str, quiet: str) -> None:
-    """The options train and finetune share, each command's wording given: how a run starts,
-    continues and reports."""
+def _about() -> dict[str, tuple[str, str]]:
+    """Command -> (its line in 'scratchformer --help', the opening of its own --help), in the
+    order the commands are listed."""
+    from scratchformer.exercises.grading import MEMORY_LIMIT, TIME_LIMIT
+
+    return {
+        "train": (
+            "train a model (default: a character-level GPT on the bundled baby names)",
+            "Train a model. With no options: a 4-layer character-level GPT on the bundled "
+            "names.txt, written to out/names/. Model and optimiser options override the "
+            "defaults of the run kind (lines: makemore-like; text: nanoGPT's CPU config; "
+            "the tasks: their tuned settings); --help shows them per kind.",
+        ),
+        "finetune": (
+            "fine-tune a pretrained BERT encoder (all-MiniLM-L6-v2) as a sentence classifier",
+            "Fine-tune a pretrained BERT-family encoder with mean pooling and a linear head on a "
+            "labelled CSV (columns text,label), through the hand-written backward of every layer; "
+            "--freeze-encoder trains the head alone (a linear probe). The run directory works with "
+            "eval (--data test.csv), predict, viz and --resume like any other run.",
+        ),
+        "sample": (
+            "generate text from a trained language model",
+            "Sample from a trained language model (DIR: a run directory or a checkpoint).",
+        ),
+        "eval": (
+            "loss/perplexity (LM) or accuracy (tasks) on a split",
+            "Evaluate a trained model on a held-out split.",
+        ),
+        "predict": (
+            "run a classifier or seq2seq checkpoint on one input",
+            'Map one input such as "3 1 4 1 5" through a toy-task model, or label '
+            "a sentence with a fine-tuned classifier.",
+        ),
+        "embed": (
+            "sentence embeddings with a pretrained BERT-family encoder",
+            "Embed texts with a Hugging Face BERT-family sentence encoder "
+            "(default: the installed all-MiniLM-L6-v2 package).",
+        ),
+        "export": (
+            "write a language-model run as a Hugging Face GPT-2 or Llama directory",
+            "Write a run's best checkpoint (or a checkpoint directory) as a Hugging Face "
+            "directory that transformers' from_pretrained reads: GPT2LMHeadModel's layout "
+            "(learned positions, pre-norm, LayerNorm, biases, a tied head) or "
+            "LlamaForCausalLM's (rotary positions, RMSNorm, SwiGLU, no biases, grouped-query "
+            "attention allowed). The run needs a BPE tokenizer (--tokenizer bpe or --init-from); "
+            "config.json gets its bos/eos ids.",
+        ),
+        "viz": (
+            "figures and an interactive report.html of a trained model (or a BERT encoder)",
+            "Draw the attention maps, embeddings, residual stream and training curves of a "
+            "trained run on one input, as PNGs and a self-contained report.html (opens from "
+            "disk, no network). With --bert: a pretrained BERT-family encoder.",
+        ),
+        "exercise": (
+            "graded exercises: write a layer's backward (and three more), have it checked",
+            "Graded exercises. Without NAME: the list. With NAME: write a stub file whose forward is "
+            "given and whose backward is yours to write; then --check FILE grades it by finite "
+            "differences (float64, on inputs of several shapes) and the layer contract (returned shapes and "
+            "types, finite gradients ADDED into .grad), naming the first wrong element and the likely "
+            f"cause; the file runs in a child process limited to {TIME_LIMIT:g} s and {MEMORY_LIMIT >> 30} GiB. "
+            "Exit codes of --check: "
+            "0 right, 1 wrong, 2 bad input (a missing file, a file that does not load). A right --check is "
+            "recorded in .scratchformer-exercises.json in the current directory; the list marks the "
+            "exercises passed there. Three exercises are not a backward: bpe_merge (one BPE merge step, "
+            "graded against the library's trainer), diagnose_runs (its stub comes with four recorded runs to "
+            "diagnose) and induction_head (graded by ablation); docs/exercises.md.",
+        ),
+        "lens": (
+            "logit lens, head ablation, saliency and patching of a trained model on one input",
+            "Run the lens analyses (docs/lens.md) on one input and print their tables and "
+            "check lines. With --bert: saliency of the similarity of two sentences' embeddings.",
+        ),
+    }
+
+
+def _add_run_options(
+    parser, data_group, data: tuple[str, str], out: str, resume: str, changed: str, quiet: str
+):
+    """The options train and finetune share, each command's wording given: the data file (in
+    `data_group`; `data`: its metavar and help), the output directory (`out`: its default), how
+    a run starts, continues and reports."""
+    data_group.add_argument("--data", metavar=data[0], help=data[1])
+    parser.add_argument("--out", metavar="DIR", help=f"output directory (default: {out})")
     parser.add_argument("--resume", action="store_true", help=resume)
     parser.add_argument(
         "--overwrite",
@@ -288,6 +385,16 @@ def _add_run_options(parser, resume: str, changed: str, quiet: str) -> None:
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--quiet", action="store_true", help=quiet)
+
+
+def _add_bert_dir(parser, instead: str) -> None:
+    """--model DIR: the pretrained encoder finetune and embed read, instead of `instead`."""
+    parser.add_argument(
+        "--model",
+        metavar="DIR",
+        help="a Hugging Face BERT directory (config.json, model.safetensors, vocab.txt or tokenizer.json) "
+        f"instead of {instead}",
+    )
 
 
 def _add_training_settings(group, values, kinds=None) -> None:
@@ -304,19 +411,27 @@ def _add_training_settings(group, values, kinds=None) -> None:
         )
 
 
-def _add_train_parser(sub, values) -> None:
+def _add_train_options(t, values) -> None:
     """`train`: data, run, model and optimisation options, defaults per run kind."""
     from scratchformer.models import GPTConfig
 
-    t = sub.add_parser(
-        "train",
-        help="train a model (default: a character-level GPT on the bundled baby names)",
-        description="Train a model. With no options: a 4-layer character-level GPT on the bundled "
-        "names.txt, written to out/names/. Model and optimiser options override the "
-        "defaults of the run kind (lines: makemore-like; text: nanoGPT's CPU config; "
-        "the tasks: their tuned settings); --help shows them per kind.",
+    data = t.add_argument_group("data")
+    _add_run_options(
+        t,
+        data,
+        data=(
+            "PATH",
+            "a UTF-8 text file, or a bundled data set: names (the default; makemore's 32K names) "
+            "or shakespeare (tinyshakespeare, 1.1M characters)",
+        ),
+        out="out/<data name or task>",
+        resume="continue the run in --out from its last checkpoint, on its original schedule; a "
+        "larger --max-steps extends it (the cosine keeps its length unless --decay-steps is "
+        "given)",
+        changed="the data file changed since training",
+        quiet="no evaluation lines or samples",
     )
-    _add_train_data(t.add_argument_group("data"), values)
+    _add_train_data(data, values)
     t.add_argument(
         "--init-from",
         metavar="HF_DIR",
@@ -324,40 +439,21 @@ def _add_train_parser(sub, values) -> None:
         "its tokenizer) on --data, with its own config and tokenizer and fine-tuning rates (--lr, "
         "--min-lr, --warmup-steps: see their --init-from defaults) (default: none: a fresh model)",
     )
-    t.add_argument("--out", metavar="DIR", help="output directory (default: out/<data name or task>)")
-    _add_run_options(
-        t,
-        resume="continue the run in --out from its last checkpoint, on its original schedule; a "
-        "larger --max-steps extends it (the cosine keeps its length unless --decay-steps is "
-        "given)",
-        changed="the data file changed since training",
-        quiet="no evaluation lines or samples",
-    )
     m = t.add_argument_group("model")
     for name, help_spec in MODEL_HELP.items():
         _add_setting(m, name, GPTConfig.spec(name), help_spec, values("model", name))
-    m.add_argument(
-        "--block-size",
-        type=_spec_type(GPTConfig.spec("block_size")),
-        metavar="N",
-        help="context length (" + _defaults_text(values("data", "block_size"), "longest line + 1") + ")",
-    )
+    block = ("context length", "longest line + 1")  # a data setting: the data are cut to it
+    _add_setting(m, "block_size", GPTConfig.spec("block_size"), block, values("data", "block_size"))
     _add_training_settings(t.add_argument_group("optimisation"), values)
 
 
 def _add_train_data(data, values) -> None:
-    """train's data options: the file and how it is read, or the task that generates it."""
-    from scratchformer.data.datasets import DEFAULT_BPE_VOCAB, FORMATS, TOKENIZERS
+    """train's data options beside --data: how the file is read, or the task that generates it."""
+    from scratchformer.data.datasets import DEFAULT_BPE_VOCAB, FORMATS
     from scratchformer.data.tasks import TASKS
     from scratchformer.training.jobs import LM_TASKS
     from scratchformer.training.schema import INDUCTION_DATA, LM_DATA, MODADD_DATA
 
-    data.add_argument(
-        "--data",
-        metavar="PATH",
-        help="a UTF-8 text file, or a bundled data set: names (the default; makemore's 32K names) "
-        "or shakespeare (tinyshakespeare, 1.1M characters)",
-    )
     data.add_argument(
         "--format",
         choices=FORMATS,
@@ -371,76 +467,37 @@ def _add_train_data(data, values) -> None:
         "(induction: random tokens repeated, the induction-heads setting) or a 1-layer GPT "
         "that groks modular addition (modadd, Nanda et al. 2023)",
     )
-    data.add_argument(
-        "--symbols",
-        type=_spec_type(INDUCTION_DATA.fields["symbols"]),
-        metavar="N",
-        help="induction task: symbols the random tokens are drawn from "
-        f"({_defaults_text(values('data', 'symbols'))})",
-    )
-    data.add_argument(
-        "--repeats",
-        type=_spec_type(INDUCTION_DATA.fields["repeats"]),
-        metavar="N",
-        help="induction task: copies of the random segment in each sequence of --block-size "
-        f"tokens ({_defaults_text(values('data', 'repeats'))})",
-    )
-    data.add_argument(
-        "--modulus",
-        type=_spec_type(MODADD_DATA.fields["modulus"]),
-        metavar="P",
-        help=f"--task modadd: learn (a + b) mod P, P odd ({_defaults_text(values('data', 'modulus'))})",
-    )
-    data.add_argument(
-        "--train-fraction",
-        type=_spec_type(MODADD_DATA.fields["train_fraction"]),
-        metavar="X",
-        help="--task modadd: the part of the P^2 pairs trained on, the rest held out "
-        f"({_defaults_text(values('data', 'train_fraction'))})",
-    )
-    data.add_argument(
-        "--split-seed",
-        type=_spec_type(LM_DATA.fields["seed"]),
-        metavar="N",
-        help="seed of the train/val/test split of a lines file "
-        f"({_defaults_text(values('data', 'split_seed'))})",
-    )
-    data.add_argument(
-        "--tokenizer",
-        choices=TOKENIZERS,
-        help="char: one token per character; bpe: a byte-level BPE trained on the training split "
-        f"({_defaults_text(values('data', 'tokenizer'))})",
-    )
-    data.add_argument(
-        "--vocab-size",
-        type=_spec_type(LM_DATA.fields["vocab_size"].spec),
-        metavar="N",
-        help="ids of the BPE with --tokenizer bpe, the end-of-text token included ("
-        + _defaults_text(values("data", "vocab_size"), f"{DEFAULT_BPE_VOCAB} with --tokenizer bpe")
-        + ")",
-    )
+    specs = {
+        **LM_DATA.fields,
+        **INDUCTION_DATA.fields,
+        **MODADD_DATA.fields,
+        "split_seed": LM_DATA.fields["seed"],
+    }
+    for name, help_spec in DATA_HELP.items():
+        if isinstance(help_spec, tuple):
+            help_spec = (help_spec[0], help_spec[1].format(DEFAULT_BPE_VOCAB=DEFAULT_BPE_VOCAB))
+        _add_setting(data, name, specs[name], help_spec, values("data", name))
 
 
-def _add_finetune_parser(sub, values) -> None:
+def _add_finetune_options(f, values) -> None:
     """`finetune`: the CSV, the pretrained encoder, run, model and optimisation options."""
     from scratchformer.interop.bert_classifier import SentenceClassifierConfig
     from scratchformer.training.jobs import FINETUNE_RUN_KINDS
     from scratchformer.training.schema import CSV_DATA
     from scratchformer.training.sentence import BASE_MODELS
 
-    f = sub.add_parser(
-        "finetune",
-        help="fine-tune a pretrained BERT encoder (all-MiniLM-L6-v2) as a sentence classifier",
-        description="Fine-tune a pretrained BERT-family encoder with mean pooling and a linear head on a "
-        "labelled CSV (columns text,label), through the hand-written backward of every layer; "
-        "--freeze-encoder trains the head alone (a linear probe). The run directory works with "
-        "eval (--data test.csv), predict, viz and --resume like any other run.",
-    )
-    f.add_argument(
-        "--data",
-        metavar="FILE.csv",
-        help="the training CSV (UTF-8, header row with text and label); "
-        "a fraction is held out to pick the best checkpoint",
+    _add_run_options(
+        f,
+        f,
+        data=(
+            "FILE.csv",
+            "the training CSV (UTF-8, header row with text and label); a fraction is held out to pick "
+            "the best checkpoint",
+        ),
+        out="out/finetune-<CSV name>",
+        resume="continue the run in --out from its last checkpoint",
+        changed="the training CSV changed since",
+        quiet="no evaluation lines",
     )
     base = f.add_mutually_exclusive_group()
     base.add_argument(
@@ -449,32 +506,10 @@ def _add_finetune_parser(sub, values) -> None:
         choices=BASE_MODELS,
         help="the pretrained encoder: minilm = the installed all-MiniLM-L6-v2 (default: minilm)",
     )
-    base.add_argument(
-        "--model",
-        metavar="DIR",
-        help="any Hugging Face BERT directory instead of --from "
-        "(config.json, model.safetensors, vocab.txt or tokenizer.json)",
-    )
-    f.add_argument("--out", metavar="DIR", help="output directory (default: out/finetune-<CSV name>)")
-    f.add_argument(
-        "--val-fraction",
-        type=_spec_type(CSV_DATA.fields["val_fraction"]),
-        metavar="X",
-        help="part of the training CSV held out for validation "
-        f"({_defaults_text(values('data', 'val_fraction', FINETUNE_RUN_KINDS))})",
-    )
-    f.add_argument(
-        "--split-seed",
-        type=_spec_type(CSV_DATA.fields["seed"]),
-        metavar="N",
-        help=f"seed of the held-out part ({_defaults_text(values('data', 'split_seed', FINETUNE_RUN_KINDS))})",
-    )
-    _add_run_options(
-        f,
-        resume="continue the run in --out from its last checkpoint",
-        changed="the training CSV changed since",
-        quiet="no evaluation lines",
-    )
+    _add_bert_dir(base, "--from")
+    specs = {**CSV_DATA.fields, "split_seed": CSV_DATA.fields["seed"]}
+    for name, help_spec in FINETUNE_DATA_HELP.items():
+        _add_setting(f, name, specs[name], help_spec, values("data", name, FINETUNE_RUN_KINDS))
     fm = f.add_argument_group("model")
     for name, help_spec in FINETUNE_HELP.items():
         _add_setting(
@@ -488,13 +523,8 @@ def _add_finetune_parser(sub, values) -> None:
     _add_training_settings(optimisation, values, FINETUNE_RUN_KINDS)
 
 
-def _add_sample_parser(sub) -> None:
+def _add_sample_options(s) -> None:
     """`sample`: a run or a Hugging Face directory, the prompt and the sampling settings."""
-    s = sub.add_parser(
-        "sample",
-        help="generate text from a trained language model",
-        description="Sample from a trained language model (DIR: a run directory or a checkpoint).",
-    )
     s.add_argument("dir", nargs="?", metavar="DIR", help="default: out/names")
     s.add_argument(
         "--hf",
@@ -540,15 +570,10 @@ def _add_sample_parser(sub) -> None:
     )
 
 
-def _add_eval_parser(sub) -> None:
+def _add_eval_options(e) -> None:
     """`eval`: a run, its split and where its data moved."""
     from scratchformer.training.config import TrainConfig
 
-    e = sub.add_parser(
-        "eval",
-        help="loss/perplexity (LM) or accuracy (tasks) on a split",
-        description="Evaluate a trained model on a held-out split.",
-    )
     e.add_argument("dir", nargs="?", default="out/names", metavar="DIR", help="default: out/names")
     e.add_argument(
         "--split",
@@ -585,14 +610,8 @@ def _add_eval_parser(sub) -> None:
     )
 
 
-def _add_predict_parser(sub) -> None:
+def _add_predict_options(pr) -> None:
     """`predict`: a classifier or seq2seq run and one input."""
-    pr = sub.add_parser(
-        "predict",
-        help="run a classifier or seq2seq checkpoint on one input",
-        description='Map one input such as "3 1 4 1 5" through a toy-task model, or label '
-        "a sentence with a fine-tuned classifier.",
-    )
     pr.add_argument("dir", metavar="DIR")
     pr.add_argument(
         "input",
@@ -604,304 +623,180 @@ def _add_predict_parser(sub) -> None:
     )
 
 
-def _add_embed_parser(sub) -> None:
+def _add_embed_options(em) -> None:
     """`embed`: texts, the encoder and where the array goes."""
-    em = sub.add_parser(
-        "embed",
-        help="sentence embeddings with a pretrained BERT-family encoder",
-        description="Embed texts with a Hugging Face BERT-family sentence encoder "
-        "(default: the installed all-MiniLM-L6-v2 package).",
-    )
     em.add_argument("texts", nargs="+", metavar="TEXT")
-    em.add_argument(
-        "--model", metavar="DIR", help="model directory (config.json, model.safetensors, vocab.txt)"
-    )
+    _add_bert_dir(em, "the installed all-MiniLM-L6-v2 (default: none)")
     em.add_argument(
         "--out",
         metavar="FILE.npy",
-        help="save the (n, d) float32 array in this file, named exactly as "
-        "given (np.load reads it; default: print the first values)",
+        help="save the (n, d) float32 array for np.load, named exactly as given (default: print them)",
     )
 
 
-def _add_export_parser(sub) -> None:
+def _add_export_options(x) -> None:
     """`export`: a language-model run written as a Hugging Face directory."""
-    x = sub.add_parser(
-        "export",
-        help="write a language-model run as a Hugging Face GPT-2 or Llama directory",
-        description="Write a run's best checkpoint (or a checkpoint directory) as a Hugging Face "
-        "directory that transformers' from_pretrained reads: GPT2LMHeadModel's layout "
-        "(learned positions, pre-norm, LayerNorm, biases, a tied head) or "
-        "LlamaForCausalLM's (rotary positions, RMSNorm, SwiGLU, no biases, grouped-query "
-        "attention allowed). The run needs a BPE tokenizer (--tokenizer bpe or --init-from); "
-        "config.json gets its bos/eos ids.",
-    )
     x.add_argument("dir", metavar="RUN")
     x.add_argument("--hf", metavar="OUT", required=True, help="the directory to write")
 
 
-# -- commands --------------------------------------------------------------------------------
+# -- train and finetune ----------------------------------------------------------------------
 def _given(args, names) -> dict:
     """The settings among `names` that the user gave (argparse leaves the others None)."""
     return {k: getattr(args, k) for k in names if getattr(args, k, None) is not None}
 
 
 def cmd_train(args) -> int:
-    from scratchformer.data import read_data
-    from scratchformer.data.bundled import resolve_data
-    from scratchformer.training.jobs import job_class
+    """`train`: the options decided here, once, into plain values (the run kind, the data file
+    read once, --out, the model, data and training settings given); the run is then resumed or
+    built (training.jobs) and trained (training.trainer)."""
+    from scratchformer.training.jobs import build_job, build_job_from_hf, resume_job
     from scratchformer.training.rundir import check_fresh
+    from scratchformer.training.trainer import train
 
-    if args.out == "":
-        raise CLIError("--out is empty: give a directory, or omit --out (default: out/<data name or task>)")
-    if args.task not in (None, "lm"):
-        if args.format:
-            raise CLIError(
-                f"--format applies to language models only: the {args.task} task generates its data"
-            )
-        run_kind, default_out = args.task, f"out/{args.task}"
-    elif args.resume:
-        run_kind, default_out = (
-            None,
-            "out/names" if args.data is None else f"out/{resolve_data(args.data).stem}",
-        )
-    else:
-        # read once ("" and missing files: one line): format, sha256 and tokens come from these bytes
-        data_file = read_data(args.data)
-        if data_file.path.suffix.lower() == ".csv":
-            print(
-                f"note: {data_file.path} is a CSV: train reads it as plain text for a character model; to train "
-                f"a classifier on its text,label rows run 'scratchformer finetune --data {data_file.path}'",
-                file=sys.stderr,
-            )
-        run_kind = args.format or (data_file.format if args.data is not None else "lines")
-        default_out = "out/names" if args.data is None else f"out/{data_file.path.stem}"
-    for flag in ("modulus", "train_fraction"):
-        if getattr(args, flag, None) is not None and args.task != "modadd":
-            raise CLIError(f"--{flag.replace('_', '-')} applies to --task modadd only")
-    out = Path(args.out or default_out)
-    train_settings = _given(args, TRAIN_HELP)
-    model_settings = _given(args, MODEL_HELP)
-    if "norm_first" in model_settings:
-        model_settings["norm_first"] = model_settings["norm_first"] == "pre"
-    data_settings = _given(
-        args,
-        [
-            "block_size",
-            "split_seed",
-            "tokenizer",
-            "vocab_size",
-            "symbols",
-            "repeats",
-            "modulus",
-            "train_fraction",
-        ],
+    task = None if args.task in (None, "lm") else args.task
+    model, data, settings = (
+        _given(args, MODEL_HELP),
+        _given(args, ["block_size", *DATA_HELP]),
+        _given(args, TRAIN_HELP),
     )
-    for name in ("symbols", "repeats"):
-        if name in data_settings and run_kind != "induction":
-            raise CLIError(f"--{name} applies to --task induction only")
-    if args.init_from is not None:
-        _check_init_from(args, model_settings, data_settings)
-
-    checkpoint = None
+    if "norm_first" in model:  # spelled --norm pre/post
+        model["norm_first"] = model["norm_first"] == "pre"
+    _refuse_train_options(args.out, task, args.format, args.init_from, args.resume, model, data)
+    run_kind, source, default_out = _train_source(task, args.data, args.format, args.resume)
+    out, options = Path(args.out or default_out), _run_options(args)
     if args.resume:
-        if model_settings or data_settings or args.format:
-            raise CLIError(
-                "--resume continues the saved run: model and data options cannot change "
-                "(training options such as --max-steps can; --data only says where its file moved)"
-            )
-
-        def job_of(checkpoint):
-            saved_task = checkpoint.config.get("task", "lm")
-            if args.task is not None and args.task != saved_task:
-                raise CLIError(
-                    f"--resume continues the saved {saved_task!r} run in {out}: drop --task "
-                    f"{args.task}, or train it into another --out"
-                )
-            return job_class(checkpoint)
-
-        resumed = _resume(
-            args, out, train_settings, {"data": args.data}, _no_run_to_resume, job_of, "train again"
+        fixed = {**model, **data, **({"format": args.format} if args.format else {})}
+        job, cfg, checkpoint, note = resume_job(
+            out, settings, fixed, command="train", task=args.task, data=args.data, **options["resume"]
         )
-        if resumed is None:
-            return 0
-        job, cfg, checkpoint = resumed
+        if note:  # how the schedule changes
+            print(note)
     else:
         if not args.overwrite:
             check_fresh(out)  # before the data is tokenized; train() checks again, under the run's lock
-        path = data_file if args.task in (None, "lm") else args.data  # a task refuses --data itself
-        data_settings.update({"path": path} if path is not None else {})
-        job, cfg = _new_job(args, run_kind, model_settings, train_settings, data_settings)
-    return _run_training(job, cfg, out, args, checkpoint)
+        if source is not None:  # a task refuses --data itself
+            data["path"] = source
+        notes: list[str] = []  # --init-from: bf16 weights read as float32, padding rows dropped
+        if args.init_from is None:
+            job, cfg = build_job(run_kind, model, settings, data)
+        else:
+            job, cfg = build_job_from_hf(args.init_from, run_kind, settings, data, notes=notes)
+        for note in notes:
+            print(note, file=sys.stderr)
+        checkpoint = None
+    summary = train(job, cfg, out, checkpoint=checkpoint, announce=True, **options["train"])
+    if summary["stopped_by"] != "nothing to do":
+        write_training_curves(out)
+    return 0
 
 
-def _check_init_from(args, model_settings: dict, data_settings: dict) -> None:
-    """--init-from starts a language model from a pretrained one: its model and tokenizer stay."""
-    if args.resume:
+def _train_source(task: str | None, data: str | None, format: str | None, resume: bool):
+    """(run kind, what the job reads its data from, the default --out): a task's name and its
+    --data (which it refuses); a resumed run's name alone (its run kind is saved); else the
+    data file, read once ("" and missing files: one line): format, sha256 and tokens come from
+    these bytes."""
+    from scratchformer.data import read_data
+    from scratchformer.data.bundled import resolve_data
+
+    if task is not None:
+        return task, data, f"out/{task}"
+    if resume:
+        return None, None, "out/names" if data is None else f"out/{resolve_data(data).stem}"
+    file = read_data(data)
+    if file.path.suffix.lower() == ".csv":
+        print(
+            f"note: {file.path} is a CSV: train reads it as plain text for a character model; to train "
+            f"a classifier on its text,label rows run 'scratchformer finetune --data {file.path}'",
+            file=sys.stderr,
+        )
+    run_kind = format or (file.format if data is not None else "lines")
+    return run_kind, file, "out/names" if data is None else f"out/{file.path.stem}"
+
+
+def _refuse_train_options(out, task, format, init_from, resume, model: dict, data: dict) -> None:
+    """train's options that cannot go together, refused before any file is read."""
+    if out == "":
+        raise CLIError("--out is empty: give a directory, or omit --out (default: out/<data name or task>)")
+    if task is not None and format:
+        raise CLIError(f"--format applies to language models only: the {task} task generates its data")
+    for name, task_of in DATA_TASK.items():
+        if name in data and task != task_of:
+            raise CLIError(f"--{name.replace('_', '-')} applies to --task {task_of} only")
+    if init_from is None:
+        return
+    if resume:
         raise CLIError("--init-from starts a run; --resume continues one: drop --init-from")
-    if args.task not in (None, "lm"):
-        raise CLIError(f"--init-from continues a language model: drop --task {args.task}")
-    if model_settings:
-        flag = "--" + next(iter(model_settings)).replace("_", "-").replace("norm-first", "norm")
+    if task is not None:
+        raise CLIError(f"--init-from continues a language model: drop --task {task}")
+    if model:
+        flag = "--" + next(iter(model)).replace("_", "-").replace("norm-first", "norm")
         raise CLIError(f"--init-from keeps the checkpoint's model: drop {flag}")
-    if "tokenizer" in data_settings or "vocab_size" in data_settings:
+    if "tokenizer" in data or "vocab_size" in data:
         raise CLIError("--init-from uses the checkpoint's own tokenizer: drop --tokenizer and --vocab-size")
 
 
-def _new_job(args, run_kind: str, model_settings: dict, train_settings: dict, data_settings: dict):
-    """A fresh run's job and TrainConfig: from the run kind's defaults, or from --init-from."""
-    from scratchformer.training.jobs import build_job, build_job_from_hf
-
-    if args.init_from is None:
-        return build_job(run_kind, model_settings, train_settings, data_settings)
-    job_cfg = build_job_from_hf(args.init_from, run_kind, train_settings, data_settings)
-    from scratchformer.interop.hf_lm import hf_notes
-
-    for note in hf_notes(args.init_from):  # bf16 weights read as float32, padding rows dropped
-        print(note, file=sys.stderr)
-    return job_cfg
-
-
 def cmd_finetune(args) -> int:
-    from scratchformer.training.jobs import build_job
+    """`finetune`: as `train`, the options decided here into plain values, for the
+    sentence-classifier rows ("finetune"; "probe" with --freeze-encoder)."""
+    from scratchformer.training.jobs import build_job, resume_job
     from scratchformer.training.rundir import check_fresh
     from scratchformer.training.sentence import SentenceClassifierJob
-    from scratchformer.training.trainer import LAST
+    from scratchformer.training.trainer import train
 
     if args.out == "" or args.data == "":
         raise CLIError(f"--{'out' if args.out == '' else 'data'} is empty: give a path")
     if args.data is None and not args.resume:
         raise CLIError("finetune needs --data FILE.csv (a UTF-8 CSV with the columns text,label)")
     out = Path(args.out or f"out/finetune-{Path(args.data).stem if args.data else 'run'}")
-    train_settings = _given(args, TRAIN_HELP)
-    model_settings = _given(args, FINETUNE_HELP)
-    data_settings = _given(args, ["val_fraction", "split_seed"])
+    model, data, settings = (
+        _given(args, FINETUNE_HELP),
+        _given(args, FINETUNE_DATA_HELP),
+        _given(args, TRAIN_HELP),
+    )
     if args.model is not None or args.base is not None:
-        data_settings["base"] = args.model if args.model is not None else args.base
-    checkpoint = None
+        data["base"] = args.model if args.model is not None else args.base
+    options = _run_options(args)
     if args.resume:
-        if model_settings or data_settings:
-            raise CLIError(
-                "--resume continues the saved run: model and data options cannot change "
-                "(training options such as --max-steps can; --data only says where its CSV moved)"
-            )
-
-        def job_of(checkpoint):
-            kind = checkpoint.config.get("kind")
-            if kind != SentenceClassifierJob.kind:
-                raise CLIError(f"{out} holds a {kind!r} run: resume it with 'scratchformer train'")
-            return SentenceClassifierJob
-
-        def no_checkpoint(out: Path) -> str:
-            return f"nothing to resume: {out} holds no checkpoint ({LAST}/); fine-tune without --resume"
-
-        resumed = _resume(
-            args, out, train_settings, {"train_data": args.data}, no_checkpoint, job_of, "fine-tune again"
+        kind = SentenceClassifierJob.kind
+        job, cfg, checkpoint, note = resume_job(
+            out,
+            settings,
+            {**model, **data},
+            command="fine-tune",
+            kind=kind,
+            train_data=args.data,
+            **options["resume"],
         )
-        if resumed is None:
-            return 0
-        job, cfg, checkpoint = resumed
+        if note:  # how the schedule changes
+            print(note)
     else:
         if not args.overwrite:
             check_fresh(out)  # before the CSV and the encoder are read; train() checks again, under the lock
-        run_kind = "probe" if model_settings.get("freeze_encoder") else "finetune"
-        job, cfg = build_job(run_kind, model_settings, train_settings, {"path": args.data, **data_settings})
-    return _run_training(job, cfg, out, args, checkpoint)
-
-
-def _no_run_to_resume(out: Path) -> str:
-    """train --resume into an --out without a last/ checkpoint: what it holds instead."""
-    from scratchformer.training.rundir import run_files
-    from scratchformer.training.trainer import LAST
-
-    found = run_files(out)
-    if found:
-        return (
-            f"nothing to resume: {out} holds no {LAST}/ checkpoint, only {', '.join(found)}: train with "
-            "--overwrite (instead of --resume) to start a new run there, or choose another --out"
-        )
-    return f"nothing to resume: {out} holds no run; train without --resume to start one"
-
-
-def _resume(args, out: Path, train_settings: dict, data: dict, no_run, job_of, again: str):
-    """--resume, for train and finetune alike: out/last read once, its job (`data`: where its data
-    file has moved, as the job's from_checkpoint names it) and the TrainConfig the run continues
-    with (the saved one, with the training options given), its change printed. None, said in
-    one line, when the run has already reached it (trainer.nothing_to_do decides). What differs
-    between the commands is given: `no_run(out)` words the refusal of an --out without a
-    checkpoint, `job_of(checkpoint)` is the job class that reads it (or a CLIError)."""
-    from scratchformer.training.checkpoint import checkpoint_exists, load_checkpoint
-    from scratchformer.training.trainer import LAST, nothing_to_do, resume_config
-
-    if args.overwrite:
-        raise CLIError("--resume continues the run in --out and --overwrite deletes it: pass one of them")
-    if not checkpoint_exists(out / LAST):
-        raise CLIError(no_run(out))
-    checkpoint = load_checkpoint(out / LAST)
-    job = job_of(checkpoint).from_checkpoint(checkpoint, allow_changed_data=args.allow_changed_data, **data)
-    saved = checkpoint.extra.get("train_config")
-    if saved is None:
-        raise CheckpointError(
-            f"{checkpoint.path / 'trainer_state.json'} has no extra.train_config: cannot "
-            f"resume from it; restore the file or {again}"
-        )
-    cfg, note = resume_config(saved, train_settings)
-    done = nothing_to_do(checkpoint.step, cfg, out)
-    if done is not None:
-        print(done)
-        return None
-    if note:
-        print(note)
-    return job, cfg, checkpoint
-
-
-def _run_training(job, cfg, out: Path, args, checkpoint) -> int:
-    """What `train` and `finetune` share: the settings printed, the loop, the summary, the curves."""
-    from scratchformer.training.trainer import stdout, train
-
-    model = job.model
-    say = stdout.say  # a closed or narrow stdout never stops training (the trainer saves, then stops)
-    say(
-        f"training {type(model).__name__} ({model.num_parameters():,} parameters) for {cfg.max_steps} steps"
-        f"{f' (time limit {cfg.time_limit:g}s)' if cfg.time_limit else ''} -> {out}"
-    )
-    say("model: " + _settings_line(job.config_dict()["model"]))
-    say("train: " + _settings_line(asdict(cfg)))
-    summary = train(
-        job,
-        cfg,
-        out,
-        resume=args.resume,
-        progress=not args.no_progress,
-        verbose=not args.quiet,
-        checkpoint=checkpoint,
-        overwrite=args.overwrite,
-    )
-    say(
-        f"done: step {summary['step']}, val loss {summary['val_loss']:.4f} "
-        f"(best {summary['best_val_loss']:.4f}), {summary['seconds']:.0f}s, stopped by {summary['stopped_by']}; "
-        f"checkpoints in {out}/best and {out}/last"
-    )
-    write_training_curves(out)
+        run_kind = "probe" if model.get("freeze_encoder") else "finetune"
+        job, cfg = build_job(run_kind, model, settings, {"path": args.data, **data})
+        checkpoint = None
+    summary = train(job, cfg, out, checkpoint=checkpoint, announce=True, **options["train"])
+    if summary["stopped_by"] != "nothing to do":
+        write_training_curves(out)
     return 0
 
 
-def _settings_line(settings: dict, width: int = 100) -> str:
-    """key=value pairs, wrapped at `width` characters, continuation lines indented."""
-    import textwrap
-
-    pairs = [f"{k}={_shown(v, None)}" for k, v in settings.items()]
-    return "\n".join(
-        textwrap.wrap(
-            " ".join(pairs),
-            width - 7,
-            subsequent_indent="       ",
-            break_long_words=False,
-            break_on_hyphens=False,
-        )
-    )
+def _run_options(args) -> dict:
+    """What train and finetune share of their options: how trainer.train runs ("train") and
+    what resume_job checks ("resume")."""
+    return {
+        "train": {
+            "resume": args.resume,
+            "overwrite": args.overwrite,
+            "progress": not args.no_progress,
+            "verbose": not args.quiet,
+        },
+        "resume": {"overwrite": args.overwrite, "allow_changed_data": args.allow_changed_data},
+    }
 
 
+# -- the other commands ----------------------------------------------------------------------
 def cmd_sample(args) -> int:
     from scratchformer.training.jobs import load_job
 

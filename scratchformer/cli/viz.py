@@ -31,18 +31,11 @@ DEFAULT_FIGURES = (
 )
 
 
-def add_parser(sub) -> None:
-    """The `viz` subcommand, added to the main parser's subparsers."""
+def add_options(v) -> None:
+    """The `viz` command's options, added to its parser (cli/main.py makes it)."""
     from scratchformer.training.lm import EXAMPLE_NAME
     from scratchformer.training.tasks import ClassifierJob, Seq2SeqJob
 
-    v = sub.add_parser(
-        "viz",
-        help="figures and an interactive report.html of a trained model (or a BERT encoder)",
-        description="Draw the attention maps, embeddings, residual stream and training curves of a "
-        "trained run on one input, as PNGs and a self-contained report.html (opens from "
-        "disk, no network). With --bert: a pretrained BERT-family encoder.",
-    )
     v.add_argument(
         "dir", nargs="?", metavar="RUN_DIR", help="run or checkpoint directory (default: out/names)"
     )

@@ -11,8 +11,10 @@ the model and its data. The loop owns the rest (optimiser, schedule, checkpoints
     build_job       a fresh job + TrainConfig for a run kind, defaults overridden by the caller
     build_job_from_hf   the same, starting from a pretrained Hugging Face causal LM (--init-from)
     load_job        a run (or checkpoint) directory -> its job, the checkpoint read once
-    job_class       an already-read checkpoint -> its job class (`--resume` reads the checkpoint
-                    once and hands it to both the job and the training loop)
+    job_class       an already-read checkpoint -> its job class
+    resume_job      a run directory's last/ -> its job, the TrainConfig it continues with and
+                    the checkpoint, read once (train and finetune --resume; the training loop
+                    takes the same checkpoint)
 
 A new command loads any run the same way: `job = load_job(path)` (optionally `data=` a moved
 data file), then calls the protocol's methods (`job.model`, `job.evaluate(...)`, ...); it never
@@ -38,9 +40,10 @@ from scratchformer.training.config import TrainConfig
 from scratchformer.training.induction import InductionJob
 from scratchformer.training.lm import LMJob
 from scratchformer.training.modadd import ModAddJob
+from scratchformer.training.rundir import run_files
 from scratchformer.training.sentence import SentenceClassifierJob
 from scratchformer.training.tasks import ClassifierJob, Seq2SeqJob
-from scratchformer.training.trainer import BEST, LAST
+from scratchformer.training.trainer import BEST, LAST, resume_config
 
 __all__ = [
     "DEFAULT_SEED",
@@ -55,6 +58,7 @@ __all__ = [
     "epochs_text",
     "job_class",
     "load_job",
+    "resume_job",
     "run_defaults",
 ]
 
@@ -136,6 +140,11 @@ JOBS: dict[str, type[Job]] = {
     "modadd": ModAddJob,
 }
 
+# The AdamW settings a family of rows shares (each row keeps its own rates and lengths).
+NANOGPT_ADAMW = dict(weight_decay=0.1, beta2=0.99, grad_clip=1.0)  # nanoGPT's small-model AdamW
+TOY_ADAMW = dict(weight_decay=0.01, beta2=0.98, grad_clip=1.0)  # light decay, the paper's beta2: short runs
+BERT_ADAMW = dict(weight_decay=0.01, beta2=0.999, grad_clip=1.0)  # BERT's fine-tuning AdamW
+
 # Run kind -> where its settings go. "model": fields of the kind's config class; "train": fields
 # of TrainConfig; "data": how much data and how it is cut. Settings not named here take the
 # dataclass defaults (e.g. TrainConfig.seed = DEFAULT_SEED, GPTConfig.activation = "gelu").
@@ -144,89 +153,42 @@ JOBS: dict[str, type[Job]] = {
 TASK_DEFAULTS: dict[str, dict] = {
     # The smallest settings that reach >= 99% held-out accuracy (docs/results.md,
     # scripts/quality_bars.sh). The data are generated from the training seed.
+    # classifier: counting is an average over positions (mean pooling); order does not matter
+    # (sinusoidal positions, no table to learn); n_inner 2 * n_embd is enough to count three
+    # symbols; >= 99% accuracy within 600 steps (5 evaluations). 3^8 = 6561 majority sequences
+    # exist: 400 are held out twice.
     "classifier": {
-        "model": dict(
-            n_layer=2,
-            n_head=4,
-            n_embd=64,
-            n_inner=128,  # 2 * n_embd is enough to count three symbols
-            dropout=0.0,
-            norm_first=True,
-            activation="gelu",
-            positional="sinusoidal",  # order does not matter; no table to learn
-            pooling="mean",
-        ),  # counting is an average over positions
-        "train": dict(
-            max_steps=600,
-            eval_interval=120,  # >= 99% accuracy within 600 steps; 5 evaluations
-            batch_size=64,
-            lr=3e-3,
-            min_lr=3e-4,
-            warmup_steps=50,
-            weight_decay=0.01,
-            beta2=0.98,
-            grad_clip=1.0,
-        ),
-        "data": dict(n_train=6000, n_test=400),  # 3^8 = 6561 majority sequences exist: 400 held out twice
+        "model": dict(n_layer=2, n_head=4, n_embd=64, n_inner=128, dropout=0.0, norm_first=True)
+        | dict(activation="gelu", positional="sinusoidal", pooling="mean"),
+        "train": dict(max_steps=600, eval_interval=120, batch_size=64, lr=3e-3, min_lr=3e-4, warmup_steps=50)
+        | TOY_ADAMW,
+        "data": dict(n_train=6000, n_test=400),
     },
+    # seq2seq: a small encoder-decoder learns copy/reverse to >= 99% exact match within 1500 steps
+    # (5 evaluations); 50,000 fresh examples do not overfit (no dropout); pre-norm trains at lr
+    # 2e-3 without a long warmup; source and target share the digit vocabulary; exact match
+    # rewards confident answers (no label smoothing). 1000 held out for val and for test.
     "seq2seq": {
-        "model": dict(
-            n_layer=2,
-            n_head=4,
-            n_embd=64,  # a small encoder-decoder learns copy/reverse to >= 99% exact match
-            dropout=0.0,  # 50,000 fresh examples do not overfit
-            norm_first=True,  # pre-norm trains at lr 2e-3 without a long warmup
-            activation="gelu",
-            share_embeddings=True,  # source and target share the digit vocabulary
-            label_smoothing=0.0,  # exact match rewards confident answers
-        ),
+        "model": dict(n_layer=2, n_head=4, n_embd=64, dropout=0.0, norm_first=True, activation="gelu")
+        | dict(share_embeddings=True, label_smoothing=0.0),
         "train": dict(
-            max_steps=1500,
-            eval_interval=300,  # 99% exact match within 1500 steps; 5 evaluations
-            batch_size=64,
-            lr=2e-3,
-            min_lr=2e-4,
-            warmup_steps=100,
-            weight_decay=0.01,
-            beta2=0.98,  # light decay and the paper's beta2 for a short run
-            grad_clip=1.0,
-        ),
-        "data": dict(n_train=50000, n_test=1000),  # 1000 held out for val and for test
+            max_steps=1500, eval_interval=300, batch_size=64, lr=2e-3, min_lr=2e-4, warmup_steps=100
+        )
+        | TOY_ADAMW,
+        "data": dict(n_train=50000, n_test=1000),
     },
     # Nanda et al. 2023 (the TransformerLens Grokking demo): p = 113, 30% of the pairs, 1 layer,
     # 4 heads, width 128, ReLU MLP 512, no LayerNorm, learned positions, untied; full-batch AdamW
-    # lr 1e-3 (10 warmup steps, then constant), weight decay 1.0 on every weight, betas
-    # (0.9, 0.98), no clipping. The paper's log ends its grokking near step 14,400.
+    # (a batch of 113 * 113 holds every training pair) lr 1e-3 (10 warmup steps, then constant),
+    # weight decay 1.0 on every weight, betas (0.9, 0.98), no clipping. The paper's log ends its
+    # grokking near step 14,400.
     "modadd": {
-        "model": dict(
-            n_layer=1,
-            n_head=4,
-            n_embd=128,
-            n_inner=512,
-            activation="relu",
-            normalization="none",
-            positional="learned",
-            tie_weights=False,
-            bias=True,
-            dropout=0.0,
-            init="grokking",
-            loss_dtype="float64",
-        ),
-        "train": dict(
-            max_steps=16000,
-            batch_size=113 * 113,  # >= every pair: the whole training split
-            lr=1e-3,
-            min_lr=1e-3,
-            warmup_steps=10,
-            weight_decay=1.0,
-            decay_embeddings=True,
-            beta1=0.9,
-            beta2=0.98,
-            grad_clip=0.0,
-            eval_interval=500,
-            diag_interval=100,
-            num_samples=0,
-        ),
+        "model": dict(n_layer=1, n_head=4, n_embd=128, n_inner=512, activation="relu", normalization="none")
+        | dict(positional="learned", tie_weights=False, bias=True, dropout=0.0, init="grokking")
+        | dict(loss_dtype="float64"),
+        "train": dict(max_steps=16000, batch_size=113 * 113, lr=1e-3, min_lr=1e-3, warmup_steps=10)
+        | dict(weight_decay=1.0, decay_embeddings=True, beta1=0.9, beta2=0.98, grad_clip=0.0)
+        | dict(eval_interval=500, diag_interval=100, num_samples=0),
         "data": dict(modulus=113, train_fraction=0.3),
     },
 }
@@ -254,108 +216,52 @@ def _task_row(task: Task) -> dict:
 INIT_FROM_TRAIN = dict(lr=5e-5, min_lr=5e-6, warmup_steps=100)
 
 RUN_DEFAULTS: dict[str, dict] = {
-    # The bundled names (one item per line): makemore's transformer size with its PyTorch-default
-    # init and untied head; dropout against the overfitting a 200K-parameter model shows on 29K
-    # names; enough steps to pass makemore's published 1.92 test loss in under 10 minutes on 2
-    # cores (docs/results.md).
+    # The bundled names (one item per line): makemore's transformer (4 layers, width 64) with its
+    # PyTorch-default init and untied head (makemore's characters); dropout against the
+    # overfitting a 200K-parameter model shows on 29K names; enough steps to pass makemore's
+    # published 1.92 test loss in under 10 minutes on 2 cores (docs/results.md), 16 evaluations
+    # over the run. The block size None is the longest name + 1; the same held-out names for
+    # every --seed (split_seed).
     "lines": {
         "kind": "gpt",
-        "model": dict(
-            n_layer=4,
-            n_head=4,
-            n_embd=64,  # makemore's transformer
-            dropout=0.1,  # 200K parameters overfit 29K names without it
-            tie_weights=False,
-            init="pytorch",
-        ),  # as makemore
-        "train": dict(
-            max_steps=16000,  # passes makemore's 1.92 test loss
-            batch_size=64,
-            lr=2e-3,
-            min_lr=1e-4,
-            warmup_steps=200,
-            weight_decay=0.1,
-            beta2=0.99,
-            grad_clip=1.0,  # nanoGPT's small-model AdamW
-            eval_interval=1000,
-        ),  # 16 evaluations over the run
+        "model": dict(n_layer=4, n_head=4, n_embd=64, dropout=0.1, tie_weights=False, init="pytorch"),
+        "train": dict(max_steps=16000, batch_size=64, lr=2e-3, min_lr=1e-4, warmup_steps=200)
+        | NANOGPT_ADAMW
+        | dict(eval_interval=1000),
         "init_from": INIT_FROM_TRAIN,  # over "train" with --init-from
-        "data": dict(
-            block_size=None,  # the longest name + 1
-            split_seed=DEFAULT_SEED,  # the same held-out names for every --seed
-            tokenizer="char",
-            vocab_size=None,
-        ),  # makemore's characters
+        "data": dict(block_size=None, split_seed=DEFAULT_SEED, tokenizer="char", vocab_size=None),
     },
-    # Continuous text (tinyshakespeare): nanoGPT's CPU configuration, its GPT-2 init, tied head and
-    # bias-free layers included.
+    # Continuous text (tinyshakespeare): nanoGPT's CPU configuration (its context of 64, no
+    # dropout, 100 warmup steps; shakespeare_char's characters), its GPT-2 init, tied head and
+    # bias-free layers (bias=False) included; 8 evaluations over the run. Text splits are not
+    # shuffled: split_seed is only recorded.
     "text": {
         "kind": "gpt",
-        "model": dict(
-            n_layer=4,
-            n_head=4,
-            n_embd=128,
-            dropout=0.0,  # nanoGPT's CPU config
-            bias=False,
-        ),  # nanoGPT's bias=False
-        "train": dict(
-            max_steps=2000,
-            batch_size=12,
-            lr=1e-3,
-            min_lr=1e-4,
-            warmup_steps=100,  # nanoGPT's CPU run
-            weight_decay=0.1,
-            beta2=0.99,
-            grad_clip=1.0,
-            eval_interval=250,
-        ),  # 8 evaluations over the run
+        "model": dict(n_layer=4, n_head=4, n_embd=128, dropout=0.0, bias=False),
+        "train": dict(max_steps=2000, batch_size=12, lr=1e-3, min_lr=1e-4, warmup_steps=100)
+        | NANOGPT_ADAMW
+        | dict(eval_interval=250),
         "init_from": INIT_FROM_TRAIN,  # over "train" with --init-from
-        "data": dict(
-            block_size=64,  # nanoGPT's CPU context
-            split_seed=DEFAULT_SEED,  # recorded; text splits are not shuffled
-            tokenizer="char",
-            vocab_size=None,
-        ),  # shakespeare_char's characters
+        "data": dict(block_size=64, split_seed=DEFAULT_SEED, tokenizer="char", vocab_size=None),
     },
     **{name: _task_row(task) for name, task in TASKS.items()},  # the toy tasks, from the task registry
-    # Induction heads (Olsson et al. 2022): a 2-layer attention-only GPT on random segments
-    # repeated once; the measured run is in docs/results.md. Diagnostics every 50 steps give
-    # ~30 points of the progress measures (training/induction.py) across the phase change.
+    # Induction heads (Olsson et al. 2022): a 2-layer attention-only GPT (the papers' toy) on
+    # random segments repeated once (16 random tokens of 32 symbols, then the same 16 again);
+    # the measured run is in docs/results.md. Diagnostics every 50 steps give ~30 points of the
+    # progress measures (training/induction.py) across the phase change. One head per layer:
+    # with 2, both heads of layer 1 become induction heads sharing the work (zeroing either alone
+    # brings back ~15-20% of the repeat's advantage; 4 share it the same way, and weight decay
+    # 0.3 did not break the tie in 1,000 steps); with one, zeroing it brings back all. The
+    # PyTorch init's N(0, 1) positions form a previous-token head at once (GPT-2's 0.02 init: no
+    # head in 2,000 steps).
     "induction": {
         "kind": "induction",
-        # one head per layer: with 2, both heads of layer 1 become induction heads sharing the work
-        # (zeroing either alone brings back ~15-20% of the repeat's advantage; 4 share it the same way,
-        # and weight decay 0.3 did not break the tie in 1,000 steps); with one, zeroing it brings back all
-        "model": dict(
-            n_layer=2,
-            n_head=1,
-            n_embd=64,
-            attn_only=True,  # the papers' toy: attention only
-            dropout=0.0,
-            init="pytorch",
-            tie_weights=False,
-        ),  # N(0, 1) positions: a previous-token head
-        # forms at once (GPT-2's 0.02 init: no head in 2,000 steps)
-        "train": dict(
-            max_steps=1000,
-            batch_size=32,
-            lr=3e-3,
-            min_lr=3e-4,
-            warmup_steps=100,
-            weight_decay=0.01,
-            beta2=0.98,
-            grad_clip=1.0,
-            eval_interval=250,
-            diag_interval=50,
-            num_samples=2,
-        ),
-        "data": dict(
-            symbols=32,
-            block_size=32,  # 16 random tokens of 32 symbols, then the same 16 again
-            repeats=2,
-            n_train=20000,
-            n_test=256,
-        ),
+        "model": dict(n_layer=2, n_head=1, n_embd=64, attn_only=True, dropout=0.0, init="pytorch")
+        | dict(tie_weights=False),
+        "train": dict(max_steps=1000, batch_size=32, lr=3e-3, min_lr=3e-4, warmup_steps=100)
+        | TOY_ADAMW
+        | dict(eval_interval=250, diag_interval=50, num_samples=2),
+        "data": dict(symbols=32, block_size=32, repeats=2, n_train=20000, n_test=256),
     },
     # `scratchformer finetune`: a pretrained BERT encoder as a sentence classifier. A short CPU run
     # needs more than BERT's usual 2e-5..5e-5, since the fresh head learns at the same rate (on the
@@ -367,16 +273,7 @@ RUN_DEFAULTS: dict[str, dict] = {
     "finetune": {
         "kind": "sentence_classifier",
         "model": dict(max_length=64, freeze_encoder=False),
-        "train": dict(
-            batch_size=32,
-            lr=2e-4,
-            min_lr=2e-5,
-            weight_decay=0.01,
-            beta2=0.999,
-            grad_clip=1.0,  # BERT's fine-tuning AdamW
-            patience=2,
-            num_samples=0,
-        ),
+        "train": dict(batch_size=32, lr=2e-4, min_lr=2e-5, patience=2, num_samples=0) | BERT_ADAMW,
         # max_steps: max_epochs passes over the training split; an evaluation every
         # 1 / evals_per_epoch of a pass; warmup: warmup_fraction of max_steps (BERT's 10%)
         "epochs": dict(max_epochs=3, evals_per_epoch=2, warmup_fraction=0.1),
@@ -388,18 +285,9 @@ RUN_DEFAULTS: dict[str, dict] = {
     "probe": {
         "kind": "sentence_classifier",
         "model": dict(max_length=64, freeze_encoder=True),
-        "train": dict(
-            max_steps=190,
-            batch_size=32,
-            lr=1e-2,
-            min_lr=1e-3,
-            warmup_steps=20,
-            weight_decay=0.01,
-            beta2=0.999,
-            grad_clip=1.0,
-            eval_interval=50,
-            num_samples=0,
-        ),
+        "train": dict(max_steps=190, batch_size=32, lr=1e-2, min_lr=1e-3, warmup_steps=20)
+        | BERT_ADAMW
+        | dict(eval_interval=50, num_samples=0),
         "data": dict(base="minilm", val_fraction=0.1, split_seed=DEFAULT_SEED),
     },
 }
@@ -494,18 +382,84 @@ def build_job(
 
 
 def build_job_from_hf(
-    hf_dir: str | Path, run_kind: str, train: dict | None = None, data: dict | None = None
+    hf_dir: str | Path,
+    run_kind: str,
+    train: dict | None = None,
+    data: dict | None = None,
+    notes: list[str] | None = None,
 ) -> tuple[Job, TrainConfig]:
     """A job that continues training a pretrained Hugging Face causal LM (its config and
     tokenizer) on a data file read as `run_kind` ("lines" or "text"), and its TrainConfig: the
-    row's training settings with its fine-tuning rates ("init_from") on top."""
+    row's training settings with its fine-tuning rates ("init_from") on top. `notes` (a list)
+    gets what the reading changed (bf16 weights read as float32, padding rows dropped)."""
+    from scratchformer.interop.hf_lm import hf_notes
+
     row = _row(run_kind)
     if row["kind"] != "gpt":
         raise ConfigError(
             f"--init-from continues a language model: the {run_kind} task has no pretrained form"
         )
     cfg = TrainConfig.from_dict(_train_settings(row, train, init_from=True))
-    return LMJob.from_hf(hf_dir, run_kind, {**row["data"], **(data or {})}), cfg
+    job = LMJob.from_hf(hf_dir, run_kind, {**row["data"], **(data or {})})
+    if notes is not None:
+        notes.extend(hf_notes(hf_dir))
+    return job, cfg
+
+
+def resume_job(
+    out: str | Path,
+    train: dict | None = None,
+    fixed: dict | None = None,
+    command: str = "train",
+    task: str | None = None,
+    kind: str | None = None,
+    overwrite: bool = False,
+    **job_options,
+) -> tuple[Job, TrainConfig, Checkpoint, str | None]:
+    """The run in `out` continued, for `train --resume` and `finetune --resume` alike: out/last
+    read once; its job (`job_options` go to its from_checkpoint: where its data file has moved,
+    allow_changed_data); the TrainConfig it continues with (the saved one, the `train` settings
+    on top); that checkpoint, for the training loop; and the note saying how the schedule
+    changes (`resume_config`; None when it does not). Refused: model or data settings (`fixed`,
+    the saved run's own), `overwrite`, a run of another `task` or `kind` than the command
+    continues (None: any); `command` words the refusals. Whether a run has steps left is
+    train()'s to decide (trainer.nothing_to_do)."""
+    if fixed:
+        raise ConfigError(
+            "--resume continues the saved run: model and data options cannot change (training options "
+            "such as --max-steps can; --data only says where its file moved)"
+        )
+    if overwrite:
+        raise ConfigError("--resume continues the run in --out and --overwrite deletes it: pass one of them")
+    out = Path(out)
+    if not checkpoint_exists(out / LAST):
+        found = run_files(out)
+        raise ConfigError(
+            f"nothing to resume: {out} holds no {LAST}/ checkpoint, only {', '.join(found)}: {command} with "
+            "--overwrite (instead of --resume) to start a new run there, or choose another --out"
+            if found
+            else f"nothing to resume: {out} holds no run; {command} without --resume to start one"
+        )
+    ck = load_checkpoint(out / LAST)
+    saved_task = ck.config.get("task", "lm")
+    if task is not None and task != saved_task:
+        raise ConfigError(
+            f"--resume continues the saved {saved_task!r} run in {out}: drop --task {task}, or train it "
+            "into another --out"
+        )
+    if kind is not None and ck.config.get("kind") != kind:
+        raise ConfigError(
+            f"{out} holds a {ck.config.get('kind')!r} run: resume it with 'scratchformer train'"
+        )
+    job = job_class(ck).from_checkpoint(ck, **job_options)
+    saved = ck.extra.get("train_config")
+    if saved is None:
+        raise CheckpointError(
+            f"{ck.path / 'trainer_state.json'} has no extra.train_config: cannot resume from it; restore the "
+            f"file or {command} again"
+        )
+    cfg, note = resume_config(saved, train or {})
+    return job, cfg, ck, note
 
 
 def checkpoint_dir(path: str | Path) -> Path:

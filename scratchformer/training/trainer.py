@@ -10,14 +10,15 @@ progress, time limits.
 Resuming is exact: the last checkpoint stores the model, the optimiser, the step and the
 state of both random generators (batches and dropout), so a resumed run takes the same
 steps as an uninterrupted one, bit for bit on the same machine. `resume_config` keeps the
-original schedule when a resumed run is extended; `nothing_to_do` alone decides that a resumed
-run has already reached its max_steps (the CLI asks it before building anything, train() again
-for a caller that did not).
+original schedule when a resumed run is extended; `nothing_to_do` decides, once, inside
+train(), that a resumed run has already reached its max_steps.
 
-Inside: `train` takes the run's lock; `_train_locked` checks the settings, builds the optimiser
-and the run's state (`_Run`: what a checkpoint records), starts or restores the run directory
-(rundir.start_run / `_restore`), then `_loop` runs `_step`, logs `_Throughput`'s rows and
-`_evaluate`s, saving last/ first on any stop (`_stop_if_asked`, `_save_after_failure`).
+Inside: `train` takes the run's lock; `_train_locked` checks the settings, builds the run's
+state (`_Run`: the optimiser and what a checkpoint records), restores it (`_restore`) or starts
+the run directory (rundir.start_run), `_prepare`s the runner and diagnostics, then `_loop` runs
+`_step`, logs `_Throughput`'s rows and `_evaluate`s, saving last/ first on any stop
+(`_stop_if_asked`, `_save_after_failure`). With `announce`, train() prints the run's header
+(`_header`, `settings_line`) and summary line, as `scratchformer train` shows them.
 
 Nothing is lost or silently wrong: one training per run directory (rundir.RunLock); a fresh
 run refuses a directory that holds a run unless told to overwrite it; the log gets whole rows
@@ -34,6 +35,7 @@ import math
 import os
 import signal
 import sys
+import textwrap
 import threading
 import time
 from dataclasses import asdict, replace
@@ -237,6 +239,7 @@ def train(
     verbose: bool = True,
     checkpoint: Checkpoint | None = None,
     overwrite: bool = False,
+    announce: bool = False,
 ) -> dict:
     """Train `job.model` under `cfg`, writing checkpoints and a JSONL log into `out_dir`.
 
@@ -254,6 +257,8 @@ def train(
     SIGTERM or a closed stdout.
     With cfg.patience, the run stops early (stopped_by "patience") after that many evaluations
     in a row without a lower validation loss.
+    announce: print what is trained (the model, its settings, out_dir) before the first step, the
+    summary line at the end, and the nothing-to-do line (`scratchformer train` and `finetune`).
     Returns a summary dict (step, train_loss, val_loss, best_val_loss, seconds, stopped_by).
     """
     out_dir = Path(out_dir)
@@ -263,7 +268,7 @@ def train(
         started = {"log": False}  # set once a fresh run has started its own log
         try:
             return _train_locked(
-                job, cfg, out_dir, resume, progress, verbose, checkpoint, overwrite, lock, started
+                job, cfg, out_dir, lock, started, resume, checkpoint, overwrite, progress, verbose, announce
             )
         except BaseException:
             if started["log"]:
@@ -347,41 +352,96 @@ def _progress_bar(total: int, initial: int):
         tqdm.monitor_interval = interval
 
 
-def _train_locked(job, cfg, out_dir, resume, progress, verbose, checkpoint, overwrite, lock, started) -> dict:
-    """train() under the run's lock: the settings checked, the state built or restored, the loop run."""
+def _train_locked(
+    job, cfg, out_dir, lock, started, resume, checkpoint, overwrite, progress, verbose, announce
+) -> dict:
+    """train() under the run's lock: the settings checked, the run's state built, then restored
+    from last/ (where it may have nothing left to do) or its directory started; then the loop."""
     cfg = _checked_settings(job, cfg, out_dir)
-    model = job.model
-    opt = _optimizer(model, cfg)
-    run = _Run(job, cfg, out_dir, lock, opt)
-    # runs each batch (with workers=1, the model alone); a pending Ctrl-C or SIGTERM ends a wait for a worker
-    runner = DataParallel(
-        model,
-        cfg.workers,
-        optimizer=opt,
-        train_outputs=False,  # the steps use the loss alone
-        interrupted=lambda: run.stop.reason is not None,
-    )
-    run.data_rng = np.random.default_rng(cfg.seed)
-    run.dropout_rng = set_dropout_rng(model, np.random.default_rng(cfg.seed + 1))
+    run = _Run(job, cfg, out_dir, lock, _optimizer(job.model, cfg))
     if resume:
-        if not _restore(run, checkpoint):
+        _restore(run, checkpoint)
+        if run.done is not None:
+            if announce:
+                _say(run.done)
             return run.summary(0.0, "nothing to do")
     else:
         start_run(out_dir, overwrite)
         started["log"] = True
-    check_checkpoint_paths(out_dir)  # what no save could replace is refused now, not at the first save
-    check_training_fits(model, cfg.batch_size, cfg.workers)
-    diag = None  # the diagnostics recorder; it runs only on its own steps
-    if cfg.diagnostics_every > 0:
-        diag = Diagnostics(
+    _prepare(run, diag_resume_step=run.step if resume else None)
+    if announce:
+        _say(_header(run))
+    summary = _loop(run, progress, verbose)
+    if announce:
+        _say(_summary_line(summary, out_dir))
+    return summary
+
+
+def _prepare(run: _Run, diag_resume_step: int | None) -> None:
+    """Before the first step: what no save could replace refused, the memory estimate asked, the
+    diagnostics recorder (resumed at `diag_resume_step`) and the processes that run each batch."""
+    job, cfg, out_dir = run.job, run.cfg, run.out_dir
+    check_checkpoint_paths(out_dir)  # refused now, not at the first save
+    check_training_fits(job.model, cfg.batch_size, cfg.workers)
+    if cfg.diagnostics_every > 0:  # the recorder runs only on its own steps
+        run.diag = Diagnostics(
             job,
             cfg.diagnostics_every,
             cfg.max_steps,
             cfg.seed,
             out_dir / DIAG_FILE,
-            resume_step=run.step if resume else None,
+            resume_step=diag_resume_step,
         )
-    return _loop(run, runner, diag, progress, verbose)
+    # runs each batch (with workers=1, the model alone); a pending Ctrl-C or SIGTERM ends a wait for a worker
+    run.runner = DataParallel(
+        job.model,
+        cfg.workers,
+        optimizer=run.opt,
+        train_outputs=False,  # the steps use the loss alone
+        interrupted=lambda: run.stop.reason is not None,
+    )
+
+
+def _header(run: _Run) -> str:
+    """What is trained, for how long, into where, and every setting (train's first lines)."""
+    model, cfg = run.job.model, run.cfg
+    limit = f" (time limit {cfg.time_limit:g}s)" if cfg.time_limit else ""
+    return (
+        f"training {type(model).__name__} ({model.num_parameters():,} parameters) for {cfg.max_steps} steps"
+        f"{limit} -> {run.out_dir}\n"
+        f"model: {settings_line(run.job.config_dict()['model'])}\ntrain: {settings_line(asdict(cfg))}"
+    )
+
+
+def _summary_line(summary: dict, out_dir: Path) -> str:
+    return (
+        f"done: step {summary['step']}, val loss {summary['val_loss']:.4f} "
+        f"(best {summary['best_val_loss']:.4f}), {summary['seconds']:.0f}s, stopped by {summary['stopped_by']}; "
+        f"checkpoints in {out_dir}/best and {out_dir}/last"
+    )
+
+
+def shown(value, none_means: str | None = None) -> str:
+    """A setting's value as the command line and the training's lines show it: on/off, 3e-05."""
+    if value is None:
+        return none_means or "none"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def settings_line(settings: dict, width: int = 100) -> str:
+    """key=value pairs, wrapped at `width` characters, continuation lines indented."""
+    pairs = [f"{k}={shown(v)}" for k, v in settings.items()]
+    return "\n".join(
+        textwrap.wrap(
+            " ".join(pairs),
+            width - 7,
+            subsequent_indent="       ",
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+    )
 
 
 def _checked_settings(job, cfg: TrainConfig, out_dir: Path) -> TrainConfig:
@@ -418,13 +478,17 @@ class _Run:
     def __init__(self, job, cfg: TrainConfig, out_dir: Path, lock: RunLock, opt: AdamW):
         self.job, self.cfg, self.out_dir, self.lock, self.opt = job, cfg, out_dir, lock, opt
         self.params = job.model.parameters()
-        self.data_rng = self.dropout_rng = None
+        self.data_rng = np.random.default_rng(cfg.seed)  # the batches
+        self.dropout_rng = set_dropout_rng(job.model, np.random.default_rng(cfg.seed + 1))
         self.step, self.best_val, self.val_loss, self.train_loss = 0, math.inf, float("nan"), float("nan")
         self.since_best = 0  # evaluations since the lowest validation loss (early stopping: cfg.patience)
         self.step_start = (
             None  # the generators' states where an abandoned step restarts (None: between steps)
         )
         self.stop: _StopRequests | None = None  # set while the loop runs
+        self.runner = None  # the DataParallel that runs each batch (set by _prepare)
+        self.diag: Diagnostics | None = None  # the diagnostics recorder, when cfg.diagnostics_every
+        self.done: str | None = None  # a resumed run with nothing left to do: the line that says so
 
     def save(self, which: str) -> None:
         """Checkpoint the state into out_dir/which, a stop request held off until it is written."""
@@ -461,9 +525,9 @@ class _Run:
         }
 
 
-def _restore(run: _Run, checkpoint: Checkpoint | None) -> bool:
+def _restore(run: _Run, checkpoint: Checkpoint | None) -> None:
     """Load out_dir/last (`checkpoint` when already read) into the run, restoring first what an
-    interrupted save left; False when the run has already reached its max_steps (nothing_to_do)."""
+    interrupted save left; `run.done` says so when it has already reached its max_steps."""
     recover_run(run.out_dir)  # a backup an interrupted save left becomes last/ (or best/) again
     ck = checkpoint if checkpoint is not None else load_checkpoint(run.out_dir / LAST)
     run.job.check_compatible(ck)
@@ -476,12 +540,11 @@ def _restore(run: _Run, checkpoint: Checkpoint | None) -> bool:
     run.step, run.best_val = ck.step, ck.extra.get("best_val_loss", math.inf)
     run.val_loss = ck.extra.get("val_loss", run.val_loss)
     run.since_best = int(ck.extra.get("evals_since_best", 0))
-    if nothing_to_do(run.step, run.cfg, run.out_dir) is not None:
-        return False
-    note = truncate_log(run.out_dir / LOG, run.step)
-    if note:
-        _say(note)
-    return True
+    run.done = nothing_to_do(run.step, run.cfg, run.out_dir)
+    if run.done is None:
+        note = truncate_log(run.out_dir / LOG, run.step)
+        if note:
+            _say(note)
 
 
 class _Throughput:
@@ -517,10 +580,10 @@ class _Throughput:
         return row
 
 
-def _loop(run: _Run, runner, diag, progress: bool, verbose: bool) -> dict:
+def _loop(run: _Run, progress: bool, verbose: bool) -> dict:
     """The steps until max_steps, the time limit, patience or a stop request; a failed worker or
     an interrupted wait saves the last good state first."""
-    cfg, out_dir = run.cfg, run.out_dir
+    cfg, out_dir, runner = run.cfg, run.out_dir, run.runner
     meter = _Throughput(run.job.model)
     bar = _progress_bar(cfg.max_steps, run.step) if progress else None
     start = time.perf_counter()
@@ -531,7 +594,7 @@ def _loop(run: _Run, runner, diag, progress: bool, verbose: bool) -> dict:
         try:
             while run.step < cfg.max_steps:
                 _stop_if_asked(run)
-                lr, grad_norm = _step(run, runner, diag, meter, first_step)
+                lr, grad_norm = _step(run, meter, first_step)
                 first_step = False
                 time_up = cfg.time_limit is not None and time.perf_counter() - start >= cfg.time_limit
                 if run.step % cfg.log_interval == 0 or run.step == cfg.max_steps or time_up:
@@ -571,10 +634,10 @@ def _stop_if_asked(run: _Run) -> None:
         )
 
 
-def _step(run: _Run, runner, diag, meter: _Throughput, first_step: bool) -> tuple[float, float]:
+def _step(run: _Run, meter: _Throughput, first_step: bool) -> tuple[float, float]:
     """One optimiser step over cfg.grad_accum micro-batches, refused before it is applied when a
     loss or the gradient norm is not finite; -> (learning rate, gradient norm)."""
-    cfg, opt, step = run.cfg, run.opt, run.step
+    cfg, opt, step, runner, diag = run.cfg, run.opt, run.step, run.runner, run.diag
     lr = cosine_lr(step, cfg.lr, cfg.final_lr, cfg.warmup, cfg.schedule_steps)
     opt.lr = lr
     opt.zero_grad()

@@ -165,13 +165,13 @@ def test_train_prints_the_resolved_configuration(tmp_path, capsys):
 
 
 def test_resume_reads_the_checkpoint_once(run_dir, monkeypatch, capsys):
-    from scratchformer.training import checkpoint, trainer
+    from scratchformer.training import checkpoint, jobs, trainer
 
     calls = []
     real = checkpoint.load_checkpoint
     counting = lambda d: calls.append(d) or real(d)  # noqa: E731
-    monkeypatch.setattr(checkpoint, "load_checkpoint", counting)
-    monkeypatch.setattr(trainer, "load_checkpoint", counting)
+    for module in (checkpoint, jobs, trainer):  # every module that reads a checkpoint on this path
+        monkeypatch.setattr(module, "load_checkpoint", counting)
     assert (
         main(["train", "--resume", "--out", str(run_dir), "--max-steps", "7", "--no-progress", "--quiet"])
         == 0
@@ -684,8 +684,8 @@ def test_a_csv_given_to_train_points_to_finetune(tmp_path, capsys):
 
 
 def test_settings_lines_are_readable(tmp_path, capsys):
-    from scratchformer.cli.main import _settings_line
+    from scratchformer.training.trainer import settings_line
 
-    line = _settings_line({f"setting_{i}": i * 1000 for i in range(40)})
+    line = settings_line({f"setting_{i}": i * 1000 for i in range(40)})
     assert all(len(row) <= 100 for row in line.splitlines()) and len(line.splitlines()) > 3
     assert " ".join(line.split()) == " ".join(f"setting_{i}={i * 1000}" for i in range(40))
