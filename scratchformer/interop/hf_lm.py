@@ -35,7 +35,6 @@ __all__ = [
     "save_hf_causal_lm",
     "hf_layout",
     "hf_token_ids",
-    "hf_notes",
     "HF_LOADERS",
     "HF_LAYOUTS",
 ]
@@ -121,17 +120,6 @@ def _notes(path: Path, dtype: str, n_tok: int, n_model: int) -> list[str]:
             f"{n_tok:,} ids; the {n_model - n_tok:,} rows no text uses are dropped (never sampled)"
         )
     return notes
-
-
-def hf_notes(path: str | Path, dtype: str = "float32") -> list[str]:
-    """The notes `load_hf_causal_lm(path, notes=...)` gives, from the files' headers and the
-    tokenizer alone (for a caller that loads the directory elsewhere); [] where it cannot tell."""
-    path = Path(path)
-    cfg = read_json(path / "config.json", error=CheckpointError) or {}
-    n_model = cfg.get("vocab_size")
-    if not isinstance(n_model, int):
-        return []
-    return _notes(path, dtype, BPETokenizer.from_hf_dir(path).vocab_size, n_model)
 
 
 def _vocab_rows(model: GPT, n: int) -> GPT:

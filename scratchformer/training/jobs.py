@@ -392,17 +392,13 @@ def build_job_from_hf(
     tokenizer) on a data file read as `run_kind` ("lines" or "text"), and its TrainConfig: the
     row's training settings with its fine-tuning rates ("init_from") on top. `notes` (a list)
     gets what the reading changed (bf16 weights read as float32, padding rows dropped)."""
-    from scratchformer.interop.hf_lm import hf_notes
-
     row = _row(run_kind)
     if row["kind"] != "gpt":
         raise ConfigError(
             f"--init-from continues a language model: the {run_kind} task has no pretrained form"
         )
     cfg = TrainConfig.from_dict(_train_settings(row, train, init_from=True))
-    job = LMJob.from_hf(hf_dir, run_kind, {**row["data"], **(data or {})})
-    if notes is not None:
-        notes.extend(hf_notes(hf_dir))
+    job = LMJob.from_hf(hf_dir, run_kind, {**row["data"], **(data or {})}, notes=notes)
     return job, cfg
 
 

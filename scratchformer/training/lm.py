@@ -114,14 +114,15 @@ class LMJob(TokenBatches):
         return cls(GPT(config, seed=seed), ds, data_spec)
 
     @classmethod
-    def from_hf(cls, hf_dir: str | Path, run_kind: str, data: dict) -> LMJob:
+    def from_hf(cls, hf_dir: str | Path, run_kind: str, data: dict, notes: list[str] | None = None) -> LMJob:
         """A pretrained causal LM (a Hugging Face GPT-2 directory, or Llama where
         scratchformer.interop reads it) on `data["path"]` read as `run_kind`, with the
         checkpoint's own config and tokenizer: nanoGPT's init_from. data["block_size"] is the
-        training context, at most the checkpoint's positions."""
+        training context, at most the checkpoint's positions. `notes` (a list) gets what the
+        reading changed (bf16 weights read as float32, padding rows dropped)."""
         from scratchformer.interop.hf_lm import load_hf_causal_lm
 
-        model, tokenizer = load_hf_causal_lm(hf_dir)
+        model, tokenizer = load_hf_causal_lm(hf_dir, notes=notes)
         check_model_fits(model.config, type(model), training=True)
         if data.get("block_size") is not None and data["block_size"] > model.config.block_size:
             raise ConfigError(
