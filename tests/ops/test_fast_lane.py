@@ -22,6 +22,7 @@ from scratchformer.allocator import keep_freed_memory
 from scratchformer.errors import ConfigError
 from scratchformer.fast import activations as fast_activations
 from scratchformer.fast import attention as fast_attention
+from scratchformer.fast import embedding as fast_embedding
 from scratchformer.fast import optim as fast_optim
 from scratchformer.fast.reductions import GEMV_MAX_SIZE, max_last, sum_last, sum_leading
 from scratchformer.nn.module import Parameter
@@ -289,11 +290,18 @@ def _embedding_grad(dy, ids, start):
     return grad
 
 
+@pytest.mark.parametrize("form", ["one-hot", "one-hot in blocks", "sorted runs"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("ids_shape", [(3, 40), (1, 1), (2, 0)], ids=["repeats", "one", "none"])
-def test_embedding_backward_by_sorted_runs_equals_np_add_at(dtype, ids_shape):
+def test_embedding_backward_by_sorted_runs_equals_np_add_at(dtype, ids_shape, form, monkeypatch):
     """The reference is np.add.at (every occurrence of an id adds its row); the fast lane sums each
-    id's run of rows first: equal within float rounding, onto a gradient that already holds values."""
+    id's rows first (a one-hot product for a small vocabulary, whole or in blocks of positions;
+    sorted runs for a large one): equal within float rounding, onto a gradient that already
+    holds values."""
+    if form == "sorted runs":
+        monkeypatch.setattr(fast_embedding, "ONE_HOT_MAX_VOCAB", 6)  # the 7 ids are a large vocabulary
+    elif form == "one-hot in blocks":
+        monkeypatch.setattr(fast_embedding, "ONE_HOT_BYTES", 7 * 9 * np.dtype(dtype).itemsize)  # 9 positions
     rng = np.random.default_rng(12)
     ids = rng.integers(0, 7, size=ids_shape)
     dy = rng.standard_normal(ids_shape + (5,)).astype(dtype)
@@ -921,6 +929,23 @@ def test_clip_grad_norm_flat_and_per_parameter_equal_the_reference(monkeypatch):
         p.grad += g
     subset = math.sqrt(sum(float(np.sum(p.grad.astype(np.float64) ** 2)) for p in params[:2]))
     assert clip_grad_norm(params[:2], 1.0) == pytest.approx(subset, rel=1e-12)  # not the whole buffer
+
+
+@pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan])
+def test_embedding_backward_keeps_a_non_finite_gradient_in_its_own_row(bad):
+    """In the one-hot product 0 x inf = NaN would reach every id's row; the fast lane redoes such
+    a block by sorted runs, so inf or NaN lands in its own id's row only, as np.add.at puts it."""
+    rng = np.random.default_rng(5)
+    ids = rng.integers(0, 6, size=(2, 10))
+    dy = rng.standard_normal((2, 10, 3)).astype(np.float32)
+    dy[1, 4, 2] = bad
+    got, want = both_lanes(_embedding_grad, dy, ids, np.zeros((6, 3), np.float32))
+    bad_row = ids[1, 4]
+    assert np.isfinite(np.delete(got, bad_row, axis=0)).all()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got[finite], want[finite], **TOL[np.float32])
 
 
 # -- not fast-lane pieces, but speed measures of their own -----------------------------------
