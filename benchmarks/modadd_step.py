@@ -163,7 +163,7 @@ def worker(lib: str, modulus: int, train_fraction: float, steps: int, threads: i
     """One side's step, timed in this process; -> its JSON row."""
     import numpy as np
 
-    from scratchformer.optim import AdamW, param_groups
+    from scratchformer.optim import make_adamw, param_groups
 
     job, cfg = _job(modulus, train_fraction)
     model, c = job.model, job.model.config
@@ -182,7 +182,7 @@ def worker(lib: str, modulus: int, train_fraction: float, steps: int, threads: i
         "threads": threads,
     }
     if lib == "scratchformer":
-        opt = AdamW(
+        opt = make_adamw(  # the lane's AdamW, as the trainer builds it (FlatAdamW in the fast lane)
             param_groups(model, cfg.weight_decay, cfg.decay_embeddings),
             lr=cfg.lr,
             betas=(cfg.beta1, cfg.beta2),
