@@ -24,7 +24,8 @@ from scratchformer.fast import activations as fast_activations
 from scratchformer.fast import attention as fast_attention
 from scratchformer.fast import embedding as fast_embedding
 from scratchformer.fast import optim as fast_optim
-from scratchformer.fast.reductions import GEMV_MAX_SIZE, max_last, sum_last, sum_leading
+from scratchformer.fast import reductions as fast_reductions
+from scratchformer.fast.reductions import max_last, sum_last, sum_leading
 from scratchformer.nn.module import Parameter
 from scratchformer.optim import AdamW, FlatAdamW, clip_grad_norm, make_adamw, param_groups
 
@@ -324,9 +325,12 @@ def test_embedding_backward_by_sorted_runs_equals_np_add_at(dtype, ids_shape, fo
     [(3, 5, 7), (256, 64), (1, 1), (0, 4), (4, 0), (2100, 1000)],
     ids=["3d", "2d", "one", "no-rows", "no-columns", "past-GEMV_MAX_SIZE"],
 )
-def test_blas_sums_match_numpy_sums(dtype, shape):
+@pytest.mark.parametrize("vendor", ["AuthenticAMD", "GenuineIntel"])
+def test_blas_sums_match_numpy_sums(dtype, shape, vendor, monkeypatch):
+    monkeypatch.setattr(fast_reductions, "GEMV_MAX_SIZE", fast_reductions.gemv_max_size(vendor))
     x = np.random.default_rng(4).standard_normal(shape).astype(dtype)
-    assert (x.size > GEMV_MAX_SIZE) == (shape == (2100, 1000))
+    # past the limit (AMD) NumPy sums; on Intel the GEMV takes every size
+    assert (x.size > fast_reductions.GEMV_MAX_SIZE) == (shape == (2100, 1000) and vendor == "AuthenticAMD")
     tol = 1e-5 if dtype == np.float32 else 1e-12
     for got, want in (
         (sum_last(x), x.sum(axis=-1, keepdims=True)),
@@ -335,6 +339,18 @@ def test_blas_sums_match_numpy_sums(dtype, shape):
         assert got.shape == want.shape and got.dtype == dtype
         np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.sqrt(max(x.size, 1)))
     np.testing.assert_array_equal(sum_last(x), sum_last(x.copy()))  # deterministic
+
+
+def test_the_gemv_limit_is_read_from_the_cpu_vendor(tmp_path):
+    intel, amd = tmp_path / "intel", tmp_path / "amd"
+    intel.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\nflags\t\t: avx512f\n")
+    amd.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\n")
+    assert fast_reductions.cpu_vendor(str(intel)) == "GenuineIntel"
+    assert fast_reductions.cpu_vendor(str(tmp_path / "none")) == ""  # not Linux: unknown
+    assert fast_reductions.gemv_max_size(fast_reductions.cpu_vendor(str(intel))) == float("inf")
+    for vendor in (fast_reductions.cpu_vendor(str(amd)), ""):
+        assert fast_reductions.gemv_max_size(vendor) == fast_reductions.GEMV_LIMIT
+    assert fast_reductions.GEMV_MAX_SIZE == fast_reductions.gemv_max_size(fast_reductions.cpu_vendor())
 
 
 def test_blas_sums_propagate_nan_and_inf_and_leave_integers_to_numpy():
