@@ -1037,7 +1037,10 @@ def main(argv=None) -> None:
         f"load {env['loadavg_at_start'][0]:.2f}",
         flush=True,
     )
-    shapes_of = [*configs, *((LONG_QUICK if args.quick else LONG_CONFIGS) if "long" in sections else ())]
+    shapes_of = [  # the configs whose steps this run times
+        *(configs if "train" in sections else ()),
+        *((LONG_QUICK if args.quick else LONG_CONFIGS) if "long" in sections else ()),
+    ]
     env["gemm_gflops"] = gemm_rates(shapes_of, seconds=0.05 if args.quick else 0.3)
     print(_gemm_line(env["gemm_gflops"]), flush=True)
     if note:
