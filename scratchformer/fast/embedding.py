@@ -38,7 +38,8 @@ def embedding_backward_into(dy: np.ndarray, ids: np.ndarray, weight_grad: np.nda
     rows = max(1, ONE_HOT_BYTES // (vocab * dy2.dtype.itemsize))  # positions per one-hot block
     for start in range(0, ids.size, rows):
         block = slice(start, start + rows)
-        sums = _one_hot(ids[block], vocab, dy2.dtype) @ dy2[block]  # (V, D)
+        with np.errstate(invalid="ignore", over="ignore"):  # a non-finite dy is redone below
+            sums = _one_hot(ids[block], vocab, dy2.dtype) @ dy2[block]  # (V, D)
         if np.isfinite(sums).all():
             weight_grad += sums
         else:  # inf or NaN in dy: 0 x inf would spread NaN to every row
