@@ -47,7 +47,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
-from suite import _blas, _environment_line, environment  # noqa: E402  (benchmarks/ is not a package)
+from suite import _blas, _environment_line, environment, gemm_ms  # noqa: E402  (benchmarks/ is not a package)
 
 PAPER = dict(modulus=113, train_fraction=0.3)  # RUN_DEFAULTS["modadd"]'s data
 QUICK = dict(modulus=13, train_fraction=0.3)  # --quick: the same step at p = 13
@@ -86,35 +86,10 @@ def step_gflop(pairs: int, T: int, C: int, inner: int, V: int, H: int) -> tuple[
 
 
 def floor_ms(rows: int, C: int, inner: int, V: int, lib: str, reps: int) -> float:
-    """Summed median ms of the step's dense products on random float32 arrays (NumPy or torch.mm)."""
-    import numpy as np
-
-    rng = np.random.default_rng(0)
-    total = 0.0
-    for (m, k), (k2, n), transposed in gemm_shapes(rows, C, inner, V):
-        a = rng.standard_normal((m, k), dtype=np.float32)
-        # the second operand in the layout the step reads it: a weight's transpose, or a plain array
-        b = (
-            rng.standard_normal((n, k2), dtype=np.float32).T
-            if transposed
-            else rng.standard_normal((k2, n), dtype=np.float32)
-        )
-        if lib == "torch":
-            import torch
-
-            a, b = torch.from_numpy(a), torch.from_numpy(b)  # a transposed view stays one
-            product = lambda a=a, b=b: torch.mm(a, b)  # noqa: E731
-        else:
-            product = lambda a=a, b=b: a @ b  # noqa: E731
-        for _ in range(2):
-            product()
-        times = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            product()
-            times.append(time.perf_counter() - t0)
-        total += statistics.median(times)
-    return 1e3 * total
+    """Summed median ms of the step's dense products on random float32 arrays, in the layouts
+    the step reads them (NumPy or torch.mm: suite.gemm_ms)."""
+    shapes = [(m, k, n, transposed) for (m, k), (_, n), transposed in gemm_shapes(rows, C, inner, V)]
+    return sum(gemm_ms(shapes, lib, reps))
 
 
 def torch_model(config, state: dict):
@@ -188,7 +163,7 @@ def worker(lib: str, modulus: int, train_fraction: float, steps: int, threads: i
     """One side's step, timed in this process; -> its JSON row."""
     import numpy as np
 
-    from scratchformer.optim import AdamW, param_groups
+    from scratchformer.optim import make_adamw, param_groups
 
     job, cfg = _job(modulus, train_fraction)
     model, c = job.model, job.model.config
@@ -207,7 +182,7 @@ def worker(lib: str, modulus: int, train_fraction: float, steps: int, threads: i
         "threads": threads,
     }
     if lib == "scratchformer":
-        opt = AdamW(
+        opt = make_adamw(  # the lane's AdamW, as the trainer builds it (FlatAdamW in the fast lane)
             param_groups(model, cfg.weight_decay, cfg.decay_embeddings),
             lr=cfg.lr,
             betas=(cfg.beta1, cfg.beta2),

@@ -14,7 +14,10 @@ OPENBLAS_CORETYPE=Haswell, which makes NumPy's GEMMs 1.6-1.8x slower than the ke
 picks by itself on a user's machine (PyTorch does not use OpenBLAS). The suite prints them and
 the BLAS kernel that ran (threadpoolctl), and records both in the JSON, with the CPU: its model,
 its vector flags (AVX2, AVX-512, AMX) and, for PyTorch, its BLAS (MKL, oneDNN) and the CPU
-capability its kernels chose.
+capability its kernels chose. Before any step, the float32 GEMM rate of both sides' BLAS at each
+config's own step shapes (`step_gemm_shapes`; NumPy's matmul and torch.mm, each in a fresh
+process with the workers' 2 threads) is printed in the header and recorded as
+environment.gemm_gflops.
 
 Method. Every measurement runs in a fresh process (this file with --worker), one at a time,
 alternating scratchformer, reference, scratchformer, reference ... (`--pairs` pairs); the
@@ -131,31 +134,63 @@ def _blas() -> list[dict]:
     ]
 
 
-def _gemm_gflops(shapes: list[tuple[int, int, int]], seconds: float = 0.3, lib: str = "numpy") -> float:
-    """Best float32 GFLOP/s of (M, K) @ (K, N) over `shapes`, each timed ~`seconds`: NumPy's
-    matmul (its BLAS), or with lib="torch", torch.mm (PyTorch's, on its threads)."""
+def step_gemm_shapes(config: str) -> list[tuple[int, int, int]]:
+    """The (M, K, N) of a train config's dense products per layer (rows = batch x block): the
+    attention's qkv projection and the MLP's two layers, where the FLOPs of a step are."""
+    V, L, H, C, T, B = {**TRAIN_CONFIGS, **LONG_CONFIGS, **LONG_QUICK}[config]
+    return [(B * T, C, 3 * C), (B * T, C, 4 * C), (B * T, 4 * C, C)]
+
+
+def gemm_ms(shapes, lib: str = "numpy", reps: int = 20, seconds: float | None = None) -> list[float]:
+    """Median ms of each float32 product (M, K) @ (K, N) in `shapes`, on random arrays: NumPy's
+    matmul (its BLAS) or, with lib="torch", torch.mm (PyTorch's, on its threads). A shape may
+    carry a 4th item, True when the second operand is read transposed (a weight kept (N, K),
+    as x W^T reads it). `seconds`: time each product for about that long instead of `reps`
+    times. The one home of a GEMM timing for the benchmarks (suite, modadd_step)."""
     import numpy as np
 
     rng = np.random.default_rng(0)
-    best = 0.0
-    for m, k, n in shapes:
+    out = []
+    for m, k, n, *transposed in shapes:
         a = rng.standard_normal((m, k), dtype=np.float32)
-        b = rng.standard_normal((k, n), dtype=np.float32)
-        out = np.empty((m, n), dtype=np.float32)
+        b = (
+            rng.standard_normal((n, k), dtype=np.float32).T
+            if transposed and transposed[0]
+            else rng.standard_normal((k, n), dtype=np.float32)
+        )
         if lib == "torch":
             import torch
 
-            a, b, out = torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(out)
-            product = lambda: torch.mm(a, b, out=out)  # noqa: E731
+            a, b = torch.from_numpy(a), torch.from_numpy(b)  # a transposed view stays one
+            product = lambda a=a, b=b: torch.mm(a, b)  # noqa: E731
         else:
-            product = lambda: np.matmul(a, b, out=out)  # noqa: E731
-        product()
-        reps, start = 0, time.perf_counter()
-        while time.perf_counter() - start < seconds:
+            product = lambda a=a, b=b: a @ b  # noqa: E731
+        for _ in range(2):  # warm-up: the BLAS's threads and buffers
             product()
-            reps += 1
-        best = max(best, 2 * m * k * n * reps / (time.perf_counter() - start) / 1e9)
-    return best
+        times, start = [], time.perf_counter()
+        while len(times) < (1 if seconds else reps) or (seconds and time.perf_counter() - start < seconds):
+            t0 = time.perf_counter()
+            product()
+            times.append(time.perf_counter() - t0)
+        out.append(1e3 * statistics.median(times))
+    return out
+
+
+def _gemm_gflops(shapes: list[tuple[int, int, int]], seconds: float = 0.3, lib: str = "numpy") -> float:
+    """Best float32 GFLOP/s over `shapes` (gemm_ms, each product timed ~`seconds`)."""
+    return max(
+        2 * m * k * n / ms / 1e6 for (m, k, n), ms in zip(shapes, gemm_ms(shapes, lib, seconds=seconds))
+    )
+
+
+def worker_gemm(lib: str, configs: list[str], seconds: float) -> dict:
+    """config -> the float32 GEMM GFLOP/s of NumPy's BLAS (lib="numpy") or PyTorch's ("torch")
+    at that train config's own shapes, in this process (the worker's 2 threads)."""
+    if lib == "torch":
+        import torch
+
+        torch.set_num_threads(2)
+    return {config: _gemm_gflops(step_gemm_shapes(config), seconds, lib) for config in configs}
 
 
 def _memory(result: dict, pids: list, phases=None, steps: int = 2) -> None:
@@ -276,8 +311,7 @@ def worker_train(lib: str, config: str, steps: int, warmup: int, workers: int = 
     result["model_gflop_per_s"] = (6 * n_flop_params + 12 * L * T * C) * result["tokens_per_s"] / 1e9
     # the GEMM peak at this model's own shapes, in this process: NumPy's BLAS or PyTorch's
     result["gemm_gflops"] = _gemm_gflops(
-        [(B * T, C, 3 * C), (B * T, C, 4 * C), (B * T, 4 * C, C)],
-        lib="numpy" if lib == "scratchformer" else "torch",
+        step_gemm_shapes(config), lib="numpy" if lib == "scratchformer" else "torch"
     )
     result["blas"] = _blas()
     return result
@@ -815,6 +849,23 @@ def _environment_line(env: dict) -> str:
     )
 
 
+def gemm_rates(configs: list[str], seconds: float) -> dict:
+    """{"numpy": {config: GFLOP/s}, "torch": {...}}: the float32 GEMM rate of each side's BLAS at
+    each config's step shapes (step_gemm_shapes), each side in a fresh process with the
+    workers' 2 threads, so the header names what both BLAS reach on this CPU before any step runs."""
+    if not configs:
+        return {}
+    return {lib: run_worker(["gemm", lib, str(seconds), *configs]) for lib in ("numpy", "torch")}
+
+
+def _gemm_line(rates: dict) -> str:
+    """The header's second line: each config's GEMM rate, NumPy's BLAS / PyTorch's."""
+    if not rates:
+        return "float32 GEMM GFLOP/s: no config to measure"
+    cells = ", ".join(f"{c} {rates['numpy'][c]:.0f} / {rates['torch'][c]:.0f}" for c in rates["numpy"])
+    return f"float32 GEMM GFLOP/s at each step's shapes, NumPy's BLAS / PyTorch's (2 threads): {cells}"
+
+
 def _cpu_name() -> str:
     try:
         out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
@@ -959,6 +1010,8 @@ def main(argv=None) -> None:
             res = worker_finetune(rest[0], int(rest[1]), int(rest[2]), int(rest[3]))
         elif kind == "initfrom":
             res = worker_initfrom(rest[0], rest[1], int(rest[2]), int(rest[3]), int(rest[4]))
+        elif kind == "gemm":
+            res = worker_gemm(rest[0], rest[2:], float(rest[1]))
         else:
             res = worker_embed(rest[0], rest[1], int(rest[2]), rest[3])
         print(json.dumps(res))
@@ -984,6 +1037,12 @@ def main(argv=None) -> None:
         f"load {env['loadavg_at_start'][0]:.2f}",
         flush=True,
     )
+    shapes_of = [  # the configs whose steps this run times
+        *(configs if "train" in sections else ()),
+        *((LONG_QUICK if args.quick else LONG_CONFIGS) if "long" in sections else ()),
+    ]
+    env["gemm_gflops"] = gemm_rates(shapes_of, seconds=0.05 if args.quick else 0.3)
+    print(_gemm_line(env["gemm_gflops"]), flush=True)
     if note:
         print(note, flush=True)
     with tempfile.TemporaryDirectory() as tmp:

@@ -15,7 +15,8 @@ of the op it replaces:
                     a cache-sized block at a time
     attention.py    attention over the batch in cache-sized pieces; big weights recomputed in the backward
                     (when to keep them is this lane's rule: KEEP_WEIGHTS_BYTES)
-    embedding.py    the embedding's gradient by sorted runs (one `np.add.reduceat`) instead of `np.add.at`
+    embedding.py    the embedding's gradient as one one-hot product (small vocabularies) or by sorted
+                    runs (one `np.add.reduceat`) instead of `np.add.at`
     optim.py        the kernels of optim.FlatAdamW (AdamW on one flat buffer, in cache-sized in-place
                     pieces) and clip_grad_norm on that buffer
 

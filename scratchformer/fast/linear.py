@@ -9,14 +9,13 @@ dy and x either way."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from scratchformer.fast.reductions import sum_leading
 
 BLOCK_BYTES = 8 << 20  # a weight gradient above this is added in blocks of rows of about this size
 
 
-def linear_backward(dy: np.ndarray, x: np.ndarray, weight: np.ndarray, need_bias: bool = True):
+def linear_backward(dy, x, weight, need_bias=True):  # the formula's parameters (ops/linear.py)
+    """dy (..., out), x (..., in), weight (out, in) -> (dx (..., in), dW (out, in), db (out,) or None)."""
     dy2 = dy.reshape(-1, dy.shape[-1])  # (N, out)
     x2 = x.reshape(-1, x.shape[-1])  # (N, in)
     dx = (dy2 @ weight).reshape(x.shape)
@@ -25,13 +24,8 @@ def linear_backward(dy: np.ndarray, x: np.ndarray, weight: np.ndarray, need_bias
     return dx, dweight, dbias
 
 
-def linear_backward_into(
-    dy: np.ndarray,
-    x: np.ndarray,
-    weight: np.ndarray,
-    weight_grad: np.ndarray,
-    bias_grad: np.ndarray | None = None,
-) -> np.ndarray:
+def linear_backward_into(dy, x, weight, weight_grad, bias_grad=None):  # the formula's (ops/linear.py)
+    """dW added into weight_grad (out, in), db into bias_grad (out,) or None; returns dx (..., in)."""
     dy2 = dy.reshape(-1, dy.shape[-1])  # (N, out)
     x2 = x.reshape(-1, x.shape[-1])  # (N, in)
     dx = (dy2 @ weight).reshape(x.shape)

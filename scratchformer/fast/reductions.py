@@ -10,7 +10,9 @@ Why not `x.sum(axis)`: NumPy reduces a short contiguous row with one inner loop 
 summing the 64 features of 256 tokens takes 8 us, while BLAS's matrix-vector product does it
 in 1.6 us (3-6x faster at every shape a training step has: layer norm, bias gradients, the
 softmax's denominators). Past a few megabytes OpenBLAS's GEMV reads memory more slowly than
-NumPy's sum, so large arrays keep `x.sum` (measured in docs/performance.md).
+NumPy's sum on AMD Zen 4, so there large arrays keep `x.sum`; on Intel the GEMV is faster at
+every size (measured below and in docs/performance.md). The rule is chosen once, from the CPU's
+vendor, so every call of a run takes the same form (the same bits).
 
 A maximum has no BLAS form, but the same inner-loop cost shows: the max over rows of 16
 (names-size attention scores) takes 59 us, while copying the (rows, 16) array transposed and
@@ -27,9 +29,35 @@ import math
 
 import numpy as np
 
-# arrays of more elements than this use NumPy's sum (OpenBLAS's GEMV is slower there:
-# 1.8 ms against 2.6 ms at 32768 x 256 float32, 0.5 ms against 0.9 ms at 16384 x 256)
-GEMV_MAX_SIZE = 1 << 21
+
+def cpu_vendor(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The CPU's vendor id ("GenuineIntel", "AuthenticAMD", ...), "" where it cannot be read."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+# Past a few megabytes, AMD Zen 4's OpenBLAS GEMV reads memory more slowly than NumPy's sum
+# (1.8 ms against 2.6 ms at 32768 x 256 float32, 0.5 ms against 0.9 ms at 16384 x 256), so there
+# arrays of more elements than GEMV_LIMIT use NumPy's sum. On an Intel Xeon (AVX-512, OpenBLAS's
+# SkylakeX kernels) the GEMV is 2-3x faster at every size measured, one thread: down the rows
+# 1.6 against 5.4 ms at 32768 x 256 and 1.4 against 2.8 ms at 11493 x 512 (a bias gradient of the
+# grokking step), along them 2.3 against 4.3 ms at 32768 x 256; so there it has no limit.
+GEMV_LIMIT = 1 << 21
+
+
+def gemv_max_size(vendor: str) -> float:
+    """The most elements a sum takes as a GEMV on a CPU of `vendor` (see above)."""
+    return math.inf if vendor == "GenuineIntel" else GEMV_LIMIT
+
+
+# decided once, at import, from what the machine is: the same form for every call of a run
+GEMV_MAX_SIZE = gemv_max_size(cpu_vendor())
 
 _ONES: dict[tuple[int, np.dtype], np.ndarray] = {}
 

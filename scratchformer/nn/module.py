@@ -197,8 +197,9 @@ class Module:
 
     @property
     def dtype(self) -> np.dtype:
-        params = self.parameters()
-        return params[0].data.dtype if params else np.dtype(DEFAULT_DTYPE)
+        """The first parameter's dtype (a model's backward asks at every step: the walk stops there)."""
+        first = next(self.named_parameters(), None)
+        return first[1].data.dtype if first is not None else np.dtype(DEFAULT_DTYPE)
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Name -> copy of each parameter's data (shared parameters appear once)."""

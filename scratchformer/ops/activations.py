@@ -110,25 +110,23 @@ ACTIVATIONS = {
 
 
 # The plain functional backwards (they recompute what the forward would have kept).
-def relu_backward(dy, x):
-    if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
-        op_float("relu_backward", "dy", dy)
-        op_float("relu_backward", "x", x)
-        op_fits("relu_backward", dy.shape == x.shape, dy=dy, x=x)
-    return activation_backward(dy, relu_with_grad(x)[1])
+def _functional_backward(name: str, with_grad):
+    """`name(dy, x) = activation_backward(dy, with_grad(x)[1])`, checking a direct call's arguments."""
+
+    def backward(dy, x):
+        if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
+            op_float(name, "dy", dy)
+            op_float(name, "x", x)
+            op_fits(name, dy.shape == x.shape, dy=dy, x=x)
+        return activation_backward(dy, with_grad(x)[1])
+
+    backward.__name__ = backward.__qualname__ = name
+    backward.__doc__ = (
+        f"dx = dy * dy/dx at x: the backward of {name.removesuffix('_backward')} (dy, x: the same shape)."
+    )
+    return backward
 
 
-def gelu_backward(dy, x):
-    if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
-        op_float("gelu_backward", "dy", dy)
-        op_float("gelu_backward", "x", x)
-        op_fits("gelu_backward", dy.shape == x.shape, dy=dy, x=x)
-    return activation_backward(dy, gelu_with_grad(x)[1])
-
-
-def gelu_tanh_backward(dy, x):
-    if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
-        op_float("gelu_tanh_backward", "dy", dy)
-        op_float("gelu_tanh_backward", "x", x)
-        op_fits("gelu_tanh_backward", dy.shape == x.shape, dy=dy, x=x)
-    return activation_backward(dy, gelu_tanh_with_grad(x)[1])
+relu_backward = _functional_backward("relu_backward", relu_with_grad)
+gelu_backward = _functional_backward("gelu_backward", gelu_with_grad)
+gelu_tanh_backward = _functional_backward("gelu_tanh_backward", gelu_tanh_with_grad)

@@ -3,8 +3,9 @@ of W's gradient that the ids picked.
 
 `embedding_backward_into` is its formula, `np.add.at` (unbuffered: an id that occurs several
 times gets every one of its rows of dy); `@fast.lane` runs its faster form in the fast lane
-(`scratchformer/fast/embedding.py`: each id's rows summed by sorted runs with one
-`np.add.reduceat`, then added once). The lane is chosen in `fast.lane` alone."""
+(`scratchformer/fast/embedding.py`: each id's rows summed by one one-hot product for a small
+vocabulary, by sorted runs with one `np.add.reduceat` otherwise, then added once). The lane is
+chosen in `fast.lane` alone."""
 
 from __future__ import annotations
 

@@ -9,21 +9,19 @@ from __future__ import annotations
 import numpy as np
 
 from scratchformer import fast
-from scratchformer.checks import check_eps, op_fits, op_float
+from scratchformer.checks import check_eps
 from scratchformer.fast import layernorm as fast_layernorm
+from scratchformer.ops.linear import check_affine
 
 
 def _check_forward(x, weight, bias, eps=1e-5):
-    op_float("layernorm_forward", "x", x)
-    op_float("layernorm_forward", "weight", weight, ndim=1)
-    if bias is not None:
-        op_float("layernorm_forward", "bias", bias, ndim=1)
-    op_fits(
+    check_affine(
         "layernorm_forward",
-        weight.shape == x.shape[-1:] and (bias is None or bias.shape == weight.shape),
-        x=x,
-        weight=weight,
-        bias=bias,
+        x,
+        weight,
+        bias,
+        lambda: weight.shape == x.shape[-1:] and (bias is None or bias.shape == weight.shape),
+        weight_ndim=1,
     )
     check_eps("eps", eps)
 

@@ -13,21 +13,28 @@ from scratchformer.checks import DOOR, check_bool, op_fits, op_float
 from scratchformer.fast import linear as fast_linear
 
 
+def check_affine(op: str, x, weight, bias, fits, weight_ndim: int = 2) -> None:
+    """The checks of an op's (x, weight, bias or None) arguments: float arrays, weight of
+    `weight_ndim` axes, bias of one, then `fits()` (the op's own shape rule, asked once they
+    are arrays) true."""
+    op_float(op, "x", x)
+    op_float(op, "weight", weight, ndim=weight_ndim)
+    if bias is not None:
+        op_float(op, "bias", bias, ndim=1)
+    op_fits(op, fits(), x=x, weight=weight, bias=bias)
+
+
 def linear_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
     """x: (..., in); weight: (out, in); bias: (out,) or None -> (..., out).
 
     Leading axes are flattened so the product is one 2-D GEMM."""
     if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
-        op_float("linear_forward", "x", x)
-        op_float("linear_forward", "weight", weight, ndim=2)
-        if bias is not None:
-            op_float("linear_forward", "bias", bias, ndim=1)
-        op_fits(
+        check_affine(
             "linear_forward",
-            x.shape[-1] == weight.shape[1] and (bias is None or bias.shape == weight.shape[:1]),
-            x=x,
-            weight=weight,
-            bias=bias,
+            x,
+            weight,
+            bias,
+            lambda: x.shape[-1] == weight.shape[1] and (bias is None or bias.shape == weight.shape[:1]),
         )
     y = x.reshape(-1, x.shape[-1]) @ weight.T
     if bias is not None:

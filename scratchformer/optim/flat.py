@@ -41,17 +41,7 @@ class FlatAdamW(AdamW):
     """
 
     kind = "AdamW"  # the same state_dict as AdamW's: a run saved in one lane resumes in the other
-
-    def __init__(
-        self,
-        params,
-        lr: float = 1e-3,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-8,
-        weight_decay: float = 0.01,
-    ):
-        self.data = self.grad = self.flat_m = self.flat_v = None  # allocated by bind()
-        super().__init__(params, lr, betas, eps, weight_decay)
+    data = grad = flat_m = flat_v = None  # the flat buffers, allocated by bind()
 
     def _new_moments(self):
         return None, None  # bind() allocates them, flat

@@ -53,6 +53,12 @@ def test_quick_training_run_prints_the_table_and_writes_json(tmp_path):
     assert env["blas"] and "OPENBLAS_CORETYPE" in env["env"]
     assert isinstance(env["cpu_flags"], list) and set(env["cpu_flags"]) <= set(suite.CPU_FLAGS)
     assert env["torch_blas"]["blas_info"] and "mkldnn" in env["torch_blas"]
+    # both sides' GEMM rate at each measured config's own step shapes, in the header and the JSON
+    assert set(env["gemm_gflops"]) == {"numpy", "torch"}
+    for lib in ("numpy", "torch"):
+        assert set(env["gemm_gflops"][lib]) == {"tiny", "long-1024-quick"}
+        assert all(rate > 0 for rate in env["gemm_gflops"][lib].values())
+    assert "float32 GEMM GFLOP/s at each step's shapes" in proc.stdout and "tiny " in proc.stdout
     # long context: the library alone (one process) against PyTorch, at T = 1024
     long = res["long"]["long-1024-quick"]
     assert "long long-1024-quick" in proc.stdout and long["workers"] == 1

@@ -22,8 +22,10 @@ from scratchformer.allocator import keep_freed_memory
 from scratchformer.errors import ConfigError
 from scratchformer.fast import activations as fast_activations
 from scratchformer.fast import attention as fast_attention
+from scratchformer.fast import embedding as fast_embedding
 from scratchformer.fast import optim as fast_optim
-from scratchformer.fast.reductions import GEMV_MAX_SIZE, max_last, sum_last, sum_leading
+from scratchformer.fast import reductions as fast_reductions
+from scratchformer.fast.reductions import max_last, sum_last, sum_leading
 from scratchformer.nn.module import Parameter
 from scratchformer.optim import AdamW, FlatAdamW, clip_grad_norm, make_adamw, param_groups
 
@@ -289,11 +291,18 @@ def _embedding_grad(dy, ids, start):
     return grad
 
 
+@pytest.mark.parametrize("form", ["one-hot", "one-hot in blocks", "sorted runs"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("ids_shape", [(3, 40), (1, 1), (2, 0)], ids=["repeats", "one", "none"])
-def test_embedding_backward_by_sorted_runs_equals_np_add_at(dtype, ids_shape):
+def test_embedding_backward_by_sorted_runs_equals_np_add_at(dtype, ids_shape, form, monkeypatch):
     """The reference is np.add.at (every occurrence of an id adds its row); the fast lane sums each
-    id's run of rows first: equal within float rounding, onto a gradient that already holds values."""
+    id's rows first (a one-hot product for a small vocabulary, whole or in blocks of positions;
+    sorted runs for a large one): equal within float rounding, onto a gradient that already
+    holds values."""
+    if form == "sorted runs":
+        monkeypatch.setattr(fast_embedding, "ONE_HOT_MAX_VOCAB", 6)  # the 7 ids are a large vocabulary
+    elif form == "one-hot in blocks":
+        monkeypatch.setattr(fast_embedding, "ONE_HOT_BYTES", 7 * 9 * np.dtype(dtype).itemsize)  # 9 positions
     rng = np.random.default_rng(12)
     ids = rng.integers(0, 7, size=ids_shape)
     dy = rng.standard_normal(ids_shape + (5,)).astype(dtype)
@@ -316,9 +325,12 @@ def test_embedding_backward_by_sorted_runs_equals_np_add_at(dtype, ids_shape):
     [(3, 5, 7), (256, 64), (1, 1), (0, 4), (4, 0), (2100, 1000)],
     ids=["3d", "2d", "one", "no-rows", "no-columns", "past-GEMV_MAX_SIZE"],
 )
-def test_blas_sums_match_numpy_sums(dtype, shape):
+@pytest.mark.parametrize("vendor", ["AuthenticAMD", "GenuineIntel"])
+def test_blas_sums_match_numpy_sums(dtype, shape, vendor, monkeypatch):
+    monkeypatch.setattr(fast_reductions, "GEMV_MAX_SIZE", fast_reductions.gemv_max_size(vendor))
     x = np.random.default_rng(4).standard_normal(shape).astype(dtype)
-    assert (x.size > GEMV_MAX_SIZE) == (shape == (2100, 1000))
+    # past the limit (AMD) NumPy sums; on Intel the GEMV takes every size
+    assert (x.size > fast_reductions.GEMV_MAX_SIZE) == (shape == (2100, 1000) and vendor == "AuthenticAMD")
     tol = 1e-5 if dtype == np.float32 else 1e-12
     for got, want in (
         (sum_last(x), x.sum(axis=-1, keepdims=True)),
@@ -327,6 +339,18 @@ def test_blas_sums_match_numpy_sums(dtype, shape):
         assert got.shape == want.shape and got.dtype == dtype
         np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.sqrt(max(x.size, 1)))
     np.testing.assert_array_equal(sum_last(x), sum_last(x.copy()))  # deterministic
+
+
+def test_the_gemv_limit_is_read_from_the_cpu_vendor(tmp_path):
+    intel, amd = tmp_path / "intel", tmp_path / "amd"
+    intel.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\nflags\t\t: avx512f\n")
+    amd.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\n")
+    assert fast_reductions.cpu_vendor(str(intel)) == "GenuineIntel"
+    assert fast_reductions.cpu_vendor(str(tmp_path / "none")) == ""  # not Linux: unknown
+    assert fast_reductions.gemv_max_size(fast_reductions.cpu_vendor(str(intel))) == float("inf")
+    for vendor in (fast_reductions.cpu_vendor(str(amd)), ""):
+        assert fast_reductions.gemv_max_size(vendor) == fast_reductions.GEMV_LIMIT
+    assert fast_reductions.GEMV_MAX_SIZE == fast_reductions.gemv_max_size(fast_reductions.cpu_vendor())
 
 
 def test_blas_sums_propagate_nan_and_inf_and_leave_integers_to_numpy():
@@ -922,6 +946,23 @@ def test_clip_grad_norm_flat_and_per_parameter_equal_the_reference(monkeypatch):
         p.grad += g
     subset = math.sqrt(sum(float(np.sum(p.grad.astype(np.float64) ** 2)) for p in params[:2]))
     assert clip_grad_norm(params[:2], 1.0) == pytest.approx(subset, rel=1e-12)  # not the whole buffer
+
+
+@pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan])
+def test_embedding_backward_keeps_a_non_finite_gradient_in_its_own_row(bad):
+    """In the one-hot product 0 x inf = NaN would reach every id's row; the fast lane redoes such
+    a block by sorted runs, so inf or NaN lands in its own id's row only, as np.add.at puts it."""
+    rng = np.random.default_rng(5)
+    ids = rng.integers(0, 6, size=(2, 10))
+    dy = rng.standard_normal((2, 10, 3)).astype(np.float32)
+    dy[1, 4, 2] = bad
+    got, want = both_lanes(_embedding_grad, dy, ids, np.zeros((6, 3), np.float32))
+    bad_row = ids[1, 4]
+    assert np.isfinite(np.delete(got, bad_row, axis=0)).all()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got[finite], want[finite], **TOL[np.float32])
 
 
 # -- not fast-lane pieces, but speed measures of their own -----------------------------------

@@ -346,9 +346,16 @@ def test_weights_are_copied_or_read_in_place_and_a_rebuilt_buffer_forks_fresh_wo
         assert (parallel._pool is pool) == (not optimiser_first)
         assert (parallel.worker_pids() == pids) == (not optimiser_first)
         # AdamW divides by sqrt(v): an entry whose gradient is near 0 turns the split batch's float32
-        # rounding into a step of up to ~lr * 1e-3 (2.6e-5 seen on a bias)
+        # rounding into a step of up to ~lr * 1e-3 (2.6e-5 seen on a bias). The keys' bias has a
+        # gradient of exactly 0 (softmax ignores a shift shared by a query's scores), so both runs
+        # step it by float noise alone: it is held to Adam's largest steps, 4 of at most lr each.
+        C = GPT_CFG.n_embd
         for (n, p), q in zip(alone.named_parameters(), parallel.module.parameters()):
-            np.testing.assert_allclose(q.data, p.data, rtol=1e-4, atol=5e-5, err_msg=n)
+            want, got = p.data.copy(), q.data.copy()
+            if n.endswith("self_attn.in_proj_bias"):
+                np.testing.assert_allclose(got[C : 2 * C], want[C : 2 * C], rtol=0, atol=4 * 1e-2, err_msg=n)
+                got[C : 2 * C] = want[C : 2 * C]
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=5e-5, err_msg=n)
         parallel.close()
 
 
