@@ -75,6 +75,11 @@ TRAIN_HELP = {
         "learning rate at the end of the cosine, at most --lr; given --lr alone, the default scales with it",
         "lr / 10",
     ),
+    "head_lr": (
+        "peak learning rate of the classifier's fresh head (finetune), on the same warmup and "
+        "cosine; the encoder keeps --lr",
+        "lr",
+    ),
     "warmup_steps": "linear warmup before the cosine decay",
     "decay_steps": ("length of the cosine", "max steps"),
     "weight_decay": "AdamW decoupled decay (matrices only)",

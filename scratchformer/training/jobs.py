@@ -369,8 +369,9 @@ RUN_DEFAULTS: dict[str, dict] = {
         "model": dict(max_length=64, freeze_encoder=False),
         "train": dict(
             batch_size=32,
-            lr=2e-4,
-            min_lr=2e-5,
+            lr=5e-5,
+            min_lr=5e-6,
+            head_lr=1e-2,
             weight_decay=0.01,
             beta2=0.999,
             grad_clip=1.0,  # BERT's fine-tuning AdamW
