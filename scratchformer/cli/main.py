@@ -76,8 +76,8 @@ TRAIN_HELP = {
         "lr / 10",
     ),
     "head_lr": (
-        "peak learning rate of the classifier's fresh head (finetune), on the same warmup and "
-        "cosine; the encoder keeps --lr",
+        "peak learning rate of a classifier's fresh head (finetune): it follows --lr's warmup and "
+        "cosine at head-lr / lr of its rate, floor included; the encoder keeps --lr",
         "lr",
     ),
     "warmup_steps": "linear warmup before the cosine decay",
@@ -437,8 +437,11 @@ def _add_finetune_parser(sub, values) -> None:
         "finetune",
         help="fine-tune a pretrained BERT encoder (all-MiniLM-L6-v2) as a sentence classifier",
         description="Fine-tune a pretrained BERT-family encoder with mean pooling and a linear head on a "
-        "labelled CSV (columns text,label), through the hand-written backward of every layer; "
-        "--freeze-encoder trains the head alone (a linear probe). The run directory works with "
+        "labelled CSV (columns text,label), through the hand-written backward of every layer: the "
+        "fresh head at the probe's rate (--head-lr), the pretrained encoder at a smaller one (--lr), "
+        "for a length sized from the training split, stopped early on the held-out part (defaults "
+        "below); --freeze-encoder trains the head "
+        "alone (a linear probe). The run directory works with "
         "eval (--data test.csv), predict, viz and --resume like any other run.",
     )
     f.add_argument(
