@@ -18,6 +18,11 @@ concatenated in order), so the same model built the same way maps back one-to-on
 training checkpoint (`scratchformer.training.checkpoint`) stores the arrays in
 `optimizer.safetensors` and the scalars under `"optimizer"` in `trainer_state.json`.
 
+Per-group rates: a group dict may carry "lr_scale" (default 1.0); its rate is the optimizer's
+`lr` times it (`group_lr`), so one schedule, which sets `lr` each step, moves every group at its
+own ratio (torch's per-group "lr" under one LambdaLR). The scales are not optimizer state: the
+caller rebuilds the same groups to resume (the trainer from TrainConfig.head_lr).
+
 Declared state (`state_arrays()`, `adopt_state_arrays()`): every array an optimiser keeps
 from step to step and updates in place, by name, and a way to take over copies of them (same
 values). training/parallel.py moves them into shared memory through these two calls, before
