@@ -246,7 +246,11 @@ def test_finetune_head_learns_at_its_own_rate(files, tmp_path, capsys):
     from scratchformer.training.trainer import _optimizer
 
     ft, probe = run_defaults("finetune")["train"], run_defaults("probe")["train"]
-    assert ft["head_lr"] == probe["lr"] == 1e-2 and ft["lr"] <= 5e-5 and ft["min_lr"] == pytest.approx(ft["lr"] / 10)
+    assert (
+        ft["head_lr"] == probe["lr"] == 1e-2
+        and ft["lr"] <= 5e-5
+        and ft["min_lr"] == pytest.approx(ft["lr"] / 10)
+    )
     assert probe["head_lr"] is None
     data = {"path": str(files["train"]), "base": str(files["bert"])}
     job, cfg = build_job("finetune", model={"max_length": 16}, train={"batch_size": 8}, data=data)
