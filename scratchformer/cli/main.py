@@ -92,6 +92,11 @@ TRAIN_HELP = {
         "learning rate at the end of the cosine, at most --lr; given --lr alone, the default scales with it",
         "lr / 10",
     ),
+    "head_lr": (
+        "peak learning rate of a classifier's fresh head (finetune): it follows --lr's warmup and "
+        "cosine at head-lr / lr of its rate, floor included; the encoder keeps --lr",
+        "lr",
+    ),
     "warmup_steps": "linear warmup before the cosine decay",
     "decay_steps": ("length of the cosine", "max steps"),
     "weight_decay": "AdamW decoupled decay (matrices only)",
@@ -306,8 +311,10 @@ def _about() -> dict[str, tuple[str, str]]:
         "finetune": (
             "fine-tune a pretrained BERT encoder (all-MiniLM-L6-v2) as a sentence classifier",
             "Fine-tune a pretrained BERT-family encoder with mean pooling and a linear head on a "
-            "labelled CSV (columns text,label), through the hand-written backward of every layer; "
-            "--freeze-encoder trains the head alone (a linear probe). The run directory works with "
+            "labelled CSV (columns text,label), through the hand-written backward of every layer: the "
+            "fresh head at the probe's rate (--head-lr), the pretrained encoder at a smaller one (--lr), "
+            "for a length sized from the training split, stopped early on the held-out part (defaults "
+            "below); --freeze-encoder trains the head alone (a linear probe). The run directory works with "
             "eval (--data test.csv), predict, viz and --resume like any other run.",
         ),
         "sample": (

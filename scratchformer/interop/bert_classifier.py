@@ -153,6 +153,11 @@ class BertClassifier(Model):
         """What the optimiser updates: every parameter, or the head's alone when frozen."""
         return self.head.parameters() if self.freeze_encoder else self.parameters()
 
+    def head_parameters(self) -> list:
+        """The parameters that start from scratch (the linear head), as against the pretrained
+        encoder's: the ones a fine-tuning's own rate (TrainConfig.head_lr) applies to."""
+        return self.head.parameters()
+
     def check_input(self, input_ids, attention_mask=None, labels=None) -> None:
         if labels is not None:
             labels = np.asarray(labels)

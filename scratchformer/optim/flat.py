@@ -108,20 +108,21 @@ class FlatAdamW(AdamW):
 
     def step(self) -> None:
         self._check_bound()
-        step_size, bc2_sqrt = self._bias_corrections()
-        fast_optim.adamw_update(
-            self.data,
-            self.grad,
-            self.flat_m,
-            self.flat_v,
-            self.tmp,
-            self._groups,
-            self.lr,
-            self.betas,
-            self.eps,
-            step_size,
-            bc2_sqrt,
-        )
+        rates, bc2_sqrt = self._bias_corrections()
+        for group, (lr, step_size) in zip(self._groups, rates):  # each group at its own rate
+            fast_optim.adamw_update(
+                self.data,
+                self.grad,
+                self.flat_m,
+                self.flat_v,
+                self.tmp,
+                [group],
+                lr,
+                self.betas,
+                self.eps,
+                step_size,
+                bc2_sqrt,
+            )
 
     def state_dict(self) -> dict:
         self._check_bound()

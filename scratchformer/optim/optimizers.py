@@ -18,6 +18,11 @@ concatenated in order), so the same model built the same way maps back one-to-on
 training checkpoint (`scratchformer.training.checkpoint`) stores the arrays in
 `optimizer.safetensors` and the scalars under `"optimizer"` in `trainer_state.json`.
 
+Per-group rates: a group dict may carry "lr_scale" (default 1.0); its rate is the optimizer's
+`lr` times it (`group_lr`), so one schedule, which sets `lr` each step, moves every group at its
+own ratio (torch's per-group "lr" under one LambdaLR). The scales are not optimizer state: the
+caller rebuilds the same groups to resume (the trainer from TrainConfig.head_lr).
+
 Declared state (`state_arrays()`, `adopt_state_arrays()`): every array an optimiser keeps
 from step to step and updates in place, by name, and a way to take over copies of them (same
 values). training/parallel.py moves them into shared memory through these two calls, before
@@ -45,7 +50,8 @@ from scratchformer.nn.module import Module, Parameter
 
 # -- parameter groups ------------------------------------------------------------------------
 def _as_groups(params, default_wd: float, kind: str) -> list[dict]:
-    """Normalise `params` (Parameters, or group dicts) to [{"params": [...], "weight_decay": wd}]."""
+    """Normalise `params` (Parameters, or group dicts) to
+    [{"params": [...], "weight_decay": wd, "lr_scale": s}] (s: 1.0 unless the group gives one)."""
     if isinstance(params, Module):
         raise ConfigError(
             f"{kind} got a Module: pass model.parameters() or param_groups(model, weight_decay)"
@@ -67,16 +73,16 @@ def _as_groups(params, default_wd: float, kind: str) -> list[dict]:
         bad = next(type(it).__name__ for it in items if not isinstance(it, (Parameter, dict)))
         raise ConfigError(
             f"{kind} params must be Parameters or group dicts {{'params': [...], "
-            f"'weight_decay': float}}, got a {bad}"
+            f"'weight_decay': float, 'lr_scale': float}}, got a {bad}"
         )
 
     groups, seen = [], set()
     for gi, g in enumerate(raw_groups):
-        unknown = sorted(set(g) - {"params", "weight_decay"})
+        unknown = sorted(set(g) - {"params", "weight_decay", "lr_scale"})
         if unknown:
             raise ConfigError(
-                f"{kind} param group {gi} has unknown keys {unknown}: only 'params' and "
-                "'weight_decay' are supported (lr is the optimizer's)"
+                f"{kind} param group {gi} has unknown keys {unknown}: only 'params', 'weight_decay' "
+                "and 'lr_scale' are supported (lr is the optimizer's; a group's rate is lr * lr_scale)"
             )
         if "params" not in g:
             raise ConfigError(f"{kind} param group {gi} has no 'params' list")
@@ -90,7 +96,10 @@ def _as_groups(params, default_wd: float, kind: str) -> list[dict]:
         wd = float(g.get("weight_decay", default_wd))
         if wd < 0:
             raise ConfigError(f"{kind} weight_decay must be >= 0, got {wd}")
-        groups.append({"params": ps, "weight_decay": wd})
+        scale = g.get("lr_scale", 1.0)
+        if not is_number(scale) or not (scale >= 0 and math.isfinite(scale)):
+            raise ConfigError(f"{kind} param group {gi} lr_scale must be a finite number >= 0, got {scale!r}")
+        groups.append({"params": ps, "weight_decay": wd, "lr_scale": float(scale)})
     return groups
 
 
@@ -165,6 +174,12 @@ class _Optimizer:
     def zero_grad(self) -> None:
         for p in self.params:
             p.grad[...] = 0
+
+    def group_lr(self, group: dict) -> float:
+        """A group's rate now: the optimizer's `lr` (which the schedule sets) times the group's
+        lr_scale, so every group follows the one schedule at its own ratio; exactly `lr` at
+        scale 1."""
+        return self.lr if group["lr_scale"] == 1.0 else self.lr * group["lr_scale"]
 
     # Subclasses list their per-parameter buffers: name -> the list of arrays (one per param)
     # the optimiser itself holds, so that replacing an entry replaces its buffer.
@@ -254,7 +269,8 @@ class _Optimizer:
 class AdamW(_Optimizer):
     """Adam with decoupled weight decay, exactly as `torch.optim.AdamW` (amsgrad=False).
 
-    Per parameter p with gradient g, at step t (1-based), with the group's weight decay wd:
+    Per parameter p with gradient g, at step t (1-based), with the group's weight decay wd and
+    rate lr (the optimizer's lr times the group's lr_scale, `group_lr`):
         p -= lr * wd * p                       # decoupled decay, before the Adam update
         m = b1 * m + (1 - b1) * g
         v = b2 * v + (1 - b2) * g^2
@@ -291,18 +307,24 @@ class AdamW(_Optimizer):
         """The first and second moments at step 0: zeros, one array per parameter."""
         return [np.zeros_like(p.data) for p in self.params], [np.zeros_like(p.data) for p in self.params]
 
-    def _bias_corrections(self) -> tuple[float, float]:
-        """Count this step; (step_size, bc2_sqrt): lr / (1 - b1^t), m's bias correction folded
-        into the step, and sqrt(1 - b2^t), v's."""
+    def _bias_corrections(self) -> tuple[list[tuple[float, float]], float]:
+        """Count this step; ([(lr, step_size)] per group, bc2_sqrt): the group's rate
+        (`group_lr`) and its rate / (1 - b1^t), m's bias correction folded into the step, and
+        sqrt(1 - b2^t), v's."""
         self.step_count += 1
         t, (b1, b2) = self.step_count, self.betas
-        return self.lr / (1.0 - b1**t), math.sqrt(1.0 - b2**t)
+        rates = [self.group_lr(g) for g in self.param_groups]
+        return [(lr, lr / (1.0 - b1**t)) for lr in rates], math.sqrt(1.0 - b2**t)
 
     def step(self) -> None:
-        step_size, bc2_sqrt = self._bias_corrections()
-        lr, (b1, b2), eps = self.lr, self.betas, self.eps
-        decays = [group["weight_decay"] for group in self.param_groups for _ in group["params"]]
-        for i, (p, wd) in enumerate(zip(self.params, decays)):
+        rates, bc2_sqrt = self._bias_corrections()
+        (b1, b2), eps = self.betas, self.eps
+        per_param = [
+            (group["weight_decay"], rate)
+            for group, rate in zip(self.param_groups, rates)
+            for _ in group["params"]
+        ]
+        for i, (p, (wd, (lr, step_size))) in enumerate(zip(self.params, per_param)):
             g = p.grad
             p.data *= 1.0 - lr * wd  # decoupled weight decay
             self.m[i] = b1 * self.m[i] + (1.0 - b1) * g  # first moment
@@ -326,6 +348,7 @@ class SGD(_Optimizer):
         g = g + wd * p
         buf = g                    at the first step, then buf = momentum * buf + g
         p -= lr * buf              (p -= lr * g without momentum)
+    with lr the group's rate (`group_lr`).
     """
 
     kind = "SGD"
@@ -340,13 +363,13 @@ class SGD(_Optimizer):
 
     def step(self) -> None:
         self.step_count += 1
-        lr, mu = self.lr, self.momentum
+        mu = self.momentum
         first = self.momentum_buffer is None
         if mu != 0.0 and first:
             self.momentum_buffer = [np.empty_like(p.data) for p in self.params]
         i = 0
         for group in self.param_groups:
-            wd = group["weight_decay"]
+            wd, lr = group["weight_decay"], self.group_lr(group)
             for p in group["params"]:
                 g = p.grad + wd * p.data if wd != 0.0 else p.grad
                 if mu != 0.0:

@@ -34,6 +34,9 @@ class TrainConfig(DictConfig):
     min_lr: float | None = setting(
         Maybe(Num(min=0.0)), None
     )  # end of the cosine, at most lr; default lr / 10
+    # peak rate of a model's fresh head (its head_parameters(): a classifier's linear head),
+    # following the same warmup and cosine at head_lr / lr of the others' rate; None: lr
+    head_lr: float | None = setting(Maybe(Num(above=0.0)), None)
     warmup_steps: int = setting(NON_NEGATIVE, 100)
     decay_steps: int | None = setting(Maybe(POSITIVE), None)  # cosine length; default max_steps
     weight_decay: float = setting(Num(min=0.0), 0.1)

@@ -466,9 +466,28 @@ def _optimizer(model, cfg: TrainConfig) -> AdamW:
     if hasattr(model, "trainable_parameters"):
         trainable = {id(p) for p in model.trainable_parameters()}
         groups = [{**g, "params": [p for p in g["params"] if id(p) in trainable]} for g in groups]
+    if cfg.head_lr is not None and cfg.head_lr != cfg.lr:
+        groups = _head_groups(model, groups, cfg.head_lr / cfg.lr)
     return make_adamw(
         groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=1e-8, weight_decay=cfg.weight_decay
     )
+
+
+def _head_groups(model, groups: list[dict], scale: float) -> list[dict]:
+    """`groups` with the model's head_parameters() moved into groups of their own at lr_scale
+    `scale` (head_lr / lr: the schedule sets lr, the head follows at that ratio); empty groups
+    dropped. A model without a fresh head is refused: head_lr would silently do nothing."""
+    if not hasattr(model, "head_parameters"):
+        raise ConfigError(
+            f"head_lr (--head-lr) applies to a model with a fresh head (a finetune classifier); "
+            f"a {type(model).__name__} has none: leave it unset"
+        )
+    head = {id(p) for p in model.head_parameters()}
+    split = []
+    for g in groups:
+        split.append({**g, "params": [p for p in g["params"] if id(p) not in head]})
+        split.append({**g, "params": [p for p in g["params"] if id(p) in head], "lr_scale": scale})
+    return [g for g in split if g["params"]]
 
 
 class _Run:

@@ -235,3 +235,45 @@ def test_finetune_length_comes_from_the_training_split(files, tmp_path, capsys):
     assert finetune(files, tmp_path / "floor", "--lr", "1e-4", "--min-lr", "1e-3") == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "is above lr" in err
+
+
+def test_finetune_head_learns_at_its_own_rate(files, tmp_path, capsys):
+    """The defaults: the fresh head at the probe's rate, the encoder at BERT's; the optimiser
+    gives the head's parameters groups of their own at head_lr / lr of the schedule's rate, and
+    a step moves them by about head_lr; the probe has one rate; --head-lr on a model without a
+    fresh head is one line."""
+    from scratchformer.training.jobs import build_job, run_defaults
+    from scratchformer.training.trainer import _optimizer
+
+    ft, probe = run_defaults("finetune")["train"], run_defaults("probe")["train"]
+    assert (
+        ft["head_lr"] == probe["lr"] == 1e-2
+        and ft["lr"] <= 5e-5
+        and ft["min_lr"] == pytest.approx(ft["lr"] / 10)
+    )
+    assert probe["head_lr"] is None
+    data = {"path": str(files["train"]), "base": str(files["bert"])}
+    job, cfg = build_job("finetune", model={"max_length": 16}, train={"batch_size": 8}, data=data)
+    assert (cfg.lr, cfg.head_lr) == (ft["lr"], 1e-2)
+    opt = _optimizer(job.model, cfg)
+    head = {id(p) for p in job.model.head_parameters()}
+    scales = {g["lr_scale"] for g in opt.param_groups if {id(p) for p in g["params"]} <= head}
+    assert scales == {1e-2 / ft["lr"]}
+    assert sum(len(g["params"]) for g in opt.param_groups if g["lr_scale"] != 1.0) == len(head) == 2
+    before = {k: v.copy() for k, v in job.model.state_dict().items()}
+    opt.lr = cfg.lr
+    opt.zero_grad()
+    batch = job.train_batch(np.random.default_rng(0), 8)
+    job.model(*batch)
+    job.model.backward()
+    opt.step()
+    after = job.model.state_dict()
+    moved = {k: np.abs(after[k] - before[k]).max() for k in ("head.bias", "encoder.layers.0.ff.fc1.bias")}
+    assert moved["head.bias"] == pytest.approx(1e-2, rel=1e-3)  # Adam's first step: lr in size
+    assert moved["encoder.layers.0.ff.fc1.bias"] == pytest.approx(ft["lr"], rel=1e-3)
+    _, cfg = build_job("probe", model={"max_length": 16}, data=data)
+    assert {g["lr_scale"] for g in _optimizer(job.model, cfg).param_groups} == {1.0}
+    capsys.readouterr()
+    assert main(["train", "--max-steps", "1", "--head-lr", "1e-2", "--out", str(tmp_path / "gpt")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "fresh head" in err, err

@@ -812,16 +812,22 @@ def test_query_blocks_hold_a_block_of_weights_not_the_whole(monkeypatch):
 
 
 # -- AdamW and clip_grad_norm (fast/optim.py, optim/flat.py) ----------------------------------
-def _adamw_run(init, steps, dtype):
-    """The weights and moments after `steps` of make_adamw's optimiser (the lane's)."""
+def _adamw_run(init, steps, dtype, head_scale=None):
+    """The weights and moments after `steps` of make_adamw's optimiser (the lane's); with
+    `head_scale`, the last parameter in a group of its own at that lr_scale and the rate
+    changing every step (as the schedule sets it)."""
     params = [Parameter(a.copy()) for a in init]
-    opt = make_adamw(
-        [{"params": params[:2], "weight_decay": 0.1}, {"params": params[2:], "weight_decay": 0.0}],
-        lr=1e-2,
-        betas=(0.9, 0.95),
-        eps=1e-8,
-    )
-    for grads in steps:
+    groups = [{"params": params[:2], "weight_decay": 0.1}, {"params": params[2:], "weight_decay": 0.0}]
+    if head_scale is not None:
+        groups = [
+            {"params": params[:2], "weight_decay": 0.1},
+            {"params": params[2:-1], "weight_decay": 0.0},
+            {"params": params[-1:], "weight_decay": 0.1, "lr_scale": head_scale},
+        ]
+    opt = make_adamw(groups, lr=1e-2, betas=(0.9, 0.95), eps=1e-8)
+    for t, grads in enumerate(steps):
+        if head_scale is not None:
+            opt.lr = 1e-3 * (t + 1)
         opt.zero_grad()
         for p, g in zip(params, grads):
             p.grad += g
@@ -839,6 +845,23 @@ def test_flat_adamw_is_bit_identical_to_the_per_parameter_reference(dtype, monke
     got, want = both_lanes(_adamw_run, init, steps, dtype)
     assert_close(got, want, dtype, exact=True)
     assert_close(got, _adamw_run(init, steps, dtype), dtype, exact=True)  # run to run
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_flat_adamw_gives_each_group_its_own_rate_bit_identical_to_the_reference(dtype, monkeypatch):
+    """A group's lr_scale (finetune's fresh head at its own rate) in both lanes, bit for bit,
+    while the optimizer's lr changes each step; the scaled group moves differently."""
+    monkeypatch.setattr(fast_optim, "UPDATE_CHUNK", 4096)
+    rng = np.random.default_rng(1)
+    shapes = [(5, 3), (300, 70), (7,), (2, 3, 4)]
+    init = [rng.standard_normal(s).astype(dtype) for s in shapes]
+    steps = [[rng.standard_normal(s).astype(dtype) for s in shapes] for _ in range(6)]
+    got, want = both_lanes(_adamw_run, init, steps, dtype, 200.0)
+    assert_close(got, want, dtype, exact=True)
+    unscaled, scale_one = both_lanes(_adamw_run, init, steps, dtype, 1.0)
+    assert_close(unscaled, scale_one, dtype, exact=True)
+    np.testing.assert_array_equal(got[0], unscaled[0])  # the other groups are untouched by it
+    assert np.abs(got[3] - init[3]).max() > 10 * np.abs(unscaled[3] - init[3]).max()
 
 
 def test_make_adamw_chooses_the_lane_and_only_binding_moves_the_parameters():

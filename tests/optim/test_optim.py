@@ -86,6 +86,52 @@ def test_adamw_matches_torch_with_groups_and_changing_lr():
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
 
 
+def run_torch_scaled(opt_factory, init, grads, lrs):
+    """run_torch with each group's rate set to lrs[t] times its "scale" (torch's per-group lr
+    under one shared schedule, as LambdaLR sets it)."""
+    torch = pytest.importorskip("torch", reason="torch is needed to compare against torch.optim")
+    params = [torch.nn.Parameter(torch.tensor(a.copy())) for a in init]
+    opt = opt_factory(torch, params)
+    for t, gs in enumerate(grads):
+        for g in opt.param_groups:
+            g["lr"] = lrs[t] * g["scale"]
+        opt.zero_grad()
+        for p, g in zip(params, gs):
+            p.grad = torch.tensor(g)
+        opt.step()
+    return [p.detach().numpy() for p in params]
+
+
+@pytest.mark.parametrize("kind", ["adamw", "sgd"])
+def test_group_lr_scale_matches_torchs_per_group_rates(kind):
+    """A group's lr_scale: its rate is the optimizer's lr (set by the schedule each step) times
+    the scale, as torch's per-group "lr" under one LambdaLR."""
+    init, grads = make_problem(seed=3)
+    lrs = [cosine_lr(t, 1e-3, 1e-4, 3, STEPS) for t in range(STEPS)]
+
+    def groups(ps, torch_side):
+        scale = "scale" if torch_side else "lr_scale"
+        return [
+            {"params": ps[:2], "weight_decay": 0.1, scale: 1.0},
+            {"params": ps[2:], "weight_decay": 0.0, scale: 50.0},
+        ]
+
+    def ours(ps):
+        if kind == "adamw":
+            return AdamW(groups(ps, False), lr=1e-3, betas=(0.9, 0.95))
+        return SGD(groups(ps, False), lr=1e-3, momentum=0.9)
+
+    def theirs(torch, ps):
+        if kind == "adamw":
+            return torch.optim.AdamW(groups(ps, True), lr=1e-3, betas=(0.9, 0.95), foreach=False)
+        return torch.optim.SGD(groups(ps, True), lr=1e-3, momentum=0.9, foreach=False)
+
+    expected = run_torch_scaled(theirs, init, grads, lrs)
+    got, _ = run_ours(ours, init, grads, lrs)
+    for a, b in zip(got, expected):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
+
+
 @pytest.mark.parametrize("momentum,wd", [(0.0, 0.0), (0.9, 0.0), (0.9, 0.05)])
 def test_sgd_matches_torch(momentum, wd):
     init, grads = make_problem(seed=1)
@@ -153,6 +199,9 @@ def test_bad_arguments_raise_config_error():
         AdamW([p, p])
     with pytest.raises(ConfigError, match="unknown keys"):
         AdamW([{"params": [p], "lr": 0.1}])
+    for bad in (-1.0, math.inf, "2"):
+        with pytest.raises(ConfigError, match="lr_scale must be a finite number"):
+            AdamW([{"params": [p], "lr_scale": bad}])
     with pytest.raises(ConfigError, match="betas"):
         AdamW([p], betas=(1.0, 0.9))
 
