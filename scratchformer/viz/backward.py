@@ -572,7 +572,7 @@ def _record_attention_ops(rec: _Recorder) -> None:
             dq, dk, dv = orig(dout, cache)
             if fast.lane_of(cache) == "fast":  # one fused op: each of its outputs against attention's forward
                 q, k, v = (np.array(cache[a], dtype=np.float64) for a in "qkv")
-                allowed = None if cache["hidden"] is None else ~cache["hidden"]
+                allowed = cache["allowed"]  # True = may attend, as the forward was given it
 
                 def fwd(q, k, v):
                     return attention_forward(q, k, v, mask=allowed, bias=cache["bias"])[0]

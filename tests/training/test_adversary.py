@@ -659,11 +659,13 @@ def test_export_on_a_full_disk_is_one_line_and_leaves_no_directory(
 ):
     import pathlib
 
-    import scratchformer.interop.gpt2 as gpt2
+    import scratchformer.interop.hf_files as hf_files
     import scratchformer.runfiles as runfiles
 
-    # the first file written (the weights, by the exporter) or the last one, after every other
-    owner, full = (gpt2, "model.safetensors") if writer == "weights" else (runfiles, "tokenizer_config.json")
+    # the first file written (the weights, by the directory writer) or the last one, after every other
+    owner, full = (
+        (hf_files, "model.safetensors") if writer == "weights" else (runfiles, "tokenizer_config.json")
+    )
     real = owner.write_atomic
     monkeypatch.setattr(
         owner,
