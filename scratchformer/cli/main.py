@@ -63,7 +63,11 @@ MODEL_HELP = {
 }
 FINETUNE_HELP = {  # `finetune`'s model settings (SentenceClassifierConfig fields)
     "max_length": "tokens per text, [CLS] and [SEP] included; longer texts are truncated",
-    "freeze_encoder": "train the linear head alone on the frozen encoder (a linear probe)",
+    "freeze_encoder": (
+        "train the linear head alone on the frozen encoder (a linear probe); --no-freeze-encoder "
+        "fine-tunes the whole model",
+        "auto: frozen when --data has fewer than {PROBE_BELOW_ROWS:,} rows",  # filled in
+    ),
 }
 DATA_HELP = {  # train's data settings (RUN_DEFAULTS "data" keys); each spec is the run's config.json's
     "symbols": "induction task: symbols the random tokens are drawn from",
@@ -299,6 +303,7 @@ def _about() -> dict[str, tuple[str, str]]:
     """Command -> (its line in 'scratchformer --help', the opening of its own --help), in the
     order the commands are listed."""
     from scratchformer.exercises.grading import MEMORY_LIMIT, TIME_LIMIT
+    from scratchformer.training.sentence import PROBE_BELOW_ROWS
 
     return {
         "train": (
@@ -314,7 +319,8 @@ def _about() -> dict[str, tuple[str, str]]:
             "labelled CSV (columns text,label), through the hand-written backward of every layer: the "
             "fresh head at the probe's rate (--head-lr), the pretrained encoder at a smaller one (--lr), "
             "for a length sized from the training split, stopped early on the held-out part (defaults "
-            "below); --freeze-encoder trains the head alone (a linear probe). The run directory works with "
+            "below); --freeze-encoder trains the head alone (a linear probe), as the default does on a CSV "
+            f"of fewer than {PROBE_BELOW_ROWS:,} rows. The run directory works with "
             "eval (--data test.csv), predict, viz and --resume like any other run.",
         ),
         "sample": (
@@ -491,7 +497,7 @@ def _add_finetune_options(f, values) -> None:
     from scratchformer.interop.bert_classifier import SentenceClassifierConfig
     from scratchformer.training.jobs import FINETUNE_RUN_KINDS
     from scratchformer.training.schema import CSV_DATA
-    from scratchformer.training.sentence import BASE_MODELS
+    from scratchformer.training.sentence import BASE_MODELS, PROBE_BELOW_ROWS
 
     _add_run_options(
         f,
@@ -519,14 +525,20 @@ def _add_finetune_options(f, values) -> None:
         _add_setting(f, name, specs[name], help_spec, values("data", name, FINETUNE_RUN_KINDS))
     fm = f.add_argument_group("model")
     for name, help_spec in FINETUNE_HELP.items():
+        if isinstance(help_spec, tuple):
+            help_spec = (help_spec[0], help_spec[1].format(PROBE_BELOW_ROWS=PROBE_BELOW_ROWS))
         _add_setting(
             fm,
             name,
             SentenceClassifierConfig.spec(name),
             help_spec,
-            values("model", name, FINETUNE_RUN_KINDS),
+            # --freeze-encoder picks the probe row: its default is the finetune row's alone
+            values("model", name, ("finetune",) if name == "freeze_encoder" else FINETUNE_RUN_KINDS),
         )
-    optimisation = f.add_argument_group("optimisation (defaults: fine-tuning; probe = with --freeze-encoder)")
+    optimisation = f.add_argument_group(
+        f"optimisation (defaults: fine-tuning; probe = with --freeze-encoder, or a CSV of fewer than "
+        f"{PROBE_BELOW_ROWS:,} rows)"
+    )
     _add_training_settings(optimisation, values, FINETUNE_RUN_KINDS)
 
 
@@ -782,6 +794,8 @@ def cmd_finetune(args) -> int:
             check_fresh(out)  # before the CSV and the encoder are read; train() checks again, under the lock
         run_kind = "probe" if model.get("freeze_encoder") else "finetune"
         job, cfg = build_job(run_kind, model, settings, {"path": args.data, **data})
+        if job.choice_note:  # the data size froze the encoder; beside the data's other notes
+            print(job.choice_note, file=sys.stderr)
         checkpoint = None
     summary = train(job, cfg, out, checkpoint=checkpoint, announce=True, **options["train"])
     if summary["stopped_by"] != "nothing to do":

@@ -272,9 +272,12 @@ RUN_DEFAULTS: dict[str, dict] = {
     # not a fixed step count (190 steps were 2 passes over the plays' 2,718 texts but 22 over 270
     # rows), and the run stops early once the validation loss has not fallen for 2 evaluations
     # (best/ keeps the lowest).
+    # freeze_encoder None: the data size decides (sentence.PROBE_BELOW_ROWS): a smaller CSV trains
+    # the head alone, with the "probe" row's settings ("frozen").
     "finetune": {
         "kind": "sentence_classifier",
-        "model": dict(max_length=64, freeze_encoder=False),
+        "model": dict(max_length=64, freeze_encoder=None),
+        "frozen": "probe",
         "train": dict(batch_size=32, lr=2e-5, min_lr=2e-6, head_lr=1e-2, patience=2, num_samples=0)
         | BERT_ADAMW,
         # max_steps: max_epochs passes over the training split; an evaluation every
@@ -369,7 +372,9 @@ def build_job(
     run_kind: str, model: dict | None = None, train: dict | None = None, data: dict | None = None
 ) -> tuple[Job, TrainConfig]:
     """A fresh job and its TrainConfig: RUN_DEFAULTS[run_kind] with the given settings on top
-    (only the ones given: the others keep the table's values). A row with an "epochs" rule
+    (only the ones given: the others keep the table's values). A row with a "frozen" row
+    (finetune) takes that row's training settings when the job froze its encoder (the data size
+    decides where the caller did not: sentence.PROBE_BELOW_ROWS). A row with an "epochs" rule
     (finetune) takes max_steps, eval_interval and warmup_steps from the size of the job's
     training split (`epoch_settings`), where the caller did not give them."""
     row = _row(run_kind)
@@ -378,6 +383,10 @@ def build_job(
     job = JOBS[row["kind"]].create(
         run_kind, {**row["model"], **(model or {})}, {**row["data"], **(data or {})}, seed=cfg.seed
     )
+    if "frozen" in row and job.config.freeze_encoder:  # the data size chose the probe: its settings
+        row = _row(row["frozen"])
+        settings = _train_settings(row, train)
+        cfg = TrainConfig.from_dict(settings)
     if "epochs" in row:  # a length from the data: the training split is read now
         sized = epoch_settings(row["epochs"], job.train_size(), settings)
         cfg = TrainConfig.from_dict({**settings, **sized, **(train or {})})

@@ -17,6 +17,7 @@ from scratchformer.data.labelled import read_labelled_csv
 from scratchformer.errors import DataError
 from scratchformer.training.checkpoint import load_checkpoint
 
+WHOLE = {"max_length": 16, "freeze_encoder": False}  # build_job's model settings: fine-tune it all
 FAST = ["--max-length", "16", "--batch-size", "8", "--eval-interval", "2", "--no-progress", "--quiet"]
 
 
@@ -32,6 +33,9 @@ def files(tmp_path_factory):
 
 
 def finetune(files, out, *extra):
+    """`finetune` on the 60-row CSV, the whole model fine-tuned (the default on so few rows would
+    freeze the encoder: test_the_data_size_chooses_the_probe) unless `extra` says otherwise."""
+    freeze = [] if "--freeze-encoder" in extra else ["--no-freeze-encoder"]
     return main(
         [
             "finetune",
@@ -42,6 +46,7 @@ def finetune(files, out, *extra):
             "--out",
             str(out),
             *FAST,
+            *freeze,
             *extra,
         ]
     )
@@ -144,7 +149,7 @@ def test_batches_run_through_the_trainers_data_parallel(files):
     from scratchformer.training.parallel import DataParallel
 
     job, _ = build_job(
-        "finetune", model={"max_length": 16}, data={"path": str(files["train"]), "base": str(files["bert"])}
+        "finetune", model=WHOLE, data={"path": str(files["train"]), "base": str(files["bert"])}
     )
     job.model.train()
     batch = job.train_batch(np.random.default_rng(0), 12)
@@ -212,7 +217,7 @@ def test_finetune_length_comes_from_the_training_split(files, tmp_path, capsys):
     from scratchformer.training.jobs import build_job
 
     data = {"path": str(files["train"]), "base": str(files["bert"])}
-    job, cfg = build_job("finetune", model={"max_length": 16}, train={"batch_size": 8}, data=data)
+    job, cfg = build_job("finetune", model=WHOLE, train={"batch_size": 8}, data=data)
     n = job.train_size()
     assert n == 54  # 60 rows, 6 held out for validation
     per_pass = -(-n // 8)
@@ -224,7 +229,7 @@ def test_finetune_length_comes_from_the_training_split(files, tmp_path, capsys):
     )
     _, cfg = build_job(
         "finetune",
-        model={"max_length": 16},
+        model=WHOLE,
         train={"batch_size": 8, "max_steps": 50, "eval_interval": 5},
         data=data,
     )
@@ -253,7 +258,7 @@ def test_finetune_head_learns_at_its_own_rate(files, tmp_path, capsys):
     )
     assert probe["head_lr"] is None
     data = {"path": str(files["train"]), "base": str(files["bert"])}
-    job, cfg = build_job("finetune", model={"max_length": 16}, train={"batch_size": 8}, data=data)
+    job, cfg = build_job("finetune", model=WHOLE, train={"batch_size": 8}, data=data)
     assert (cfg.lr, cfg.head_lr) == (ft["lr"], 1e-2)
     opt = _optimizer(job.model, cfg)
     head = {id(p) for p in job.model.head_parameters()}
@@ -277,3 +282,35 @@ def test_finetune_head_learns_at_its_own_rate(files, tmp_path, capsys):
     assert main(["train", "--max-steps", "1", "--head-lr", "1e-2", "--out", str(tmp_path / "gpt")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "fresh head" in err, err
+
+
+def test_the_data_size_chooses_the_probe(files, tmp_path, capsys, monkeypatch):
+    """With neither --freeze-encoder nor --no-freeze-encoder, a CSV of fewer than
+    PROBE_BELOW_ROWS rows trains the head alone, with the probe's settings and one note saying
+    why; from PROBE_BELOW_ROWS rows on, the whole model with the fine-tuning settings; a flag
+    always wins."""
+    from scratchformer.training import sentence
+    from scratchformer.training.jobs import build_job, run_defaults
+
+    data = {"path": str(files["train"]), "base": str(files["bert"])}  # 60 rows
+    probe, ft = run_defaults("probe")["train"], run_defaults("finetune")["train"]
+    job, cfg = build_job("finetune", model={"max_length": 16}, data=data)
+    assert job.config.freeze_encoder is True and "60 rows, fewer than 1,000" in job.choice_note
+    assert (cfg.lr, cfg.head_lr, cfg.max_steps, cfg.patience) == (probe["lr"], None, 190, None)
+    monkeypatch.setattr(sentence, "PROBE_BELOW_ROWS", 60)  # exactly the threshold: fine-tuned
+    job, cfg = build_job("finetune", model={"max_length": 16}, data=data)
+    assert job.config.freeze_encoder is False and job.choice_note is None
+    assert (cfg.lr, cfg.head_lr, cfg.patience) == (ft["lr"], ft["head_lr"], 2)
+    monkeypatch.setattr(sentence, "PROBE_BELOW_ROWS", 61)
+    job, _ = build_job("finetune", model={"max_length": 16, "freeze_encoder": False}, data=data)
+    assert job.config.freeze_encoder is False and job.choice_note is None
+    capsys.readouterr()
+    run = [*FAST[:-1], "--max-steps", "2"]  # the evaluation lines are not needed: --quiet dropped
+    args = ["finetune", "--model", str(files["bert"]), "--data", str(files["train"]), *run]
+    assert main([*args, "--out", str(tmp_path / "auto")]) == 0
+    out, err = capsys.readouterr()
+    assert err.count("fewer than 61: training the head alone") == 1 and "freeze_encoder=on" in out, err
+    assert load_checkpoint(tmp_path / "auto" / "last").config["model"]["freeze_encoder"] is True
+    assert main([*args, "--out", str(tmp_path / "whole"), "--no-freeze-encoder"]) == 0
+    out, err = capsys.readouterr()
+    assert "training the head alone" not in out + err and "freeze_encoder=off" in out, err

@@ -364,6 +364,7 @@ def train_argv(row: str, files, out: Path) -> list:
             b["bert"],
             "--data",
             b["train"],
+            "--no-freeze-encoder",  # fine-tuned (a CSV this small would train the head alone)
             "--max-length",
             "16",
             "--batch-size",

@@ -418,7 +418,7 @@ def test_a_fine_tuned_classifiers_padding_is_left_out_of_the_statistics(tmp_path
 
     job, _ = build_job(
         "finetune",
-        {"max_length": 32},
+        {"max_length": 32, "freeze_encoder": False},
         {"max_steps": 1},
         {"path": str(make_csv(tmp_path / "t.csv", n=40)), "base": str(make_bert_dir(tmp_path / "b"))},
     )
