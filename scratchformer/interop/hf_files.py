@@ -105,6 +105,11 @@ def safetensors_dtypes(path: str | Path) -> set[str]:
             header, _ = _header(path, f)
     except OSError as e:
         raise CheckpointError(f"cannot read {path}: {e.strerror}") from None
+    return _dtypes(header)
+
+
+def _dtypes(header: dict) -> set[str]:
+    """The safetensors dtypes a parsed header names."""
     return {str(v.get("dtype")) for v in header.values() if isinstance(v, dict)}
 
 
@@ -130,7 +135,7 @@ def _read_safetensors(path: Path) -> tuple[dict[str, np.ndarray], set[str]]:
                 tensors[name] = _tensor(path, name, info, buffer)
     except OSError as e:
         raise CheckpointError(f"cannot read {path}: {e.strerror or e}") from None
-    return tensors, {str(v.get("dtype")) for v in header.values() if isinstance(v, dict)}
+    return tensors, _dtypes(header)
 
 
 def _tensor(path: Path, name: str, info, buffer: np.ndarray) -> np.ndarray:
