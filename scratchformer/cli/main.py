@@ -684,6 +684,8 @@ def cmd_train(args) -> int:
     _refuse_train_options(args.out, task, args.format, args.init_from, args.resume, model, data)
     run_kind, source, default_out = _train_source(task, args.data, args.format, args.resume)
     out, options = Path(args.out or default_out), _run_options(args)
+    if not (args.resume or args.overwrite):
+        check_fresh(out)  # before the data is tokenized; train() checks again, under the run's lock
     if args.resume:
         fixed = {**model, **data, **({"format": args.format} if args.format else {})}
         job, cfg, checkpoint, note = resume_job(
@@ -692,8 +694,6 @@ def cmd_train(args) -> int:
         if note:  # how the schedule changes
             print(note)
     else:
-        if not args.overwrite:
-            check_fresh(out)  # before the data is tokenized; train() checks again, under the run's lock
         if source is not None:  # a task refuses --data itself
             data["path"] = source
         notes: list[str] = []  # --init-from: bf16 weights read as float32, padding rows dropped

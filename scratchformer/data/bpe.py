@@ -112,12 +112,13 @@ class BPETokenizer:
         return cls(tok, END_OF_TEXT, boundary)
 
     @classmethod
-    def from_hf_dir(cls, path: str | Path) -> BPETokenizer:
+    def from_hf_dir(cls, path: str | Path, config: dict | None = None) -> BPETokenizer:
         """A Hugging Face model directory's tokenizer: `tokenizer.json` if there is one, else
         GPT-2's `vocab.json` + `merges.txt` (read as `GPT2TokenizerFast` reads them). The end
         token is the one tokenizer_config.json names (eos_token), else "<|endoftext|>", else a
         Llama-style end token among the special tokens; `stop_ids` also holds the eos_token_id of
-        config.json and generation_config.json, where transformers' generate stops."""
+        config.json and generation_config.json, where transformers' generate stops. `config`:
+        config.json's object, where the caller has read it already (it is not read again)."""
         path = Path(path)
         hf = _hf()
         if (path / "tokenizer.json").is_file():
@@ -146,10 +147,12 @@ class BPETokenizer:
                 "(as save_pretrained writes them)"
             )
         configs = {
-            name: _json_object(path / name)
+            name: config if name == "config.json" and config is not None else _json_object(path / name)
             for name in ("tokenizer_config.json", "config.json", "generation_config.json")
         }
-        named = _token_text(configs["tokenizer_config.json"].get("eos_token"))
+        named = configs["tokenizer_config.json"].get("eos_token")  # a string, or {"content": ...}
+        named = named.get("content") if isinstance(named, dict) else named
+        named = named if isinstance(named, str) else None
         added = [t.content for t in tok.get_added_tokens_decoder().values() if t.special]
         candidates = [
             named,
@@ -266,13 +269,6 @@ class BPETokenizer:
 
     def __repr__(self) -> str:
         return f"BPETokenizer(vocab_size={self.vocab_size}, special={self.special!r})"
-
-
-def _token_text(value) -> str | None:
-    """A special token as tokenizer_config.json writes it: a string, or {"content": ...}."""
-    if isinstance(value, dict):
-        value = value.get("content")
-    return value if isinstance(value, str) else None
 
 
 def _json_object(path: Path) -> dict:

@@ -10,6 +10,7 @@ Both datasets give int64 batches `(x, y)` of shape (B, T): `y[b, t]` is the toke
 from __future__ import annotations
 
 import hashlib
+import os
 import statistics
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ import numpy as np
 
 from scratchformer.checks import as_array, check_int_in_range, check_positive_int
 from scratchformer.data.bpe import BPETokenizer
-from scratchformer.data.bundled import BUNDLED, DEFAULT, resolve_data
+from scratchformer.data.bundled import DEFAULT, bundled_name, resolve_data
 from scratchformer.data.tokenizer import IGNORE_INDEX, CharTokenizer
 from scratchformer.errors import ConfigError, DataError, DTypeError
 from scratchformer.limits.estimates import check_text_fits
@@ -260,13 +261,14 @@ class DataFile:
         return text
 
 
-def _read_file(path: Path | None, name: str | None = None) -> DataFile:
-    """The bytes of a data file and their sha256 (None: the bundled names.txt, read through
-    importlib.resources); DataError for a missing, unreadable or directory path."""
-    if path is None:
+def _read_file(path: Path, name: str | None = None) -> DataFile:
+    """The bytes of the data file `path` and their sha256, in one read; `name`: the bundled data
+    set it is (the default one is read through importlib.resources, as the package ships it).
+    DataError for a missing, unreadable or directory path; a file too large to read and
+    encode in memory is refused before it is read."""
+    if name == DEFAULT:
         data = resources.files("scratchformer.data").joinpath("names.txt").read_bytes()
-        sha256 = hashlib.sha256(data).hexdigest()
-        return DataFile(resolve_data(DEFAULT), name or DEFAULT, "names.txt (bundled)", sha256, data)
+        return DataFile(path, name, "names.txt (bundled)", hashlib.sha256(data).hexdigest(), data)
     source = str(path)
     if not path.exists():
         raise DataError(f"dataset file not found: {path}: check the path")
@@ -280,23 +282,24 @@ def _read_file(path: Path | None, name: str | None = None) -> DataFile:
     return DataFile(path, name, source, hashlib.sha256(data).hexdigest(), data)
 
 
-def read_data(name_or_path: str | Path | None = None) -> DataFile:
+def read_data(name_or_path: str | os.PathLike | None = None) -> DataFile:
     """A data set read once: a bundled name ("names", the default for None; "shakespeare") or a
-    path, given as a str (checked by `resolve_data`) or as a Path the caller has resolved. The
-    default names are read through importlib.resources."""
-    if isinstance(name_or_path, Path):
-        return _read_file(name_or_path)
-    file = resolve_data(name_or_path)
-    if name_or_path is None or (isinstance(name_or_path, str) and name_or_path in BUNDLED):
-        name = name_or_path or DEFAULT
-        return _read_file(None if name == DEFAULT else file, name)
-    return _read_file(file)
+    path, resolved once by `resolve_data` (one line for an empty name, a missing file or a
+    directory; a bundled name wins over a file of that name), then read by `_read_file`."""
+    path, name = resolve_data(name_or_path), bundled_name(name_or_path)
+    return _read_file(path, name)
+
+
+def _read_path(path: str | os.PathLike | None) -> DataFile:
+    """`load_dataset`'s and `read_text`'s file: None the bundled names, anything else a path
+    taken as it is (a file called "names" is that file, not the bundled set)."""
+    return read_data(None) if path is None else _read_file(Path(path))
 
 
 def read_text(path: Path | None) -> tuple[str, str]:
     """(text, source name) of a UTF-8 data file (None: the bundled names.txt), BOM and Windows
     newlines removed; raises DataError for a missing, unreadable, non-UTF-8 or empty file."""
-    file = _read_file(path)
+    file = _read_path(path)
     return file.text, file.source
 
 
@@ -372,7 +375,7 @@ def load_dataset(
     bpe_size = DEFAULT_BPE_VOCAB if vocab_size is None else vocab_size
     if not 0.0 < val_fraction < 1.0:
         raise ConfigError(f"val_fraction must be in (0, 1), got {val_fraction}")
-    file = path if isinstance(path, DataFile) else _read_file(None if path is None else Path(path))
+    file = path if isinstance(path, DataFile) else _read_path(path)
     fmt = format or file.format
     text, source = file.release(), file.source
 

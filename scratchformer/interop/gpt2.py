@@ -37,6 +37,7 @@ import numpy as np
 from scratchformer.checks import config_flag, config_number
 from scratchformer.errors import CheckpointError, ConfigError, DTypeError
 from scratchformer.interop.hf_files import (
+    HFCheckpoint,
     check_representable,
     load_checkpoint_state,
     read_checkpoint,
@@ -44,7 +45,7 @@ from scratchformer.interop.hf_files import (
 )
 from scratchformer.models.gpt import GPT, GPTConfig
 
-__all__ = ["load_hf_gpt2", "save_hf_gpt2", "gpt2_config_from_hf", "gpt2_config_to_hf"]
+__all__ = ["load_hf_gpt2", "gpt2_from_hf", "save_hf_gpt2", "gpt2_config_from_hf", "gpt2_config_to_hf"]
 
 _ACT_FROM_HF = {
     "gelu_new": "gelu_tanh",
@@ -171,7 +172,12 @@ def load_hf_gpt2(path, dtype: str = "float32") -> GPT:
     dtype: the model's float dtype ("float32" default, or "float64").
     Raises CheckpointError for missing files / tensors, ConfigError for unsupported configs.
     """
-    hf_cfg, tensors, weights_file = read_checkpoint(path, "GPT-2")
+    return gpt2_from_hf(read_checkpoint(path, "GPT-2"), dtype)
+
+
+def gpt2_from_hf(checkpoint: HFCheckpoint, dtype: str = "float32") -> GPT:
+    """The GPT of an already-read GPT-2 directory (`read_checkpoint`); as `load_hf_gpt2`."""
+    hf_cfg, tensors, weights_file, _ = checkpoint
     config = gpt2_config_from_hf(hf_cfg, dtype=dtype)
     # accept both "transformer.h.0..." (GPT2LMHeadModel) and "h.0..." (GPT2Model / openai)
     strip = {k[len("transformer.") :] if k.startswith("transformer.") else k: v for k, v in tensors.items()}

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -28,6 +29,7 @@ __all__ = [
     "safetensors_dtypes",
     "HALF_DTYPES",
     "weight_files",
+    "HFCheckpoint",
     "read_checkpoint",
     "check_representable",
     "load_checkpoint_state",
@@ -103,12 +105,22 @@ def safetensors_dtypes(path: str | Path) -> set[str]:
             header, _ = _header(path, f)
     except OSError as e:
         raise CheckpointError(f"cannot read {path}: {e.strerror}") from None
+    return _dtypes(header)
+
+
+def _dtypes(header: dict) -> set[str]:
+    """The safetensors dtypes a parsed header names."""
     return {str(v.get("dtype")) for v in header.values() if isinstance(v, dict)}
 
 
 def read_safetensors(path: Path) -> dict[str, np.ndarray]:
     """Every tensor of one safetensors file, as numpy arrays (bfloat16 and float16 as float32)."""
-    path = Path(path)
+    return _read_safetensors(Path(path))[0]
+
+
+def _read_safetensors(path: Path) -> tuple[dict[str, np.ndarray], set[str]]:
+    """(every tensor of one safetensors file, the safetensors dtypes they were stored in), the
+    file read once."""
     try:
         with open(path, "rb") as f:
             header, start = _header(path, f)
@@ -123,7 +135,7 @@ def read_safetensors(path: Path) -> dict[str, np.ndarray]:
                 tensors[name] = _tensor(path, name, info, buffer)
     except OSError as e:
         raise CheckpointError(f"cannot read {path}: {e.strerror or e}") from None
-    return tensors
+    return tensors, _dtypes(header)
 
 
 def _tensor(path: Path, name: str, info, buffer: np.ndarray) -> np.ndarray:
@@ -193,21 +205,36 @@ def weight_files(path: str | Path, family: str) -> list[Path]:
     return shards
 
 
-def read_checkpoint(path: str | Path, family: str) -> tuple[dict, dict[str, np.ndarray], Path]:
-    """(config.json's object, every tensor of the weight files, the weights' path: the file, or
-    the directory of shards) of a Hugging Face model directory; a missing file is a
+class HFCheckpoint(NamedTuple):
+    """A Hugging Face model directory's config and weights, each file read once."""
+
+    config: dict  # config.json's object
+    tensors: dict[str, np.ndarray]  # every tensor of the weight files (half precision as float32)
+    weights: Path  # where they are, for messages: model.safetensors, or the directory of shards
+    half_dtypes: tuple[str, ...]  # "bfloat16", "float16": the half precisions the files held
+
+
+def read_checkpoint(path: str | Path, family: str, config: dict | None = None) -> HFCheckpoint:
+    """The config and every weight of a Hugging Face model directory, each file read once (`config`:
+    config.json's object, where the caller has read it already); a missing file is a
     CheckpointError naming it and the `family` ("GPT-2", "Llama")."""
     path = Path(path)
     cfg_file = path / "config.json"
-    if not cfg_file.is_file():
+    if config is None and not cfg_file.is_file():
         raise CheckpointError(
             f"{family} checkpoint: {cfg_file} not found (need config.json and model.safetensors)"
         )
     files = weight_files(path, family)
     tensors: dict[str, np.ndarray] = {}
+    stored: set[str] = set()
     for f in files:
-        tensors.update(read_safetensors(f))
-    return read_json(cfg_file, error=CheckpointError), tensors, files[0] if len(files) == 1 else path
+        file_tensors, dtypes = _read_safetensors(f)
+        tensors.update(file_tensors)
+        stored |= dtypes
+    if config is None:
+        config = read_json(cfg_file, error=CheckpointError)
+    half = tuple(sorted({HALF_DTYPES[d] for d in stored if d in HALF_DTYPES}))
+    return HFCheckpoint(config, tensors, files[0] if len(files) == 1 else path, half)
 
 
 def load_checkpoint_state(model, state: dict[str, np.ndarray], family: str, weights_file: Path):

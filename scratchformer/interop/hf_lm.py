@@ -23,7 +23,7 @@ import numpy as np
 
 from scratchformer.data.bpe import BPETokenizer
 from scratchformer.errors import CheckpointError, ConfigError, DataError
-from scratchformer.interop.hf_files import HALF_DTYPES, read_json, safetensors_dtypes, weight_files
+from scratchformer.interop.hf_files import HFCheckpoint, read_checkpoint, read_json
 from scratchformer.limits.estimates import generation_bytes
 from scratchformer.limits.memory import check_fits
 from scratchformer.models import GPT
@@ -40,19 +40,20 @@ __all__ = [
 ]
 
 
-def _load_gpt2(path: Path, dtype: str) -> GPT:
-    from scratchformer.interop.gpt2 import load_hf_gpt2
+def _gpt2_from_hf(checkpoint: HFCheckpoint, dtype: str) -> GPT:
+    from scratchformer.interop.gpt2 import gpt2_from_hf
 
-    return load_hf_gpt2(path, dtype=dtype)
-
-
-def _load_llama(path: Path, dtype: str) -> GPT:
-    from scratchformer.interop.llama import load_hf_llama
-
-    return load_hf_llama(path, dtype=dtype)
+    return gpt2_from_hf(checkpoint, dtype)
 
 
-HF_LOADERS = {"gpt2": _load_gpt2, "llama": _load_llama}  # config.json's model_type -> loader
+def _llama_from_hf(checkpoint: HFCheckpoint, dtype: str) -> GPT:
+    from scratchformer.interop.llama import llama_from_hf
+
+    return llama_from_hf(checkpoint, dtype)
+
+
+# config.json's model_type -> (the family its messages name, its GPT from a read checkpoint)
+HF_LOADERS = {"gpt2": ("GPT-2", _gpt2_from_hf), "llama": ("Llama", _llama_from_hf)}
 
 
 # what the "not a directory" line says: the usual way to get one where a hub is reachable
@@ -89,8 +90,10 @@ def load_hf_causal_lm(
             f"{path}: model_type {model_type!r} is not a causal LM scratchformer loads "
             f"(one of: {', '.join(HF_LOADERS)})"
         )
-    tokenizer = BPETokenizer.from_hf_dir(path)
-    model = HF_LOADERS[model_type](path, dtype)
+    family, from_hf = HF_LOADERS[model_type]
+    tokenizer = BPETokenizer.from_hf_dir(path, cfg)
+    checkpoint = read_checkpoint(path, family, cfg)  # each weight file read once
+    model = from_hf(checkpoint, dtype)
     n_tok, n_model = tokenizer.vocab_size, model.config.vocab_size
     if n_tok > n_model:
         raise DataError(
@@ -98,21 +101,18 @@ def load_hf_causal_lm(
             f"{n_model:,}: they do not belong together"
         )
     if notes is not None:
-        notes.extend(_notes(path, model.config.dtype, n_tok, n_model))
+        notes.extend(_notes(checkpoint, model.config.dtype, n_tok, n_model))
     if n_tok < n_model:
         model = _vocab_rows(model, n_tok)
     return model, tokenizer
 
 
-def _notes(path: Path, dtype: str, n_tok: int, n_model: int) -> list[str]:
-    """What reading the directory converts or drops, one line each."""
+def _notes(checkpoint: HFCheckpoint, dtype: str, n_tok: int, n_model: int) -> list[str]:
+    """What reading the directory converted or dropped, one line each."""
     notes = []
-    files = weight_files(path, "Hugging Face")
-    half = sorted({HALF_DTYPES[d] for f in files for d in safetensors_dtypes(f) if d in HALF_DTYPES})
-    if half:
+    if checkpoint.half_dtypes:
         notes.append(
-            f"note: {files[0] if len(files) == 1 else path} holds {' and '.join(half)} weights, "
-            f"read as {dtype}"
+            f"note: {checkpoint.weights} holds {' and '.join(checkpoint.half_dtypes)} weights, read as {dtype}"
         )
     if n_tok < n_model:
         notes.append(

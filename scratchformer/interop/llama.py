@@ -38,6 +38,7 @@ import numpy as np
 from scratchformer.checks import config_flag, config_int, config_number
 from scratchformer.errors import CheckpointError, ConfigError, DTypeError
 from scratchformer.interop.hf_files import (
+    HFCheckpoint,
     check_representable,
     load_checkpoint_state,
     read_checkpoint,
@@ -45,7 +46,7 @@ from scratchformer.interop.hf_files import (
 )
 from scratchformer.models.gpt import GPT, GPTConfig
 
-__all__ = ["load_hf_llama", "save_hf_llama", "llama_config_from_hf", "llama_config_to_hf"]
+__all__ = ["load_hf_llama", "llama_from_hf", "save_hf_llama", "llama_config_from_hf", "llama_config_to_hf"]
 
 LLAMA_BLOCKS = dict(
     positional="rope", normalization="rmsnorm", activation="swiglu", bias=False, norm_first=True
@@ -186,7 +187,12 @@ def load_hf_llama(path, dtype: str = "float32") -> GPT:
     dtype: the model's float dtype ("float32" default, or "float64").
     Raises CheckpointError for missing files / tensors, ConfigError for unsupported configs.
     """
-    hf_cfg, tensors, weights_file = read_checkpoint(path, "Llama")
+    return llama_from_hf(read_checkpoint(path, "Llama"), dtype)
+
+
+def llama_from_hf(checkpoint: HFCheckpoint, dtype: str = "float32") -> GPT:
+    """The GPT of an already-read Llama directory (`read_checkpoint`); as `load_hf_llama`."""
+    hf_cfg, tensors, weights_file, _ = checkpoint
     config = llama_config_from_hf(hf_cfg, dtype=dtype)
 
     def get(name: str) -> np.ndarray:

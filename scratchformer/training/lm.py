@@ -14,13 +14,12 @@ allows it (`allow_changed_data`, the CLI's --allow-changed-data).
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 import numpy as np
 
 from scratchformer.data import IGNORE_INDEX, BPETokenizer, CharTokenizer, DataFile, load_dataset, read_data
-from scratchformer.data.bundled import DEFAULT, resolve_data
+from scratchformer.data.bundled import DEFAULT
 from scratchformer.data.datasets import tokenizer_from_json
 from scratchformer.errors import CheckpointError, ConfigError, DataError
 from scratchformer.limits.estimates import check_model_fits, generation_bytes
@@ -44,8 +43,8 @@ def _read_data(run_kind: str, data: dict, tokenizer) -> tuple:
     `tokenizer`: "char", "bpe" (trained on the training split) or a BPETokenizer used as it is.
     The file is read once: its sha256 and its tokens come from the same bytes."""
     file = data.get("path")
-    if not isinstance(file, DataFile):  # a str names a bundled data set or a path; a Path is a path
-        file = read_data(resolve_data(file) if isinstance(file, os.PathLike) else file)
+    if not isinstance(file, DataFile):  # a bundled name or a path, not read yet
+        file = read_data(file)
     given = isinstance(tokenizer, BPETokenizer)
     data_spec = {
         "path": None if file.name else str(file.path.resolve()),
@@ -146,9 +145,9 @@ class LMJob(TokenBatches):
         spec = dict(ck.config["data"])
         file = None
         if data is not None:  # checked now: a resume that finds nothing to do must still refuse it
-            spec["path"] = str(resolve_data(data).resolve())
+            file = read_data(data)  # read once: checked here, tokenized when first needed
+            spec["path"] = str(file.path.resolve())
             spec.pop("name", None)
-            file = read_data(Path(spec["path"]))  # read once: checked here, tokenized when first needed
             if not allow_changed_data:
                 check_data_unchanged(spec["path"], spec.get("sha256"), sha256=file.sha256)
         if ck.tokenizer is None:

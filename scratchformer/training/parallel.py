@@ -89,6 +89,7 @@ __all__ = [
     "check_workers",
     "max_workers",
     "share_memory",
+    "workers_that_run",
 ]
 
 WORKER_TIMEOUT_S = 60.0  # a worker silent this long after this process's own slice is stopped or stuck
@@ -120,6 +121,22 @@ def check_workers(workers, option: str = "--workers") -> None:
             f"{option} must be an integer from 1 to {max_workers()} (4 per core of this machine, "
             f"at least 8), got {workers!r}"
         )
+
+
+def workers_that_run(workers: int, batch_size: int) -> tuple[int, str | None]:
+    """How many of `workers` processes (checked: `check_workers`) can run batches of
+    `batch_size` rows here, and a note when that is fewer than asked: one where processes cannot
+    be forked (`can_fork_workers`), at most one per row of a batch."""
+    check_workers(workers)
+    if workers > 1 and not can_fork_workers():
+        return 1, (
+            f"this platform cannot fork worker processes: training in one process (--workers 1 instead of {workers})"
+        )
+    if workers > batch_size:
+        return batch_size, (
+            f"--workers {workers} is more than the {batch_size} rows of a batch: training in {batch_size} processes"
+        )
+    return workers, None
 
 
 class DataParallel(Module):

@@ -13,9 +13,11 @@ steps as an uninterrupted one, bit for bit on the same machine. `resume_config` 
 original schedule when a resumed run is extended; `nothing_to_do` decides, once, inside
 train(), that a resumed run has already reached its max_steps.
 
-Inside: `train` takes the run's lock; `_train_locked` checks the settings, builds the run's
-state (`_Run`: the optimiser and what a checkpoint records), restores it (`_restore`) or starts
-the run directory (rundir.start_run), `_prepare`s the runner and diagnostics, then `_loop` runs
+Inside: `train` checks the settings in one place (`_checked_settings`: what a checkpoint can
+hold, a step that can end, the processes that can run) and builds the optimiser, before anything
+is written; then it takes the run's lock and starts a fresh run's directory (rundir.start_run).
+`_train_locked` builds the run's state (`_Run`: the optimiser and what a checkpoint records),
+restores it (`_restore`) when resuming, `_prepare`s the runner and diagnostics, then `_loop` runs
 `_step`, logs `_Throughput`'s rows and `_evaluate`s, saving last/ first on any stop
 (`_stop_if_asked`, `_save_after_failure`). With `announce`, train() prints the run's header
 (`_header`, `settings_line`) and summary line, as `scratchformer train` shows them.
@@ -59,7 +61,7 @@ from scratchformer.training.checkpoint import Checkpoint, load_checkpoint, save_
 from scratchformer.training.config import TrainConfig
 from scratchformer.training.diagnostics import DIAG_FILE, Diagnostics
 from scratchformer.training.evaluation import run_evaluation
-from scratchformer.training.parallel import DataParallel, WaitInterrupted, can_fork_workers, check_workers
+from scratchformer.training.parallel import DataParallel, WaitInterrupted, workers_that_run
 from scratchformer.training.rundir import (
     LogWriter,
     RunLock,
@@ -262,16 +264,19 @@ def train(
     Returns a summary dict (step, train_loss, val_loss, best_val_loss, seconds, stopped_by).
     """
     out_dir = Path(out_dir)
+    cfg = _checked_settings(job, cfg, out_dir)  # every setting refused before the directory is touched
+    opt = _optimizer(job.model, cfg)  # it refuses a head_lr for a model without a fresh head
     with RunLock(out_dir) as lock:
         if lock.note:
             _say(lock.note)
-        started = {"log": False}  # set once a fresh run has started its own log
+        if not resume:  # the old run deleted (overwrite) or refused, an empty log begun
+            start_run(out_dir, overwrite)
         try:
             return _train_locked(
-                job, cfg, out_dir, lock, started, resume, checkpoint, overwrite, progress, verbose, announce
+                job, cfg, out_dir, lock, opt, resume, checkpoint, progress, verbose, announce
             )
         except BaseException:
-            if started["log"]:
+            if not resume:
                 _drop_unstarted_run(out_dir)
             raise
 
@@ -320,24 +325,6 @@ def _check_step_can_end(cfg: TrainConfig, micro_batch_s: float | None = None) ->
         )
 
 
-def processes_that_run(cfg: TrainConfig) -> tuple[TrainConfig, str | None]:
-    """cfg with `workers` as many processes as can run (what the run records, so that a resume
-    elsewhere repeats it), and a note when that is fewer than asked: one where processes cannot
-    be forked (no os.fork: macOS, Windows), at most one per row of a batch."""
-    check_workers(cfg.workers)
-    if cfg.workers > 1 and not can_fork_workers():
-        return replace(cfg, workers=1), (
-            f"this platform cannot fork worker processes: training in one process "
-            f"(--workers 1 instead of {cfg.workers})"
-        )
-    if cfg.workers > cfg.batch_size:
-        return replace(cfg, workers=cfg.batch_size), (
-            f"--workers {cfg.workers} is more than the {cfg.batch_size} "
-            f"rows of a batch: training in {cfg.batch_size} processes"
-        )
-    return cfg, None
-
-
 def _progress_bar(total: int, initial: int):
     """A tqdm bar that starts no monitor thread: DataParallel forks its workers after the bar
     exists, and forking a process with a second Python thread risks a deadlock in the child
@@ -352,22 +339,16 @@ def _progress_bar(total: int, initial: int):
         tqdm.monitor_interval = interval
 
 
-def _train_locked(
-    job, cfg, out_dir, lock, started, resume, checkpoint, overwrite, progress, verbose, announce
-) -> dict:
-    """train() under the run's lock: the settings checked, the run's state built, then restored
-    from last/ (where it may have nothing left to do) or its directory started; then the loop."""
-    cfg = _checked_settings(job, cfg, out_dir)
-    run = _Run(job, cfg, out_dir, lock, _optimizer(job.model, cfg))
+def _train_locked(job, cfg, out_dir, lock, opt, resume, checkpoint, progress, verbose, announce) -> dict:
+    """train() under the run's lock, its directory started: the run's state built, restored from
+    last/ when resuming (where it may have nothing left to do); then the loop."""
+    run = _Run(job, cfg, out_dir, lock, opt)
     if resume:
         _restore(run, checkpoint)
         if run.done is not None:
             if announce:
                 _say(run.done)
             return run.summary(0.0, "nothing to do")
-    else:
-        start_run(out_dir, overwrite)
-        started["log"] = True
     _prepare(run, diag_resume_step=run.step if resume else None)
     if announce:
         _say(_header(run))
@@ -445,17 +426,18 @@ def settings_line(settings: dict, width: int = 100) -> str:
 
 
 def _checked_settings(job, cfg: TrainConfig, out_dir: Path) -> TrainConfig:
-    """Before any step: the settings and the model's config must be what a checkpoint can hold
-    (a field changed after the config was built, or a value beyond its declaration, would
-    otherwise surface only at the first save); -> cfg with the processes that can run."""
+    """Before the run's directory is touched: the settings and the model's config must be what a
+    checkpoint can hold (a field changed after the config was built, or a value beyond its
+    declaration, would otherwise surface only at the first save); -> cfg with as many processes
+    as can run (what the run records, so that a resume elsewhere repeats it)."""
     keep_freed_memory()  # freed temporaries stay in the process (scratchformer/allocator.py)
     cfg.validate()
-    check_json(job.config_dict(), CONFIG, out_dir / LAST / "config.json", hint="change the setting it names")
     _check_step_can_end(cfg)
-    cfg, note = processes_that_run(cfg)
+    check_json(job.config_dict(), CONFIG, out_dir / LAST / "config.json", hint="change the setting it names")
+    workers, note = workers_that_run(cfg.workers, cfg.batch_size)
     if note:
         _say(note)
-    return cfg
+    return cfg if workers == cfg.workers else replace(cfg, workers=workers)
 
 
 def _optimizer(model, cfg: TrainConfig) -> AdamW:
