@@ -121,8 +121,7 @@ class LMJob(TokenBatches):
         reading changed (bf16 weights read as float32, padding rows dropped)."""
         from scratchformer.interop.hf_lm import load_hf_causal_lm
 
-        model, tokenizer = load_hf_causal_lm(hf_dir, notes=notes)
-        check_model_fits(model.config, type(model), training=True)
+        model, tokenizer = load_hf_causal_lm(hf_dir, notes=notes, training=True)  # fit checked on its config
         if data.get("block_size") is not None and data["block_size"] > model.config.block_size:
             raise ConfigError(
                 f"--block-size {data['block_size']} is longer than {hf_dir} reads "
