@@ -715,8 +715,7 @@ def _train_source(task: str | None, data: str | None, format: str | None, resume
     --data (which it refuses); a resumed run's name alone (its run kind is saved); else the
     data file, read once ("" and missing files: one line): format, sha256 and tokens come from
     these bytes."""
-    from scratchformer.data import read_data
-    from scratchformer.data.bundled import resolve_data
+    from scratchformer.data.datasets import read_data, resolve_data
 
     if task is not None:
         return task, data, f"out/{task}"

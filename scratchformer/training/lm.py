@@ -19,8 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from scratchformer.data import IGNORE_INDEX, BPETokenizer, CharTokenizer, DataFile, load_dataset, read_data
-from scratchformer.data.bundled import DEFAULT
-from scratchformer.data.datasets import tokenizer_from_json
+from scratchformer.data.datasets import DEFAULT, tokenizer_from_json
 from scratchformer.errors import CheckpointError, ConfigError, DataError
 from scratchformer.limits.estimates import check_model_fits, generation_bytes
 from scratchformer.limits.memory import check_fits
