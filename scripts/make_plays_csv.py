@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from scratchformer.data.bundled import resolve_data
+from scratchformer.data.datasets import resolve_data
 
 # (play, the speaker of its first speech in tinyshakespeare), in the file's order
 PLAYS = [

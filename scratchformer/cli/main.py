@@ -674,16 +674,17 @@ def cmd_train(args) -> int:
     from scratchformer.training.trainer import train
 
     task = None if args.task in (None, "lm") else args.task
-    model, data, settings = (
+    model, data, settings, options = (
         _given(args, MODEL_HELP),
         _given(args, ["block_size", *DATA_HELP]),
         _given(args, TRAIN_HELP),
+        _run_options(args),
     )
     if "norm_first" in model:  # spelled --norm pre/post
         model["norm_first"] = model["norm_first"] == "pre"
     _refuse_train_options(args.out, task, args.format, args.init_from, args.resume, model, data)
     run_kind, source, default_out = _train_source(task, args.data, args.format, args.resume)
-    out, options = Path(args.out or default_out), _run_options(args)
+    out = Path(args.out or default_out)
     if not (args.resume or args.overwrite):
         check_fresh(out)  # before the data is tokenized; train() checks again, under the run's lock
     if args.resume:
@@ -715,8 +716,7 @@ def _train_source(task: str | None, data: str | None, format: str | None, resume
     --data (which it refuses); a resumed run's name alone (its run kind is saved); else the
     data file, read once ("" and missing files: one line): format, sha256 and tokens come from
     these bytes."""
-    from scratchformer.data import read_data
-    from scratchformer.data.bundled import resolve_data
+    from scratchformer.data.datasets import read_data, resolve_data
 
     if task is not None:
         return task, data, f"out/{task}"

@@ -1,5 +1,5 @@
 """Character and byte-level BPE tokenizers, and datasets (line items and long text); ships `names.txt` and
-`tinyshakespeare.txt` (see `bundled.resolve_data`)."""
+`tinyshakespeare.txt` (see `datasets.resolve_data`)."""
 
 from scratchformer.data.bpe import BPETokenizer
 from scratchformer.data.datasets import (

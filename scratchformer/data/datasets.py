@@ -1,7 +1,16 @@
 """Datasets: one item per line (makemore) or one long text (nanoGPT), and `load_dataset`.
 
-A data file is read once (`read_data` -> `DataFile`: its sha256, text and guessed format from
-one read); `load_dataset` takes that DataFile, or a path it reads itself.
+A data set is a bundled name or a path, read once (`read_data` -> `DataFile`: its sha256, text
+and guessed format from one read); `load_dataset` takes that DataFile, or a path it reads itself.
+The bundled data sets ship inside the package (sources and licenses: data/README.md):
+
+    resolve_data("names")        -> .../scratchformer/data/names.txt            (makemore)
+    resolve_data("shakespeare")  -> .../scratchformer/data/tinyshakespeare.txt  (char-rnn, nanoGPT)
+    resolve_data("my.txt")       -> Path("my.txt"), if it is a readable file
+    bundled_name("shakespeare")  -> "shakespeare"; bundled_name("my.txt") -> None
+
+A bundled name wins over a file of the same name in the current directory; write ./names
+to mean that file.
 
 Both datasets give int64 batches `(x, y)` of shape (B, T): `y[b, t]` is the token that follows
 `x[b, :t+1]`. Padded target positions hold IGNORE_INDEX (-100) and must be skipped by the loss.
@@ -22,7 +31,6 @@ import numpy as np
 
 from scratchformer.checks import as_array, check_int_in_range, check_positive_int
 from scratchformer.data.bpe import BPETokenizer
-from scratchformer.data.bundled import DEFAULT, bundled_name, resolve_data
 from scratchformer.data.tokenizer import IGNORE_INDEX, CharTokenizer
 from scratchformer.errors import ConfigError, DataError, DTypeError
 from scratchformer.limits.estimates import check_text_fits
@@ -259,6 +267,45 @@ class DataFile:
         text = self.text
         self.__dict__.pop("text")
         return text
+
+
+# the data sets shipped inside the package, by name (sources and licenses: data/README.md)
+DATA_DIR = Path(__file__).resolve().parent
+BUNDLED = {
+    "names": "names.txt",
+    "shakespeare": "tinyshakespeare.txt",
+    "tinyshakespeare": "tinyshakespeare.txt",
+}
+DEFAULT = "names"
+
+
+def bundled_name(name_or_path: str | os.PathLike | None = None) -> str | None:
+    """The bundled data set that `name_or_path` names (None: the default, names), or None for a
+    path. Only a str names one: a Path is always a path."""
+    if name_or_path is None:
+        return DEFAULT
+    return name_or_path if isinstance(name_or_path, str) and name_or_path in BUNDLED else None
+
+
+def resolve_data(name_or_path: str | os.PathLike | None = None) -> Path:
+    """The file behind a bundled data set's name, or `name_or_path` as a checked path.
+    None means the default data set (names). Raises DataError (one line) for an empty
+    name, a missing file or a directory."""
+    name = bundled_name(name_or_path)
+    if name is not None:
+        return DATA_DIR / BUNDLED[name]
+    path = Path(name_or_path)
+    if str(name_or_path) == "":
+        raise DataError(
+            f"empty data path: pass a file, or one of the bundled data sets ({', '.join(BUNDLED)})"
+        )
+    if not path.exists():
+        raise DataError(
+            f"data file not found: {path}: check the path, or use a bundled data set ({', '.join(BUNDLED)})"
+        )
+    if not path.is_file():
+        raise DataError(f"{path} is not a file: pass a UTF-8 text file")
+    return path
 
 
 def _read_file(path: Path, name: str | None = None) -> DataFile:

@@ -172,13 +172,14 @@ def load_hf_gpt2(path, dtype: str = "float32") -> GPT:
     dtype: the model's float dtype ("float32" default, or "float64").
     Raises CheckpointError for missing files / tensors, ConfigError for unsupported configs.
     """
-    return gpt2_from_hf(read_checkpoint(path, "GPT-2"), dtype)
+    checkpoint = read_checkpoint(path, "GPT-2")
+    return gpt2_from_hf(checkpoint, gpt2_config_from_hf(checkpoint.config, dtype=dtype))
 
 
-def gpt2_from_hf(checkpoint: HFCheckpoint, dtype: str = "float32") -> GPT:
-    """The GPT of an already-read GPT-2 directory (`read_checkpoint`); as `load_hf_gpt2`."""
-    hf_cfg, tensors, weights_file, _ = checkpoint
-    config = gpt2_config_from_hf(hf_cfg, dtype=dtype)
+def gpt2_from_hf(checkpoint: HFCheckpoint, config: GPTConfig) -> GPT:
+    """The GPT of `config` (gpt2_config_from_hf of the checkpoint's config.json) with the weights of an
+    already-read GPT-2 directory (`read_checkpoint`); as `load_hf_gpt2`."""
+    _, tensors, weights_file, _ = checkpoint
     # accept both "transformer.h.0..." (GPT2LMHeadModel) and "h.0..." (GPT2Model / openai)
     strip = {k[len("transformer.") :] if k.startswith("transformer.") else k: v for k, v in tensors.items()}
 

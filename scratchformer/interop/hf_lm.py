@@ -24,7 +24,7 @@ import numpy as np
 from scratchformer.data.bpe import BPETokenizer
 from scratchformer.errors import CheckpointError, ConfigError, DataError
 from scratchformer.interop.hf_files import HFCheckpoint, read_checkpoint, read_json
-from scratchformer.limits.estimates import generation_bytes
+from scratchformer.limits.estimates import check_model_fits, generation_bytes
 from scratchformer.limits.memory import check_fits
 from scratchformer.models import GPT
 
@@ -40,20 +40,21 @@ __all__ = [
 ]
 
 
-def _gpt2_from_hf(checkpoint: HFCheckpoint, dtype: str) -> GPT:
-    from scratchformer.interop.gpt2 import gpt2_from_hf
+def _gpt2_reader():
+    from scratchformer.interop.gpt2 import gpt2_config_from_hf, gpt2_from_hf
 
-    return gpt2_from_hf(checkpoint, dtype)
-
-
-def _llama_from_hf(checkpoint: HFCheckpoint, dtype: str) -> GPT:
-    from scratchformer.interop.llama import llama_from_hf
-
-    return llama_from_hf(checkpoint, dtype)
+    return "GPT-2", gpt2_config_from_hf, gpt2_from_hf
 
 
-# config.json's model_type -> (the family its messages name, its GPT from a read checkpoint)
-HF_LOADERS = {"gpt2": ("GPT-2", _gpt2_from_hf), "llama": ("Llama", _llama_from_hf)}
+def _llama_reader():
+    from scratchformer.interop.llama import llama_config_from_hf, llama_from_hf
+
+    return "Llama", llama_config_from_hf, llama_from_hf
+
+
+# config.json's model_type -> (the family its messages name, its GPTConfig from config.json,
+# its GPT from that config and a read checkpoint)
+HF_LOADERS = {"gpt2": _gpt2_reader, "llama": _llama_reader}
 
 
 # what the "not a directory" line says: the usual way to get one where a hub is reachable
@@ -65,11 +66,14 @@ HOW_TO_GET = (
 
 
 def load_hf_causal_lm(
-    path: str | Path, dtype: str = "float32", notes: list[str] | None = None
+    path: str | Path, dtype: str = "float32", notes: list[str] | None = None, training: bool = False
 ) -> tuple[GPT, BPETokenizer]:
-    """(model, tokenizer) of a Hugging Face causal-LM directory. Raises CheckpointError for a
-    missing or unreadable config.json, ConfigError for a model_type not in HF_LOADERS, and
-    DataError for a tokenizer larger than the model's vocabulary.
+    """(model, tokenizer) of a Hugging Face causal-LM directory, read in the order that fails
+    first where it is cheapest: config.json (CheckpointError when missing or unreadable,
+    ConfigError for a model_type not in HF_LOADERS or a config its layout cannot hold), the
+    tokenizer (DataError when it has more ids than the model's vocabulary), then the weights.
+    `training`: a model whose weights, gradients and AdamW moments would not fit in memory is
+    refused (limits.check_model_fits) before any weight is read.
 
     bfloat16 and float16 weights are read as float32 (or `dtype`). An embedding padded past the
     tokenizer (nanoGPT's 50,304 rows for GPT-2's 50,257 ids) keeps only the tokenizer's rows:
@@ -90,18 +94,21 @@ def load_hf_causal_lm(
             f"{path}: model_type {model_type!r} is not a causal LM scratchformer loads "
             f"(one of: {', '.join(HF_LOADERS)})"
         )
-    family, from_hf = HF_LOADERS[model_type]
+    family, config_from_hf, from_hf = HF_LOADERS[model_type]()
+    config = config_from_hf(cfg, dtype=dtype)
     tokenizer = BPETokenizer.from_hf_dir(path, cfg)
-    checkpoint = read_checkpoint(path, family, cfg)  # each weight file read once
-    model = from_hf(checkpoint, dtype)
-    n_tok, n_model = tokenizer.vocab_size, model.config.vocab_size
+    n_tok, n_model = tokenizer.vocab_size, config.vocab_size
     if n_tok > n_model:
         raise DataError(
             f"{path}: the tokenizer has {n_tok:,} ids but the model only "
             f"{n_model:,}: they do not belong together"
         )
+    if training:  # the model as it is trained: the tokenizer's rows only
+        check_model_fits(dataclasses.replace(config, vocab_size=n_tok), GPT, training=True)
+    checkpoint = read_checkpoint(path, family, cfg)  # each weight file read once
+    model = from_hf(checkpoint, config)
     if notes is not None:
-        notes.extend(_notes(checkpoint, model.config.dtype, n_tok, n_model))
+        notes.extend(_notes(checkpoint, config.dtype, n_tok, n_model))
     if n_tok < n_model:
         model = _vocab_rows(model, n_tok)
     return model, tokenizer

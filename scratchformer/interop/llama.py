@@ -187,13 +187,14 @@ def load_hf_llama(path, dtype: str = "float32") -> GPT:
     dtype: the model's float dtype ("float32" default, or "float64").
     Raises CheckpointError for missing files / tensors, ConfigError for unsupported configs.
     """
-    return llama_from_hf(read_checkpoint(path, "Llama"), dtype)
+    checkpoint = read_checkpoint(path, "Llama")
+    return llama_from_hf(checkpoint, llama_config_from_hf(checkpoint.config, dtype=dtype))
 
 
-def llama_from_hf(checkpoint: HFCheckpoint, dtype: str = "float32") -> GPT:
-    """The GPT of an already-read Llama directory (`read_checkpoint`); as `load_hf_llama`."""
-    hf_cfg, tensors, weights_file, _ = checkpoint
-    config = llama_config_from_hf(hf_cfg, dtype=dtype)
+def llama_from_hf(checkpoint: HFCheckpoint, config: GPTConfig) -> GPT:
+    """The GPT of `config` (llama_config_from_hf of the checkpoint's config.json) with the weights of an
+    already-read Llama directory (`read_checkpoint`); as `load_hf_llama`."""
+    _, tensors, weights_file, _ = checkpoint
 
     def get(name: str) -> np.ndarray:
         if name not in tensors:

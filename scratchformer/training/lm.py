@@ -19,8 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from scratchformer.data import IGNORE_INDEX, BPETokenizer, CharTokenizer, DataFile, load_dataset, read_data
-from scratchformer.data.bundled import DEFAULT
-from scratchformer.data.datasets import tokenizer_from_json
+from scratchformer.data.datasets import DEFAULT, tokenizer_from_json
 from scratchformer.errors import CheckpointError, ConfigError, DataError
 from scratchformer.limits.estimates import check_model_fits, generation_bytes
 from scratchformer.limits.memory import check_fits
@@ -121,8 +120,7 @@ class LMJob(TokenBatches):
         reading changed (bf16 weights read as float32, padding rows dropped)."""
         from scratchformer.interop.hf_lm import load_hf_causal_lm
 
-        model, tokenizer = load_hf_causal_lm(hf_dir, notes=notes)
-        check_model_fits(model.config, type(model), training=True)
+        model, tokenizer = load_hf_causal_lm(hf_dir, notes=notes, training=True)  # fit checked on its config
         if data.get("block_size") is not None and data["block_size"] > model.config.block_size:
             raise ConfigError(
                 f"--block-size {data['block_size']} is longer than {hf_dir} reads "

@@ -263,7 +263,7 @@ def api(call) -> Result:
 def files(tmp_path_factory):
     """The data files and the tiny Hugging Face directories the rows start from."""
     from scratchformer.data import BPETokenizer
-    from scratchformer.data.bundled import resolve_data
+    from scratchformer.data.datasets import resolve_data
 
     root = tmp_path_factory.mktemp("matrix")
     names = root / "names.txt"

@@ -4,8 +4,7 @@ import hashlib
 
 import pytest
 
-from scratchformer.data.bundled import resolve_data
-from scratchformer.data.datasets import check_line_lengths
+from scratchformer.data.datasets import check_line_lengths, resolve_data
 from scratchformer.errors import DataError, ResourceError
 from scratchformer.limits import (
     activation_bytes,

@@ -15,7 +15,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from scratchformer.data.bpe import END_OF_TEXT, BPETokenizer  # noqa: E402
-from scratchformer.data.bundled import resolve_data  # noqa: E402
+from scratchformer.data.datasets import resolve_data  # noqa: E402
 from scratchformer.errors import CheckpointError, ConfigError, DataError  # noqa: E402
 from scratchformer.interop.hf_lm import hf_samples, load_hf_causal_lm  # noqa: E402
 from scratchformer.ops import IGNORE_INDEX  # noqa: E402

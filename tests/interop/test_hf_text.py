@@ -20,7 +20,7 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from scratchformer.data.bundled import resolve_data  # noqa: E402
+from scratchformer.data.datasets import resolve_data  # noqa: E402
 from scratchformer.interop.hf_lm import hf_generate, hf_samples, load_hf_causal_lm  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -760,6 +760,24 @@ def test_a_prompt_file_too_big_to_read_is_refused_before_reading(tmp_path, capsy
     assert code == 2 and len(err) == 1 and "--prompt-file" in err[0] and "smaller" in err[0], err
 
 
+def test_an_init_from_model_too_big_to_train_is_refused_before_its_weights_are_read(
+    tmp_path, capsys, limit_60mb
+):
+    from scratchformer.data.bpe import BPETokenizer
+    from scratchformer.interop.gpt2 import gpt2_config_to_hf
+    from scratchformer.models import GPTConfig
+
+    hf = tmp_path / "big"
+    hf.mkdir()
+    BPETokenizer.train(["the cat sat on the mat " * 50], 280).save_hf(hf / "tokenizer.json")
+    config = GPTConfig(vocab_size=280, block_size=64, n_layer=8, n_head=8, n_embd=512)  # ~25M parameters
+    (hf / "config.json").write_text(json.dumps(gpt2_config_to_hf(config)))
+    # no model.safetensors: a check made after reading the weights would name the missing file instead
+    data = _text_file(tmp_path / "text.txt", 5000)
+    code, _, err = cli(capsys, "train", "--init-from", hf, "--data", data, "--out", tmp_path / "out")
+    assert code == 2 and len(err) == 1 and "training state" in err[0], err
+
+
 def test_bpe_estimates_in_python(limit_60mb, monkeypatch):
     from scratchformer.data.bpe import BPETokenizer
     from scratchformer.errors import ResourceError
