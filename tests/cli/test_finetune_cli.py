@@ -295,7 +295,10 @@ def test_the_data_size_chooses_the_probe(files, tmp_path, capsys, monkeypatch):
     data = {"path": str(files["train"]), "base": str(files["bert"])}  # 60 rows
     probe, ft = run_defaults("probe")["train"], run_defaults("finetune")["train"]
     job, cfg = build_job("finetune", model={"max_length": 16}, data=data)
-    assert job.config.freeze_encoder is True and "60 rows, fewer than 1,000" in job.choice_note
+    assert (
+        job.config.freeze_encoder is True
+        and f"60 rows, fewer than {sentence.PROBE_BELOW_ROWS:,}" in job.choice_note
+    )
     assert (cfg.lr, cfg.head_lr, cfg.max_steps, cfg.patience) == (probe["lr"], None, 190, None)
     monkeypatch.setattr(sentence, "PROBE_BELOW_ROWS", 60)  # exactly the threshold: fine-tuned
     job, cfg = build_job("finetune", model={"max_length": 16}, data=data)
