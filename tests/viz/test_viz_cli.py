@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+from tiny_run import TINY
 
 from scratchformer.cli import viz as cli_viz
 from scratchformer.cli.main import main
@@ -13,20 +14,7 @@ from scratchformer.training.jobs import build_job
 from scratchformer.training.trainer import train
 
 PNG = b"\x89PNG\r\n\x1a\n"
-TINY = [
-    "--n-layer",
-    "1",
-    "--n-head",
-    "2",
-    "--n-embd",
-    "16",
-    "--batch-size",
-    "8",
-    "--eval-batches",
-    "2",
-    "--no-progress",
-    "--quiet",
-]
+
 TINY_TASK = (
     {"n_layer": 1, "n_head": 2, "n_embd": 16, "n_inner": 32},
     {"max_steps": 4, "eval_interval": 2, "batch_size": 8, "warmup_steps": 1},
