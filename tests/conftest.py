@@ -2,7 +2,7 @@
 
 Tests live in one folder per unit they test (tests/ops, tests/nn, tests/models, ... as the
 package's layers, docs/architecture.md); the helpers beside this file (tiny_bert.py,
-model_state.py, json_edits.py, torch_ablation.py) are imported by name from any of them.
+model_state.py, json_edits.py, torch_ablation.py, tiny_run.py) are imported by name from any of them.
 """
 
 import sys

@@ -135,11 +135,12 @@ def class_probabilities(model, ids) -> np.ndarray:
     return softmax_forward(np.asarray(logits, np.float64))[0]
 
 
-def head_qkv(model, ids, layer: int = 0, head: int = 0):
+def head_qkv(model, ids, layer: int = 0, head: int = 0, traced=None):
     """q, k, v (T, d_head) of one head of the main stack's `layer`, on that block's own input:
     the attention's own projection, so q and k are rotated when the model has rotary positions
-    (the scores q k^T / sqrt(d_head) are then the ones the model softmaxes)."""
-    t = trace(model, ids)
+    (the scores q k^T / sqrt(d_head) are then the ones the model softmaxes). traced: the
+    caller's `trace(model, ids)`, when it has one (the stack is then not run again)."""
+    t = trace(model, ids) if traced is None else traced
     parts = model.block_parts(blocks(model)[layer])
     x = t.residual[layer]
     h = parts.norms["attn_norm"](x) if parts.norm_first else x  # what the attention sees

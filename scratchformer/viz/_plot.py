@@ -31,12 +31,23 @@ def finish(fig, path=None):
     A character the font lacks (a rune, an emoji in a token label) is drawn as an empty box,
     without matplotlib's "Glyph ... missing from font" warning on stderr."""
     if path is not None:
-        png = io.BytesIO()
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="Glyph .* missing from font")
-            fig.savefig(png, dpi=DPI, format="png")
-        write_atomic(path, png.getvalue())
+        write_atomic(path, png_bytes(fig))
     return fig
+
+
+def png_bytes(fig) -> bytes:
+    """`fig` as PNG bytes: the same image and metadata as `fig.savefig(..., format="png")`,
+    in one drawing pass. savefig draws a figure with a layout engine twice (once, not rendered,
+    to lay it out; once to render); the canvas's own draw lays the figure out and renders it
+    in one pass, which is about a fifth of a figure's time."""
+    from matplotlib.image import imsave
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Glyph .* missing from font")
+        fig.canvas.draw()
+    png = io.BytesIO()
+    imsave(png, fig.canvas.buffer_rgba(), format="png", origin="upper", dpi=DPI)
+    return png.getvalue()
 
 
 def heatmap(

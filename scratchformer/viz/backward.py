@@ -961,9 +961,18 @@ def backward_walkthrough(steps: list[BackwardStep], path=None):
             while g.ndim > 2:  # the first batch row (and head)
                 g = g[0]
             lim = float(np.abs(g).max()) or 1.0
-            thumb = text_ax.inset_axes([0.775, r - 0.4, 0.075, 0.8], transform=text_ax.transData)
-            thumb.imshow(g, cmap="RdBu_r", vmin=-lim, vmax=lim, aspect="auto", interpolation="nearest")
-            thumb.set_axis_off()
+            # drawn into the text's axes, in the box of its column and row (row 0 at the top): an
+            # axes per thumbnail would cost more than the rest of the figure
+            text_ax.imshow(
+                g,
+                cmap="RdBu_r",
+                vmin=-lim,
+                vmax=lim,
+                aspect="auto",
+                interpolation="nearest",
+                extent=(0.775, 0.85, r + 0.4, r - 0.4),
+                zorder=4,  # over the text, as a thumbnail of its own would be
+            )
         bad = s.failures()
         verdict = (
             f"{len(s.checks):,} entries agree"

@@ -119,6 +119,7 @@ class _Input:
     tgt_tokens: list | None = None
     att_tokens: list | None = None  # the labels of the attention's positions ([CLS] first, when pooled so)
     maps: dict | None = None  # trace.attention_maps
+    trace: object = None  # trace.trace(model, ids): run once, read by every figure of the stack
 
 
 def report(
@@ -171,7 +172,7 @@ def report(
     out_dir = Path(out_dir)
     if vocab_labels is None and tokenizer is not None and hasattr(tokenizer, "decode"):
         vocab_labels = [tokenizer.decode([i]) or "<eot>" for i in range(tokenizer.vocab_size)]
-    inp = _Input(model, kind, ids, tokens, vocab_labels, tgt_ids, tgt_tokens)
+    inp = _Input(model, kind, ids, tokens, vocab_labels, tgt_ids, tgt_tokens, trace=T.trace(model, ids))
     figures = []  # (file stem, title, caption, figure)
 
     def add(stem, title, caption, draw):  # draw: a function returning the Figure
@@ -251,7 +252,7 @@ def _add_attention(add, inp: _Input, class_names, true_class, accuracy) -> None:
             ),
         )
     # one head of the first block, on the model's own input to that block
-    q, k, v = T.head_qkv(model, ids, layer=0, head=0)
+    q, k, v = T.head_qkv(model, ids, layer=0, head=0, traced=inp.trace)
     n = min(len(q), 16)  # step-by-step figures stay legible on a short prefix
     bias = T.head_score_bias(model, np.asarray(ids).reshape(-1)[:n], layer=0, head=0)  # ALiBi's, or None
     add(
@@ -324,7 +325,7 @@ def _add_inside(add, inp: _Input) -> None:
         inp.att_tokens,
         inp.maps,
     )
-    tr = T.trace(model, ids)
+    tr = inp.trace
     add(
         "residual_norms",
         "Residual stream",

@@ -24,25 +24,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from json_edits import DELETE, edited
+from tiny_run import tiny
 
 from scratchformer.cli.main import main
 
-TINY = [
-    "--max-steps",
-    "2",
-    "--n-layer",
-    "1",
-    "--n-embd",
-    "8",
-    "--n-head",
-    "2",
-    "--batch-size",
-    "8",
-    "--eval-batches",
-    "1",
-    "--no-progress",
-    "--quiet",
-]
+TINY = ["--max-steps", "2", *tiny(n_embd=8, eval_batches=1)]
 QUIET = ["--no-progress", "--quiet"]
 DIGITS_5000 = "1" * 5000
 

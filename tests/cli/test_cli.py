@@ -6,23 +6,9 @@ import subprocess
 import sys
 
 import pytest
+from tiny_run import TINY
 
 from scratchformer.cli.main import main
-
-TINY = [
-    "--n-layer",
-    "1",
-    "--n-head",
-    "2",
-    "--n-embd",
-    "16",
-    "--batch-size",
-    "8",
-    "--eval-batches",
-    "2",
-    "--no-progress",
-    "--quiet",
-]
 
 
 @pytest.fixture(scope="module")

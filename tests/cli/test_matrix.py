@@ -26,6 +26,7 @@ from argparse import Namespace
 from pathlib import Path
 
 import pytest
+from tiny_run import tiny
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -179,23 +180,15 @@ def markdown() -> str:
 # -- the runs each row is made of -----------------------------------------------------------------
 QUIET = ["--no-progress", "--quiet", "--workers", "1"]
 TINY = [
-    "--n-layer",
-    "1",
-    "--n-head",
-    "2",
-    "--n-embd",
-    "16",
-    "--batch-size",
-    "4",
-    "--eval-batches",
-    "1",
+    *tiny(batch_size=4, eval_batches=1),
     "--max-steps",
     "2",
     "--eval-interval",
     "2",
     "--num-samples",
     "0",
-    *QUIET,
+    "--workers",
+    "1",
 ]
 STORY = "the cat sat on the mat and the dog ran to the log. " * 40 + "a cat and a dog sat on the log. " * 8
 TEXT = {"classifier": "2 0 2 1 2 0 2 1", "seq2seq": "3 1 4", "finetune": "sweet rose, love"}  # else below
@@ -614,8 +607,11 @@ def check_output(row: str, column: str, r: Result, runs: Runs, out: Path) -> Non
             elif row != "subclass":
                 trained = load_checkpoint(run / "best").model_state
                 assert start is not None and any(not np.array_equal(start[k], v) for k, v in trained.items())
-        if column == "viz-all":
-            assert len(pngs) > 5, pngs
+        if column == "viz-all":  # every figure, and the Lens part: its figures and check lines
+            assert len(pngs) > 5 and any(name.startswith("lens_") for name in pngs), pngs
+            page = Path(html[-1]).read_text(encoding="utf-8")
+            checks = page.split('<pre id="sf-checks">')[1].split("</pre>")[0].splitlines()
+            assert checks and all(c.startswith("check ") and c.endswith((" ok", " FAILED")) for c in checks)
     elif column in ("lens", "lens-hf"):
         checks = [line for line in r.out.splitlines() if line.startswith("check ")]
         assert checks and all(line.endswith(" ok") for line in checks), r.out

@@ -6,23 +6,11 @@ import importlib.util
 import json
 
 import pytest
+from tiny_run import tiny
 
 from scratchformer.cli.main import main
 
-TINY = [
-    "--n-layer",
-    "2",
-    "--n-head",
-    "2",
-    "--n-embd",
-    "16",
-    "--batch-size",
-    "8",
-    "--eval-batches",
-    "1",
-    "--no-progress",
-    "--quiet",
-]
+TINY = tiny(n_layer=2, eval_batches=1)
 
 
 @pytest.fixture(scope="module")
@@ -154,10 +142,15 @@ def test_lens_bert_saliency_of_a_sentence_pair(capsys):
     assert "--text2" in capsys.readouterr().err
 
 
-def test_viz_report_has_a_lens_part_with_its_checks(runs, tmp_path, capsys):
+def test_viz_report_has_a_lens_part_with_its_checks(runs, tmp_path):
+    """The Lens part of a 2-layer seq2seq run's report: its four figures and check lines (that
+    `viz --all` writes the part, for every model kind: tests/cli/test_matrix.py's viz-all cells)."""
+    from scratchformer.training.jobs import load_job
+    from scratchformer.viz import report
+
+    job = load_job(runs / "rev")
     out = tmp_path / "viz"
-    assert main(["viz", str(runs / "rev"), "--text", "3 1 4", "--out", str(out), "--all"]) == 0
-    capsys.readouterr()
+    report(job.model, out, only=["lens"], **job.viz_inputs("3 1 4"))
     page = (out / "report.html").read_text()
     checks = page.split('<pre id="sf-checks">')[1].split("</pre>")[0].splitlines()
     assert len(checks) == 4 and all(line.startswith("check ") and line.endswith(" ok") for line in checks)

@@ -6,6 +6,7 @@ import inspect
 
 import numpy as np
 import pytest
+from tiny_run import tiny
 
 from scratchformer.errors import BackwardError, ConfigError, DataError, DTypeError, ShapeError
 from scratchformer.gradcheck import gradcheck
@@ -141,26 +142,7 @@ LLAMA_BLOCKS = dict(
     n_kv_head=1,
     tie_weights=False,
 )
-TINY_RUN = [
-    "--n-layer",
-    "1",
-    "--n-head",
-    "2",
-    "--n-embd",
-    "16",
-    "--batch-size",
-    "4",
-    "--eval-batches",
-    "1",
-    "--max-steps",
-    "2",
-    "--workers",
-    "1",
-    "--no-progress",
-    "--quiet",
-    "--num-samples",
-    "0",
-]
+TINY_RUN = [*tiny(batch_size=4, eval_batches=1), "--max-steps", "2", "--workers", "1", "--num-samples", "0"]
 
 
 def _llama_gpt(cls=GPT, dtype="float64"):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import tiny_run
 
 from scratchformer.errors import ConfigError, ShapeError
 from scratchformer.gradcheck import gradcheck, numerical_gradient, relative_error
@@ -423,18 +424,7 @@ def test_cli_trains_evaluates_and_samples_a_llama_style_gpt(tmp_path, capsys):
                 "2",
                 "--eval-interval",
                 "2",
-                "--n-layer",
-                "1",
-                "--n-head",
-                "2",
-                "--n-embd",
-                "16",
-                "--batch-size",
-                "8",
-                "--eval-batches",
-                "2",
-                "--no-progress",
-                "--quiet",
+                *tiny_run.TINY,
                 "--out",
                 str(out),
             ]

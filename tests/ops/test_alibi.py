@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 import pytest
+from tiny_run import TINY as CLI_TINY
 
 from scratchformer import fast
 from scratchformer.errors import ConfigError, DTypeError, ShapeError
@@ -337,22 +338,6 @@ def test_cached_generation_equals_uncached_greedy_decoding():
 
 
 # -- the command line --------------------------------------------------------------------------
-CLI_TINY = [
-    "--n-layer",
-    "1",
-    "--n-head",
-    "2",
-    "--n-embd",
-    "16",
-    "--batch-size",
-    "8",
-    "--eval-batches",
-    "2",
-    "--no-progress",
-    "--quiet",
-]
-
-
 @pytest.fixture(scope="module")
 def alibi_run(tmp_path_factory):
     from scratchformer.cli.main import main

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tiny_run import tiny
 
 from scratchformer.cli.main import main
 from scratchformer.errors import CheckpointError, RunLockedError
@@ -16,20 +17,7 @@ from scratchformer.training.rundir import RunLock, clear_run, read_log, recover_
 from scratchformer.training.trainer import resume_config
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = [
-    "--n-layer",
-    "1",
-    "--n-head",
-    "2",
-    "--n-embd",
-    "8",
-    "--batch-size",
-    "8",
-    "--eval-batches",
-    "1",
-    "--no-progress",
-    "--quiet",
-]
+TINY = tiny(n_embd=8, eval_batches=1)
 
 
 def cli(capsys, *argv):

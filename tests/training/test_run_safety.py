@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tiny_run import tiny
 
 from scratchformer.cli.main import main
 from scratchformer.training.checkpoint import load_checkpoint
@@ -19,20 +20,7 @@ from scratchformer.training.rundir import RunLock, read_log
 from scratchformer.training.trainer import resume_config
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = [
-    "--n-layer",
-    "1",
-    "--n-head",
-    "2",
-    "--n-embd",
-    "8",
-    "--batch-size",
-    "8",
-    "--eval-batches",
-    "1",
-    "--no-progress",
-    "--quiet",
-]
+TINY = tiny(n_embd=8, eval_batches=1)
 
 
 def cli(capsys, *argv):

@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from tiny_run import TINY
 
 from scratchformer import viz
 from scratchformer.models import GPT, GPTConfig
@@ -199,26 +200,7 @@ def test_compare_init_draws_the_runs_initial_weights(tmp_path, capsys):
     from scratchformer.training.jobs import build_job, load_job
 
     run = tmp_path / "run"
-    settings = [
-        "--n-layer",
-        "1",
-        "--n-head",
-        "2",
-        "--n-embd",
-        "16",
-        "--batch-size",
-        "8",
-        "--eval-batches",
-        "2",
-        "--max-steps",
-        "3",
-        "--seed",
-        "7",
-        "--workers",
-        "1",
-        "--no-progress",
-        "--quiet",
-    ]
+    settings = [*TINY, "--max-steps", "3", "--seed", "7", "--workers", "1"]
     assert main(["train", *settings, "--out", str(run)]) == 0
     fresh, _ = build_job(
         "lines", {"n_layer": 1, "n_head": 2, "n_embd": 16}, {"seed": 7}

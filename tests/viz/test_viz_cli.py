@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+from tiny_run import TINY
 
 from scratchformer.cli import viz as cli_viz
 from scratchformer.cli.main import main
@@ -13,20 +14,7 @@ from scratchformer.training.jobs import build_job
 from scratchformer.training.trainer import train
 
 PNG = b"\x89PNG\r\n\x1a\n"
-TINY = [
-    "--n-layer",
-    "1",
-    "--n-head",
-    "2",
-    "--n-embd",
-    "16",
-    "--batch-size",
-    "8",
-    "--eval-batches",
-    "2",
-    "--no-progress",
-    "--quiet",
-]
+
 TINY_TASK = (
     {"n_layer": 1, "n_head": 2, "n_embd": 16, "n_inner": 32},
     {"max_steps": 4, "eval_interval": 2, "batch_size": 8, "warmup_steps": 1},
@@ -170,11 +158,11 @@ def test_viz_bert_says_when_it_cuts_a_long_text(tmp_path):
     text = "the cat sat on the mat. " * 100
     total = WordPieceTokenizer.from_dir(path).count_tokens(text)
     notes = []
-    paths = report_bert(tmp_path, text, only=["attention_grid"], on_note=notes.append)
+    paths = report_bert(tmp_path, text, only=[], on_note=notes.append)  # the page alone: no figure to draw
     assert total > 256 and notes == [f"{total} tokens, first 256 shown"]
     assert f"({notes[0]})" in (tmp_path / "report.html").read_text() and paths
     notes.clear()
-    report_bert(tmp_path / "short", "The cat sat on the mat.", only=["attention_grid"], on_note=notes.append)
+    report_bert(tmp_path / "short", "The cat sat on the mat.", only=[], on_note=notes.append)
     assert notes == []  # a text that fits: nothing cut, nothing said
 
 

@@ -179,41 +179,75 @@ def _canvas(page, canvas_id: str) -> dict:
     )
 
 
+@pytest.fixture(scope="module")
+def chromium():
+    """One chromium for this module's page tests, each in a page (and browser context) of its own:
+    starting playwright and chromium costs seconds, a page a fraction of one. A function that
+    starts it on its first call (so a test's checks before its page still run without chromium)."""
+    started = []
+
+    def browser():
+        if not started:
+            sync_playwright, exe = _browser_or_skip()
+            p = sync_playwright().start()
+            started.extend([p, p.chromium.launch(executable_path=exe, args=ARGS)])
+        return started[1]
+
+    yield browser
+    if started:
+        started[1].close()
+        started[0].stop()
+
+
 @contextlib.contextmanager
-def opened(report_path):
+def opened(report_path, browser=None):
     """A chromium page showing report_path, ready; on exit: no page or console error and no
-    request outside file:// (each non-file request is aborted and recorded)."""
+    request outside file:// (each non-file request is aborted and recorded). browser: the
+    `chromium` fixture, to open the page in its chromium; None: one launched for this page."""
+    if browser is not None:
+        with _page(browser(), report_path) as page:
+            yield page
+        return
     sync_playwright, exe = _browser_or_skip()
-    outside, errors = [], []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=exe, args=ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-
-            def route(r):
-                if r.request.url.startswith(("file://", "data:")):
-                    r.continue_()
-                else:
-                    outside.append(r.request.url)
-                    r.abort()
-
-            page.route("**/*", route)
-            page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
-            page.on(
-                "console",
-                lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None,
-            )
-            page.goto(report_path.resolve().as_uri())
-            page.wait_for_function("window.scratchformerReady === true", timeout=15000)
-            yield page
+            with _page(browser, report_path) as page:
+                yield page
         finally:
             browser.close()
+
+
+@contextlib.contextmanager
+def _page(browser, report_path):
+    outside, errors = [], []
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+
+        def route(r):
+            if r.request.url.startswith(("file://", "data:")):
+                r.continue_()
+            else:
+                outside.append(r.request.url)
+                r.abort()
+
+        page.route("**/*", route)
+        page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
+        page.on(
+            "console",
+            lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None,
+        )
+        page.goto(report_path.resolve().as_uri())
+        page.wait_for_function("window.scratchformerReady === true", timeout=15000)
+        yield page
+    finally:
+        page.context.close()
     assert not errors, errors
     assert not outside, f"the page requested {outside}"
 
 
-def test_report_in_chromium(shakespeare_report, tmp_path):
-    with opened(shakespeare_report) as page:
+def test_report_in_chromium(shakespeare_report, tmp_path, chromium):
+    with opened(shakespeare_report, chromium) as page:
         # 18 figures + the Lens part's 4; the backward walk-through is the interactive Backward part
         assert page.evaluate("document.querySelectorAll('img').length") == 22
         checks = page.evaluate("document.getElementById('sf-checks').textContent")
@@ -244,10 +278,10 @@ def test_report_in_chromium(shakespeare_report, tmp_path):
         assert (tmp_path / "report.png").stat().st_size > 10_000
 
 
-def test_seq2seq_tabs_in_chromium(tmp_path):
+def test_seq2seq_tabs_in_chromium(tmp_path, chromium):
     src, tgt = np.array([3, 4, 5, 6, 7]), np.array([1, 7, 6, 5])
     path = viz.report(tiny_seq2seq(), tmp_path, src, tgt_ids=tgt, only=[])[-1]
-    with opened(path) as page:
+    with opened(path, chromium) as page:
         assert page.locator("#sf-tabs button").all_inner_texts() == ["encoder", "decoder", "cross"]
         encoder = _canvas(page, "sf-matrix")
         page.click("#sf-tabs button >> text=cross")
@@ -255,7 +289,7 @@ def test_seq2seq_tabs_in_chromium(tmp_path):
         assert cross["h"] < encoder["h"] and cross["w"] == encoder["w"], "cross is 4 targets x 5 sources"
 
 
-def test_the_step_slider_replays_the_training_diagnostics(tmp_path):
+def test_the_step_slider_replays_the_training_diagnostics(tmp_path, chromium):
     from test_diagnostics import run, tiny_cfg, tiny_job
 
     from scratchformer.training.diagnostics import DIAG_FILE, read_records
@@ -285,7 +319,7 @@ def test_the_step_slider_replays_the_training_diagnostics(tmp_path):
     def canvases(page):
         return [_canvas(page, c)["png"] for c in ("sf-diag-act", "sf-diag-grad", "sf-diag-weights")]
 
-    with opened(path) as page:
+    with opened(path, chromium) as page:
         assert page.locator("#sf-diag").is_hidden()  # the model's own tab: no slider, no replay
         page.click("#sf-tabs button >> text=probe over training")
         assert page.locator("#sf-diag").is_visible()
@@ -302,7 +336,7 @@ def test_the_step_slider_replays_the_training_diagnostics(tmp_path):
         assert all(a != b for a, b in zip(canvases(page), last_pixels)), "another step, the same histograms"
 
 
-def test_hover_shows_the_stored_weight_of_the_cell_under_the_mouse(tmp_path):
+def test_hover_shows_the_stored_weight_of_the_cell_under_the_mouse(tmp_path, chromium):
     """TEST-GAPS rows 5-6: the page decodes each stored weight (q / 255) and indexes (query,
     key) in the order the tab stores them. On the cross tab (4 targets x 5 sources, not square)
     every cell the mouse finds must show the model's own weight to the 3 decimals printed."""
@@ -311,14 +345,15 @@ def test_hover_shows_the_stored_weight_of_the_cell_under_the_mouse(tmp_path):
     model, src, tgt = tiny_seq2seq(), np.array([3, 4, 5, 6, 7]), np.array([1, 7, 6, 5])
     path = viz.report(model, tmp_path, src, tgt_ids=tgt, only=[])[-1]
     cross = T.attention_maps(model, src, tgt)["cross"][0, 0]  # (4 targets, 5 sources), layer 0 head 0
-    with opened(path) as page:
+    with opened(path, chromium) as page:
         page.click("#sf-tabs button >> text=cross")
         page.select_option("#sf-layer", "0")
         page.select_option("#sf-head", "0")
         box = page.locator("#sf-matrix").bounding_box()
         seen = {}
-        for y in range(0, int(box["height"]), 8):
-            for x in range(0, int(box["width"]), 8):
+        step = 14  # half a cell (28 px when 5 keys fit): each cell holds two positions of each row and column
+        for y in range(0, int(box["height"]), step):
+            for x in range(0, int(box["width"]), step):
                 page.mouse.move(box["x"] + x, box["y"] + y)
                 text = page.inner_text("#sf-hover")
                 if "\u2192" in text:
@@ -334,7 +369,7 @@ def test_hover_shows_the_stored_weight_of_the_cell_under_the_mouse(tmp_path):
             assert abs(value - want) <= 0.5 / 255 + 0.0005, (pair, value, want)  # uint8 + 3 decimals
 
 
-def test_the_backward_part_lists_the_steps_and_shows_each_ones_values(tmp_path):
+def test_the_backward_part_lists_the_steps_and_shows_each_ones_values(tmp_path, chromium):
     """The Backward part: one row per step, a planted bug's step red and first shown, a click
     on another row shows that step's formula, file:line, lane and values (hover: the stored value)."""
     from test_viz_backward import IDS, TARGETS, _gpt_variant, _wrong_softmax
@@ -360,7 +395,7 @@ def test_the_backward_part_lists_the_steps_and_shows_each_ones_values(tmp_path):
         backward=steps,
     )
     names = [s.name for s in steps]
-    with opened(path) as page:
+    with opened(path, chromium) as page:
         page.click("nav >> text=Backward")  # the link at the top of the page
         assert page.evaluate("location.hash") == "#sf-backward"
         rows = page.locator("#sf-bw-rows tr")
