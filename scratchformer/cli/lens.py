@@ -322,11 +322,11 @@ def _add_patching(report: dict, job, corrupt: str, model, ids, inputs, target: i
 
 
 def _baseline_kind(args, model) -> str:
-    """--baseline, or its default: "zero" where the model adds a position table to the token
-    embeddings (the model's contract says), "mean" where positions live inside attention."""
-    if args.baseline is not None:
-        return args.baseline
-    return "zero" if model.position_table() is not None else "mean"
+    """--baseline, or the model's default (lens.default_baseline_kind: "zero" where a position
+    table is added to the token embeddings, "mean" where positions live inside attention)."""
+    from scratchformer import lens
+
+    return args.baseline if args.baseline is not None else lens.default_baseline_kind(model)
 
 
 def _baseline(job, args, model, ids, inputs):
@@ -341,9 +341,7 @@ def _baseline(job, args, model, ids, inputs):
                 "needs the same number"
             )
         return lens.token_embeddings(model, (bids,) + inputs[1:])
-    if _baseline_kind(args, model) == "mean":  # over the vocabulary of the stack the input enters
-        return lens.mean_token_embedding(model, inputs, model.token_table(model.main_prefix()).shape[0])
-    return None
+    return lens.baseline_embeddings(model, inputs, _baseline_kind(args, model))
 
 
 def _bert_report(args) -> dict:

@@ -692,7 +692,7 @@ _LENS_TEXT = {
     "lens_saliency": (
         "Saliency",
         "Which input tokens the logit of {token!r} (the prediction at the last position) depends on: "
-        "gradient x input and integrated gradients, through the hand-written backward.",
+        "gradient x input and integrated gradients (from {baseline}), through the hand-written backward.",
     ),
     "lens_head_scores": (
         "Head scores",
@@ -750,9 +750,18 @@ def _lens_part(model, kind, ids, tokens, tgt_ids, tgt_tokens, vocab_labels) -> t
         add("lens_ablation", abl, LF.ablation_figure(abl))
     objective = lens.logit_objective(-1, target)
     sal = lens.saliency(model, inputs, objective)
-    ig = lens.integrated_gradients(model, inputs, objective, steps=32)
+    ig = lens.integrated_gradients(
+        model, inputs, objective, steps=32, baseline=lens.baseline_embeddings(model, inputs)
+    )
     attributions = {"gradient x input": sal.grad_x_input[0], "integrated gradients": ig.attributions[0]}
-    add("lens_saliency", ig, LF.saliency_figure(list(tokens), attributions), token=label(target))
+    start = {"zero": "zero embeddings", "mean": "the mean token embedding"}[lens.default_baseline_kind(model)]
+    add(
+        "lens_saliency",
+        ig,
+        LF.saliency_figure(list(tokens), attributions),
+        token=label(target),
+        baseline=start,
+    )
     scores = lens.head_scores(model, inputs)
     add("lens_head_scores", scores, LF.head_scores_figure(scores))
     return figures, checks

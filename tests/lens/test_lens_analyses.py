@@ -229,6 +229,25 @@ def test_integrated_gradients_baselines_and_bounded_steps():
         integrated_gradients(model, (IDS,), objective, baseline="ones")
 
 
+@pytest.mark.parametrize("positional", ["alibi", "rope"])
+def test_the_default_baseline_keeps_integrated_gradients_complete_without_a_position_table(positional):
+    """From zero embeddings a model with positions inside attention feeds its first norm a * x,
+    whose x / rms jumps near a = 0: 32 nodes miss it and the completeness check says so. The
+    default start there is the mean token embedding, which the check passes; a model with a
+    position table keeps zero embeddings (the lens CLI and the report both take this default)."""
+    from scratchformer.lens import baseline_embeddings, default_baseline_kind, mean_token_embedding
+
+    model, objective = _gpt(positional=positional), logit_objective(-1, 3)
+    assert not integrated_gradients(model, (IDS,), objective).check.ok  # zero embeddings: the check fails
+    assert default_baseline_kind(model) == "mean"
+    start = baseline_embeddings(model, (IDS,))
+    assert np.array_equal(start, mean_token_embedding(model, (IDS,), 11))
+    assert integrated_gradients(model, (IDS,), objective, baseline=start).check.ok
+    assert default_baseline_kind(_gpt()) == "zero" and baseline_embeddings(_gpt(), (IDS,)) is None
+    with pytest.raises(ConfigError, match="'zero' or 'mean'"):
+        baseline_embeddings(model, (IDS,), "ones")
+
+
 def test_gauss_legendre_beats_the_trapezoid_at_the_same_number_of_gradients():
     from scratchformer.lens import analyses
 
