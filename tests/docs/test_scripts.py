@@ -194,3 +194,31 @@ def test_unseen_words_set_keeps_every_test_noun_out_of_training(tmp_path):
         noun = next(n for n in NOUNS[r["label"]][1].split() if re.search(rf"\b{n}\b", r["text"]))
         assert noun not in train_words, r
     assert (tmp_path / "a" / "test.csv").read_bytes() == (tmp_path / "b" / "test.csv").read_bytes()
+
+
+def test_cut_csv_keeps_the_header_and_a_seeded_sample_in_file_order(tmp_path, capsys):
+    """cut_csv.py: N rows of the source, each once, in the source's order, the header first; the
+    same seed writes the same file, another seed another sample; N beyond the rows is one line."""
+    import csv
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from cut_csv import main as cut
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    source = tmp_path / "all.csv"
+    with open(source, "w", newline="", encoding="utf-8") as f:
+        csv.writer(f).writerows([["text", "label"], *([f"text, {i}", str(i % 3)] for i in range(50))])
+    assert cut([str(source), "20", str(tmp_path / "a.csv")]) == 0
+    assert cut([str(source), "20", str(tmp_path / "b.csv")]) == 0
+    assert cut([str(source), "20", str(tmp_path / "c.csv"), "--seed", "1"]) == 0
+    rows = list(csv.reader(open(tmp_path / "a.csv", newline="", encoding="utf-8")))
+    assert rows[0] == ["text", "label"] and len(rows) == 21
+    order = [int(r[0].split(", ")[1]) for r in rows[1:]]
+    assert order == sorted(set(order)) and all(r[1] == str(int(r[0].split(", ")[1]) % 3) for r in rows[1:])
+    assert (tmp_path / "a.csv").read_bytes() == (tmp_path / "b.csv").read_bytes()
+    assert (tmp_path / "a.csv").read_bytes() != (tmp_path / "c.csv").read_bytes()
+    capsys.readouterr()
+    assert cut([str(source), "51", str(tmp_path / "d.csv")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "N must be 1 to 50" in err
