@@ -231,6 +231,30 @@ def test_changed_data_stops_eval_and_resume_unless_allowed(tmp_path, capsys):
         assert cli(capsys, *argv, "--allow-changed-data")[0] == 0
 
 
+def test_a_changed_copy_given_with_data_on_resume_is_refused(tmp_path, capsys):
+    """TEST-GAPS: the --data override is checked against the recorded fingerprint: a changed
+    copy is refused by `train --resume --data` (even with nothing left to do) and by
+    LMJob.from_checkpoint; an unchanged copy is accepted."""
+    from scratchformer.errors import DataChangedError
+    from scratchformer.training.checkpoint import load_checkpoint
+    from scratchformer.training.lm import LMJob
+
+    data, out = tmp_path / "words.txt", tmp_path / "run"
+    data.write_text("".join(f"word{i}\n" for i in range(150)))
+    assert cli(capsys, "train", *TINY, "--max-steps", "2", "--data", data, "--out", out)[0] == 0
+    same, changed = tmp_path / "same.txt", tmp_path / "changed.txt"
+    same.write_bytes(data.read_bytes())
+    changed.write_bytes(data.read_bytes() + b"word1\n")  # same characters: only the fingerprint tells
+    resume = ["train", "--resume", "--out", out, "--max-steps", "2", "--no-progress"]  # nothing left to do
+    code, _, err = cli(capsys, *resume, "--data", changed)
+    assert code == 2 and len(err) == 1 and "changed since training" in err[0], err
+    assert cli(capsys, *resume, "--data", same)[0] == 0
+    ck = load_checkpoint(out / "last")
+    with pytest.raises(DataChangedError):
+        LMJob.from_checkpoint(ck, data=changed)
+    assert LMJob.from_checkpoint(ck, data=same).data_spec["path"] == str(same)
+
+
 def test_hand_edited_run_file_is_one_line_naming_file_and_field(tmp_path, capsys):
     from scratchformer.errors import RunFileError
 
