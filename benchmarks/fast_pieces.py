@@ -85,19 +85,23 @@ def pieces(
             }
         )
     block = fast_activations.BLOCK
-    fast_activations.BLOCK = h.size  # the fast lane with one block as big as the array, then in blocks
-    try:
-        before = measure(lambda: ops.activations.gelu_with_grad(h), repeats)
-    finally:
-        fast_activations.BLOCK = block
-    rows.append(
-        {
-            "piece": f"gelu_with_grad {h.shape}",
-            "before": before,
-            "after": measure(lambda: ops.activations.gelu_with_grad(h), repeats),
-            "labels": ("one block", f"blocks of {block:,}"),
-        }
-    )
+    for name, fn in (  # inference's GELU, and training's (its derivative computed beside it)
+        (f"gelu_forward {h.shape}", lambda: ops.gelu_forward(h)),
+        (f"gelu_with_grad {h.shape}", lambda: ops.activations.gelu_with_grad(h)),
+    ):
+        fast_activations.BLOCK = h.size  # the fast lane with one block as big as the array, then in blocks
+        try:
+            before = measure(fn, repeats)
+        finally:
+            fast_activations.BLOCK = block
+        rows.append(
+            {
+                "piece": name,
+                "before": before,
+                "after": measure(fn, repeats),
+                "labels": ("one block", f"blocks of {block:,}"),
+            }
+        )
     return rows
 
 

@@ -24,6 +24,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from suite import TRAIN_CONFIGS  # noqa: E402
 
+from scratchformer.allocator import keep_freed_memory  # noqa: E402
 from scratchformer.models import GPT, GPTConfig  # noqa: E402
 from scratchformer.optim import clip_grad_norm, make_adamw, param_groups  # noqa: E402
 
@@ -39,6 +40,7 @@ def main() -> None:
         "--data", default=str(Path(__file__).resolve().parents[2] / "shared/data/tinyshakespeare.txt")
     )
     args = ap.parse_args()
+    keep_freed_memory()  # as train() and every command run (scratchformer/allocator.py)
     if args.sample or args.embed:
         return profile_inference(args)
     V, L, H, C, T, B = TRAIN_CONFIGS[args.config]

@@ -61,7 +61,16 @@ def serves(x: np.ndarray) -> bool:
 
 
 def gelu_forward(x: np.ndarray) -> np.ndarray:
-    return x * normal_cdf(x)
+    """x * Phi(x), computed BLOCK elements at a time (as `gelu_with_grad`): Phi's passes over a
+    block stay in the core's cache, where one pass over a whole feed-forward activation
+    (inference on a batch: megabytes) would go to memory ten times."""
+    flat = x.reshape(-1)
+    y = np.empty(x.shape, dtype=x.dtype)
+    y_flat = y.reshape(-1)
+    for start in range(0, flat.size, BLOCK):
+        block = slice(start, start + BLOCK)
+        np.multiply(flat[block], normal_cdf(flat[block]), out=y_flat[block])
+    return y
 
 
 def gelu_with_grad(x: np.ndarray):

@@ -498,7 +498,7 @@ def test_float32_gelu_equals_the_reference_within_the_tables_error():
 
 @pytest.mark.parametrize("block", [fast_activations.BLOCK, 1000], ids=["one-block", "blocks"])
 @pytest.mark.parametrize("layout", ["contiguous", "transposed"])
-def test_gelu_derivative_in_place_is_bit_identical_to_the_reference_formula_with_the_same_phi(
+def test_blocked_gelu_and_its_derivative_are_bit_identical_to_the_formula_with_the_same_phi(
     block, layout, monkeypatch
 ):
     monkeypatch.setattr(fast_activations, "BLOCK", block)  # 1000: 6 blocks and a partial 7th of 144
@@ -509,6 +509,7 @@ def test_gelu_derivative_in_place_is_bit_identical_to_the_reference_formula_with
     y, dydx = fast_activations.gelu_with_grad(x)
     assert y.shape == dydx.shape == x.shape
     np.testing.assert_array_equal(y, x * cdf)
+    np.testing.assert_array_equal(fast_activations.gelu_forward(x), x * cdf)  # blocked the same way
     np.testing.assert_array_equal(dydx, cdf + x * (np.exp(-0.5 * x * x) * (1 / math.sqrt(2 * math.pi))))
 
 
