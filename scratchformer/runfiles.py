@@ -7,6 +7,9 @@ bounded reader of regular files, one JSON parser whose every failure is a one-li
     read_regular_file(path)     the bytes of a regular file of bounded size: a FIFO, a device
                                 (a link to /dev/zero) or a huge file is refused, never read
     read_json_file(path)        read_regular_file + UTF-8 + JSON, each failure one line
+    read_optional_json(path)    a JSON file another program may have written (a Hugging Face
+                                model directory's config.json, ...): None when absent, typed,
+                                each failure one line of the reader's own error class
     parse_json(text, where)     json.loads with syntax errors, 4,300-digit ints and deep nesting
                                 as RunFileError
 
@@ -25,7 +28,7 @@ import os
 import stat
 from pathlib import Path
 
-from scratchformer.errors import RunFileError
+from scratchformer.errors import ConfigError, RunFileError
 
 MAX_JSON_BYTES = 64 * 2**20  # a run's JSON files are kilobytes; refuse to parse a huge one
 _names = itertools.count()
@@ -178,3 +181,25 @@ def read_json_file(
     except UnicodeDecodeError as e:
         raise RunFileError(f"{where}: not UTF-8 text (byte {e.start}); {hint}") from None
     return parse_json(text, where, hint)
+
+
+def read_optional_json(
+    path: str | os.PathLike,
+    expect: type = dict,
+    error: type[Exception] = ConfigError,
+    hint: str = "is it a Hugging Face model directory?",
+):
+    """The JSON value in `path`, a file another program may or may not have written (a Hugging
+    Face model directory's config.json, tokenizer_config.json, ...), which must be an `expect`
+    (dict or list); None when there is no such file. A file that cannot be read or parsed, or
+    holds another type, is one `error` line naming it (the reader's own class: ConfigError,
+    CheckpointError, DataError)."""
+    try:
+        value = read_json_file(path, hint=hint)
+    except FileNotFoundError:
+        return None
+    except RunFileError as e:  # a FIFO, a device, a huge or invalid file: one line
+        raise error(str(e)) from None
+    if not isinstance(value, expect):
+        raise error(f"{path} must hold a JSON {'object' if expect is dict else expect.__name__}")
+    return value

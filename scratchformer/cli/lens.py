@@ -135,10 +135,10 @@ def _job(args):
 
 def _is_hf_dir(path) -> bool:
     from scratchformer.errors import CheckpointError
-    from scratchformer.interop.hf_files import read_json
+    from scratchformer.runfiles import read_optional_json
 
     try:
-        cfg = read_json(path / "config.json", error=CheckpointError)
+        cfg = read_optional_json(path / "config.json", error=CheckpointError)
     except CheckpointError:
         return False
     return isinstance(cfg, dict) and "model_type" in cfg and "kind" not in cfg

@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 
 from scratchformer.data.tokenizer import check_saved_json, decodable_ids
-from scratchformer.errors import ConfigError, DataError, DTypeError, RunFileError
+from scratchformer.errors import ConfigError, DataError, DTypeError
 from scratchformer.limits.estimates import check_bpe_fits
-from scratchformer.runfiles import read_json_file, write_atomic
+from scratchformer.runfiles import read_optional_json, write_atomic
 
 END_OF_TEXT = "<|endoftext|>"  # GPT-2's one special token
 MIN_VOCAB = 256 + 1  # the byte alphabet and the end-of-text token
@@ -146,8 +146,9 @@ class BPETokenizer:
                 f"{path} holds no tokenizer: it needs tokenizer.json, or vocab.json and merges.txt "
                 "(as save_pretrained writes them)"
             )
+        given = {} if config is None else {"config.json": config}
         configs = {
-            name: config if name == "config.json" and config is not None else _json_object(path / name)
+            name: given[name] if name in given else read_optional_json(path / name, error=DataError) or {}
             for name in ("tokenizer_config.json", "config.json", "generation_config.json")
         }
         named = configs["tokenizer_config.json"].get("eos_token")  # a string, or {"content": ...}
@@ -269,17 +270,3 @@ class BPETokenizer:
 
     def __repr__(self) -> str:
         return f"BPETokenizer(vocab_size={self.vocab_size}, special={self.special!r})"
-
-
-def _json_object(path: Path) -> dict:
-    """The JSON object in `path`; {} when there is no such file. A file that cannot be read or
-    holds no JSON object is a DataError naming it."""
-    try:
-        value = read_json_file(path, hint="is it a Hugging Face model directory?")
-    except FileNotFoundError:
-        return {}
-    except RunFileError as e:
-        raise DataError(str(e)) from None
-    if not isinstance(value, dict):
-        raise DataError(f"{path} must hold a JSON object")
-    return value

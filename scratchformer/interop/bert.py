@@ -33,9 +33,10 @@ import numpy as np
 
 from scratchformer.checks import check_positive_int, check_positive_number, check_token_ids
 from scratchformer.errors import CheckpointError, ConfigError, DataError
-from scratchformer.interop.hf_files import read_json, read_safetensors
+from scratchformer.interop.hf_files import read_safetensors
 from scratchformer.limits.memory import check_fits
 from scratchformer.models.base import Model, Sizes
+from scratchformer.runfiles import read_optional_json
 
 __all__ = ["BertConfig", "BertEncoder", "load_hf_bert", "hf_to_scratch_state_dict"]
 
@@ -117,7 +118,7 @@ class BertConfig:
         path = Path(path)
         if path.is_dir():
             path = path / "config.json"
-        d = read_json(path)
+        d = read_optional_json(path)
         if d is None:
             raise CheckpointError(f"BERT config not found: {path}")
         return cls.from_dict(d)
@@ -344,7 +345,7 @@ def load_hf_state_dict(path: str | Path) -> dict[str, np.ndarray]:
     if single.is_file():
         return read_safetensors(single)
     if index.is_file():
-        weight_map = read_json(index, error=CheckpointError).get("weight_map")
+        weight_map = read_optional_json(index, error=CheckpointError).get("weight_map")
         if not isinstance(weight_map, dict):
             raise CheckpointError(f"{index} has no 'weight_map' object")
         sd: dict[str, np.ndarray] = {}

@@ -1,5 +1,6 @@
-"""Reading and writing the files of a Hugging Face model directory: JSON configs and
-safetensors weights.
+"""Reading and writing the files of a Hugging Face model directory: safetensors weights, and
+a checkpoint's config and weights read once (its JSON files through
+`scratchformer.runfiles.read_optional_json`, which the tokenizer readers share).
 
 Every failure is one of the library's errors naming the file (never a raw JSON or safetensors
 traceback); which error class depends on what the caller is reading (a config or a checkpoint).
@@ -20,11 +21,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from scratchformer.errors import CheckpointError, ConfigError, RunFileError
-from scratchformer.runfiles import read_json_file, write_atomic
+from scratchformer.errors import CheckpointError, ConfigError
+from scratchformer.runfiles import read_optional_json, write_atomic
 
 __all__ = [
-    "read_json",
     "read_safetensors",
     "safetensors_dtypes",
     "HALF_DTYPES",
@@ -51,21 +51,6 @@ _STORED = {
 }
 HALF_DTYPES = {"F16": "float16", "BF16": "bfloat16"}  # read as float32
 MAX_HEADER_BYTES = 100 << 20  # safetensors' own limit
-
-
-def read_json(path: str | Path, expect: type = dict, error: type[Exception] = ConfigError):
-    """The JSON value in `path` (which must be an `expect`: dict or list); None when the file
-    does not exist. A file that cannot be read or parsed, or holds another type, raises `error`."""
-    path = Path(path)
-    try:
-        value = read_json_file(path, hint="is it a Hugging Face model directory?")
-    except FileNotFoundError:
-        return None
-    except RunFileError as e:  # a FIFO, a device, a huge or invalid file: one line
-        raise error(str(e)) from None
-    if not isinstance(value, expect):
-        raise error(f"{path} must hold a JSON {'object' if expect is dict else expect.__name__}")
-    return value
 
 
 def bfloat16_to_float32(bits: np.ndarray) -> np.ndarray:
@@ -186,7 +171,7 @@ def weight_files(path: str | Path, family: str) -> list[Path]:
                 "or its shards and model.safetensors.index.json)"
             )
         return [single]
-    index = read_json(index_file, error=CheckpointError)
+    index = read_optional_json(index_file, error=CheckpointError)
     weight_map = index.get("weight_map")
     if (
         not isinstance(weight_map, dict)
@@ -232,7 +217,7 @@ def read_checkpoint(path: str | Path, family: str, config: dict | None = None) -
         tensors.update(file_tensors)
         stored |= dtypes
     if config is None:
-        config = read_json(cfg_file, error=CheckpointError)
+        config = read_optional_json(cfg_file, error=CheckpointError)
     half = tuple(sorted({HALF_DTYPES[d] for d in stored if d in HALF_DTYPES}))
     return HFCheckpoint(config, tensors, files[0] if len(files) == 1 else path, half)
 

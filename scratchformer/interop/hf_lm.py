@@ -23,10 +23,11 @@ import numpy as np
 
 from scratchformer.data.bpe import BPETokenizer
 from scratchformer.errors import CheckpointError, ConfigError, DataError
-from scratchformer.interop.hf_files import HFCheckpoint, read_checkpoint, read_json
+from scratchformer.interop.hf_files import HFCheckpoint, read_checkpoint
 from scratchformer.limits.estimates import check_model_fits, generation_bytes
 from scratchformer.limits.memory import check_fits
 from scratchformer.models import GPT
+from scratchformer.runfiles import read_optional_json
 
 __all__ = [
     "load_hf_causal_lm",
@@ -85,7 +86,7 @@ def load_hf_causal_lm(
             f"{path}: not a directory: give a Hugging Face model directory (config.json, "
             f"model.safetensors, the tokenizer files); {HOW_TO_GET}"
         )
-    cfg = read_json(path / "config.json", error=CheckpointError)
+    cfg = read_optional_json(path / "config.json", error=CheckpointError)
     if cfg is None:
         raise CheckpointError(f"{path} has no config.json: is it a Hugging Face model directory?")
     model_type = cfg.get("model_type")

@@ -21,8 +21,8 @@ import numpy as np
 
 from scratchformer.errors import CheckpointError, ConfigError, DataError
 from scratchformer.interop.bert import BertEncoder, load_hf_bert
-from scratchformer.interop.hf_files import read_json
 from scratchformer.interop.wordpiece import WordPieceTokenizer
+from scratchformer.runfiles import read_optional_json
 
 __all__ = ["SentenceEncoder", "default_model_dir", "mean_pool", "l2_normalize"]
 
@@ -68,14 +68,14 @@ def l2_normalize(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
 def _read_modules(path: Path) -> bool | None:
     """Check modules.json (Transformer, mean Pooling, optional Normalize) and say whether it
     normalises; None when there is no modules.json (the caller decides)."""
-    modules = read_json(path / "modules.json", expect=list)
+    modules = read_optional_json(path / "modules.json", expect=list)
     normalize = None
     if modules is not None:
         types = [str(m.get("type", "")) for m in modules if isinstance(m, dict)]
         normalize = any(t.endswith(".Normalize") for t in types)
         for m in modules:
             if isinstance(m, dict) and str(m.get("type", "")).endswith(".Pooling"):
-                pcfg = read_json(path / str(m.get("path", "")) / "config.json") or {}
+                pcfg = read_optional_json(path / str(m.get("path", "")) / "config.json") or {}
                 chosen = [
                     k
                     for k in (
@@ -122,7 +122,7 @@ class SentenceEncoder:
         if not path.is_dir():
             raise CheckpointError(f"model directory not found: {path}")
         self.path = path
-        st = read_json(path / "sentence_bert_config.json") or {}
+        st = read_optional_json(path / "sentence_bert_config.json") or {}
         self.do_lower_case = bool(st.get("do_lower_case", False))
         norm_from_modules = _read_modules(path)
         self.normalize = (

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from scratchformer.errors import CheckpointError, ConfigError, DataError
-from scratchformer.interop.hf_files import read_json
+from scratchformer.runfiles import read_optional_json
 
 __all__ = ["WordPieceTokenizer", "default_max_length"]
 
@@ -28,14 +28,14 @@ def default_max_length(path: str | Path) -> int:
     """max_seq_length from sentence_bert_config.json, else min(max_position_embeddings,
     tokenizer model_max_length), else 512."""
     path = Path(path)
-    st = read_json(path / "sentence_bert_config.json") or {}
+    st = read_optional_json(path / "sentence_bert_config.json") or {}
     if st.get("max_seq_length") is not None:
         return int(st["max_seq_length"])
     candidates = []
-    cfg = read_json(path / "config.json") or {}
+    cfg = read_optional_json(path / "config.json") or {}
     if isinstance(cfg.get("max_position_embeddings"), int):
         candidates.append(cfg["max_position_embeddings"])
-    tc = read_json(path / "tokenizer_config.json") or {}
+    tc = read_optional_json(path / "tokenizer_config.json") or {}
     mml = tc.get("model_max_length")
     if isinstance(mml, int) and 0 < mml < 10**9:
         candidates.append(mml)
@@ -82,8 +82,8 @@ class WordPieceTokenizer:
             raise CheckpointError(f"tokenizer directory not found: {path}")
         if max_length is None:
             max_length = default_max_length(path)
-        tc = read_json(path / "tokenizer_config.json") or {}
-        special = read_json(path / "special_tokens_map.json") or {}
+        tc = read_optional_json(path / "tokenizer_config.json") or {}
+        special = read_optional_json(path / "special_tokens_map.json") or {}
 
         def tok(name: str, default: str) -> str:
             return _token(tc.get(name, special.get(name)), default)

@@ -27,10 +27,10 @@ from scratchformer.data.labelled import read_labelled_csv
 from scratchformer.errors import CheckpointError, ConfigError, DataError
 from scratchformer.interop.bert import BertEncoder, load_hf_bert
 from scratchformer.interop.bert_classifier import ENCODER_FIELDS, BertClassifier, SentenceClassifierConfig
-from scratchformer.interop.hf_files import read_json
 from scratchformer.interop.wordpiece import WordPieceTokenizer
 from scratchformer.limits.estimates import check_model_fits
 from scratchformer.nn import eval_mode
+from scratchformer.runfiles import read_optional_json
 from scratchformer.training.evaluation import run_evaluation
 from scratchformer.training.rundir import check_data_unchanged, fingerprint_file
 
@@ -57,7 +57,7 @@ def base_model_dir(name: str) -> Path:
             f"--model {path}: no such directory; give a Hugging Face BERT directory "
             "(config.json, model.safetensors, vocab.txt or tokenizer.json)"
         )
-    config = read_json(path / "config.json", error=CheckpointError)
+    config = read_optional_json(path / "config.json", error=CheckpointError)
     if config is None:
         raise CheckpointError(f"--model {path} has no config.json: not a Hugging Face model directory")
     model_type = config.get("model_type") if isinstance(config, dict) else None
@@ -155,7 +155,7 @@ class SentenceClassifierJob:
                     "fine-tunes it anyway"
                 )
         base = base_model_dir(data["base"])
-        hf = read_json(base / "config.json", error=CheckpointError)
+        hf = read_optional_json(base / "config.json", error=CheckpointError)
         encoder_fields = {k: hf[k] for k in ENCODER_FIELDS if k in hf}
         config = SentenceClassifierConfig(**encoder_fields, labels=sorted(set(labels)), **model)
         check_model_fits(config, BertClassifier, training=True, option="a smaller --model")
