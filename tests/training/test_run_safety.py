@@ -159,6 +159,19 @@ def test_fresh_run_never_touches_an_existing_run(finished_run, tmp_path, capsys,
     assert not list(out.glob(".*.old"))
 
 
+def test_a_refused_head_lr_leaves_the_run_it_would_overwrite(finished_run, tmp_path, capsys):
+    """--head-lr on a model without a fresh head is refused with the other settings, before
+    --overwrite deletes anything: the run in --out is left as it was."""
+    out = copy_run(finished_run, tmp_path / "run", {"best": "best", "last": "last"})
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    code, _, err = cli(
+        capsys, "train", *TINY, "--max-steps", "2", "--out", out, "--overwrite", "--head-lr", "1e-2"
+    )
+    assert code == 2 and len(err) == 1 and "fresh head" in err[0], err
+    after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != ".lock"}
+    assert after == before
+
+
 def test_an_interrupted_saves_backup_is_read_and_resumed(finished_run, tmp_path, capsys):
     out = copy_run(
         finished_run, tmp_path / "run", {"last": ".last.old", "best": "best", "log.jsonl": "log.jsonl"}
