@@ -205,6 +205,7 @@ def test_fast_pieces_save_the_big_temporaries(monkeypatch):
         "log_softmax_forward",
         "linear_backward_into",
         "attention_forward+backward",
+        "gelu_forward",
         "gelu_with_grad",
     }
     for row in rows.values():
