@@ -15,6 +15,8 @@ import re
 import shlex
 from pathlib import Path
 
+from tiny_run import tiny
+
 from scratchformer.cli.main import main
 from scratchformer.exercises import solution_source
 
@@ -63,25 +65,17 @@ SKIP = [  # (a regular expression a command matches, why it is not run here)
         "tiny runs (a GPT with --all, the toy tasks, --bert)",
     ),
 ]
+# the shared tiny options (tests/tiny_run.py), one evaluation batch, 12 steps, one process
 TINY = [
+    *tiny(eval_batches=1),
     "--max-steps",
     "12",
-    "--n-layer",
-    "1",
-    "--n-head",
-    "2",
-    "--n-embd",
-    "16",
     "--eval-interval",
     "12",
-    "--eval-batches",
-    "1",
     "--workers",
     "1",
     "--num-samples",
     "2",
-    "--no-progress",
-    "--quiet",
 ]
 
 
