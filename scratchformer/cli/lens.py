@@ -15,6 +15,7 @@ import json
 
 import numpy as np
 
+from scratchformer.cli.sae import add_lens_option as add_sae_lens_option
 from scratchformer.errors import CLIError, DataError
 from scratchformer.lens.analyses import MAX_STEPS
 
@@ -86,6 +87,7 @@ def add_options(p) -> None:
     p.add_argument(
         "--json", action="store_true", help="print one JSON object instead of tables (default: tables)"
     )
+    add_sae_lens_option(p)
 
 
 def cmd_lens(args) -> int:
@@ -94,6 +96,8 @@ def cmd_lens(args) -> int:
     if args.baseline_text is not None and args.baseline is not None:
         raise CLIError("give --baseline or --baseline-text, not both")
     if args.bert is not None:
+        if args.sae is not None:
+            raise CLIError("--sae applies to a run, not to --bert")
         if args.dir is not None or args.hf is not None:
             raise CLIError("give a run directory, --hf or --bert, not two of them")
         if not args.text or not args.text2:
@@ -106,7 +110,14 @@ def cmd_lens(args) -> int:
     else:
         if args.text2 is not None:
             raise CLIError("--text2 applies to --bert only")
-        report = _run_report(_job(args), args)
+        sae_job = None
+        if args.sae is not None:  # the autoencoder's run names the run it reads
+            from scratchformer.cli.sae import sae_for_lens
+
+            if args.hf is not None:
+                raise CLIError("--sae applies to a run, not to --hf")
+            sae_job, args.dir = sae_for_lens(args.sae, args.dir)
+        report = _run_report(_job(args), args, sae_job)
     print(json.dumps(_finite(report), indent=1, allow_nan=False) if args.json else _text(report))
     return 0
 
@@ -166,7 +177,7 @@ def _vocab_id(labels: list[str], target: str) -> int:
     return labels.index(target)
 
 
-def _run_report(job, args) -> dict:
+def _run_report(job, args, sae_job=None) -> dict:
     """Every analysis of a run's model on --text: the logit lens and attribution (language
     models, seq2seq), head ablation, saliency, the activations --show names and, with
     --corrupt, patching; each analysis's check line in "checks"."""
@@ -191,6 +202,10 @@ def _run_report(job, args) -> dict:
         loss_inputs = (ids, np.array([target]))
     else:
         _add_logit_lens(report, model, inputs, target, labels, kind)
+    if sae_job is not None:
+        from scratchformer.cli.sae import add_lens_part
+
+        add_lens_part(report, sae_job, model, inputs, target, labels)
     if loss_inputs is not None:
         abl = lens.head_ablation(model, loss_inputs)
         report["ablation"] = {"baseline_loss": round(abl.baseline, 6), "top": _top_heads(abl)}
@@ -412,6 +427,10 @@ def _text(r: dict) -> str:
             "largest direct contributions to the target's logit: "
             + ", ".join(f"{n} {c:+.4f}" for n, c in r["attribution"])
         )
+    if "sae" in r:
+        from scratchformer.cli.sae import lens_text
+
+        lines += lens_text(r)
     if "ablation" in r:
         a = r["ablation"]
         base = next(k for k in a if k.startswith("baseline"))

@@ -1,4 +1,4 @@
-"""The `scratchformer` command: train, finetune, sample, eval, predict, embed, viz, lens, exercise, export.
+"""The `scratchformer` command: train, finetune, sample, eval, predict, embed, viz, lens, sae, exercise, export.
 
 Every error a user can cause (bad options, bad data, a broken checkpoint) ends as one line
 on stderr and exit code 2; no tracebacks.
@@ -20,6 +20,8 @@ from scratchformer.cli.exercise import add_options as add_exercise_options
 from scratchformer.cli.exercise import cmd_exercise
 from scratchformer.cli.lens import add_options as add_lens_options
 from scratchformer.cli.lens import cmd_lens
+from scratchformer.cli.sae import add_options as add_sae_options
+from scratchformer.cli.sae import cmd_sae
 from scratchformer.cli.viz import add_options as add_viz_options
 from scratchformer.cli.viz import cmd_viz, write_training_curves
 from scratchformer.errors import CheckpointError, CLIError, ScratchformerError
@@ -293,6 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
         "viz": add_viz_options,
         "exercise": add_exercise_options,
         "lens": add_lens_options,
+        "sae": add_sae_options,
     }
     for name, (summary, description) in _about().items():
         add_options[name](sub.add_parser(name, help=summary, description=description))
@@ -374,6 +377,15 @@ def _about() -> dict[str, tuple[str, str]]:
             "logit lens, head ablation, saliency and patching of a trained model on one input",
             "Run the lens analyses (docs/lens.md) on one input and print their tables and "
             "check lines. With --bert: saliency of the similarity of two sentences' embeddings.",
+        ),
+        "sae": (
+            "train a sparse autoencoder on one hook point of a language-model run",
+            "Train a sparse autoencoder (TopK, or ReLU with an L1 penalty) on the activations of one hook "
+            "point of a trained language-model run, streamed from its model in batches. An autoencoder run "
+            "is a run: checkpoints, --resume, log.jsonl with SAELens's measures (L0, explained variance, "
+            "the CE loss score, ...) at every evaluation; at the end the best checkpoint is written in "
+            "SAELens's layout into OUT/saelens. 'scratchformer viz OUT' draws its feature pages; "
+            "'scratchformer lens RUN --sae OUT' attributes a logit to its features (docs/lens.md).",
         ),
     }
 
@@ -995,6 +1007,7 @@ COMMANDS = {
     "viz": cmd_viz,
     "exercise": cmd_exercise,
     "lens": cmd_lens,
+    "sae": cmd_sae,
     "export": cmd_export,
 }
 
