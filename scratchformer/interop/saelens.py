@@ -36,6 +36,10 @@ from scratchformer.runfiles import read_optional_json, write_atomic
 __all__ = ["SAELENS_CONFIG", "SAELENS_WEIGHTS", "load_saelens", "save_saelens"]
 
 SAELENS_CONFIG, SAELENS_WEIGHTS = "cfg.json", "sae_weights.safetensors"  # sae_lens/constants.py
+# metadata.sae_lens_version: SAELens writes its own version there, and its loader reads a file
+# without one (or older than 6.0) as a pre-6.0 config, whose nested metadata it drops. We write
+# the release whose layout this is.
+SAELENS_FORMAT_VERSION = "6.51.1"
 ARCHITECTURES = {"relu": "standard", "topk": "topk"}
 
 
@@ -63,6 +67,7 @@ def save_saelens(
             "prepend_bos": True,
             "context_size": context_size,
             "model_class_name": "scratchformer",
+            "sae_lens_version": SAELENS_FORMAT_VERSION,
             "sae_lens_training_version": None,
         },
     }

@@ -258,16 +258,19 @@ def feature_attribution(
     through the frozen norm and the unembedding row of `token`. The site must be one the
     residual stream adds up (RESIDUAL_SITES) in a pre-norm model.
 
-    Check (another path, the model's own forwards): the parts and the bias terms sum to the
-    logit of the model's forward; and each of the largest features equals the logit's change,
-    the norm's scale frozen, in a run whose hook at the site removes that feature's write at the
-    position while every later sub-layer output is held at its clean value (REPLAY x 10)."""
+    Check (another path: the model's and the autoencoder's own forwards): the parts and the bias
+    terms sum to the logit of the model's forward; and each active feature, b_dec and the error
+    equal the logit's change, with the norm's scale frozen, in a run whose hook at the site
+    removes that part's write at the position (a feature's write: the autoencoder's decode of
+    the activations less its decode without that feature; b_dec: the decode of nothing; the
+    error: the activation less the decode) while every later sub-layer output is held at its
+    clean value (REPLAY x 10, relative to the largest of the logit and the parts)."""
     un = unembedding(model)
     if not un.pre_norm:
         raise ConfigError(
             "feature attribution needs a pre-norm model (its residual stream is a sum of parts)"
         )
-    if not site.endswith(RESIDUAL_SITES) or site.startswith("encoder."):
+    if not site.endswith(RESIDUAL_SITES) or not site.startswith(un.prefix + "blocks."):
         raise ConfigError(
             f"feature attribution splits the residual stream: the autoencoder must read resid_pre, "
             f"resid_mid, resid_post, attn.out or mlp.out of the stack the logits read, not {site}"
@@ -283,28 +286,37 @@ def feature_attribution(
     final = cache[last][0, position].astype(np.float64)
     with eval_mode(sae):
         acts = sae.encode(x_site[None])[0].astype(np.float64)
-    directions = sae.directions().astype(np.float64)
+    active = np.flatnonzero(acts)
+    writes = _feature_writes(sae, acts, active)  # (n_active, C)
     b_dec = sae.b_dec.data.astype(np.float64)
+    error = x_site - (b_dec + writes.sum(axis=0))
     apply, shift = un.frozen_norm(final)
     w_u = un.W[token].astype(np.float64)
-    active = np.flatnonzero(acts)
-    contributions = np.array([acts[s] * float(apply(directions[s]) @ w_u) for s in active])
-    error = x_site - (b_dec + acts @ directions)
+
+    def share(v):
+        return float(apply(v) @ w_u)
+
     bias = float(shift @ w_u) + (float(un.b[token]) if un.b is not None else 0.0)
     att = FeatureAttribution(
         active,
-        contributions,
-        float(apply(b_dec) @ w_u),
-        float(apply(error) @ w_u),
-        float(apply(final - x_site) @ w_u),
+        np.array([share(w) for w in writes]),
+        share(b_dec),
+        share(error),
+        share(final - x_site),
         bias,
         float(logits[0, position, token]),
         position,
         token,
         None,
     )
-    att.check = _attribution_check(model, sae, site, inputs, att, last, acts, directions)
+    att.check = _attribution_check(model, sae, site, inputs, att, last, x_site, acts)
     return att
+
+
+def _feature_writes(sae, acts: np.ndarray, active: np.ndarray) -> np.ndarray:
+    """What each active feature adds to the reconstruction: its activation times its direction
+    (the topk kind's unit decoder row, the relu kind's row)."""
+    return acts[active, None] * sae.directions().astype(np.float64)[active]
 
 
 def _frozen_change(norm, x: np.ndarray, d: np.ndarray) -> np.ndarray:
@@ -318,10 +330,7 @@ def _frozen_change(norm, x: np.ndarray, d: np.ndarray) -> np.ndarray:
     return (d - d.mean()) * w / np.sqrt(np.var(x) + eps)
 
 
-CHECKED_FEATURES = 4  # the largest contributions the check recomputes by removal
-
-
-def _attribution_check(model, sae, site, inputs, att, last, acts, directions) -> Check:
+def _attribution_check(model, sae, site, inputs, att, last, x_site, acts) -> Check:
     un = unembedding(model)
     logits = run_with_hooks(model, *inputs, hooks={})
     logits = logits[0] if isinstance(logits, tuple) else logits
@@ -337,10 +346,18 @@ def _attribution_check(model, sae, site, inputs, att, last, acts, directions) ->
     ]
     _, clean = run_with_cache(model, *inputs, names=later + [last])
     x = clean[last][0, att.position].astype(np.float64)
-    order = np.argsort(-np.abs(att.contributions), kind="stable")[:CHECKED_FEATURES]
-    for i in order:
-        s = att.features[i]
-        write = acts[s] * directions[s]
+    with eval_mode(sae):
+        decoded = sae.decode(acts[None])[0].astype(np.float64)
+
+        def without(s):
+            fewer = acts.copy()
+            fewer[s] = 0.0
+            return decoded - sae.decode(fewer[None])[0].astype(np.float64)
+
+        parts = [(att.contributions[i], without(s)) for i, s in enumerate(att.features)]
+        parts += [(att.b_dec, sae.decode(np.zeros((1, len(acts))))[0].astype(np.float64))]
+    parts += [(att.error, x_site - decoded)]
+    for claimed, write in parts:
 
         def remove(a, _n, write=write):
             a = np.array(a, copy=True)
@@ -352,12 +369,12 @@ def _attribution_check(model, sae, site, inputs, att, last, acts, directions) ->
         _, run = run_with_cache(model, *inputs, names=[last], hooks=hooks)
         moved = x - run[last][0, att.position].astype(np.float64)
         expected = float(_frozen_change(un.norm, x, moved) @ un.W[att.token].astype(np.float64))
-        worst = max(worst, abs(att.contributions[i] - expected))
+        worst = max(worst, abs(claimed - expected))
     dtype = np.result_type(logits.dtype, sae.W_dec.data.dtype)
     return Check(
         "feature attribution",
-        "the features, b_dec, the error and the rest sum to the logit, and the largest features each "
-        "equal their removal's effect with the norm's scale frozen",
+        "the features, b_dec, the error and the rest sum to the logit, and each feature, b_dec and the "
+        "error equal their removal's effect with the norm's scale frozen",
         worst / scale,
         10 * _tolerance(dtype, "replay"),
     )
