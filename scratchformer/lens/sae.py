@@ -394,7 +394,9 @@ class FeaturePages:
     the feature's write raises most / lowers most (its removal at the site, the rest of the model
     run by its own forward, averaged over its examples, centred over the vocabulary);
     top_token[s]: (token id, share of the examples whose token it is, P(fires | that token)) or
-    None for a feature that never fired; lengths (n,): each context's positions up to its last
+    None for a feature that never fired; before[s]: (token id, share) of the token most of its
+    examples follow, and where[s]: (position, share) of the position most of them sit at (None
+    for a feature that never fired); lengths (n,): each context's positions up to its last
     target; positions: counted positions read."""
 
     density: np.ndarray
@@ -407,6 +409,8 @@ class FeaturePages:
     promoted: list
     suppressed: list
     top_token: list
+    before: list
+    where: list
     lengths: np.ndarray
     positions: int
 
@@ -457,19 +461,23 @@ def feature_pages(
     token_counts = np.bincount(contexts[counted], minlength=int(contexts.max()) + 1)
     order = np.lexsort((-val, feat))  # by feature, strongest first
     starts = np.searchsorted(feat[order], np.arange(S + 1))
-    examples, hist, top_token = [], [], []
+    examples, hist, top_token, before, where = [], [], [], [], []
     for s in range(S):
         mine = order[starts[s] : starts[s + 1]]
         examples.append([(int(ctx[i]), int(pos[i]), float(val[i])) for i in mine[:top]])
         if not len(mine):
             hist.append([0] * bins)
             top_token.append(None)
+            before.append(None)
+            where.append(None)
             continue
         hist.append(np.histogram(val[mine], bins=bins, range=(0.0, max_act[s]))[0].tolist())
         shown = token_at[mine[:top]]
         tok = int(np.bincount(shown).argmax())
         fires_on_tok = int((token_at[mine] == tok).sum())
         top_token.append((tok, float((shown == tok).mean()), fires_on_tok / int(token_counts[tok])))
+        before.append(_most_common(contexts[ctx[mine[:top]], np.maximum(pos[mine[:top]] - 1, 0)]))
+        where.append(_most_common(pos[mine[:top]]))
     context_acts = {(c, s): np.zeros(T) for s, ex in enumerate(examples) for c, _, _ in ex}
     for c, p, s, a in zip(ctx, pos, feat, val):  # each shown context's activations along it
         if (c, s) in context_acts:
@@ -486,9 +494,17 @@ def feature_pages(
         promoted,
         suppressed,
         top_token,
+        before,
+        where,
         lengths,
         n,
     )
+
+
+def _most_common(values: np.ndarray) -> tuple[int, float]:
+    """(the most common value, its share), the smallest value among equals."""
+    v = int(np.bincount(values).argmax())
+    return v, float((values == v).mean())
 
 
 def _logit_effects(model, sae, site, contexts, examples, n_examples: int, n_tokens: int):

@@ -39,7 +39,7 @@ from scratchformer.training.rundir import fingerprint_file
 __all__ = ["SAE_TRAIN", "SAEJob", "build_sae_job", "EXPANSION"]
 
 EXPANSION = 8  # d_sae = 8 x d_in unless given: SAELens's tutorials' expansion factor
-POOL = 4  # rows a batch is drawn from: pool x batch_size
+POOL = 2  # rows a batch is drawn from: pool x batch_size
 B_DEC_ROWS, B_DEC_SEED_TAG = 4096, 41  # b_dec's start: the mean of this many rows, drawn apart
 EVAL_CONTEXTS = 64  # contexts per evaluation batch (an LM job's eval batch)
 # The optimisation of an autoencoder run: Adam as SAELens's trainer (betas 0.9 / 0.999, no weight
@@ -47,7 +47,7 @@ EVAL_CONTEXTS = 64  # contexts per evaluation batch (an LM job's eval batch)
 # firing counts live in the model), no transformer diagnostics (the measures go in the log).
 SAE_TRAIN = dict(
     max_steps=2000,
-    batch_size=1024,
+    batch_size=512,
     lr=1e-3,
     min_lr=1e-4,
     warmup_steps=100,
@@ -214,7 +214,13 @@ class SAEJob(TokenBatches):
 
     # -- showing -------------------------------------------------------------------------------
     def samples(self, n: int, rng: np.random.Generator, **options) -> list[str]:
-        return []  # an autoencoder generates nothing; its features are in `viz`'s report
+        """None to show at an evaluation (n = 0); more: refused (an autoencoder generates nothing)."""
+        if n > 0 or options:
+            raise ConfigError(
+                f"an autoencoder generates nothing: sample its base run ({self.data_spec['base']}); its "
+                "features are in 'scratchformer viz'"
+            )
+        return []
 
     def predict(self, text: str, **options) -> str:
         raise ConfigError(

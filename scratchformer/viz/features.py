@@ -79,6 +79,8 @@ def feature_data(features: dict) -> dict:
         top = p.top_token[s]
         rows.append(
             {
+                "before": None if p.before[s] is None else [p.before[s][0], _round(p.before[s][1])],
+                "where": None if p.where[s] is None else [p.where[s][0], _round(p.where[s][1])],
                 "density": _round(p.density[s]),
                 "max": _round(p.max_act[s]),
                 "top": None if top is None else [top[0], _round(top[1]), _round(top[2])],
@@ -172,9 +174,11 @@ function page(i){
   let h = '<h3 id="sff-title">feature ' + i + '</h3>';
   if (!f.examples.length) { h += '<p>Never fires on the ' + D.positions + ' held-out positions.</p>'; }
   else {
-    h += '<p>Fires at ' + pct(f.density) + ' of the ' + D.positions + ' held-out positions; largest activation ' + f.max + '.';
+    h += '<p id="sff-claims">Fires at ' + pct(f.density) + ' of the ' + D.positions + ' held-out positions; largest activation ' + f.max + '.';
     if (f.top) h += ' Its strongest examples: token ' + esc(show(L[f.top[0]])) + ' in ' + Math.round(100 * f.top[1])
-      + '% of them; it fires at ' + (100 * f.top[2]).toPrecision(3) + '% of the positions holding that token.';
+      + '% of them; it fires at ' + (100 * f.top[2]).toPrecision(3) + '% of the positions holding that token.'
+      + ' They follow ' + esc(show(L[f.before[0]])) + ' in ' + Math.round(100 * f.before[1]) + '%; they sit at position '
+      + f.where[0] + ' in ' + Math.round(100 * f.where[1]) + '%.';
     h += '</p><h4>strongest examples</h4>';
     h += f.examples.map(e => '<div class="sff-ex">' + e.act.toFixed(3).padStart(8) + '  ' + e.ids.map((t, j) =>
       '<span class="sff-tok' + (j === e.at ? ' sff-here' : '') + '" style="background:rgba(255,140,0,'

@@ -60,6 +60,11 @@ SKIP = [  # (a regular expression a command matches, why it is not run here)
         "trains four small runs (10-20 s); tests/exercises/test_exercises_more.py runs this command",
     ),
     (
+        r"^scratchformer sae|--sae ",
+        "trains a sparse autoencoder (minutes) or reads one; tests/training/test_sae_training.py runs "
+        "the command on a tiny run, tests/lens/test_lens_sae.py the attribution",
+    ),
+    (
         r"^scratchformer viz",
         "draws figures: 8-40 s each even on a tiny run; tests/viz/test_viz_cli.py runs viz on "
         "tiny runs (a GPT with --all, the toy tasks, --bert)",

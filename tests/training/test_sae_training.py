@@ -143,6 +143,7 @@ def test_a_changed_base_run_is_refused(base, tmp_path, capsys):
     argv = ["sae", str(moved), "--site", SITE, *SMALL, "--max-steps", "2", "--eval-interval", "2"]
     assert main([*argv, "--out", str(out), "--no-progress", "--quiet"]) == 0
     capsys.readouterr()
+    _one_line_error(capsys, ["sample", str(out)], "an autoencoder generates nothing")
     weights = moved / "best" / "model.safetensors"
     data = bytearray(weights.read_bytes())
     data[-1] ^= 1  # one bit of the last weight

@@ -64,6 +64,10 @@ def test_the_feature_browser_and_pages_in_chromium(tmp_path, chromium):  # noqa:
         )
         page.click(f"#sff-table tbody tr[data-i='{s}']")
         assert page.inner_text("#sff-title") == f"feature {s}"
+        claims = page.inner_text("#sff-claims")  # what the page computed, in words
+        tok, share, _ = pages.top_token[s]
+        assert f"token {LABELS[tok]} in {round(100 * share)}% of them" in claims
+        assert f"position {pages.where[s][0]} in {round(100 * pages.where[s][1])}%" in claims
         examples = page.locator(".sff-ex")
         assert examples.count() == len(pages.examples[s]) > 0
         for i in range(examples.count()):
