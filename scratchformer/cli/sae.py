@@ -11,6 +11,7 @@ and the measures drawn into DIR/training_curves.png.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from scratchformer.errors import CLIError
@@ -133,7 +134,8 @@ def cmd_sae(args) -> int:
 
 
 def _finish(out: Path, job) -> None:
-    """The best checkpoint in SAELens's layout, and the training curves."""
+    """The best checkpoint in SAELens's layout, the training curves and SAELens's measures over
+    the run (OUT/sae_measures.png)."""
     from scratchformer.cli.viz import write_training_curves
     from scratchformer.interop.saelens import save_saelens
     from scratchformer.training.checkpoint import load_checkpoint
@@ -152,6 +154,15 @@ def _finish(out: Path, job) -> None:
     )
     print(f"SAELens layout (cfg.json, sae_weights.safetensors): {path}")
     write_training_curves(out)
+    try:  # as the training curves: a finished run never fails on a figure
+        from scratchformer.viz.basics import log_rows
+        from scratchformer.viz.features import sae_measures
+
+        sae_measures(log_rows(out), path=out / "sae_measures.png")
+    except Exception as e:  # noqa: BLE001 -- reported, never hidden
+        print(f"warning: SAELens's measures not drawn ({type(e).__name__}: {e})", file=sys.stderr)
+        return
+    print(f"SAELens's measures over training: {out / 'sae_measures.png'}")
 
 
 # -- `scratchformer lens RUN --sae DIR`: a logit split into the autoencoder's features ----------------

@@ -162,30 +162,20 @@ def test_feature_pages_count_what_they_show_and_the_logit_effect_is_a_removal():
     values = [a for _, _, a in pages.examples[s]]
     assert values == sorted(values, reverse=True) and values[0] == pytest.approx(acts[:, s].max())
     assert sum(pages.hist[s]) == (acts[:, s] > 0).sum()
-    # the logit effect of feature s at its strongest example, recomputed by one removal run
-    c, p, a = pages.examples[s][0]
-    ids = pages.contexts[c : c + 1, : p + 1]
-    write = a * sae.directions()[s]
-
-    def remove(v, _n):
-        v = v.copy()
-        v[0, p] -= write
-        return v
-
+    # the logit effect of feature s, recomputed: one removal run per example, averaged, centred
     from scratchformer.lens.hooks import run_with_hooks
 
-    change = model(ids)[0][0, p] - run_with_hooks(model, ids, hooks={site: remove})[0][0, p]
-    c2, p2, a2 = pages.examples[s][1]
-    ids2 = pages.contexts[c2 : c2 + 1, : p2 + 1]
-    write2 = a2 * sae.directions()[s]
+    def change(c, p, a):
+        ids = pages.contexts[c : c + 1, : p + 1]
 
-    def remove2(v, _n):
-        v = v.copy()
-        v[0, p2] -= write2
-        return v
+        def remove(v, _n):
+            v = v.copy()
+            v[0, p] -= a * sae.directions()[s]
+            return v
 
-    change2 = model(ids2)[0][0, p2] - run_with_hooks(model, ids2, hooks={site: remove2})[0][0, p2]
-    mean = (change + change2) / 2
+        return model(ids)[0][0, p] - run_with_hooks(model, ids, hooks={site: remove})[0][0, p]
+
+    mean = np.mean([change(*example) for example in pages.examples[s][:2]], axis=0)
     mean -= mean.mean()
     top = int(np.argmax(mean))
     assert pages.promoted[s][0][0] == top and pages.promoted[s][0][1] == pytest.approx(mean[top])

@@ -63,7 +63,7 @@ def test_the_command_trains_both_kinds(base, tmp_path, capsys, kind):
     cfg = json.loads((out / "saelens" / "cfg.json").read_text())
     assert cfg["architecture"] == {"topk": "topk", "relu": "standard"}[kind]
     assert cfg["metadata"]["hook_name"] == SITE and (cfg["d_in"], cfg["d_sae"]) == (16, 32)
-    assert (out / "training_curves.png").is_file()
+    assert (out / "training_curves.png").is_file() and (out / "sae_measures.png").is_file()
 
 
 def test_a_killed_run_resumes_to_the_uninterrupted_one_bit_for_bit(base, tmp_path, monkeypatch):
