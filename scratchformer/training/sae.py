@@ -23,6 +23,7 @@ trainer's checkpoints, bit-exact resume, log, progress bar and one-line errors. 
 
 from __future__ import annotations
 
+import copy
 import math
 from pathlib import Path
 
@@ -228,17 +229,29 @@ class SAEJob(TokenBatches):
         )
 
     def viz_inputs(self, text: str | None) -> dict:
-        """The base run's input for `viz` (its model drawn), and the autoencoder's feature pages."""
-        from scratchformer.lens.sae import feature_pages
+        """The base run's input for `viz` (its model drawn), the autoencoder's feature pages and
+        the attribution of the model's prediction after that input to the features (in float64;
+        None where the site is not in the residual stream)."""
+        from scratchformer.lens.sae import feature_attribution, feature_pages
 
         inputs = self.base.viz_inputs(text)
         batches = list(self._split(self.base.default_split).all_batches(EVAL_CONTEXTS))
-        inputs["model"] = self.base.model
+        model = self.base.model
+        inputs["model"] = model
+        ids = np.asarray(inputs["ids"])[None]
+        model64, sae64 = copy.deepcopy(model).to(np.float64), copy.deepcopy(self.model).to(np.float64)
+        target = int(model64(ids)[0][0, -1].argmax())
+        try:
+            attribution = feature_attribution(model64, sae64, self.site, (ids,), target)
+        except ConfigError:  # a site the residual stream does not add up: no direct attribution
+            attribution = None
         inputs["features"] = {
-            "pages": feature_pages(self.base.model, self.model, self.site, batches, self.special),
+            "pages": feature_pages(model, self.model, self.site, batches, self.special),
             "labels": inputs["vocab_labels"],
             "site": self.site,
             "config": self.model.config.to_dict(),
+            "attribution": attribution,
+            "tokens": list(inputs["tokens"]),
         }
         return inputs
 

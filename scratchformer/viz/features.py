@@ -19,6 +19,8 @@ from __future__ import annotations
 import html
 import json
 
+import numpy as np
+
 from scratchformer.viz._plot import finish, new_figure
 
 __all__ = ["feature_part", "sae_measures", "EXAMPLE_WINDOW"]
@@ -100,6 +102,7 @@ def feature_part(features: dict) -> tuple[str, str, str]:
     setting = f"k = {c['k']}" if c["kind"] == "topk" else f"L1 coefficient {c['l1_coefficient']:g}"
     dead = int((p.density == 0).sum())
     payload = json.dumps(data).replace("</", "<\\/")
+    attribution = _attribution_html(features)
     intro = (
         f"<p>A {html.escape(c['kind'])} sparse autoencoder ({setting}) with {c['d_sae']:,} features on "
         f"<code>{html.escape(features['site'])}</code> ({c['d_in']} wide), read on {p.positions:,} held-out "
@@ -111,6 +114,7 @@ def feature_part(features: dict) -> tuple[str, str, str]:
     body = (
         '<h2 id="sf-features">Features</h2>\n'
         + intro
+        + attribution
         + '<div id="sff-wrap"><div id="sff-browser"><table id="sff-table"><thead><tr>'
         '<th data-key="index">feature</th><th data-key="density">frequency</th><th data-key="max">max act</th>'
         '<th data-key="top">top token (share of examples)</th><th data-key="promotes">promotes</th>'
@@ -120,6 +124,32 @@ def feature_part(features: dict) -> tuple[str, str, str]:
         + _SCRIPT
     )
     return "sf-features", "Features", body
+
+
+TOP_ATTRIBUTION = 8  # features listed in the attribution table
+
+
+def _attribution_html(features: dict) -> str:
+    """The prediction after the report's input split into the features (lens.sae.
+    feature_attribution), with its check line; "" where there is none."""
+    att = features.get("attribution")
+    if att is None:
+        return ""
+    labels, tokens = features["labels"], features.get("tokens") or []
+    order = np.argsort(-np.abs(att.contributions), kind="stable")[:TOP_ATTRIBUTION]
+    rows = "".join(
+        f"<tr><td>feature {int(att.features[i])}</td><td>{att.contributions[i]:+.4f}</td></tr>" for i in order
+    )
+    after = html.escape("".join(tokens)) if tokens else "the input"
+    return (
+        f'<p>The logit of {html.escape(repr(labels[att.token]))} after "{after}" ({att.logit:.4f}), split into '
+        f"the {len(att.features)} active features, direct through the decoder (the final norm's scale frozen):</p>"
+        f'<table id="sff-attribution">{rows}<tr><td>all features</td><td>{att.contributions.sum():+.4f}</td></tr>'
+        f"<tr><td>b_dec</td><td>{att.b_dec:+.4f}</td></tr><tr><td>error</td><td>{att.error:+.4f}</td></tr>"
+        f"<tr><td>the rest of the stream</td><td>{att.rest:+.4f}</td></tr>"
+        f"<tr><td>the norm's shift and the bias</td><td>{att.bias:+.4f}</td></tr></table>"
+        f'<pre id="sff-check">{html.escape(str(att.check))}</pre>'
+    )
 
 
 _STYLE = """<style>

@@ -44,10 +44,10 @@ def _data(seed=0, B=6):
     return x, y
 
 
-def _identity_sae():
+def _identity_sae(width=C):
     """relu(x) - relu(-x) = x: a relu autoencoder that reconstructs exactly."""
-    sae = SparseAutoencoder(SAEConfig(kind="relu", d_in=C, d_sae=2 * C, dtype="float64"))
-    eye = np.eye(C)
+    sae = SparseAutoencoder(SAEConfig(kind="relu", d_in=width, d_sae=2 * width, dtype="float64"))
+    eye = np.eye(width)
     sae.W_enc.data[...] = np.concatenate([eye, -eye], axis=1)
     sae.W_dec.data[...] = np.concatenate([eye, -eye], axis=0)
     sae.b_enc.data[...] = 0
@@ -55,11 +55,16 @@ def _identity_sae():
     return sae.eval()
 
 
-def test_a_perfect_reconstruction_scores_one_and_the_clean_loss_is_the_models():
-    model, site = _gpt(), "blocks.0.resid_post"
+@pytest.mark.parametrize(
+    "site,width", [("blocks.0.resid_post", C), ("blocks.1.attn.head_out", C), ("blocks.0.mlp.post", 4 * C)]
+)
+def test_a_perfect_reconstruction_scores_one_and_the_clean_loss_is_the_models(site, width):
+    """Spliced back through the hook, an exact reconstruction changes nothing: also at a hook
+    with heads, (B, H, T, hs) read as rows of H * hs."""
+    model = _gpt()
     x, y = _data()
     m = LS.Measures()
-    m.add(model, _identity_sae(), site, x, y, special=(0,))
+    m.add(model, _identity_sae(width), site, x, y, special=(0,))
     r = m.result()
     assert r["mse"] < 1e-20 and r["explained_variance"] == pytest.approx(1.0)
     assert r["ce_loss_score"] == pytest.approx(1.0) and r["kl_div_score"] == pytest.approx(1.0)

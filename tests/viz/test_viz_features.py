@@ -2,6 +2,7 @@
 by frequency on a click, a feature's page with its examples shaded by activation and framed at
 their token, its histogram and logit effects, each the number lens.sae.feature_pages computed."""
 
+import copy
 import json
 import re
 
@@ -9,7 +10,7 @@ import numpy as np
 from test_viz_report import chromium, opened  # noqa: F401 -- the module's one chromium
 
 from scratchformer import viz
-from scratchformer.lens.sae import feature_pages
+from scratchformer.lens.sae import feature_attribution, feature_pages
 from scratchformer.models import GPT, GPTConfig
 from scratchformer.models.sae import SAEConfig, SparseAutoencoder
 
@@ -29,25 +30,32 @@ def _report(tmp_path):
     pages = feature_pages(
         model, sae, "blocks.0.resid_post", [(x[:10], y[:10]), (x[10:], y[10:])], (0,), top=4
     )
+    model64, sae64 = copy.deepcopy(model).to(np.float64), copy.deepcopy(sae).to(np.float64)
+    attribution = feature_attribution(model64, sae64, "blocks.0.resid_post", (x[:1],), token=3)
     features = {
         "pages": pages,
         "labels": LABELS,
         "site": "blocks.0.resid_post",
         "config": sae.config.to_dict(),
+        "attribution": attribution,
+        "tokens": [LABELS[i] for i in x[0]],
     }
     path = viz.report(
         model, tmp_path, ids=x[0], tokens=[LABELS[i] for i in x[0]], only=[], features=features
     )[-1]
-    return path, pages
+    return path, pages, attribution
 
 
 def test_the_feature_browser_and_pages_in_chromium(tmp_path, chromium):  # noqa: F811
-    path, pages = _report(tmp_path)
+    path, pages, attribution = _report(tmp_path)
     data = json.loads(re.search(r'id="sff-data">(.*?)</script>', path.read_text(), re.S).group(1))
     assert len(data["features"]) == S
     with opened(path, chromium) as page:
         assert page.locator("#sf-features").count() == 1
         assert page.locator("a.tab[href='#sf-features']").count() == 1
+        check = page.inner_text("#sff-check")  # the attribution of the input's prediction, checked
+        assert check.startswith("check feature attribution") and check.endswith(" ok")
+        assert page.locator("#sff-attribution tr").count() == min(8, len(attribution.features)) + 5
 
         def freq():  # the frequency column, top to bottom
             cells = page.locator("#sff-table tbody td:nth-child(2)").all_inner_texts()
