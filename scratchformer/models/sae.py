@@ -13,7 +13,7 @@ which features are dead (SAELens's `n_forward_passes_since_fired` and `dead_feat
 
 Initialisation, as SAELens's TrainingSAE: W_dec's rows point in uniformly random directions
 (Kaiming-uniform draws) with norm `decoder_init_norm` 0.1 (Anthropic's April 2024 update),
-W_enc = W_dec^T, b_enc = b_dec = 0.
+W_enc = W_dec^T, b_enc = b_dec = 0 (training/sae.py's job then starts b_dec at the data's mean).
 
 The loss: in training mode, the training objective (mse, the relu kind's penalty, AuxK over
 the features dead at the start of the step); in eval mode, mse and the penalty (AuxK is a

@@ -39,7 +39,7 @@ from scratchformer.training.rundir import fingerprint_file
 
 __all__ = ["SAE_TRAIN", "SAEJob", "build_sae_job", "EXPANSION"]
 
-EXPANSION = 8  # d_sae = 8 x d_in unless given: SAELens's tutorials' expansion factor
+EXPANSION = 8  # d_sae = EXPANSION x d_in unless given
 POOL = 2  # rows a batch is drawn from: pool x batch_size
 B_DEC_ROWS, B_DEC_SEED_TAG = 4096, 41  # b_dec's start: the mean of this many rows, drawn apart
 EVAL_CONTEXTS = 64  # contexts per evaluation batch (an LM job's eval batch)

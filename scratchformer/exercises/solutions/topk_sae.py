@@ -39,13 +39,8 @@ class TopKSAE:
         np.put_along_axis(chosen, top, True, axis=1)
         keep = chosen & (hidden > 0)  # chosen and through the relu
         acts = np.where(keep, hidden, 0.0)
-        self.u, self.pre, self.norms, self.keep, self.acts = (
-            u,
-            pre,
-            norms,
-            keep,
-            acts,
-        )  # kept for the backward
+        # kept for the backward
+        self.u, self.pre, self.norms, self.keep, self.acts = u, pre, norms, keep, acts
         return (acts / norms) @ self.W_dec.data + self.b_dec.data
 
     def backward(self, dy):
