@@ -756,6 +756,52 @@ EXERCISES: dict[str, Exercise] = {
             ),
         ),
         Exercise(
+            "topk_sae",
+            "a TopK sparse autoencoder, the decoder's norms folded in",
+            "TopKSAE",
+            _cases(((4, 10, 3), _normal(6, 4)), ((3, 8, 1), _normal(5, 3)), ((5, 12, 5), _normal(2, 5))),
+            (
+                Mistake(
+                    "dnorms = -(ddecoded * decoded).sum(axis=0) / norms",
+                    "dnorms = np.zeros_like(norms)",
+                    "the norms' gradient from the decoder is missing: x_hat reads acts / norms, whose derivative "
+                    "in norms is -acts / norms^2 (for a kept feature it cancels the encoder's, hidden = pre * norms: "
+                    "keep both terms or neither)",
+                ),
+                Mistake(
+                    "        dnorms += (dhidden * self.pre).sum(axis=0)\n",
+                    "",
+                    "the norms' gradient from the encoder is missing: hidden = pre * norms, so norms get "
+                    "dhidden * pre summed over the rows (for a kept feature it cancels the decoder's, acts / norms: "
+                    "keep both terms or neither)",
+                ),
+                Mistake(
+                    "dhidden = np.where(self.keep, dacts, 0.0)",
+                    "dhidden = dacts",
+                    "the gradient passes through features the TopK did not keep (or the relu zeroed): only the "
+                    "kept, positive features carry one",
+                ),
+                Mistake(
+                    "        self.b_dec.grad -= du.sum(axis=0)\n",
+                    "",
+                    "b_dec is subtracted at the input too: that use adds minus the sum of dx's rows to its gradient",
+                ),
+                Mistake(
+                    "dpre = dhidden * norms",
+                    "dpre = dhidden",
+                    "hidden = pre * norms: pre's gradient is dhidden times the norms",
+                ),
+                Mistake(
+                    "dacts = ddecoded / norms",
+                    "dacts = ddecoded",
+                    "x_hat reads acts / norms: acts' gradient is divided by the norms",
+                ),
+                Mistake(
+                    "self.b_enc.grad += dpre.sum(axis=0)", "self.b_enc.grad += dpre[0]", MISSING_BATCH_SUM
+                ),
+            ),
+        ),
+        Exercise(
             "bpe_merge",
             "one BPE merge step: count the pairs, merge the most frequent",
             "merge_step",
@@ -866,6 +912,9 @@ HINTS: dict[str, str] = {
     "against -log(1/27), the dead fraction and the gradient reaching each layer's hidden units "
     "(figures diag_activation_gradients and diag_saturation), the update:data ratios "
     "(diag_update_ratio)",
+    "topk_sae": "go back one line at a time from x_hat = (acts / norms) W_dec + b_dec: the norms of W_dec's rows "
+    "appear twice (hidden = pre * norms, decoded = acts / norms); write each use's term, then see what they add "
+    "up to for a kept feature. Only the features the TopK kept and the relu passed carry a gradient",
     "gqa": "do attention's backward with the repeated keys and values first; then undo np.repeat: each "
     "key/value head was used by several query heads",
 }

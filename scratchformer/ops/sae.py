@@ -170,7 +170,8 @@ def sae_backward(
     if dhidden is not None:
         dhid = dhid + dhidden
     if topk:
-        # hidden = pre * norms
+        # hidden = pre * norms. (For a kept feature decoded = pre, so this term cancels the decoder's
+        # above: the norms only choose the features. Both are written, as each line's derivative.)
         dpre = dhid * norms
         dnorms += (dhid * cache["pre"]).sum(axis=0)
     else:

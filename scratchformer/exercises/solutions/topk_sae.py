@@ -10,7 +10,9 @@ trains it: each feature read as if its decoder row had unit norm.
 x: (N, D) activations, W_enc (D, S), b_enc (S,), W_dec (S, D), b_dec (D,). Write `backward`:
 given dy = dL/dx_hat, ADD the gradients into W_enc.grad, b_enc.grad, W_dec.grad and b_dec.grad
 (never overwrite) and return dx. W_dec is used three times (in the product and in the norms,
-twice), b_dec twice; only the chosen, positive features pass a gradient.
+twice), b_dec twice; only the chosen, positive features pass a gradient. (What do the norms' two
+terms add up to for a kept feature? The rescaling decides which features are kept, and nothing
+else.)
 """
 
 import numpy as np
@@ -65,7 +67,8 @@ class TopKSAE:
         self.W_enc.grad += self.u.T @ dpre
         du = dpre @ W_enc.T
         self.b_dec.grad -= du.sum(axis=0)
-        # norms = sqrt(sum_d W_dec^2): d norms[s] / d W_dec[s, d] = W_dec[s, d] / norms[s]
+        # norms = sqrt(sum_d W_dec^2): d norms[s] / d W_dec[s, d] = W_dec[s, d] / norms[s]. For a kept
+        # feature decoded = pre, so the two terms of dnorms cancel: this adds zero (to rounding)
         self.W_dec.grad += (dnorms / norms)[:, None] * W_dec
         return du
         # END SOLUTION
