@@ -38,6 +38,17 @@ def decodable_ids(ids, vocab_size: int) -> np.ndarray:
     return ids
 
 
+def start_with(tok, token: str) -> None:
+    """Give a `tokenizers.Tokenizer` a post-processor that puts `token` (a special token of its
+    vocabulary) before every text, as a line-format run starts each item: transformers'
+    tokenizer(prompt) then begins the prompt where `sample` does."""
+    import tokenizers
+
+    tok.post_processor = tokenizers.processors.TemplateProcessing(
+        single=f"{token} $A", pair=f"{token} $A {token} $B", special_tokens=[(token, tok.token_to_id(token))]
+    )
+
+
 def check_saved_json(d, cls, kind: str, field: str, field_type: type, what: str) -> None:
     """`d` must be the JSON `cls.save` writes: {"type": kind, field: a field_type, ...}; else a
     DataError naming the `what` tokenizer it should have been."""
@@ -124,6 +135,30 @@ class CharTokenizer:
         """Each id's own text, for labels: its character, or the boundary token's name."""
         ids = np.asarray(ids, dtype=np.int64).ravel()
         return [self.special if i < self._num_special else self._itos[i] for i in ids]
+
+    def hf_form(self):
+        """This tokenizer as a Hugging Face tokenizer.json holds it (a `BPETokenizer` wrapping a
+        `tokenizers.Tokenizer`): each character one token with its id (a WordLevel model over the
+        text split into characters, joined back by the Fuse decoder; a character outside the
+        vocabulary is an error, as here) and, in the line format, the boundary token a special
+        token put before every text, where `sample` starts an item."""
+        import tokenizers
+
+        from scratchformer.data.bpe import BPETokenizer
+
+        vocab = dict(self._stoi)
+        if self.special is not None:
+            vocab[self.special] = 0
+        unknown = (
+            "<unk>" if "<unk>" not in vocab else "<unknown character>"
+        )  # absent: an error, never a guess
+        tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token=unknown))
+        tok.pre_tokenizer = tokenizers.pre_tokenizers.Split(tokenizers.Regex(r"[\s\S]"), behavior="isolated")
+        tok.decoder = tokenizers.decoders.Fuse()
+        if self.special is not None:
+            tok.add_special_tokens([self.special])
+            start_with(tok, self.special)
+        return BPETokenizer(tok, self.special)
 
     # -- serialisation (plain JSON, no pickle) -----------------------------------------------
     def to_json(self) -> dict:

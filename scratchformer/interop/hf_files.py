@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from scratchformer.errors import CheckpointError, ConfigError
+from scratchformer.errors import CheckpointError, DataError
 from scratchformer.runfiles import read_optional_json, write_atomic
 
 __all__ = [
@@ -31,7 +31,8 @@ __all__ = [
     "weight_files",
     "HFCheckpoint",
     "read_checkpoint",
-    "check_representable",
+    "read_hf_json",
+    "HF_JSON",
     "load_checkpoint_state",
     "write_checkpoint",
 ]
@@ -249,8 +250,17 @@ def write_checkpoint(
     return path
 
 
-def check_representable(family: str, problems: list[str]) -> None:
-    """A model saved as `family` ("GPT-2", "Llama") must have none of `problems` (each a
-    setting that family cannot hold, with what it has instead): one ConfigError naming them all."""
-    if problems:
-        raise ConfigError(f"{family} cannot represent this model: " + "; ".join(problems))
+# the JSON files of a Hugging Face model directory scratchformer reads, and the error class a
+# damaged one raises (the weights' config, the tokenizer's files)
+HF_JSON = {
+    "config.json": CheckpointError,
+    "tokenizer_config.json": DataError,
+    "generation_config.json": DataError,
+}
+
+
+def read_hf_json(path: str | Path) -> dict[str, dict | None]:
+    """{name: its JSON object, or None where the directory has no such file} for every file of
+    HF_JSON, each read once; a damaged one is one line of its error class, naming it."""
+    path = Path(path)
+    return {name: read_optional_json(path / name, error=error) for name, error in HF_JSON.items()}

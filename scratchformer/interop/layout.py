@@ -1,0 +1,236 @@
+"""What a Hugging Face causal-LM layout holds, declared once and checked both ways.
+
+A `Layout` (GPT-2's in interop/gpt2.py, Llama's in interop/llama.py) declares
+
+- `holds`: every GPTConfig setting it can represent, and which values (`ANY`, `Only`, `Rule`).
+  A setting it does not name must keep its default: the default is what a checkpoint written
+  before that setting existed means, so a new block option is refused until a layout declares it;
+- `pieces(config)`: every parameter of the GPT of `config`, each with the Hugging Face tensors
+  it is stored as (several stacked by rows, as Llama's q, k and v; transposed, as GPT-2's Conv1D);
+- `buffers`: the tensors a checkpoint may hold that are no parameter (causal masks, rotary tables);
+- its config.json: `config_to_hf`, `config_from_hf`, and `hf_keys`, every config.json key
+  transformers' class has, each read, checked, or known to change nothing the model computes.
+
+    problems = GPT2.cannot_hold(model)       # [] or one phrase per setting or tensor it cannot hold
+    tensors = GPT2.hf_tensors(model)         # {Hugging Face name: array}, exactly the layout's set
+    model = GPT2.model_from_hf(checkpoint, config, notes)   # a leftover or missing tensor: refused
+
+A directory whose config.json says tied while its weights hold an `lm_head.weight` different
+from the embedding is read untied, as transformers 5 reads it ("both are present in the
+checkpoints with different values, so we will NOT tie them"), with a note saying so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from scratchformer.errors import CheckpointError, ConfigError
+from scratchformer.interop.hf_files import HFCheckpoint, load_checkpoint_state
+from scratchformer.models.gpt import GPT, GPTConfig
+
+__all__ = ["Layout", "Piece", "Only", "Rule", "ANY", "DROPPED_HERE"]
+
+# where a GPT's one dropout rate applies (models/gpt.py, nn/blocks.py, nn/feedforward.py)
+DROPPED_HERE = (
+    "the embeddings, the attention weights, each sub-layer's output and the feed-forward's hidden activation"
+)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """The values of a setting a layout holds: those where `test(config)` is true; `has` says
+    what the layout has instead, for the refusal ("one key/value head per query head")."""
+
+    test: Callable[[GPTConfig], bool]
+    has: str
+
+    def holds(self, config: GPTConfig, name: str) -> bool:
+        return self.test(config)
+
+
+@dataclass(frozen=True)
+class Only:
+    """A setting a layout holds at these values only; `has` says what the layout has ("biases")."""
+
+    values: tuple
+    has: str
+
+    def holds(self, config: GPTConfig, name: str) -> bool:
+        return getattr(config, name) in self.values
+
+
+ANY = Rule(lambda config: True, "any value")
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One parameter of the GPT and the Hugging Face tensors it is stored as."""
+
+    ours: str  # the GPT's parameter name (state_dict)
+    theirs: tuple[str, ...]  # its Hugging Face tensors, stacked by rows into ours in this order
+    rows: tuple[int, ...] = ()  # each one's rows, where there are several
+    transposed: bool = False  # each stored as (in, out): GPT-2's Conv1D
+
+
+@dataclass(frozen=True)
+class Layout:
+    family: str  # "GPT-2": what messages call it
+    hf_class: str  # "GPT2LMHeadModel": the transformers class that reads it
+    model_type: str  # config.json's model_type
+    holds: dict  # GPTConfig field -> ANY, Only(...) or Rule(...)
+    pieces: Callable[[GPTConfig], list[Piece]]
+    config_to_hf: Callable[[GPTConfig], dict]
+    config_from_hf: Callable[..., GPTConfig]  # (config.json's dict, dtype=...) -> GPTConfig
+    hf_keys: dict  # config.json key -> "read", "checked" or "inert" (changes nothing computed)
+    dropped_there: str  # where transformers' class applies dropout, and from which keys
+    buffers: str = r"(?!)"  # a regular expression: tensors that are no parameter (ignored when read)
+    prefix: str = ""  # a prefix every parameter may lack in a checkpoint ("transformer.", openai's files)
+
+    # -- what it holds -----------------------------------------------------------------------
+    def refusals(self, config: GPTConfig) -> list[str]:
+        """The settings of `config` this layout cannot hold, one phrase each: a declared one at a
+        value the declaration does not hold, an undeclared one away from its default."""
+        out = []
+        for field in dataclasses.fields(config):
+            value, rule = getattr(config, field.name), self.holds.get(field.name)
+            if rule is None:
+                if value != field.default:
+                    out.append(
+                        f"{field.name}={value!r} ({self.family} knows no {field.name}: only its "
+                        f"default, {field.default!r})"
+                    )
+            elif not rule.holds(config, field.name):
+                out.append(f"{field.name}={value!r} ({self.family} has {rule.has})")
+        return out
+
+    def cannot_hold(self, model_or_config) -> list[str]:
+        """What of a GPT (or of a GPTConfig: its settings only) this layout cannot hold: the
+        settings (`refusals`), then the model's parameters the layout has no place for and the
+        places none of them fills. Empty: it holds it."""
+        config = getattr(model_or_config, "config", model_or_config)
+        problems = self.refusals(config)
+        if problems or not isinstance(model_or_config, GPT):
+            return problems
+        want = [p.ours for p in self.pieces(config)]
+        have = list(model_or_config.state_dict())
+        extra = [name for name in have if name not in want]
+        missing = [name for name in want if name not in have]
+        if extra:
+            problems.append(f"{_some(extra)} ({self.family} has no place for {_them(extra)})")
+        if missing:
+            problems.append(f"no parameter {_some(missing)} ({self.family} needs {_them(missing)})")
+        return problems
+
+    def check(self, model_or_config) -> None:
+        """ConfigError naming everything `cannot_hold` finds, in one line."""
+        problems = self.cannot_hold(model_or_config)
+        if problems:
+            raise ConfigError(f"{self.family} cannot represent this model: " + "; ".join(problems))
+
+    # -- the weights, both ways ---------------------------------------------------------------
+    def hf_tensors(self, model: GPT) -> dict[str, np.ndarray]:
+        """{Hugging Face name: array} of `model`'s weights in this layout (its dtype kept);
+        ConfigError where the layout cannot hold the model, before anything is converted."""
+        self.check(model)
+        state = model.state_dict()
+        tensors = {}
+        for piece in self.pieces(model.config):
+            whole = state[piece.ours]
+            parts = np.split(whole, np.cumsum(piece.rows)[:-1], axis=0) if piece.rows else [whole]
+            for name, part in zip(piece.theirs, parts):
+                tensors[name] = part.T if piece.transposed else part
+        return tensors
+
+    def model_from_hf(
+        self, checkpoint: HFCheckpoint, config: GPTConfig, notes: list[str] | None = None
+    ) -> GPT:
+        """The GPT of `config` (`config_from_hf` of the checkpoint's config.json) with the
+        checkpoint's weights: every parameter's tensors present, and none left over beyond the
+        declared buffers (CheckpointError naming them). A tied config whose weights hold their own
+        different head is read untied, as transformers does, and `notes` gets a line saying so."""
+        where = checkpoint.weights
+        tensors = self._named(checkpoint.tensors, config)
+        config = self._tied_as_transformers_reads(tensors, config, where, notes)
+        pieces = self.pieces(config)
+        wanted = {name for piece in pieces for name in piece.theirs}
+        missing = [name for piece in pieces for name in piece.theirs if name not in tensors]
+        if missing:
+            more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+            raise CheckpointError(f"{self.family} checkpoint {where}: tensor {missing[0]!r} not found{more}")
+        leftover = [n for n in tensors if n not in wanted and not re.fullmatch(self.buffers, n)]
+        if leftover:
+            raise CheckpointError(
+                f"{self.family} checkpoint {where} holds {_some(leftover)}, which a {self.hf_class} of its "
+                "config.json has no place for: is it another architecture, or another config.json's weights?"
+            )
+        state = {
+            piece.ours: np.concatenate(
+                [tensors[name].T if piece.transposed else tensors[name] for name in piece.theirs], axis=0
+            )
+            for piece in pieces
+        }
+        return load_checkpoint_state(GPT(config), state, self.family, where)
+
+    def _named(self, tensors: dict[str, np.ndarray], config: GPTConfig) -> dict[str, np.ndarray]:
+        """The checkpoint's tensors, each parameter under its full name: one that lacks the
+        layout's optional prefix (openai's GPT-2 files) gets it."""
+        if not self.prefix:
+            return dict(tensors)
+        full = {
+            name
+            for piece in self.pieces(dataclasses.replace(config, tie_weights=False))
+            for name in piece.theirs
+        }
+        return {
+            self.prefix + name if self.prefix + name in full and name not in full else name: array
+            for name, array in tensors.items()
+        }
+
+    def _tied_as_transformers_reads(self, tensors, config: GPTConfig, where, notes) -> GPTConfig:
+        """`config`, untied where config.json says tied but the weights hold their own head,
+        different from the embedding (a head equal to it is the tied one, written twice)."""
+        if not config.tie_weights:
+            return config
+        untied = dataclasses.replace(config, tie_weights=False)
+        head = [p for p in self.pieces(untied) if p.ours == "lm_head.weight"][0].theirs[0]
+        embedding = [p for p in self.pieces(untied) if p.ours == "wte.weight"][0].theirs[0]
+        if head not in tensors:
+            return config
+        if embedding in tensors and np.array_equal(tensors[head], tensors[embedding]):
+            del tensors[head]
+            return config
+        if notes is not None:
+            notes.append(
+                f"note: config.json says tie_word_embeddings but {where} holds its own {head}, "
+                "different from the embedding: read untied, as transformers reads it"
+            )
+        return untied
+
+    # -- dropout --------------------------------------------------------------------------------
+    def dropout_note(self, config: GPTConfig, doing: str) -> list[str]:
+        """One line, where `config` has dropout, on how this layout's dropout differs from the
+        GPT's: what `doing` ("exported", "training") keeps of it."""
+        if not config.dropout:
+            return []
+        return [
+            f"note: {doing} with dropout {config.dropout:g}: scratchformer drops {DROPPED_HERE}; "
+            f"transformers' {self.hf_class} drops {self.dropped_there}"
+        ]
+
+
+def _some(names: list[str]) -> str:
+    """'a', 'a and b', or 'a, b, c and 4 more': the first names of a list."""
+    shown = names[:3]
+    rest = len(names) - len(shown)
+    if rest:
+        return ", ".join(shown) + f" and {rest} more"
+    return " and ".join(shown) if len(shown) < 3 else ", ".join(shown[:2]) + " and " + shown[2]
+
+
+def _them(names: list[str]) -> str:
+    return "it" if len(names) == 1 else "them"
