@@ -33,7 +33,6 @@ from scratchformer.interop.llama import LLAMA
 from scratchformer.limits.estimates import check_model_fits, generation_bytes
 from scratchformer.limits.memory import check_fits
 from scratchformer.models import GPT
-from scratchformer.runfiles import write_atomic
 
 __all__ = [
     "load_hf_causal_lm",
@@ -261,6 +260,8 @@ def save_hf_causal_lm(model: GPT, tokenizer, path: str | Path, notes: list[str] 
     directory. ConfigError when no layout holds the model (naming why), before anything is
     written; `notes` gets a line on what the layout's dropout keeps of the model's."""
     import tempfile
+
+    from scratchformer.runfiles import write_atomic
 
     layout = hf_layout(model)  # refused before anything is written
     form = tokenizer.hf_form()
