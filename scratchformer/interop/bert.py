@@ -21,6 +21,10 @@ Name mapping (Hugging Face -> scratchformer; an optional ``bert.`` prefix and th
     encoder.layer.i.intermediate.dense           -> layers.i.ff.fc1
     encoder.layer.i.output.dense                 -> layers.i.ff.fc2
     encoder.layer.i.output.LayerNorm             -> layers.i.ff_norm
+
+What the reader holds is declared: BERT_KEYS classifies every config.json key of transformers'
+BertConfig (read, checked against BERT_OPTIONS, or inert), and a tensor that is neither the
+encoder's nor OUTSIDE_THE_ENCODER (the pooler, the heads) is refused in one line.
 """
 
 from __future__ import annotations
@@ -49,6 +53,31 @@ _ACTIVATIONS = {
 }
 
 
+# the BERT options scratchformer's encoder does not implement: config.json key -> the value it must keep
+BERT_OPTIONS = {"is_decoder": False, "add_cross_attention": False}
+
+# every config.json key of transformers' BertConfig (5.x, and older files): read into BertConfig,
+# checked (BERT_OPTIONS, position_embedding_type), or inert: it changes nothing the encoder computes
+BERT_KEYS = {
+    **dict.fromkeys(
+        "vocab_size hidden_size num_hidden_layers num_attention_heads intermediate_size hidden_act "
+        "max_position_embeddings type_vocab_size layer_norm_eps pad_token_id model_type".split(),
+        "read",
+    ),
+    **dict.fromkeys(["position_embedding_type", *BERT_OPTIONS], "checked"),
+    **dict.fromkeys(
+        "architectures initializer_range use_cache bos_token_id eos_token_id dtype torch_dtype transformers_version "
+        "_name_or_path output_hidden_states output_attentions return_dict id2label label2id problem_type "
+        "is_encoder_decoder chunk_size_feed_forward hidden_dropout_prob attention_probs_dropout_prob "
+        "classifier_dropout tie_word_embeddings gradient_checkpointing".split(),
+        "inert",
+    ),
+}
+
+# tensors of a BERT checkpoint outside the encoder (its pooler and task heads, buffers): not read
+OUTSIDE_THE_ENCODER = r"(pooler|cls|classifier)\..*|embeddings\.(position_ids|token_type_ids)"
+
+
 @dataclass
 class BertConfig:
     """The fields of a Hugging Face ``BertConfig`` that the encoder needs."""
@@ -65,6 +94,8 @@ class BertConfig:
     pad_token_id: int = 0
     position_embedding_type: str = "absolute"
     model_type: str = "bert"
+    is_decoder: bool = False
+    add_cross_attention: bool = False
 
     def __post_init__(self) -> None:
         self.validate()
@@ -75,6 +106,11 @@ class BertConfig:
         return _ACTIVATIONS[self.hidden_act]
 
     def validate(self) -> None:
+        for key, held in BERT_OPTIONS.items():
+            if getattr(self, key) != held:
+                raise ConfigError(
+                    f"{key}={getattr(self, key)!r} is not supported (scratchformer's BERT encoder has {key}={held!r})"
+                )
         if not isinstance(self.hidden_act, str) or self.hidden_act not in _ACTIVATIONS:
             raise ConfigError(
                 f"hidden_act={self.hidden_act!r} is not supported (use one of {sorted(_ACTIVATIONS)})"
@@ -302,18 +338,22 @@ def _normalise_key(key: str) -> str:
 def hf_to_scratch_state_dict(hf: dict[str, np.ndarray], num_layers: int) -> dict[str, np.ndarray]:
     """Map a Hugging Face BERT state dict to `BertEncoder` parameter names.
 
-    Keys outside the encoder (pooler, MLM/NSP heads, ``position_ids``) are dropped. A missing
-    encoder key is a CheckpointError naming it.
+    Tensors outside the encoder (OUTSIDE_THE_ENCODER: the pooler, MLM/NSP and classifier heads,
+    ``position_ids``) are dropped. A missing encoder key, or one the encoder has no place for (a
+    relative-position table, a layer past num_layers), is a CheckpointError naming it.
     """
     hf = {_normalise_key(k): v for k, v in hf.items()}
     out: dict[str, np.ndarray] = {}
     qkv: dict[tuple[int, str, str], np.ndarray] = {}
+    leftover = []
     for key, value in hf.items():
         if key in _EMB_MAP:
             out[_EMB_MAP[key]] = value
             continue
         m = _LAYER_RE.match(key)
         if not m:
+            if not re.fullmatch(OUTSIDE_THE_ENCODER, key):
+                leftover.append(key)
             continue
         i, rest = int(m.group(1)), m.group(2)
         if i >= num_layers:
@@ -325,6 +365,13 @@ def hf_to_scratch_state_dict(hf: dict[str, np.ndarray], num_layers: int) -> dict
             qkv[(i, module.rsplit(".", 1)[1], leaf)] = value
         elif module in _LAYER_MAP and leaf in ("weight", "bias"):
             out[f"layers.{i}.{_LAYER_MAP[module]}.{leaf}"] = value
+        else:
+            leftover.append(key)
+    if leftover:
+        raise CheckpointError(
+            f"the checkpoint holds {', '.join(leftover[:3])}{' and more' if len(leftover) > 3 else ''}, which a "
+            "BERT encoder of its config.json has no place for: is it another architecture?"
+        )
     for i in range(num_layers):
         for leaf in ("weight", "bias"):
             parts = []

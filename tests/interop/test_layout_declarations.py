@@ -94,7 +94,12 @@ def _hf_dir(path, family: str, tie: bool = True):
     torch.manual_seed(0)
     if family == "gpt2":
         cfg = transformers.GPT2Config(
-            n_layer=2, n_head=2, n_embd=8, vocab_size=SIZES["vocab_size"], n_positions=16, tie_word_embeddings=tie
+            n_layer=2,
+            n_head=2,
+            n_embd=8,
+            vocab_size=SIZES["vocab_size"],
+            n_positions=16,
+            tie_word_embeddings=tie,
         )
         model = transformers.GPT2LMHeadModel(cfg)
     else:
@@ -154,8 +159,14 @@ def test_a_tied_config_with_its_own_head_is_read_as_transformers_reads_it(tmp_pa
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
 def test_a_missing_or_leftover_tensor_is_refused_in_one_line(tmp_path, family):
     path = _hf_dir(tmp_path / family, family)
-    layer = "transformer.h.1.ln_2.weight" if family == "gpt2" else "model.layers.1.post_attention_layernorm.weight"
-    _edit_tensors(path, lambda t: t.update({layer.replace(".1.", ".2."): t[layer].clone()}))  # a third layer's
+    layer = (
+        "transformer.h.1.ln_2.weight"
+        if family == "gpt2"
+        else "model.layers.1.post_attention_layernorm.weight"
+    )
+    _edit_tensors(
+        path, lambda t: t.update({layer.replace(".1.", ".2."): t[layer].clone()})
+    )  # a third layer's
     with pytest.raises(CheckpointError, match=r"holds .*\.2\..*has no place for") as e:
         load_hf_causal_lm(path)
     assert "\n" not in str(e.value)
@@ -177,3 +188,23 @@ def test_every_key_of_transformers_config_classes_is_known_to_its_reader():
         keys = set(classes[layout.model_type]().to_dict())
         assert keys <= set(layout.hf_keys), (layout.family, sorted(keys - set(layout.hf_keys)))
         assert set(layout.hf_keys.values()) <= {"read", "checked", "inert"}
+
+
+def test_the_bert_reader_refuses_what_its_encoder_has_no_place_for(tmp_path):
+    from tiny_bert import make_bert_dir
+
+    from scratchformer.interop.bert import BERT_KEYS, load_hf_bert
+
+    assert set(transformers.BertConfig().to_dict()) <= set(BERT_KEYS)
+    path = make_bert_dir(tmp_path / "bert")
+    load_hf_bert(path)  # as saved (with its pooler): read
+    cfg = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**cfg, "is_decoder": True}))
+    with pytest.raises(ConfigError, match="is_decoder=True is not supported"):
+        load_hf_bert(path)
+    (path / "config.json").write_text(json.dumps(cfg))
+    key = "encoder.layer.0.attention.self.distance_embedding.weight"  # relative positions' table
+    _edit_tensors(path, lambda t: t.update({key: torch.zeros(3, 4)}))
+    with pytest.raises(CheckpointError, match="distance_embedding.*has no place for") as e:
+        load_hf_bert(path)
+    assert "\n" not in str(e.value)

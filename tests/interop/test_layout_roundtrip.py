@@ -83,10 +83,7 @@ def _all_pairs(values: dict[str, tuple]) -> list[dict]:
     appears together at least once: the greedy covering, deterministic."""
     names = list(values)
     uncovered = {
-        (a, va, b, vb)
-        for a, b in itertools.combinations(names, 2)
-        for va in values[a]
-        for vb in values[b]
+        (a, va, b, vb) for a, b in itertools.combinations(names, 2) for va in values[a] for vb in values[b]
     }
     rows = []
     while uncovered:
@@ -101,9 +98,7 @@ def _all_pairs(values: dict[str, tuple]) -> list[dict]:
                     ),
                 )
         rows.append(row)
-        uncovered -= {
-            (x, row[x], y, row[y]) for x, y in itertools.combinations(names, 2)
-        }
+        uncovered -= {(x, row[x], y, row[y]) for x, y in itertools.combinations(names, 2)}
     return rows
 
 
@@ -205,4 +200,6 @@ def test_each_export_reloads_in_transformers_as_the_same_model(tmp_path, decidin
         with eval_mode(back):
             np.testing.assert_array_equal(back(ids)[0], ours, err_msg=where)
         again = save_hf_causal_lm(back, TOKENIZER, tmp_path / f"again{i}")
-        assert json.loads((again / "config.json").read_text()) == json.loads((out / "config.json").read_text())
+        assert json.loads((again / "config.json").read_text()) == json.loads(
+            (out / "config.json").read_text()
+        )
