@@ -25,15 +25,26 @@ from pathlib import Path
 
 import numpy as np
 
-from scratchformer.data.tokenizer import check_saved_json, decodable_ids, start_with
+from scratchformer.data.tokenizer import check_saved_json, decodable_ids
 from scratchformer.errors import ConfigError, DataError, DTypeError
 from scratchformer.limits.estimates import check_bpe_fits
-from scratchformer.runfiles import read_optional_json, write_atomic
+from scratchformer.runfiles import read_optional_jsons, write_atomic
 
 END_OF_TEXT = "<|endoftext|>"  # GPT-2's one special token
+# the JSON files of a Hugging Face model directory a tokenizer reads (its special tokens, where generate stops)
+HF_CONFIGS = ("tokenizer_config.json", "config.json", "generation_config.json")
 MIN_VOCAB = 256 + 1  # the byte alphabet and the end-of-text token
 MAX_VOCAB = 1 << 20
 CHECKED_CHARS = 1 << 16  # texts longer than this are checked against the memory before they are encoded
+
+
+def start_with(tok, token: str) -> None:
+    """Give a `tokenizers.Tokenizer` a post-processor that puts `token` (a special token of its
+    vocabulary) before every text, as a line-format run starts each item: transformers'
+    tokenizer(prompt) then begins the prompt where `sample` does."""
+    tok.post_processor = _hf().processors.TemplateProcessing(
+        single=f"{token} $A", pair=f"{token} $A {token} $B", special_tokens=[(token, tok.token_to_id(token))]
+    )
 
 
 def _hf():
@@ -114,25 +125,22 @@ class BPETokenizer:
         return cls(tok, END_OF_TEXT, boundary)
 
     @classmethod
-    def from_hf_dir(cls, path: str | Path, files: dict | None = None) -> BPETokenizer:
+    def from_hf_dir(cls, path: str | Path) -> BPETokenizer:
+        """A Hugging Face model directory's tokenizer, its files and HF_CONFIGS read here: `from_hf_files`."""
+        return cls.from_hf_files(path, read_optional_jsons(path, dict.fromkeys(HF_CONFIGS, DataError)))
+
+    @classmethod
+    def from_hf_files(cls, path: str | Path, files: dict) -> BPETokenizer:
         """A Hugging Face model directory's tokenizer: `tokenizer.json` if there is one, else
         GPT-2's `vocab.json` + `merges.txt` (read as `GPT2Tokenizer` reads them: the start token
         too where tokenizer_config.json's add_bos_token says so). The end token is the one
         tokenizer_config.json names (eos_token), else "<|endoftext|>", else a Llama-style end
         token among the special tokens; `stop_ids` also holds the eos_token_id of config.json and
         generation_config.json, where transformers' generate stops. `files`: {name: JSON object or
-        None} of those three files where the caller has read them already (not read again)."""
+        None} of HF_CONFIGS, which the caller has read (the directory's JSON is read once)."""
         path = Path(path)
         hf = _hf()
-        if files is None:
-            files = {
-                name: read_optional_json(path / name, error=DataError)
-                for name in ("tokenizer_config.json", "config.json", "generation_config.json")
-            }
-        configs = {
-            name: files.get(name) or {}
-            for name in ("tokenizer_config.json", "config.json", "generation_config.json")
-        }
+        configs = {name: files.get(name) or {} for name in HF_CONFIGS}
         if (path / "tokenizer.json").is_file():
             try:
                 tok = hf.Tokenizer.from_file(str(path / "tokenizer.json"))

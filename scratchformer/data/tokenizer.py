@@ -38,17 +38,6 @@ def decodable_ids(ids, vocab_size: int) -> np.ndarray:
     return ids
 
 
-def start_with(tok, token: str) -> None:
-    """Give a `tokenizers.Tokenizer` a post-processor that puts `token` (a special token of its
-    vocabulary) before every text, as a line-format run starts each item: transformers'
-    tokenizer(prompt) then begins the prompt where `sample` does."""
-    import tokenizers
-
-    tok.post_processor = tokenizers.processors.TemplateProcessing(
-        single=f"{token} $A", pair=f"{token} $A {token} $B", special_tokens=[(token, tok.token_to_id(token))]
-    )
-
-
 def check_saved_json(d, cls, kind: str, field: str, field_type: type, what: str) -> None:
     """`d` must be the JSON `cls.save` writes: {"type": kind, field: a field_type, ...}; else a
     DataError naming the `what` tokenizer it should have been."""
@@ -144,7 +133,7 @@ class CharTokenizer:
         token put before every text, where `sample` starts an item."""
         import tokenizers
 
-        from scratchformer.data.bpe import BPETokenizer
+        from scratchformer.data.bpe import BPETokenizer, start_with
 
         vocab = dict(self._stoi)
         if self.special is not None:

@@ -26,7 +26,7 @@ import numpy as np
 
 from scratchformer.checks import check_positive_int, check_seed
 from scratchformer.errors import ConfigError, DataError
-from scratchformer.interop.bert import _ACTIVATIONS, BertConfig, BertEncoder, bert_param_count
+from scratchformer.interop.bert import _ACTIVATIONS, BERT_OPTIONS, BertConfig, BertEncoder, bert_param_count
 from scratchformer.models.base import Model, Sizes, linear_params
 from scratchformer.nn import Linear
 from scratchformer.ops import cross_entropy_forward
@@ -35,8 +35,12 @@ from scratchformer.specs import NON_NEGATIVE, POSITIVE, Bool, Int, List, Num, St
 
 __all__ = ["BertClassifier", "SentenceClassifierConfig", "mean_pool_forward", "mean_pool_backward"]
 
-ENCODER_FIELDS = tuple(
-    f.name for f in fields(BertConfig) if f.name not in ("position_embedding_type", "model_type")
+ENCODER_FIELDS = (
+    tuple(  # the shape; the options the encoder holds at one value only are checked when it is read
+        f.name
+        for f in fields(BertConfig)
+        if f.name not in ("position_embedding_type", "model_type", *BERT_OPTIONS)
+    )
 )
 
 

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from scratchformer.checks import config_flag, config_number
 from scratchformer.errors import ConfigError, DTypeError
-from scratchformer.interop.hf_files import HFCheckpoint, read_checkpoint, write_checkpoint
+from scratchformer.interop.hf_files import HFCheckpoint, write_checkpoint
 from scratchformer.interop.layout import ANY, Layout, Only, Piece, Rule
 from scratchformer.models.gpt import GPT, GPTConfig
 
@@ -223,13 +223,12 @@ def load_hf_gpt2(path, dtype: str = "float32", notes: list[str] | None = None) -
     what the reading decided (a tied config.json whose weights hold their own head: read untied).
     Raises CheckpointError for missing or leftover files / tensors, ConfigError for unsupported configs.
     """
-    checkpoint = read_checkpoint(path, "GPT-2")
-    return gpt2_from_hf(checkpoint, gpt2_config_from_hf(checkpoint.config, dtype=dtype), notes)
+    return GPT2.load(path, dtype, notes)
 
 
 def gpt2_from_hf(checkpoint: HFCheckpoint, config: GPTConfig, notes: list[str] | None = None) -> GPT:
     """The GPT of `config` (gpt2_config_from_hf of the checkpoint's config.json) with the weights of an
-    already-read GPT-2 directory (`read_checkpoint`); as `load_hf_gpt2`."""
+    already-read GPT-2 directory (`hf_files.read_checkpoint`); as `load_hf_gpt2`."""
     return GPT2.model_from_hf(checkpoint, config, notes)
 
 

@@ -12,7 +12,7 @@ decoded after the prompt, as the whole sequence decodes. `scratchformer train --
 continues training such a model, and `scratchformer export RUN --hf OUT` writes a run back with
 `save_hf_causal_lm`, in the first layout of HF_LAYOUTS (GPT-2, Llama) that holds it (each an
 interop.layout.Layout: what it holds is declared there, and anything else is refused in one line).
-The directory's JSON files are read once, together (`read_hf_json`), before the tokenizer and
+The directory's JSON files (hf_files.HF_JSON) are read once, together, before the tokenizer and
 the weights.
 """
 
@@ -27,12 +27,13 @@ import numpy as np
 from scratchformer.data.bpe import BPETokenizer
 from scratchformer.errors import CheckpointError, ConfigError, DataError
 from scratchformer.interop.gpt2 import GPT2
-from scratchformer.interop.hf_files import read_checkpoint, read_hf_json, write_checkpoint
+from scratchformer.interop.hf_files import HF_JSON, read_checkpoint, write_checkpoint
 from scratchformer.interop.layout import Layout
 from scratchformer.interop.llama import LLAMA
 from scratchformer.limits.estimates import check_model_fits, generation_bytes
 from scratchformer.limits.memory import check_fits
 from scratchformer.models import GPT
+from scratchformer.runfiles import read_optional_jsons
 
 __all__ = [
     "load_hf_causal_lm",
@@ -79,7 +80,7 @@ def load_hf_causal_lm(
             f"{path}: not a directory: give a Hugging Face model directory (config.json, "
             f"model.safetensors, the tokenizer files); {HOW_TO_GET}"
         )
-    files = read_hf_json(path)  # config.json, tokenizer_config.json, generation_config.json
+    files = read_optional_jsons(path, HF_JSON)  # config.json, tokenizer_config.json, generation_config.json
     cfg = files["config.json"]
     if cfg is None:
         raise CheckpointError(f"{path} has no config.json: is it a Hugging Face model directory?")
@@ -91,7 +92,7 @@ def load_hf_causal_lm(
             f"(one of: {', '.join(layouts)})"
         )
     config = layout.config_from_hf(cfg, dtype=dtype)
-    tokenizer = BPETokenizer.from_hf_dir(path, files)
+    tokenizer = BPETokenizer.from_hf_files(path, files)
     n_tok, n_model = tokenizer.vocab_size, config.vocab_size
     if n_tok > n_model:
         raise DataError(
@@ -101,8 +102,7 @@ def load_hf_causal_lm(
     if training:  # the model as it is trained: the tokenizer's rows only
         check_model_fits(dataclasses.replace(config, vocab_size=n_tok), GPT, training=True)
     checkpoint = read_checkpoint(path, layout.family, cfg)  # each weight file read once
-    said: list[str] = []
-    model = layout.model_from_hf(checkpoint, config, said)
+    said = layout.dropout_note(config, "training") if training else []
     if checkpoint.half_dtypes:
         said.append(
             f"note: {checkpoint.weights} holds {' and '.join(checkpoint.half_dtypes)} weights, read as {dtype}"
@@ -112,24 +112,10 @@ def load_hf_causal_lm(
             f"note: the model's {n_model:,} embedding rows are padded past the tokenizer's "
             f"{n_tok:,} ids; the {n_model - n_tok:,} rows no text uses are dropped (never sampled)"
         )
-        model = _vocab_rows(model, n_tok)
-    if training:
-        said += layout.dropout_note(model.config, "training")
+    model = layout.model_from_hf(checkpoint, config, said, rows=n_tok)
     if notes is not None:
         notes.extend(said)
     return model, tokenizer
-
-
-def _vocab_rows(model: GPT, n: int) -> GPT:
-    """`model` with the first `n` rows of its token embedding (and of an untied head)."""
-    config = dataclasses.replace(model.config, vocab_size=n)
-    state = model.state_dict()
-    for name in ("wte.weight", "lm_head.weight"):
-        if name in state:
-            state[name] = state[name][:n]
-    smaller = GPT(config)
-    smaller.load_state_dict(state, strict=True)
-    return smaller
 
 
 def hf_generate(

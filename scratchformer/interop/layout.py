@@ -14,6 +14,7 @@ A `Layout` (GPT-2's in interop/gpt2.py, Llama's in interop/llama.py) declares
     problems = GPT2.cannot_hold(model)       # [] or one phrase per setting or tensor it cannot hold
     tensors = GPT2.hf_tensors(model)         # {Hugging Face name: array}, exactly the layout's set
     model = GPT2.model_from_hf(checkpoint, config, notes)   # a leftover or missing tensor: refused
+    model = GPT2.load("gpt2-dir")            # config.json, then the weights
 
 A directory whose config.json says tied while its weights hold an `lm_head.weight` different
 from the embedding is read untied, as transformers 5 reads it ("both are present in the
@@ -26,12 +27,14 @@ import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from scratchformer.errors import CheckpointError, ConfigError
-from scratchformer.interop.hf_files import HFCheckpoint, load_checkpoint_state
+from scratchformer.interop.hf_files import HFCheckpoint, read_checkpoint
 from scratchformer.models.gpt import GPT, GPTConfig
+from scratchformer.runfiles import read_optional_json
 
 __all__ = ["Layout", "Piece", "Only", "Rule", "ANY", "DROPPED_HERE"]
 
@@ -146,13 +149,31 @@ class Layout:
                 tensors[name] = part.T if piece.transposed else part
         return tensors
 
+    def load(self, path, dtype: str = "float32", notes: list[str] | None = None) -> GPT:
+        """The GPT of a Hugging Face directory of this layout: config.json (`config_from_hf`),
+        then the weights (`model_from_hf`). A missing file is a CheckpointError naming it."""
+        config_file = Path(path) / "config.json"
+        hf = read_optional_json(config_file, error=CheckpointError)
+        if hf is None:
+            raise CheckpointError(
+                f"{self.family} checkpoint: {config_file} not found (need config.json and model.safetensors)"
+            )
+        config = self.config_from_hf(hf, dtype=dtype)
+        return self.model_from_hf(read_checkpoint(path, self.family, hf), config, notes)
+
     def model_from_hf(
-        self, checkpoint: HFCheckpoint, config: GPTConfig, notes: list[str] | None = None
+        self,
+        checkpoint: HFCheckpoint,
+        config: GPTConfig,
+        notes: list[str] | None = None,
+        rows: int | None = None,
     ) -> GPT:
         """The GPT of `config` (`config_from_hf` of the checkpoint's config.json) with the
         checkpoint's weights: every parameter's tensors present, and none left over beyond the
         declared buffers (CheckpointError naming them). A tied config whose weights hold their own
-        different head is read untied, as transformers does, and `notes` gets a line saying so."""
+        different head is read untied, as transformers does, and `notes` gets a line saying so.
+        `rows`: keep the first rows of the token embedding (and of an untied head) only, a
+        vocabulary of that size (a tokenizer's, where the embedding is padded past it)."""
         where = checkpoint.weights
         tensors = self._named(checkpoint.tensors, config)
         config = self._tied_as_transformers_reads(tensors, config, where, notes)
@@ -174,7 +195,19 @@ class Layout:
             )
             for piece in pieces
         }
-        return load_checkpoint_state(GPT(config), state, self.family, where)
+        if rows is not None and rows < config.vocab_size:
+            config = dataclasses.replace(config, vocab_size=rows)
+            for name in ("wte.weight", "lm_head.weight"):
+                if name in state:
+                    state[name] = state[name][:rows]
+        model = GPT(config)
+        try:
+            model.load_state_dict(state, strict=True)
+        except ValueError as e:  # a tensor of another shape than its config.json gives
+            raise CheckpointError(
+                f"{self.family} checkpoint {where} does not fit its config.json: {e}"
+            ) from e
+        return model
 
     def _named(self, tensors: dict[str, np.ndarray], config: GPTConfig) -> dict[str, np.ndarray]:
         """The checkpoint's tensors, each parameter under its full name: one that lacks the

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from scratchformer.checks import config_flag, config_int, config_number
 from scratchformer.errors import ConfigError, DTypeError
-from scratchformer.interop.hf_files import HFCheckpoint, read_checkpoint, write_checkpoint
+from scratchformer.interop.hf_files import HFCheckpoint, write_checkpoint
 from scratchformer.interop.layout import ANY, Layout, Only, Piece
 from scratchformer.models.gpt import GPT, GPTConfig
 
@@ -245,13 +245,12 @@ def load_hf_llama(path, dtype: str = "float32", notes: list[str] | None = None) 
     dtype: the model's float dtype ("float32" default, or "float64"). notes: as `load_hf_gpt2`.
     Raises CheckpointError for missing or leftover files / tensors, ConfigError for unsupported configs.
     """
-    checkpoint = read_checkpoint(path, "Llama")
-    return llama_from_hf(checkpoint, llama_config_from_hf(checkpoint.config, dtype=dtype), notes)
+    return LLAMA.load(path, dtype, notes)
 
 
 def llama_from_hf(checkpoint: HFCheckpoint, config: GPTConfig, notes: list[str] | None = None) -> GPT:
     """The GPT of `config` (llama_config_from_hf of the checkpoint's config.json) with the weights of an
-    already-read Llama directory (`read_checkpoint`); as `load_hf_llama`."""
+    already-read Llama directory (`hf_files.read_checkpoint`); as `load_hf_llama`."""
     return LLAMA.model_from_hf(checkpoint, config, notes)
 
 
