@@ -167,15 +167,21 @@ class BPETokenizer:
                 configs["tokenizer_config.json"].get("add_bos_token") is True
                 and isinstance(bos, str)
                 and tok.token_to_id(bos) is not None
-            ):
-                start_with(
-                    tok, bos
-                )  # GPT2Tokenizer adds it so (GPT2TokenizerFast: tokenizer.json's post-processor)
+            ):  # as GPT2Tokenizer adds it (with a tokenizer.json, its post-processor says)
+                start_with(tok, bos)
         else:
             raise DataError(
                 f"{path} holds no tokenizer: it needs tokenizer.json, or vocab.json and merges.txt "
                 "(as save_pretrained writes them)"
             )
+        return cls.from_hf_tokenizer(tok, configs)
+
+    @classmethod
+    def from_hf_tokenizer(cls, tok, configs: dict) -> BPETokenizer:
+        """A `tokenizers.Tokenizer` (a Hugging Face directory's, or a transformers tokenizer's
+        backend_tokenizer) with its end token and stop ids from `configs` ({name: JSON object} of
+        HF_CONFIGS, as `from_hf_files` says)."""
+        configs = {name: configs.get(name) or {} for name in HF_CONFIGS}
         named = configs["tokenizer_config.json"].get("eos_token")  # a string, or {"content": ...}
         named = named.get("content") if isinstance(named, dict) else named
         named = named if isinstance(named, str) else None

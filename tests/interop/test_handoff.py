@@ -129,3 +129,56 @@ def test_the_export_reads_back_into_a_run_of_the_same_logits(exported):
         ids = tokenizer.encode_prompt(KINDS[kind][1][0])[None, :]
         with eval_mode(job.model), eval_mode(model):
             np.testing.assert_array_equal(model(ids)[0], job.model(ids)[0], err_msg=kind)
+
+
+@pytest.mark.parametrize("kind", ["char-names", "bpe-names", "llama-gqa-bpe-text"])
+def test_models_in_memory_equal_the_directory_route(exported, kind):
+    from scratchformer.interop.hf_lm import load_hf_causal_lm
+    from scratchformer.interop.in_memory import from_transformers, to_transformers
+    from scratchformer.training.jobs import load_job
+
+    run, hf_dir = exported[kind]
+    job = load_job(run)
+    hf_model, hf_tok = to_transformers(job.model, job.tokenizer)
+    on_disk = transformers.AutoModelForCausalLM.from_pretrained(hf_dir).eval()
+    disk_tok = transformers.AutoTokenizer.from_pretrained(hf_dir)
+    assert type(hf_model) is type(on_disk) and type(hf_tok) is type(disk_tok)
+    assert hf_model.config.to_dict() | {"_name_or_path": ""} == on_disk.config.to_dict() | {
+        "_name_or_path": ""
+    }
+    disk_state = on_disk.state_dict()
+    assert all(torch.equal(v, disk_state[k]) for k, v in hf_model.state_dict().items())
+    assert hf_model.state_dict().keys() == disk_state.keys()
+    for prompt in KINDS[kind][1]:
+        enc = hf_tok(prompt, return_tensors="pt")
+        assert enc["input_ids"].tolist() == disk_tok(prompt, return_tensors="pt")["input_ids"].tolist()
+        with (
+            torch.no_grad()
+        ):  # the same weights; a file's tensors are aligned otherwise: float32 rounding apart
+            ours, theirs = hf_model(**enc).logits, on_disk(**enc).logits
+            assert (ours - theirs).abs().max() <= 1e-6 * theirs.abs().max()
+            a = hf_model.generate(
+                **enc, do_sample=False, max_new_tokens=NEW, pad_token_id=hf_tok.eos_token_id
+            )
+            b = on_disk.generate(
+                **enc, do_sample=False, max_new_tokens=NEW, pad_token_id=disk_tok.eos_token_id
+            )
+        assert torch.equal(a, b) and hf_tok.decode(a[0], skip_special_tokens=True) == disk_tok.decode(
+            b[0], skip_special_tokens=True
+        )
+    # and back: what load_hf_causal_lm reads from the directory
+    model, tokenizer = from_transformers(on_disk, disk_tok)
+    want, want_tok = load_hf_causal_lm(hf_dir)
+    assert model.config == want.config and tokenizer.stop_ids == want_tok.stop_ids
+    assert all(np.array_equal(v, want.state_dict()[k]) for k, v in model.state_dict().items())
+    for prompt in KINDS[kind][1]:
+        assert tokenizer.encode_prompt(prompt).tolist() == want_tok.encode_prompt(prompt).tolist()
+
+
+def test_the_in_memory_functions_import_torch_only_when_called():
+    import subprocess
+    import sys
+
+    code = "import sys, scratchformer.interop.in_memory; print('torch' in sys.modules, 'transformers' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["False", "False"], done.stderr
