@@ -182,3 +182,25 @@ def test_the_in_memory_functions_import_torch_only_when_called():
     code = "import sys, scratchformer.interop.in_memory; print('torch' in sys.modules, 'transformers' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.split() == ["False", "False"], done.stderr
+
+
+def test_the_handoff_numbers_script_measures_what_the_docs_say():
+    """scripts/handoff_numbers.py, behind docs/operations.md's hand-off: each effect is there."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "handoff_numbers.py"
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = done.stdout
+    numbers = lambda pattern: [float(x) for x in re.findall(pattern, out)]  # noqa: E731
+    gpt2, llama = numbers(r"export in transformers: logits within (\S+) of")
+    assert gpt2 < 1e-12 < 1e-9 < llama < 1e-6  # float64 throughout; float32 norms and rotary tables
+    assert "from_pretrained without dtype: torch.bfloat16" in out
+    assert numbers(r"its logits are (\S+) from float32")[0] > 0.01
+    for grad, key, query in re.findall(
+        r"at most (\S+); one step \(lr 0.001\) moves it by up to (\S+) \(the query bias: (\S+)\)", out
+    ):
+        assert float(grad) < 1e-6 and float(key) > 100 * float(grad) and float(query) > 5e-4
