@@ -38,6 +38,7 @@ import numpy as np
 from scratchformer.checks import check_positive_int, check_positive_number, check_token_ids
 from scratchformer.errors import CheckpointError, ConfigError, DataError
 from scratchformer.interop.hf_files import read_safetensors
+from scratchformer.interop.layout import INERT_KEYS
 from scratchformer.limits.memory import check_fits
 from scratchformer.models.base import Model, Sizes
 from scratchformer.runfiles import read_optional_json
@@ -66,10 +67,11 @@ BERT_KEYS = {
     ),
     **dict.fromkeys(["position_embedding_type", *BERT_OPTIONS], "checked"),
     **dict.fromkeys(
-        "architectures initializer_range use_cache bos_token_id eos_token_id dtype torch_dtype transformers_version "
-        "_name_or_path output_hidden_states output_attentions return_dict id2label label2id problem_type "
-        "is_encoder_decoder chunk_size_feed_forward hidden_dropout_prob attention_probs_dropout_prob "
-        "classifier_dropout tie_word_embeddings gradient_checkpointing".split(),
+        [
+            *INERT_KEYS,
+            *"hidden_dropout_prob attention_probs_dropout_prob classifier_dropout tie_word_embeddings".split(),
+            "gradient_checkpointing",
+        ],
         "inert",
     ),
 }

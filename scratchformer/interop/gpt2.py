@@ -41,7 +41,7 @@ from pathlib import Path
 from scratchformer.checks import config_flag, config_number
 from scratchformer.errors import ConfigError, DTypeError
 from scratchformer.interop.hf_files import HFCheckpoint, write_checkpoint
-from scratchformer.interop.layout import ANY, Layout, Only, Piece, Rule
+from scratchformer.interop.layout import ANY, EVERY_VALUE, INERT_KEYS, Layout, Only, Piece, Rule
 from scratchformer.models.gpt import GPT, GPTConfig
 
 __all__ = ["GPT2", "load_hf_gpt2", "gpt2_from_hf", "save_hf_gpt2", "gpt2_config_from_hf", "gpt2_config_to_hf"]
@@ -161,34 +161,20 @@ def gpt2_pieces(config: GPTConfig) -> list[Piece]:
     return pieces
 
 
-# config.json keys of transformers' GPT2Config (5.x, and older files) besides those
-# gpt2_config_from_hf reads: what none of them changes in the model's outputs
+# config.json keys of transformers' GPT2Config (5.x, and older files) besides INERT_KEYS and those
+# gpt2_config_from_hf reads: none changes the model's outputs (embd_pdrop, attn_pdrop: training only)
 _INERT = (
-    "architectures initializer_range use_cache bos_token_id eos_token_id pad_token_id n_ctx dtype torch_dtype "
-    "transformers_version _name_or_path output_hidden_states output_attentions return_dict id2label label2id "
-    "problem_type is_encoder_decoder chunk_size_feed_forward summary_type summary_use_proj summary_activation "
-    "summary_proj_to_labels summary_first_dropout task_specific_params embd_pdrop attn_pdrop"
-)
+    "n_ctx summary_type summary_use_proj summary_activation summary_proj_to_labels summary_first_dropout "
+    "task_specific_params embd_pdrop attn_pdrop"
+).split()
 
 GPT2 = Layout(
     family="GPT-2",
     hf_class="GPT2LMHeadModel",
     model_type="gpt2",
     holds={
-        **dict.fromkeys(
-            (
-                "vocab_size",
-                "block_size",
-                "n_layer",
-                "n_head",
-                "n_embd",
-                "n_inner",
-                "dropout",
-                "layer_norm_eps",
-            ),
-            ANY,
-        ),
-        **dict.fromkeys(("dtype", "tie_weights", "init", "loss_dtype", "rope_theta"), ANY),
+        **EVERY_VALUE,
+        "rope_theta": ANY,  # positions are learned: the rotary base is unused
         "bias": Only((True,), "biases"),
         "norm_first": Only((True,), "pre-norm blocks"),
         "activation": Only(tuple(_ACT_TO_HF), "a GELU or ReLU feed-forward"),
@@ -207,7 +193,7 @@ GPT2 = Layout(
             "read",
         ),
         **dict.fromkeys(_GPT2_OPTIONS, "checked"),
-        **dict.fromkeys(_INERT.split(), "inert"),
+        **dict.fromkeys([*INERT_KEYS, *_INERT], "inert"),
     },
     dropped_there="the embeddings, the attention weights and each sub-layer's output "
     "(embd_pdrop, attn_pdrop, resid_pdrop), not the feed-forward's hidden activation",

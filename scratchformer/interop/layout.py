@@ -36,7 +36,7 @@ from scratchformer.interop.hf_files import HFCheckpoint, read_checkpoint
 from scratchformer.models.gpt import GPT, GPTConfig
 from scratchformer.runfiles import read_optional_json
 
-__all__ = ["Layout", "Piece", "Only", "Rule", "ANY", "DROPPED_HERE"]
+__all__ = ["Layout", "Piece", "Only", "Rule", "ANY", "EVERY_VALUE", "INERT_KEYS", "DROPPED_HERE"]
 
 # where a GPT's one dropout rate applies (models/gpt.py, nn/blocks.py, nn/feedforward.py)
 DROPPED_HERE = (
@@ -68,6 +68,33 @@ class Only:
 
 
 ANY = Rule(lambda config: True, "any value")
+
+# what every layout holds at any value: the sizes, the dropout rate, the norm's eps, the dtype, a tied
+# or untied head, how the weights began, the precision of the loss (a layout may still narrow one)
+EVERY_VALUE = dict.fromkeys(
+    (
+        "vocab_size",
+        "block_size",
+        "n_layer",
+        "n_head",
+        "n_embd",
+        "n_inner",
+        "dropout",
+        "layer_norm_eps",
+        "dtype",
+        "tie_weights",
+        "init",
+        "loss_dtype",
+    ),
+    ANY,
+)
+
+# config.json keys every transformers config class has that change nothing a model computes
+INERT_KEYS = (
+    "architectures initializer_range use_cache bos_token_id eos_token_id pad_token_id dtype torch_dtype "
+    "transformers_version _name_or_path output_hidden_states output_attentions return_dict id2label label2id "
+    "problem_type is_encoder_decoder chunk_size_feed_forward"
+).split()
 
 
 @dataclass(frozen=True)

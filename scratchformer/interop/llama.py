@@ -38,7 +38,7 @@ from pathlib import Path
 from scratchformer.checks import config_flag, config_int, config_number
 from scratchformer.errors import ConfigError, DTypeError
 from scratchformer.interop.hf_files import HFCheckpoint, write_checkpoint
-from scratchformer.interop.layout import ANY, Layout, Only, Piece
+from scratchformer.interop.layout import ANY, EVERY_VALUE, INERT_KEYS, Layout, Only, Piece
 from scratchformer.models.gpt import GPT, GPTConfig
 
 __all__ = [
@@ -192,31 +192,14 @@ def llama_pieces(config: GPTConfig) -> list[Piece]:
     return pieces
 
 
-_INERT = (
-    "architectures initializer_range use_cache bos_token_id eos_token_id pad_token_id dtype torch_dtype "
-    "transformers_version _name_or_path output_hidden_states output_attentions return_dict id2label label2id "
-    "problem_type is_encoder_decoder chunk_size_feed_forward"
-)
-
 LLAMA = Layout(
     family="Llama",
     hf_class="LlamaForCausalLM",
     model_type="llama",
     holds={
-        **dict.fromkeys(
-            (
-                "vocab_size",
-                "block_size",
-                "n_layer",
-                "n_head",
-                "n_embd",
-                "n_inner",
-                "dropout",
-                "layer_norm_eps",
-            ),
-            ANY,
-        ),
-        **dict.fromkeys(("dtype", "tie_weights", "init", "loss_dtype", "rope_theta", "n_kv_head"), ANY),
+        **EVERY_VALUE,
+        "rope_theta": ANY,
+        "n_kv_head": ANY,
         **{name: Only((value,), f"{name}={value!r}") for name, value in LLAMA_BLOCKS.items()},
     },
     pieces=llama_pieces,
@@ -232,7 +215,7 @@ LLAMA = Layout(
         **dict.fromkeys(
             "hidden_act attention_bias mlp_bias head_dim pretraining_tp rope_scaling".split(), "checked"
         ),
-        **dict.fromkeys(_INERT.split(), "inert"),
+        **dict.fromkeys(INERT_KEYS, "inert"),
     },
     dropped_there="the attention weights only (attention_dropout)",
     buffers=r"model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq",  # rotary tables of older files

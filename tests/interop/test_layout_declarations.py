@@ -90,38 +90,12 @@ def test_attention_only_runs_are_refused_in_one_line_by_the_command(tmp_path, ca
 
 
 def _hf_dir(path, family: str, tie: bool = True):
-    """A tiny random transformers model of `family`, saved with a tokenizer of our vocabulary."""
-    torch.manual_seed(0)
-    if family == "gpt2":
-        cfg = transformers.GPT2Config(
-            n_layer=2,
-            n_head=2,
-            n_embd=8,
-            vocab_size=SIZES["vocab_size"],
-            n_positions=16,
-            tie_word_embeddings=tie,
-        )
-        model = transformers.GPT2LMHeadModel(cfg)
-    else:
-        cfg = transformers.LlamaConfig(
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            hidden_size=8,
-            head_dim=4,
-            intermediate_size=16,
-            vocab_size=SIZES["vocab_size"],
-            max_position_embeddings=16,
-            tie_word_embeddings=tie,
-        )
-        model = transformers.LlamaForCausalLM(cfg)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0.0, 0.3)
-    model.save_pretrained(path)
-    save_hf_causal_lm(GPT(GPTConfig(**SIZES), seed=0), TOKENIZER, path / "tok")  # just its tokenizer files
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        (path / name).write_bytes((path / "tok" / name).read_bytes())
-    return path
+    """The export of a tiny GPT of `family`'s style, its weights far from the 0.02 init."""
+    model = GPT(GPTConfig(**SIZES, tie_weights=tie, **(LLAMA if family == "llama" else {})), seed=0)
+    rng = np.random.default_rng(0)
+    for p in model.parameters():
+        p.data[...] = rng.normal(0.0, 0.3, p.shape)
+    return save_hf_causal_lm(model, TOKENIZER, path)
 
 
 def _edit_tensors(path, edit):
