@@ -41,7 +41,7 @@ __all__ = [
     "hf_samples",
     "save_hf_causal_lm",
     "hf_layout",
-    "layout_of",
+    "LAYOUT_OF",
     "hf_token_ids",
     "tokenizer_config",
     "HF_LAYOUTS",
@@ -50,6 +50,8 @@ __all__ = [
 # tried in this order by `hf_layout` (the first that holds a model writes it); config.json's
 # model_type picks one when a directory is read
 HF_LAYOUTS: tuple[Layout, ...] = (GPT2, LLAMA)
+LAYOUT_OF = {layout.model_type: layout for layout in HF_LAYOUTS}  # config.json's model_type -> its layout
+NOT_READ = f"is not a causal LM scratchformer loads (one of: {', '.join(LAYOUT_OF)})"
 
 
 # what the "not a directory" line says: the usual way to get one where a hub is reachable
@@ -85,7 +87,9 @@ def load_hf_causal_lm(
     cfg = files["config.json"]
     if cfg is None:
         raise CheckpointError(f"{path} has no config.json: is it a Hugging Face model directory?")
-    layout = layout_of(cfg, f"{path}: ")
+    layout = LAYOUT_OF.get(cfg.get("model_type"))
+    if layout is None:
+        raise ConfigError(f"{path}: model_type {cfg.get('model_type')!r} {NOT_READ}")
     config = layout.config_from_hf(cfg, dtype=dtype)
     tokenizer = BPETokenizer.from_hf_files(path, files)
     n_tok, n_model = tokenizer.vocab_size, config.vocab_size
@@ -166,19 +170,6 @@ def hf_samples(model: GPT, tokenizer: BPETokenizer, prompt: str = "", *args, **o
     `hf_generate`'s (n, max_new_tokens, temperature, top_k, top_p, rng), passed on to it."""
     start, news = hf_generate(model, tokenizer, prompt, *args, **options)
     return [prompt + tokenizer.decode_continuation(start, new) for new in news]
-
-
-def layout_of(config_json: dict, where: str = "") -> Layout:
-    """The layout of HF_LAYOUTS whose model_type config.json names; ConfigError (starting with
-    `where`) for one no layout reads."""
-    layouts = {layout.model_type: layout for layout in HF_LAYOUTS}
-    layout = layouts.get(config_json.get("model_type"))
-    if layout is None:
-        raise ConfigError(
-            f"{where}model_type {config_json.get('model_type')!r} is not a causal LM scratchformer loads "
-            f"(one of: {', '.join(layouts)})"
-        )
-    return layout
 
 
 def hf_layout(model) -> Layout:

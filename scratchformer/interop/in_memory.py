@@ -18,7 +18,7 @@ import numpy as np
 from scratchformer.data.bpe import BPETokenizer
 from scratchformer.errors import ConfigError, DataError
 from scratchformer.interop.hf_files import HFCheckpoint
-from scratchformer.interop.hf_lm import hf_layout, hf_token_ids, layout_of, tokenizer_config
+from scratchformer.interop.hf_lm import LAYOUT_OF, NOT_READ, hf_layout, hf_token_ids, tokenizer_config
 from scratchformer.models import GPT
 
 __all__ = ["to_transformers", "from_transformers"]
@@ -64,7 +64,9 @@ def from_transformers(hf_model, hf_tokenizer, notes: list[str] | None = None) ->
     import torch
 
     config_json = hf_model.config.to_dict()
-    layout = layout_of(config_json)
+    layout = LAYOUT_OF.get(config_json.get("model_type"))
+    if layout is None:
+        raise ConfigError(f"model_type {config_json.get('model_type')!r} {NOT_READ}")
     backend = getattr(hf_tokenizer, "backend_tokenizer", None)
     if backend is None:
         raise ConfigError(
