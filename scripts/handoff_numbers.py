@@ -77,7 +77,9 @@ def bfloat16_default(tmp: Path, tok) -> tuple[str, float, float]:
 
     model = GPT(GPTConfig(**SIZES, **LLAMA), seed=0)
     path = save_hf_causal_lm(model, tok, tmp / "f32-llama")
-    transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).save_pretrained(tmp / "bf16")
+    transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).save_pretrained(
+        tmp / "bf16"
+    )
     default = transformers.AutoModelForCausalLM.from_pretrained(tmp / "bf16").eval()
     f32 = transformers.AutoModelForCausalLM.from_pretrained(tmp / "bf16", dtype=torch.float32).eval()
     ids = torch.tensor(prompt())
@@ -107,7 +109,9 @@ def key_bias_step(tmp: Path, tok) -> dict[str, tuple[float, float, float]]:
     before = bias.detach().clone()
     opt = torch.optim.Adam(hf.parameters(), lr=LR)
     logits = hf(torch.tensor(x)).logits
-    torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), torch.tensor(y).reshape(-1)).backward()
+    torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), torch.tensor(y).reshape(-1)
+    ).backward()
     grad = bias.grad[C : 2 * C].abs().max().item()
     opt.step()
     moved = (bias.detach() - before).abs()
