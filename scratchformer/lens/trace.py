@@ -177,7 +177,7 @@ class Trace:
         """One head of the main stack's self-attention in `layer`, as the forward ran it: q, k, v
         (T, head_size), rotated where the positions are rotary (k and v: the key/value head the
         query head reads under grouped-query attention); scores (Tq, Tk), q k^T / sqrt(d) plus
-        the attention's own bias (ALiBi's), before the mask; pattern (Tq, Tk); out (T, head_size)."""
+        the attention's own bias (ALiBi's), -inf at hidden keys; pattern (Tq, Tk); out (T, head_size)."""
         a = f"{self.prefix}blocks.{layer}.attn."
         q, k = self.cache[a + "q"], self.cache[a + "k"]  # (1, H, T, hs), (1, H_kv, T, hs)
         kv = head // (q.shape[1] // k.shape[1])  # grouped-query attention: the group's shared head

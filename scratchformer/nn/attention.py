@@ -153,9 +153,9 @@ class MultiHeadAttention(Module, DrawsDropout):
             self.out_proj.bias.data[...] = 0
         self.attn_weights: np.ndarray | None = None
         # hook points (scratchformer.lens): q (B, H, T, head_size), k and v (B, n_kv_head, T,
-        # head_size), rotated when the positions are rotary; the scores before the mask and the
-        # pattern (B, H, Tq, Tk); each head's output (B, H, Tq, head_size); the output after the
-        # projection (B, Tq, n_embd)
+        # head_size), rotated when the positions are rotary; the scores (-inf at hidden keys) and
+        # the pattern (B, H, Tq, Tk); each head's output (B, H, Tq, head_size); the output after
+        # the projection (B, Tq, n_embd)
         self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
         self.hook_scores, self.hook_pattern = HookPoint(), HookPoint()
         self.hook_head_out, self.hook_out = HookPoint(), HookPoint()
@@ -284,22 +284,25 @@ class MultiHeadAttention(Module, DrawsDropout):
         return self.hook_out(self.out_proj(self._merge_heads(self.hook_head_out(out))))
 
     def _hooked_weights(self, q, k, v, mask, causal, bias, att_cache: dict, out: np.ndarray) -> np.ndarray:
-        """Show the scores before the mask and then the weights (B, H, Tq, Tk) to their hooks;
-        returns the output (B, H, Tq, head_size). Left as they were, the output is the one
-        attention_forward computed (bit for bit); changed, the weights are softmax(masked new
-        scores) and out = weights @ v, which the backward cannot follow: eval mode only."""
+        """Show the masked scores and then the weights (B, H, Tq, Tk) to their hooks; returns the
+        output (B, H, Tq, head_size). Left as they were, the output is the one attention_forward
+        computed (bit for bit); changed, the weights are the softmax of the new scores (the
+        hidden keys masked again) and out = weights @ v, which the backward cannot follow: eval
+        mode only."""
         weights = att_cache["weights"]
         if weights is None:  # the fast lane's training forward over KEEP_WEIGHTS_BYTES keeps none
             raise HookError(
                 "this training-mode forward keeps no attention weights to show (they are recomputed "
                 "in the backward): read attn.scores and attn.pattern in eval mode"
             )
-        if self.hook_scores.active:
+        if self.hook_scores.active:  # the scores with -inf at every hidden key, as TransformerLens's
+            allowed = attention_mask(mask, causal, q.shape[2], k.shape[2])
             scores = attention_scores(q, k, bias)
+            scores = scores if allowed is None else np.where(allowed, scores, -np.inf)
             new = self.hook_scores(scores)
             if not np.array_equal(new, scores, equal_nan=True):
                 self._refuse_in_training("scores")
-                weights = masked_softmax(new, attention_mask(mask, causal, q.shape[2], k.shape[2]))
+                weights = masked_softmax(new, allowed)  # a hidden key stays hidden whatever it holds
         if self.hook_pattern.active:
             new = self.hook_pattern(weights)
             if not np.array_equal(new, weights, equal_nan=True):

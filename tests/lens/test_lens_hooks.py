@@ -287,7 +287,7 @@ def test_a_layer_added_inside_a_block_shows_its_hook_points_with_no_change_in_th
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_scores_and_norms_are_what_the_attention_and_the_block_computed(family):
-    """attn.scores are q k^T / sqrt(hs) before the mask, the pattern their masked softmax; each
+    """attn.scores are q k^T / sqrt(hs), -inf at hidden keys, the pattern their softmax; each
     norm's out is the norm of its in; a replaced score moves the pattern and the output."""
     build, inputs, _ = FAMILIES[family]
     model = build()
@@ -295,10 +295,11 @@ def test_scores_and_norms_are_what_the_attention_and_the_block_computed(family):
     prefix = "encoder." if family == "seq2seq" else ""
     a = f"{prefix}blocks.0.attn."
     q, k = c[a + "q"], c[a + "k"]
-    np.testing.assert_allclose(c[a + "scores"], q @ k.swapaxes(-1, -2) / np.sqrt(q.shape[-1]), atol=1e-12)
     T = q.shape[2]
     seen = np.tril(np.ones((T, T), bool)) if model.causal(prefix) else np.ones((T, T), bool)
-    e = np.where(seen, np.exp(c[a + "scores"] - c[a + "scores"].max(-1, keepdims=True)), 0.0)
+    scores = np.where(seen, q @ k.swapaxes(-1, -2) / np.sqrt(q.shape[-1]), -np.inf)
+    np.testing.assert_allclose(c[a + "scores"], scores, atol=1e-12)
+    e = np.exp(c[a + "scores"] - c[a + "scores"].max(-1, keepdims=True))
     np.testing.assert_allclose(c[a + "pattern"], e / e.sum(-1, keepdims=True), atol=1e-12)
     block = model.stacks()[prefix][0]
     for name, norm in model.block_parts(block).norms.items():  # each norm's own in and out
@@ -307,5 +308,5 @@ def test_scores_and_norms_are_what_the_attention_and_the_block_computed(family):
     flat = run_with_cache(
         model, *inputs, names=[a + "pattern"], hooks={a + "scores": lambda x, n: np.zeros_like(x)}
     )[1]
-    last = flat[a + "pattern"][0, 0, -1]  # the last query sees every key, causal or not
-    np.testing.assert_allclose(last, 1 / len(last))
+    # zeros everywhere: uniform over the keys each query may see (a hidden key stays hidden)
+    np.testing.assert_allclose(flat[a + "pattern"][0, 0], seen / seen.sum(-1, keepdims=True))

@@ -188,8 +188,10 @@ def test_the_traced_head_reproduces_the_heads_weights(gpt, ids):
     np.testing.assert_allclose(w[0, 0], T.attention_maps(gpt, ids)["encoder"][1, 1], atol=1e-6)
     np.testing.assert_allclose(head["pattern"], w[0, 0], atol=1e-6)
     np.testing.assert_allclose(head["out"], w[0, 0] @ v, atol=1e-6)
-    scores = q @ k.T / np.sqrt(q.shape[-1])  # before the mask: the future keys too
-    np.testing.assert_allclose(head["scores"], scores, atol=1e-5)
+    causal = np.tril(np.ones(w.shape[-2:], bool))  # the future keys hold -inf
+    np.testing.assert_allclose(
+        head["scores"], np.where(causal, q @ k.T / np.sqrt(q.shape[-1]), -np.inf), atol=1e-5
+    )
 
 
 def test_trace_reproduces_the_forward(gpt, ids):
