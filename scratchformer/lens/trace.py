@@ -28,8 +28,8 @@ from dataclasses import asdict, dataclass, field, is_dataclass
 
 import numpy as np
 
-from scratchformer.errors import ConfigError
 from scratchformer.lens.hooks import run_with_cache
+from scratchformer.lens.parts import stacks
 from scratchformer.models.base import Model, norm_kind
 from scratchformer.nn import eval_mode
 from scratchformer.ops import softmax_forward
@@ -38,17 +38,13 @@ from scratchformer.ops import softmax_forward
 # -- accessors: each asks the model's contract ------------------------------------------------
 def _model(model) -> Model:
     """`model`, or ConfigError for anything that is not a scratchformer model."""
-    if not isinstance(model, Model):
-        raise ConfigError(
-            f"viz draws scratchformer models (GPT, TransformerClassifier, Seq2SeqTransformer, "
-            f"BertEncoder, or subclasses), got {type(model).__name__}"
-        )
+    stacks(model)
     return model
 
 
 def blocks(model) -> list:
     """The blocks of the main stack (seq2seq: the encoder)."""
-    return _model(model).stacks()[model.main_prefix()]
+    return stacks(model)[model.main_prefix()]
 
 
 def is_causal(model) -> bool:
@@ -121,7 +117,7 @@ def map_layout(model) -> dict[str, MapLayout]:
     """Map name -> its `MapLayout`: the main stack's self-attention is "encoder"; another stack's
     is the stack's name ("decoder"); any other attention its own name ("cross" for cross_attn)."""
     out: dict[str, MapLayout] = {}
-    for prefix, stack in _model(model).stacks().items():
+    for prefix, stack in stacks(model).items():
         for i, block in enumerate(stack):
             for name in model.block_parts(block).attentions:
                 if name == "attn":
