@@ -40,7 +40,7 @@ from scratchformer.errors import CheckpointError, ConfigError, DataError
 from scratchformer.interop.hf_files import read_safetensors
 from scratchformer.interop.layout import INERT_KEYS
 from scratchformer.limits.memory import check_fits
-from scratchformer.models.base import Model, Sizes
+from scratchformer.models.base import Example, Model, Sizes
 from scratchformer.runfiles import read_optional_json
 
 __all__ = ["BertConfig", "BertEncoder", "load_hf_bert", "hf_to_scratch_state_dict"]
@@ -213,11 +213,18 @@ class BertEncoder(Model):
     def positions(self, prefix: str = ""):
         return self.position_embeddings
 
-    def stack_input(self, ids: np.ndarray) -> np.ndarray:
-        return self.embed(ids)
+    def _example(self, ids, tokens, vocab_labels, target, **_) -> Example:
+        """The sequence; no loss and no logits (the output is the hidden states)."""
+        return Example((ids[None],), None, (ids[None],), None, {"": tokens}, tokens, None)
 
     def named_hook_points(self) -> dict:
-        return {"embed": self.hook_embed, "pos_embed": self.hook_pos_embed}
+        norm = self.embeddings_norm  # what the embedding LayerNorm takes and gives
+        return {
+            "embed": self.hook_embed,
+            "pos_embed": self.hook_pos_embed,
+            "embed_norm.in": norm.hook_in,
+            "embed_norm.out": norm.hook_out,
+        }
 
     @classmethod
     def param_count(cls, config: BertConfig) -> int:

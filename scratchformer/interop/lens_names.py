@@ -55,19 +55,27 @@ TL_NAMES: dict[str, Partner] = {
     "embed": Partner("hook_embed"),
     "pos_embed": Partner("hook_pos_embed", BATCHED),
     "blocks.L.resid_pre": Partner("blocks.L.hook_resid_pre"),
+    "blocks.L.attn_norm.in": Partner("blocks.L.ln1.hook_in"),
+    "blocks.L.attn_norm.out": Partner("blocks.L.ln1.hook_out"),
     "blocks.L.attn.q": Partner("blocks.L.attn.hook_q", HEADS, rotary="blocks.L.attn.hook_rot_q"),
     "blocks.L.attn.k": Partner("blocks.L.attn.hook_k", HEADS, rotary="blocks.L.attn.hook_rot_k"),
     "blocks.L.attn.v": Partner("blocks.L.attn.hook_v", HEADS),
+    "blocks.L.attn.scores": Partner("blocks.L.attn.hook_attn_scores"),
     "blocks.L.attn.pattern": Partner("blocks.L.attn.hook_pattern"),
     "blocks.L.attn.head_out": Partner("blocks.L.attn.hook_z", HEADS),
     "blocks.L.attn.out": Partner("blocks.L.hook_attn_out"),
     "blocks.L.resid_mid": Partner("blocks.L.hook_resid_mid"),
+    "blocks.L.ff_norm.in": Partner("blocks.L.ln2.hook_in"),
+    "blocks.L.ff_norm.out": Partner("blocks.L.ln2.hook_out"),
+    "blocks.L.mlp.in": Partner("blocks.L.mlp.hook_in"),
     "blocks.L.mlp.pre": Partner(
         "blocks.L.mlp.hook_pre", gated=("blocks.L.mlp.hook_pre", "blocks.L.mlp.hook_pre_linear")
     ),
     "blocks.L.mlp.post": Partner("blocks.L.mlp.hook_post"),
     "blocks.L.mlp.out": Partner("blocks.L.hook_mlp_out"),
     "blocks.L.resid_post": Partner("blocks.L.hook_resid_post"),
+    "final_norm.in": Partner("ln_final.hook_in"),
+    "final_norm.out": Partner("ln_final.hook_out"),
     "ln_final": Partner("ln_final.hook_out"),
 }
 

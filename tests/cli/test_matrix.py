@@ -88,11 +88,6 @@ NOT_FROM_SCRATCH = (
     "refused: --compare-init needs a model trained from scratch -- a fine-tuned classifier starts "
     "from pretrained weights"
 )
-FINETUNE_LENS = (
-    "refused: not a fine-tuned sentence classifier -- the lens's analyses explain the logits of a "
-    "GPT, a task classifier or an encoder-decoder; a fine-tuned BERT's forward takes an attention "
-    "mask and labels (its encoder's attention: viz; MiniLM's similarities: lens --bert)"
-)
 HF_LENS_NOT_A_RUN = "refused: is a Hugging Face model directory, not a run -- read it with lens --hf"
 AND = " | "  # between the bugs of a cell that has several
 
@@ -118,8 +113,6 @@ EXPECTED.update(
     {
         ("bpe", "export"): GPT2_LAYOUT,  # no biases: neither GPT-2's layout nor Llama's
         ("finetune", "viz-init"): NOT_FROM_SCRATCH,
-        ("finetune", "lens"): FINETUNE_LENS,
-        ("finetune", "lens-json"): FINETUNE_LENS,
     }
 )
 
