@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from scratchformer.nn.layers import dropout_modules
 from scratchformer.nn.module import Module
 
 
@@ -72,7 +73,7 @@ def gradcheck(
     kwargs = kwargs or {}
     m = copy.deepcopy(module).to(np.float64).train()
     xs = [np.array(x, dtype=np.float64) if _is_float(x) else x for x in inputs]
-    gens = [mod.rng for mod in m.modules() if isinstance(getattr(mod, "rng", None), np.random.Generator)]
+    gens = [mod.rng for mod in dropout_modules(m)]  # replayed: every forward draws the same masks
     states = [g.bit_generator.state for g in gens]
 
     def forward() -> np.ndarray:

@@ -10,6 +10,7 @@ bounded reader of regular files, one JSON parser whose every failure is a one-li
     read_optional_json(path)    a JSON file another program may have written (a Hugging Face
                                 model directory's config.json, ...): None when absent, typed,
                                 each failure one line of the reader's own error class
+    read_optional_jsons(dir, errors)  several such files of one directory, each read once
     parse_json(text, where)     json.loads with syntax errors, 4,300-digit ints and deep nesting
                                 as RunFileError
 
@@ -203,3 +204,10 @@ def read_optional_json(
     if not isinstance(value, expect):
         raise error(f"{path} must hold a JSON {'object' if expect is dict else expect.__name__}")
     return value
+
+
+def read_optional_jsons(directory: str | os.PathLike, errors: dict[str, type[Exception]]) -> dict:
+    """{name: the JSON object in directory/name, or None where there is no such file} for each
+    name of `errors`, each file read once (`read_optional_json`, failing with its error class)."""
+    directory = Path(directory)
+    return {name: read_optional_json(directory / name, error=error) for name, error in errors.items()}

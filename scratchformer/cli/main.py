@@ -979,13 +979,14 @@ def cmd_export(args) -> int:
     out = Path(args.hf)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise CLIError(f"{out} is not empty: export into a new directory")
-    _, cls, _ = hf_layout(job.model.config)  # a model no layout holds: one line naming why, nothing written
+    layout = hf_layout(job.model)  # a model no layout holds: one line naming why, nothing written
     # written into a temporary directory beside it, then renamed: a failure (a full disk) leaves
     # no half-written directory, only the one line naming the file
     out.absolute().parent.mkdir(parents=True, exist_ok=True)
     tmp = new_temp_dir(out.absolute())
+    notes: list[str] = []  # how the layout's dropout differs from the run's
     try:
-        save_hf_causal_lm(job.model, tokenizer, tmp)
+        save_hf_causal_lm(job.model, tokenizer, tmp, notes=notes)
         os.replace(tmp, out)  # onto a missing or empty directory
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -993,7 +994,9 @@ def cmd_export(args) -> int:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    print(f"wrote {out} ({cls}.from_pretrained and AutoTokenizer read it)")
+    for note in notes:
+        print(note, file=sys.stderr)
+    print(f"wrote {out} ({layout.hf_class}.from_pretrained and AutoTokenizer read it)")
     return 0
 
 

@@ -407,7 +407,7 @@ def build_job_from_hf(
     row's training settings with its fine-tuning rates ("init_from") on top. `notes` (a list)
     gets what the reading changed (bf16 weights read as float32, padding rows dropped)."""
     row = _row(run_kind)
-    if row["kind"] != "gpt":
+    if "init_from" not in row:  # the rows that continue a language model say at what rates
         raise ConfigError(
             f"--init-from continues a language model: the {run_kind} task has no pretrained form"
         )
