@@ -151,3 +151,32 @@ def test_a_changed_base_run_is_refused(base, tmp_path, capsys):
     _one_line_error(capsys, ["eval", str(out)], "changed since the autoencoder was trained")
     os.remove(weights)
     _one_line_error(capsys, ["sae", "--resume", "--out", str(out), "--max-steps", "4"], "not there any more")
+
+
+def test_lens_splits_the_logit_into_the_features(base, tmp_path, capsys):
+    """`lens RUN --sae DIR` (the lens report of the run, and the autoencoder's part): the parts
+    add up to the logit and the check line passes; an autoencoder of another run is one line."""
+    import shutil
+
+    out = tmp_path / "sae"
+    argv = ["sae", str(base), "--site", SITE, *SMALL, "--max-steps", "2", "--eval-interval", "2"]
+    assert main([*argv, "--out", str(out), "--no-progress", "--quiet"]) == 0
+    capsys.readouterr()
+    lens = ["lens", str(base), "--sae", str(out), "--text", "emma", "--steps", "2"]
+    assert main([*lens, "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    s = r["sae"]
+    assert r["tokens"] == ["<eot>", "e", "m", "m", "a"]
+    assert s["site"] == SITE and s["position"] == 4 and 1 <= s["active"] <= 4  # --k 4
+    parts = s["features_sum"] + s["b_dec"] + s["error"] + s["rest"] + s["bias"]
+    assert parts == pytest.approx(s["logit"], abs=1e-5)
+    assert sum(c for _, _, c in s["features"]) == pytest.approx(s["features_sum"], abs=1e-4)
+    checks = [c for c in r["checks"] if c.startswith("check feature attribution")]
+    assert len(checks) == 1 and checks[0].endswith(" ok"), r["checks"]
+    assert "logit_lens" in r and "ablation" in r  # the run's own lens report beside it
+    assert main(lens) == 0
+    assert f"autoencoder features at {SITE}, position 4" in capsys.readouterr().out
+    other = tmp_path / "other"
+    shutil.copytree(base, other)
+    _one_line_error(capsys, ["lens", str(other), "--sae", str(out)], "trained on the run in")
+    _one_line_error(capsys, ["lens", "--hf", str(other), "--sae", str(out)], "--sae applies to a run")
