@@ -108,11 +108,19 @@ def site_activations(model, inputs: tuple, site: str) -> np.ndarray:
 
 
 def site_width(model, inputs: tuple, site: str) -> int:
-    """The width of one row of `site` (checked: the name is one hook point)."""
+    """The width of one row of `site` (checked: the name is one hook point, and its rows are as
+    wide for the first token alone as for all of `inputs`)."""
     names = resolve_names(model, site)
     if len(names) != 1 or names[0] != site:
         raise ConfigError(f"--site names one hook point, got {site!r} (matching {len(names)})")
-    return site_activations(model, inputs, site).shape[-1]
+    width = site_activations(model, inputs, site).shape[-1]
+    first = (np.asarray(inputs[0])[:, :1],) + tuple(inputs[1:])
+    if np.asarray(inputs[0]).shape[1] > 1 and site_activations(model, first, site).shape[-1] != width:
+        raise ConfigError(
+            f"the rows of {site} grow with the input (a row over the keys): an autoencoder reads rows of one "
+            "width; choose another hook point, e.g. resid_post, mlp.post or attn.head_out"
+        )
+    return width
 
 
 def counted_positions(x: np.ndarray, y: np.ndarray, special: tuple[int, ...]) -> np.ndarray:

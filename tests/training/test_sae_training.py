@@ -126,6 +126,8 @@ def test_bad_input_is_one_line(base, tmp_path, capsys):
     _one_line_error(
         capsys, ["sae", str(base), "--site", "pos_embed", "--out", out], "one vector per position"
     )
+    for site in ("blocks.0.attn.scores", "blocks.0.attn.pattern"):  # one row over the keys per query
+        _one_line_error(capsys, ["sae", str(base), "--site", site, "--out", out], "grow with the input")
     _one_line_error(
         capsys,
         ["sae", str(base), "--site", SITE, "--kind", "topk", "--k", "99", "--d-sae", "32", "--out", out],
