@@ -36,6 +36,7 @@ SOLUTIONS = ROOT / "scratchformer" / "exercises" / "solutions"
 RANDOM_CASES = 3  # random shapes per backward exercise, beyond its fixed cases
 SEED = 20240  # of the random shapes, words and sequences (other than any the grader uses)
 GRADER_TIME_LIMIT = 20.0  # seconds the grader gives one mutant (an endless loop is one)
+GRADER_SEED = 7  # the grader's random shapes, the same for every mutant (their references computed once)
 
 
 def _exercise_of(path: Path):
@@ -255,7 +256,7 @@ def check(m: Mutant) -> tuple[bool, str]:
         path = Path(d) / m.path.name
         path.write_text(m.source, encoding="utf-8")
         try:
-            g = grade(m.path.stem, path, time_limit=GRADER_TIME_LIMIT)
+            g = grade(m.path.stem, path, time_limit=GRADER_TIME_LIMIT, seed=GRADER_SEED)
         except ScratchformerError as e:  # refused as bad input (exit 2): not graded right
             return True, f"refused: {e}"
         return not g.passed, g.lines[0]
@@ -264,13 +265,15 @@ def check(m: Mutant) -> tuple[bool, str]:
 def prepare() -> None:
     """What every graded mutant needs, computed once: the references, the trainer's merges,
     the ablations (the forked children inherit them)."""
-    from scratchformer.exercises import EXERCISES, bpe, grading, induction
+    from scratchformer.exercises import EXERCISES, bpe, grading, induction, isolation
 
     for ex in EXERCISES.values():
         if ex.kind == "backward":
-            grading._reference(ex)
+            for case in grading.graded_cases(ex, GRADER_SEED):
+                grading.reference(ex, case)
     bpe.prepare()
     induction.prepare()
+    isolation.share_server_with_forks()  # one clean server forks every mutant's learner process
 
 
 TARGET = Target(
