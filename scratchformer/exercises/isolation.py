@@ -47,6 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
+from scratchformer.checks import ascii_digits
 from scratchformer.errors import DataError, ResourceError
 
 MAX_LINE = 64 << 20  # bytes of one message: the exercises' arrays are kilobytes
@@ -685,7 +686,7 @@ def guard(scratch: str) -> None:
             if full == solutions or full.startswith(solutions + os.sep):
                 refuse("read the reference solutions")
             parts = full.split(os.sep)
-            if len(parts) > 2 and parts[1] == "proc" and parts[2].isdigit() and int(parts[2]) != own:
+            if len(parts) > 2 and parts[1] == "proc" and ascii_digits(parts[2]) and int(parts[2]) != own:
                 refuse("read another process's files")
             writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
                 isinstance(flags, int) and flags & _WRITE_FLAGS

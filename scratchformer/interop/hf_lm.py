@@ -90,7 +90,7 @@ def load_hf_causal_lm(
     if cfg is None:
         raise CheckpointError(f"{path} has no config.json: is it a Hugging Face model directory?")
     model_type = cfg.get("model_type")
-    if model_type not in HF_LOADERS:
+    if not isinstance(model_type, str) or model_type not in HF_LOADERS:  # a list: no TypeError
         raise ConfigError(
             f"{path}: model_type {model_type!r} is not a causal LM scratchformer loads "
             f"(one of: {', '.join(HF_LOADERS)})"
