@@ -4,6 +4,7 @@
     python scripts/mutants.py solutions                # one target
     python scripts/mutants.py solutions --sample 30    # the fixed sample CI runs (tests/test_mutants.py)
     python scripts/mutants.py solutions --list         # the mutants, one line each, none run
+    python scripts/mutants.py solutions --only mha.py  # the mutants whose description holds the text
     python scripts/mutants.py solutions --json out.json  # every mutant's record, for a later look
 
 A *target* is a module in scripts/mutant_targets/ (its file name is its name) that defines
@@ -433,6 +434,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--sample", type=int, help="run the target's fixed sample of this many mutants")
     parser.add_argument("--seed", type=int, default=0, help="the sample's seed (default: 0, CI's)")
+    parser.add_argument("--only", metavar="TEXT", help="run only the mutants whose description holds TEXT")
     parser.add_argument("--list", action="store_true", help="list the mutants, run none")
     parser.add_argument("--json", metavar="FILE", help="write every mutant's record here")
     parser.add_argument("--quiet", action="store_true", help="no line per mutant")
@@ -442,6 +444,8 @@ def main(argv: list[str] | None = None) -> int:
         target = load_target(name)
         mutants = target.mutants()
         chosen = sample(mutants, args.sample, args.seed) if args.sample else mutants
+        if args.only:
+            chosen = [m for m in chosen if args.only in m.describe()]
         if args.list:
             print("\n".join(m.describe() for m in chosen))
             continue

@@ -433,6 +433,15 @@ def _first_finding(o: dict, ex: Exercise, ref: Reference, names: list[str]) -> F
             cause="a parameter added to the stub's class, or one renamed: the grader sets each of the stub's "
             "parameters by name and compares its .grad",
         )
+    for name, shape in o.get("param_shapes", {}).items():
+        want = ref.outcome["param_shapes"][name]
+        if list(shape) != list(want):
+            return Finding(
+                f"your constructor makes {name} of shape {tuple(shape)}; the stub's is {tuple(want)}: the check "
+                "sets each parameter to the stub's shape, so keep the stub's constructor",
+                ("param shape", name, tuple(shape)),
+                cause=f"{name} is made with another shape than the stub's {tuple(want)}",
+            )
     if error and error[0] == "forward":
         return _given_raised(error)
     if not _same_output(o.get("out"), ref.outcome["out"]):

@@ -574,6 +574,7 @@ def _shown(line: bytes) -> str:
 
 _OUTCOME = {  # key -> the type it must decode to (runner.run_case's outcome)
     "params": list,
+    "param_shapes": dict,
     "saved": dict,
     "grads": dict,
     "inputs_after": list,

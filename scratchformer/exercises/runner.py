@@ -7,9 +7,10 @@ code through, and what it runs the reference and the known mistakes through.
 "params": {name: value} for each of the stub's parameters, "inputs": the forward's arguments,
 "upstream": dL/d(output), "prefill": {name: the .grad a second backward starts from}}. The
 outcome holds what the code did, never a judgement of it (the grader, in its own process,
-judges): the forward's output; what backward returned; every parameter's .grad ("weight.grad"); what the
-inputs, the upstream gradient, the forward's output and the arrays forward saved on the object
-held after the backward (the same array objects: an in-place change shows); then a second
+judges): the parameters' names and the shapes the constructor gave them; the forward's
+output; what backward returned; every parameter's .grad ("weight.grad"); what the inputs, the
+upstream gradient, the forward's output and the arrays forward saved on the object held after
+the backward (the same array objects: an in-place change shows); then a second
 forward (on fresh copies of the inputs) and backward from the prefilled .grad: what it
 returned and the .grad after. The first exception ends the run: ("phase", "Type: message",
 " (line N: code)").
@@ -76,6 +77,7 @@ def run_case(cls: type, spec: dict, filename: str, progress: Callable[[str], Non
         obj = cls(*spec["args"])
         params = parameters(obj)
         o["params"] = [n for n, _ in params]
+        o["param_shapes"] = {n: list(np.shape(p.data)) for n, p in params}  # as the constructor made them
         for name, p in params:
             if name in spec["params"]:
                 p.data = np.array(spec["params"][name], copy=True)

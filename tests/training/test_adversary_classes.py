@@ -15,12 +15,11 @@ import ast
 import dataclasses
 import io
 import json
-import shutil
 import sys
 from pathlib import Path
 
 import pytest
-from tiny_run import tiny
+from test_adversary import TINY, cli, copy, run2  # noqa: F401 (a fixture)
 
 from scratchformer.cli.main import COMMANDS, build_parser, main
 from scratchformer.errors import ConfigError, ResourceError, ScratchformerError
@@ -28,27 +27,6 @@ from scratchformer.training.config import TrainConfig
 from scratchformer.training.trainer import RESUME_RECORD, RESUME_REFUSED, resume_config
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = tiny(n_embd=8, eval_batches=1)
-
-
-def cli(capsys, *argv):
-    capsys.readouterr()
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, [line for line in err.splitlines() if line.strip()]
-
-
-@pytest.fixture(scope="module")
-def run2(tmp_path_factory):
-    out = tmp_path_factory.mktemp("classes") / "run"
-    assert main(["train", *TINY, "--max-steps", "2", "--eval-interval", "2", "--out", str(out)]) == 0
-    return out
-
-
-def copy(run, dest):
-    shutil.copytree(run, dest)
-    (dest / ".lock").unlink(missing_ok=True)
-    return dest
 
 
 # -- a resumed run: every changed setting refused or said -------------------------------------------
@@ -101,7 +79,7 @@ def test_a_changed_rate_past_the_cosine_says_it_changes_nothing():
     assert "--lr 0.5 instead of the run's 0.002: the steps from here will not repeat" in note
 
 
-def test_resume_cli_says_what_a_changed_batch_size_does(run2, tmp_path, capsys):
+def test_resume_cli_says_what_a_changed_batch_size_does(run2, tmp_path, capsys):  # noqa: F811
     out = copy(run2, tmp_path / "run")
     code, stdout, err = cli(
         capsys,
@@ -126,7 +104,7 @@ def test_resume_cli_says_what_a_changed_batch_size_does(run2, tmp_path, capsys):
 
 
 # -- --overwrite keeps a user's files inside the checkpoints -------------------------------------
-def test_overwrite_keeps_what_a_user_left_in_last_and_best(run2, tmp_path, capsys):
+def test_overwrite_keeps_what_a_user_left_in_last_and_best(run2, tmp_path, capsys):  # noqa: F811
     out = copy(run2, tmp_path / "run")
     (out / "last" / "notes.txt").write_text("mine")
     (out / "best" / "figs").mkdir()
@@ -139,7 +117,7 @@ def test_overwrite_keeps_what_a_user_left_in_last_and_best(run2, tmp_path, capsy
     assert not list(out.glob(".*.kept"))
 
 
-def test_an_overwrite_that_fails_before_its_first_save_loses_nothing(run2, tmp_path, capsys):
+def test_an_overwrite_that_fails_before_its_first_save_loses_nothing(run2, tmp_path, capsys):  # noqa: F811
     out = copy(run2, tmp_path / "run")
     (out / "last" / "notes.txt").write_text("mine")
     code, _, err = cli(capsys, "train", *TINY, "--max-steps", "5", "--lr", "1e4", "--out", out, "--overwrite")
@@ -221,7 +199,7 @@ def test_every_read_in_the_library_goes_through_the_bounded_reader():
     ],
     ids=lambda a: f"{a[0]}-{a[2].lstrip('-') if a[1] == '@run' else a[1].lstrip('-')}",
 )
-def test_a_device_where_a_file_belongs_is_one_line_never_read(run2, tmp_path, capsys, argv):
+def test_a_device_where_a_file_belongs_is_one_line_never_read(run2, tmp_path, capsys, argv):  # noqa: F811
     argv = [str(run2) if a == "@run" else a for a in argv]
     if argv[0] in ("train", "finetune"):
         argv += ["--out", str(tmp_path / "out")]
@@ -229,7 +207,7 @@ def test_a_device_where_a_file_belongs_is_one_line_never_read(run2, tmp_path, ca
     assert code == 2 and len(err) == 1 and "/dev/zero" in err[0], err
 
 
-def test_a_huge_log_line_is_refused_before_it_is_parsed(run2, tmp_path, capsys):
+def test_a_huge_log_line_is_refused_before_it_is_parsed(run2, tmp_path, capsys):  # noqa: F811
     out = copy(run2, tmp_path / "run")
     rows = (out / "log.jsonl").read_text().splitlines()
     huge = json.dumps({"step": 1, "numbers": [1] * 2_000_000})  # 6 MB: some 2 GB as Python objects
@@ -238,7 +216,7 @@ def test_a_huge_log_line_is_refused_before_it_is_parsed(run2, tmp_path, capsys):
     assert code == 2 and len(err) == 1 and "log.jsonl line 2 is" in err[0] and "bytes" in err[0], err
 
 
-def test_a_huge_diagnostics_record_is_refused_before_it_is_parsed(run2, tmp_path, monkeypatch):
+def test_a_huge_diagnostics_record_is_refused_before_it_is_parsed(run2, tmp_path, monkeypatch):  # noqa: F811
     from scratchformer.errors import RunFileError
     from scratchformer.training import diagnostics
 
