@@ -209,7 +209,8 @@ class Target:
     output: (mutant or None) -> a value (arrays, numbers, strings, tuples, lists, dicts of them);
         None is the unmutated code. Raising is an output too (its exception's type).
     check: (mutant) -> (caught, what the check said, one line)
-    prepare: () -> None, run once before any mutant (work every child then inherits: caches)
+    prepare: (mutants) -> None, run once before the first of `mutants` (work every child then
+        inherits: caches of what those mutants need)
     same: (a, b) -> bool, whether two outputs are the same (default: `same`)
     goal: the share of output-changing mutants the check must catch (tests/test_mutants.py)
     time_limit: seconds for one mutant, output and check together
@@ -220,7 +221,7 @@ class Target:
     sources: Callable[[], list[tuple[Path, Callable[[str], bool] | None]]]
     output: Callable[[Mutant | None], object]
     check: Callable[[Mutant], tuple[bool, str]]
-    prepare: Callable[[], None] | None = None
+    prepare: Callable[[list[Mutant]], None] | None = None
     same: Callable[[object, object], bool] | None = None
     goal: float = 1.0
     time_limit: float = 120.0
@@ -385,7 +386,7 @@ def run(target: Target, mutants: list[Mutant], progress: Callable[[str], None] |
 
     with threadpool_limits(1):  # one BLAS thread: the forked children start from a quiet BLAS
         if target.prepare is not None:
-            target.prepare()
+            target.prepare(mutants)
         baseline = target.output(None)
         results = []
         for i, m in enumerate(mutants, 1):

@@ -74,6 +74,9 @@ TOLERANCE = 1e-9
 FD_EPS = 3e-4
 FD_POINTS = 4  # the five-point stencil (gradcheck.numerical_gradient)
 RANDOM_CASES = 2  # cases of random shapes drawn on every check, after the fixed ones
+# the seed of those shapes when a check names none; None: fresh ones every time. A test session
+# fixes it (tests/exercises/conftest.py), so each process computes their references once.
+RANDOM_SEED: int | None = None
 SCALAR_UPSTREAM = 0.7  # dloss for a forward that returns a number (not 1, so a missing factor shows)
 TIME_LIMIT = 60.0  # seconds the learner's code may run in one check, every case and the cause's runs
 MEMORY_LIMIT = 2 << 30  # bytes the child may map beyond what it starts with; an exercise needs a few MB
@@ -224,10 +227,11 @@ def reference(ex: Exercise, case: Case) -> Reference:
 
 
 def graded_cases(ex: Exercise, seed: int | None = None) -> list[Case]:
-    """The exercise's cases and RANDOM_CASES of random shapes, drawn from `seed` (None: a fresh
-    one, as every check draws)."""
+    """The exercise's cases and RANDOM_CASES of random shapes, drawn from `seed` (None:
+    RANDOM_SEED, or a fresh one, as every check draws)."""
     if ex.random_case is None:
         return list(ex.cases)
+    seed = RANDOM_SEED if seed is None else seed
     rng = np.random.default_rng(secrets.randbits(64) if seed is None else seed)
     return [*ex.cases, *(ex.random_case(rng) for _ in range(RANDOM_CASES))]
 

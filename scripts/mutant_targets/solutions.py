@@ -262,17 +262,21 @@ def check(m: Mutant) -> tuple[bool, str]:
         return not g.passed, g.lines[0]
 
 
-def prepare() -> None:
-    """What every graded mutant needs, computed once: the references, the trainer's merges,
-    the ablations (the forked children inherit them)."""
+def prepare(mutants: list[Mutant]) -> None:
+    """What the graded mutants need, computed once: the references of their exercises, the
+    trainer's merges, the ablations (the forked children inherit them)."""
     from scratchformer.exercises import EXERCISES, bpe, grading, induction, isolation
 
-    for ex in EXERCISES.values():
+    needed = {m.path.stem for m in mutants}
+    for name in needed:
+        ex = EXERCISES[name]
         if ex.kind == "backward":
             for case in grading.graded_cases(ex, GRADER_SEED):
                 grading.reference(ex, case)
-    bpe.prepare()
-    induction.prepare()
+    if "bpe_merge" in needed:
+        bpe.prepare()
+    if "induction_head" in needed:
+        induction.prepare()
     isolation.share_server_with_forks()  # one clean server forks every mutant's learner process
 
 
