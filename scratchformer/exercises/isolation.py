@@ -1,24 +1,30 @@
 """The learner's code runs in a child process that only runs it: the grader, in this process,
 sends it inputs and judges the arrays it sends back.
 
-    with Learner("linear", "Linear", "backward", Path("linear.py"), time_limit=60, memory_limit=2 << 30) as child:
+    with Learner("linear", "Linear", "backward", Path("linear.py"), 60, 2 << 30) as child:
         outcome = child.run(spec)         # runner.run_case in the child, on the grader's input
         value = child.call(args)          # an exercise of another kind: its function on these arguments
 
-The child is a fresh interpreter (`python -c ...child_main(...)`), never a fork
-of this process: nothing the grader computed (the reference gradients, the finite differences)
-is in its memory. It starts in its own session and process group, in a scratch directory of its
-own, with limits on its address space (what it starts with plus `memory_limit`: a huge
-allocation is a MemoryError in the learner's code) and on its CPU time (a backstop); this
-process kills it at `time_limit` seconds of wall time and, whatever happened, ends its whole
-process group and deletes the scratch directory. Before the learner's file is loaded, an audit
-hook (PEP 578; it cannot be removed) refuses in the child, with a PermissionError in the
-learner's code:
+The child is never a fork of this process: on Linux it is forked from a clean server (`serve`, a
+fresh interpreter started once per grading process, which imports NumPy and scratchformer and
+never runs a learner's code or holds a grader's array: a fork of it starts in milliseconds);
+elsewhere it is a fresh interpreter (`python -c ...child_main(...)`). Nothing the grader
+computed (the reference gradients, the finite differences) is in its memory. It starts in its
+own session and process group, in a scratch directory of its own, with limits on its address
+space (what it starts with plus `memory_limit`: a huge allocation is a MemoryError in the
+learner's code) and on its CPU time (a backstop); this process kills it at `time_limit` seconds
+of wall time and, whatever happened, ends its whole process group and deletes the scratch
+directory. Before the learner's file is loaded, an audit hook (PEP 578; it cannot be removed)
+refuses in the child, with a PermissionError in the learner's code:
 
     - opening the reference solutions (exercises/solutions/), or another process's /proc files;
     - writing, creating, renaming or deleting anything outside the scratch directory;
     - starting a process (fork, exec, spawn, system, subprocess) or a subinterpreter;
     - signalling any process but itself; raising its own limits; ctypes; sockets.
+
+(What stays possible is what a process can do with its own memory: an audit hook does not see
+every C-level trick, so the grader's verdict never rests on anything the child says about
+itself, only on the arrays it returns for inputs it was just sent.)
 
 The two talk in JSON lines over two pipes (no pickle): a request, then its answer; arrays as
 their dtype, shape and base64 bytes (numeric dtypes only). Whatever the child sends is checked

@@ -31,6 +31,7 @@ SKIP_DOCS = {
 }
 SKIP = [  # (a regular expression a command matches, why it is not run here)
     (r"^pip install", "installs packages: a download"),
+    (r"scripts/mutants\.py", "a mutation run, 18 minutes; tests/mutants/test_mutants.py runs the sample"),
     (r"^ruff ", "the style check over the repository: .ci/run runs it"),
     (r"python -m pytest", "the test suite itself"),
     (

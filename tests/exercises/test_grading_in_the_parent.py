@@ -181,3 +181,13 @@ def test_the_random_shapes_are_fresh_on_every_check_and_fixed_by_a_seed(tmp_path
     reports = {check("linear", path).report() for _ in range(3)}
     assert len(reports) > 1  # fresh draws
     assert check("linear", path, seed=5).report() == check("linear", path, seed=5).report()
+
+
+def test_where_no_fork_server_runs_the_child_is_a_fresh_interpreter(tmp_path, monkeypatch):
+    # Windows and macOS: no server to fork from; the same child, started as `python -c`
+    monkeypatch.setattr(isolation, "_server", lambda: None)
+    path = tmp_path / "softmax.py"
+    path.write_text(solution_source("softmax"))
+    assert check("softmax", path).passed
+    cheat = CORPUS / "softmax__cheat_reads_the_solution_file.py"
+    assert "read the reference solutions" in check("softmax", cheat).report()
