@@ -15,6 +15,7 @@ import json
 
 import numpy as np
 
+from scratchformer.checks import ascii_int
 from scratchformer.cli.sae import add_lens_option as add_sae_lens_option
 from scratchformer.errors import CLIError, DataError
 from scratchformer.lens.analyses import MAX_STEPS
@@ -65,7 +66,7 @@ def add_options(p) -> None:
     )
     p.add_argument(
         "--steps",
-        type=int,
+        type=ascii_int,
         default=32,
         help=f"integrated-gradients quadrature nodes, 1 to {MAX_STEPS} (default: 32)",
     )

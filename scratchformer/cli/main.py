@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from scratchformer.allocator import keep_freed_memory
+from scratchformer.checks import ascii_float, ascii_int, check_text
 from scratchformer.cli.exercise import add_options as add_exercise_options
 from scratchformer.cli.exercise import cmd_exercise
 from scratchformer.cli.lens import add_options as add_lens_options
@@ -25,8 +26,10 @@ from scratchformer.cli.sae import cmd_sae
 from scratchformer.cli.viz import add_options as add_viz_options
 from scratchformer.cli.viz import cmd_viz, write_training_curves
 from scratchformer.errors import CheckpointError, CLIError, ScratchformerError
+from scratchformer.runfiles import read_regular_file
 from scratchformer.specs import Bool, Int, Maybe, SchemaMismatch, Str
 
+MAX_PROMPT_BYTES = 1 << 30  # a prompt file past this is refused (its memory estimate refuses far less)
 SEEN_MARK = " (in training data)"  # sample: appended to a sample that is an item of the training split
 # sample: the line before each sample of a text run or --hf model, whose samples hold newlines
 SAMPLE_HEADER = "=== sample {i} of {n} ==="
@@ -146,9 +149,9 @@ def _number(parse, minimum, what: str):
     return convert
 
 
-_positive_int = _number(int, 1, "a positive integer")
-_nonneg_int = _number(int, 0, "an integer >= 0")
-_nonneg_float = _number(float, 0, "a number >= 0")
+_positive_int = _number(ascii_int, 1, "a positive integer")
+_nonneg_int = _number(ascii_int, 0, "an integer >= 0")
+_nonneg_float = _number(ascii_float, 0, "a number >= 0")
 
 
 def _temperature(s: str) -> float:
@@ -839,7 +842,12 @@ def cmd_sample(args) -> int:
 
         try:
             check_text_fits(Path(args.prompt_file).stat().st_size, args.prompt_file, "--prompt-file")
-            prompt = Path(args.prompt_file).read_bytes().decode("utf-8")
+            prompt = read_regular_file(
+                args.prompt_file,
+                MAX_PROMPT_BYTES,
+                where=f"--prompt-file {args.prompt_file}",
+                hint="give a text file",
+            ).decode("utf-8")
             # as an editor shows it: no byte-order mark, Windows line ends as \n, one trailing newline dropped
             prompt = prompt.removeprefix("\ufeff").replace("\r\n", "\n").removesuffix("\n")
         except OSError as e:
@@ -1015,6 +1023,21 @@ COMMANDS = {
 }
 
 
+def _utf8_arguments(argv: list[str]) -> None:
+    """Every argument must be UTF-8 text: a byte that is not (a latin-1 file name, a stray \\xff)
+    reaches Python as a lone surrogate, which no file, message or tokenizer can hold. One line
+    (DataError) naming the option, or the argument's place, instead of a failure further on."""
+    for i, arg in enumerate(argv):
+        if not isinstance(arg, str):
+            continue
+        name, value = f"argument {i + 1}", arg
+        if arg.startswith("--") and "=" in arg:
+            name, value = arg.split("=", 1)
+        elif i and argv[i - 1].startswith("-") and not arg.startswith("-"):
+            name = argv[i - 1]
+        check_text(name, value)
+
+
 def _tolerant_output() -> None:
     """Characters the terminal's encoding cannot show (an "é" on an ASCII or latin-1 stdout)
     are written as backslash escapes (\\xe9) instead of failing the command."""
@@ -1045,6 +1068,8 @@ def main(argv: list[str] | None = None) -> int:
     _tolerant_output()
     command = "scratchformer"
     try:  # the parser too: a failure while building it (a missing module on some platform) is one line
+        argv = sys.argv[1:] if argv is None else list(argv)
+        _utf8_arguments(argv)
         parser = build_parser()
         args = parser.parse_args(argv)
         if args.command is None:  # a bare `scratchformer`: what it can do

@@ -14,6 +14,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from scratchformer.checks import ascii_int
 from scratchformer.errors import CLIError
 
 # The training settings `sae` offers (TrainConfig fields), with their help; the others keep
@@ -63,7 +64,7 @@ def add_options(p) -> None:
         _add_setting(model, name, SAEConfig.spec(name), help_spec, {"sae": value})
     model.add_argument(
         "--pool",
-        type=int,
+        type=ascii_int,
         metavar="N",
         help=f"each batch is drawn from N x --batch-size activations of fresh contexts (default: {POOL})",
     )

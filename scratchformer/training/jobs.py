@@ -468,7 +468,7 @@ def resume_job(
             f"{ck.path / 'trainer_state.json'} has no extra.train_config: cannot resume from it; restore the "
             f"file or {command} again"
         )
-    cfg, note = resume_config(saved, train or {})
+    cfg, note = resume_config(saved, train or {}, ck.step)
     return job, cfg, ck, note
 
 
