@@ -213,6 +213,11 @@ def _random_cross_entropy(rng):  # fixed (N, V): (6, 5), (7, 3), (3, 8)
     return (), _logits_targets(_one(rng, 2, 4, 5, 9), _one(rng, 2, 4, 6, 7))
 
 
+def _random_topk_sae(rng):  # fixed (d_in, d_sae, k): (4, 10, 3), (3, 8, 1), (5, 12, 5); rows 6, 5, 2
+    d_in, d_sae = _one(rng, 2, 6, 7), _one(rng, 6, 7, 9)
+    return (d_in, d_sae, _one(rng, 2, 4)), _normal(_one(rng, 3, 4, 7), d_in)
+
+
 def _cases(*cases) -> tuple[Case, ...]:
     """(args, inputs) pairs, seeded 11, 21, 31, ..."""
     return tuple(Case(args, inputs, 11 + 10 * i) for i, (args, inputs) in enumerate(cases))
@@ -893,6 +898,7 @@ EXERCISES: dict[str, Exercise] = {
                     "self.b_enc.grad += dpre.sum(axis=0)", "self.b_enc.grad += dpre[0]", MISSING_BATCH_SUM
                 ),
             ),
+            random_case=_random(_random_topk_sae),
         ),
         Exercise(
             "bpe_merge",
