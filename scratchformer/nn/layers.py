@@ -24,6 +24,7 @@ from scratchformer.ops import (
     dropout_backward,
     dropout_forward,
     embedding_backward_into,
+    embedding_forward,
     layernorm_backward,
     layernorm_forward,
     linear_backward_into,
@@ -81,7 +82,7 @@ class Embedding(Module):
     def forward(self, idx: np.ndarray) -> np.ndarray:
         idx = np.asarray(idx)
         self._save(idx=idx)
-        return self.weight.data[idx]
+        return embedding_forward(self.weight.data, idx)
 
     def backward(self, dy: np.ndarray) -> None:
         # y = W[idx]  =>  dW[i] += sum of dy over the positions where idx == i (np.add.at)
