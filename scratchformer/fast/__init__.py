@@ -22,14 +22,19 @@ of the op it replaces:
 
 What each buys is measured in docs/performance.md.
 
-Where the lane is chosen, for an op: here, in `lane` and nowhere else. An op of `ops/` with a
-faster form is written as its formula alone and decorated `@fast.lane(module)`; the decorator
-registers the pair in `VARIANTS` and returns the op the rest of the library calls, which checks a
-direct call's arguments, then runs the formula or, while `enabled`, the function of the same
-name in `module`. A backward that takes its forward's cache runs in the lane its forward ran in
-(a fast forward's cache holds lane="fast"), whatever the switch says by then. For the optimiser
-the trainer chooses: `optim.make_adamw` builds `FlatAdamW` (bound to the model in one explicit
-step) in the fast lane and the per-parameter `AdamW` in the reference lane.
+Where the lane is chosen: here, in `lane` and `chosen`, and nowhere else. Every op of `ops/` is
+written as its formula alone and decorated `@fast.lane(...)`: the one dispatch. For an op with a
+faster form (`@fast.lane(module)`) the decorator registers the pair in `VARIANTS` and returns the
+op the rest of the library calls, which checks a direct call's arguments, then runs the formula
+or, while `enabled`, the function of the same name in `module`; an op without one
+(`@fast.lane()`) runs its formula. A backward that takes its forward's cache runs in the lane its
+forward ran in (a fast forward's cache holds lane="fast"), whatever the switch says by then. Each
+wrapper is made once, for its kind of choice, and tests only what that choice needs. The
+dispatch is also where the model's record is taken (scratchformer/record.py): one test of
+`record.ACTIVE` a call, and nothing more while no record is taken. A backward op declares there
+what it is the derivative of (`derivative_of=`), for the record's checks. For the optimiser:
+`optim.make_adamw` takes `chosen(FlatAdamW, AdamW)` (FlatAdamW bound to the model in one
+explicit step) and `optim.clip_grad_norm` is dispatched as an op.
 
 The switch, one flag for the whole process: `enabled` is True unless the environment sets
 SCRATCHFORMER_REFERENCE to anything but "0" or "" (read once, at import; forked workers

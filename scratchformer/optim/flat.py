@@ -157,9 +157,8 @@ def make_adamw(
     eps: float = 1e-8,
     weight_decay: float = 0.01,
 ) -> AdamW:
-    """The lane's AdamW (the one place it is chosen): in the fast lane (`fast.enabled`, the
+    """The lane's AdamW (chosen by `fast.chosen`, where every lane is): in the fast lane (the
     default) a FlatAdamW, bound (its parameters' arrays now view its buffers); in the reference
     lane the per-parameter AdamW. Both update the weights bit for bit alike."""
-    if fast.enabled:
-        return FlatAdamW(params, lr, betas, eps, weight_decay).bind()
-    return AdamW(params, lr, betas, eps, weight_decay)
+    adamw = fast.chosen(FlatAdamW, AdamW)(params, lr, betas, eps, weight_decay)
+    return adamw.bind() if isinstance(adamw, FlatAdamW) else adamw
