@@ -97,6 +97,8 @@ class Module:
     def __call__(self, *args, **kwargs):
         """forward(), after check_input() when this is the door (not a call from inside a model)."""
         if record.ACTIVE is None:
+            if DOOR.inside:  # called from inside a model: the model checked its input
+                return self.forward(*args, **kwargs)
             return _at_the_door(self.check_input, self.forward, args, kwargs)
         return record.ACTIVE.module_forward(self, functools.partial(_call, self), args, kwargs)
 
