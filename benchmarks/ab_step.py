@@ -123,7 +123,7 @@ def export(commit: str, into: Path) -> tuple[Path, str]:
         text=True,
     )
     if rev.returncode != 0:
-        raise SystemExit(f"ab_step.py: {commit!r} is not a commit of {REPO}: give a commit, branch or tag")
+        raise ValueError(f"{commit!r} is not a commit of {REPO}: give a commit, branch or tag")
     short = rev.stdout.strip()
     tar = subprocess.run(["git", "-C", str(REPO), "archive", short], capture_output=True, check=True).stdout
     tree = into / short
@@ -220,7 +220,10 @@ def main(argv=None) -> int:
     if args.against is None:
         print(json.dumps(step_times(args.config, steps, warmup)))
         return 0
-    result = compare(args.config, args.against, args.commit, args.pairs, steps, warmup)
+    try:
+        result = compare(args.config, args.against, args.commit, args.pairs, steps, warmup)
+    except ValueError as e:
+        ap.error(str(e))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
     return 0

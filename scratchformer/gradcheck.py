@@ -30,18 +30,23 @@ def relative_error(analytic: np.ndarray, numeric: np.ndarray) -> float:
     return diff / scale if scale > 1e-12 else diff
 
 
+def central_difference(f: Callable[[], float], x: np.ndarray, index, eps: float = 1e-6) -> float:
+    """d f / d x[index] by a central difference, x[index] perturbed in place and then restored."""
+    orig = x[index]
+    x[index] = orig + eps
+    f_plus = f()
+    x[index] = orig - eps
+    f_minus = f()
+    x[index] = orig
+    return (f_plus - f_minus) / (2 * eps)
+
+
 def numerical_gradient(f: Callable[[], float], x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
     """d f / d x by central differences, perturbing `x` in place one entry at a time."""
     grad = np.zeros(x.shape, dtype=np.float64)
     flat, gflat = x.reshape(-1), grad.reshape(-1)  # views
     for i in range(flat.size):
-        orig = flat[i]
-        flat[i] = orig + eps
-        f_plus = f()
-        flat[i] = orig - eps
-        f_minus = f()
-        flat[i] = orig
-        gflat[i] = (f_plus - f_minus) / (2 * eps)
+        gflat[i] = central_difference(f, flat, i, eps)
     return grad
 
 

@@ -58,6 +58,7 @@ import numpy as np
 
 from scratchformer import fast
 from scratchformer.errors import ConfigError
+from scratchformer.gradcheck import central_difference
 from scratchformer.nn import recording, set_dropout_rng, trusted_calls
 from scratchformer.viz._plot import finish, new_figure
 
@@ -287,13 +288,9 @@ def _check_op(step: BackwardStep, rng, sampling: Sampling, generator) -> None:
         picks, step.checked[f"d{name}"] = _picks(grad, rng, sampling)
         scale = float(np.max(np.abs(grad), initial=0.0))
         for i in picks:
-            orig = x[i]
-            x[i] = orig + FD_EPS
-            plus = loss()
-            x[i] = orig - FD_EPS
-            minus = loss()
-            x[i] = orig
-            step.checks.append(Check(f"d{name}", i, float(grad[i]), (plus - minus) / (2 * FD_EPS), scale))
+            step.checks.append(
+                Check(f"d{name}", i, float(grad[i]), central_difference(loss, x, i, FD_EPS), scale)
+            )
 
 
 def _check_module(step: BackwardStep, rng, sampling: Sampling, generator) -> None:

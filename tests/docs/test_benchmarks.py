@@ -143,6 +143,31 @@ def test_ab_step_prints_one_json_line_and_refuses_unknown_configs():
     assert bad.returncode == 2 and bad.stderr.startswith("usage:")
 
 
+def test_ab_step_compares_two_commits_in_alternating_processes(tmp_path):
+    script = str(REPO / "benchmarks" / "ab_step.py")
+    out = tmp_path / "ab.json"
+    args = ["names", "--against", "HEAD", "--pairs", "2", "--steps", "3", "--warmup", "1", "--json", str(out)]
+    proc = subprocess.run(
+        [sys.executable, script, *args], capture_output=True, text=True, cwd=REPO, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["old"] != "working tree" and result["new"] == "working tree" and len(result["pairs"]) == 2
+    for pair in result["pairs"]:
+        assert pair["ratio"] == pytest.approx(pair["old"]["ms"] / pair["new"]["ms"])
+        assert pair["old"]["blas"] and pair["new"]["blas"]  # the kernel each process ran, named
+    assert f"median old/new {result['median_ratio']:.3f}" in proc.stdout and "CPU: " in proc.stdout
+    bad = subprocess.run(
+        [sys.executable, script, "names", "--against", "no-such-commit"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].endswith(
+        "give a commit, branch or tag"
+    )
+
+
 def test_gemm_floor_runs_every_product_of_a_slice_and_prints_json():
     import gemm_floor
 
