@@ -21,10 +21,11 @@ Every backward in the record is a step, in the order they started, nested as the
   central differences of sum(forward(inputs) * g) at that call's recorded inputs.
 - a module step: a module's backward (a layer, a block, the model): everything its code does
   between its ops (the residual split and add, the heads split and merged, each key/value
-  head's group summed, the pooling) included. What it returned and what it added to each
-  parameter inside it are compared along random unit directions u (every entry of the array at
-  once) with central differences of sum(module.forward(inputs) * g) at its recorded inputs:
-  the module's own forward, so nothing here models any layer.
+  head's group summed, the pooling, what it adds to `.grad`) included. What it added to its own
+  parameters is compared entry by entry, and what it returned and added to the parameters of the
+  layers inside it along random unit directions u (every entry of the array at once), with
+  central differences of sum(module.forward(inputs) * g) at its recorded inputs: the module's
+  own forward, so nothing here models any layer.
 
 A new op or block option appears here with no change to this file: its ops declare their
 forwards, and its module's forward is the module's. A step whose backward handed back the
@@ -32,12 +33,14 @@ gradient it received, adding nothing (a hook point, dropout with p = 0), is the 
 left out.
 
 Which entries (`Sampling`): by default (`THOROUGH`, what `viz RUN --backward` runs) every entry
-of an op's array of at most 4,096 entries, else 256 seeded random entries plus the 8 largest (in
-absolute value), and 2 directions per array of a module; `QUICK` (the report's, on bigger
-models, stated on the page) 3 random entries and the largest of an array of more than 16, and
-one direction. `BackwardStep.checked` says which, per array. An entry agrees when
-|backward - finite difference| <= FD_TOL * max(1, the array's largest |entry|); float64 central
-differences (eps 1e-6) agree with a right backward to 1e-10 to 5e-9 (`scratchformer.gradcheck`).
+of an op's array (and a module's own parameter) of at most 4,096 entries, else 256 seeded random
+entries plus the 8 largest (in absolute value), and 2 directions per array checked by
+directions; `QUICK` (the report's, on bigger models, stated on the page) 3 random entries and
+the largest of an array of more than 16, and one direction. `BackwardStep.checked` says which,
+per array. A check agrees when |backward - finite difference| <= FD_TOL (1e-6) x (the array's
+largest |entry| + sum |forward(inputs) * g| / 100): relative to the gradient's own size, with
+room for the float64 rounding of the finite difference itself (eps 1e-6), so a small gradient
+deep in a model is held to its own scale, not to 1.
 
 A wrong backward turns its step red. The steps around it (the modules whose backward ran it, an
 op that calls it) then disagree too, through it: they say so (`BackwardStep.through`) and are not
@@ -73,15 +76,16 @@ __all__ = [
     "backward_walkthrough",
 ]
 
-FD_EPS, FD_TOL = 1e-6, 1e-6  # float64 central differences; relative to max(1, the array's largest |entry|)
+FD_EPS, FD_TOL = 1e-6, 1e-6  # float64 central differences; relative to a Check's scale
 LANES = ("reference", "fast")
 
 
 @dataclass(frozen=True)
 class Sampling:
-    """What is checked. An op's array: all of it up to `full` entries (or up to sampled +
-    largest), else `sampled` seeded random entries and the `largest` largest. A module's
-    array: `directions` random unit directions, each covering every entry at once."""
+    """What is checked. An op's array, and a module's own parameter: all of it up to `full`
+    entries (or up to sampled + largest), else `sampled` seeded random entries and the `largest`
+    largest. A module's input gradients, and what it added to the parameters of the layers
+    inside it: `directions` random unit directions, each covering every entry at once."""
 
     full: int
     sampled: int
@@ -90,9 +94,10 @@ class Sampling:
 
     def describe(self) -> str:
         return (
-            f"an op's every entry of an array of at most {max(self.full, self.sampled + self.largest):,} "
-            f"entries, else {self.sampled} random + the {self.largest} largest; a module's "
-            f"{self.directions} random direction{'s' if self.directions > 1 else ''} per array"
+            f"every entry of an op's array (and of a module's own parameter) of at most "
+            f"{max(self.full, self.sampled + self.largest):,} entries, else {self.sampled} random + the "
+            f"{self.largest} largest; {self.directions} random direction{'s' if self.directions > 1 else ''} "
+            "per array of a module's input gradients and of its layers' parameters"
         )
 
 
@@ -102,7 +107,8 @@ QUICK = Sampling(16, 3, 1, 1)  # a few per array: the report's, on models of up 
 
 class Check(NamedTuple):
     """One comparison: `array` ("dx", "dweight", "d(ff.fc1.weight)"), `at` (an entry's index, or
-    "direction 1"), the backward's value, the finite difference's, and the array's largest |entry|."""
+    "direction 1"), the backward's value, the finite difference's, and the scale the tolerance is
+    relative to: the array's largest |entry| plus the loss's rounding (`_Loss.rounding`)."""
 
     array: str
     at: tuple | str
@@ -112,7 +118,7 @@ class Check(NamedTuple):
 
     @property
     def agrees(self) -> bool:
-        return abs(self.backward - self.fd) <= FD_TOL * max(self.scale, 1.0)
+        return abs(self.backward - self.fd) <= FD_TOL * self.scale
 
 
 @dataclass(eq=False)
@@ -151,8 +157,8 @@ class BackwardStep:
 
     @property
     def max_error(self) -> float:
-        """The largest |backward - finite difference| / max(1, the array's largest |entry|)."""
-        return max((abs(c.backward - c.fd) / max(c.scale, 1.0) for c in self.checks), default=0.0)
+        """The largest |backward - finite difference| / its scale (a check agrees up to FD_TOL)."""
+        return max((abs(c.backward - c.fd) / max(c.scale, 1e-300) for c in self.checks), default=0.0)
 
     def failures(self) -> list[str]:
         return [
@@ -276,26 +282,22 @@ def _check_op(step: BackwardStep, rng, sampling: Sampling, generator) -> None:
     forward = step.forward_call
     inputs, formula, g = dict(forward.values), forward.fn.__wrapped__, step.grad_in
 
-    def loss() -> float:
+    def output():
         _replay(generator, forward)
         out = formula(**inputs)
-        return float((np.asarray(out[0] if isinstance(out, tuple) else out, dtype=np.float64) * g).sum())
+        return out[0] if isinstance(out, tuple) else out
+
+    loss = _Loss(output, g)
 
     for name, grad in step.grads.items():
-        x = inputs.get(name)
-        if not _fits(step, f"d{name}", grad, x):
-            continue
-        picks, step.checked[f"d{name}"] = _picks(grad, rng, sampling)
-        scale = float(np.max(np.abs(grad), initial=0.0))
-        for i in picks:
-            step.checks.append(
-                Check(f"d{name}", i, float(grad[i]), central_difference(loss, x, i, FD_EPS), scale)
-            )
+        _by_entries(step, f"d{name}", grad, inputs.get(name), loss, rng, sampling)
 
 
 def _check_module(step: BackwardStep, rng, sampling: Sampling, generator) -> None:
-    """Central differences of sum(module.forward(inputs) * g) at the module's recorded inputs,
-    along `sampling.directions` random unit directions of each float input and each parameter."""
+    """Central differences of sum(module.forward(inputs) * g) at the module's recorded inputs: its
+    own parameters entry by entry as an op's arrays; the gradients of its float inputs, and what
+    it added to the parameters of the layers inside it, along `sampling.directions` random unit
+    directions each (the inside layers' own steps check those entry by entry)."""
     forward, module = step.forward_call, step.call.fn
     inputs, g = dict(forward.values), step.grad_in
     floats = [k for k, v in inputs.items() if _is_float(v)]
@@ -308,40 +310,67 @@ def _check_module(step: BackwardStep, rng, sampling: Sampling, generator) -> Non
         step.checked["dx"] = f"returned {len(given)} gradient(s) for {len(floats)} float input(s) {floats}"
         given = []
 
-    def loss() -> float:
+    def output():
         _replay(generator, forward)
         out = module.forward(**inputs)
         if isinstance(out, tuple):  # a model's (output, loss): the one the gradient is of
             out = next(o for o in out if np.shape(o) == np.shape(g))
-        return float((np.asarray(out, dtype=np.float64) * g).sum())
+        return out
+
+    loss = _Loss(output, g)
 
     params = dict(module.named_parameters())
-    arrays = [(f"d{n}", grad, inputs[n]) for n, grad in zip(floats, given)]
-    arrays += [
-        (f"d{n}" if "." not in n else f"d({n})", a, params[n].data) for n, a in step.param_grads.items()
-    ]
-    for label, grad, x in arrays:
-        if not _fits(step, label, grad, x):
-            continue
-        scale = float(np.max(np.abs(grad), initial=0.0))
-        step.checked[label] = (
-            f"{sampling.directions} random direction{'s' if sampling.directions > 1 else ''} "
-            f"(all {grad.size:,} entries at once)"
-        )
-        for d in range(sampling.directions):
-            u = rng.standard_normal(grad.shape)
-            u /= np.linalg.norm(u) or 1.0
-            orig = x.copy()
-            x += FD_EPS * u
-            plus = loss()
-            x[...] = orig - FD_EPS * u
-            minus = loss()
-            x[...] = orig
-            step.checks.append(
-                Check(
-                    label, f"direction {d + 1}", float(np.sum(grad * u)), (plus - minus) / (2 * FD_EPS), scale
-                )
-            )
+    for name, grad in zip(floats, given):
+        _by_directions(step, f"d{name}", grad, inputs[name], loss, rng, sampling)
+    for name, grad in step.param_grads.items():
+        if "." in name:  # a parameter of a layer inside it
+            _by_directions(step, f"d({name})", grad, params[name].data, loss, rng, sampling)
+        else:
+            _by_entries(step, f"d{name}", grad, params[name].data, loss, rng, sampling)
+
+
+def _by_entries(step: BackwardStep, label: str, grad, x, loss, rng, sampling: Sampling) -> None:
+    """Each entry `sampling` picks of grad against the central difference of loss() at that entry of x."""
+    if not _fits(step, label, grad, x):
+        return
+    picks, step.checked[label] = _picks(grad, rng, sampling)
+    scale = float(np.max(np.abs(grad), initial=0.0)) + loss.rounding
+    for i in picks:
+        step.checks.append(Check(label, i, float(grad[i]), central_difference(loss, x, i, FD_EPS), scale))
+
+
+def _by_directions(step: BackwardStep, label: str, grad, x, loss, rng, sampling: Sampling) -> None:
+    """grad . u against the central difference of loss() along u, for random unit directions u of x."""
+    if not _fits(step, label, grad, x):
+        return
+    scale = float(np.max(np.abs(grad), initial=0.0)) + loss.rounding
+    n = sampling.directions
+    step.checked[label] = f"{n} random direction{'s' if n > 1 else ''} (all {grad.size:,} entries at once)"
+    for d in range(n):
+        u = rng.standard_normal(grad.shape)
+        u /= np.linalg.norm(u) or 1.0
+        orig = x.copy()
+        x += FD_EPS * u
+        plus = loss()
+        x[...] = orig - FD_EPS * u
+        minus = loss()
+        x[...] = orig
+        fd = (plus - minus) / (2 * FD_EPS)
+        step.checks.append(Check(label, f"direction {d + 1}", float(np.sum(grad * u)), fd, scale))
+
+
+class _Loss:
+    """loss() = sum(output() * g), g the gradient a step received held fixed; `rounding`: a
+    hundredth of sum |output() * g| at the recorded inputs, what a central difference of it may be
+    off by from float64's own rounding alone (its entries summed, then divided by 2 eps = 2e-6),
+    with a wide margin."""
+
+    def __init__(self, output, g):
+        self.output, self.g = output, g
+        self.rounding = float(np.abs(np.asarray(output(), dtype=np.float64) * g).sum()) / 100
+
+    def __call__(self) -> float:
+        return float((np.asarray(self.output(), dtype=np.float64) * self.g).sum())
 
 
 def _replay(generator, call) -> None:
@@ -511,7 +540,8 @@ def backward_walkthrough(steps: list[BackwardStep], path=None):
     fig.suptitle(
         f"the backward, step by step ({n} steps, in the order they ran): {_summary_line(steps, False)}"
         f"\nchecked: {steps[0].sampling.describe()} (per row, in grey); agree: |backward - central "
-        f"difference (float64, eps {FD_EPS:g})| <= {FD_TOL:g} x max(1, the array's largest |entry|)",
+        f"difference (float64, eps {FD_EPS:g})| <= {FD_TOL:g} x (the array's largest |entry| + "
+        "sum|forward(inputs) x g| / 100)",
         fontsize=9,
     )
     return finish(fig, path)

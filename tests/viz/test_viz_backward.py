@@ -4,6 +4,7 @@ its recorded inputs. A wrong backward turns its step red (the steps around it di
 it), in either lane; a new op or module appears with no change in viz/."""
 
 import copy
+import re
 from pathlib import Path
 
 import numpy as np
@@ -136,11 +137,14 @@ def test_the_arrays_are_the_library_backward():
         {"positional": "alibi"},
         {"attn_only": True, "normalization": "none"},
         {"dropout": 0.2},  # the masks drawn again for each finite difference
+        {"subclass": True},
     ],
 )
 @pytest.mark.parametrize("lane", ["reference", "fast"])
 def test_every_block_option_agrees_in_both_lanes(kw, lane):
-    model = _gpt(n_layer=1, **kw)
+    model = _gpt(n_layer=1, **{k: v for k, v in kw.items() if k != "subclass"})
+    if kw.get("subclass"):
+        model.__class__ = type("MyGPT", (GPT,), {})  # a user's own subclass of a model
     steps = backward_steps(model, IDS[:1], TARGETS[:1], sampling=LIGHT, lane=lane)
     assert all(s.ok for s in steps), [(s.name, s.failures()[:1]) for s in steps if not s.ok]
     names = [s.name for s in steps]
@@ -152,6 +156,8 @@ def test_every_block_option_agrees_in_both_lanes(kw, lane):
         assert not any(".ff" in n for n in names)
     if kw.get("dropout"):
         assert "h.0.attn_dropout.dropout_backward" in names  # p > 0: not the identity, checked
+    if kw.get("subclass"):
+        assert names[0] == "MyGPT"
 
 
 def test_the_fast_lane_is_named_and_its_fused_attention_checked():
@@ -284,7 +290,7 @@ def test_a_bug_in_a_layers_own_code_turns_its_step_red(where, bug, red, monkeypa
     by = {s.name: s for s in steps}
     assert by["GPT"].through == [s.name for s in steps if s.red]
     if bug is _WrongGainLayerNorm:
-        assert {f.split(" ")[0] for f in by[red].failures()} == {"dweight"}
+        assert {re.split(r"[ \[]", f)[0] for f in by[red].failures()} == {"dweight"}
         assert by[red].where.startswith(str(Path(__file__)))  # the subclass's backward is where it ran
 
 
@@ -298,15 +304,16 @@ def test_a_wrong_line_between_two_ops_turns_the_module_step_red(monkeypatch):
     )
     layer = {s.name: s for s in steps}["h.0.self_attn"]
     assert [s.name for s in steps if s.red] == ["h.0.self_attn"]
-    assert {f.split(" ")[0] for f in layer.failures()} == {"dx", "din_proj_weight", "din_proj_bias"}
+    assert {re.split(r"[ \[]", f)[0] for f in layer.failures()} == {"dx", "din_proj_weight", "din_proj_bias"}
 
 
 def test_a_bug_in_32_of_4096_entries_of_a_weight_gradient_turns_its_step_red(monkeypatch, tmp_path):
-    """The default checks every entry of an op's array of up to 4,096: 32 wrong entries of
-    fc1's (128, 32) dweight, none of them the largest, are found, and so is the same bug in a
-    layer's own code (a module step: random directions cover every entry)."""
+    """The default checks every entry of an op's array of up to 4,096: one wrong row of fc1's
+    (128, 32) dweight, 32 entries, none of them the largest, is found (TEST-GAPS: the CLI once
+    sampled 3 entries an array), and so is the same bug in a layer's own code (a module step:
+    random directions cover every entry)."""
     model = _gpt(n_layer=1, n_embd=32, vocab_size=5)
-    wrong = np.random.default_rng(3).choice(4096, 32, replace=False)
+    wrong = np.arange(77 * 32, 78 * 32)  # one row of fc1's (128, 32) dweight: 32 of its 4,096 entries
     into = nn_layers.linear_backward_into
 
     def off_in_32(dy, x, weight, weight_grad, bias_grad=None):
@@ -334,9 +341,12 @@ def test_a_bug_in_32_of_4096_entries_of_a_weight_gradient_turns_its_step_red(mon
             self.weight.grad.reshape(-1)[wrong] *= 1.001
             return dx
 
-    model.h[0].ff.fc1.__class__ = _OffIn32
-    steps = backward_steps(model, IDS[:1] % 5, TARGETS[:1] % 5, sampling=QUICK)
-    assert [s.name for s in steps if s.red] == ["h.0.ff.fc1"]
+    model.h[0].ff.fc1.__class__ = _OffIn32  # a module's own parameter: entry by entry, as an op's
+    steps = {s.name: s for s in backward_steps(model, IDS[:1] % 5, TARGETS[:1] % 5)}
+    assert [n for n, s in steps.items() if s.red] == ["h.0.ff.fc1"] and steps["h.0.ff.fc1"].checked[
+        "dweight"
+    ] == "all 4,096"
+    assert len(steps["h.0.ff.fc1"].failures()) == 32
 
 
 def test_the_figure_and_the_table_say_what_was_checked():
@@ -350,6 +360,7 @@ def test_the_figure_and_the_table_say_what_was_checked():
     assert len(fc1.checks) == 12
     assert steps["h.0.ff"].checked["dx"] == "1 random direction (all 96 entries at once)"
     assert steps["h.0.ff"].checked["d(fc1.weight)"] == "1 random direction (all 1,024 entries at once)"
+    assert steps["h.0.ff.fc1"].checked["dweight"] == "3 random + the 1 largest of 1,024"  # its own: entries
     thorough = {s.name: s for s in backward_steps(_gpt(n_layer=1), IDS[:1], TARGETS[:1])}
     assert thorough["h.0.ff.fc1.linear_backward_into"].checked["dweight"] == "all 1,024"
     assert len(thorough["h.0.ff"].checks) == 2 * 5  # dx, fc1's and fc2's weight and bias: 2 directions each
@@ -359,7 +370,7 @@ def test_the_figure_and_the_table_say_what_was_checked():
         THOROUGH.describe() in title
         and "4,096 entries, else 256 random + the 8 largest" in THOROUGH.describe()
     )
-    assert "<= 1e-06 x max(1, the array's largest |entry|)" in title
+    assert "<= 1e-06 x (the array's largest |entry| + sum|forward(inputs) x g| / 100)" in title
     assert backward_table(list(thorough.values())).splitlines()[-2] == f"checked: {THOROUGH.describe()}"
 
 
@@ -381,8 +392,8 @@ def test_the_largest_entry_of_a_sampled_array_is_always_checked(monkeypatch):
     assert all(f.startswith("dweight") for s in red for f in s.failures())
 
 
-@pytest.mark.parametrize("pooling", ["mean", "cls"])
-def test_classifier_pooling_is_a_step_of_its_own(pooling, monkeypatch):
+@pytest.mark.parametrize("pooling, lane", [("mean", "reference"), ("cls", "fast")])
+def test_classifier_pooling_is_a_step_of_its_own(pooling, lane, monkeypatch):
     clf = TransformerClassifier(
         ClassifierConfig(
             vocab_size=3, n_classes=3, max_len=8, n_layer=1, n_head=2, n_embd=16, dropout=0.0, pooling=pooling
@@ -390,14 +401,13 @@ def test_classifier_pooling_is_a_step_of_its_own(pooling, monkeypatch):
         seed=0,
     )
     data = make_task("majority", 1, rng=0)
-    steps = backward_steps(clf, data.x, data.y, sampling=LIGHT)
+    steps = backward_steps(clf, data.x, data.y, sampling=LIGHT, lane=lane)
     names = [s.name for s in steps]
-    assert all(s.ok for s in steps) and names[:5] == [
+    assert all(s.ok for s in steps) and names[:4] == [
         "TransformerClassifier",
         "cross_entropy_backward",
         "head",
         "head.linear_backward_into",
-        "head.linear_backward",
     ]
     pool = steps[names.index("pool_backward")]
     T = data.x.shape[1] + (pooling == "cls")
@@ -409,7 +419,7 @@ def test_classifier_pooling_is_a_step_of_its_own(pooling, monkeypatch):
         lambda dpooled, weights: np.ones_like(weights)[:, :, None] * dpooled[:, None, :],
     )
     monkeypatch.setattr(classifier_module, "pool_backward", wrong)
-    steps = backward_steps(clf, data.x, data.y, sampling=LIGHT)
+    steps = backward_steps(clf, data.x, data.y, sampling=LIGHT, lane=lane)
     assert [s.name for s in steps if s.red] == ["pool_backward"]
 
 
