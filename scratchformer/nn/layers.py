@@ -208,12 +208,16 @@ class Dropout(Module):
         check_float_array(x, "Dropout input")
 
     def forward(self, x: np.ndarray) -> np.ndarray:
+        if self.p == 0.0:  # nothing to drop (a small model's step makes a dozen of these calls)
+            self._save(mask=None)
+            return x
         y, mask = dropout_forward(x, self.p, self.rng, self.training)
         self._save(mask=mask)
         return y
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
-        return dropout_backward(dy, self._pop_cache()["mask"])
+        mask = self._pop_cache()["mask"]
+        return dy if mask is None else dropout_backward(dy, mask)
 
 
 def set_dropout_rng(module: Module, rng: np.random.Generator) -> np.random.Generator:

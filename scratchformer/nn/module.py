@@ -27,6 +27,7 @@ module; otherwise each asks the one flag `record.ACTIVE` and goes on.
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
@@ -129,15 +130,17 @@ class Module:
 
     # -- discovery -------------------------------------------------------------------------
     def _children(self) -> Iterator[tuple[str, object]]:
-        for name, value in vars(self).items():
-            if name.startswith("_"):
+        attrs = vars(self)  # only the attributes that can hold parts reach Python code (a user's
+        # loop asks for the parameters every step; a layer has many plain attributes)
+        for name, value in itertools.compress(attrs.items(), map(isinstance, attrs.values(), _HOLDERS)):
+            if name[0] == "_":
                 continue
-            if isinstance(value, (Parameter, Module)):
-                yield name, value
-            elif isinstance(value, (list, tuple)):
+            if isinstance(value, (list, tuple)):
                 for i, item in enumerate(value):
                     if isinstance(item, (Parameter, Module)):
                         yield f"{name}.{i}", item
+            else:
+                yield name, value
 
     def named_modules(self, prefix: str = "") -> Iterator[tuple[str, Module]]:
         yield prefix, self
@@ -265,6 +268,9 @@ class Module:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.num_parameters():,} parameters)"
+
+
+_HOLDERS = itertools.repeat((Parameter, Module, list, tuple))  # what an attribute holding a part is
 
 
 def _first_few(items: list[str], sep: str | None = None, n: int = 3) -> str:

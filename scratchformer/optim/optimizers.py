@@ -35,6 +35,7 @@ arrays; `make_adamw` picks the lane's optimiser (the trainer's choice).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable
 
@@ -411,7 +412,7 @@ def clip_grad_norm(params: Iterable[Parameter], max_norm: float) -> float:
         raise ConfigError(
             f"clip_grad_norm params must be an iterable of Parameters, got {type(params).__name__}"
         ) from None
-    if not all(isinstance(p, Parameter) for p in params):
+    if not all(map(isinstance, params, itertools.repeat(Parameter))):  # one C loop: every step asks
         raise ConfigError("clip_grad_norm params must be Parameters (model.parameters())")
     if not is_number(max_norm) or not max_norm > 0:
         raise ConfigError(
