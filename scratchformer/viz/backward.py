@@ -214,35 +214,28 @@ def _steps(record) -> list[BackwardStep]:
         op = call.kind == "op"
         base = (f"{call.path}.{call.name}" if call.path else call.name) if op else (call.path or call.name)
         seen[base] = seen.get(base, 0) + 1
-        received = _received(call)
-        returned = call.result_values if isinstance(call.result_values, tuple) else (call.result_values,)
+        names, given = _given(call, forward)
         if op:
-            names = call.fn.derivative.grads
             fn, lane = call.fn.__wrapped__, call.lane
-            against = (
-                f"finite differences of {forward.name if forward else 'its forward'} at its recorded inputs"
-            )
+            of = forward.name if forward else "its forward"
+            against = f"finite differences of {of} at its recorded inputs"
         else:
-            names = [k for k, v in (forward.values.items() if forward else ()) if _is_float(v)]
             fn, lane = type(call.fn).backward, ""
-            against = f"finite differences of {call.name}.forward at its recorded inputs, along directions"
-        given = [g for g in returned if g is not None] if not op else list(returned)
-        grads = {n: g for n, g in zip(names, given) if isinstance(g, np.ndarray)}
+            against = f"finite differences of {call.name}.forward at its recorded inputs"
+        fast_form = getattr(call.fn.variant.module, call.fn.variant.name) if lane == "fast" else None
         steps.append(
             BackwardStep(
                 name=base if seen[base] == 1 else f"{base} #{seen[base]}",
                 op=call.name,
                 kind=call.kind,
-                formula=_summary(fn),
+                formula=_summary(fn) if op else _summary(fn, comments=False) or _summary(type(call.fn)),
                 where=_where(fn),
                 lane=lane,
-                lane_where=_where(getattr(call.fn.variant.module, call.fn.variant.name))
-                if lane == "fast"
-                else "",
+                lane_where=_where(fast_form) if fast_form else "",
                 depth=call.depth,
-                grad_in=received,
-                grad_out=next((g for g in returned if isinstance(g, np.ndarray)), None),
-                grads={**grads, **call.added},
+                grad_in=call.values[_received_name(call)],
+                grad_out=next((g for g in given if isinstance(g, np.ndarray)), None),
+                grads={**{n: g for n, g in zip(names, given) if isinstance(g, np.ndarray)}, **call.added},
                 param_grads=dict(call.added),
                 against=against,
                 hook=forward.hook if forward else "",
@@ -256,17 +249,25 @@ def _steps(record) -> list[BackwardStep]:
     return steps
 
 
-def _received(call):
-    """The gradient a backward call received: a declared parameter of an op, else its first."""
-    name = call.fn.derivative.received if call.kind == "op" else None
-    return call.values[name or next(iter(call.values))]
+def _received_name(call) -> str:
+    """The parameter holding the gradient a backward call received: an op's declared one, else its first."""
+    return (call.fn.derivative.received if call.kind == "op" else None) or next(iter(call.arguments))
+
+
+def _given(call, forward) -> tuple[list[str], list]:
+    """What a backward call returned, and the names of the forward's inputs those are the
+    gradients of: an op's declared `grads`; a module's float inputs in order (the Nones it returns
+    for inputs not given left out)."""
+    returned = call.result_values if isinstance(call.result_values, tuple) else (call.result_values,)
+    if call.kind == "op":
+        return list(call.fn.derivative.grads), list(returned)
+    floats = [k for k, v in (forward.values.items() if forward else ()) if _is_float(v)]
+    return floats, [g for g in returned if g is not None]
 
 
 def _identity(call) -> bool:
     """A backward that handed back the very gradient it received and added nothing."""
-    received = call.arguments[
-        (call.fn.derivative.received if call.kind == "op" else None) or next(iter(call.arguments))
-    ]
+    received = call.arguments[_received_name(call)]
     results = call.result if isinstance(call.result, tuple) else (call.result,)
     return any(r is received for r in results) and not any(np.any(a) for a in call.added.values())
 
@@ -300,11 +301,7 @@ def _check_module(step: BackwardStep, rng, sampling: Sampling, generator) -> Non
     directions each (the inside layers' own steps check those entry by entry)."""
     forward, module = step.forward_call, step.call.fn
     inputs, g = dict(forward.values), step.grad_in
-    floats = [k for k, v in inputs.items() if _is_float(v)]
-    given = (
-        step.call.result_values if isinstance(step.call.result_values, tuple) else (step.call.result_values,)
-    )
-    given = [r for r in given if r is not None]
+    floats, given = _given(step.call, forward)
     if len(given) != len(floats):
         step.checks.append(Check("dx", "", float("nan"), 0.0, 0.0))
         step.checked["dx"] = f"returned {len(given)} gradient(s) for {len(floats)} float input(s) {floats}"
@@ -426,21 +423,14 @@ def _where(fn) -> str:
     return f"{rel}:{start + first.lineno - 1}"
 
 
-def _summary(fn) -> str:
-    """What fn computes, in its own words: its docstring's first paragraph, else its first comment."""
+def _summary(fn, comments: bool = True) -> str:
+    """What fn computes, in its own words: its docstring, else (comments=True) its first comment."""
     fn = inspect.unwrap(fn)
     doc = inspect.getdoc(fn)
-    if doc:
-        return " ".join(doc.split("\n\n")[0].split())
-    comment = next(
-        (
-            line.strip()[1:].strip()
-            for line in inspect.getsource(fn).splitlines()
-            if line.strip().startswith("#")
-        ),
-        "",
-    )
-    return comment
+    if doc or not comments:
+        return " ".join((doc or "").split())
+    lines = inspect.getsource(fn).splitlines()
+    return next((line.strip()[1:].strip() for line in lines if line.strip().startswith("#")), "")
 
 
 def _is_docstring(node) -> bool:
