@@ -27,6 +27,13 @@ Every backward in the record is a step, in the order they started, nested as the
   central differences of sum(module.forward(inputs) * g) at its recorded inputs: the module's
   own forward, so nothing here models any layer.
 
+Why a module's own forward, and not sums read off the record: to check that a block handed the
+sum of its skip's and its branch's gradients on, or merged the heads, from the record alone, the
+checker would have to know which op's output fed which op (the layer's wiring), and that is the
+copy of each layer this file no longer keeps. The module's forward is the model's own code and
+shares none with its backward, so it is an independent witness of everything the backward's
+code does between its ops, and it holds for a layer nobody here has seen.
+
 A new op or block option appears here with no change to this file: its ops declare their
 forwards, and its module's forward is the module's. A step whose backward handed back the
 gradient it received, adding nothing (a hook point, dropout with p = 0), is the identity: it is
