@@ -449,8 +449,8 @@ def _is_docstring(node) -> bool:
 
 
 # -- the figure and the table ------------------------------------------------------------------------
-def _colour(step: BackwardStep) -> str:
-    return "tab:green" if step.ok else "tab:red" if step.red else "tab:orange"
+def _colour(step: BackwardStep, ok: str = "tab:green") -> str:
+    return ok if step.ok else "tab:red" if step.red else "tab:purple"
 
 
 def _verdict(step: BackwardStep) -> str:
@@ -469,19 +469,16 @@ def _summary_line(steps: list[BackwardStep], count_steps: bool) -> str:
         total = sum(len(s.checks) for s in steps)
         return f"all {len(steps)} steps agree with finite differences at the {total:,} entries and directions checked"
     head = f"{len(red)} of {len(steps)} steps" if count_steps else f"{len(red)} step(s)"
-    more = (
-        f"; {len(through)} more only through {'it' if len(red) == 1 else 'them'}: {', '.join(through)}"
-        if through
-        else ""
-    )
-    return f"{head} disagree with finite differences: {', '.join(red)}{more}"
+    more = f"{len(through)} more only through {'it' if len(red) == 1 else 'them'}"
+    more = f"; {more}: {', '.join(through)}" if count_steps else f" ({more})"
+    return f"{head} disagree with finite differences: {', '.join(red)}{more if through else ''}"
 
 
 def backward_walkthrough(steps: list[BackwardStep], path=None):
     """One row per step, in the order the backward ran, indented as they nest: the step, its
     formula, file:line and lane, the gradient received and returned (shape, norm; a heatmap of
     the returned one's first batch row, red positive, blue negative, each on its own scale), and
-    its check (green: agrees; red: disagrees; orange: disagrees through a step inside it);
+    its check (green: agrees; red: disagrees; purple: disagrees only through a step inside it);
     beside it, the gradient-flow bars: the norm of the gradient each step returned, and of what it
     added into gradient buffers."""
     n = len(steps)
@@ -495,13 +492,13 @@ def backward_walkthrough(steps: list[BackwardStep], path=None):
     text_ax.text(0.775, -0.6, "out, row 0", fontsize=8, weight="bold")
     text_ax.text(0.86, -0.6, "finite differences", fontsize=8, weight="bold")
     for r, s in enumerate(steps):
-        text_ax.text(
-            0.006 * s.depth, r, _clip(f"{r}. {s.name} ({s.op})", 48 - s.depth), fontsize=7, va="center"
-        )
+        label = f"{r}. {s.name}" + (f" ({s.op})" if s.kind == "module" else "")
+        text_ax.text(0.006 * s.depth, r, _clip(label, 44 - s.depth), fontsize=7, va="center")
         text_ax.text(0.2, r - 0.18, _clip(s.formula, 100), fontsize=6, va="center")
         lane = f"  ({s.lane} lane)" if s.lane else ""
         text_ax.text(0.2, r + 0.2, f"{s.where}{lane}", fontsize=6, va="center", color="grey")
-        text_ax.text(0.6, r, f"{_describe(s.grad_in)} -> {_describe(s.grad_out)}", fontsize=6, va="center")
+        shapes = _clip(f"{_describe(s.grad_in)} -> {_describe(s.grad_out)}", 44)
+        text_ax.text(0.6, r, shapes, fontsize=6, va="center")
         if s.grad_out is not None and np.ndim(s.grad_out) >= 2:  # a thumbnail of the gradient it returned
             g = np.asarray(s.grad_out)
             while g.ndim > 2:  # the first batch row (and head)
@@ -527,16 +524,22 @@ def backward_walkthrough(steps: list[BackwardStep], path=None):
     y = np.arange(n)
     out = [0.0 if s.grad_out is None else float(np.linalg.norm(s.grad_out)) for s in steps]
     par = [float(np.sqrt(sum(np.sum(g * g) for g in s.param_grads.values()))) for s in steps]
-    bars.barh(y - 0.2, out, height=0.4, label="|returned gradient|", color=[_colour(s) for s in steps])
+    colours = [_colour(s, ok="tab:blue") for s in steps]
+    bars.barh(y - 0.2, out, height=0.4, label="|returned gradient|", color=colours)
     bars.barh(y + 0.2, par, height=0.4, label="|added to gradients|", color="tab:orange")
     bars.set_yticks(y, [s.name for s in steps], fontsize=7)
     bars.set_ylim(n - 0.5, -0.5)
     bars.set_xlabel("L2 norm")
-    bars.legend(fontsize=7, loc="lower right")
+    from matplotlib.patches import Patch  # loaded by new_figure above
+
+    returned, added = Patch(color="tab:blue"), Patch(color="tab:orange")
+    bars.legend(
+        [returned, added], ["|returned gradient|", "|added to gradients|"], fontsize=7, loc="lower right"
+    )
     bars.set_title("gradient flow", fontsize=9)
     fig.suptitle(
         f"the backward, step by step ({n} steps, in the order they ran): {_summary_line(steps, False)}"
-        f"\nchecked: {steps[0].sampling.describe()} (per row, in grey); agree: |backward - central "
+        f"\nchecked: {steps[0].sampling.describe()} (per row, in grey)\nagree: |backward - central "
         f"difference (float64, eps {FD_EPS:g})| <= {FD_TOL:g} x (the array's largest |entry| + "
         "sum|forward(inputs) x g| / 100)",
         fontsize=9,

@@ -256,7 +256,7 @@ table{border-collapse:collapse;font-size:.85em;margin:.5em 0} th,td{border:1px s
 #sf-hover{font-family:monospace;min-height:1.3em}
 #sf-bw-list{max-height:480px;overflow:auto;display:inline-block;vertical-align:top;margin-right:1em}
 #sf-bw-list tr{cursor:pointer} #sf-bw-list tr.on{background:#dbe8f6} .bad{color:#b00;font-weight:bold}
-.good{color:#070} .through{color:#c60} #sf-bw-detail{display:inline-block;vertical-align:top;max-width:560px}
+.good{color:#070} .through{color:#83c} #sf-bw-detail{display:inline-block;vertical-align:top;max-width:560px}
 figure{margin:1em 0} figure img{max-width:100%;border:1px solid #eee} figcaption{margin-bottom:.3em}
 </style></head><body>
 <h1>%TITLE%</h1>
@@ -304,7 +304,7 @@ _BACKWARD_PART = """<h2 id="sf-backward">Backward</h2>
 <p>The backward pass on this input and its loss, step by step in the order it ran, as the model recorded it
 (viz/backward.py): each op's formula, where it lives (file:line) and the lane that ran it, and each module's
 backward around its ops; the gradient each received and returned, and a check of each by finite differences of
-its own forward (green: agrees; red: it does not; orange: it disagrees only through a red step inside it).
+its own forward (green: agrees; red: it does not; purple: it disagrees only through a red step inside it).
 Click a step for its returned gradient (first batch row and head) as a heatmap, red positive, blue negative;
 hover for values.</p>
 <div id="sf-bw-summary"></div><p id="sf-bw-checked"></p>
