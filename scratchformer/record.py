@@ -101,9 +101,9 @@ class Record:
         self._paired: list[Call] = []  # the forward calls forward_of has given a backward
 
     # -- taking the record (the dispatch and nn/module.py call these while ACTIVE is self) --------
-    def passed(self, hook_name: str) -> None:
+    def passed(self, hook_point) -> None:
         """A hook point was passed: the calls that start after it ran after it."""
-        self.hook = hook_name
+        self.hook = self.names.get(id(hook_point), "")
 
     def op(self, op, run, args: tuple, kwargs: dict):
         """Run one op of ops/ (`run`: the function the lane chose) and record it."""

@@ -123,4 +123,12 @@ def test_off_the_record_costs_nothing_but_its_flag(monkeypatch):
     with pytest.raises(ZeroDivisionError), nn.recording(model):
         raise ZeroDivisionError
     assert record.ACTIVE is None  # an error inside leaves it off
-    assert not any(hp.active for _, hp in model.named_modules() if isinstance(hp, nn.hooks.HookPoint))
+
+
+def test_taking_the_record_sets_no_hook():
+    """Hook points tell the record they were passed: none is active, so a forward runs the same
+    code with a record as without (a layer may take another path while a hook is set)."""
+    model = _gpt()
+    with nn.recording(model):
+        model(IDS, IDS)
+        assert not any(hp.active for _, hp in model.named_modules() if isinstance(hp, nn.hooks.HookPoint))
