@@ -156,7 +156,7 @@ def attend(q, k, v, allowed, bias, drop, training, keep_weights):
 
 
 @fast.lane()
-def attention_scores(q: np.ndarray, k: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+def attention_scores(q: np.ndarray, k: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
     """S = q k^T / sqrt(d) (+ bias), q: (B, H, Tq, d), k: (B, H, Tk, d) -> (B, H, Tq, Tk)."""
     scores = q @ k.swapaxes(-1, -2) / math.sqrt(q.shape[-1])
     if bias is not None:
