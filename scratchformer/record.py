@@ -225,7 +225,8 @@ _SIGNATURES: dict = {}
 
 
 def _signature(fn) -> inspect.Signature:
-    key = getattr(fn, "__func__", fn)  # a bound method: its function's (cached), without self
+    """fn's signature, made once per function (a bound method: its function's, without self)."""
+    key = getattr(fn, "__func__", fn)
     sig = _SIGNATURES.get(key)
     if sig is None:
         sig = _SIGNATURES[key] = inspect.signature(key)

@@ -303,7 +303,7 @@ def _recordable(backward):
         if record.ACTIVE is None:
             return backward(self, *args, **kwargs)
         return record.ACTIVE.module_backward(
-            self, functools.partial(backward, self), args, kwargs, self.named_parameters
+            self, backward.__get__(self), args, kwargs, self.named_parameters
         )
 
     return recordable
