@@ -4,6 +4,7 @@ clip_grad_norm), timed in any two checkouts side by side:
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/ab_step.py names --against 2cbb3b4
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/ab_step.py shakespeare-cpu --against main --pairs 7
     python benchmarks/ab_step.py names --against 2cbb3b4 --commit HEAD~3   # two commits, neither checked out
+    python benchmarks/ab_step.py names --against 2cbb3b4 --instructions    # instructions a step, counted (valgrind)
     python benchmarks/ab_step.py names                                     # one process: one JSON line
 
 With --against OLD, each commit is exported with `git archive` (NEW, --commit: default this
@@ -12,6 +13,10 @@ in one tree and the other, alternating (OLD NEW, then NEW OLD, ...), `--pairs` p
 pair's median milliseconds and its ratio OLD / NEW (> 1: NEW is faster), the median of the ratios
 (wall clock, and the processes' CPU time beside it: a busy machine's descheduling shows in the wall
 clock only), the CPU, the BLAS kernel each process ran (threadpoolctl) and the OpenBLAS variables.
+
+--instructions counts instead of timing: the instructions one step executes in each tree, by
+valgrind's cachegrind with one OpenBLAS thread (those of 3 steps less those of 1, halved), the
+same on a busy machine as on a quiet one; a step's Python and NumPy work, not its memory stalls.
 
 One process: random tokens, no dropout, 60 steps of which the first 10 are warm-up (medium: 16 and
 4; long-1024: 10 and 2; --steps / --warmup); prints {"ms": ..., "cpu_ms": ..., "peak_rss_mib": ...,
@@ -24,7 +29,9 @@ import argparse
 import io
 import json
 import os
+import re
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -147,6 +154,41 @@ def run_in(tree: Path, name: str, steps: int, warmup: int) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def instructions(tree: Path, name: str) -> float:
+    """The instructions one step executes with `tree`'s library: valgrind's count (cachegrind, one
+    OpenBLAS thread) for 3 steps less that for 1, halved (the imports and the model cancel)."""
+    counts = []
+    for steps in (1, 3):
+        proc = subprocess.run(
+            ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null"]
+            + [sys.executable, str(HERE), name, "--steps", str(steps), "--warmup", "0"],
+            capture_output=True,
+            text=True,
+            cwd=tree,
+            env=dict(os.environ, PYTHONPATH=str(tree), OPENBLAS_NUM_THREADS="1"),
+        )
+        found = re.search(r"I\s+refs:\s+([\d,]+)", proc.stderr)
+        if proc.returncode != 0 or found is None:
+            raise ValueError(f"valgrind did not count the step in {tree}: {proc.stderr[-500:]}")
+        counts.append(int(found.group(1).replace(",", "")))
+    return (counts[1] - counts[0]) / 2
+
+
+def compare_instructions(name: str, old: str, new: str) -> dict:
+    """Instructions a step of OLD and of NEW executes; prints and returns them and their ratio."""
+    if shutil.which("valgrind") is None:
+        raise ValueError("--instructions needs valgrind (apt-get install valgrind)")
+    with tempfile.TemporaryDirectory(prefix="ab_step_") as tmp:
+        (old_tree, old_name), (new_tree, new_name) = export(old, Path(tmp)), export(new, Path(tmp))
+        counts = {"old": instructions(old_tree, name), "new": instructions(new_tree, name)}
+    ratio = counts["old"] / counts["new"]
+    print(
+        f"{name}: instructions a step, one OpenBLAS thread (valgrind): {old_name} {counts['old'] / 1e6:.2f} M, "
+        f"{new_name} {counts['new'] / 1e6:.2f} M; old/new {ratio:.4f} (> 1: {new_name} does less); CPU: {_cpu_name()}"
+    )
+    return {"config": name, "old": old_name, "new": new_name, "instructions": counts, "ratio": ratio}
+
+
 def compare(name: str, old: str, new: str, pairs: int, steps: int, warmup: int) -> dict:
     """Alternating fresh processes of OLD and NEW, `pairs` pairs; prints and returns the ratios."""
     with tempfile.TemporaryDirectory(prefix="ab_step_") as tmp:
@@ -212,6 +254,11 @@ def main(argv=None) -> int:
         "--warmup", type=int, help="of which warm-up, not timed (default: 10; medium 4; long-1024 2)"
     )
     ap.add_argument("--json", metavar="PATH", help="also write the comparison there")
+    ap.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count each step's instructions (valgrind) instead of timing",
+    )
     args = ap.parse_args(argv)
     steps = args.steps or STEPS[args.config][0]
     warmup = args.warmup if args.warmup is not None else STEPS[args.config][1]
@@ -221,7 +268,10 @@ def main(argv=None) -> int:
         print(json.dumps(step_times(args.config, steps, warmup)))
         return 0
     try:
-        result = compare(args.config, args.against, args.commit, args.pairs, steps, warmup)
+        if args.instructions:
+            result = compare_instructions(args.config, args.against, args.commit)
+        else:
+            result = compare(args.config, args.against, args.commit, args.pairs, steps, warmup)
     except ValueError as e:
         ap.error(str(e))
     if args.json:
