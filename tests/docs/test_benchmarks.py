@@ -3,6 +3,7 @@ writes has the fields docs/performance.md reads. No timing is asserted (speed be
 suite's own output, not in tests)."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -166,6 +167,14 @@ def test_ab_step_compares_two_commits_in_alternating_processes(tmp_path):
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].endswith(
         "give a commit, branch or tag"
     )
+    no_valgrind = subprocess.run(
+        [sys.executable, script, "names", "--against", "HEAD", "--instructions"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PATH": str(tmp_path)},  # nothing to run there
+    )
+    assert no_valgrind.returncode == 2 and "--instructions needs valgrind" in no_valgrind.stderr
 
 
 def test_gemm_floor_runs_every_product_of_a_slice_and_prints_json():
