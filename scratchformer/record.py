@@ -42,14 +42,30 @@ class Derivative:
     forward's parameters whose gradients the backward returns, in its return order.
     into: forward parameter -> the backward's parameter its gradient is added into (a layer's
     `.grad`). received: the backward's parameter holding the gradient it received (default:
-    its first); the gradient is of the forward's output, or of its first element when the
-    forward returns a tuple.
+    its first); the gradient is of the forward's output, or of its element `output` (default
+    0) when the forward returns a tuple. also: the backward's other received gradients, each
+    backward parameter -> where in the forward's result the output it is the gradient of
+    lies (a path of indices and keys: (2, "norms") is result[2]["norms"]); None passed for one
+    means no gradient from there.
     """
 
     of: tuple
     grads: tuple[str, ...] = ()
     into: dict = field(default_factory=dict)
     received: str | None = None
+    output: int = 0
+    also: dict = field(default_factory=dict)
+
+    def outputs(self, result) -> tuple:
+        """The forward's outputs the gradients are of, in the order (received, *also)."""
+        main = result[self.output] if isinstance(result, tuple) else result
+        return (main, *(_at(result, path) for path in self.also.values()))
+
+
+def _at(result, path: tuple):
+    for key in path:
+        result = result[key]
+    return result
 
 
 @dataclass(eq=False)
@@ -194,7 +210,7 @@ class Record:
             return next((c for c in reversed(earlier) if c.fn is call.fn and c.phase == "forward"), None)
         derivative = call.fn.derivative
         received = derivative.received or next(iter(call.arguments))
-        skip = {received, *derivative.into.values()}
+        skip = {received, *derivative.into.values(), *derivative.also}
         handed = [v for k, v in call.arguments.items() if k not in skip and _pairable(v)]
         taken = {id(c) for c in self._paired}
         best, best_key = None, (0, False)
@@ -202,7 +218,7 @@ class Record:
         for c in reversed(earlier):
             if c.kind != "op" or c.fn not in derivative.of:
                 continue
-            if np.shape(c.result[0] if isinstance(c.result, tuple) else c.result) != shape:
+            if np.shape(derivative.outputs(c.result)[0]) != shape:
                 continue
             made = [*c.arguments.values(), *(c.result if isinstance(c.result, tuple) else (c.result,))]
             shared = sum(any(_same(h, m) for m in made) for h in handed)

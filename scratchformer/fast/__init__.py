@@ -107,6 +107,8 @@ def lane(
     grads: tuple[str, ...] = (),
     into: dict | None = None,
     received: str | None = None,
+    output: int = 0,
+    also: dict | None = None,
 ):
     """Decorator for an op of ops/ (its formula): the one dispatch every op goes through.
 
@@ -122,7 +124,10 @@ def lane(
     compare it with finite differences of that forward: derivative_of, the forward op (or a
     tuple of them); grads, the names of that forward's parameters whose gradients it returns,
     in order; into, forward parameter -> the backward's parameter that gradient is added into;
-    received, the backward's parameter holding the gradient it received (default: its first).
+    received, the backward's parameter holding the gradient it received (default: its first);
+    output, which element of a forward's tuple that gradient is of (default 0); also, the
+    backward's other received gradients, each parameter -> where in the forward's result its
+    output lies (`record.Derivative`).
 
     While a record is taken (`record.ACTIVE`, `nn.recording`), the call is recorded; otherwise
     the one test of that flag is all the record costs.
@@ -130,7 +135,7 @@ def lane(
     derivative = None
     if derivative_of is not None:
         of = derivative_of if isinstance(derivative_of, tuple) else (derivative_of,)
-        derivative = record.Derivative(of, tuple(grads), dict(into or {}), received)
+        derivative = record.Derivative(of, tuple(grads), dict(into or {}), received, output, dict(also or {}))
 
     def decorate(formula):
         if module is None:
@@ -204,12 +209,8 @@ def _dispatch(formula, module, fast_name: str, check, serves, by_cache: bool):
 def same_op(op, formula):
     """`formula` dispatched as `op` is: the same lane, check and derivative (a planted bug in a
     test, a mutant), the fast form left out (the formula runs in either lane)."""
-    new = lane(
-        derivative_of=None if op.derivative is None else op.derivative.of,
-        grads=() if op.derivative is None else op.derivative.grads,
-        into=None if op.derivative is None else op.derivative.into,
-        received=None if op.derivative is None else op.derivative.received,
-    )(formula)
+    new = lane()(formula)
+    new.derivative = op.derivative
     new.__name__, new.__qualname__ = (
         op.__name__,
         op.__qualname__,

@@ -48,10 +48,11 @@ from scratchformer.ops.softmax import masked_softmax, softmax_backward
 __all__ = [
     "attend",
     "attention_backward",
-    "attention_scores",
     "attention_forward",
     "attention_mask",
+    "attention_scores",
     "causal_mask",
+    "masked_softmax",
     "scores_backward",
     "weighted_sum",
     "weighted_sum_backward",

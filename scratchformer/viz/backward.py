@@ -189,10 +189,12 @@ def backward_steps(
     m = copy.deepcopy(model).to(np.float64).train()
     generator = set_dropout_rng(m, np.random.default_rng(seed))
     m.zero_grad()
+    before = {name: p.data.copy() for name, p in m.named_parameters()}
     with fast.reference(lane == "reference"), recording(m, generator) as record:
         m(*inputs)
         m.backward()
     steps = _steps(record)
+    replay = _Replay(generator, m, before)
     rng = np.random.default_rng(seed)
     with fast.reference(), trusted_calls():  # each step against its forward's formula
         for step in steps:
@@ -202,7 +204,7 @@ def backward_steps(
                 step.checks.append(Check("its forward", "", float("nan"), 0.0, 0.0))
                 step.checked["its forward"] = "not in the record: nothing to compare with"
             else:
-                check(step, rng, sampling, generator)
+                check(step, rng, sampling, replay)
     for step in steps:
         if not step.ok:
             inside = [s for s in steps if step.call.index < s.call.index < step.call.end and not s.ok]
@@ -264,10 +266,13 @@ def _received_name(call) -> str:
 def _given(call, forward) -> tuple[list[str], list]:
     """What a backward call returned, and the names of the forward's inputs those are the
     gradients of: an op's declared `grads`; a module's float inputs in order (the Nones it returns
-    for inputs not given left out)."""
+    for inputs not given left out; a module's backward that returns None, a model's whose inputs
+    are its data, gives none)."""
     returned = call.result_values if isinstance(call.result_values, tuple) else (call.result_values,)
     if call.kind == "op":
         return list(call.fn.derivative.grads), list(returned)
+    if call.result is None:
+        return [], []
     floats = [k for k, v in (forward.values.items() if forward else ()) if _is_float(v)]
     return floats, [g for g in returned if g is not None]
 
@@ -284,24 +289,26 @@ def _inside(outer: BackwardStep, inner: BackwardStep) -> bool:
 
 
 # -- the checks ------------------------------------------------------------------------------------
-def _check_op(step: BackwardStep, rng, sampling: Sampling, generator) -> None:
+def _check_op(step: BackwardStep, rng, sampling: Sampling, replay) -> None:
     """Central differences of sum(forward(inputs) * g) at the forward call's recorded inputs, at
     the entries `sampling` picks of each gradient the op gave."""
-    forward = step.forward_call
-    inputs, formula, g = dict(forward.values), forward.fn.__wrapped__, step.grad_in
+    forward, derivative = step.forward_call, step.call.fn.derivative
+    inputs, formula = dict(forward.values), forward.fn.__wrapped__
+    also = [(step.call.values[name], path) for name, path in derivative.also.items()]
+    received = [step.grad_in, *(g for g, _ in also if g is not None)]  # each output's gradient, held fixed
 
     def output():
-        _replay(generator, forward)
-        out = formula(**inputs)
-        return out[0] if isinstance(out, tuple) else out
+        replay(forward)
+        outputs = derivative.outputs(formula(**inputs))
+        return [outputs[0], *(o for o, (g, _) in zip(outputs[1:], also) if g is not None)]
 
-    loss = _Loss(output, g)
+    loss = _Loss(output, received)
 
     for name, grad in step.grads.items():
         _by_entries(step, f"d{name}", grad, inputs.get(name), loss, rng, sampling)
 
 
-def _check_module(step: BackwardStep, rng, sampling: Sampling, generator) -> None:
+def _check_module(step: BackwardStep, rng, sampling: Sampling, replay) -> None:
     """Central differences of sum(module.forward(inputs) * g) at the module's recorded inputs: its
     own parameters entry by entry as an op's arrays; the gradients of its float inputs, and what
     it added to the parameters of the layers inside it, along `sampling.directions` random unit
@@ -315,7 +322,7 @@ def _check_module(step: BackwardStep, rng, sampling: Sampling, generator) -> Non
         given = []
 
     def output():
-        _replay(generator, forward)
+        replay(forward)
         out = module.forward(**inputs)
         if isinstance(out, tuple):  # a model's (output, loss): the one the gradient is of
             out = next(o for o in out if np.shape(o) == np.shape(g))
@@ -364,23 +371,41 @@ def _by_directions(step: BackwardStep, label: str, grad, x, loss, rng, sampling:
 
 
 class _Loss:
-    """loss() = sum(output() * g), g the gradient a step received held fixed; `rounding`: a
+    """loss() = sum(output() * g), g the gradient a step received held fixed (a list: output()
+    gives as many outputs, each with its gradient, and their sums are added); `rounding`: a
     hundredth of sum |output() * g| at the recorded inputs, what a central difference of it may be
     off by from float64's own rounding alone (its entries summed, then divided by 2 eps = 2e-6),
     with a wide margin."""
 
     def __init__(self, output, g):
         self.output, self.g = output, g
-        self.rounding = float(np.abs(np.asarray(output(), dtype=np.float64) * g).sum()) / 100
+        self.rounding = self._sum(np.abs) / 100
 
     def __call__(self) -> float:
-        return float((np.asarray(self.output(), dtype=np.float64) * self.g).sum())
+        return self._sum(lambda a: a)
+
+    def _sum(self, each) -> float:
+        out = self.output()
+        pairs = zip(out, self.g) if isinstance(self.g, list) else [(out, self.g)]
+        return float(sum(each(np.asarray(o, dtype=np.float64) * g).sum() for o, g in pairs))
 
 
-def _replay(generator, call) -> None:
-    """The generator as it was when `call` started: the same dropout masks are drawn again."""
-    if call.draws:
-        generator.bit_generator.state = call.rng_state
+class _Replay:
+    """Before each forward a check runs: the generator as it was when the recorded call started
+    (the same dropout masks drawn again), and the model's arrays its forward wrote (not a
+    backward: an SAE's firing counts) as they were before the recorded forward, so that every
+    forward of a finite difference starts from the state the recorded one did."""
+
+    def __init__(self, generator, model, before: dict):
+        self.generator = generator
+        params = dict(model.named_parameters())
+        self.written = [(params[n], b) for n, b in before.items() if not np.array_equal(params[n].data, b)]
+
+    def __call__(self, call) -> None:
+        if call.draws:
+            self.generator.bit_generator.state = call.rng_state
+        for p, b in self.written:
+            p.data[...] = b
 
 
 def _fits(step: BackwardStep, label: str, grad, x) -> bool:

@@ -9,7 +9,7 @@ import pytest
 
 from scratchformer import fast, nn, ops, record
 from scratchformer.models import GPT, GPTConfig
-from scratchformer.ops import pooling
+from scratchformer.ops import pooling, sae
 
 IDS = np.random.default_rng(0).integers(0, 11, (2, 6))
 # ops/ helpers that build constants or numerics, not forward/backward math: they go through no dispatch
@@ -24,6 +24,7 @@ NOT_OPS = {
     "causal_mask",
     "rope_tables",
     "rotate_half",
+    "SAE_KINDS",
 }
 
 
@@ -33,7 +34,7 @@ def _gpt(**kw):
 
 
 def _every_op():
-    for module in (ops, pooling):
+    for module in (ops, pooling, sae):
         for name in module.__all__:
             if name not in NOT_OPS:
                 yield name, getattr(module, name)

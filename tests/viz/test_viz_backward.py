@@ -521,3 +521,22 @@ def test_a_new_op_and_module_appear_with_no_change_in_viz(monkeypatch):
     monkeypatch.setitem(globals(), "gain_backward", fast.same_op(right, wrong))
     steps = backward_steps(model, IDS[:1], TARGETS[:1], sampling=LIGHT)
     assert [s.name for s in steps if s.red] == ["lm_head.first.gain_backward"]
+
+
+@pytest.mark.parametrize("kind", ["relu", "topk"])
+def test_a_sparse_autoencoders_steps_agree_each_with_all_it_received(kind):
+    """ops/sae.py's backwards are steps like any op's: sae_backward receives gradients of three
+    more of its forward's outputs (acts, and hidden and norms in its cache: `also=`), and
+    sae_loss_backward's is of the loss, its forward's third output (`output=2`)."""
+    from scratchformer.models.sae import SAEConfig, SparseAutoencoder
+
+    extra = {"k": 3} if kind == "topk" else {}
+    config = SAEConfig(kind=kind, d_in=6, d_sae=10, l1_coefficient=0.5, **extra)
+    sae = SparseAutoencoder(config, seed=0)
+    steps = backward_steps(sae, np.random.default_rng(1).standard_normal((4, 6)))
+    assert all(s.ok for s in steps), backward_table(steps)
+    names = {s.op for s in steps}
+    assert {"sae_loss_backward", "mse_backward", "sae_backward", "decoder_norms_backward"} <= names
+    assert ("l1_penalty_backward" in names) == (kind == "relu")
+    inner = next(s for s in steps if s.op == "sae_backward")
+    assert (inner.call.arguments["dacts"] is not None) == (kind == "relu")  # the penalty's gradient
