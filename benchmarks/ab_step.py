@@ -3,16 +3,19 @@ clip_grad_norm), timed in any two checkouts side by side:
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/ab_step.py names --against 2cbb3b4
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/ab_step.py shakespeare-cpu --against main --pairs 7
+    python benchmarks/ab_step.py names shakespeare-cpu --against 2cbb3b4 --commit main   # both, main against 2cbb3b4
     python benchmarks/ab_step.py names --against 2cbb3b4 --commit HEAD~3   # two commits, neither checked out
     python benchmarks/ab_step.py names --against 2cbb3b4 --instructions    # instructions a step, counted (valgrind)
     python benchmarks/ab_step.py names                                     # one process: one JSON line
 
 With --against OLD, each commit is exported with `git archive` (NEW, --commit: default this
 checkout's working tree, uncommitted changes included), and fresh processes run this file's step
-in one tree and the other, alternating (OLD NEW, then NEW OLD, ...), `--pairs` pairs. Printed: each
-pair's median milliseconds and its ratio OLD / NEW (> 1: NEW is faster), the median of the ratios
-(wall clock, and the processes' CPU time beside it: a busy machine's descheduling shows in the wall
-clock only), the CPU, the BLAS kernel each process ran (threadpoolctl) and the OpenBLAS variables.
+(the same code for both: only the library differs) in one tree and the other, alternating (OLD NEW,
+then NEW OLD, ...), `--pairs` pairs. Printed: each pair's median milliseconds and its ratio OLD /
+NEW (> 1: NEW is faster), the median of the ratios (wall clock, and the processes' CPU time beside
+it: a busy machine's descheduling shows in the wall clock only), the CPU, the BLAS kernel each
+process ran (threadpoolctl) and the OpenBLAS variables.
+Several configs are compared one after the other, on the same two exported trees.
 
 --instructions counts instead of timing: the instructions one step executes in each tree, by
 valgrind's cachegrind with one OpenBLAS thread (those of 3 steps less those of 1, halved), the
@@ -60,7 +63,6 @@ def step_times(name: str, steps: int, warmup: int) -> dict:
     """Train the config's GPT for `steps` steps in this process (the library on sys.path)."""
     import numpy as np
 
-    from scratchformer.allocator import keep_freed_memory
     from scratchformer.models import GPT, GPTConfig
     from scratchformer.optim import clip_grad_norm, param_groups
 
@@ -69,8 +71,13 @@ def step_times(name: str, steps: int, warmup: int) -> dict:
     except ImportError:  # a checkout from before FlatAdamW, whose AdamW took the fast lane itself
         from scratchformer.optim import AdamW as make_adamw
 
+    try:
+        from scratchformer.allocator import keep_freed_memory
+    except ImportError:  # a checkout from before the allocator module: a layer made this call when built
+        keep_freed_memory = None
     V, L, H, C, T, B = CONFIGS[name]
-    keep_freed_memory()  # as train() and the CLI do (older checkouts made this call when a layer was built)
+    if keep_freed_memory is not None:
+        keep_freed_memory()  # as train() and the CLI do
     model = GPT(GPTConfig(vocab_size=V, block_size=T, n_layer=L, n_head=H, n_embd=C), seed=0)
     opt = make_adamw(param_groups(model, 0.1), lr=1e-3)
     rng = np.random.default_rng(0)
@@ -174,13 +181,11 @@ def instructions(tree: Path, name: str) -> float:
     return (counts[1] - counts[0]) / 2
 
 
-def compare_instructions(name: str, old: str, new: str) -> dict:
-    """Instructions a step of OLD and of NEW executes; prints and returns them and their ratio."""
-    if shutil.which("valgrind") is None:
-        raise ValueError("--instructions needs valgrind (apt-get install valgrind)")
-    with tempfile.TemporaryDirectory(prefix="ab_step_") as tmp:
-        (old_tree, old_name), (new_tree, new_name) = export(old, Path(tmp)), export(new, Path(tmp))
-        counts = {"old": instructions(old_tree, name), "new": instructions(new_tree, name)}
+def compare_instructions(name: str, old: tuple[Path, str], new: tuple[Path, str]) -> dict:
+    """Instructions a step of OLD and of NEW (each (tree, name)) executes; prints and returns them
+    and their ratio."""
+    (old_tree, old_name), (new_tree, new_name) = old, new
+    counts = {"old": instructions(old_tree, name), "new": instructions(new_tree, name)}
     ratio = counts["old"] / counts["new"]
     print(
         f"{name}: instructions a step, one OpenBLAS thread (valgrind): {old_name} {counts['old'] / 1e6:.2f} M, "
@@ -189,61 +194,65 @@ def compare_instructions(name: str, old: str, new: str) -> dict:
     return {"config": name, "old": old_name, "new": new_name, "instructions": counts, "ratio": ratio}
 
 
-def compare(name: str, old: str, new: str, pairs: int, steps: int, warmup: int) -> dict:
-    """Alternating fresh processes of OLD and NEW, `pairs` pairs; prints and returns the ratios."""
-    with tempfile.TemporaryDirectory(prefix="ab_step_") as tmp:
-        (old_tree, old_name), (new_tree, new_name) = export(old, Path(tmp)), export(new, Path(tmp))
-        openblas = {
-            k: os.environ.get(k) for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS")
-        }
-        print(
-            f"{name}: {old_name} (old) against {new_name} (new), {pairs} pairs, {steps} steps of which {warmup} warm-up"
+def compare(
+    name: str, old: tuple[Path, str], new: tuple[Path, str], pairs: int, steps: int, warmup: int
+) -> dict:
+    """Alternating fresh processes of OLD and NEW (each (tree, name)), `pairs` pairs; prints and
+    returns the ratios."""
+    (old_tree, old_name), (new_tree, new_name) = old, new
+    openblas = {
+        k: os.environ.get(k) for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS")
+    }
+    print(
+        f"{name}: {old_name} (old) against {new_name} (new), {pairs} pairs, {steps} steps of which {warmup} warm-up"
+    )
+    print(f"CPU: {_cpu_name()}; OpenBLAS variables: {openblas}; load average {os.getloadavg()[0]:.1f}")
+    rows = []
+    for i in range(pairs):
+        order = [("old", old_tree), ("new", new_tree)]
+        run = dict(
+            (who, run_in(tree, name, steps, warmup)) for who, tree in (order if i % 2 == 0 else order[::-1])
         )
-        print(f"CPU: {_cpu_name()}; OpenBLAS variables: {openblas}; load average {os.getloadavg()[0]:.1f}")
-        rows = []
-        for i in range(pairs):
-            order = [("old", old_tree), ("new", new_tree)]
-            run = dict(
-                (who, run_in(tree, name, steps, warmup))
-                for who, tree in (order if i % 2 == 0 else order[::-1])
-            )
-            ratio, cpu_ratio = (
-                run["old"]["ms"] / run["new"]["ms"],
-                run["old"]["cpu_ms"] / run["new"]["cpu_ms"],
-            )
-            rows.append({"old": run["old"], "new": run["new"], "ratio": ratio, "cpu_ratio": cpu_ratio})
-            print(
-                f"pair {i + 1}: old {run['old']['ms']:7.2f} ms (cpu {run['old']['cpu_ms']:7.2f})  "
-                f"new {run['new']['ms']:7.2f} ms (cpu {run['new']['cpu_ms']:7.2f})  "
-                f"old/new {ratio:5.3f} (cpu {cpu_ratio:5.3f})",
-                flush=True,
-            )
-        blas = sorted({r[who]["blas"] for r in rows for who in ("old", "new")})
-        result = {
-            "config": name,
-            "old": old_name,
-            "new": new_name,
-            "cpu": _cpu_name(),
-            "blas": blas,
-            "openblas": openblas,
-            "pairs": rows,
-            "median_ratio": statistics.median(r["ratio"] for r in rows),
-            "median_cpu_ratio": statistics.median(r["cpu_ratio"] for r in rows),
-        }
-        print(f"BLAS: {' | '.join(blas)}")
+        ratio, cpu_ratio = run["old"]["ms"] / run["new"]["ms"], run["old"]["cpu_ms"] / run["new"]["cpu_ms"]
+        rows.append({"old": run["old"], "new": run["new"], "ratio": ratio, "cpu_ratio": cpu_ratio})
         print(
-            f"median old/new {result['median_ratio']:.3f} (range {min(r['ratio'] for r in rows):.3f}-"
-            f"{max(r['ratio'] for r in rows):.3f}); CPU time {result['median_cpu_ratio']:.3f} "
-            f"(> 1: {new_name} is faster)"
+            f"pair {i + 1}: old {run['old']['ms']:7.2f} ms (cpu {run['old']['cpu_ms']:7.2f})  "
+            f"new {run['new']['ms']:7.2f} ms (cpu {run['new']['cpu_ms']:7.2f})  "
+            f"old/new {ratio:5.3f} (cpu {cpu_ratio:5.3f})",
+            flush=True,
         )
-        return result
+    blas = sorted({r[who]["blas"] for r in rows for who in ("old", "new")})
+    result = {
+        "config": name,
+        "old": old_name,
+        "new": new_name,
+        "cpu": _cpu_name(),
+        "blas": blas,
+        "openblas": openblas,
+        "pairs": rows,
+        "median_ratio": statistics.median(r["ratio"] for r in rows),
+        "median_cpu_ratio": statistics.median(r["cpu_ratio"] for r in rows),
+    }
+    print(f"BLAS: {' | '.join(blas)}")
+    print(
+        f"median old/new {result['median_ratio']:.3f} (range {min(r['ratio'] for r in rows):.3f}-"
+        f"{max(r['ratio'] for r in rows):.3f}); CPU time {result['median_cpu_ratio']:.3f} "
+        f"(> 1: {new_name} is faster)"
+    )
+    return result
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("config", choices=list(CONFIGS), help="the model and batch")
+    ap.add_argument(
+        "configs",
+        nargs="+",
+        choices=list(CONFIGS),
+        metavar="config",
+        help=f"the model and batch, one or more of {', '.join(CONFIGS)}",
+    )
     ap.add_argument("--against", metavar="OLD", help="a commit to compare with (default: none, one process)")
     ap.add_argument(
         "--commit", metavar="NEW", default=".", help="the other side (default: . = this working tree)"
@@ -253,29 +262,41 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--warmup", type=int, help="of which warm-up, not timed (default: 10; medium 4; long-1024 2)"
     )
-    ap.add_argument("--json", metavar="PATH", help="also write the comparison there")
+    ap.add_argument(
+        "--json", metavar="PATH", help="also write the comparison there (several configs: a list)"
+    )
     ap.add_argument(
         "--instructions",
         action="store_true",
         help="count each step's instructions (valgrind) instead of timing",
     )
     args = ap.parse_args(argv)
-    steps = args.steps or STEPS[args.config][0]
-    warmup = args.warmup if args.warmup is not None else STEPS[args.config][1]
-    if not 0 <= warmup < steps or args.pairs < 1:
-        ap.error("give --pairs >= 1 and 0 <= --warmup < --steps")
+    plan = []
+    for config in args.configs:
+        steps = args.steps or STEPS[config][0]
+        warmup = args.warmup if args.warmup is not None else STEPS[config][1]
+        if not 0 <= warmup < steps or args.pairs < 1:
+            ap.error("give --pairs >= 1 and 0 <= --warmup < --steps")
+        plan.append((config, steps, warmup))
     if args.against is None:
-        print(json.dumps(step_times(args.config, steps, warmup)))
+        for config, steps, warmup in plan:
+            print(json.dumps(step_times(config, steps, warmup)))
         return 0
     try:
-        if args.instructions:
-            result = compare_instructions(args.config, args.against, args.commit)
-        else:
-            result = compare(args.config, args.against, args.commit, args.pairs, steps, warmup)
+        if args.instructions and shutil.which("valgrind") is None:
+            raise ValueError("--instructions needs valgrind (apt-get install valgrind)")
+        with tempfile.TemporaryDirectory(prefix="ab_step_") as tmp:
+            old, new = export(args.against, Path(tmp)), export(args.commit, Path(tmp))
+            results = [
+                compare_instructions(config, old, new)
+                if args.instructions
+                else compare(config, old, new, args.pairs, steps, warmup)
+                for config, steps, warmup in plan
+            ]
     except ValueError as e:
         ap.error(str(e))
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+        Path(args.json).write_text(json.dumps(results[0] if len(results) == 1 else results, indent=1) + "\n")
     return 0
 
 

@@ -133,7 +133,11 @@ def test_unknown_section_or_config_is_one_clear_line(tmp_path):
 def test_ab_step_prints_one_json_line_and_refuses_unknown_configs():
     script = str(REPO / "benchmarks" / "ab_step.py")
     proc = subprocess.run(
-        [sys.executable, script, "names"], capture_output=True, text=True, cwd=REPO, timeout=300
+        [sys.executable, script, "names", "--steps", "3", "--warmup", "1"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     row = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -147,17 +151,35 @@ def test_ab_step_prints_one_json_line_and_refuses_unknown_configs():
 def test_ab_step_compares_two_commits_in_alternating_processes(tmp_path):
     script = str(REPO / "benchmarks" / "ab_step.py")
     out = tmp_path / "ab.json"
-    args = ["names", "--against", "HEAD", "--pairs", "2", "--steps", "3", "--warmup", "1", "--json", str(out)]
+    configs = ["names", "shakespeare-cpu"]  # both sizes in one command, on the same two trees
+    args = [
+        *configs,
+        "--against",
+        "HEAD",
+        "--pairs",
+        "2",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--json",
+        str(out),
+    ]
     proc = subprocess.run(
         [sys.executable, script, *args], capture_output=True, text=True, cwd=REPO, timeout=600
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    result = json.loads(out.read_text())
-    assert result["old"] != "working tree" and result["new"] == "working tree" and len(result["pairs"]) == 2
-    for pair in result["pairs"]:
-        assert pair["ratio"] == pytest.approx(pair["old"]["ms"] / pair["new"]["ms"])
-        assert pair["old"]["blas"] and pair["new"]["blas"]  # the kernel each process ran, named
-    assert f"median old/new {result['median_ratio']:.3f}" in proc.stdout and "CPU: " in proc.stdout
+    results = json.loads(out.read_text())
+    assert [r["config"] for r in results] == configs
+    for result in results:
+        assert (
+            result["old"] != "working tree" and result["new"] == "working tree" and len(result["pairs"]) == 2
+        )
+        for pair in result["pairs"]:
+            assert pair["ratio"] == pytest.approx(pair["old"]["ms"] / pair["new"]["ms"])
+            assert pair["old"]["blas"] and pair["new"]["blas"]  # the kernel each process ran, named
+        assert f"median old/new {result['median_ratio']:.3f}" in proc.stdout
+    assert proc.stdout.count("CPU: ") == 2
     bad = subprocess.run(
         [sys.executable, script, "names", "--against", "no-such-commit"],
         capture_output=True,
