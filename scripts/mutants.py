@@ -330,6 +330,17 @@ def same(a, b, rtol: float = SAME_RTOL) -> bool:
     return type(a) is type(b) and a == b
 
 
+def same_parts(a: dict, b: dict) -> bool:
+    """`same` on the parts both outputs hold, when one's parts are a subset of the other's: the
+    baseline holds every part (every exercise, every model), a mutant's output only those that
+    ran the mutated code."""
+    if set(a) <= set(b):
+        b = {k: b[k] for k in a}
+    elif set(b) <= set(a):
+        a = {k: a[k] for k in b}
+    return same(a, b)
+
+
 def raised(e: BaseException) -> tuple[str, str]:
     """An exception as an output: its type alone (its message may hold addresses)."""
     return ("raised", type(e).__name__)

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from mutants import ROOT, Mutant, Target, raised  # noqa: E402
+from mutants import ROOT, Mutant, Target, raised, same_parts  # noqa: E402
 
 OPS = ROOT / "scratchformer" / "ops"
 SEED = 0
@@ -191,17 +191,6 @@ def output(m: Mutant | None):
     return result
 
 
-def same(a, b) -> bool:
-    """Only the models that ran the mutated function are compared (the baseline holds every model)."""
-    from mutants import same as same_values
-
-    if set(a) <= set(b):
-        b = {k: b[k] for k in a}
-    elif set(b) <= set(a):
-        a = {k: a[k] for k in b}
-    return same_values(a, b)
-
-
 # -- the check -----------------------------------------------------------------------------------
 _RAN: dict = {}  # model name -> the names of every op its forward and backward ran
 _DISAGREE: dict = {}  # model name -> the ops with a walk-through step that disagrees unmutated
@@ -256,7 +245,7 @@ TARGET = Target(
     output=output,
     check=check,
     prepare=prepare,
-    same=same,
+    same=same_parts,  # only the parts that ran the mutated code are compared
     goal=1.0,
     time_limit=120.0,
     sample=30,
