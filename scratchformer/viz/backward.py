@@ -36,8 +36,8 @@ code does between its ops, and it holds for a layer nobody here has seen.
 
 A new op or block option appears here with no change to this file: its ops declare their
 forwards, and its module's forward is the module's. A step whose backward handed back the
-gradient it received, adding nothing (a hook point, dropout with p = 0), is the identity: it is
-left out.
+gradient it received, adding nothing, for a forward that handed back its input (a hook point,
+dropout with p = 0), is the identity: it is left out.
 
 Which entries (`Sampling`): by default (`THOROUGH`, what `viz RUN --backward` runs) every entry
 of an op's array (and a module's own parameter) of at most 4,096 entries, else 256 seeded random
@@ -217,9 +217,11 @@ def _steps(record) -> list[BackwardStep]:
     """A step for each backward in the record that is not the identity."""
     steps, seen = [], {}
     for call in record.calls:
-        if call.phase != "backward" or _identity(call):
+        if call.phase != "backward":
             continue
         forward = record.forward_of(call)
+        if _identity(call, forward):
+            continue
         op = call.kind == "op"
         base = (f"{call.path}.{call.name}" if call.path else call.name) if op else (call.path or call.name)
         seen[base] = seen.get(base, 0) + 1
@@ -277,11 +279,19 @@ def _given(call, forward) -> tuple[list[str], list]:
     return floats, [g for g in returned if g is not None]
 
 
-def _identity(call) -> bool:
-    """A backward that handed back the very gradient it received and added nothing."""
+def _identity(call, forward) -> bool:
+    """A backward that handed back the very gradient it received and added nothing, of a forward
+    that handed back its input (or of none in the record: a hook point, dropout with p = 0). A
+    backward that hands back its gradient for a forward that changed its input (dropout's mask
+    dropped) is a step, and disagrees."""
     received = call.arguments[_received_name(call)]
     results = call.result if isinstance(call.result, tuple) else (call.result,)
-    return any(r is received for r in results) and not any(np.any(a) for a in call.added.values())
+    if not any(r is received for r in results) or any(np.any(a) for a in call.added.values()):
+        return False
+    if forward is None:
+        return True
+    out = forward.result[0] if isinstance(forward.result, tuple) else forward.result
+    return any(out is a for a in forward.arguments.values())
 
 
 def _inside(outer: BackwardStep, inner: BackwardStep) -> bool:

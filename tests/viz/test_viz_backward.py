@@ -27,6 +27,7 @@ from scratchformer.nn import feedforward as nn_feedforward
 from scratchformer.nn import layers as nn_layers
 from scratchformer.ops import attention as ops_attention
 from scratchformer.ops import cross_entropy_forward
+from scratchformer.ops import dropout as ops_dropout
 from scratchformer.ops.loss import cross_entropy_backward
 from scratchformer.viz import backward_steps, backward_walkthrough
 from scratchformer.viz.backward import QUICK, THOROUGH, Sampling, backward_table
@@ -540,3 +541,15 @@ def test_a_sparse_autoencoders_steps_agree_each_with_all_it_received(kind):
     assert ("l1_penalty_backward" in names) == (kind == "relu")
     inner = next(s for s in steps if s.op == "sae_backward")
     assert (inner.call.arguments["dacts"] is not None) == (kind == "relu")  # the penalty's gradient
+
+
+def test_a_dropout_backward_that_hands_its_gradient_back_unmasked_is_a_red_step(monkeypatch):
+    """Handing back the gradient received is the identity only for a forward that handed back its
+    input (p = 0); with a mask drawn, the step stays and disagrees (a mutant found by
+    scripts/mutants.py ops_backward: `return dy if mask is None or True else dy * mask`)."""
+    unmasked = fast.same_op(ops_dropout.dropout_backward, lambda dy, mask: dy)
+    monkeypatch.setattr(nn_layers, "dropout_backward", unmasked)
+    monkeypatch.setattr(ops_attention, "dropout_backward", unmasked)
+    steps = backward_steps(_gpt(n_layer=1, dropout=0.3), IDS, TARGETS, sampling=LIGHT)
+    red = [s for s in steps if s.red]
+    assert red and {s.op for s in red} == {"dropout_backward"}
