@@ -31,6 +31,17 @@ def relative_error(analytic: np.ndarray, numeric: np.ndarray) -> float:
     return diff / scale if scale > 1e-12 else diff
 
 
+def central_difference(f: Callable[[], float], x: np.ndarray, index, eps: float = 1e-6) -> float:
+    """d f / d x[index] by a central difference, x[index] perturbed in place and then restored."""
+    orig = x[index]
+    x[index] = orig + eps
+    f_plus = f()
+    x[index] = orig - eps
+    f_minus = f()
+    x[index] = orig
+    return (f_plus - f_minus) / (2 * eps)
+
+
 def numerical_gradient(
     f: Callable[[], float], x: np.ndarray, eps: float = 1e-6, points: int = 2
 ) -> np.ndarray:
@@ -45,20 +56,16 @@ def numerical_gradient(
     grad = np.zeros(x.shape, dtype=np.float64)
     flat, gflat = x.reshape(-1), grad.reshape(-1)  # views
     for i in range(flat.size):
-        orig = flat[i]
         if points == 2:
-            flat[i] = orig + eps
-            f_plus = f()
-            flat[i] = orig - eps
-            f_minus = f()
-            gflat[i] = (f_plus - f_minus) / (2 * eps)
-        else:
-            values = []
-            for step in (-2, -1, 1, 2):
-                flat[i] = orig + step * eps
-                values.append(f())
-            gflat[i] = (values[0] - 8 * values[1] + 8 * values[2] - values[3]) / (12 * eps)
+            gflat[i] = central_difference(f, flat, i, eps)
+            continue
+        orig = flat[i]
+        values = []
+        for step in (-2, -1, 1, 2):
+            flat[i] = orig + step * eps
+            values.append(f())
         flat[i] = orig
+        gflat[i] = (values[0] - 8 * values[1] + 8 * values[2] - values[3]) / (12 * eps)
     return grad
 
 

@@ -51,6 +51,7 @@ import argparse
 import contextlib
 import dataclasses
 import difflib
+import functools
 import importlib.util
 import json
 import os
@@ -75,16 +76,28 @@ SAME_RTOL = 1e-12  # two float outputs are the same within this share of their l
 # -- the mutants ---------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class Mutant:
-    """One single-point mutant of one file: `source` is the whole file with the one change."""
+    """One single-point mutant of one file: `source` is the whole file with the one change (made
+    when first asked for: a sample of a big file's mutants writes out only its own)."""
 
     path: Path  # the file mutated
     number: int  # its place among the file's mutants (0, 1, ...)
     function: str  # the qualified name of the function the change is in ("Linear.backward")
     line: int  # the changed line (1-based)
     before: str  # that line, unmutated, stripped
-    after: str  # the changed line(s), stripped
     original: str  # the file's unmutated source
-    source: str  # the mutated source
+    make_source: Callable[[], str] = dataclasses.field(repr=False, compare=False)
+
+    @functools.cached_property
+    def source(self) -> str:
+        """The mutated source."""
+        return self.make_source()
+
+    @functools.cached_property
+    def after(self) -> str:
+        """The changed line(s), stripped."""
+        new_lines = self.source.splitlines()
+        changed = [ln for ln in difflib.ndiff(self.original.splitlines(), new_lines) if ln.startswith("+ ")]
+        return " / ".join(c[2:].strip() for c in changed) or "(a line removed)"
 
     @property
     def id(self) -> str:
@@ -136,7 +149,10 @@ def _function(namespace: dict, qualname: str) -> types.FunctionType:
     obj: object = namespace[qualname.split(".")[0]]
     for part in qualname.split(".")[1:]:
         obj = vars(obj)[part]
-    return getattr(obj, "__func__", obj)  # a staticmethod or classmethod: its function
+    obj = getattr(obj, "__func__", obj)  # a staticmethod or classmethod: its function
+    while hasattr(obj, "__wrapped__"):  # a decorated function (an op of ops/, `fast.lane`): the formula
+        obj = obj.__wrapped__
+    return obj
 
 
 def mutants_of(path: Path, functions: Callable[[str], bool] | None = None) -> list[Mutant]:
@@ -144,7 +160,6 @@ def mutants_of(path: Path, functions: Callable[[str], bool] | None = None) -> li
     the functions whose qualified name `functions` accepts (default: all)."""
     import libcst as cst
     from libcst.metadata import MetadataWrapper, PositionProvider
-    from mutmut.mutation.file_mutation import MutationVisitor
     from mutmut.mutation.mutators import mutation_operators
     from mutmut.mutation.pragma_handling import IgnoredCode, PragmaVisitor
 
@@ -152,24 +167,22 @@ def mutants_of(path: Path, functions: Callable[[str], bool] | None = None) -> li
     wrapper = MetadataWrapper(cst.parse_module(original))
     pragmas = PragmaVisitor(str(path))  # `# pragma: no mutate` is honoured, as mutmut does
     wrapper.visit(pragmas)
-    visitor = MutationVisitor(
+    visitor = _DecoratedToo(
         mutation_operators, IgnoredCode(pragmas.no_mutate_lines, pragmas.ignore_node_lines, set())
     )
     wrapper.visit(visitor)
     positions = wrapper.resolve(PositionProvider)
     names = _qualnames(wrapper.module)
     old_lines = original.splitlines()
+    code = wrapper.module.code_for_node
     found = []
     for m in visitor.mutations:
         qualname = names.get(id(m.contained_by_top_level_function))
         if qualname is None or (functions is not None and not functions(qualname)):
             continue
-        source = wrapper.module.deep_replace(m.original_node, m.mutated_node).code
-        if source == original:
+        if code(m.mutated_node) == code(m.original_node):  # the file's source unchanged
             continue
         line = positions[m.original_node].start.line
-        new_lines = source.splitlines()
-        changed = [ln for ln in difflib.ndiff(old_lines, new_lines) if ln.startswith("+ ")]
         found.append(
             Mutant(
                 path=path,
@@ -177,12 +190,41 @@ def mutants_of(path: Path, functions: Callable[[str], bool] | None = None) -> li
                 function=qualname,
                 line=line,
                 before=old_lines[line - 1].strip(),
-                after=" / ".join(c[2:].strip() for c in changed) or "(a line removed)",
                 original=original,
-                source=source,
+                make_source=functools.partial(_replaced, wrapper.module, m.original_node, m.mutated_node),
             )
         )
     return found
+
+
+def _replaced(module, node, new) -> str:
+    return module.deep_replace(node, new).code
+
+
+def _visitor_class():
+    """mutmut's MutationVisitor, but a decorated function's body is mutated too (its decorators
+    are not). mutmut leaves decorated functions out for its trampolines, which copy a function
+    at import; here a mutant's code is swapped into the live function (`Mutant.patched`, through
+    a decorator's `__wrapped__`), so an op of ops/ (`@fast.lane`) is mutated like any function."""
+    import libcst as cst
+    from libcst.metadata import PositionProvider
+    from mutmut.mutation.file_mutation import NEVER_MUTATE_FUNCTION_NAMES, MutationVisitor
+
+    class DecoratedToo(MutationVisitor):
+        def _skip_node_and_children(self, node) -> bool:
+            if isinstance(node, cst.FunctionDef) and node.decorators:
+                position = self.get_metadata(PositionProvider, node, None)
+                ignored = position is not None and position.start.line in self._ignored_node_lines
+                return ignored or node.name.value in NEVER_MUTATE_FUNCTION_NAMES
+            return super()._skip_node_and_children(node)
+
+    return DecoratedToo
+
+
+def _DecoratedToo(*args):  # noqa: N802 - made once, on first use (mutmut is imported lazily)
+    global _DecoratedToo
+    _DecoratedToo = _visitor_class()
+    return _DecoratedToo(*args)
 
 
 def _qualnames(module) -> dict[int, str]:
@@ -286,6 +328,17 @@ def same(a, b, rtol: float = SAME_RTOL) -> bool:
         scale = max(float(np.max(np.abs(x), initial=0.0)), float(np.max(np.abs(y), initial=0.0)))
         return bool(np.all(np.abs(x - y) <= rtol * scale))
     return type(a) is type(b) and a == b
+
+
+def same_parts(a: dict, b: dict) -> bool:
+    """`same` on the parts both outputs hold, when one's parts are a subset of the other's: the
+    baseline holds every part (every exercise, every model), a mutant's output only those that
+    ran the mutated code."""
+    if set(a) <= set(b):
+        b = {k: b[k] for k in a}
+    elif set(b) <= set(a):
+        a = {k: a[k] for k in b}
+    return same(a, b)
 
 
 def raised(e: BaseException) -> tuple[str, str]:

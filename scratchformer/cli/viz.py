@@ -69,8 +69,11 @@ def add_options(v) -> None:
         "--backward",
         action="store_true",
         help="the backward walk-through alone (with --all: as well): every step of the backward on the "
-        "input and its loss, op by op, each checked by finite differences; printed, drawn as "
-        "backward.png and shown in report.html's Backward part",
+        "input and its loss, op by op and module by module, each checked by finite differences of its "
+        "own forward (alone: as the API's default, viz.backward.THOROUGH, every entry of an op's array up "
+        "to a size, else random entries and the largest, and random directions of a module's; with --all: "
+        "the lighter QUICK; the table and the page say which); printed, drawn as backward.png and shown in "
+        "report.html's Backward part",
     )
     v.add_argument(
         "--all",

@@ -22,14 +22,19 @@ of the op it replaces:
 
 What each buys is measured in docs/performance.md.
 
-Where the lane is chosen, for an op: here, in `lane` and nowhere else. An op of `ops/` with a
-faster form is written as its formula alone and decorated `@fast.lane(module)`; the decorator
-registers the pair in `VARIANTS` and returns the op the rest of the library calls, which checks a
-direct call's arguments, then runs the formula or, while `enabled`, the function of the same
-name in `module`. A backward that takes its forward's cache runs in the lane its forward ran in
-(a fast forward's cache holds lane="fast"), whatever the switch says by then. For the optimiser
-the trainer chooses: `optim.make_adamw` builds `FlatAdamW` (bound to the model in one explicit
-step) in the fast lane and the per-parameter `AdamW` in the reference lane.
+Where the lane is chosen: here, in `lane` and `chosen`, and nowhere else. Every op of `ops/` is
+written as its formula alone and decorated `@fast.lane(...)`: the one dispatch. For an op with a
+faster form (`@fast.lane(module)`) the decorator registers the pair in `VARIANTS` and returns the
+op the rest of the library calls, which checks a direct call's arguments, then runs the formula
+or, while `enabled`, the function of the same name in `module`; an op without one
+(`@fast.lane()`) runs its formula. A backward that takes its forward's cache runs in the lane its
+forward ran in (a fast forward's cache holds lane="fast"), whatever the switch says by then. Each
+wrapper is made once, for its kind of choice, and tests only what that choice needs. The
+dispatch is also where the model's record is taken (scratchformer/record.py): one test of
+`record.ACTIVE` a call, and nothing more while no record is taken. A backward op declares there
+what it is the derivative of (`derivative_of=`), for the record's checks. For the optimiser:
+`optim.make_adamw` takes `chosen(FlatAdamW, AdamW)` (FlatAdamW bound to the model in one
+explicit step) and `optim.clip_grad_norm` is dispatched as an op.
 
 The switch, one flag for the whole process: `enabled` is True unless the environment sets
 SCRATCHFORMER_REFERENCE to anything but "0" or "" (read once, at import; forked workers
@@ -46,9 +51,10 @@ import functools
 import os
 from typing import NamedTuple
 
+from scratchformer import record
 from scratchformer.checks import DOOR
 
-__all__ = ["VARIANTS", "Variant", "current_lane", "enabled", "lane", "lane_of", "reference", "use_reference"]
+__all__ = ["VARIANTS", "Variant", "chosen", "enabled", "lane", "reference", "same_op", "use_reference"]
 
 enabled: bool = os.environ.get("SCRATCHFORMER_REFERENCE", "0").strip() in ("", "0")
 
@@ -84,59 +90,129 @@ class Variant(NamedTuple):
 VARIANTS: dict[str, Variant] = {}  # "ops module.op name" -> its variant, filled as ops/ is imported
 
 
-def current_lane() -> str:
-    """ "fast" or "reference": the lane an op called now runs in (for tools that report it)."""
-    return "fast" if enabled else "reference"
+def chosen(fast_form, reference):
+    """The lane's choice between two things that are not ops (the optimiser's class, for
+    `optim.make_adamw`): `fast_form` in the fast lane, else `reference`."""
+    return fast_form if enabled else reference
 
 
-def lane_of(cache: dict) -> str:
-    """ "fast" or "reference": the lane the forward that made `cache` ran in (its backward runs
-    in the same)."""
-    return "fast" if cache.get("lane") == "fast" else "reference"
+def lane(
+    module=None,
+    *,
+    name: str | None = None,
+    check=None,
+    serves=None,
+    by_cache: bool = False,
+    derivative_of=None,
+    grads: tuple[str, ...] = (),
+    into: dict | None = None,
+    received: str | None = None,
+    output: int = 0,
+    also: dict | None = None,
+):
+    """Decorator for an op of ops/ (its formula): the one dispatch every op goes through.
 
+    module: a module of this package holding the op's faster form, the function `name`
+    (default: the formula's own name) with the same parameters; None: the op has none and runs
+    its formula in either lane. check(*args, **kwargs): raises on bad arguments; run on a
+    direct call only (a layer's call was checked at its door, checks.DOOR). serves(*args,
+    **kwargs) -> bool: the inputs the faster form takes (None: all); the others run the formula
+    in either lane. by_cache: a backward whose second argument is its forward's cache; it runs
+    the faster form exactly when that cache came from the faster forward (cache["lane"] == "fast").
 
-def lane(module, *, name: str | None = None, check=None, serves=None, by_cache: bool = False):
-    """Decorator for a formula of ops/ that has a faster form, the function `name` (default: the
-    formula's own name) of `module` (a module of this package), with the same parameters.
+    A backward op declares what it is the derivative of (`record.Derivative`), so a checker can
+    compare it with finite differences of that forward: derivative_of, the forward op (or a
+    tuple of them); grads, the names of that forward's parameters whose gradients it returns,
+    in order; into, forward parameter -> the backward's parameter that gradient is added into;
+    received, the backward's parameter holding the gradient it received (default: its first);
+    output, which element of a forward's tuple that gradient is of (default 0); also, the
+    backward's other received gradients, each parameter -> where in the forward's result its
+    output lies (`record.Derivative`).
 
-    check(*args, **kwargs): raises on bad arguments; run on a direct call only (a layer's call
-    was checked at its door, checks.DOOR). serves(*args, **kwargs) -> bool: the inputs the
-    faster form takes (None: all); the others run the formula in either lane. by_cache: a
-    backward whose second argument is its forward's cache; it runs the faster form exactly when
-    that cache came from the faster forward (cache["lane"] == "fast").
+    While a record is taken (`record.ACTIVE`, `nn.recording`), the call is recorded; otherwise
+    the one test of that flag is all the record costs.
     """
+    derivative = None
+    if derivative_of is not None:
+        of = derivative_of if isinstance(derivative_of, tuple) else (derivative_of,)
+        derivative = record.Derivative(of, tuple(grads), dict(into or {}), received, output, dict(also or {}))
 
     def decorate(formula):
-        variant = Variant(formula, module, name or formula.__name__)
-        if not callable(getattr(module, variant.name, None)):
-            raise AttributeError(
-                f"{module.__name__} has no function {variant.name} for {formula.__qualname__}"
-            )
-        VARIANTS[f"{formula.__module__}.{formula.__qualname__}"] = variant
-        fast_name = variant.name
-
-        if by_cache:
-            if check is not None or serves is not None:
-                raise TypeError("lane(by_cache=True): the forward checked the arguments and chose the lane")
-            cache_name = formula.__code__.co_varnames[1]  # its second parameter
+        if module is None:
+            if check is not None or serves is not None or by_cache:
+                raise TypeError(
+                    "lane(): check, serves and by_cache choose between a formula and its fast form"
+                )
 
             @functools.wraps(formula)
             def op(*args, **kwargs):
-                cache = args[1] if len(args) > 1 else kwargs[cache_name]
-                if cache.get("lane") == "fast":  # the lane its forward ran in
-                    return getattr(module, fast_name)(*args, **kwargs)
-                return formula(*args, **kwargs)
+                if record.ACTIVE is None:
+                    return formula(*args, **kwargs)
+                return record.ACTIVE.op(op, formula, args, kwargs)
+
         else:
-
-            @functools.wraps(formula)
-            def op(*args, **kwargs):
-                if check is not None and not DOOR.inside:
-                    check(*args, **kwargs)
-                if enabled and (serves is None or serves(*args, **kwargs)):  # the lane, chosen per call
-                    return getattr(module, fast_name)(*args, **kwargs)
-                return formula(*args, **kwargs)
-
-        op.variant = variant
+            variant = Variant(formula, module, name or formula.__name__)
+            if not callable(getattr(module, variant.name, None)):
+                raise AttributeError(
+                    f"{module.__name__} has no function {variant.name} for {formula.__qualname__}"
+                )
+            VARIANTS[f"{formula.__module__}.{formula.__qualname__}"] = variant
+            op = _dispatch(formula, module, variant.name, check, serves, by_cache)
+            op.variant = variant
+        op.derivative = derivative
         return op
 
     return decorate
+
+
+def _dispatch(formula, module, fast_name: str, check, serves, by_cache: bool):
+    """The op that runs `formula` or `module.<fast_name>` (looked up at each call, so a test may
+    replace it), as the lane says: one wrapper per kind of choice, each testing only what it needs."""
+    if by_cache:
+        if check is not None or serves is not None:
+            raise TypeError("lane(by_cache=True): the forward checked the arguments and chose the lane")
+        cache_name = formula.__code__.co_varnames[1]  # its second parameter
+
+        @functools.wraps(formula)
+        def op(*args, **kwargs):
+            cache = args[1] if len(args) > 1 else kwargs[cache_name]
+            run = getattr(module, fast_name) if cache.get("lane") == "fast" else formula  # its forward's lane
+            if record.ACTIVE is None:
+                return run(*args, **kwargs)
+            return record.ACTIVE.op(op, run, args, kwargs)
+
+    elif serves is None:
+
+        @functools.wraps(formula)
+        def op(*args, **kwargs):
+            if check is not None and not DOOR.inside:
+                check(*args, **kwargs)
+            run = getattr(module, fast_name) if enabled else formula  # the lane, chosen per call
+            if record.ACTIVE is None:
+                return run(*args, **kwargs)
+            return record.ACTIVE.op(op, run, args, kwargs)
+
+    else:
+
+        @functools.wraps(formula)
+        def op(*args, **kwargs):
+            if check is not None and not DOOR.inside:
+                check(*args, **kwargs)
+            run = getattr(module, fast_name) if enabled and serves(*args, **kwargs) else formula
+            if record.ACTIVE is None:
+                return run(*args, **kwargs)
+            return record.ACTIVE.op(op, run, args, kwargs)
+
+    return op
+
+
+def same_op(op, formula):
+    """`formula` dispatched as `op` is: the same lane, check and derivative (a planted bug in a
+    test, a mutant), the fast form left out (the formula runs in either lane)."""
+    new = lane()(formula)
+    new.derivative = op.derivative
+    new.__name__, new.__qualname__ = (
+        op.__name__,
+        op.__qualname__,
+    )  # it stands for op (its formula: __wrapped__)
+    return new

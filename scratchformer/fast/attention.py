@@ -69,6 +69,7 @@ class Piece(NamedTuple):
     queries: slice
     keys: int
     masked_from: int = 0
+    whole: bool = False  # the whole attention in one piece: every array as it is
 
 
 def weights_nbytes(q, k) -> int:
@@ -81,7 +82,7 @@ def _pieces(q, k, v, allowed, bias) -> list[Piece]:
     rows, or one batch row's block of queries. One piece (everything) unless q, k, v are
     (B, H, T, d) with one B and the mask and the bias have that B or none."""
     B, Tq, Tk = q.shape[0], q.shape[-2], k.shape[-2]
-    whole = [Piece(slice(None), slice(None), Tk)]
+    whole = [Piece(slice(None), slice(None), Tk, whole=True)]
     splittable = (
         q.ndim == 4
         and k.ndim == 4
@@ -120,8 +121,8 @@ def _key_span(allowed, Tk: int) -> tuple[int, int]:
 def _cut(a, piece: Piece, B: int, Tq: int, Tk: int):
     """A piece of `a`, broadcastable to (B, H, Tq, Tk) (a mask, a bias, or the weights): each
     axis that a has at full size (it may broadcast over the batch, queries or keys instead)."""
-    if a is None:
-        return None
+    if a is None or piece.whole:
+        return a
     if a.ndim == 4 and a.shape[0] == B:
         a = a[piece.rows]
     if a.ndim >= 2 and a.shape[-2] == Tq:
@@ -134,6 +135,8 @@ def _cut(a, piece: Piece, B: int, Tq: int, Tk: int):
 def _rows(a, piece: Piece, B: int, keys: bool = False):
     """A piece of q, dq, out (..., Tq, d) (keys=False) or k, v, dk, dv (..., Tk, d) (keys=True):
     the piece's batch rows (if a has the batch axis), then its queries or its first keys."""
+    if piece.whole:
+        return a
     if a.ndim == 4 and a.shape[0] == B:
         a = a[piece.rows]
     return a[..., : piece.keys, :] if keys else a[..., piece.queries, :]
@@ -141,7 +144,7 @@ def _rows(a, piece: Piece, B: int, keys: bool = False):
 
 def _batch(a, piece: Piece, B: int):
     """The piece's batch rows of a (..., n, d) array (all of it if a has no batch axis)."""
-    return a[piece.rows] if a.ndim == 4 and a.shape[0] == B else a
+    return a[piece.rows] if not piece.whole and a.ndim == 4 and a.shape[0] == B else a
 
 
 def _hide(scores, allowed, masked_from: int) -> None:

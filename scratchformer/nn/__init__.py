@@ -22,6 +22,7 @@ from scratchformer.nn.positional import (
     SinusoidalPositionalEncoding,
     sinusoidal_table,
 )
+from scratchformer.nn.recording import recording
 
 __all__ = [
     "Module",
@@ -49,4 +50,5 @@ __all__ = [
     "NORMALIZATIONS",
     "make_norm",
     "FEEDFORWARD_ACTIVATIONS",
+    "recording",
 ]

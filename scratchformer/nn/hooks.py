@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from scratchformer import record
 from scratchformer.errors import HookError
 from scratchformer.nn.module import Module
 
@@ -39,6 +40,8 @@ class HookPoint(Module):
         self._name = ""  # the stable name, set by scratchformer.lens when it hooks
 
     def __call__(self, x: np.ndarray) -> np.ndarray:  # no door: the identity checks nothing
+        if record.ACTIVE is not None:  # a record is taken: the ops after this ran after this point
+            record.ACTIVE.passed(self)
         return x if self._hook is None else self._run_hook(x)
 
     forward = __call__

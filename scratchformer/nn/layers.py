@@ -26,6 +26,7 @@ from scratchformer.ops import (
     dropout_backward,
     dropout_forward,
     embedding_backward_into,
+    embedding_forward,
     layernorm_backward,
     layernorm_forward,
     linear_backward_into,
@@ -83,7 +84,7 @@ class Embedding(Module):
     def forward(self, idx: np.ndarray) -> np.ndarray:
         idx = np.asarray(idx)
         self._save(idx=idx)
-        return self.weight.data[idx]
+        return embedding_forward(self.weight.data, idx)
 
     def backward(self, dy: np.ndarray) -> None:
         # y = W[idx]  =>  dW[i] += sum of dy over the positions where idx == i (np.add.at)
@@ -232,12 +233,16 @@ class Dropout(Module, DrawsDropout):
         check_float_array(x, "Dropout input")
 
     def forward(self, x: np.ndarray) -> np.ndarray:
+        if self.p == 0.0:  # nothing to drop (a small model's step makes a dozen of these calls)
+            self._save(mask=None)
+            return x
         y, mask = dropout_forward(x, self.p, self.rng, self.training)
         self._save(mask=mask)
         return y
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
-        return dropout_backward(dy, self._pop_cache()["mask"])
+        mask = self._pop_cache()["mask"]
+        return dy if mask is None else dropout_backward(dy, mask)
 
 
 def dropout_modules(module: Module) -> list:

@@ -18,16 +18,22 @@ Contract of every layer (forward/backward pairs, llm.c style):
 - ``check_input(...)`` (same arguments as forward) validates a user's input. `__call__` runs
   it only at the door -- the outermost call -- so the layers inside a model trust the model,
   which checked its own input once.
+
+While a record is taken (`nn.recording`, scratchformer/record.py), every module's call and every
+backward (a subclass's `backward` is wrapped once, when the class is made) is recorded with the
+module; otherwise each asks the one flag `record.ACTIVE` and goes on.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 import numpy as np
 
+from scratchformer import record
 from scratchformer.checks import DOOR, FLOAT_DTYPES, check_bool, check_module
 from scratchformer.errors import BackwardError, DTypeError, StateDictError
 
@@ -82,10 +88,20 @@ class Module:
         self.training = True
         self._cache = None
 
+    def __init_subclass__(cls, **kwargs):
+        """A layer's own backward, made recordable (`_recordable`): the record sees every backward."""
+        super().__init_subclass__(**kwargs)
+        if "backward" in vars(cls):
+            cls.backward = _recordable(vars(cls)["backward"])
+
     # -- running ---------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
         """forward(), after check_input() when this is the door (not a call from inside a model)."""
-        return _at_the_door(self.check_input, self.forward, args, kwargs)
+        if record.ACTIVE is None:
+            if DOOR.inside:  # called from inside a model: the model checked its input
+                return self.forward(*args, **kwargs)
+            return _at_the_door(self.check_input, self.forward, args, kwargs)
+        return record.ACTIVE.module_forward(self, functools.partial(_call, self), args, kwargs)
 
     def check_input(self, *args, **kwargs) -> None:
         """Raise a typed error for input a user should not pass; layers override this."""
@@ -114,15 +130,17 @@ class Module:
 
     # -- discovery -------------------------------------------------------------------------
     def _children(self) -> Iterator[tuple[str, object]]:
-        for name, value in vars(self).items():
-            if name.startswith("_"):
+        attrs = vars(self)  # only the attributes that can hold parts reach Python code (a user's
+        # loop asks for the parameters every step; a layer has many plain attributes)
+        for name, value in itertools.compress(attrs.items(), map(isinstance, attrs.values(), _HOLDERS)):
+            if name[0] == "_":
                 continue
-            if isinstance(value, (Parameter, Module)):
-                yield name, value
-            elif isinstance(value, (list, tuple)):
+            if isinstance(value, (list, tuple)):
                 for i, item in enumerate(value):
                     if isinstance(item, (Parameter, Module)):
                         yield f"{name}.{i}", item
+            else:
+                yield name, value
 
     def named_modules(self, prefix: str = "") -> Iterator[tuple[str, Module]]:
         yield prefix, self
@@ -252,6 +270,9 @@ class Module:
         return f"{type(self).__name__}({self.num_parameters():,} parameters)"
 
 
+_HOLDERS = itertools.repeat((Parameter, Module, list, tuple))  # what an attribute holding a part is
+
+
 def _first_few(items: list[str], sep: str | None = None, n: int = 3) -> str:
     """A one-line list: the first n items (as a list, or joined by sep) and how many more (a
     mismatched model has hundreds)."""
@@ -268,6 +289,24 @@ def trusted_calls():
         yield
     finally:
         DOOR.inside = outer
+
+
+def _call(module: Module, *args, **kwargs):
+    return _at_the_door(module.check_input, module.forward, args, kwargs)
+
+
+def _recordable(backward):
+    """backward, recorded (with what it adds to each parameter's gradient) while a record is taken."""
+
+    @functools.wraps(backward)
+    def recordable(self, *args, **kwargs):
+        if record.ACTIVE is None:
+            return backward(self, *args, **kwargs)
+        return record.ACTIVE.module_backward(
+            self, backward.__get__(self), args, kwargs, self.named_parameters
+        )
+
+    return recordable
 
 
 def _at_the_door(check, run, args, kwargs):

@@ -1,10 +1,15 @@
 """Functional forward/backward pairs on plain NumPy arrays (the math of every layer).
 
-Each op is its reference formula. An op with a faster form is decorated `@fast.lane(...)`,
-which is where the lane is chosen (`scratchformer/fast/__init__.py`, for every op): while
+Each op is its reference formula, decorated `@fast.lane(...)`: the one dispatch every op goes
+through (`scratchformer/fast/__init__.py`), where the lane is chosen and, while one is taken, the
+model's record (`scratchformer/record.py`). An op with a faster form names it there: while
 `fast.enabled` (the default) it runs the function of the same name in `scratchformer.fast`.
 The ops that have one: softmax.py, layernorm.py, linear.py (backwards), activations.py (GELU),
-attention.py (`attend`, `attention_backward`), embedding.py; `fast.VARIANTS` lists them."""
+attention.py (`attend`, `attention_backward`), embedding.py; `fast.VARIANTS` lists them.
+A backward op declares beside itself the forward it is the derivative of
+(`fast.lane(derivative_of=forward, grads=...)`): the backward walk-through checks it against that
+forward's finite differences. The helpers that build constants (masks, rotary tables, ALiBi's
+slopes) and erf's numerics are not ops: they go through no dispatch."""
 
 from scratchformer.ops.activations import (
     ACTIVATIONS,
@@ -18,9 +23,16 @@ from scratchformer.ops.activations import (
     relu_forward,
 )
 from scratchformer.ops.alibi import alibi_bias, alibi_slopes
-from scratchformer.ops.attention import attention_backward, attention_forward, attention_mask, causal_mask
+from scratchformer.ops.attention import (
+    attention_backward,
+    attention_forward,
+    attention_mask,
+    attention_scores,
+    causal_mask,
+    weighted_sum,
+)
 from scratchformer.ops.dropout import dropout_backward, dropout_forward
-from scratchformer.ops.embedding import embedding_backward_into
+from scratchformer.ops.embedding import embedding_backward_into, embedding_forward
 from scratchformer.ops.layernorm import layernorm_backward, layernorm_forward
 from scratchformer.ops.linear import linear_backward, linear_backward_into, linear_forward
 from scratchformer.ops.loss import IGNORE_INDEX, cross_entropy_backward, cross_entropy_forward
@@ -29,6 +41,7 @@ from scratchformer.ops.rope import rope_backward, rope_forward, rope_tables, rot
 from scratchformer.ops.softmax import (
     log_softmax_backward,
     log_softmax_forward,
+    masked_softmax,
     softmax_backward,
     softmax_forward,
 )
@@ -50,10 +63,13 @@ __all__ = [
     "attention_backward",
     "attention_forward",
     "attention_mask",
+    "attention_scores",
     "causal_mask",
+    "weighted_sum",
     "dropout_backward",
     "dropout_forward",
     "embedding_backward_into",
+    "embedding_forward",
     "layernorm_backward",
     "layernorm_forward",
     "linear_backward",
@@ -63,6 +79,7 @@ __all__ = [
     "cross_entropy_forward",
     "log_softmax_backward",
     "log_softmax_forward",
+    "masked_softmax",
     "softmax_backward",
     "softmax_forward",
     "rmsnorm_backward",

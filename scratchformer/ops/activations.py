@@ -7,9 +7,11 @@ both), for training. The backward of every activation is then one product,
 backward instead of x and Phi. `*_backward(dy, x)` are the plain functional forms. The
 numerics of erf and Phi live in `scratchformer.ops.numerics`.
 
-`gelu_forward` and `gelu_with_grad` are their formulas; `@fast.lane` runs their faster forms in
-the fast lane for the dtypes those serve (`scratchformer/fast/activations.py`: float32 GELU with
-Phi from a table; float64 runs the formula in both lanes). The lane is chosen in `fast.lane` alone.
+Every op is dispatched by `@fast.lane` (where the lane is chosen and the record taken);
+`gelu_forward` and `gelu_with_grad` are their formulas, whose faster forms run in the fast lane for
+the dtypes those serve (`scratchformer/fast/activations.py`: float32 GELU with Phi from a table;
+float64 runs the formula in both lanes). `activation_backward` is declared the derivative of the
+`*_with_grad` forward whose dy/dx it is handed.
 """
 
 from __future__ import annotations
@@ -41,25 +43,15 @@ INV_SQRT_2PI = 1 / math.sqrt(2 * math.pi)
 GELU_TANH_C = math.sqrt(2 / math.pi)
 
 
-def activation_backward(dy: np.ndarray, dydx: np.ndarray) -> np.ndarray:
-    """dx = dy * dy/dx, elementwise: the backward of any activation below."""
-    if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
-        op_float("activation_backward", "dy", dy)
-        if not isinstance(dydx, np.ndarray) or dydx.dtype.kind not in "fb":  # a ReLU's slope is a bool mask
-            raise DTypeError(
-                f"activation_backward: dydx must be a float or bool array, got {type(dydx).__name__}"
-            )
-        op_fits("activation_backward", dy.shape == dydx.shape, dy=dy, dydx=dydx)
-    return dy * dydx
-
-
 # ReLU: y = max(x, 0)
+@fast.lane()
 def relu_forward(x: np.ndarray) -> np.ndarray:
     if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
         op_float("relu_forward", "x", x)
     return np.maximum(x, 0)
 
 
+@fast.lane()
 def relu_with_grad(x: np.ndarray):
     # dy/dx = 1 where x > 0, else 0 (kept as bool: a quarter of the memory)
     return np.maximum(x, 0), x > 0
@@ -88,17 +80,33 @@ def _tanh_u(x: np.ndarray) -> np.ndarray:
     return np.tanh(GELU_TANH_C * (x + 0.044715 * (x * x * x)))
 
 
+@fast.lane()
 def gelu_tanh_forward(x: np.ndarray) -> np.ndarray:
     if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
         op_float("gelu_tanh_forward", "x", x)
     return 0.5 * x * (1 + _tanh_u(x))
 
 
+@fast.lane()
 def gelu_tanh_with_grad(x: np.ndarray):
     # dy/dx = (1 + tanh u)/2 + x/2 * (1 - tanh^2 u) * du/dx,  du/dx = sqrt(2/pi) (1 + 3*0.044715 x^2)
     th = _tanh_u(x)
     du = GELU_TANH_C * (1 + 3 * 0.044715 * x * x)
     return 0.5 * x * (1 + th), 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * du
+
+
+# The backward of every activation: the derivative its forward computed, times the gradient.
+@fast.lane(derivative_of=(relu_with_grad, gelu_with_grad, gelu_tanh_with_grad), grads=("x",))
+def activation_backward(dy: np.ndarray, dydx: np.ndarray) -> np.ndarray:
+    """dx = dy * dy/dx, elementwise: the backward of any activation above."""
+    if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
+        op_float("activation_backward", "dy", dy)
+        if not isinstance(dydx, np.ndarray) or dydx.dtype.kind not in "fb":  # a ReLU's slope is a bool mask
+            raise DTypeError(
+                f"activation_backward: dydx must be a float or bool array, got {type(dydx).__name__}"
+            )
+        op_fits("activation_backward", dy.shape == dydx.shape, dy=dy, dydx=dydx)
+    return dy * dydx
 
 
 # name -> (forward, forward with derivative)
@@ -110,8 +118,9 @@ ACTIVATIONS = {
 
 
 # The plain functional backwards (they recompute what the forward would have kept).
-def _functional_backward(name: str, with_grad):
-    """`name(dy, x) = activation_backward(dy, with_grad(x)[1])`, checking a direct call's arguments."""
+def _functional_backward(name: str, forward, with_grad):
+    """`name(dy, x) = activation_backward(dy, with_grad(x)[1])`, the derivative of `forward`,
+    checking a direct call's arguments."""
 
     def backward(dy, x):
         if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
@@ -124,9 +133,9 @@ def _functional_backward(name: str, with_grad):
     backward.__doc__ = (
         f"dx = dy * dy/dx at x: the backward of {name.removesuffix('_backward')} (dy, x: the same shape)."
     )
-    return backward
+    return fast.lane(derivative_of=forward, grads=("x",))(backward)
 
 
-relu_backward = _functional_backward("relu_backward", relu_with_grad)
-gelu_backward = _functional_backward("gelu_backward", gelu_with_grad)
-gelu_tanh_backward = _functional_backward("gelu_tanh_backward", gelu_tanh_with_grad)
+relu_backward = _functional_backward("relu_backward", relu_forward, relu_with_grad)
+gelu_backward = _functional_backward("gelu_backward", gelu_forward, gelu_with_grad)
+gelu_tanh_backward = _functional_backward("gelu_tanh_backward", gelu_tanh_forward, gelu_tanh_with_grad)

@@ -15,7 +15,8 @@ ops/alibi.py) enters after the scale: scores = q k^T / sqrt(d) + bias. It is a c
 backward is unchanged: dscores passes through it to q and k as it is.
 
 `attention_forward` checks its arguments and builds the mask, then hands them to `attend`, the
-formula. `attend` and `attention_backward` are decorated `@fast.lane`: in the fast lane they run
+formula: four ops (`attention_scores`, `masked_softmax`, the dropout, `weighted_sum`), each with
+its backward below. `attend` and `attention_backward` have faster forms: in the fast lane they run
 `scratchformer/fast/attention.py` (the batch, or for long context each row's queries, in
 cache-sized pieces; big weights recomputed in the backward instead of kept, by that lane's rule),
 with or without a bias; the backward runs in the lane its forward's cache came from. The lane is
@@ -42,7 +43,7 @@ from scratchformer.checks import (
 from scratchformer.errors import ConfigError, DTypeError, ShapeError
 from scratchformer.fast import attention as fast_attention
 from scratchformer.ops.dropout import dropout_backward, dropout_forward
-from scratchformer.ops.softmax import softmax_backward
+from scratchformer.ops.softmax import masked_softmax, softmax_backward
 
 __all__ = [
     "attend",
@@ -53,6 +54,7 @@ __all__ = [
     "causal_mask",
     "masked_softmax",
     "scores_backward",
+    "weighted_sum",
     "weighted_sum_backward",
 ]
 
@@ -146,32 +148,27 @@ def attend(q, k, v, allowed, bias, drop, training, keep_weights):
     attend, broadcastable to (B, H, Tq, Tk)) or None; bias or None; drop(weights) ->
     (dropped, mask or None), the dropout. `training` and `keep_weights` are read by the fast
     lane only (whether to keep the weights); the reference keeps them."""
-    weights = masked_softmax(attention_scores(q, k, bias), allowed)  # (B, H, Tq, Tk)
+    scores = attention_scores(q, k, bias)  # (B, H, Tq, Tk)
+    weights = masked_softmax(scores, allowed)  # softmax over the keys; a hidden key gets weight 0
     dropped, drop_mask = drop(weights)
-    out = dropped @ v  # (B, H, Tq, d)
-    # allowed and bias: not needed by the backward; kept (references) for the walk-through's checks
+    out = weighted_sum(dropped, v)  # (B, H, Tq, d)
+    # allowed and bias: not needed by the backward; kept (references) for tools that recompute it
     return out, dict(q=q, k=k, v=v, weights=weights, drop_mask=drop_mask, allowed=allowed, bias=bias)
 
 
-def attention_scores(q: np.ndarray, k: np.ndarray, bias=None) -> np.ndarray:
-    """The scores before the mask, (B, H, Tq, Tk): q k^T / sqrt(d), plus `bias` (ALiBi's) when given.
-    (`MultiHeadAttention` shows them to its `hook_scores` from here too.)"""
+@fast.lane()
+def attention_scores(q: np.ndarray, k: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+    """S = q k^T / sqrt(d) (+ bias), q: (B, H, Tq, d), k: (B, H, Tk, d) -> (B, H, Tq, Tk)."""
     scores = q @ k.swapaxes(-1, -2) / math.sqrt(q.shape[-1])
     if bias is not None:
         scores = scores + bias  # a constant: d(scores + bias) / d(scores) = 1, nothing in the backward
     return scores
 
 
-def masked_softmax(scores: np.ndarray, allowed) -> np.ndarray:
-    """softmax over the keys (the last axis) of `scores`, a hidden key (allowed False) weighing 0;
-    a query that sees no key gets zero weights, not 0 / 0."""
-    if allowed is not None:
-        scores = np.where(allowed, scores, -np.inf)  # a hidden key gets exp(-inf) = 0
-    row_max = scores.max(axis=-1, keepdims=True)  # (B, H, Tq, 1)
-    row_max[np.isneginf(row_max)] = 0  # a query that sees no key: exp(-inf - 0) = 0, not inf - inf
-    e = np.exp(scores - row_max)
-    denom = e.sum(axis=-1, keepdims=True)
-    return e / np.where(denom == 0, 1, denom)
+@fast.lane()
+def weighted_sum(a: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """out = a v, a: (B, H, Tq, Tk) weights, v: (B, H, Tk, d) -> (B, H, Tq, d)."""
+    return a @ v
 
 
 def _check_bias(bias, Tq: int, Tk: int) -> np.ndarray:
@@ -209,7 +206,7 @@ def _from_masked_convention(mask, mask_means: str):
     return mask == 0
 
 
-@fast.lane(fast_attention, by_cache=True)
+@fast.lane(fast_attention, by_cache=True, derivative_of=attend, grads=("q", "k", "v"))
 def attention_backward(dout: np.ndarray, cache: dict):
     """Returns (dq, dk, dv), the derivative of the forward above. With W the softmax weights,
     A = dropout(W) what multiplied v, and s = 1 / sqrt(d):
@@ -217,8 +214,8 @@ def attention_backward(dout: np.ndarray, cache: dict):
         A = W * mask             =>  dW = dA * mask                     (dropout_backward)
         W = softmax(S)           =>  dS = W * (dW - sum_j dW_j W_j)     (softmax_backward, per query row)
         S = q k^T s              =>  dq = dS k s,  dk = dS^T q s        (scores_backward)
-    Each line is its own op, so the backward walk-through (viz/backward.py) shows and checks
-    each on its own.
+    Each line is its own op, the derivative of one line of `attend`, so the backward walk-through
+    (viz/backward.py) shows and checks each on its own.
     """
     q, k, v, weights, drop_mask = cache["q"], cache["k"], cache["v"], cache["weights"], cache["drop_mask"]
     dropped = weights if drop_mask is None else weights * drop_mask  # A
@@ -229,6 +226,7 @@ def attention_backward(dout: np.ndarray, cache: dict):
     return dq, dk, dv
 
 
+@fast.lane(derivative_of=weighted_sum, grads=("a", "v"))
 def weighted_sum_backward(dout: np.ndarray, a: np.ndarray, v: np.ndarray):
     """out = a v, a: (B, H, Tq, Tk) weights, v: (B, H, Tk, d). Returns (da, dv) for dout
     (B, H, Tq, d): da = dout v^T (B, H, Tq, Tk), dv = a^T dout (B, H, Tk, d)."""
@@ -237,6 +235,7 @@ def weighted_sum_backward(dout: np.ndarray, a: np.ndarray, v: np.ndarray):
     return da, dv
 
 
+@fast.lane(derivative_of=attention_scores, grads=("q", "k"))
 def scores_backward(dscores: np.ndarray, q: np.ndarray, k: np.ndarray):
     """S = q k^T / sqrt(d) (+ a constant bias), q: (B, H, Tq, d), k: (B, H, Tk, d). Returns
     (dq, dk) for dscores (B, H, Tq, Tk): dq = dS k / sqrt(d), dk = dS^T q / sqrt(d)."""

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from scratchformer import fast
 from scratchformer.checks import DOOR, check_bool, check_generator, check_probability, op_float
 
 _LEVELS = 1 << 16  # masks compare uniform 16-bit integers: p is rounded to a multiple of 2^-16
 
 
+@fast.lane()
 def dropout_forward(x: np.ndarray, p: float, rng: np.random.Generator, training: bool = True):
     """Returns (y, mask). mask is None when nothing is dropped (eval mode or p == 0), so
     eval mode is exactly the identity. Otherwise mask holds 0 or 1 / (1 - p), x's dtype.
@@ -29,6 +31,7 @@ def dropout_forward(x: np.ndarray, p: float, rng: np.random.Generator, training:
     return x * mask, mask
 
 
+@fast.lane(derivative_of=dropout_forward, grads=("x",))
 def dropout_backward(dy: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
     # y = x * mask  =>  dx = dy * mask
     return dy if mask is None else dy * mask

@@ -1,5 +1,5 @@
-"""The embedding's backward: y = W[ids] (a lookup, `nn.Embedding.forward`) adds dy into the rows
-of W's gradient that the ids picked.
+"""The embedding: y = W[ids], a lookup (`embedding_forward`), and its backward, which adds dy into
+the rows of W's gradient that the ids picked.
 
 `embedding_backward_into` is its formula, `np.add.at` (unbuffered: an id that occurs several
 times gets every one of its rows of dy); `@fast.lane` runs its faster form in the fast lane
@@ -14,10 +14,16 @@ import numpy as np
 from scratchformer import fast
 from scratchformer.fast import embedding as fast_embedding
 
-__all__ = ["embedding_backward_into"]
+__all__ = ["embedding_backward_into", "embedding_forward"]
 
 
-@fast.lane(fast_embedding)
+@fast.lane()
+def embedding_forward(weight: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """weight (V, D), ids: integers in [0, V), any shape (...) -> (..., D): row ids of weight."""
+    return weight[ids]
+
+
+@fast.lane(fast_embedding, derivative_of=embedding_forward, into={"weight": "weight_grad"})
 def embedding_backward_into(dy: np.ndarray, ids: np.ndarray, weight_grad: np.ndarray) -> None:
     """dW[i] += the sum of dy over the positions where ids == i.
 

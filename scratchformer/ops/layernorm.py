@@ -1,8 +1,9 @@
 """Layer normalisation over the last axis, with its closed-form backward.
 
 Each op below is its formula; `@fast.lane` runs its faster form in the fast lane
-(`scratchformer/fast/layernorm.py`: the same arithmetic in place, BLAS sums) and checks a direct
-call's arguments with `check=`. The lane is chosen in `fast.lane` alone."""
+(`scratchformer/fast/layernorm.py`: the same arithmetic in place, BLAS sums), checks a direct
+call's arguments with `check=`, and records the backward as the derivative of the forward
+above it. The lane is chosen in `fast.lane` alone."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def layernorm_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None
     return y, xhat, rstd
 
 
-@fast.lane(fast_layernorm)
+@fast.lane(fast_layernorm, derivative_of=layernorm_forward, grads=("x", "weight", "bias"))
 def layernorm_backward(dy, xhat, rstd, weight):
     """Returns (dx, dweight, dbias).
 

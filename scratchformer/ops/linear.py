@@ -1,8 +1,9 @@
 """Affine map y = x W^T + b with PyTorch's weight layout (out_features, in_features).
 
-`linear_backward` and `linear_backward_into` are their formulas; `@fast.lane` runs their faster
-forms in the fast lane (`scratchformer/fast/linear.py`: the bias gradient as a BLAS sum; a big
-weight's gradient added in blocks of rows). The lane is chosen in `fast.lane` alone."""
+Each op is its formula, dispatched by `@fast.lane` (where the lane is chosen and the record
+taken); `linear_backward` and `linear_backward_into` have faster forms
+(`scratchformer/fast/linear.py`: the bias gradient as a BLAS sum; a big weight's gradient added
+in blocks of rows), and declare `linear_forward` as what they differentiate."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ def check_affine(op: str, x, weight, bias, fits, weight_ndim: int = 2) -> None:
     op_fits(op, fits(), x=x, weight=weight, bias=bias)
 
 
+@fast.lane()
 def linear_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
     """x: (..., in); weight: (out, in); bias: (out,) or None -> (..., out).
 
@@ -56,7 +58,7 @@ def _check_backward(dy, x, weight, need_bias=True):
     )
 
 
-@fast.lane(fast_linear, check=_check_backward)
+@fast.lane(fast_linear, check=_check_backward, derivative_of=linear_forward, grads=("x", "weight", "bias"))
 def linear_backward(dy: np.ndarray, x: np.ndarray, weight: np.ndarray, need_bias: bool = True):
     """Returns (dx, dweight, dbias): dx = dy W, dW = dy^T x, db = sum of dy over rows."""
     dy2 = dy.reshape(-1, dy.shape[-1])  # (N, out)
@@ -67,7 +69,12 @@ def linear_backward(dy: np.ndarray, x: np.ndarray, weight: np.ndarray, need_bias
     return dx, dweight, dbias
 
 
-@fast.lane(fast_linear)
+@fast.lane(
+    fast_linear,
+    derivative_of=linear_forward,
+    grads=("x",),
+    into={"weight": "weight_grad", "bias": "bias_grad"},
+)
 def linear_backward_into(
     dy: np.ndarray,
     x: np.ndarray,

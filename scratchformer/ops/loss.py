@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from scratchformer import fast
 from scratchformer.checks import DOOR, as_array, check_int_in_range, op_float
 from scratchformer.errors import DataError, ShapeError
 from scratchformer.ops.softmax import log_softmax_forward
@@ -11,6 +12,7 @@ from scratchformer.ops.softmax import log_softmax_forward
 IGNORE_INDEX = -100  # the target id every loss skips (padding), as PyTorch's default
 
 
+@fast.lane()
 def cross_entropy_forward(
     logits: np.ndarray,
     targets: np.ndarray,
@@ -63,6 +65,7 @@ def cross_entropy_forward(
     return loss, cache
 
 
+@fast.lane(derivative_of=cross_entropy_forward, grads=("logits",), received="dloss")
 def cross_entropy_backward(cache: dict, dloss: float = 1.0) -> np.ndarray:
     # d loss / d logits = (softmax(logits) - target_distribution) / n_valid, zero on ignored rows
     logp, t, valid, eps = cache["logp"], cache["t"], cache["valid"], cache["eps"]

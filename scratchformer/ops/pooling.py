@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import numpy as np
 
+from scratchformer import fast
+
 __all__ = ["pool_backward", "pool_forward"]
 
 
+@fast.lane()
 def pool_forward(h: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """h (B, T, C), weights (B, T) -> (B, C): sum over t of weights[b, t] h[b, t]."""
     return np.einsum("bt,btc->bc", weights, h)
 
 
+@fast.lane(derivative_of=pool_forward, grads=("h",))
 def pool_backward(dpooled: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """dpooled (B, C), weights (B, T) -> dh (B, T, C) = weights[b, t] dpooled[b]: each position
     receives the pooled gradient in proportion to its share of the pool."""

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from scratchformer import fast
 from scratchformer.checks import DOOR, check_eps, op_fits, op_float
 
 __all__ = ["rmsnorm_forward", "rmsnorm_backward"]
 
 
+@fast.lane()
 def rmsnorm_forward(x: np.ndarray, weight: np.ndarray, eps: float = 1e-6):
     """y = x * rstd * weight, with rstd = 1 / sqrt(mean(x^2) + eps) over the last axis.
 
@@ -29,6 +31,7 @@ def rmsnorm_forward(x: np.ndarray, weight: np.ndarray, eps: float = 1e-6):
     return xhat * weight, xhat, rstd
 
 
+@fast.lane(derivative_of=rmsnorm_forward, grads=("x", "weight"))
 def rmsnorm_backward(dy: np.ndarray, xhat: np.ndarray, rstd: np.ndarray, weight: np.ndarray):
     """Returns (dx, dweight).
 

@@ -15,8 +15,11 @@ convention; a checkpoint trained with one pairing gives wrong scores under the o
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
+from scratchformer import fast
 from scratchformer.checks import (
     DOOR,
     check_int_in_range,
@@ -34,6 +37,8 @@ def rope_tables(start: int, length: int, head_size: int, theta: float = 10000.0,
     """cos, sin (length, head_size) for the positions start .. start + length - 1.
 
     Computed in float64 and then cast, so a float32 model rotates by the correctly rounded angle.
+    Made once per arguments (read-only): every layer's forward and backward asks for the same ones,
+    and a backward is handed the very tables its forward used (the record pairs them by that).
     """
     if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
         check_int_in_range("start", start, 0, 2**62)
@@ -44,10 +49,17 @@ def rope_tables(start: int, length: int, head_size: int, theta: float = 10000.0,
                 f"rope_tables: head_size must be even (channels turn in pairs), got {head_size}"
             )
         check_positive_number("theta", theta)
+    return _rope_tables(int(start), int(length), int(head_size), float(theta), np.dtype(dtype).name)
+
+
+@functools.lru_cache(maxsize=64)
+def _rope_tables(start: int, length: int, head_size: int, theta: float, dtype_name: str):
     inv_freq = theta ** (-np.arange(0, head_size, 2, dtype=np.float64) / head_size)  # (hs/2,)
     angles = np.arange(start, start + length, dtype=np.float64)[:, None] * inv_freq  # (T, hs/2)
     angles = np.concatenate([angles, angles], axis=-1)  # (T, hs): plane i in channels i and i + hs/2
-    return np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
+    cos, sin = np.cos(angles).astype(dtype_name), np.sin(angles).astype(dtype_name)
+    cos.flags.writeable = sin.flags.writeable = False
+    return cos, sin
 
 
 def rotate_half(x: np.ndarray) -> np.ndarray:
@@ -56,6 +68,7 @@ def rotate_half(x: np.ndarray) -> np.ndarray:
     return np.concatenate([-x2, x1], axis=-1)
 
 
+@fast.lane()
 def rope_forward(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
     """x (..., T, hs), cos / sin (T, hs) -> x rotated plane by plane, (..., T, hs)."""
     if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
@@ -66,6 +79,7 @@ def rope_forward(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
     return x * cos + rotate_half(x) * sin
 
 
+@fast.lane(derivative_of=rope_forward, grads=("x",))
 def rope_backward(dy: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
     """dx for dy (..., T, hs). A rotation's inverse is its transpose, the rotation by -angle:
     y1 = x1 c - x2 s, y2 = x2 c + x1 s  =>  dx1 = dy1 c + dy2 s, dx2 = dy2 c - dy1 s."""

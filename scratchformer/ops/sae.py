@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from scratchformer import fast
 from scratchformer.checks import DOOR, op_fits, op_float
 from scratchformer.errors import ConfigError
 
@@ -86,17 +87,20 @@ def _check_kind(kind: str, k, S: int) -> None:
 
 
 # -- the decoder's row norms -------------------------------------------------------------------------
+@fast.lane()
 def decoder_norms(W_dec: np.ndarray) -> np.ndarray:
     """W_dec (S, D) -> norms (S,): norms[s] = sqrt(sum_d W_dec[s, d]^2)."""
     return np.sqrt((W_dec * W_dec).sum(axis=1))
 
 
+@fast.lane(derivative_of=decoder_norms, grads=("W_dec",))
 def decoder_norms_backward(dnorms: np.ndarray, W_dec: np.ndarray, norms: np.ndarray) -> np.ndarray:
     # norms[s] = sqrt(sum_d W_dec[s, d]^2)  =>  d norms[s] / d W_dec[s, d] = W_dec[s, d] / norms[s]
     return (dnorms / norms)[:, None] * W_dec
 
 
 # -- TopK ----------------------------------------------------------------------------------------------
+@fast.lane()
 def topk_relu_forward(hidden: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """hidden (N, S) -> (acts (N, S), keep (N, S) bool): each row keeps its k largest entries,
     through a relu; keep marks the entries that pass (chosen and > 0), where the gradient flows."""
@@ -108,6 +112,7 @@ def topk_relu_forward(hidden: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarra
 
 
 # -- the autoencoder ---------------------------------------------------------------------------------
+@fast.lane()
 def sae_forward(
     x: np.ndarray,
     W_enc: np.ndarray,
@@ -140,6 +145,11 @@ def sae_forward(
     return x_hat, acts, cache
 
 
+@fast.lane(
+    derivative_of=sae_forward,
+    grads=("x", "W_enc", "b_enc", "W_dec", "b_dec"),
+    also={"dacts": (1,), "dhidden": (2, "hidden"), "dnorms": (2, "norms")},
+)
 def sae_backward(
     dx_hat: np.ndarray,
     cache: dict,
@@ -186,22 +196,26 @@ def sae_backward(
 
 
 # -- the loss's terms ---------------------------------------------------------------------------------
+@fast.lane()
 def mse_forward(x_hat: np.ndarray, x: np.ndarray) -> float:
     """SAELens's MSE loss: the squared error summed over the D channels, averaged over the N rows."""
     return float(((x_hat - x) ** 2).sum(axis=1).mean())
 
 
+@fast.lane(derivative_of=mse_forward, grads=("x_hat",), received="dloss")
 def mse_backward(x_hat: np.ndarray, x: np.ndarray, dloss: float = 1.0) -> np.ndarray:
     # loss = (1/N) sum_n sum_d (x_hat - x)^2  =>  d loss / d x_hat = 2 (x_hat - x) / N   (d/dx: minus it)
     return (2.0 * dloss / x.shape[0]) * (x_hat - x)
 
 
+@fast.lane()
 def l1_penalty_forward(acts: np.ndarray, norms: np.ndarray, coefficient: float) -> float:
     """The relu kind's sparsity penalty: coefficient * mean_n sum_s acts[n, s] * norms[s]
     (acts >= 0, so this is SAELens's L1 norm of the norm-weighted activations)."""
     return float(coefficient * (acts * norms).sum(axis=1).mean())
 
 
+@fast.lane(derivative_of=l1_penalty_forward, grads=("acts", "norms"), received="dloss")
 def l1_penalty_backward(acts: np.ndarray, norms: np.ndarray, coefficient: float, dloss: float = 1.0):
     """(dacts (N, S), dnorms (S,))."""
     # penalty = (c / N) sum_n sum_s acts[n, s] * norms[s]
@@ -211,6 +225,7 @@ def l1_penalty_backward(acts: np.ndarray, norms: np.ndarray, coefficient: float,
     return dacts, dnorms
 
 
+@fast.lane()
 def auxk_forward(
     hidden: np.ndarray,
     dead: np.ndarray,
@@ -243,6 +258,7 @@ def auxk_forward(
     return loss, cache
 
 
+@fast.lane(derivative_of=auxk_forward, grads=("hidden", "W_dec", "norms"), received="dloss")
 def auxk_backward(cache: dict, dloss: float = 1.0):
     """(dhidden (N, S), dW_dec (S, D), dnorms (S,) or None for the relu kind)."""
     e_hat, W_dec, norms, decoded = cache["e_hat"], cache["W_dec"], cache["norms"], cache["decoded"]
@@ -264,6 +280,7 @@ def auxk_backward(cache: dict, dloss: float = 1.0):
 
 
 # -- a training step's loss ---------------------------------------------------------------------------
+@fast.lane()
 def sae_loss_forward(
     x: np.ndarray,
     W_enc: np.ndarray,
@@ -292,8 +309,17 @@ def sae_loss_forward(
     return x_hat, acts, terms["mse"] + terms["l1"] + terms["aux"], terms, cache
 
 
+@fast.lane(
+    derivative_of=sae_loss_forward,
+    grads=("x", "W_enc", "b_enc", "W_dec", "b_dec"),
+    received="dloss",
+    output=2,
+)
 def sae_loss_backward(cache: dict, dloss: float = 1.0) -> tuple[np.ndarray, ...]:
-    """(dx, dW_enc, db_enc, dW_dec, db_dec) of dloss * the loss of `sae_loss_forward`."""
+    """(dx, dW_enc, db_enc, dW_dec, db_dec) of dloss * the loss of `sae_loss_forward`. With AuxK
+    on (dead features), it is the derivative with AuxK's residual held constant (SAELens's
+    .detach()), which a finite difference of the forward does not hold: the walk-through's step
+    of it then disagrees by AuxK's path through the residual, as it should say."""
     x, x_hat = cache["x"], cache["x_hat"]
     dx_hat = mse_backward(x_hat, x, dloss)
     dacts = dnorms = dhidden = None

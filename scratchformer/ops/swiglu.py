@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from scratchformer import fast
 from scratchformer.checks import DOOR, op_fits, op_float
 
 __all__ = ["sigmoid", "silu_forward", "swiglu_forward", "swiglu_backward"]
@@ -24,6 +25,7 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
     return np.where(x >= 0, 1.0, e) / (1.0 + e)
 
 
+@fast.lane()
 def silu_forward(x: np.ndarray) -> np.ndarray:
     """silu(x) = x * sigmoid(x) (also called swish)."""
     if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
@@ -31,6 +33,7 @@ def silu_forward(x: np.ndarray) -> np.ndarray:
     return x * sigmoid(x)
 
 
+@fast.lane()
 def swiglu_forward(h: np.ndarray) -> np.ndarray:
     """h (..., 2n) = [gate | up] -> silu(gate) * up, (..., n)."""
     if not DOOR.inside:  # a direct call: check the arguments (a layer's call was checked at its door)
@@ -40,6 +43,7 @@ def swiglu_forward(h: np.ndarray) -> np.ndarray:
     return silu_forward(gate) * up
 
 
+@fast.lane(derivative_of=swiglu_forward, grads=("h",))
 def swiglu_backward(dy: np.ndarray, h: np.ndarray) -> np.ndarray:
     """dh (..., 2n) for dy (..., n), from the forward's input h.
 

@@ -23,12 +23,16 @@ default), the per-parameter AdamW in the reference lane. The trainer builds its 
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 from scratchformer import fast
 from scratchformer.errors import ConfigError
 from scratchformer.fast import optim as fast_optim
 from scratchformer.optim.optimizers import AdamW, _check_adopted
+
+_DATA, _GRAD = operator.attrgetter("data"), operator.attrgetter("grad")
 
 __all__ = ["FlatAdamW", "make_adamw"]
 
@@ -82,7 +86,7 @@ class FlatAdamW(AdamW):
         self.m = [flat_m[lo:hi].reshape(p.data.shape) for p, lo, hi in bounds]
         self.v = [flat_v[lo:hi].reshape(p.data.shape) for p, lo, hi in bounds]
         self.tmp = np.empty(min(fast_optim.UPDATE_CHUNK, data.size), dtype=data.dtype)
-        self._views = [(p.data, p.grad) for p in self.params]
+        self._datas, self._grads = [p.data for p in self.params], [p.grad for p in self.params]
         self._groups, i = [], 0
         for g in self.param_groups:  # groups are contiguous in the flat buffer
             n = len(g["params"])
@@ -95,7 +99,10 @@ class FlatAdamW(AdamW):
                 "FlatAdamW is not bound to its parameters yet: call opt.bind() once after "
                 "building it (or use make_adamw, which does)"
             )
-        if any(p.data is not d or p.grad is not g for p, (d, g) in zip(self.params, self._views)):
+        params = self.params  # each step asks: the comparison runs in C (map), not a Python loop
+        if any(map(operator.is_not, map(_DATA, params), self._datas)) or any(
+            map(operator.is_not, map(_GRAD, params), self._grads)
+        ):
             raise ConfigError(
                 "FlatAdamW: a parameter's arrays were replaced after bind() (model.to(), or "
                 "another FlatAdamW bound to them): call opt.bind() again"
@@ -157,9 +164,8 @@ def make_adamw(
     eps: float = 1e-8,
     weight_decay: float = 0.01,
 ) -> AdamW:
-    """The lane's AdamW (the one place it is chosen): in the fast lane (`fast.enabled`, the
+    """The lane's AdamW (chosen by `fast.chosen`, where every lane is): in the fast lane (the
     default) a FlatAdamW, bound (its parameters' arrays now view its buffers); in the reference
     lane the per-parameter AdamW. Both update the weights bit for bit alike."""
-    if fast.enabled:
-        return FlatAdamW(params, lr, betas, eps, weight_decay).bind()
-    return AdamW(params, lr, betas, eps, weight_decay)
+    adamw = fast.chosen(FlatAdamW, AdamW)(params, lr, betas, eps, weight_decay)
+    return adamw.bind() if isinstance(adamw, FlatAdamW) else adamw

@@ -35,6 +35,7 @@ arrays; `make_adamw` picks the lane's optimiser (the trainer's choice).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable
 
@@ -411,14 +412,19 @@ def clip_grad_norm(params: Iterable[Parameter], max_norm: float) -> float:
         raise ConfigError(
             f"clip_grad_norm params must be an iterable of Parameters, got {type(params).__name__}"
         ) from None
-    if not all(isinstance(p, Parameter) for p in params):
+    if not all(map(isinstance, params, itertools.repeat(Parameter))):  # one C loop: every step asks
         raise ConfigError("clip_grad_norm params must be Parameters (model.parameters())")
     if not is_number(max_norm) or not max_norm > 0:
         raise ConfigError(
             f"clip_grad_norm max_norm must be a number > 0 (inf: no clipping), got {max_norm!r}"
         )
-    if fast.enabled:
-        return fast_optim.clip_grad_norm(params, max_norm)
+    return _clip_grad_norm(params, max_norm)
+
+
+@fast.lane(fast_optim, name="clip_grad_norm")
+def _clip_grad_norm(params: list, max_norm: float) -> float:
+    """The formula of `clip_grad_norm`, on its checked arguments (the fast lane: one pass over
+    FlatAdamW's buffer, fast/optim.py)."""
     # norm = sqrt(sum over every gradient entry of g^2), squared in float64
     norm = math.sqrt(sum(float(np.square(p.grad, dtype=np.float64).sum()) for p in params))
     if math.isfinite(norm):

@@ -174,7 +174,9 @@ def report(
     token_ids: the vocabulary ids the model's data use (the embedding PCA shows only these).
     "backward": the backward walk-through (viz/backward.py), for models up to
     BACKWARD_MAX_PARAMETERS parameters: backward.png and backward.txt (its steps as text) beside
-    the figures, and the report's interactive Backward part (not embedded as a figure).
+    the figures, and the report's interactive Backward part (not embedded as a figure). Drawn
+    alone (only=("backward",)) it checks as the API's default, THOROUGH; in the whole report,
+    QUICK, as the page and backward.txt say.
     init_model: the run's initial weights (an untrained model of the same configuration and
     seed, or the pretrained model it started from): the attention grid, positions (when the
     model adds a position table), embedding PCA and residual stream are drawn for it too, as
@@ -205,7 +207,9 @@ def report(
     _add_attention(add, inp, true_class, accuracy)
     _add_positions(add, inp, token_ids)
     _add_inside(add, inp)
-    steps = _backward_steps(inp) if only is None or "backward" in only else None
+    # the walk-through alone (`viz RUN --backward`) checks as the API's default; in the whole report, lighter
+    sampling = BW.THOROUGH if only is not None and set(only) == {"backward"} else BW.QUICK
+    steps = _backward_steps(inp, sampling) if only is None or "backward" in only else None
     if steps is not None:
         add("backward", "Backward, step by step", "", lambda: BW.backward_walkthrough(steps))
     summary, diag_records = _add_training(add, log)
@@ -385,13 +389,13 @@ def _add_inside(add, inp: _Input) -> None:
         )
 
 
-def _backward_steps(inp: _Input):
-    """The backward walk-through's steps on this input and its loss (None: no loss, or a model
-    too big for its float64 copy)."""
+def _backward_steps(inp: _Input, sampling):
+    """The backward walk-through's steps on this input and its loss, checked as `sampling` says
+    (None: no loss, or a model too big for its float64 copy)."""
     loss_inputs = inp.example.loss_inputs
     if loss_inputs is None or inp.model.num_parameters() > BACKWARD_MAX_PARAMETERS:
         return None
-    return BW.backward_steps(inp.model, *loss_inputs, sampling=BW.QUICK)
+    return BW.backward_steps(inp.model, *loss_inputs, sampling=sampling)
 
 
 def _add_training(add, log):

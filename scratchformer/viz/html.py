@@ -124,6 +124,9 @@ def backward_step_data(step) -> dict:
         "in": shape(step.grad_in),
         "out": shape(step.grad_out),
         "ok": bool(step.ok),
+        "red": bool(step.red),
+        "through": list(step.through),
+        "depth": int(step.depth),
         "max_error": float(step.max_error),
         "n_checks": len(step.checks),
         "checked": step.checked,
@@ -172,6 +175,7 @@ def write_report(
     data = {
         "tabs": [_tab(*a) for a in attention],
         "backward": None if backward is None else [backward_step_data(s) for s in backward],
+        "backward_checked": None if not backward else backward[0].sampling.describe(),
     }
     payload = json.dumps(data).replace("</", "<\\/")  # safe inside <script>
 
@@ -255,7 +259,7 @@ table{border-collapse:collapse;font-size:.85em;margin:.5em 0} th,td{border:1px s
 #sf-hover{font-family:monospace;min-height:1.3em}
 #sf-bw-list{max-height:480px;overflow:auto;display:inline-block;vertical-align:top;margin-right:1em}
 #sf-bw-list tr{cursor:pointer} #sf-bw-list tr.on{background:#dbe8f6} .bad{color:#b00;font-weight:bold}
-.good{color:#070} #sf-bw-detail{display:inline-block;vertical-align:top;max-width:560px}
+.good{color:#070} .through{color:#83c} #sf-bw-detail{display:inline-block;vertical-align:top;max-width:560px}
 figure{margin:1em 0} figure img{max-width:100%;border:1px solid #eee} figcaption{margin-bottom:.3em}
 </style></head><body>
 <h1>%TITLE%</h1>
@@ -300,12 +304,13 @@ each on its own range. Step 0 is the initialisation.</p>
 """
 
 _BACKWARD_PART = """<h2 id="sf-backward">Backward</h2>
-<p>The backward pass on this input and its loss, step by step in the order it ran (viz/backward.py): each
-op's formula, where it lives (file:line) and the lane that ran it, the gradient it received and returned,
-and a finite-difference check of the step on its own (green: agrees; red: it does not); a "wiring" step
-compares a layer's own code between its ops with what its ops gave. Click a step for
-its returned gradient (first batch row and head) as a heatmap, red positive, blue negative; hover for values.</p>
-<div id="sf-bw-summary"></div>
+<p>The backward pass on this input and its loss, step by step in the order it ran, as the model recorded it
+(viz/backward.py): each op's formula, where it lives (file:line) and the lane that ran it, and each module's
+backward around its ops; the gradient each received and returned, and a check of each by finite differences of
+its own forward (green: agrees; red: it does not; purple: it disagrees only through a red step inside it).
+Click a step for its returned gradient (first batch row and head) as a heatmap, red positive, blue negative;
+hover for values.</p>
+<div id="sf-bw-summary"></div><p id="sf-bw-checked"></p>
 <div><div id="sf-bw-list"><table><thead><tr><th>#</th><th>step</th><th>received &rarr; returned</th>
 <th>max error</th></tr></thead><tbody id="sf-bw-rows"></tbody></table></div>
 <div id="sf-bw-detail"><h3 id="sf-bw-name"></h3><div id="sf-bw-formula" style="font-family:monospace"></div>
@@ -599,7 +604,8 @@ _SCRIPT = r"""
     return new Float32Array(b.buffer, b.byteOffset, b.length / 4);
   }
   function drawBackward(steps) {
-    var red = steps.filter(function (s) { return !s.ok; });
+    var red = steps.filter(function (s) { return s.red; });
+    $("sf-bw-checked").textContent = "Checked: " + data.backward_checked + ".";
     $("sf-bw-summary").innerHTML = red.length ?
       '<span class="bad">' + red.length + " step(s) disagree with finite differences: " +
       red.map(function (s) { return s.name; }).join(", ") + "</span>" :
@@ -608,10 +614,11 @@ _SCRIPT = r"""
     steps.forEach(function (s, i) {
       var tr = document.createElement("tr");
       tr.className = "sf-bw-step";
-      [String(i), s.name, shape(s.in) + " \u2192 " + shape(s.out), s.max_error.toExponential(1)].forEach(
+      [String(i), "\u00a0\u00a0".repeat(s.depth) + s.name, shape(s.in) + " \u2192 " + shape(s.out),
+       s.max_error.toExponential(1)].forEach(
         function (text, j) {
           var td = document.createElement("td"); td.textContent = text;
-          if (j === 3) td.className = s.ok ? "good" : "bad";
+          if (j === 3) td.className = s.ok ? "good" : s.red ? "bad" : "through";
           tr.appendChild(td);
         });
       tr.onclick = function () { showBackwardStep(steps, i); };
@@ -624,10 +631,11 @@ _SCRIPT = r"""
     Array.prototype.forEach.call($("sf-bw-rows").children, function (r, j) { r.className = j === i ? "on" : ""; });
     $("sf-bw-name").textContent = i + ". " + s.name + " (" + s.op + ")";
     $("sf-bw-formula").textContent = s.formula;
-    $("sf-bw-where").textContent = s.where + "  \u2014  " + s.lane + " lane" + (s.lane_where ? " (" + s.lane_where + ")" : "");
+    $("sf-bw-where").textContent = s.where + (s.lane ? "  \u2014  " + s.lane + " lane" : "  \u2014  module") + (s.lane_where ? " (" + s.lane_where + ")" : "");
     var checked = Object.keys(s.checked).map(function (k) { return k + " " + s.checked[k]; }).join("; ");
-    $("sf-bw-check").innerHTML = (s.ok ? '<span class="good">' + s.n_checks + " entries agree" :
-      '<span class="bad">disagrees: ' + s.failures.join("; ")) + "</span> (max error " +
+    $("sf-bw-check").innerHTML = (s.ok ? '<span class="good">' + s.n_checks + " checks agree" :
+      s.red ? '<span class="bad">disagrees: ' + s.failures.join("; ") :
+      '<span class="through">disagrees through ' + s.through.join(", ")) + "</span> (max error " +
       s.max_error.toExponential(2) + "; checked: " + checked + ")";
     for (var k = 0; k < v.length; k++) lim = Math.max(lim, Math.abs(v[k]));
     var cell = Math.max(4, Math.min(24, Math.floor(512 / Math.max(s.rows, s.cols))));

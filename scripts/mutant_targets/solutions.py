@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from mutants import ROOT, Mutant, Target, raised  # noqa: E402
+from mutants import ROOT, Mutant, Target, raised, same_parts  # noqa: E402
 
 SOLUTIONS = ROOT / "scratchformer" / "exercises" / "solutions"
 RANDOM_CASES = 3  # random shapes per backward exercise, beyond its fixed cases
@@ -237,17 +237,6 @@ def output(m: Mutant | None):
     return result
 
 
-def same(a, b) -> bool:
-    """Only the mutated file's exercise is compared (the baseline holds every exercise)."""
-    from mutants import same as same_values
-
-    if set(a) <= set(b):
-        b = {k: b[k] for k in a}
-    elif set(b) <= set(a):
-        a = {k: a[k] for k in b}
-    return same_values(a, b)
-
-
 def check(m: Mutant) -> tuple[bool, str]:
     from scratchformer.errors import ScratchformerError
     from scratchformer.exercises import check as grade
@@ -286,7 +275,7 @@ TARGET = Target(
     output=output,
     check=check,
     prepare=prepare,
-    same=same,
+    same=same_parts,  # only the parts that ran the mutated code are compared
     goal=1.0,
     time_limit=90.0,
     sample=30,

@@ -21,7 +21,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("checks",),
     ("specs",),
     ("settings",),
-    ("limits", "runfiles", "allocator"),
+    ("limits", "runfiles", "allocator", "record"),
     ("fast",),
     ("scratchformer",),
     ("ops",),

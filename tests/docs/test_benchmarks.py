@@ -3,6 +3,7 @@ writes has the fields docs/performance.md reads. No timing is asserted (speed be
 suite's own output, not in tests)."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -132,7 +133,11 @@ def test_unknown_section_or_config_is_one_clear_line(tmp_path):
 def test_ab_step_prints_one_json_line_and_refuses_unknown_configs():
     script = str(REPO / "benchmarks" / "ab_step.py")
     proc = subprocess.run(
-        [sys.executable, script, "names"], capture_output=True, text=True, cwd=REPO, timeout=300
+        [sys.executable, script, "names", "--steps", "3", "--warmup", "1"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     row = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -141,6 +146,57 @@ def test_ab_step_prints_one_json_line_and_refuses_unknown_configs():
         [sys.executable, script, "huge"], capture_output=True, text=True, cwd=REPO, timeout=60
     )
     assert bad.returncode == 2 and bad.stderr.startswith("usage:")
+
+
+def test_ab_step_compares_two_commits_in_alternating_processes(tmp_path):
+    script = str(REPO / "benchmarks" / "ab_step.py")
+    out = tmp_path / "ab.json"
+    configs = ["names", "shakespeare-cpu"]  # both sizes in one command, on the same two trees
+    args = [
+        *configs,
+        "--against",
+        "HEAD",
+        "--pairs",
+        "2",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--json",
+        str(out),
+    ]
+    proc = subprocess.run(
+        [sys.executable, script, *args], capture_output=True, text=True, cwd=REPO, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = json.loads(out.read_text())
+    assert [r["config"] for r in results] == configs
+    for result in results:
+        assert (
+            result["old"] != "working tree" and result["new"] == "working tree" and len(result["pairs"]) == 2
+        )
+        for pair in result["pairs"]:
+            assert pair["ratio"] == pytest.approx(pair["old"]["ms"] / pair["new"]["ms"])
+            assert pair["old"]["blas"] and pair["new"]["blas"]  # the kernel each process ran, named
+        assert f"median old/new {result['median_ratio']:.3f}" in proc.stdout
+    assert proc.stdout.count("CPU: ") == 2
+    bad = subprocess.run(
+        [sys.executable, script, "names", "--against", "no-such-commit"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].endswith(
+        "give a commit, branch or tag"
+    )
+    no_valgrind = subprocess.run(
+        [sys.executable, script, "names", "--against", "HEAD", "--instructions"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PATH": str(tmp_path)},  # nothing to run there
+    )
+    assert no_valgrind.returncode == 2 and "--instructions needs valgrind" in no_valgrind.stderr
 
 
 def test_gemm_floor_runs_every_product_of_a_slice_and_prints_json():

@@ -182,6 +182,7 @@ FAST_OPS = {
     "attend",
     "attention_backward",
     "embedding_backward_into",
+    "_clip_grad_norm",
 }
 
 
@@ -197,27 +198,26 @@ def test_each_op_with_a_fast_form_is_registered_with_the_same_parameters():
         ), key
 
 
-def test_no_op_or_layer_reads_the_switch_itself():
-    """`fast.enabled` and the attention cache's lane tag are read in fast/__init__.py (`lane`)
-    only: ops/, nn/, models/ and the rest hold formulas and call ops (optim/ chooses its own)."""
+def test_nothing_but_the_dispatch_reads_the_lane():
+    """`fast.enabled` and the attention cache's lane tag are read in fast/__init__.py alone (`lane`,
+    `chosen`): ops/, nn/, models/, optim/ (its AdamW by `fast.chosen`, its clip by `fast.lane`),
+    viz/ (the walk-through reads the lane from the record) and the rest hold formulas and call ops."""
     import ast
     from pathlib import Path
 
-    def reads_the_lane(
-        node,
-    ) -> bool:  # fast.enabled, `from scratchformer.fast import enabled`, cache.get("lane")
+    def reads_the_lane(node) -> bool:
         return (
-            (
-                isinstance(node, ast.Attribute)
-                and node.attr == "enabled"
-                and getattr(node.value, "id", "") == "fast"
-            )
-            or (isinstance(node, ast.ImportFrom) and any(a.name == "enabled" for a in node.names))
+            (isinstance(node, ast.Attribute) and node.attr in ("enabled", "current_lane", "lane_of"))
             or (
+                isinstance(node, ast.ImportFrom)
+                and any(a.name in ("enabled", "current_lane", "lane_of") for a in node.names)
+            )
+            or (  # cache.get("lane"), cache["lane"]
                 isinstance(node, ast.Call)
                 and getattr(node.func, "attr", "") == "get"
                 and any(getattr(a, "value", None) == "lane" for a in node.args)
             )
+            or (isinstance(node, ast.Subscript) and getattr(node.slice, "value", None) == "lane")
         )
 
     def reads(source: str) -> bool:
@@ -227,11 +227,19 @@ def test_no_op_or_layer_reads_the_switch_itself():
     readers = sorted(
         str(path.relative_to(package))
         for path in package.rglob("*.py")
-        if path.parts[-2] not in ("fast", "optim") and reads(path.read_text(encoding="utf-8"))
+        if path != Path(fast.__file__).resolve() and reads(path.read_text(encoding="utf-8"))
     )
     assert readers == []
-    # what it looks for: the forms the lane was chosen in before fast.lane
-    assert reads("if fast.enabled:\n    pass") and reads('if cache.get("lane") == "fast":\n    pass')
+    # what it looks for: the forms the lane was chosen or read in before
+    for planted in (
+        "if fast.enabled:\n    pass",
+        "from scratchformer.fast import enabled",
+        'if cache.get("lane") == "fast":\n    pass',
+        'x = cache["lane"]',
+        "lane = fast.current_lane()",
+        "if fast.lane_of(cache) == 'fast':\n    pass",
+    ):
+        assert reads(planted), planted
 
 
 @pytest.mark.parametrize("reference", [False, True], ids=["fast", "reference"])

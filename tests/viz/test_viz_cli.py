@@ -12,6 +12,7 @@ from scratchformer.cli import viz as cli_viz
 from scratchformer.cli.main import main
 from scratchformer.training.jobs import build_job
 from scratchformer.training.trainer import train
+from scratchformer.viz.backward import THOROUGH
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -113,13 +114,19 @@ def test_viz_backward_prints_and_draws_the_walk_through_alone(which, gpt_run, ta
     check_pngs(paths)
     assert "\n".join(table) + "\n" == paths[1].read_text()  # what was printed is what was written
     assert table[-1].startswith("all ") and "steps agree with finite differences" in table[-1]
-    names = [line.split()[1] for line in table[:-1]]
+    assert table[-2] == f"checked: {THOROUGH.describe()}"  # alone: the API's default, not the report's QUICK
+    names = [line.split()[1] for line in table[:-2]]
     attention = "h.0.self_attn" if which == "gpt" else "blocks.0.self_attn"
-    assert [f"{attention}.{op}" for op in ("dv", "dA", "dS", "dq", "dk")] == [
-        n for n in names if n.startswith(attention + ".d")
+    own = [n.removeprefix(attention + ".") for n in names if n.startswith(attention + ".")]
+    inside = [n for n in own if "." not in n and n != "dropout_backward"]  # its own ops and layers, in order
+    assert inside[1:5] == [
+        "attention_backward",
+        "weighted_sum_backward",
+        "softmax_backward",
+        "scores_backward",
     ]
-    assert ("pool" in names) == (which == "majority")
-    assert all(" [reference]" in line for line in table[:-1])
+    assert ("pool_backward" in names) == (which == "majority")
+    assert all((" [reference]" in line) != (" [module]" in line) for line in table[:-2])
 
 
 def test_viz_task_default_text(task_run, capsys):

@@ -23,6 +23,7 @@ from scratchformer import viz
 from scratchformer.data.tokenizer import CharTokenizer
 from scratchformer.models.gpt import GPT, GPTConfig
 from scratchformer.viz import trace as T
+from scratchformer.viz.backward import QUICK
 
 TEXT = "First Citizen: Before we proceed any further, hear me speak. All:"[:64]
 ARGS = [
@@ -98,8 +99,12 @@ def test_gpt_report_is_self_contained_and_decodes(shakespeare):
     model, tok, paths = shakespeare
     page = check_self_contained(paths, n_figures=23)  # 19 figures + the Lens part's 4
     steps = page_data(page)["backward"]  # the Backward part: every step of the walk-through, each checked
-    assert len(steps) == len((paths[0].parent / "backward.txt").read_text().splitlines()) - 1
-    assert all(s["ok"] for s in steps) and "h.3.self_attn.dS" in [s["name"] for s in steps]
+    text = (paths[0].parent / "backward.txt").read_text().splitlines()
+    assert len(steps) == len(text) - 2  # and what was checked, and the summary
+    assert all(s["ok"] for s in steps) and "h.3.self_attn.attention_backward" in [s["name"] for s in steps]
+    assert (
+        text[-2] == f"checked: {QUICK.describe()}" and QUICK.describe() in page
+    )  # the report's lighter setting
     assert "training_curves.png" in {p.name for p in paths} and "best val loss" in page
     (tab,) = page_data(page)["tabs"]
     assert tab["keys"][5] == "\u2423" and (tab["L"], tab["H"], tab["Tq"]) == (4, 4, 64)
@@ -372,17 +377,18 @@ def test_hover_shows_the_stored_weight_of_the_cell_under_the_mouse(tmp_path, chr
 def test_the_backward_part_lists_the_steps_and_shows_each_ones_values(tmp_path, chromium):
     """The Backward part: one row per step, a planted bug's step red and first shown, a click
     on another row shows that step's formula, file:line, lane and values (hover: the stored value)."""
-    from test_viz_backward import IDS, TARGETS, _gpt_variant, _wrong_softmax
+    from test_viz_backward import IDS, LIGHT, TARGETS, _gpt, _wrong_softmax
 
+    from scratchformer import fast
     from scratchformer.ops import attention as ops_attention
     from scratchformer.viz.backward import backward_steps
     from scratchformer.viz.html import write_report
 
-    reference = backward_steps(_gpt_variant(), IDS[:1], TARGETS[:1])
+    reference = backward_steps(_gpt(n_layer=1), IDS[:1], TARGETS[:1], sampling=LIGHT)
     original = ops_attention.softmax_backward
-    ops_attention.softmax_backward = _wrong_softmax
+    ops_attention.softmax_backward = fast.same_op(original, _wrong_softmax)
     try:
-        steps = backward_steps(_gpt_variant(), IDS[:1], TARGETS[:1])
+        steps = backward_steps(_gpt(n_layer=1), IDS[:1], TARGETS[:1], sampling=LIGHT)
     finally:
         ops_attention.softmax_backward = original
     maps = np.full((1, 1, 2, 2), 0.5)
@@ -400,23 +406,24 @@ def test_the_backward_part_lists_the_steps_and_shows_each_ones_values(tmp_path, 
         assert page.evaluate("location.hash") == "#sf-backward"
         rows = page.locator("#sf-bw-rows tr")
         assert rows.count() == len(steps) == len(reference)
-        assert "1 step(s) disagree with finite differences: h.0.self_attn.dS" in page.inner_text(
-            "#sf-bw-summary"
+        dS = "h.0.self_attn.softmax_backward"
+        assert f"1 step(s) disagree with finite differences: {dS}" in page.inner_text("#sf-bw-summary")
+        assert page.inner_text("#sf-bw-checked") == f"Checked: {LIGHT.describe()}."
+        assert page.evaluate("window.scratchformerBackwardStep") == names.index(dS)  # the red step first
+        cells = (
+            "Array.from(document.querySelectorAll('#sf-bw-rows td.%s'))"
+            ".map(td => td.parentNode.cells[1].textContent.trim())"
         )
-        dS = names.index("h.0.self_attn.dS")
-        assert page.evaluate("window.scratchformerBackwardStep") == dS  # the red step is shown first
-        bad = page.evaluate(
-            "Array.from(document.querySelectorAll('#sf-bw-rows td.bad')).map(td => td.parentNode.cells[1].textContent)"
-        )
-        assert bad == ["h.0.self_attn.dS"]
-        dv = names.index("h.0.self_attn.dv")
+        assert page.evaluate(cells % "bad") == [dS]
+        assert set(page.evaluate(cells % "through")) == {s.name for s in steps if not s.ok and not s.red}
+        dv = names.index("h.0.self_attn.weighted_sum_backward")
         rows.nth(dv).click()
-        assert page.inner_text("#sf-bw-name").startswith(f"{dv}. h.0.self_attn.dv")
-        assert "dv = A^T dout" in page.inner_text("#sf-bw-formula")
+        assert page.inner_text("#sf-bw-name").startswith(f"{dv}. h.0.self_attn.weighted_sum_backward")
+        assert "dv = a^T dout" in page.inner_text("#sf-bw-formula")
         where = page.inner_text("#sf-bw-where")
         assert where.startswith(steps[dv].where) and "reference lane" in where
         heat = _canvas(page, "sf-bw-heat")
-        values = steps[dv].grad_out[0, 0]  # (T, head size) of the first batch row and head
+        values = steps[dv].grad_out[0, 0]  # (Tq, Tk) of the first batch row and head: da, its first
         assert (heat["h"], heat["w"]) == (values.shape[0] * 24, values.shape[1] * 24) and heat["colours"] > 10
         page.hover("#sf-bw-heat", position={"x": 24 * 3 + 5, "y": 24 * 2 + 5})  # row 2, column 3
         shown = page.inner_text("#sf-bw-hover")
