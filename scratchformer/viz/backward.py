@@ -246,7 +246,7 @@ def _steps(record) -> list[BackwardStep]:
                 depth=call.depth,
                 grad_in=call.values[_received_name(call)],
                 grad_out=next((g for g in given if isinstance(g, np.ndarray)), None),
-                grads={**{n: g for n, g in zip(names, given) if isinstance(g, np.ndarray)}, **call.added},
+                grads={**{n: g for n, g in zip(names, given) if g is not None}, **call.added},
                 param_grads=dict(call.added),
                 against=against,
                 hook=forward.hook if forward else "",
@@ -419,10 +419,11 @@ class _Replay:
 
 
 def _fits(step: BackwardStep, label: str, grad, x) -> bool:
-    """A gradient and the input it is of: both arrays of one shape (a check failing when not)."""
-    if grad is None or x is None:
+    """A gradient and the input it is of: both arrays of one shape (a check failing when not: a
+    scalar for an array, or a gradient of an input the forward was not given)."""
+    if grad is None:
         return False
-    if not isinstance(x, np.ndarray) or np.shape(grad) != x.shape:
+    if not isinstance(x, np.ndarray) or not isinstance(grad, np.ndarray) or grad.shape != x.shape:
         step.checks.append(Check(label, "", float("nan"), 0.0, 0.0))
         step.checked[label] = f"shape {np.shape(grad)} against its input's {np.shape(x)}"
         return False

@@ -13,9 +13,9 @@ everything a backward op computes where the walk-through can see it: inside a mo
 
 The check: `viz.backward_steps` (THOROUGH, `viz RUN --backward`'s default) on the same models; a
 mutant is caught when a step of the mutated op (of `activation_backward` for a "with_grad"
-forward) is red, that is disagrees with finite differences of its own forward by itself, on a
-model where that step agrees unmutated; or when the model's backward raises. The goal: every
-output-changing mutant caught.
+forward) disagrees with finite differences of its own forward, or a step of an op it called is
+red (called wrongly), on a model where that step agrees unmutated; or when the model's backward
+raises. The goal: every output-changing mutant caught.
 
 Out of scope, and not mutated: the argument checks a direct call runs (a model's call is checked
 at its layer's door: `checks.DOOR`) and the functional backwards no model calls
@@ -231,11 +231,13 @@ def check(m: Mutant) -> tuple[bool, str]:
                 steps = _steps(model, inputs)
         except BaseException as e:  # noqa: BLE001 - the backward failed loudly
             return True, f"{name}: the backward raised {type(e).__name__}"
-        wrong = [s for s in steps if s.op in red_ops and not s.ok]
-        if wrong:
-            s = wrong[0]
-            said = f"disagrees through {', '.join(s.through)}" if s.through else f"red: {s.failures()[0]}"
-            return True, f"{name}: {s.name} {said}"
+        for s in (s for s in steps if s.op in red_ops):
+            inside = [t for t in steps if s.call.index < t.call.index < s.call.end and t.red]
+            if not s.ok:
+                said = f"disagrees through {', '.join(s.through)}" if s.through else f"red: {s.failures()[0]}"
+                return True, f"{name}: {s.name} {said}"
+            if inside:  # it called an op wrongly (a dropped argument): that op's step is red
+                return True, f"{name}: {inside[0].name}, called by {s.name}, red: {inside[0].failures()[0]}"
     return False, f"no step of {sorted(red_ops)} red on {tried or 'any model'}"
 
 
