@@ -33,8 +33,9 @@ def test_lens_prints_every_table_and_check_line(runs, capsys):
     ):
         assert part in out
     checks = [line for line in out.splitlines() if line.startswith("check ")]
-    assert len(checks) == 7 and all(line.endswith(" ok") for line in checks)
+    assert len(checks) == 8 and all(line.endswith(" ok") for line in checks)
     assert any(line.startswith("check saliency: ") for line in checks)
+    assert checks[-1].startswith("check report: ")
 
 
 def test_lens_json_on_seq2seq(runs, capsys):
@@ -120,9 +121,14 @@ def test_a_bug_planted_in_an_analysis_prints_a_failed_check(runs, capsys, monkey
     from scratchformer.lens import analyses
 
     monkeypatch.setattr(analyses, "_patch_hook", lambda source, index: lambda x, name: None)
-    assert main(["lens", str(runs / "names"), "--text", "emma", "--target", "a", "--corrupt", "anna"]) == 0
-    failed = [line for line in capsys.readouterr().out.splitlines() if line.endswith(" FAILED")]
+    argv = ["lens", str(runs / "names"), "--text", "emma", "--target", "a", "--corrupt", "anna"]
+    assert main(argv) == 1  # a failed check is a failure of the command
+    out, err = capsys.readouterr()
+    failed = [line for line in out.splitlines() if line.endswith(" FAILED")]
     assert len(failed) == 1 and failed[0].startswith("check patching: ")
+    assert err.splitlines() == [err.strip()] and "1 check(s) FAILED: patching" in err
+    assert main([*argv, "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["failed"] == ["patching"]
 
 
 @pytest.mark.skipif(
