@@ -18,6 +18,8 @@ import sys
 
 import numpy as np
 
+from scratchformer.checks import ascii_int
+from scratchformer.cli.sae import add_lens_option as add_sae_lens_option
 from scratchformer.errors import CLIError, DataError
 from scratchformer.lens.analyses import MAX_STEPS
 from scratchformer.lens.witnesses import PATCHING_FRACTION_LIMIT
@@ -68,7 +70,7 @@ def add_options(p) -> None:
     )
     p.add_argument(
         "--steps",
-        type=int,
+        type=ascii_int,
         default=32,
         help=f"integrated-gradients quadrature nodes, 1 to {MAX_STEPS} (default: 32)",
     )
@@ -90,6 +92,7 @@ def add_options(p) -> None:
     p.add_argument(
         "--json", action="store_true", help="print one JSON object instead of tables (default: tables)"
     )
+    add_sae_lens_option(p)
 
 
 def cmd_lens(args) -> int:
@@ -98,6 +101,8 @@ def cmd_lens(args) -> int:
     if args.baseline_text is not None and args.baseline is not None:
         raise CLIError("give --baseline or --baseline-text, not both")
     if args.bert is not None:
+        if args.sae is not None:
+            raise CLIError("--sae applies to a run, not to --bert")
         if args.dir is not None or args.hf is not None:
             raise CLIError("give a run directory, --hf or --bert, not two of them")
         if not args.text or not args.text2:
@@ -110,7 +115,14 @@ def cmd_lens(args) -> int:
     else:
         if args.text2 is not None:
             raise CLIError("--text2 applies to --bert only")
-        report = _run_report(_job(args), args)
+        sae_job = None
+        if args.sae is not None:  # the autoencoder's run names the run it reads
+            from scratchformer.cli.sae import sae_for_lens
+
+            if args.hf is not None:
+                raise CLIError("--sae applies to a run, not to --hf")
+            sae_job, args.dir = sae_for_lens(args.sae, args.dir)
+        report = _run_report(_job(args), args, sae_job)
     print(json.dumps(_finite(report), indent=1, allow_nan=False) if args.json else _text(report))
     if report["failed"]:
         print(
@@ -177,11 +189,11 @@ def _vocab_id(labels: list[str], target: str) -> int:
     return labels.index(target)
 
 
-def _run_report(job, args) -> dict:
+def _run_report(job, args, sae_job=None) -> dict:
     """Every analysis of a run's model on --text (`lens.report.lens_report`: the logit lens and
     attribution of a language model, head ablation, saliency, head scores, the activations
-    --show names and, with --corrupt, patching), as a dict; each analysis's check line in
-    "checks"."""
+    --show names and, with --corrupt, patching; with --sae, the target's logit split into the
+    autoencoder's features), as a dict; each analysis's check line in "checks"."""
     from scratchformer.lens.report import BASELINE_TEXT, lens_report
 
     model = job.model.to(np.float64)  # the checks are exact in float64
@@ -217,6 +229,10 @@ def _run_report(job, args) -> dict:
         dla = r.attribution
         order = np.argsort(-np.abs(dla.contributions))[:TOP_HEADS]
         report["attribution"] = [[dla.labels[i], round(float(dla.contributions[i]), 5)] for i in order]
+    if sae_job is not None:  # its check line after the lens report's
+        from scratchformer.cli.sae import add_lens_part
+
+        add_lens_part(report, sae_job, model, example.explained, r.target, example.output_labels)
     if r.ablation is not None:
         report["ablation"] = {"baseline_loss": round(r.ablation.baseline, 6), "top": _top_heads(r.ablation)}
     report["saliency"] = {
@@ -371,6 +387,10 @@ def _text(r: dict) -> str:
             "largest direct contributions to the target's logit: "
             + ", ".join(f"{n} {c:+.4f}" for n, c in r["attribution"])
         )
+    if "sae" in r:
+        from scratchformer.cli.sae import lens_text
+
+        lines += lens_text(r)
     if "ablation" in r:
         a = r["ablation"]
         base = next(k for k in a if k.startswith("baseline"))

@@ -87,9 +87,10 @@ def load_hf_causal_lm(
     cfg = files["config.json"]
     if cfg is None:
         raise CheckpointError(f"{path} has no config.json: is it a Hugging Face model directory?")
-    layout = LAYOUT_OF.get(cfg.get("model_type"))
+    model_type = cfg.get("model_type")
+    layout = LAYOUT_OF.get(model_type) if isinstance(model_type, str) else None  # a list: no TypeError
     if layout is None:
-        raise ConfigError(f"{path}: model_type {cfg.get('model_type')!r} {NOT_READ}")
+        raise ConfigError(f"{path}: model_type {model_type!r} {NOT_READ}")
     config = layout.config_from_hf(cfg, dtype=dtype)
     tokenizer = BPETokenizer.from_hf_files(path, files)
     n_tok, n_model = tokenizer.vocab_size, config.vocab_size

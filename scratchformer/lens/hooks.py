@@ -40,6 +40,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from scratchformer.checks import ascii_digits
 from scratchformer.errors import DTypeError, HookError
 from scratchformer.models.base import Model
 from scratchformer.nn.hooks import HookPoint
@@ -115,7 +116,7 @@ def _forward_order(name: str, post_norm: set[str]) -> tuple:
     side = 0
     if parts[0] in _SIDES and len(parts) > 1:
         side, parts = _SIDES.index(parts[0]), parts[1:]
-    if parts[0] != "blocks" or len(parts) < 3 or not parts[1].isdigit():
+    if parts[0] != "blocks" or len(parts) < 3 or not ascii_digits(parts[1]):
         return (side, _rank(_STACK_ORDER, parts[0]), 0, 0, 0, name)
     layer, rest = int(parts[1]), parts[2:]
     block = _POST_NORM if name[: -len(".".join(rest))] in post_norm else _PRE_NORM

@@ -57,12 +57,13 @@ import numpy as np
 from scratchformer.errors import DataError, RunFileError
 from scratchformer.lens.trace import attention_maps
 from scratchformer.nn.layers import dropout_off
-from scratchformer.runfiles import parse_json, read_regular_file, write_atomic
+from scratchformer.runfiles import parse_json_line, read_regular_file, write_atomic
 
 DIAG_FILE = "diagnostics.jsonl"
 FORMAT = "scratchformer-diagnostics"
 MAX_RECORDS = 128  # a record of the names model is ~21 KB: its file stays under ~2.7 MB
 MAX_BYTES = 256 * 2**20  # a bigger file is not ours
+MAX_RECORD_BYTES = 32 * 2**20  # one record: its probe's attention maps are the largest part
 PROBE_ROWS = 32  # training sequences in the probe batch
 PROBE_SEED_TAG = (
     20  # the probe batch is drawn from default_rng([seed, PROBE_SEED_TAG]), apart from the batches
@@ -227,8 +228,11 @@ def read_records(path: str | Path, nulls_as_nan: bool = False) -> tuple[dict, li
     infinity; `nulls_as_nan`: as the figures read them, every number a float and null NaN.
     A missing file raises FileNotFoundError."""
     text = read_regular_file(path, MAX_BYTES, hint="delete it (diagnostics are optional) or train again")
-    lines = text.decode("utf-8", "replace").splitlines()
-    rows = [parse_json(line, path, "delete it (diagnostics are optional)") for line in lines if line.strip()]
+    rows = [
+        parse_json_line(line, f"{path} line {i}", MAX_RECORD_BYTES, "delete it (diagnostics are optional)")
+        for i, line in enumerate(text.splitlines(), start=1)
+        if line.strip()
+    ]
     if not rows or not isinstance(rows[0], dict) or rows[0].get("format") != FORMAT:
         raise RunFileError(f"{path} is not a scratchformer diagnostics file: delete it or train again")
     if not all(

@@ -22,6 +22,7 @@ from scratchformer.viz import basics as B
 from scratchformer.viz import closeups as C
 from scratchformer.viz import diagnostics as D
 from scratchformer.viz import embeddings as E
+from scratchformer.viz import features as FE
 from scratchformer.viz import induction as IND
 from scratchformer.viz import internals as I
 from scratchformer.viz import lens as LF
@@ -98,6 +99,7 @@ FIGURES = (
     "softmax_temperature",
     "training_curves",
     "lens",
+    "sae_measures",
     *DIAGNOSTICS_FIGURES,
 )
 
@@ -155,6 +157,7 @@ def report(
     token_ids=None,
     init_model=None,
     init_source=None,
+    features=None,
 ) -> list[Path]:
     """Draw every figure that applies to `model` on one input; write them as PNGs and a
     self-contained report.html into out_dir. Returns the paths written (report.html last).
@@ -177,6 +180,8 @@ def report(
     model adds a position table), embedding PCA and residual stream are drawn for it too, as
     NAME_init.png beside each, so what training changed can be seen. init_source: what those
     weights are, for the titles and captions (None: untrained, same configuration and seed).
+    features: a sparse autoencoder's feature pages (`SAEJob.viz_inputs`): the report's Features
+    part (viz/features.py), and its measures over training ("sae_measures") from `log`, its run's.
     """
     T.blocks(model)  # a scratchformer model, or one clear error
     if only is not None and not set(only) <= set(FIGURES):
@@ -204,9 +209,17 @@ def report(
     if steps is not None:
         add("backward", "Backward, step by step", "", lambda: BW.backward_walkthrough(steps))
     summary, diag_records = _add_training(add, log)
+    if features is not None and log is not None:
+        add(
+            "sae_measures",
+            "The autoencoder's measures over training",
+            "SAELens's measures on the held-out split at each evaluation (docs/lens.md).",
+            lambda: FE.sae_measures(B.log_rows(log)),
+        )
     if init_model is not None:  # the same views of the untrained model
         _add_init_views(add, init_model, inp, token_ids, init_source)
-    return _write(out_dir, inp, figures, steps, diag_records, summary, only, title)
+    parts = [] if features is None else [FE.feature_part(features)]
+    return _write(out_dir, inp, figures, steps, diag_records, summary, only, title, parts)
 
 
 def _add_attention(add, inp: _Input, true_class, accuracy) -> None:
@@ -409,7 +422,9 @@ def _add_training(add, log):
     return _summary(rows), diag_records
 
 
-def _write(out_dir: Path, inp: _Input, figures, steps, diag_records, summary, only, title) -> list[Path]:
+def _write(
+    out_dir: Path, inp: _Input, figures, steps, diag_records, summary, only, title, parts=()
+) -> list[Path]:
     """The PNGs (and backward.txt), then report.html; the paths, report.html last."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths, embedded = [], []
@@ -445,6 +460,7 @@ def _write(out_dir: Path, inp: _Input, figures, steps, diag_records, summary, on
             summary,
             lens,
             backward=steps,
+            parts=parts,
         )
     )
     return paths
