@@ -103,6 +103,20 @@ def test_lens_patching_that_recovers_nothing_says_undefined_and_json_stays_valid
     assert "residual" not in r["patching"] and r["patching"]["undefined"]
 
 
+def test_lens_hf_says_how_it_read_a_tied_config_with_its_own_head(runs, tmp_path, capsys):
+    """config.json says tied, the weights hold their own lm_head.weight: read untied (as
+    transformers reads it), and lens says so on stderr, as sample and generate do."""
+    hf = tmp_path / "hf"
+    assert main(["export", str(runs / "names"), "--hf", str(hf)]) == 0  # the names run: untied
+    cfg = json.loads((hf / "config.json").read_text())
+    (hf / "config.json").write_text(json.dumps({**cfg, "tie_word_embeddings": True}))
+    capsys.readouterr()
+    assert main(["lens", "--hf", str(hf), "--text", "emma", "--steps", "4"]) == 0
+    captured = capsys.readouterr()
+    assert "read untied" in captured.err and "read untied" not in captured.out
+    assert "logit lens" in captured.out
+
+
 def test_lens_seq2seq_patches_the_encoder_and_every_attention(runs, capsys):
     assert main(["lens", str(runs / "rev"), "--text", "3 1 4", "--corrupt", "3 2 4", "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
