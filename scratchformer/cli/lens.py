@@ -148,7 +148,9 @@ def _job(args):
             raise CLIError(f"give either a run directory ({args.dir}) or --hf {args.hf}, not both")
         notes: list[str] = []
         model, tokenizer = load_hf_causal_lm(args.hf, notes=notes)
-        for note in notes:  # how the directory was read (an untied head, bf16 weights): on stderr, as sample's
+        for (
+            note
+        ) in notes:  # how the directory was read (an untied head, bf16 weights): on stderr, as sample's
             print(note, file=sys.stderr)
         return LMJob(model, None, {"path": None, "format": "text"}, tokenizer)
     run = Path(args.dir or "out/names")

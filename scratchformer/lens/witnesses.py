@@ -148,7 +148,8 @@ def _output_logits(out) -> np.ndarray:
 
 
 def _same_shape(a, shape) -> bool:
-    return isinstance(a, np.ndarray) and a.shape == tuple(shape)
+    """Whether `a` is a table of numbers (a float array) of this shape."""
+    return isinstance(a, np.ndarray) and a.dtype.kind == "f" and a.shape == tuple(shape)
 
 
 # -- the model's own names ----------------------------------------------------------------------
@@ -433,7 +434,7 @@ def check_patching(model, clean: tuple, corrupt: tuple, metric: Callable, result
     parts.add("the clean run's metric", abs(result.clean_diff - c1) / scale, rep)
     parts.add("the corrupted run's metric", abs(result.corrupt_diff - c0) / scale, rep)
     noise = within_noise(c1, c0, dtype)
-    parts.need("undefined exactly where the difference is within noise", result.defined != noise, rep)
+    parts.need("undefined exactly where the difference is within noise", result.defined is (not noise), rep)
     parts.need(
         "a row per attention, labelled by its hook", _rows_named(result.head_labels, names, heads), rep
     )
@@ -483,7 +484,7 @@ def check_patching(model, clean: tuple, corrupt: tuple, metric: Callable, result
     compare(result.heads, (len(heads), width), cell, "heads")
     if not noise:
         limit = bool(np.max(np.abs(own), initial=0.0) > PATCHING_FRACTION_LIMIT)
-        parts.need("flagged exactly where a fraction passes the limit", result.small == limit, rep)
+        parts.need("flagged exactly where a fraction passes the limit", result.small is limit, rep)
     return parts.check(
         "patching",
         "each fraction is the metric's recovery in a run of its own patching that cell's clean value "
