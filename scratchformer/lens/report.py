@@ -154,7 +154,7 @@ def lens_report(
         r.activations = run_with_cache(model, *inputs, names=show)[1]
     if corrupt is not None:
         _patch(model, r, inputs, corrupt)
-    r.check = check_report(model, example, r, baseline=asked, corrupt=corrupt)
+    r.check = check_report(model, example, r, baseline=asked, corrupt=corrupt, k=k)
     return r
 
 

@@ -733,17 +733,34 @@ def check_head_scores(model, inputs: tuple, ids, result) -> Check:
 
 
 # -- the report ----------------------------------------------------------------------------------
-def check_report(model, example, report, *, baseline=None, corrupt=None) -> Check:
+def check_report(model, example, report, *, baseline=None, corrupt=None, k=None) -> Check:
     """What a `LensReport` says it measured: the target (the one the example fixes, else the
     model's prediction at the last position of a run of its own); the logit the attribution and
     saliency explain; the loss ablation follows; integrated gradients' start (`baseline`, the
     kind asked for: "zero" or "mean", None for the default, () for embeddings or inputs given;
     the default is zero embeddings where the model adds positions to its token embeddings (its
     main stack has a pos_embed hook), else the mean token embedding); patching's contrast (the
-    corrupted run's likeliest token other than the target) and the logit difference it follows."""
+    corrupted run's likeliest token other than the target) and the logit difference it follows;
+    every analysis that applies is there (the logit lens, of k tokens, where the model has an
+    unembedding; ablation where the example has a loss; saliency and integrated gradients where
+    its output has labels; head scores; patching exactly when a corrupted input is given)."""
     names = hook_names(model)
     parts = _Parts()
     rep = tolerance(model.dtype, "replay")
+    lens = report.logit_lens
+    parts.need("the logit lens", (lens is not None) == (model.unembedding() is not None), rep)
+    if lens is not None and k is not None:
+        parts.need(f"the logit lens's top {k}", lens.top_ids.shape[-1] == min(k, lens.logits.shape[-1]), rep)
+    parts.need("head ablation", (report.ablation is not None) == (example.loss_inputs is not None), rep)
+    labelled = example.output_labels is not None
+    parts.need("saliency", (report.saliency is not None) == labelled, rep)
+    parts.need("integrated gradients", (report.integrated_gradients is not None) == labelled, rep)
+    parts.need("head scores", report.head_scores is not None, rep)
+    parts.need(
+        "patching exactly when a corrupted input is given",
+        (report.patching is None) == (corrupt is None),
+        rep,
+    )
 
     def last_logits(inputs):
         z = _output_logits(run_with_hooks(model, *inputs, hooks={}))
