@@ -6,12 +6,15 @@
 
 Prints the logit-lens table, the heads whose ablation changes the loss most, the saliency of
 the target per input token, the patching result when --corrupt is given, and every analysis's
-check line. The input is checked at the door by the run's job (`Job.viz_inputs`).
+check line. A check that fails makes the command exit 1 with one line on stderr naming it (and
+`--json`'s "failed" lists it). The input is checked at the door by the run's job
+(`Job.viz_inputs`).
 """
 
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 
@@ -19,6 +22,7 @@ from scratchformer.checks import ascii_int
 from scratchformer.cli.sae import add_lens_option as add_sae_lens_option
 from scratchformer.errors import CLIError, DataError
 from scratchformer.lens.analyses import MAX_STEPS
+from scratchformer.lens.witnesses import PATCHING_FRACTION_LIMIT
 
 TOP_HEADS = 5  # heads listed by ablation
 
@@ -120,6 +124,13 @@ def cmd_lens(args) -> int:
             sae_job, args.dir = sae_for_lens(args.sae, args.dir)
         report = _run_report(_job(args), args, sae_job)
     print(json.dumps(_finite(report), indent=1, allow_nan=False) if args.json else _text(report))
+    if report["failed"]:
+        print(
+            f"scratchformer lens: {len(report['failed'])} check(s) FAILED: {', '.join(report['failed'])} "
+            "(the numbers above them are not to be trusted)",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
@@ -135,7 +146,12 @@ def _job(args):
 
         if args.dir is not None:
             raise CLIError(f"give either a run directory ({args.dir}) or --hf {args.hf}, not both")
-        model, tokenizer = load_hf_causal_lm(args.hf)
+        notes: list[str] = []
+        model, tokenizer = load_hf_causal_lm(args.hf, notes=notes)
+        for (
+            note
+        ) in notes:  # how the directory was read (an untied head, bf16 weights): on stderr, as sample's
+            print(note, file=sys.stderr)
         return LMJob(model, None, {"path": None, "format": "text"}, tokenizer)
     run = Path(args.dir or "out/names")
     if (run / "config.json").is_file() and not (run / "trainer_state.json").exists() and _is_hf_dir(run):
@@ -197,12 +213,13 @@ def _run_report(job, args, sae_job=None) -> dict:
         example,
         k=1,
         steps=args.steps,
-        baseline=_baseline(job, args, model, example),
+        baseline=args.baseline,
+        baseline_inputs=_baseline_inputs(job, args, example),
         show=args.show,
         corrupt=_corrupt(job, args.corrupt, example),
     )
     label = example.output_labels.__getitem__
-    report: dict = {"tokens": tokens, "checks": r.checks}
+    report: dict = {"tokens": tokens, "checks": r.checks, "failed": r.failed}
     if example.answer is not None:
         report["answer"] = example.answer
     report["target"] = label(r.target)
@@ -274,8 +291,16 @@ def _patching(patch, target: str, other: str) -> dict:
         "corrupt": round(patch.corrupt_diff, 6),
     }
     if not patch.defined:
-        out["undefined"] = "clean and corrupted runs give the same metric: nothing to recover"
+        out["undefined"] = (
+            "clean and corrupted runs give the same metric, within its rounding: nothing to recover"
+        )
         return out
+    if patch.small:
+        out["warning"] = (
+            f"a single patch moves the metric more than {PATCHING_FRACTION_LIMIT:g} times the clean and "
+            f"corrupted runs' difference ({patch.clean_diff - patch.corrupt_diff:+.4g}): each fraction is a "
+            "ratio to a small difference"
+        )
     out["residual"] = patch.residual.round(4).tolist()
     out["heads"] = {
         f"{lab} H{h}": round(float(patch.heads[r, h]), 4)
@@ -288,20 +313,17 @@ def _patching(patch, target: str, other: str) -> dict:
     return out
 
 
-def _baseline(job, args, model, example):
-    """Integrated gradients' start: --baseline (None: the model's default), or the embeddings of
-    --baseline-text."""
-    from scratchformer import lens
-
+def _baseline_inputs(job, args, example):
+    """--baseline-text as the inputs whose embeddings start integrated gradients (None without it)."""
     if args.baseline_text is None:
-        return args.baseline
+        return None
     bids = np.asarray(job.viz_inputs(args.baseline_text)["ids"])[None]
     T = example.explained[0].shape[1]
     if bids.shape[1] != T:
         raise DataError(
             f"--baseline-text gives {bids.shape[1]} tokens and --text {T}: the baseline needs the same number"
         )
-    return lens.token_embeddings(model, (bids,) + example.explained[1:])
+    return (bids,) + example.explained[1:]
 
 
 def _bert_report(args) -> dict:
@@ -333,6 +355,7 @@ def _bert_report(args) -> dict:
         key=lambda x: -abs(x[2]),
     )
     hs = lens.head_scores(model, (ids,))
+    checks = [sal.check, ig.check, abl.check, hs.check]
     return {
         "tokens": tokens,
         "target": f"cosine similarity to {args.text2!r}",
@@ -346,7 +369,8 @@ def _bert_report(args) -> dict:
             "grad_x_input": sal.grad_x_input[0].round(6).tolist(),
             "integrated_gradients": ig.attributions[0].round(6).tolist(),
         },
-        "checks": [str(sal.check), str(ig.check), str(abl.check), str(hs.check)],
+        "checks": [str(c) for c in checks],
+        "failed": [c.name for c in checks if not c.ok],
     }
 
 
@@ -395,6 +419,8 @@ def _text(r: dict) -> str:
         if "undefined" in p:
             lines.append(f"{head}: fraction recovered undefined: {p['undefined']}")
         else:
+            if "warning" in p:
+                lines.append(f"{head}: warning: {p['warning']}")
             lines.append(f"{head}; fraction recovered by the residual entering each block:")
             two = "encoder_residual" in p
             for side, key in (("encoder ", "encoder_residual"), ("decoder " if two else "", "residual")):

@@ -225,6 +225,8 @@ def add_lens_part(report: dict, sae_job, model, inputs: tuple, target: int, labe
         "bias": round(att.bias, 6),
     }
     report["checks"].append(str(att.check))
+    if not att.check.ok:
+        report["failed"].append(att.check.name)
 
 
 def _site_row(model, inputs, site, position):

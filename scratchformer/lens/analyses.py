@@ -1,23 +1,15 @@
 """Experiments on a model's insides, each returning arrays and a `Check`: a one-line statement
-that the analysis's result agrees with a second computation that takes another path through
-the model (its own forward, read back through the hooks, or finite differences), with the
-measured error and the tolerance. Each check is proven able to fail: tests/lens/test_lens_planted.py
-plants a bug of each kind in each analysis and watches its check fail.
+that the analysis's result agrees with a second computation by a path that shares no code with
+the analysis (`lens/witnesses.py`: the model's own forward and backward through its hooks, its own
+names, finite differences), with the measured error and the tolerance. Each check is proven able
+to fail by generated mutants of the lens (scripts/mutant_targets/lens.py, docs/mutants.md) and by
+the planted bugs of tests/lens/test_lens_planted.py.
 
 `inputs` is the tuple the model's forward takes: ``(ids,)`` or ``(ids, targets)`` for a GPT,
 ``(src, tgt_in[, tgt_out])`` for seq2seq, ``(x[, labels])`` for a classifier, ``(input_ids,)``
 for BERT. A `metric(output) -> float` turns the model's output into the number an experiment
-follows (default: the loss, the output's second item).
-
-Tolerances (relative to the scale each check names), by the model's dtype:
-
-- REPLAY: the same value computed twice, by the same float operations but in arrays of other
-  shapes (a BLAS product may then sum in another order): 1e-10 in float64 (about a million
-  times float64's rounding, 1.1e-16, summed over a few thousand terms), 1e-4 in float32
-  (float32 rounds at 6e-8).
-- FINITE_DIFFERENCE: a central difference with one Richardson step, whose truncation error is
-  O(h^4) and rounding error O(eps / h): 1e-6 in float64, 3e-2 in float32.
-- Integrated gradients' completeness is a quadrature: 1% (its measured error is printed).
+follows (default: the loss, the output's second item). The tolerances are the witnesses'
+(`lens/witnesses.py`).
 """
 
 from __future__ import annotations
@@ -28,9 +20,21 @@ from dataclasses import dataclass
 import numpy as np
 
 from scratchformer.errors import ConfigError, DataError, DTypeError, ShapeError
-from scratchformer.lens.hooks import hook_names, hooked, run_with_cache, run_with_hooks
+from scratchformer.lens.hooks import hooked, run_with_cache, run_with_hooks
 from scratchformer.lens.parts import as_batch, attentions, stacks, unembedding
-from scratchformer.nn.layers import LayerNorm, RMSNorm, dropout_off
+from scratchformer.lens.witnesses import (
+    PATCHING_FRACTION_LIMIT,
+    Check,
+    check_ablation,
+    check_attribution,
+    check_head_scores,
+    check_integrated_gradients,
+    check_logit_lens,
+    check_patching,
+    check_saliency,
+    within_noise,
+)
+from scratchformer.nn.layers import dropout_off
 from scratchformer.nn.module import eval_mode
 
 __all__ = [
@@ -55,31 +59,6 @@ __all__ = [
 ]
 
 MAX_STEPS = 4096  # integrated gradients: one forward and backward per step
-
-
-def _tolerance(dtype, kind: str) -> float:
-    """The relative tolerance of a check of `kind` ("replay", "fd") in `dtype` (module docstring)."""
-    f64 = np.dtype(dtype) == np.float64
-    return {"replay": 1e-10 if f64 else 1e-4, "fd": 1e-6 if f64 else 3e-2}[kind]
-
-
-@dataclass
-class Check:
-    """`what` holds within `tolerance` when `error` <= tolerance; str() is the one-line report.
-    A NaN error (nothing to compare) is never ok."""
-
-    name: str
-    what: str
-    error: float
-    tolerance: float
-
-    @property
-    def ok(self) -> bool:
-        return bool(self.error <= self.tolerance)
-
-    def __str__(self) -> str:
-        err = "undefined" if np.isnan(self.error) else f"{self.error:.3g}"
-        return f"check {self.name}: {self.what}: error {err} (tolerance {self.tolerance:g}) {'ok' if self.ok else 'FAILED'}"  # noqa: E501
 
 
 def _one_sequence(x, what: str) -> None:
@@ -122,23 +101,19 @@ def _logits(output) -> np.ndarray:
     return output[0] if isinstance(output, tuple) else output
 
 
-def _max_abs(x) -> float:
-    """The largest |entry| (0 for none); inf where an entry is NaN, so a NaN never passes a check."""
-    m = float(np.max(np.abs(x), initial=0.0))
-    return np.inf if np.isnan(m) else m
-
-
 # -- logit lens ---------------------------------------------------------------------------------
 @dataclass
 class LogitLens:
-    """layers: labels of the residuals read ("embed", "L0", ...); logits: (n_layers + 1, T, V);
-    top_ids / top_probs: (n_layers + 1, T, k), each layer's k likeliest next tokens."""
+    """layers: labels of the residuals read ("embed", "L0", ...); logits / probs: (n_layers + 1,
+    T, V), each layer's lens and its softmax over the vocabulary; top_ids / top_probs:
+    (n_layers + 1, T, k), each layer's k likeliest next tokens."""
 
     layers: list[str]
     logits: np.ndarray
+    probs: np.ndarray
     top_ids: np.ndarray
     top_probs: np.ndarray
-    check: Check
+    check: Check | None = None
 
 
 def _lens_residuals(cache: dict, prefix: str, n_layer: int) -> list[np.ndarray]:
@@ -170,9 +145,10 @@ def logit_lens(model, inputs: tuple, k: int = 5) -> LogitLens:
     """Each layer's residual stream (the embeddings, then after each block) put through the
     final norm and the unembedding, for a batch of one sequence.
 
-    Check: layer i's lens equals the model's own logits in a run whose last residual hook
-    returns layer i's residual (read in that run), for every layer (REPLAY tolerance, relative
-    to the largest logit)."""
+    Check (`witnesses.check_logit_lens`): layer i's lens equals the model's own logits in a run
+    whose last residual hook returns layer i's residual (read in that run), for every layer; its
+    probabilities are a softmax of those logits and sum to 1; its top k are their k largest; its
+    labels name those residuals' hooks."""
     inputs = _check_inputs(inputs, "inputs")
     _one_sequence(as_batch(inputs[0]), "the logit lens")
     un = unembedding(model)
@@ -184,39 +160,11 @@ def logit_lens(model, inputs: tuple, k: int = 5) -> LogitLens:
     probs = np.exp(lens - lens.max(-1, keepdims=True))
     probs /= probs.sum(-1, keepdims=True)
     top = np.argsort(-lens, axis=-1, kind="stable")[..., :k]
-    return LogitLens(
-        ["embed"] + [f"L{i}" for i in range(un.n_layer)],
-        lens,
-        top,
-        np.take_along_axis(probs, top, -1),
-        _lens_check(model, inputs, un, lens),
+    r = LogitLens(
+        ["embed"] + [f"L{i}" for i in range(un.n_layer)], lens, probs, top, np.take_along_axis(probs, top, -1)
     )
-
-
-def _lens_check(model, inputs, un, lens: np.ndarray) -> Check:
-    p = un.prefix
-    last = f"{p}blocks.{un.n_layer - 1}.resid_post"
-    sources = [f"{p}blocks.0.resid_pre"] + [f"{p}blocks.{i}.resid_post" for i in range(un.n_layer)]
-    worst, scale, dtype = 0.0, 1.0, None
-    for i, source in enumerate(sources):
-        held: dict = {}
-
-        def read(x, name):
-            held["x"] = x.copy()
-
-        hooks = {} if source == last else {source: read, last: lambda x, name: held["x"]}
-        logits = _logits(run_with_hooks(model, *inputs, hooks=hooks))[0]  # (T, V)
-        dtype = logits.dtype
-        scale = max(scale, _max_abs(logits))
-        worst = max(worst, _max_abs(lens[i] - logits)) if lens.shape[1:] == logits.shape else np.inf
-    if len(lens) != len(sources):
-        worst = np.inf
-    return Check(
-        "logit lens",
-        "each layer's lens equals the model's logits when its last residual is that layer's",
-        worst / scale,
-        _tolerance(dtype, "replay"),
-    )
+    r.check = check_logit_lens(model, inputs, k, r)
+    return r
 
 
 # -- direct logit attribution ---------------------------------------------------------------------
@@ -232,7 +180,7 @@ class LogitAttribution:
     logit: float
     position: int
     token: int
-    check: Check
+    check: Check | None = None
 
 
 def _head_parts(label: str, heads: np.ndarray, W: np.ndarray, hs: int) -> list[tuple[str, np.ndarray]]:
@@ -251,10 +199,11 @@ def direct_logit_attribution(model, inputs: tuple, token: int, position: int = -
     (c / sqrt(mean(x^2) + eps) * gamma) @ W_U[token], nothing left over but the bias.
     Rotary and ALiBi positions are no part (they act inside attention).
 
-    Check: the parts plus the bias terms sum to the logit, and each part (embeddings, each head,
-    each MLP) equals the logit's change, with the final norm's scale frozen, in a run where
-    the hooks remove that part alone and hold every sub-layer's output at its value in the
-    unablated run (REPLAY tolerance x 10, relative to the largest of the logit and the parts)."""
+    Check (`witnesses.check_attribution`): each part (embeddings, each head, each attention's
+    bias, each MLP) equals the fall of the model's own logit, with the final norm's scale frozen,
+    in a run where the hooks remove that part alone and hold every sub-layer's output at its
+    value in the unablated run; the bias terms are the logit of a residual of 0; the parts and the
+    bias sum to the logit."""
     inputs = _check_inputs(inputs, "inputs")
     _one_sequence(as_batch(inputs[0]), "direct logit attribution")
     un = unembedding(model)
@@ -292,76 +241,9 @@ def direct_logit_attribution(model, inputs: tuple, token: int, position: int = -
     if un.b is not None:
         bias += float(un.b[token])
     logit = float(_logits(out)[0, position, token])
-    labels = [name for name, _ in parts]
-    return LogitAttribution(
-        labels,
-        contributions,
-        bias,
-        logit,
-        position,
-        token,
-        _attribution_check(model, inputs, un, labels, contributions, bias, logit, token, position),
-    )
-
-
-def _frozen_norm_change(norm, x: np.ndarray, d: np.ndarray) -> np.ndarray:
-    """How the final norm's output moves when its input x (C,) moves by d (C,) with the scale
-    held at x's: LayerNorm (d - mean d) / sqrt(var x + eps) * gamma; RMSNorm
-    d / sqrt(mean x^2 + eps) * gamma; no norm: d."""
-    if norm is None:
-        return d
-    if isinstance(norm, RMSNorm):
-        return d / np.sqrt(np.mean(x * x) + norm.eps) * norm.weight.data
-    if isinstance(norm, LayerNorm):
-        return (d - d.mean()) / np.sqrt(x.var() + norm.eps) * norm.weight.data
-    raise ConfigError(f"direct logit attribution knows LayerNorm and RMSNorm, got {type(norm).__name__}")
-
-
-def _attribution_check(model, inputs, un, labels, contributions, bias, logit, token, position) -> Check:
-    p = un.prefix
-    last = f"{p}blocks.{un.n_layer - 1}.resid_post"
-    names = hook_names(model)
-    outs = [
-        n
-        for n in names
-        if n.startswith(p + "blocks.") and n.endswith((".attn.out", ".cross_attn.out", ".mlp.out"))
-    ]
-    _, clean = run_with_cache(model, *inputs, names=outs + [last])
-    x = clean[last][0, position]
-    routes = [(label, p + label, None) for label in ("embed", "pos_embed") if p + label in names]
-    for prefix, label, attn in attentions(model):
-        if prefix.startswith(p):
-            routes += [(f"{label} H{h}", prefix + ".head_out", h) for h in range(attn.n_head)]
-    routes += [
-        (f"L{i} mlp", f"{p}blocks.{i}.mlp.out", None)
-        for i in range(un.n_layer)
-        if f"{p}blocks.{i}.mlp.out" in names
-    ]  # attention-only blocks have no feed-forward
-    scale = max(1.0, abs(logit), _max_abs(contributions))
-    worst = abs(float(np.sum(contributions)) + bias - logit)
-    for label, name, head in routes:
-        hooks = {n: (lambda _x, _n, v=clean[n]: v) for n in outs}
-        if head is None:
-            hooks[name] = lambda v, _n: np.zeros_like(v)
-        else:
-            del hooks[name.replace(".head_out", ".out")]  # the ablated attention recomputes its output
-
-            def zero(v, _n, h=head):
-                v = v.copy()
-                v[:, h] = 0.0
-                return v
-
-            hooks[name] = zero
-        _, run = run_with_cache(model, *inputs, names=[last], hooks=hooks)
-        expected = float(_frozen_norm_change(un.norm, x, x - run[last][0, position]) @ un.W[token])
-        got = contributions[labels.index(label)] if label in labels else np.inf
-        worst = max(worst, abs(got - expected))
-    return Check(
-        "logit attribution",
-        "the parts sum to the logit, and each equals its removal's effect with the norm's scale frozen",
-        worst / scale,
-        10 * _tolerance(x.dtype, "replay"),
-    )
+    r = LogitAttribution([name for name, _ in parts], contributions, bias, logit, position, token)
+    r.check = check_attribution(model, inputs, token, position, r)
+    return r
 
 
 # -- head ablation ----------------------------------------------------------------------------
@@ -374,7 +256,7 @@ class HeadAblation:
     change: np.ndarray
     baseline: float
     mode: str
-    check: Check
+    check: Check | None = None
 
 
 def _ablation_hook(mode: str, clean: np.ndarray, h: int) -> Callable:
@@ -397,11 +279,9 @@ def head_ablation(
     every sequence): "zero" sets it to 0, "mean" to its mean over the batch and positions.
     which: "all", "self" or "cross" attentions.
 
-    Check: each ablated run, read back through the hooks, holds exactly one head changed, and
-    that head at 0 (or at its mean over the batch and positions, computed again from an
-    unablated run), every other head unchanged; the table's entry for that head is that run's
-    metric minus the baseline (REPLAY tolerance, relative to the activations' and the metric's
-    scale)."""
+    Check (`witnesses.check_ablation`): each entry is the metric of a run of the check's own, its
+    own hook setting that head to 0 (or to its mean over the batch and positions), minus the
+    metric of its own clean run; each row's label names that attention's hook."""
     inputs = _check_inputs(inputs, "inputs")
     if mode not in ("zero", "mean"):
         raise ConfigError(f"mode must be 'zero' or 'mean', got {mode!r}")
@@ -414,62 +294,14 @@ def head_ablation(
     baseline = metric(base_out)
     H = max(a[2].n_head for a in atts)
     change = np.full((len(atts), H), np.nan)
-    log = []  # (name, the head_out the ablated run used, its metric)
     for row, (prefix, _, attn) in enumerate(atts):
         name = prefix + ".head_out"
         for h in range(attn.n_head):
-            out, back = run_with_cache(
-                model, *inputs, names=[name], hooks={name: _ablation_hook(mode, cache[name], h)}
-            )
-            value = metric(out)
-            log.append((name, back[name], value))
-            change[row, h] = value - baseline
-    return HeadAblation(
-        [a[1] for a in atts],
-        change,
-        baseline,
-        mode,
-        _ablation_check(model, inputs, metric, atts, mode, change, baseline, log),
-    )
-
-
-def _ablation_check(model, inputs, metric, atts, mode, change, baseline, log) -> Check:
-    names = [a[0] + ".head_out" for a in atts]
-    out, clean = run_with_cache(model, *inputs, names=names)
-    dtype = clean[names[0]].dtype
-    m_scale = max(1.0, abs(baseline))
-    worst = abs(metric(out) - baseline) / m_scale
-    seen = set()
-    for name, back, value in log:
-        c = clean[name]  # (B, H, T, hs)
-        a_scale = max(1.0, _max_abs(c))
-        best, best_head = np.inf, None
-        for g in range(c.shape[1]):
-            target = (
-                np.zeros(c.shape[-1])
-                if mode == "zero"
-                else np.mean(np.swapaxes(c[:, g], 0, 1).reshape(-1, c.shape[-1]), axis=0)
-            )  # (hs,)
-            others = np.delete(np.arange(c.shape[1]), g)
-            err = max(_max_abs(back[:, g] - target), _max_abs(back[:, others] - c[:, others])) / a_scale
-            entry = change[names.index(name), g] if g < change.shape[1] else np.nan  # a head the table lacks
-            err = max(err, _max_abs(entry - (value - baseline)) / m_scale)
-            if err < best:
-                best, best_head = err, g
-        seen.add((name, best_head))
-        worst = max(worst, best)
-    heads = sum(clean[n].shape[1] for n in names)  # the heads the activations hold
-    if not len(seen) == len(log) == int(np.isfinite(change).sum()) == heads:
-        worst = np.inf  # a head ablated twice or never, or a table entry no run gave
-    what = "every ablated run read back holds its one head at " + (
-        "zero" if mode == "zero" else "its mean over batch and positions"
-    )
-    return Check(
-        "head ablation",
-        what + ", the other heads unchanged, and its metric in the table",
-        worst,
-        _tolerance(dtype, "replay"),
-    )
+            out = run_with_hooks(model, *inputs, hooks={name: _ablation_hook(mode, cache[name], h)})
+            change[row, h] = metric(out) - baseline
+    r = HeadAblation([a[1] for a in atts], change, baseline, mode)
+    r.check = check_ablation(model, inputs, metric, mode, which, r)
+    return r
 
 
 # -- activation patching ------------------------------------------------------------------------
@@ -479,21 +311,21 @@ class Patching:
     residual stream entering each block at each position into the corrupted run (seq2seq: the
     decoder's); encoder_residual: the same for the encoder's stream (n_enc_layer, S), None for
     one-stack models; heads: (n_attentions, n_head), the same for each head's output at every
-    position (seq2seq: encoder, decoder and cross attention), labelled by head_labels. Every
-    fraction is NaN when the clean and corrupted runs give the same metric (`defined` False)."""
+    position (seq2seq: encoder, decoder and cross attention), labelled by head_labels.
+    defined: False when the clean and corrupted runs give the same metric within its rounding
+    (`witnesses.within_noise`): nothing to recover, and every fraction is NaN. small: some
+    fraction passes `PATCHING_FRACTION_LIMIT` (a patch moves the metric more than 10 times the
+    whole difference): the fractions are ratios to a small difference."""
 
     residual: np.ndarray
     heads: np.ndarray
     head_labels: list[str]
     clean_diff: float
     corrupt_diff: float
-    check: Check
+    defined: bool
+    small: bool
     encoder_residual: np.ndarray | None = None
-
-    @property
-    def defined(self) -> bool:
-        """False when clean and corrupted runs give the same metric: nothing to recover."""
-        return bool(self.clean_diff != self.corrupt_diff)
+    check: Check | None = None
 
 
 def _patch_hook(source: np.ndarray, index: tuple) -> Callable:
@@ -513,10 +345,10 @@ def activation_patching(model, clean: tuple, corrupt: tuple, metric: Callable) -
     (patched - corrupt) / (clean - corrupt). Seq2seq: the encoder's and the decoder's residual
     streams and every attention (encoder, decoder, cross).
 
-    Check: every patched run, read back through the hooks, holds the clean run's value in the
-    patched cells and the corrupted run's everywhere else (both from runs of their own), each
-    table entry is that run's fraction, and patching the stack's last residual stream (every
-    position) recovers exactly 1 (REPLAY tolerance)."""
+    Check (`witnesses.check_patching`): each fraction is recomputed from the check's own clean
+    and corrupted runs and a run of its own patching that cell; the fractions are undefined
+    exactly where the difference is within noise, and flagged `small` exactly where one passes
+    PATCHING_FRACTION_LIMIT."""
     clean = _check_inputs(clean, "clean")
     corrupt = _check_inputs(corrupt, "corrupt")
     a, b = [as_batch(x) for x in clean], [as_batch(x) for x in corrupt]
@@ -532,15 +364,11 @@ def activation_patching(model, clean: tuple, corrupt: tuple, metric: Callable) -
     corrupt_out = run_with_hooks(model, *corrupt, hooks={})
     c_clean, c_corrupt = metric(clean_out), metric(corrupt_out)
     denom = c_clean - c_corrupt
-    log = []  # (name, index, the activation the patched run used, its fraction)
+    defined = not within_noise(c_clean, c_corrupt, _logits(clean_out).dtype)
 
     def patch_run(name, index):
-        out, back = run_with_cache(
-            model, *corrupt, names=[name], hooks={name: _patch_hook(cache[name], index)}
-        )
-        fraction = (metric(out) - c_corrupt) / denom if denom != 0 else np.nan
-        log.append((name, index, back[name], fraction))
-        return fraction
+        out = run_with_hooks(model, *corrupt, hooks={name: _patch_hook(cache[name], index)})
+        return (metric(out) - c_corrupt) / denom if defined else np.nan
 
     residual = {}
     for prefix, blocks in stacks(model).items():
@@ -557,67 +385,20 @@ def activation_patching(model, clean: tuple, corrupt: tuple, metric: Callable) -
         for h in range(attn.n_head):
             heads[row, h] = patch_run(name + ".head_out", (slice(None), h))
     main = "decoder." if "decoder." in residual else ""
-    last = f"{main}blocks.{len(stacks(model)[main]) - 1}.resid_post"
-    everything = patch_run(last, (slice(None),))
-    check = _patching_check(model, clean, corrupt, log, residual, heads, atts, everything, last)
-    return Patching(
+    fractions = np.concatenate([t.ravel() for t in residual.values()] + [heads.ravel()])
+    small = bool(np.nanmax(np.abs(fractions), initial=0.0) > PATCHING_FRACTION_LIMIT)
+    r = Patching(
         residual[main],
         heads,
         [a[1] for a in atts],
         c_clean,
         c_corrupt,
-        check,
+        defined,
+        small,
         residual.get("encoder.") if main else None,
     )
-
-
-def _patching_check(model, clean, corrupt, log, residual, heads, atts, everything, last) -> Check:
-    # every cell the tables must hold: each stack's residual entering each block x position,
-    # each attention's heads (counted from the activations, not from the analysis's loops)
-    wanted = [f"{p}blocks.{i}.resid_pre" for p, blocks in stacks(model).items() for i in range(len(blocks))]
-    wanted += [a[0] + ".head_out" for a in atts]
-    names = sorted(set(wanted) | {name for name, *_ in log})
-    _, c_cache = run_with_cache(model, *clean, names=names)
-    _, k_cache = run_with_cache(model, *corrupt, names=names)
-    dtype = c_cache[names[0]].dtype
-    head_rows = {a[0] + ".head_out": row for row, a in enumerate(atts)}
-    worst, done = 0.0, []
-    for name, index, back, fraction in log:
-        c, k = c_cache[name], k_cache[name]
-        mask = np.zeros(c.shape, bool)
-        mask[index] = True
-        scale = max(1.0, _max_abs(c), _max_abs(k))
-        worst = max(worst, _max_abs(np.where(mask, back - c, back - k)) / scale)
-        if name == last:
-            continue
-        # where the table keeps this run: the layer (or attention) the name says, the position
-        # (or head) the index says
-        parts = name.split(".")
-        table, row = (
-            (heads, head_rows[name])
-            if name in head_rows
-            else (residual.get("".join(p + "." for p in parts[:-3])), int(parts[-2]))
-        )
-        inside = table is not None and row < table.shape[0] and index[1] < table.shape[1]
-        cell = table[row, index[1]] if inside else np.inf
-        done.append((name, index[1]))
-        if not (np.isnan(cell) and np.isnan(fraction)):
-            worst = max(worst, _max_abs(cell - fraction))
-    expected = {(n, j) for n in wanted for j in range(c_cache[n].shape[1])}
-    if len(done) != len(set(done)) or set(done) != expected:
-        worst = np.inf  # a cell patched twice or never
-    if np.isnan(everything):
-        what = (
-            "every patched cell read back is the clean run's and every other cell the corrupted run's "
-            "(recovery undefined: clean and corrupted runs give the same metric)"
-        )
-    else:
-        worst = max(worst, abs(everything - 1.0))
-        what = (
-            "every patched cell read back is the clean run's and every other cell the corrupted run's, "
-            "and patching the last residual stream recovers 1"
-        )
-    return Check("patching", what, worst, _tolerance(dtype, "replay"))
+    r.check = check_patching(model, clean, corrupt, metric, r)
+    return r
 
 
 # -- saliency -----------------------------------------------------------------------------------
@@ -723,28 +504,16 @@ def _value_at(model, inputs, objective, name, x) -> float:
     return objective(run_with_hooks(model, *inputs, hooks={name: lambda _x, _n: x}))[0]
 
 
-def _directional(model, inputs, objective, name, x, v, h) -> float:
-    """d f(x + s v) / ds at s = 0: central differences at h and h / 2, one Richardson step (error O(h^4))."""
-
-    def central(step):
-        return (
-            _value_at(model, inputs, objective, name, x + step * v)
-            - _value_at(model, inputs, objective, name, x - step * v)
-        ) / (2 * step)
-
-    return (4 * central(h / 2) - central(h)) / 3
-
-
 def saliency(model, inputs: tuple, objective: Objective) -> Saliency:
     """Gradient of objective(model output) with respect to the input (token) embeddings
     (seq2seq: the source's), through the hand-written backward (the parameters' .grad are left
-    as they were); gradient x input per token.
+    as they were); gradient x input per token; the gradient's norm per token.
 
-    Check: central finite differences of f (eval-mode forwards, the embeddings read from a run
-    of their own) along a random direction equal the gradient's projection on it, and along
-    each token's embedding scaled by a random weight per token equal the weighted sum of
-    gradient x input (FINITE_DIFFERENCE tolerance, relative to the gradient's norm times the
-    direction's)."""
+    Check (`witnesses.check_saliency`): central finite differences of f (eval-mode forwards, the
+    embeddings read from a run of their own) along a random direction equal the gradient's
+    projection on it, and along each token's embedding scaled by a random weight per token equal
+    the weighted sum of gradient x input (FINITE_DIFFERENCE tolerance, relative to the gradient's
+    norm times the direction's); the value, the embeddings and the norm per token."""
     inputs = _check_inputs(inputs, "inputs")
     name = _embed_name(model)
     saved = [p.grad.copy() for p in model.parameters()]
@@ -753,39 +522,9 @@ def saliency(model, inputs: tuple, objective: Objective) -> Saliency:
     finally:
         for p, s in zip(model.parameters(), saved):
             p.grad[...] = s
-    gxi = _grad_x_input(g, x)
-    return Saliency(
-        value, g, x, gxi, np.sqrt((g * g).sum(-1)), _saliency_check(model, inputs, objective, name, g, gxi)
-    )
-
-
-def _saliency_check(model, inputs, objective, name, gradient, gxi) -> Check:
-    _, cache = run_with_cache(model, *inputs, names=[name])
-    x = cache[name].astype(np.float64)  # (B, T, C)
-    rng = np.random.default_rng(0)
-    u = rng.standard_normal(x.shape)
-    weights = rng.uniform(0.5, 1.5, x.shape[:-1])  # (B, T): tokens in another order give another sum
-    worst, g_norm = 0.0, float(np.linalg.norm(gradient))
-    f64 = cache[name].dtype == np.float64
-    for v, expected in (
-        (u, float((gradient * u).sum())),
-        (x * weights[..., None], float((gxi * weights).sum())),
-    ):
-        size = float(np.linalg.norm(v))
-        if size == 0:
-            continue
-        # float64: a small step (rounding stays near 1e-11; a ReLU kink rarely falls inside);
-        # float32 needs a large one to rise above its rounding
-        h = (1e-5 if f64 else 3e-2) * max(1.0, float(np.linalg.norm(x))) / size
-        d = _directional(model, inputs, objective, name, cache[name], (v * 1.0).astype(cache[name].dtype), h)
-        worst = max(worst, abs(d - expected) / max(g_norm * size, 1e-30))
-    return Check(
-        "saliency",
-        "central differences along a random direction and along the weighted embeddings "
-        "equal the gradient and gradient x input",
-        worst,
-        _tolerance(cache[name].dtype, "fd"),
-    )
+    r = Saliency(value, g, x, _grad_x_input(g, x), np.sqrt((g * g).sum(-1)))
+    r.check = check_saliency(model, inputs, objective, r)
+    return r
 
 
 def token_embeddings(model, inputs: tuple) -> np.ndarray:
@@ -856,7 +595,7 @@ class IntegratedGradients:
     attributions: np.ndarray
     value: float
     baseline_value: float
-    check: Check
+    check: Check | None = None
 
 
 def _quadrature(steps: int) -> tuple[np.ndarray, np.ndarray]:
@@ -866,37 +605,55 @@ def _quadrature(steps: int) -> tuple[np.ndarray, np.ndarray]:
     return (nodes + 1) / 2, weights / 2
 
 
+def _start(model, inputs: tuple, x: np.ndarray, baseline, baseline_inputs) -> np.ndarray:
+    """Integrated gradients' start x0 (B, T, C) for the embeddings x (`integrated_gradients`)."""
+    if baseline_inputs is not None:
+        if baseline is not None:
+            raise ConfigError("give a baseline or baseline_inputs, not both")
+        baseline = token_embeddings(model, baseline_inputs)
+    if baseline is None or (isinstance(baseline, str) and baseline == "zero"):
+        return np.zeros_like(x)
+    if isinstance(baseline, str):
+        if baseline != "mean":
+            raise ConfigError(
+                f"baseline must be None, 'zero', 'mean' or an array of embeddings, got {baseline!r}"
+            )
+        baseline = baseline_embeddings(model, inputs, "mean")
+    try:
+        return np.broadcast_to(np.asarray(baseline, dtype=x.dtype), x.shape)
+    except ValueError:
+        raise DataError(
+            f"the baseline's shape {np.shape(baseline)} does not fit the embeddings {x.shape}: "
+            "give (C,), (T, C) or (B, T, C)"
+        ) from None
+
+
 def integrated_gradients(
-    model, inputs: tuple, objective: Objective, steps: int = 32, baseline=None
+    model, inputs: tuple, objective: Objective, steps: int = 32, baseline=None, baseline_inputs=None
 ) -> IntegratedGradients:
     """Integrated gradients (Sundararajan et al. 2017) along the straight line from `baseline`
     to the input embeddings: attribution = (x - x0) . integral over a in [0, 1] of the gradient
     at x0 + a (x - x0), by Gauss-Legendre quadrature with `steps` nodes (1 .. MAX_STEPS).
-    baseline: None or "zero" (zero embeddings), or an array broadcast to the embeddings (B, T, C):
-    `mean_token_embedding(...)`, or `token_embeddings(model, other_inputs)` of a text.
+    baseline: None or "zero" (zero embeddings), "mean" (`mean_token_embedding` at every
+    position), or an array broadcast to the embeddings (B, T, C); baseline_inputs: inputs of the
+    same length whose embeddings are the baseline (a text's: `token_embeddings`).
 
-    Check (completeness): the attributions sum to f(input) - f(baseline), both from eval-mode
-    forwards of their own, within 1% of |f(input) - f(baseline)| (a quadrature error; the
-    default 32 nodes measured 1e-13 on random GPT-2-shaped models and 9e-5 on MiniLM, docs/lens.md)."""
+    Check (`witnesses.check_integrated_gradients`): from a baseline the check builds itself,
+    completeness (the attributions sum to f(input) - f(baseline), both from forwards of its own)
+    and a random weighting of the attributions against the tokens' path integrals by finite
+    differences at quadrature nodes of its own, within 1% of |f(input) - f(baseline)| (a
+    quadrature error; the default 32 nodes measured 1e-13 on random GPT-2-shaped models and 9e-5
+    on MiniLM, docs/lens.md)."""
     inputs = _check_inputs(inputs, "inputs")
     if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or not 1 <= steps <= MAX_STEPS:
         raise ConfigError(f"steps must be an integer in [1, {MAX_STEPS}], got {steps!r}")
+    if baseline_inputs is not None:
+        baseline_inputs = _check_inputs(baseline_inputs, "baseline_inputs")
     name = _embed_name(model)
     saved = [p.grad.copy() for p in model.parameters()]
     try:
         _, _, x = _value_and_gradient(model, inputs, objective, name)
-        if baseline is None or (isinstance(baseline, str) and baseline == "zero"):
-            x0 = np.zeros_like(x)
-        elif isinstance(baseline, str):
-            raise ConfigError(f"baseline must be None, 'zero' or an array of embeddings, got {baseline!r}")
-        else:
-            try:
-                x0 = np.broadcast_to(np.asarray(baseline, dtype=x.dtype), x.shape)
-            except ValueError:
-                raise DataError(
-                    f"the baseline's shape {np.shape(baseline)} does not fit the embeddings {x.shape}: "
-                    "give (C,), (T, C) or (B, T, C)"
-                ) from None
+        x0 = _start(model, inputs, x, baseline, baseline_inputs)
         total = np.zeros_like(x)
         for alpha, weight in zip(*_quadrature(int(steps))):
             _, g, _ = _value_and_gradient(
@@ -906,19 +663,13 @@ def integrated_gradients(
     finally:
         for p, s in zip(model.parameters(), saved):
             p.grad[...] = s
-    attributions = ((x - x0) * total).sum(-1)
-    value = _value_at(model, inputs, objective, name, x)
-    f0 = _value_at(model, inputs, objective, name, np.array(x0))
-    gap = value - f0
-    # relative to the gap; a gap below 1e-8 of f (a baseline the model cannot tell from the input)
-    # is measured against 1e-8 of f instead
-    error = abs(float(attributions.sum()) - gap) / max(abs(gap), 1e-8 * max(1.0, abs(value)))
-    return IntegratedGradients(
-        attributions,
-        value,
-        f0,
-        Check("integrated gradients", "the attributions sum to f(input) - f(baseline)", error, 0.01),
+    r = IntegratedGradients(
+        ((x - x0) * total).sum(-1),
+        _value_at(model, inputs, objective, name, x),
+        _value_at(model, inputs, objective, name, np.array(x0)),
     )
+    r.check = check_integrated_gradients(model, inputs, objective, steps, baseline, baseline_inputs, r)
+    return r
 
 
 # -- head scores ----------------------------------------------------------------------------------
@@ -929,7 +680,7 @@ class HeadScores:
 
     labels: list[str]
     scores: dict[str, np.ndarray]
-    check: Check
+    check: Check | None = None
 
 
 SCORES = ("previous", "first", "same", "induction", "diagonal", "anti_diagonal")
@@ -1003,49 +754,6 @@ def _scores_of(patterns: dict, atts, ids: np.ndarray) -> dict[str, np.ndarray]:
     return scores
 
 
-def _planted(kind: str, shape: tuple, ids: np.ndarray) -> np.ndarray:
-    """An exact attention pattern (B, H, Tq, Tk) of one kind, each row one 1: "previous" (query
-    q on key q-1, query 0 on itself), "self" (q on q), "first" (on key 0), "same" (on the
-    latest earlier key with the query's token, else itself), "induction" (on the key after that
-    latest earlier one, else itself), "diagonal" (q on q), "anti" (q on Tk-1-q); queries
-    beyond the keys on key 0."""
-    B, H, Tq, Tk = shape
-    key = np.zeros((B, Tq), int)
-    for b in range(B):
-        for q in range(Tq):
-            if kind == "previous":
-                key[b, q] = max(q - 1, 0)
-            elif kind in ("same", "induction") and ids.shape[1] == Tq == Tk:
-                earlier = [k for k in range(q) if ids[b, k] == ids[b, q]]
-                key[b, q] = (earlier[-1] + (kind == "induction")) if earlier else q
-            elif kind in ("self", "diagonal", "same", "induction"):
-                key[b, q] = q if q < Tk else 0
-            elif kind == "anti":
-                key[b, q] = Tk - 1 - q if q < Tk else 0
-    w = np.zeros(shape)
-    w[
-        np.arange(B)[:, None, None],
-        np.arange(H)[None, :, None],
-        np.arange(Tq)[None, None, :],
-        key[:, None, :],
-    ] = 1.0
-    return w
-
-
-# planted pattern -> (score, what it must read) for self- and cross attention
-_PLANTS = {
-    "self": [
-        ("previous", "previous", 1.0),
-        ("self", "previous", 0.0),
-        ("first", "first", 1.0),
-        ("same", "same", 1.0),
-        ("self", "same", 0.0),
-        ("induction", "induction", 1.0),
-    ],
-    "cross": [("diagonal", "diagonal", 1.0), ("anti", "anti_diagonal", 1.0)],
-}
-
-
 def head_scores(model, inputs: tuple, ids: np.ndarray | None = None) -> HeadScores:
     """Where each head looks, averaged over the batch and the query positions:
     previous: weight on the position before (queries 1..T-1); first: on position 0 (an
@@ -1055,70 +763,17 @@ def head_scores(model, inputs: tuple, ids: np.ndarray | None = None) -> HeadScor
     induction head looks there for the token to copy); diagonal / anti_diagonal (cross attention
     only): on key i / key S-1-i for query i (copy / reverse).
 
-    Check: the same scoring of a run whose pattern hooks plant an exact pattern gives 1 for
-    that pattern's score (previous-token, first-token, same-token, induction, diagonal,
-    anti-diagonal) and 0 for a query-on-itself pattern's previous and same scores (read back
-    through the hooks); and every attention row of the real run sums to 1 (REPLAY tolerance)."""
+    Check (`witnesses.check_head_scores`): every score of every head equals its definition
+    computed again, one query at a time, on the patterns of a run of the check's own (so a score
+    averaged over heads, or read from another layer, fails wherever the heads or layers differ);
+    every attention row sums to 1; each row's label names that attention's hook."""
     inputs = _check_inputs(inputs, "inputs")
     atts = attentions(model)
     names = [a[0] + ".pattern" for a in atts]
     _, cache = run_with_cache(model, *inputs, names=names)
+    given = ids
     ids = as_batch(inputs[0] if ids is None else ids)
     scores = _scores_of({a[0]: cache[a[0] + ".pattern"] for a in atts}, atts, ids)
-    return HeadScores([a[1] for a in atts], scores, _scores_check(model, inputs, atts, ids, cache))
-
-
-def _applies(atts, cache, ids) -> dict[str, np.ndarray]:
-    """Which (attention, head) each score must have, decided apart from the scoring: previous
-    (self-attention over 2+ positions), first (self-attention), same (an encoder's or a single
-    stack's self-attention over `ids` where a token repeats), diagonal and anti-diagonal (cross)."""
-    H = max(a[2].n_head for a in atts)
-    out = {k: np.zeros((len(atts), H), bool) for k in SCORES}
-    repeats = any(len(set(row.tolist())) < len(row) for row in ids)
-    for row, (prefix, _, attn) in enumerate(atts):
-        Tq, Tk = cache[prefix + ".pattern"].shape[2:]
-        n, cross = attn.n_head, ".cross_attn" in prefix
-        out["diagonal"][row, :n] = out["anti_diagonal"][row, :n] = cross
-        out["first"][row, :n] = not cross
-        out["previous"][row, :n] = not cross and Tq >= 2
-        out["same"][row, :n] = out["induction"][row, :n] = (
-            not cross and not prefix.startswith("decoder.") and ids.shape[1] == Tq == Tk and repeats
-        )
-    return out
-
-
-def _scores_check(model, inputs, atts, ids, cache) -> Check:
-    dtype = cache[atts[0][0] + ".pattern"].dtype
-    worst = max(_max_abs(cache[a[0] + ".pattern"].sum(-1) - 1) for a in atts)
-    applies = _applies(atts, cache, ids)
-    checked: list[str] = []
-    for kind in ("previous", "self", "first", "same", "induction", "diagonal", "anti"):
-
-        def plant(x, name, kind=kind):
-            return (
-                _planted(kind, x.shape, ids)
-                if (".cross_attn" in name) == (kind in ("diagonal", "anti"))
-                else None
-            )
-
-        _, back = run_with_cache(
-            model,
-            *inputs,
-            names=[a[0] + ".pattern" for a in atts],
-            hooks={a[0] + ".pattern": plant for a in atts},
-        )
-        got = _scores_of({a[0]: back[a[0] + ".pattern"] for a in atts}, atts, ids)
-        for side in ("self", "cross"):
-            for planted, score, expected in _PLANTS[side]:
-                if planted != kind:
-                    continue
-                rows = np.array([(".cross_attn" in a[0]) == (side == "cross") for a in atts])
-                mask = applies[score] & rows[:, None]
-                if mask.any():
-                    worst = max(worst, _max_abs(np.where(mask, got[score] - expected, 0.0)))
-                    if expected == 1.0:
-                        checked.append(score.replace("_", "-"))
-    what = f"planted exact patterns score 1 ({', '.join(checked) or 'none applies'}; a query on itself 0)"
-    return Check(
-        "head scores", what + ", and every attention row sums to 1", worst, _tolerance(dtype, "replay")
-    )
+    r = HeadScores([a[1] for a in atts], scores)
+    r.check = check_head_scores(model, inputs, given, r)
+    return r

@@ -161,12 +161,20 @@ def grad_hook_names(model: Module) -> list[str]:
     embeddings of each stack (``embed``, ``encoder.embed``, ``decoder.embed``) and each
     feed-forward's activation (``blocks.L.mlp.post``: `FeedForward.backward` passes its gradient
     through that hook point)."""
-    return [n for n in hook_names(model) if n.split(".")[-1] == "embed" or n.endswith(".mlp.post")]
+    return _grad_names(hook_names(model))
+
+
+def _grad_names(known: list[str]) -> list[str]:
+    return [n for n in known if n.split(".")[-1] == "embed" or n.endswith(".mlp.post")]
 
 
 def resolve_names(model: Module, names) -> list[str]:
     """Expand `*` patterns; HookError naming the closest names for a name nothing matches."""
-    known = hook_names(model)
+    return _resolve(hook_names(model), names, model)
+
+
+def _resolve(known: list[str], names, model: Module) -> list[str]:
+    """`resolve_names` against `known`, the model's hook names computed once by the caller."""
     out: list[str] = []
     if not isinstance(names, (str, list, tuple, set)):
         raise HookError(f"names must be a hook name or a list of them, got {type(names).__name__}")
@@ -197,10 +205,17 @@ def hooked(
     model's backward passes through: the input embeddings, `grad_hook_names`) for the block;
     every hook is removed on the way out, also on an error. A gradient hook on another name
     would never be called: HookError naming the names that support one."""
-    points = hook_points(model)
-    forward = {n: fn for pat, fn in (hooks or {}).items() for n in resolve_names(model, pat)}
-    backward = {n: fn for pat, fn in (grad_hooks or {}).items() for n in resolve_names(model, pat)}
-    supported = grad_hook_names(model)
+    with _hooked(model, hook_points(model), hooks, grad_hooks):
+        yield model
+
+
+@contextmanager
+def _hooked(model: Module, points: dict[str, HookPoint], hooks, grad_hooks) -> Iterator[Module]:
+    """`hooked` with the model's hook points computed once by the caller."""
+    known = list(points)
+    forward = {n: fn for pat, fn in (hooks or {}).items() for n in _resolve(known, pat, model)}
+    backward = {n: fn for pat, fn in (grad_hooks or {}).items() for n in _resolve(known, pat, model)}
+    supported = _grad_names(known)
     for name in backward:
         if name not in supported:
             raise HookError(
@@ -231,13 +246,15 @@ def run_with_cache(model: Module, *inputs, names=None, hooks: dict[str, Hook] | 
     """(model's output, {name: a copy of the activation}) in eval mode. names: the names (or
     `*` patterns) to keep, None = all. `hooks` run first, so the cache holds what they return."""
     cache: dict[str, np.ndarray] = {}
-    wanted = hook_names(model) if names is None else resolve_names(model, names)
+    points = hook_points(model)
+    known = list(points)
+    wanted = known if names is None else _resolve(known, names, model)
 
     def keep(x, name):
         cache[name] = np.array(x, copy=True)
 
     hooks = dict(hooks or {})
-    resolved = {n: fn for pat, fn in hooks.items() for n in resolve_names(model, pat)}
+    resolved = {n: fn for pat, fn in hooks.items() for n in _resolve(known, pat, model)}
     combined = {}
     for name in set(wanted) | set(resolved):
         fn = resolved.get(name)
@@ -245,9 +262,9 @@ def run_with_cache(model: Module, *inputs, names=None, hooks: dict[str, Hook] | 
             combined[name] = _then_keep(fn, keep)
         else:
             combined[name] = fn
-    with eval_mode(model), hooked(model, combined):
+    with eval_mode(model), _hooked(model, points, combined, None):
         out = model(*inputs, **kwargs)
-    return out, {name: cache[name] for name in hook_names(model) if name in cache}
+    return out, {name: cache[name] for name in known if name in cache}
 
 
 def _then_keep(fn, keep):

@@ -10,7 +10,10 @@ it). What applies is asked of the model and the example, never of the model's ki
     patching                    a corrupted input given
 
     r = lens_report(model, model.example(ids, tokens, vocab_labels))
-    r.checks                    # every analysis's check line, in the order above
+    r.checks                    # every analysis's check line, in the order above, then the
+                                # report's own (`witnesses.check_report`: the target, what each
+                                # analysis follows, integrated gradients' start, the contrast)
+    r.failed                    # the names of the checks that failed
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ from scratchformer.lens.analyses import (
     Patching,
     Saliency,
     activation_patching,
-    baseline_embeddings,
     default_baseline_kind,
     direct_logit_attribution,
     head_ablation,
@@ -42,6 +44,7 @@ from scratchformer.lens.analyses import (
 )
 from scratchformer.lens.hooks import run_with_cache
 from scratchformer.lens.parts import as_batch, unembedding
+from scratchformer.lens.witnesses import Check, check_report
 from scratchformer.nn.module import eval_mode
 
 __all__ = ["BASELINE_TEXT", "LensReport", "lens_report"]
@@ -54,9 +57,10 @@ BASELINE_TEXT = {"zero": "zero embeddings", "mean": "the mean token embedding"}
 class LensReport:
     """The analyses of one example (None where one does not apply). target: the output entry
     explained (the example's, else the model's prediction at the last position); baseline: how
-    integrated gradients started ("zero", "mean", or None for embeddings the caller gave);
-    other: patching's contrast entry (the corrupted run's prediction, its runner-up when that is
-    the target); activations: the names asked for (`show`) -> their values."""
+    integrated gradients started ("zero", "mean", or None for embeddings or inputs the caller
+    gave); other: patching's contrast entry (the corrupted run's prediction, its runner-up when
+    that is the target); activations: the names asked for (`show`) -> their values; check: the
+    report's own (`witnesses.check_report`)."""
 
     target: int | None
     logit_lens: LogitLens | None = None
@@ -69,10 +73,11 @@ class LensReport:
     patching: Patching | None = None
     other: int | None = None
     activations: dict = field(default_factory=dict)
+    check: Check | None = None
 
     @property
-    def checks(self) -> list[str]:
-        """Each analysis's one-line check, in the order of the module docstring."""
+    def all_checks(self) -> list[Check]:
+        """Each analysis's check, in the order of the module docstring, then the report's."""
         parts = (
             self.logit_lens,
             self.attribution,
@@ -82,7 +87,17 @@ class LensReport:
             self.head_scores,
             self.patching,
         )
-        return [str(p.check) for p in parts if p is not None]
+        return [p.check for p in parts if p is not None] + ([self.check] if self.check is not None else [])
+
+    @property
+    def checks(self) -> list[str]:
+        """Each check's one line (`all_checks`)."""
+        return [str(c) for c in self.all_checks]
+
+    @property
+    def failed(self) -> list[str]:
+        """The names of the checks that failed."""
+        return [c.name for c in self.all_checks if not c.ok]
 
 
 def _last_logits(model, inputs: tuple) -> np.ndarray:
@@ -101,16 +116,19 @@ def lens_report(
     k: int = 5,
     steps: int = 32,
     baseline=None,
+    baseline_inputs=None,
     show=None,
     corrupt=None,
 ) -> LensReport:
     """Every analysis that applies (module docstring) on `example` (`Model.example`).
     attribution: run direct logit attribution where it applies; k: the logit lens's top tokens;
     steps: integrated gradients' nodes; baseline: its start, "zero" or "mean" (None: the model's
-    `default_baseline_kind`) or embeddings (`token_embeddings` of another text); show: hook
-    names (or patterns) whose activations to keep; corrupt: ids (1, T) of a corrupted main input
-    (the example's other inputs kept) to patch the example into."""
+    `default_baseline_kind`) or embeddings; baseline_inputs: inputs of the explained inputs'
+    length whose embeddings start it (another text's); show: hook names (or patterns) whose
+    activations to keep; corrupt: ids (1, T) of a corrupted main input (the example's other
+    inputs kept) to patch the example into."""
     inputs = example.explained
+    asked = baseline if baseline_inputs is None and (baseline is None or isinstance(baseline, str)) else ()
     logits = example.output_labels is not None
     target = example.target
     if target is None and logits:
@@ -125,17 +143,18 @@ def lens_report(
     if logits:
         objective = logit_objective(-1, target)
         r.saliency = saliency(model, inputs, objective)
-        if baseline is None or isinstance(baseline, str):
+        if baseline_inputs is None and (baseline is None or isinstance(baseline, str)):
             r.baseline = default_baseline_kind(model) if baseline is None else baseline
-            baseline = baseline_embeddings(model, inputs, r.baseline)
+            baseline = r.baseline
         r.integrated_gradients = integrated_gradients(
-            model, inputs, objective, steps=steps, baseline=baseline
+            model, inputs, objective, steps=steps, baseline=baseline, baseline_inputs=baseline_inputs
         )
     r.head_scores = head_scores(model, inputs)
     if show:
         r.activations = run_with_cache(model, *inputs, names=show)[1]
     if corrupt is not None:
         _patch(model, r, inputs, corrupt)
+    r.check = check_report(model, example, r, baseline=asked, corrupt=corrupt, k=k)
     return r
 
 

@@ -38,9 +38,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from scratchformer.errors import ConfigError, DataError
-from scratchformer.lens.analyses import Check, _tolerance
 from scratchformer.lens.hooks import hook_names, resolve_names, run_with_cache, run_with_hooks
 from scratchformer.lens.parts import unembedding
+from scratchformer.lens.witnesses import Check, tolerance
 from scratchformer.models.base import IGNORE_INDEX
 from scratchformer.nn.layers import RMSNorm
 from scratchformer.nn.module import eval_mode
@@ -384,7 +384,7 @@ def _attribution_check(model, sae, site, inputs, att, last, x_site, acts) -> Che
         "the features, b_dec, the error and the rest sum to the logit, and each feature, b_dec and the "
         "error equal their removal's effect with the norm's scale frozen",
         worst / scale,
-        10 * _tolerance(dtype, "replay"),
+        10 * tolerance(dtype, "replay"),
     )
 
 

@@ -33,8 +33,9 @@ def test_lens_prints_every_table_and_check_line(runs, capsys):
     ):
         assert part in out
     checks = [line for line in out.splitlines() if line.startswith("check ")]
-    assert len(checks) == 7 and all(line.endswith(" ok") for line in checks)
+    assert len(checks) == 8 and all(line.endswith(" ok") for line in checks)
     assert any(line.startswith("check saliency: ") for line in checks)
+    assert checks[-1].startswith("check report: ")
 
 
 def test_lens_json_on_seq2seq(runs, capsys):
@@ -102,6 +103,20 @@ def test_lens_patching_that_recovers_nothing_says_undefined_and_json_stays_valid
     assert "residual" not in r["patching"] and r["patching"]["undefined"]
 
 
+def test_lens_hf_says_how_it_read_a_tied_config_with_its_own_head(runs, tmp_path, capsys):
+    """config.json says tied, the weights hold their own lm_head.weight: read untied (as
+    transformers reads it), and lens says so on stderr, as sample and generate do."""
+    hf = tmp_path / "hf"
+    assert main(["export", str(runs / "names"), "--hf", str(hf)]) == 0  # the names run: untied
+    cfg = json.loads((hf / "config.json").read_text())
+    (hf / "config.json").write_text(json.dumps({**cfg, "tie_word_embeddings": True}))
+    capsys.readouterr()
+    assert main(["lens", "--hf", str(hf), "--text", "emma", "--steps", "4"]) == 0
+    captured = capsys.readouterr()
+    assert "read untied" in captured.err and "read untied" not in captured.out
+    assert "logit lens" in captured.out
+
+
 def test_lens_seq2seq_patches_the_encoder_and_every_attention(runs, capsys):
     assert main(["lens", str(runs / "rev"), "--text", "3 1 4", "--corrupt", "3 2 4", "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
@@ -120,9 +135,14 @@ def test_a_bug_planted_in_an_analysis_prints_a_failed_check(runs, capsys, monkey
     from scratchformer.lens import analyses
 
     monkeypatch.setattr(analyses, "_patch_hook", lambda source, index: lambda x, name: None)
-    assert main(["lens", str(runs / "names"), "--text", "emma", "--target", "a", "--corrupt", "anna"]) == 0
-    failed = [line for line in capsys.readouterr().out.splitlines() if line.endswith(" FAILED")]
+    argv = ["lens", str(runs / "names"), "--text", "emma", "--target", "a", "--corrupt", "anna"]
+    assert main(argv) == 1  # a failed check is a failure of the command
+    out, err = capsys.readouterr()
+    failed = [line for line in out.splitlines() if line.endswith(" FAILED")]
     assert len(failed) == 1 and failed[0].startswith("check patching: ")
+    assert err.splitlines() == [err.strip()] and "1 check(s) FAILED: patching" in err
+    assert main([*argv, "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["failed"] == ["patching"]
 
 
 @pytest.mark.skipif(

@@ -348,3 +348,22 @@ def test_a_position_or_head_left_out_of_patching_fails_the_check(monkeypatch):
         A, "attentions", lambda model: [(p, lab, OneHeadFewer(a)) for p, lab, a in real(model)]
     )
     assert not run_patching(_gpt()).check.ok
+
+
+def test_a_flag_that_is_not_true_or_false_and_a_table_that_is_not_numbers_fail_the_checks():
+    """Two mutants the mutation run found (docs/mutants.md): patching's `defined` made None (None
+    != False held), and an ablation table of Python objects with the right values."""
+    from scratchformer.lens.witnesses import check_ablation, check_patching
+
+    model = _gpt()
+    metric = A.logit_metric(-1, 3, 4)
+    patching = run_patching(model)
+    assert patching.check.ok and patching.defined is True
+    for flag, value in (("defined", None), ("small", 0)):
+        wrong = A.Patching(**{**vars(patching), flag: value})
+        assert not check_patching(model, (IDS,), (CORRUPT,), metric, wrong).ok
+    ablation = run_zero_ablation(model)
+    assert ablation.check.ok
+    ablation.change = ablation.change.astype(object)
+    loss = (IDS[:, :-1], IDS[:, 1:])
+    assert not check_ablation(model, loss, A.loss_metric, "zero", "all", ablation).ok

@@ -44,7 +44,10 @@ def test_each_model_gets_the_analyses_that_apply_and_each_check_holds(name, mode
     )
     assert tuple(a for a in ALL if getattr(r, a) is not None) == runs
     assert (r.patching is not None) == (name == "gpt")
-    assert len(r.checks) == len(runs) + (name == "gpt") and all(c.endswith(" ok") for c in r.checks), r.checks
+    assert len(r.checks) == len(runs) + (name == "gpt") + 1 and all(c.endswith(" ok") for c in r.checks), (
+        r.checks
+    )
+    assert r.checks[-1].startswith("check report: ") and r.failed == []
     if r.saliency is not None:  # the prediction at the last position is what is explained
         out = model.eval()(*model.example(IDS).explained)[0]
         assert r.target == int((out[0, -1] if out.ndim == 3 else out[0]).argmax())
