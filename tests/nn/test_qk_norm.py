@@ -184,6 +184,22 @@ def test_a_gpt_with_qk_norm_has_the_weights_and_hook_points():
     assert not np.allclose(zeroed, logits)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="main's viz/backward.py keeps its own model of attention's wiring (issue 37, branch record)",
+)
+def test_the_backward_walkthrough_checks_every_step(lane):
+    from scratchformer.viz.backward import backward_steps
+
+    m = GPT(GPTConfig(**{**TINY, "positional": "rope", "n_kv_head": 1, "dtype": "float64"}), seed=0)
+    randomize(m)
+    ids = np.array([[1, 2, 3, 4, 5]])
+    steps = backward_steps(m, ids[:, :-1], ids[:, 1:], lane=lane)
+    assert {"h.0.self_attn.q_norm", "h.1.self_attn.k_norm"} <= {s.name for s in steps}
+    wrong = [f"{s.name}: {s.failures()[:1]}" for s in steps if not s.ok]
+    assert not wrong, wrong
+
+
 def test_qk_norm_is_a_boolean():
     with pytest.raises(ConfigError, match="qk_norm"):
         GPTConfig(**{**TINY, "qk_norm": "yes"})
