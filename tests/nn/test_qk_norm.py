@@ -15,9 +15,10 @@ import pytest
 from scratchformer.errors import ConfigError
 from scratchformer.gradcheck import gradcheck
 from scratchformer.models import GPT, GPTConfig
-from scratchformer.nn import DecoderBlock, KVCache, MultiHeadAttention, RMSNorm, manual_seed
+from scratchformer.nn import KVCache, MultiHeadAttention, RMSNorm, manual_seed
 
-pytestmark = pytest.mark.usefixtures("lane", "one_torch_thread")
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+both_lanes = pytest.mark.usefixtures("lane")  # the numerical checks run in each lane
 
 torch = pytest.importorskip("torch", reason="torch not installed: pip install torch==2.13.0")
 F = torch.nn.functional
@@ -68,6 +69,7 @@ def rope_ref(x, theta=10000.0):
 
 
 # -- finite differences ------------------------------------------------------------------------
+@both_lanes
 @pytest.mark.parametrize(
     "kwargs,call",
     [
@@ -88,15 +90,8 @@ def test_qk_norm_attention_gradcheck(kwargs, call):
     assert report.max_error <= GRAD_TOL, f"gradcheck failed:\n{report}"
 
 
-def test_qk_norm_decoder_block_gradcheck():
-    manual_seed(0)
-    block = DecoderBlock(D, H, 12, cross_attention=False, normalization="rmsnorm", qk_norm=True, eps=EPS)
-    report = gradcheck(randomize(block), x_of((B, T, D)))
-    assert {"self_attn.q_norm.weight", "self_attn.k_norm.weight"} <= set(report.errors)
-    assert report.max_error <= GRAD_TOL, f"gradcheck failed:\n{report}"
-
-
 # -- PyTorch ---------------------------------------------------------------------------------
+@both_lanes
 @pytest.mark.parametrize("rope", [False, True])
 def test_qk_norm_attention_matches_torch(rope):
     """Gemma 3's order (transformers' Gemma3Attention, Qwen3Attention): project, split into heads,
@@ -144,6 +139,7 @@ def test_the_scores_do_not_grow_with_the_projections():
     assert not np.allclose(plain(x, causal=True), before[1], rtol=1e-2)
 
 
+@both_lanes
 def test_kv_cache_holds_normed_keys_and_decoding_equals_the_full_forward():
     m = attention(rope_theta=10000.0).eval()
     x = x_of((B, 6, D))
@@ -182,6 +178,19 @@ def test_a_gpt_with_qk_norm_has_the_weights_and_hook_points():
     logits, _ = m.eval()(ids)
     zeroed, _ = run_with_hooks(m, ids, hooks={"blocks.0.attn.k_norm.out": lambda k, _: k * 0})
     assert not np.allclose(zeroed, logits)
+
+
+def test_export_refuses_it_in_one_line():
+    """No layout declares qk_norm (interop/layout.py): GPT-2's and Llama's otherwise, refused."""
+    from scratchformer.interop.hf_lm import hf_layout
+
+    llama = dict(positional="rope", normalization="rmsnorm", activation="swiglu", bias=False)
+    for style in ({}, llama):
+        with pytest.raises(ConfigError) as refused:
+            hf_layout(GPT(GPTConfig(**TINY, **style), seed=0))
+        message = str(refused.value)
+        assert "\n" not in message and message.count("qk_norm=True") == 2, message  # both layouts say why
+        hf_layout(GPT(GPTConfig(**{**TINY, **style, "qk_norm": False}), seed=0))  # held without it
 
 
 @pytest.mark.xfail(
