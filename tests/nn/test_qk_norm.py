@@ -4,7 +4,7 @@ Checked as the other layers are: finite differences (scratchformer.gradcheck, fl
 as tests/nn/test_layers_gradcheck.py) and PyTorch autograd (float64, bar 1e-9 as
 tests/nn/test_torch_parity.py), each in both lanes; then its place in the model: the norm comes
 before the rotation (Gemma 3's and Qwen 3's order), one (head_size,) weight shared by the heads,
-the KV cache holds normed keys, the hook points read what the scores read, the parameter count.
+the hook points read what the scores read, the parameter count.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 from scratchformer.errors import ConfigError
 from scratchformer.gradcheck import gradcheck
 from scratchformer.models import GPT, GPTConfig
-from scratchformer.nn import KVCache, MultiHeadAttention, RMSNorm, manual_seed
+from scratchformer.nn import MultiHeadAttention, RMSNorm, manual_seed
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 both_lanes = pytest.mark.usefixtures("lane")  # the numerical checks run in each lane
@@ -137,18 +137,6 @@ def test_the_scores_do_not_grow_with_the_projections():
     after = normed(x, causal=True)  # only eps's share of each norm shrinks
     assert np.abs(after - before[0]).max() <= 1e-4 * np.abs(before[0]).max()
     assert not np.allclose(plain(x, causal=True), before[1], rtol=1e-2)
-
-
-@both_lanes
-def test_kv_cache_holds_normed_keys_and_decoding_equals_the_full_forward():
-    m = attention(rope_theta=10000.0).eval()
-    x = x_of((B, 6, D))
-    full = m(x, causal=True)
-    cache = KVCache()
-    steps = [m(x[:, :2], causal=True, kv_cache=cache)] + [
-        m(x[:, i : i + 1], causal=True, kv_cache=cache) for i in range(2, 6)
-    ]
-    np.testing.assert_allclose(np.concatenate(steps, axis=1), full, rtol=0, atol=1e-12)
 
 
 def test_a_gpt_with_qk_norm_has_the_weights_and_hook_points():
