@@ -60,6 +60,7 @@ MODEL_HELP = {
         "N(0, 1/n-embd), the grokking paper's"
     ),
     "attn_only": "attention-only blocks: no feed-forward sub-layer (the induction-heads toy models; GPT only)",
+    "qk_norm": "QK-norm: RMSNorm on each head's queries and keys before the scores (as Gemma 3; GPT only)",
     "loss_dtype": (
         "the dtype of the loss's log-softmax (float64: as the grokking paper, so a loss near 0 is "
         "not float32 rounding; GPT only)",

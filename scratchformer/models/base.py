@@ -178,11 +178,16 @@ def norm_params(normalization: str, n_embd: int, bias: bool) -> int:
     return n_embd + (n_embd if bias and normalization == "layernorm" else 0)
 
 
-def attention_params(n_embd: int, n_head: int, bias: bool, n_kv_head: int | None = None) -> int:
+def attention_params(
+    n_embd: int, n_head: int, bias: bool, n_kv_head: int | None = None, qk_norm: bool = False
+) -> int:
     """`MultiHeadAttention`: [W_q; W_k; W_v] ((n_head + 2 n_kv_head) head_size, n_embd) (+ bias),
-    out_proj (n_embd, n_embd) (+ bias)."""
-    rows = (n_head + 2 * (n_head if n_kv_head is None else n_kv_head)) * (n_embd // n_head)
-    return rows * n_embd + (rows if bias else 0) + linear_params(n_embd, n_embd, bias)
+    out_proj (n_embd, n_embd) (+ bias), and with qk_norm the weights of q_norm and k_norm
+    (head_size,) each."""
+    head_size = n_embd // n_head
+    rows = (n_head + 2 * (n_head if n_kv_head is None else n_kv_head)) * head_size
+    norms = 2 * norm_params("rmsnorm", head_size, bias) if qk_norm else 0
+    return rows * n_embd + (rows if bias else 0) + linear_params(n_embd, n_embd, bias) + norms
 
 
 def feedforward_params(n_embd: int, n_inner: int, gated: bool, bias: bool) -> int:
@@ -200,11 +205,12 @@ def block_params(
     n_kv_head: int | None = None,
     cross_attention: bool = False,
     feedforward: bool = True,
+    qk_norm: bool = False,
 ) -> int:
-    """`EncoderBlock` / `DecoderBlock`: self-attention, (cross-attention,) feed-forward and a
-    norm before (or after) each; feedforward=False: an attention-only block (neither the
-    feed-forward nor its norm)."""
-    n = attention_params(n_embd, n_head, bias, n_kv_head)
+    """`EncoderBlock` / `DecoderBlock`: self-attention (with QK-norm's weights if qk_norm),
+    (cross-attention,) feed-forward and a norm before (or after) each; feedforward=False: an
+    attention-only block (neither the feed-forward nor its norm)."""
+    n = attention_params(n_embd, n_head, bias, n_kv_head, qk_norm)
     if feedforward:
         n += feedforward_params(n_embd, n_inner, gated, bias) + norm_params(normalization, n_embd, bias)
     if cross_attention:

@@ -110,6 +110,9 @@ class GPTConfig(TransformerConfig):
         untied head it trains faster (measured on names.txt, docs/results.md). "grokking": the
         grokking paper's (Nanda et al. 2023): every weight N(0, 1 / n_embd), the untied
         unembedding N(0, 1 / vocab_size), zero biases.
+    qk_norm: QK-norm: each self-attention RMS-normalises every head's queries and keys over the
+        head's channels before the scores (before the rotation with rope), one learned
+        (head_size,) weight each for q and k, as Gemma 3 and Qwen 3 (`nn.MultiHeadAttention`).
     loss_dtype: the dtype the cross-entropy is computed in; None (default) means the model's.
         "float64" keeps a loss near zero from float32 rounding, as the grokking paper computes
         its log-softmax; the gradient handed back to the logits is in the model's dtype.
@@ -138,6 +141,7 @@ class GPTConfig(TransformerConfig):
     n_kv_head: int | None = setting(Maybe(POSITIVE), None)
     attn_only: bool = setting(Bool(), False)  # attention-only blocks: no feed-forward (Olsson et al. 2022)
     loss_dtype: str | None = setting(Maybe(Str(FLOAT_DTYPES)), None)
+    qk_norm: bool = setting(Bool(), False)  # RMSNorm on each head's q and k (Gemma 3, Qwen 3)
 
     def __post_init__(self) -> None:
         if isinstance(self.dtype, (np.dtype, type)):  # GPTConfig(dtype=np.float64) is stored by name
@@ -199,6 +203,7 @@ class GPT(Model):
                 n_kv_head=c.n_kv_head,
                 alibi=c.positional == "alibi",
                 feedforward=not c.attn_only,
+                qk_norm=c.qk_norm,
             )
             for _ in range(c.n_layer)
         ]
@@ -250,7 +255,7 @@ class GPT(Model):
     @classmethod
     def param_count(cls, config: GPTConfig) -> int:
         """The parameters `GPT(config)` holds: the token table, the learned positions (if any),
-        n_layer blocks (SwiGLU's third matrix and grouped-query key/value heads included),
+        n_layer blocks (SwiGLU's third matrix, grouped-query key/value heads and QK-norm included),
         ln_f, and an untied head; attention-only blocks hold no feed-forward and no ff_norm."""
         c = config
         gated = c.activation in GATED_ACTIVATIONS
@@ -263,6 +268,7 @@ class GPT(Model):
             c.normalization,
             c.n_kv_head,
             feedforward=not c.attn_only,
+            qk_norm=c.qk_norm,
         )
         positions = c.block_size * c.n_embd if c.positional == "learned" else 0
         head = 0 if c.tie_weights else linear_params(c.n_embd, c.vocab_size, False)

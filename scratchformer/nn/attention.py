@@ -17,6 +17,13 @@ With `alibi=True`, causal self-attention adds ALiBi's linear biases to its score
 -m_h (i - j). With a KV cache the new queries sit at positions cache length .. cache length + T - 1
 (the bias is aligned at the end of the keys, as the causal mask). One slope per query head, so
 grouped-query attention needs nothing more: the scores are (B, n_head, Tq, Tk) either way.
+
+With `qk_norm=True` (QK-norm, as Gemma 3 and Qwen 3), each head's query and key vectors are
+RMS-normalised over their head_size channels before the scores (and before the rotation, when the
+positions are rotary): `q_norm` and `k_norm` are `RMSNorm(head_size)` layers, one (head_size,)
+weight each, shared by every head (Hugging Face's `self_attn.q_norm.weight`). The scores are then
+bounded by the weights' sizes whatever the projections grow to. OLMo-2 normalises the whole
+(n_head head_size) query vector instead; that is not this option.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from scratchformer.checks import check_bool, check_float_array, check_heads, che
 from scratchformer.errors import ConfigError, HookError, ShapeError
 from scratchformer.nn import init
 from scratchformer.nn.hooks import HookPoint
-from scratchformer.nn.layers import DrawsDropout, Linear
+from scratchformer.nn.layers import DrawsDropout, Linear, RMSNorm
 from scratchformer.nn.module import DEFAULT_DTYPE, Module, Parameter
 from scratchformer.ops import (
     alibi_bias,
@@ -110,6 +117,8 @@ class MultiHeadAttention(Module, DrawsDropout):
     n_kv_head: key/value heads of self-attention (None: n_head); must divide n_head.
     alibi: ALiBi's linear biases on causal self-attention's scores (the forward must then be
     called with causal=True; no parameters, nothing to load).
+    qk_norm: RMSNorm (eps `norm_eps`) on each head's queries and keys before the scores and
+    before any rotation: `q_norm`, `k_norm` (None without it), each with a (head_size,) weight.
     """
 
     def __init__(
@@ -123,9 +132,12 @@ class MultiHeadAttention(Module, DrawsDropout):
         rope_theta: float | None = None,
         n_kv_head: int | None = None,
         alibi: bool = False,
+        qk_norm: bool = False,
+        norm_eps: float = 1e-6,
     ):
         super().__init__()
         check_heads(n_embd, n_head)
+        check_bool("qk_norm", qk_norm)
         if not isinstance(alibi, bool):
             raise ConfigError(f"alibi must be True or False, got {alibi!r}")
         self.alibi = alibi
@@ -151,11 +163,14 @@ class MultiHeadAttention(Module, DrawsDropout):
         self.out_proj = Linear(n_embd, n_embd, bias=bias, dtype=dtype, rng=rng)
         if bias:
             self.out_proj.bias.data[...] = 0
+        # QK-norm: each head's q and k over its head_size channels (their own hook points: in, out)
+        self.q_norm = RMSNorm(self.head_size, eps=norm_eps, dtype=dtype) if qk_norm else None
+        self.k_norm = RMSNorm(self.head_size, eps=norm_eps, dtype=dtype) if qk_norm else None
         self.attn_weights: np.ndarray | None = None
         # hook points (scratchformer.lens): q (B, H, T, head_size), k and v (B, n_kv_head, T,
-        # head_size), rotated when the positions are rotary; the scores (-inf at hidden keys) and
-        # the pattern (B, H, Tq, Tk); each head's output (B, H, Tq, head_size); the output after
-        # the projection (B, Tq, n_embd)
+        # head_size), normed (qk_norm) and rotated (rotary positions) as the scores read them; the
+        # scores (-inf at hidden keys) and the pattern (B, H, Tq, Tk); each head's output
+        # (B, H, Tq, head_size); the output after the projection (B, Tq, n_embd)
         self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
         self.hook_scores, self.hook_pattern = HookPoint(), HookPoint()
         self.hook_head_out, self.hook_out = HookPoint(), HookPoint()
@@ -208,16 +223,24 @@ class MultiHeadAttention(Module, DrawsDropout):
             if context.shape[0] != x.shape[0]:
                 raise ShapeError(f"context must be (B={x.shape[0]}, Tk, {self.n_embd}), got {context.shape}")
 
+    def _normed(self, q: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """q, k (B, heads, T, head_size) with QK-norm applied to each head's vectors (as they are
+        without qk_norm)."""
+        if self.q_norm is None:
+            return q, k
+        return self.q_norm(q), self.k_norm(k)
+
     def self_qkv(self, x: np.ndarray, offset: int = 0):
         """Self-attention's q (B, H, T, head_size) and k, v (B, n_kv_head, T, head_size) for
         x (B, T, n_embd): what the scores are made of (query head h reads key/value head
-        h // (H / n_kv_head), see `expand_kv`). With rotary positions, q and k are rotated for
-        the positions offset .. offset + T - 1."""
+        h // (H / n_kv_head), see `expand_kv`). With qk_norm, q and k are normed; then, with
+        rotary positions, rotated for the positions offset .. offset + T - 1."""
         qkv = linear_forward(x, self.in_proj_weight.data, self._bias(slice(None)))  # (B, T, (H + 2 Hkv) hs)
         B, T, _ = qkv.shape  # q, k, v: (B, heads, T, head_size) views, split_heads of each part
         heads = qkv.reshape(B, T, -1, self.head_size).transpose(0, 2, 1, 3)  # (B, H + 2 Hkv, T, hs)
         H, Hkv = self.n_head, self.n_kv_head
         q, k, v = heads[:, :H], heads[:, H : H + Hkv], heads[:, H + Hkv :]
+        q, k = self._normed(q, k)
         if self.rope_theta is not None:
             cos, sin = rope_tables(offset, T, self.head_size, self.rope_theta, q.dtype)  # (T, head_size)
             q, k = rope_forward(q, cos, sin), rope_forward(k, cos, sin)
@@ -255,12 +278,14 @@ class MultiHeadAttention(Module, DrawsDropout):
                 k, v = kv_cache.append(k, v)
             k, v = self.expand_kv(k), self.expand_kv(v)
         else:
-            q = self.hook_q(self._split_heads(linear_forward(x, W[:d], self._bias(slice(0, d)))))
+            q = self._split_heads(linear_forward(x, W[:d], self._bias(slice(0, d))))
+            q = self.hook_q(q if self.q_norm is None else self.q_norm(q))
             if kv_cache is not None and kv_cache.k is not None:
                 k, v = kv_cache.k, kv_cache.v
             else:
                 kv = linear_forward(context, W[d:], self._bias(slice(d, None)))  # (B, Tk, 2d)
                 k, v = (self._split_heads(t) for t in np.split(kv, 2, axis=-1))
+                k = k if self.k_norm is None else self.k_norm(k)
                 k, v = self.hook_k(k), self.hook_v(v)
                 if kv_cache is not None:
                     kv_cache.store(k, v)
@@ -320,6 +345,12 @@ class MultiHeadAttention(Module, DrawsDropout):
                 "pattern): call model.eval() or use scratchformer.lens.run_with_hooks"
             )
 
+    def _normed_backward(self, dq: np.ndarray, dk: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`_normed`'s backward: the gradients of q and k before QK-norm (their weights' added)."""
+        if self.q_norm is None:
+            return dq, dk
+        return self.q_norm.backward(dq), self.k_norm.backward(dk)
+
     def backward(self, grad):
         """Returns (dx, dcontext); dcontext is None for self-attention (no context given)."""
         c = self._pop_cache()
@@ -334,6 +365,7 @@ class MultiHeadAttention(Module, DrawsDropout):
             ):  # q, k = rope(q0), rope(k0)  =>  dq0, dk0 = rope^T(dq), rope^T(dk)
                 cos, sin = rope_tables(c["offset"], dq.shape[2], self.head_size, self.rope_theta, dq.dtype)
                 dq, dk = rope_backward(dq, cos, sin), rope_backward(dk, cos, sin)
+            dq, dk = self._normed_backward(dq, dk)  # q, k = q_norm(q0), k_norm(k0)
             # qkv = x W^T + b with W = [W_q; W_k; W_v]; dqkv = concat of merge_heads(dq, dk, dv)
             B, H, T, hs = dq.shape
             Hkv = self.n_kv_head
@@ -344,7 +376,8 @@ class MultiHeadAttention(Module, DrawsDropout):
                 dqkv.reshape(B, T, -1), x, W, self.in_proj_weight.grad, self._bias_grad(slice(None))
             )
             return dx, None
-        # q = x W_q^T + b_q ;  [k, v] = context [W_k; W_v]^T + [b_k, b_v]
+        # q = x W_q^T + b_q ;  [k, v] = context [W_k; W_v]^T + [b_k, b_v] (then q_norm, k_norm)
+        dq, dk = self._normed_backward(dq, dk)
         dq, dk, dv = self._merge_heads(dq), self._merge_heads(dk), self._merge_heads(dv)
         dWq, dWkv = self.in_proj_weight.grad[:d], self.in_proj_weight.grad[d:]  # views: added into in place
         dx = linear_backward_into(dq, x, W[:d], dWq, self._bias_grad(slice(0, d)))

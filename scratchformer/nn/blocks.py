@@ -107,6 +107,7 @@ class DecoderBlock(Module):
     self-attention's scores (positions without a table); see `MultiHeadAttention`.
     feedforward=False: an attention-only block (Olsson et al. 2022): no feed-forward sub-layer,
     no ff_norm (`ff` and `ff_norm` are None), so x = x + attn(norm(x)) and nothing more.
+    qk_norm: QK-norm in the self-attention (each head's q and k RMS-normalised, eps `eps`).
     """
 
     def __init__(
@@ -126,6 +127,7 @@ class DecoderBlock(Module):
         n_kv_head: int | None = None,
         alibi: bool = False,
         feedforward: bool = True,
+        qk_norm: bool = False,
     ):
         super().__init__()
         self.norm_first, self.cross_attention = norm_first, cross_attention
@@ -138,6 +140,8 @@ class DecoderBlock(Module):
             rope_theta=rope_theta,
             n_kv_head=n_kv_head,
             alibi=alibi,
+            qk_norm=qk_norm,
+            norm_eps=eps,
         )
         self.attn_norm = make_norm(normalization, n_embd, eps, bias, dtype)
         self.attn_dropout = Dropout(dropout)

@@ -37,7 +37,7 @@ ROWS = {  # id -> what the row is, as the docs table names it
     "gpt-sin": "GPT, sinusoidal positions",
     "llama": "Llama-style GPT: `--positional rope --normalization rmsnorm --activation swiglu --n-kv-head 1 "
     "--no-bias` (BPE)",
-    "alibi": "GPT with `--positional alibi`",
+    "alibi": "GPT with `--positional alibi --qk-norm`",
     "subclass": "a subclass of GPT (`class MyGPT(GPT)`, Python API)",
     "bpe": "GPT on `--tokenizer bpe` text",
     "classifier": "classifier (`--task majority`)",
@@ -314,7 +314,7 @@ def train_argv(row: str, files, out: Path) -> list:
     if row == "gpt-sin":
         return ["train", "--data", names, "--positional", "sinusoidal", *TINY, "--out", out]
     if row == "alibi":
-        return ["train", "--data", names, "--positional", "alibi", *TINY, "--out", out]
+        return ["train", "--data", names, "--positional", "alibi", "--qk-norm", *TINY, "--out", out]
     if row == "llama":
         return [
             "train",

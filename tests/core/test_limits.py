@@ -1,8 +1,10 @@
 """Memory estimates before allocating (scratchformer/limits/) and the bundled data sets."""
 
+import dataclasses
 import hashlib
 
 import pytest
+from config_values import variations
 
 from scratchformer.data.datasets import check_line_lengths, resolve_data
 from scratchformer.errors import DataError, ResourceError
@@ -53,6 +55,55 @@ def test_param_count_is_the_real_models_count(kw):
     assert GPT.param_count(cfg) == real
     assert param_count_bound(cfg, GPT) == real
     assert param_count_bound(cfg.to_dict(), GPT) == real  # a config.json "model" dict works too
+
+
+TINY_GPT = dict(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=8)
+LLAMA_GPT = dict(
+    TINY_GPT, positional="rope", normalization="rmsnorm", activation="swiglu", bias=False, n_kv_head=1
+)
+
+
+def _families():
+    from scratchformer.models import (
+        ClassifierConfig,
+        Seq2SeqConfig,
+        Seq2SeqTransformer,
+        TransformerClassifier,
+    )
+
+    return [
+        (GPT, GPTConfig, TINY_GPT),
+        (GPT, GPTConfig, LLAMA_GPT),
+        (
+            TransformerClassifier,
+            ClassifierConfig,
+            dict(vocab_size=5, n_classes=3, max_len=8, n_layer=1, n_head=2, n_embd=8),
+        ),
+        (
+            Seq2SeqTransformer,
+            Seq2SeqConfig,
+            dict(src_vocab_size=7, tgt_vocab_size=7, max_len=8, n_layer=1, n_head=2, n_embd=8),
+        ),
+    ]
+
+
+@pytest.mark.parametrize("family", range(4), ids=["gpt", "llama-gpt", "classifier", "seq2seq"])
+def test_every_setting_is_counted_exactly(family):
+    """The recipe's parameter count step (docs/architecture.md), enforced: every value of every
+    setting, generated from the config's declared specs (tests/config_values.py) one setting at
+    a time around a tiny base, builds a model whose `num_parameters()` is `param_count(config)`.
+    A setting added to a config joins this test by itself; forgetting to count its weights fails."""
+    model_class, config_class, base = _families()[family]
+    configs = variations(config_class, base)
+    changed = {
+        f.name
+        for f in dataclasses.fields(config_class)
+        for c in configs
+        if getattr(c, f.name) != getattr(config_class(**base), f.name)
+    }
+    assert changed == {f.name for f in dataclasses.fields(config_class)}  # every setting was tried
+    for config in configs:
+        assert model_class.param_count(config) == model_class(config).num_parameters(), config
 
 
 def test_task_model_counts_are_exact():

@@ -22,6 +22,7 @@ import os
 
 import numpy as np
 import pytest
+from config_values import setting_values
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -32,7 +33,6 @@ from scratchformer.interop.hf_lm import HF_LAYOUTS, hf_layout, load_hf_causal_lm
 from scratchformer.interop.layout import ANY  # noqa: E402
 from scratchformer.models import GPT, GPTConfig  # noqa: E402
 from scratchformer.nn import eval_mode  # noqa: E402
-from scratchformer.specs import Bool, Int, Maybe, Num, Str  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -46,27 +46,10 @@ PROMPT = "ab"
 NEW = 8
 
 
-def _values(spec, default) -> tuple:
-    """The values tried for one setting, from its declared spec: every choice of a string, both
-    booleans, None and then each value of a Maybe, a number's default and one far from it."""
-    if isinstance(spec, Maybe):
-        return (None, *_values(spec.spec, None))
-    if isinstance(spec, Str) and spec.choices:
-        return spec.choices
-    if isinstance(spec, Bool):
-        return (False, True)
-    if isinstance(spec, Int):
-        return (spec.min or 1,) if default is None else (default, default + 1)
-    if isinstance(spec, Num):
-        other = default * 100 if default else 0.25 * (spec.below or spec.max or 1.0)
-        return (default, other)
-    raise AssertionError(f"no values for a setting of spec {type(spec).__name__}: teach _values")
-
-
 def _options() -> dict[str, tuple]:
     """Every setting of GPTConfig but the sizes -> the values tried."""
     return {
-        f.name: _values(GPTConfig.spec(f.name), f.default)
+        f.name: setting_values(GPTConfig.spec(f.name), f.default)
         for f in dataclasses.fields(GPTConfig)
         if f.name not in SIZES
     }

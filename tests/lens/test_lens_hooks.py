@@ -264,24 +264,15 @@ def test_the_cache_holds_what_the_model_ran_with_after_a_hook():
 
 
 def test_a_layer_added_inside_a_block_shows_its_hook_points_with_no_change_in_the_lens():
-    """A norm on each head's queries (QK-norm's shape), built from an nn layer, is named by where
-    it sits (blocks.L.attn.q_norm.in / .out) and cached as the forward ran it."""
-    from scratchformer.nn import MultiHeadAttention, RMSNorm
-
-    class QNormAttention(MultiHeadAttention):
-        def self_qkv(self, x, offset=0):
-            q, k, v = super().self_qkv(x, offset)
-            return self.q_norm(q), k, v
-
-    model = _gpt()
-    for block in model.h:
-        block.self_attn.__class__ = QNormAttention
-        block.self_attn.q_norm = RMSNorm(block.self_attn.head_size, dtype=np.float64)
+    """QK-norm's norms on each head's queries and keys, nn layers inside the attention, are named
+    by where they sit (blocks.L.attn.q_norm.in / .out) and cached as the forward ran them."""
+    model = _gpt(qk_norm=True)
     names = hook_names(model)
     i = names.index("blocks.0.attn.q_norm.in")
     assert names[i + 1] == "blocks.0.attn.q_norm.out" and names.index("blocks.1.attn.q_norm.out") > i
+    assert "blocks.1.attn.k_norm.out" in names
     _, c = run_with_cache(model, IDS)
-    assert np.array_equal(c["blocks.0.attn.q_norm.out"], c["blocks.0.attn.q"])
+    assert np.array_equal(c["blocks.0.attn.q_norm.out"], c["blocks.0.attn.q"])  # no rotation here
     assert not np.allclose(c["blocks.0.attn.q_norm.in"], c["blocks.0.attn.q"])
 
 

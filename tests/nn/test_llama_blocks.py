@@ -231,10 +231,12 @@ def test_rope_attention_matches_torch():
     assert_torch_close("d out_proj.weight", m.out_proj.weight.grad, Wo.grad)
 
 
-def test_rope_attention_with_kv_cache_equals_the_full_forward():
-    """The cache's length is the new tokens' position offset: prefill 2, then one at a time."""
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_rope_attention_with_kv_cache_equals_the_full_forward(qk_norm):
+    """The cache's length is the new tokens' position offset: prefill 2, then one at a time (with
+    QK-norm the cache holds the keys normed, then rotated)."""
     manual_seed(0)
-    m = randomize(MultiHeadAttention(D, H, rope_theta=10000.0)).to(np.float64).eval()
+    m = randomize(MultiHeadAttention(D, H, rope_theta=10000.0, qk_norm=qk_norm)).to(np.float64).eval()
     x = x_of((B, 6, D))
     full = m(x, causal=True)
     cache = KVCache()
