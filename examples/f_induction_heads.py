@@ -66,8 +66,8 @@ layer, head = last["best_head"]
 wl, wh = last["worst_head"]
 print(
     f"loss on the first copy {last['loss_first']:.3f}, on the repeat {last['loss_repeat']:.3f} "
-    f"(log of the symbols: {np.log(job.model.config.vocab_size):.3f}); in-context-learning score "
-    f"{last['icl_score']:+.3f}"
+    f"(log of the symbols: {np.log(job.model.config.vocab_size):.3f}); repeat advantage (last quarter "
+    f"minus first quarter of the positions) {last['repeat_advantage']:+.3f}"
 )
 print("prefix-matching score per head (rows: layers): " + json.dumps(np.round(scores, 2).tolist()))
 print(

@@ -116,11 +116,14 @@ EXPECTED = {
     "g_grokking": (
         ["grokking"],
         [
-            r"p = 11: 85 training pairs, 36 held out; [\d,]+ parameters, normalization=none",
+            r"p = 11: \d+ training pairs, \d+ held out; [\d,]+ parameters, normalization=none",
             r"trained 20 steps; 5 records of the progress measures",
             r"sum of their 2-D Fourier components\| over the run: \d\.\de-1\d \(exact: True\)",
-            r"key frequencies at step 20: \[\d, \d, \d, \d, \d\]",
-            r"excluded loss rises before the test loss falls: (True|False|None)",
+            r"key frequencies at step 20: \[[\d, ]*\] \(their share of the embedding's squared Fourier norm \d+%; "
+            r"Gini coefficient of its Fourier norms 0\.\d\d\)",
+            r"memorised (\(train accuracy >= 99%\) )?at step",
+            r"phases \(Nanda et al\. 2023, section 5\.2; paper: memorisation 0-1\.4k, circuit formation 1\.4k-9\.4k, "
+            r"cleanup 9\.4k-14k\): ",
             r"verdict: (grokked|not grokked) -- test accuracy [01]\.\d{4} at step 20",
         ],
     ),

@@ -95,7 +95,23 @@ def test_lockstep_with_torch_gives_the_same_losses(text_run):
     assert step_line and step_line.group(1) == step_line.group(2), out
 
 
-@pytest.mark.parametrize("script", ["scripts/nanogpt_estimates.py", "scripts/names_novelty.py"])
+def test_icl_score_reads_the_late_and_early_token_of_validation_windows(text_run):
+    out = run_script("scripts/icl_score.py", str(text_run / "run" / "last"), "--early", "3", "--late", "12")
+    m = re.search(
+        r"\(step 4\): in-context learning score ([-+][0-9.]+) nats \(loss on token 12 ([0-9.]+) minus on token 3 "
+        r"([0-9.]+), (\d+) windows of 16 tokens\); best prefix-matching head L0H\d 0\.\d\d",
+        out,
+    )
+    assert m, out
+    score, late, early, windows = float(m[1]), float(m[2]), float(m[3]), int(m[4])
+    assert (
+        abs(score - (late - early)) < 2e-3 and windows == (len(TEXT) // 10) // 16
+    )  # the whole val split's windows
+
+
+@pytest.mark.parametrize(
+    "script", ["scripts/nanogpt_estimates.py", "scripts/names_novelty.py", "scripts/icl_score.py"]
+)
 def test_scripts_reject_a_missing_run_in_one_line(script, tmp_path):
     done = subprocess.run(
         [sys.executable, script, str(tmp_path / "missing")],
