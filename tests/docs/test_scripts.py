@@ -109,6 +109,31 @@ def test_icl_score_reads_the_late_and_early_token_of_validation_windows(text_run
     )  # the whole val split's windows
 
 
+def test_grokking_table_writes_a_row_per_run_with_its_time(tmp_path):
+    out = tmp_path / "fast-s1"
+    tiny = [
+        "--modulus",
+        "7",
+        "--n-embd",
+        "16",
+        "--max-steps",
+        "4",
+        "--eval-interval",
+        "4",
+        "--diag-interval",
+        "2",
+    ]
+    assert (
+        main(["train", "--task", "modadd", "--preset", "fast", *tiny, "--workers", "1", "--out", str(out)])
+        == 0
+    )
+    (tmp_path / "fast-s1.time").write_text("10.5 0.5 30.2\n")  # user, sys, wall: scripts/grokking_runs.sh's
+    rows = run_script("scripts/grokking_table.py", str(out)).splitlines()
+    assert rows[0].startswith("| run | memorised at") and len(rows) == 3
+    cells = [c.strip() for c in rows[2].strip("|").split("|")]
+    assert cells[0] == "fast-s1" and cells[-1] == "11 s (30 s)" and len(cells) == rows[0].count("|") - 1
+
+
 @pytest.mark.parametrize(
     "script", ["scripts/nanogpt_estimates.py", "scripts/names_novelty.py", "scripts/icl_score.py"]
 )
