@@ -20,7 +20,7 @@ for run in map(Path, (a for a in sys.argv[1:] if Path(a).is_dir())):
     s = grokking_summary(read_records(run / DIAG_FILE)[1])
     t = run.with_suffix(".time")
     time = ""
-    if t.exists():
+    if t.exists() and len(t.read_text().split()) >= 3:  # empty while the run is still going
         user, system, wall = map(float, t.read_text().split()[-3:])
         time = f"{user + system:.0f} s ({wall:.0f} s)"
     mem, grok = s["memorised_step"], s["grokked_step"]
@@ -31,9 +31,10 @@ for run in map(Path, (a for a in sys.argv[1:] if Path(a).is_dir())):
         for name in ("memorisation", "circuit formation", "cleanup")
         for a, b in [ph.get(name, (0, 0))]
     ]
+    grokked = f"{grok:,}" if grok is not None else f"not by {s['last_step']:,}"
     then = "" if s["test_accuracy_when_memorised"] is None else f" ({s['test_accuracy_when_memorised']:.1%})"
     print(
-        f"| {run.name} | {mem}{then} | {grok if grok is not None else 'not by ' + format(s['last_step'], ',')}"
+        f"| {run.name} | {'no' if mem is None else format(mem, ',')}{then} | {grokked}"
         f"{ratio} | {'yes' if s['delayed'] else 'no'} | {' | '.join(spans)} | {s['test_peak']:.1f} "
         f"({s['test_peak_step']:,}) | {s['key_freqs']} | {time} |"
     )

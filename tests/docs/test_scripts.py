@@ -111,22 +111,8 @@ def test_icl_score_reads_the_late_and_early_token_of_validation_windows(text_run
 
 def test_grokking_table_writes_a_row_per_run_with_its_time(tmp_path):
     out = tmp_path / "fast-s1"
-    tiny = [
-        "--modulus",
-        "7",
-        "--n-embd",
-        "16",
-        "--max-steps",
-        "4",
-        "--eval-interval",
-        "4",
-        "--diag-interval",
-        "2",
-    ]
-    assert (
-        main(["train", "--task", "modadd", "--preset", "fast", *tiny, "--workers", "1", "--out", str(out)])
-        == 0
-    )
+    tiny = "--modulus 7 --n-embd 16 --max-steps 4 --eval-interval 4 --diag-interval 2 --workers 1".split()
+    assert main(["train", "--task", "modadd", "--preset", "fast", *tiny, "--out", str(out)]) == 0
     (tmp_path / "fast-s1.time").write_text("10.5 0.5 30.2\n")  # user, sys, wall: scripts/grokking_runs.sh's
     rows = run_script("scripts/grokking_table.py", str(out)).splitlines()
     assert rows[0].startswith("| run | memorised at") and len(rows) == 3
