@@ -34,7 +34,12 @@ def setup(name: str, doc: str) -> tuple[Path, bool]:
     in_notebook = "ipykernel" in sys.modules
     args = p.parse_args([] if in_notebook else None)
     quick = args.quick or (in_notebook and os.environ.get("SCRATCHFORMER_QUICK") == "1")
-    args.out.mkdir(parents=True, exist_ok=True)
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # a file of that name, a folder it may not write: one line, as every command
+        what = "is a file, not a folder" if args.out.is_file() else f"cannot be made ({e.strerror})"
+        print(f"{name}.py: error: --out {args.out} {what}: give a folder", file=sys.stderr)
+        raise SystemExit(2) from None
     # NumPy's BLAS on one thread from here on: the examples' products are small, where
     # OpenBLAS's second thread costs far more than it saves, most of all on a shared machine (60
     # steps of example d's training: 1.6-1.9 s of CPU on one thread, 21.8 s on OpenBLAS's default

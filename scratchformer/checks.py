@@ -151,6 +151,36 @@ def check_float_array(x, name: str, ndim: int | None = None, last_dim: int | Non
 
 
 # -- scalars (config fields and arguments) ---------------------------------------------------------
+# -- numbers written as text ---------------------------------------------------------------------
+# Python reads other scripts' digits as digits: int("٣") is 3, float("３.５") is 3.5, and
+# "²".isdigit() is True. A number a user types (an option, a model input) is read here, from
+# ASCII alone, so "٣" is refused in one line instead of taken for a 3.
+ASCII_NUMBER = frozenset("0123456789+-._eEiInNfFtTyYaA")  # digits, signs, exponents; inf, infinity, nan
+
+
+def ascii_digits(text: str) -> bool:
+    """Whether `text` is one or more ASCII digits 0-9 (str.isdigit also takes '٣', '²', '３')."""
+    return isinstance(text, str) and text != "" and all("0" <= c <= "9" for c in text)
+
+
+def ascii_int(text: str) -> int:
+    """int(text) of ASCII text only (spaces around allowed); ValueError for anything else, as
+    int() raises it."""
+    return int(_ascii(text))
+
+
+def ascii_float(text: str) -> float:
+    """float(text) of ASCII text only; ValueError for anything else ('٣.٥', '３')."""
+    return float(_ascii(text))
+
+
+def _ascii(text: str) -> str:
+    stripped = text.strip() if isinstance(text, str) else text
+    if not isinstance(stripped, str) or not all(c in ASCII_NUMBER for c in stripped):
+        raise ValueError(f"not a number in ASCII digits: {text!r}")
+    return stripped
+
+
 def is_int(value) -> bool:
     """An integer, NumPy's included, and not a bool (True is an int to Python, never a size)."""
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))

@@ -5,11 +5,15 @@ bounded reader of regular files, one JSON parser whose every failure is a one-li
     new_temp_dir(next_to)       a fresh directory beside `next_to`, for a directory written atomically
     write_file(path, data)      write and fsync one file (not atomic by itself)
     read_regular_file(path)     the bytes of a regular file of bounded size: a FIFO, a device
-                                (a link to /dev/zero) or a huge file is refused, never read
+                                (a link to /dev/zero) or a huge file is refused, never read;
+                                every file the library reads goes through it (or its chunked
+                                form, read_regular_chunks), tests/core/test_runfiles.py says so
+    parse_json_line(line, where, limit)   one bounded line of a JSON-lines file
     read_json_file(path)        read_regular_file + UTF-8 + JSON, each failure one line
     read_optional_json(path)    a JSON file another program may have written (a Hugging Face
                                 model directory's config.json, ...): None when absent, typed,
                                 each failure one line of the reader's own error class
+    read_optional_jsons(dir, errors)  several such files of one directory, each read once
     parse_json(text, where)     json.loads with syntax errors, 4,300-digit ints and deep nesting
                                 as RunFileError
 
@@ -108,6 +112,19 @@ def read_regular_file(
     wait for a writer forever), a device (a link to /dev/zero, which never ends) or a file over
     `max_bytes` is a RunFileError. A missing file raises FileNotFoundError, for the caller to word.
     """
+    return b"".join(read_regular_chunks(path, max_bytes, dir_fd=dir_fd, where=where, hint=hint))
+
+
+def read_regular_chunks(
+    path: str | os.PathLike,
+    max_bytes: int | None = MAX_JSON_BYTES,
+    *,
+    dir_fd: int | None = None,
+    where: str | os.PathLike | None = None,
+    hint: str = "restore the file or train again",
+):
+    """read_regular_file's bytes as they are read, a MiB at a time (a sha256 of a large data
+    file without holding it): the same checks, made before the first chunk."""
     where = path if where is None else where
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
     try:
@@ -129,7 +146,7 @@ def read_regular_file(
             raise RunFileError(
                 f"{where}: {info.st_size:,} bytes is too large for this file (at most {max_bytes:,}); {hint}"
             )
-        chunks, size = [], 0
+        size = 0
         while True:  # read to the end, but never more than max_bytes (the file may grow meanwhile)
             chunk = os.read(fd, 1 << 20)
             if not chunk:
@@ -137,8 +154,7 @@ def read_regular_file(
             size += len(chunk)
             if max_bytes is not None and size > max_bytes:
                 raise RunFileError(f"{where} grew past {max_bytes:,} bytes while being read; {hint}")
-            chunks.append(chunk)
-        return b"".join(chunks)
+            yield chunk
     except OSError as e:
         if e.errno == errno.ENOENT:
             raise
@@ -162,6 +178,21 @@ def parse_json(text: str, where: str | os.PathLike, hint: str = "restore the fil
         ) from None
     except RecursionError:
         raise RunFileError(f"{where}: nested too deeply to read; {hint}") from None
+
+
+def parse_json_line(line: bytes, where: str, limit: int, hint: str = "restore the file or train again"):
+    """One line of a JSON-lines file (log.jsonl, diagnostics.jsonl): at most `limit` bytes (a
+    longer line is refused before it is parsed: parsing a huge array takes far more memory than
+    its bytes), UTF-8, JSON; each failure one RunFileError line."""
+    if len(line) > limit:
+        raise RunFileError(
+            f"{where} is {len(line):,} bytes, longer than any line this file holds ({limit:,}); {hint}"
+        )
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        raise RunFileError(f"{where}: not UTF-8 text; {hint}") from None
+    return parse_json(text, where, hint)
 
 
 def read_json_file(
@@ -203,3 +234,10 @@ def read_optional_json(
     if not isinstance(value, expect):
         raise error(f"{path} must hold a JSON {'object' if expect is dict else expect.__name__}")
     return value
+
+
+def read_optional_jsons(directory: str | os.PathLike, errors: dict[str, type[Exception]]) -> dict:
+    """{name: the JSON object in directory/name, or None where there is no such file} for each
+    name of `errors`, each file read once (`read_optional_json`, failing with its error class)."""
+    directory = Path(directory)
+    return {name: read_optional_json(directory / name, error=error) for name, error in errors.items()}

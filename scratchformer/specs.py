@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from scratchformer.checks import is_int, is_number
+from scratchformer.checks import ascii_float, ascii_int, is_int, is_number
 
 BIG = 2**31 - 1  # upper bound for sizes, counts and step numbers: far beyond any run that fits
 
@@ -40,7 +40,7 @@ class Int:
         return f"an integer{lo}{' and' if lo and hi else ''}{hi}"
 
     def parse(self, text: str) -> int:
-        return int(text)
+        return ascii_int(text)
 
     def check(self, value, where: str) -> None:
         if not is_int(value):
@@ -76,7 +76,7 @@ class Num:
         )
 
     def parse(self, text: str) -> float:
-        return float(text)
+        return ascii_float(text)
 
     def check(self, value, where: str) -> None:
         if not is_number(value):

@@ -15,6 +15,8 @@ import json
 
 import numpy as np
 
+from scratchformer.checks import ascii_int
+from scratchformer.cli.sae import add_lens_option as add_sae_lens_option
 from scratchformer.errors import CLIError, DataError
 from scratchformer.lens.analyses import MAX_STEPS
 
@@ -64,7 +66,7 @@ def add_options(p) -> None:
     )
     p.add_argument(
         "--steps",
-        type=int,
+        type=ascii_int,
         default=32,
         help=f"integrated-gradients quadrature nodes, 1 to {MAX_STEPS} (default: 32)",
     )
@@ -86,6 +88,7 @@ def add_options(p) -> None:
     p.add_argument(
         "--json", action="store_true", help="print one JSON object instead of tables (default: tables)"
     )
+    add_sae_lens_option(p)
 
 
 def cmd_lens(args) -> int:
@@ -94,6 +97,8 @@ def cmd_lens(args) -> int:
     if args.baseline_text is not None and args.baseline is not None:
         raise CLIError("give --baseline or --baseline-text, not both")
     if args.bert is not None:
+        if args.sae is not None:
+            raise CLIError("--sae applies to a run, not to --bert")
         if args.dir is not None or args.hf is not None:
             raise CLIError("give a run directory, --hf or --bert, not two of them")
         if not args.text or not args.text2:
@@ -106,7 +111,14 @@ def cmd_lens(args) -> int:
     else:
         if args.text2 is not None:
             raise CLIError("--text2 applies to --bert only")
-        report = _run_report(_job(args), args)
+        sae_job = None
+        if args.sae is not None:  # the autoencoder's run names the run it reads
+            from scratchformer.cli.sae import sae_for_lens
+
+            if args.hf is not None:
+                raise CLIError("--sae applies to a run, not to --hf")
+            sae_job, args.dir = sae_for_lens(args.sae, args.dir)
+        report = _run_report(_job(args), args, sae_job)
     print(json.dumps(_finite(report), indent=1, allow_nan=False) if args.json else _text(report))
     return 0
 
@@ -166,90 +178,66 @@ def _vocab_id(labels: list[str], target: str) -> int:
     return labels.index(target)
 
 
-def _run_report(job, args) -> dict:
-    """Every analysis of a run's model on --text: the logit lens and attribution (language
-    models, seq2seq), head ablation, saliency, the activations --show names and, with
-    --corrupt, patching; each analysis's check line in "checks"."""
-    from scratchformer import lens
-    from scratchformer.lens.parts import family
+def _run_report(job, args, sae_job=None) -> dict:
+    """Every analysis of a run's model on --text (`lens.report.lens_report`: the logit lens and
+    attribution of a language model, head ablation, saliency, head scores, the activations
+    --show names and, with --corrupt, patching; with --sae, the target's logit split into the
+    autoencoder's features), as a dict; each analysis's check line in "checks"."""
+    from scratchformer.lens.report import BASELINE_TEXT, lens_report
 
     model = job.model.to(np.float64)  # the checks are exact in float64
     v = job.viz_inputs(args.text)
-    ids, labels = np.asarray(v["ids"])[None], list(v["vocab_labels"])
-    kind = family(model)
-    report: dict = {"tokens": list(v["tokens"]), "checks": []}
-    inputs, loss_inputs = _run_inputs(model, kind, ids, labels, report)
-    last = _last_logits(model, inputs)
-    target = (
-        int(last.argmax())
-        if args.target is None
-        else _vocab_id(labels if kind != "classifier" else [str(i) for i in range(len(last))], args.target)
+    ids, tokens, labels = np.asarray(v["ids"]), list(v["tokens"]), list(v["vocab_labels"])
+    example = model.example(ids, tokens, labels)
+    if args.target is not None:  # the example's loss may follow the target (a classifier's class)
+        target = _vocab_id(example.output_labels or [], args.target)
+        example = model.example(ids, tokens, labels, target=target)
+    r = lens_report(
+        model,
+        example,
+        k=1,
+        steps=args.steps,
+        baseline=_baseline(job, args, model, example),
+        show=args.show,
+        corrupt=_corrupt(job, args.corrupt, example),
     )
-    label = (lambda i: labels[i]) if kind != "classifier" else str
-    report["target"] = label(target)
-    if kind == "classifier":
-        loss_inputs = (ids, np.array([target]))
-    else:
-        _add_logit_lens(report, model, inputs, target, labels, kind)
-    if loss_inputs is not None:
-        abl = lens.head_ablation(model, loss_inputs)
-        report["ablation"] = {"baseline_loss": round(abl.baseline, 6), "top": _top_heads(abl)}
-        report["checks"].append(str(abl.check))
-    _add_saliency(report, job, args, model, ids, inputs, target)
-    report["checks"].append(str(lens.head_scores(model, inputs).check))
-    if args.show:
-        _, cache = lens.run_with_cache(model, *inputs, names=args.show)
-        report["activations"] = {
-            name: np.round(x[0] if x.ndim > 2 else x, 5).tolist() for name, x in cache.items()
+    label = example.output_labels.__getitem__
+    report: dict = {"tokens": tokens, "checks": r.checks}
+    if example.answer is not None:
+        report["answer"] = example.answer
+    report["target"] = label(r.target)
+    if r.logit_lens is not None:
+        report["logit_lens"] = {
+            "layers": r.logit_lens.layers,
+            "top1": [[label(i) for i in row] for row in r.logit_lens.top_ids[:, :, 0]],
+            "prob": r.logit_lens.top_probs[:, :, 0].round(4).tolist(),
+            "positions": example.positions,
         }
-    if args.corrupt is not None:
-        _add_patching(report, job, args.corrupt, model, ids, inputs, target, label)
-    return report
-
-
-def _run_inputs(model, kind: str, ids, labels: list, report: dict) -> tuple:
-    """(the model's inputs, the inputs of its loss or None) for `ids` (1, T); a seq2seq model's
-    own greedy answer is its target (report["answer"])."""
-    if kind == "gpt":
-        return (ids,), ((ids[:, :-1], ids[:, 1:]) if ids.shape[1] > 1 else None)
-    if kind != "seq2seq":  # classifier: its loss needs the target class, chosen later
-        return (ids,), None
-    from scratchformer.inference.beam import greedy_decode
-
-    out = greedy_decode(model, ids)[0]  # the model's own answer, ending in EOS
-    ids_of = model.decoding_sizes()  # pad_id, bos_id
-    tgt_out = np.concatenate([out[out != ids_of["pad_id"]]])[None]
-    tgt_in = np.concatenate([[ids_of["bos_id"]], tgt_out[0, :-1]])[None]
-    report["answer"] = [labels[i] for i in tgt_out[0]]
-    return (ids, tgt_in), (ids, tgt_in, tgt_out)
-
-
-def _last_logits(model, inputs) -> np.ndarray:
-    """The logits at the last position (V,), or a classifier's (C,)."""
-    logits = _first(model.eval()(*inputs))
-    return logits[0, -1] if logits.ndim == 3 else logits[0]
-
-
-def _add_logit_lens(report: dict, model, inputs, target: int, labels: list, kind: str) -> None:
-    """The logit lens's top token per layer and position, and, where the stream is a sum of its
-    parts (pre-norm), the heads' direct logit attribution to `target`."""
-    from scratchformer import lens
-    from scratchformer.lens.parts import unembedding
-
-    ll = lens.logit_lens(model, inputs, k=1)
-    rows = ll.top_ids[:, :, 0]
-    report["logit_lens"] = {
-        "layers": ll.layers,
-        "top1": [[labels[i] for i in row] for row in rows],
-        "prob": ll.top_probs[:, :, 0].round(4).tolist(),
-        "positions": report["tokens"] if kind == "gpt" else ["<bos>"] + report["answer"][:-1],
-    }
-    report["checks"].append(str(ll.check))
-    if unembedding(model).pre_norm:  # attribution needs the stream to be a sum of its parts
-        dla = lens.direct_logit_attribution(model, inputs, target)
+    if r.attribution is not None:
+        dla = r.attribution
         order = np.argsort(-np.abs(dla.contributions))[:TOP_HEADS]
         report["attribution"] = [[dla.labels[i], round(float(dla.contributions[i]), 5)] for i in order]
-        report["checks"].append(str(dla.check))
+    if sae_job is not None:  # its check line after the lens report's
+        from scratchformer.cli.sae import add_lens_part
+
+        add_lens_part(report, sae_job, model, example.explained, r.target, example.output_labels)
+    if r.ablation is not None:
+        report["ablation"] = {"baseline_loss": round(r.ablation.baseline, 6), "top": _top_heads(r.ablation)}
+    report["saliency"] = {
+        "of": f"logit of {report['target']!r} at the last position",
+        "baseline": f"the embeddings of {args.baseline_text!r}"
+        if r.baseline is None
+        else BASELINE_TEXT[r.baseline],
+        "grad_x_input": r.saliency.grad_x_input[0].round(6).tolist(),
+        "integrated_gradients": r.integrated_gradients.attributions[0].round(6).tolist(),
+    }
+    if args.show:
+        report["activations"] = {
+            name: np.round(x[0] if x.ndim > 2 else x, 5).tolist() for name, x in r.activations.items()
+        }
+    if r.patching is not None:
+        report["patching"] = _patching(r.patching, label(r.target), label(r.other))
+    return report
 
 
 def _top_heads(abl) -> list:
@@ -264,84 +252,56 @@ def _top_heads(abl) -> list:
     return [[f"{a} H{h}", round(c, 6)] for a, h, c in flat[:TOP_HEADS]]
 
 
-def _add_saliency(report: dict, job, args, model, ids, inputs, target: int) -> None:
-    """Gradient x input and integrated gradients of the target's logit at the last position."""
-    from scratchformer import lens
-
-    objective = lens.logit_objective(-1, target)
-    sal = lens.saliency(model, inputs, objective)
-    ig = lens.integrated_gradients(
-        model, inputs, objective, steps=args.steps, baseline=_baseline(job, args, model, ids, inputs)
-    )
-    report["saliency"] = {
-        "of": f"logit of {report['target']!r} at the last position",
-        "baseline": f"the embeddings of {args.baseline_text!r}"
-        if args.baseline_text is not None
-        else {"zero": "zero embeddings", "mean": "the mean token embedding"}[_baseline_kind(args, model)],
-        "grad_x_input": sal.grad_x_input[0].round(6).tolist(),
-        "integrated_gradients": ig.attributions[0].round(6).tolist(),
-    }
-    report["checks"] += [str(sal.check), str(ig.check)]
-
-
-def _add_patching(report: dict, job, corrupt: str, model, ids, inputs, target: int, label) -> None:
-    """Activation patching from --text into --corrupt (same length), on the logit difference
-    between the target and the corrupted run's own answer (its runner-up when they agree)."""
-    from scratchformer import lens
-
+def _corrupt(job, corrupt: str | None, example):
+    """--corrupt's ids (1, T) (None without it); it must give as many tokens as --text."""
+    if corrupt is None:
+        return None
     cids = np.asarray(job.viz_inputs(corrupt)["ids"])[None]
-    if cids.shape != ids.shape:
+    T = example.explained[0].shape[1]
+    if cids.shape[1] != T:
         raise DataError(
-            f"--corrupt gives {cids.shape[1]} tokens and --text {ids.shape[1]}: patching needs "
-            "inputs of the same length"
+            f"--corrupt gives {cids.shape[1]} tokens and --text {T}: patching needs inputs of the same length"
         )
-    corrupt_inputs = (cids,) + inputs[1:]
-    c_last = _last_logits(model, corrupt_inputs)
-    other = int(c_last.argmax())
-    if other == target:
-        other = int(np.argsort(-c_last)[1])
-    patch = lens.activation_patching(model, inputs, corrupt_inputs, lens.logit_metric(-1, target, other))
-    report["patching"] = {
-        "metric": f"logit {label(target)!r} - logit {label(other)!r}",
+    return cids
+
+
+def _patching(patch, target: str, other: str) -> dict:
+    """Activation patching from --text into --corrupt, on the logit difference between the
+    target and the corrupted run's own answer (its runner-up when they agree)."""
+    out = {
+        "metric": f"logit {target!r} - logit {other!r}",
         "clean": round(patch.clean_diff, 6),
         "corrupt": round(patch.corrupt_diff, 6),
     }
     if not patch.defined:
-        report["patching"]["undefined"] = "clean and corrupted runs give the same metric: nothing to recover"
-    else:
-        report["patching"]["residual"] = patch.residual.round(4).tolist()
-        report["patching"]["heads"] = {
-            f"{lab} H{h}": round(float(patch.heads[r, h]), 4)
-            for r, lab in enumerate(patch.head_labels)
-            for h in range(patch.heads.shape[1])
-            if np.isfinite(patch.heads[r, h])
-        }
-        if patch.encoder_residual is not None:
-            report["patching"]["encoder_residual"] = patch.encoder_residual.round(4).tolist()
-    report["checks"].append(str(patch.check))
+        out["undefined"] = "clean and corrupted runs give the same metric: nothing to recover"
+        return out
+    out["residual"] = patch.residual.round(4).tolist()
+    out["heads"] = {
+        f"{lab} H{h}": round(float(patch.heads[r, h]), 4)
+        for r, lab in enumerate(patch.head_labels)
+        for h in range(patch.heads.shape[1])
+        if np.isfinite(patch.heads[r, h])
+    }
+    if patch.encoder_residual is not None:
+        out["encoder_residual"] = patch.encoder_residual.round(4).tolist()
+    return out
 
 
-def _baseline_kind(args, model) -> str:
-    """--baseline, or the model's default (lens.default_baseline_kind: "zero" where a position
-    table is added to the token embeddings, "mean" where positions live inside attention)."""
+def _baseline(job, args, model, example):
+    """Integrated gradients' start: --baseline (None: the model's default), or the embeddings of
+    --baseline-text."""
     from scratchformer import lens
 
-    return args.baseline if args.baseline is not None else lens.default_baseline_kind(model)
-
-
-def _baseline(job, args, model, ids, inputs):
-    """Integrated gradients' start: None (zero embeddings), the mean token embedding, or a text's."""
-    from scratchformer import lens
-
-    if args.baseline_text is not None:
-        bids = np.asarray(job.viz_inputs(args.baseline_text)["ids"])[None]
-        if bids.shape != ids.shape:
-            raise DataError(
-                f"--baseline-text gives {bids.shape[1]} tokens and --text {ids.shape[1]}: the baseline "
-                "needs the same number"
-            )
-        return lens.token_embeddings(model, (bids,) + inputs[1:])
-    return lens.baseline_embeddings(model, inputs, _baseline_kind(args, model))
+    if args.baseline_text is None:
+        return args.baseline
+    bids = np.asarray(job.viz_inputs(args.baseline_text)["ids"])[None]
+    T = example.explained[0].shape[1]
+    if bids.shape[1] != T:
+        raise DataError(
+            f"--baseline-text gives {bids.shape[1]} tokens and --text {T}: the baseline needs the same number"
+        )
+    return lens.token_embeddings(model, (bids,) + example.explained[1:])
 
 
 def _bert_report(args) -> dict:
@@ -390,10 +350,6 @@ def _bert_report(args) -> dict:
     }
 
 
-def _first(out):
-    return out[0] if isinstance(out, tuple) else out
-
-
 # -- printing ------------------------------------------------------------------------------------
 def _text(r: dict) -> str:
     lines = [f"target: {r['target']}"]
@@ -412,6 +368,10 @@ def _text(r: dict) -> str:
             "largest direct contributions to the target's logit: "
             + ", ".join(f"{n} {c:+.4f}" for n, c in r["attribution"])
         )
+    if "sae" in r:
+        from scratchformer.cli.sae import lens_text
+
+        lines += lens_text(r)
     if "ablation" in r:
         a = r["ablation"]
         base = next(k for k in a if k.startswith("baseline"))

@@ -1,4 +1,4 @@
-"""The `scratchformer` command: train, finetune, sample, eval, predict, embed, viz, lens, exercise, export.
+"""The `scratchformer` command: train, finetune, sample, eval, predict, embed, viz, lens, sae, exercise, export.
 
 Every error a user can cause (bad options, bad data, a broken checkpoint) ends as one line
 on stderr and exit code 2; no tracebacks.
@@ -16,15 +16,20 @@ from pathlib import Path
 import numpy as np
 
 from scratchformer.allocator import keep_freed_memory
+from scratchformer.checks import ascii_float, ascii_int, check_text
 from scratchformer.cli.exercise import add_options as add_exercise_options
 from scratchformer.cli.exercise import cmd_exercise
 from scratchformer.cli.lens import add_options as add_lens_options
 from scratchformer.cli.lens import cmd_lens
+from scratchformer.cli.sae import add_options as add_sae_options
+from scratchformer.cli.sae import cmd_sae
 from scratchformer.cli.viz import add_options as add_viz_options
 from scratchformer.cli.viz import cmd_viz, write_training_curves
 from scratchformer.errors import CheckpointError, CLIError, ScratchformerError
+from scratchformer.runfiles import read_regular_file
 from scratchformer.specs import Bool, Int, Maybe, SchemaMismatch, Str
 
+MAX_PROMPT_BYTES = 1 << 30  # a prompt file past this is refused (its memory estimate refuses far less)
 SEEN_MARK = " (in training data)"  # sample: appended to a sample that is an item of the training split
 # sample: the line before each sample of a text run or --hf model, whose samples hold newlines
 SAMPLE_HEADER = "=== sample {i} of {n} ==="
@@ -144,9 +149,9 @@ def _number(parse, minimum, what: str):
     return convert
 
 
-_positive_int = _number(int, 1, "a positive integer")
-_nonneg_int = _number(int, 0, "an integer >= 0")
-_nonneg_float = _number(float, 0, "a number >= 0")
+_positive_int = _number(ascii_int, 1, "a positive integer")
+_nonneg_int = _number(ascii_int, 0, "an integer >= 0")
+_nonneg_float = _number(ascii_float, 0, "a number >= 0")
 
 
 def _temperature(s: str) -> float:
@@ -293,6 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
         "viz": add_viz_options,
         "exercise": add_exercise_options,
         "lens": add_lens_options,
+        "sae": add_sae_options,
     }
     for name, (summary, description) in _about().items():
         add_options[name](sub.add_parser(name, help=summary, description=description))
@@ -374,6 +380,15 @@ def _about() -> dict[str, tuple[str, str]]:
             "logit lens, head ablation, saliency and patching of a trained model on one input",
             "Run the lens analyses (docs/lens.md) on one input and print their tables and "
             "check lines. With --bert: saliency of the similarity of two sentences' embeddings.",
+        ),
+        "sae": (
+            "train a sparse autoencoder on one hook point of a language-model run",
+            "Train a sparse autoencoder (TopK, or ReLU with an L1 penalty) on the activations of one hook "
+            "point of a trained language-model run, streamed from its model in batches. An autoencoder run "
+            "is a run: checkpoints, --resume, log.jsonl with SAELens's measures (L0, explained variance, "
+            "the CE loss score, ...) at every evaluation; at the end the best checkpoint is written in "
+            "SAELens's layout into OUT/saelens. 'scratchformer viz OUT' draws its feature pages; "
+            "'scratchformer lens RUN --sae OUT' attributes a logit to its features (docs/lens.md).",
         ),
     }
 
@@ -850,7 +865,12 @@ def cmd_sample(args) -> int:
 
         try:
             check_text_fits(Path(args.prompt_file).stat().st_size, args.prompt_file, "--prompt-file")
-            prompt = Path(args.prompt_file).read_bytes().decode("utf-8")
+            prompt = read_regular_file(
+                args.prompt_file,
+                MAX_PROMPT_BYTES,
+                where=f"--prompt-file {args.prompt_file}",
+                hint="give a text file",
+            ).decode("utf-8")
             # as an editor shows it: no byte-order mark, Windows line ends as \n, one trailing newline dropped
             prompt = prompt.removeprefix("\ufeff").replace("\r\n", "\n").removesuffix("\n")
         except OSError as e:
@@ -990,13 +1010,14 @@ def cmd_export(args) -> int:
     out = Path(args.hf)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise CLIError(f"{out} is not empty: export into a new directory")
-    _, cls, _ = hf_layout(job.model.config)  # a model no layout holds: one line naming why, nothing written
+    layout = hf_layout(job.model)  # a model no layout holds: one line naming why, nothing written
     # written into a temporary directory beside it, then renamed: a failure (a full disk) leaves
     # no half-written directory, only the one line naming the file
     out.absolute().parent.mkdir(parents=True, exist_ok=True)
     tmp = new_temp_dir(out.absolute())
+    notes: list[str] = []  # how the layout's dropout differs from the run's
     try:
-        save_hf_causal_lm(job.model, tokenizer, tmp)
+        save_hf_causal_lm(job.model, tokenizer, tmp, notes=notes)
         os.replace(tmp, out)  # onto a missing or empty directory
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -1004,7 +1025,9 @@ def cmd_export(args) -> int:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    print(f"wrote {out} ({cls}.from_pretrained and AutoTokenizer read it)")
+    for note in notes:
+        print(note, file=sys.stderr)
+    print(f"wrote {out} ({layout.hf_class}.from_pretrained and AutoTokenizer read it)")
     return 0
 
 
@@ -1018,8 +1041,24 @@ COMMANDS = {
     "viz": cmd_viz,
     "exercise": cmd_exercise,
     "lens": cmd_lens,
+    "sae": cmd_sae,
     "export": cmd_export,
 }
+
+
+def _utf8_arguments(argv: list[str]) -> None:
+    """Every argument must be UTF-8 text: a byte that is not (a latin-1 file name, a stray \\xff)
+    reaches Python as a lone surrogate, which no file, message or tokenizer can hold. One line
+    (DataError) naming the option, or the argument's place, instead of a failure further on."""
+    for i, arg in enumerate(argv):
+        if not isinstance(arg, str):
+            continue
+        name, value = f"argument {i + 1}", arg
+        if arg.startswith("--") and "=" in arg:
+            name, value = arg.split("=", 1)
+        elif i and argv[i - 1].startswith("-") and not arg.startswith("-"):
+            name = argv[i - 1]
+        check_text(name, value)
 
 
 def _tolerant_output() -> None:
@@ -1052,6 +1091,8 @@ def main(argv: list[str] | None = None) -> int:
     _tolerant_output()
     command = "scratchformer"
     try:  # the parser too: a failure while building it (a missing module on some platform) is one line
+        argv = sys.argv[1:] if argv is None else list(argv)
+        _utf8_arguments(argv)
         parser = build_parser()
         args = parser.parse_args(argv)
         if args.command is None:  # a bare `scratchformer`: what it can do

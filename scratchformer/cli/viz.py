@@ -28,6 +28,7 @@ DEFAULT_FIGURES = (
     "embedding_pca",
     "residual_norms",
     "training_curves",
+    "sae_measures",
 )
 
 

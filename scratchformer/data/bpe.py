@@ -12,7 +12,9 @@ that `tokenizers.Tokenizer.from_file` and `transformers.PreTrainedTokenizerFast`
 as {"type": "bpe", "version": 1, "special": ..., "hf": <that JSON>}.
 
 A Hugging Face model directory's own tokenizer is read by `BPETokenizer.from_hf_dir`:
-`tokenizer.json`, or GPT-2's `vocab.json` + `merges.txt`.
+`tokenizer.json`, or GPT-2's `vocab.json` + `merges.txt`. Such a tokenizer need not be a byte-level
+BPE (Llama-2's is SentencePiece's, a character run's export a WordLevel): `BPETokenizer` wraps any
+`tokenizers.Tokenizer`, and `hf_form()` of either tokenizer class is the one an export writes.
 """
 
 from __future__ import annotations
@@ -26,12 +28,23 @@ import numpy as np
 from scratchformer.data.tokenizer import check_saved_json, decodable_ids
 from scratchformer.errors import ConfigError, DataError, DTypeError
 from scratchformer.limits.estimates import check_bpe_fits
-from scratchformer.runfiles import read_optional_json, write_atomic
+from scratchformer.runfiles import read_optional_jsons, write_atomic
 
 END_OF_TEXT = "<|endoftext|>"  # GPT-2's one special token
+# the JSON files of a Hugging Face model directory a tokenizer reads (its special tokens, where generate stops)
+HF_CONFIGS = ("tokenizer_config.json", "config.json", "generation_config.json")
 MIN_VOCAB = 256 + 1  # the byte alphabet and the end-of-text token
 MAX_VOCAB = 1 << 20
 CHECKED_CHARS = 1 << 16  # texts longer than this are checked against the memory before they are encoded
+
+
+def start_with(tok, token: str) -> None:
+    """Give a `tokenizers.Tokenizer` a post-processor that puts `token` (a special token of its
+    vocabulary) before every text, as a line-format run starts each item: transformers'
+    tokenizer(prompt) then begins the prompt where `sample` does."""
+    tok.post_processor = _hf().processors.TemplateProcessing(
+        single=f"{token} $A", pair=f"{token} $A {token} $B", special_tokens=[(token, tok.token_to_id(token))]
+    )
 
 
 def _hf():
@@ -112,15 +125,22 @@ class BPETokenizer:
         return cls(tok, END_OF_TEXT, boundary)
 
     @classmethod
-    def from_hf_dir(cls, path: str | Path, config: dict | None = None) -> BPETokenizer:
+    def from_hf_dir(cls, path: str | Path) -> BPETokenizer:
+        """A Hugging Face model directory's tokenizer, its files and HF_CONFIGS read here: `from_hf_files`."""
+        return cls.from_hf_files(path, read_optional_jsons(path, dict.fromkeys(HF_CONFIGS, DataError)))
+
+    @classmethod
+    def from_hf_files(cls, path: str | Path, files: dict) -> BPETokenizer:
         """A Hugging Face model directory's tokenizer: `tokenizer.json` if there is one, else
-        GPT-2's `vocab.json` + `merges.txt` (read as `GPT2TokenizerFast` reads them). The end
-        token is the one tokenizer_config.json names (eos_token), else "<|endoftext|>", else a
-        Llama-style end token among the special tokens; `stop_ids` also holds the eos_token_id of
-        config.json and generation_config.json, where transformers' generate stops. `config`:
-        config.json's object, where the caller has read it already (it is not read again)."""
+        GPT-2's `vocab.json` + `merges.txt` (read as `GPT2Tokenizer` reads them: the start token
+        too where tokenizer_config.json's add_bos_token says so). The end token is the one
+        tokenizer_config.json names (eos_token), else "<|endoftext|>", else a Llama-style end
+        token among the special tokens; `stop_ids` also holds the eos_token_id of config.json and
+        generation_config.json, where transformers' generate stops. `files`: {name: JSON object or
+        None} of HF_CONFIGS, which the caller has read (the directory's JSON is read once)."""
         path = Path(path)
         hf = _hf()
+        configs = {name: files.get(name) or {} for name in HF_CONFIGS}
         if (path / "tokenizer.json").is_file():
             try:
                 tok = hf.Tokenizer.from_file(str(path / "tokenizer.json"))
@@ -141,16 +161,27 @@ class BPETokenizer:
             tok.decoder = hf.decoders.ByteLevel()
             if tok.token_to_id(END_OF_TEXT) is not None:
                 tok.add_special_tokens([END_OF_TEXT])
+            bos = configs["tokenizer_config.json"].get("bos_token")
+            bos = bos.get("content") if isinstance(bos, dict) else bos
+            if (
+                configs["tokenizer_config.json"].get("add_bos_token") is True
+                and isinstance(bos, str)
+                and tok.token_to_id(bos) is not None
+            ):  # as GPT2Tokenizer adds it (with a tokenizer.json, its post-processor says)
+                start_with(tok, bos)
         else:
             raise DataError(
                 f"{path} holds no tokenizer: it needs tokenizer.json, or vocab.json and merges.txt "
                 "(as save_pretrained writes them)"
             )
-        given = {} if config is None else {"config.json": config}
-        configs = {
-            name: given[name] if name in given else read_optional_json(path / name, error=DataError) or {}
-            for name in ("tokenizer_config.json", "config.json", "generation_config.json")
-        }
+        return cls.from_hf_tokenizer(tok, configs)
+
+    @classmethod
+    def from_hf_tokenizer(cls, tok, configs: dict) -> BPETokenizer:
+        """A `tokenizers.Tokenizer` (a Hugging Face directory's, or a transformers tokenizer's
+        backend_tokenizer) with its end token and stop ids from `configs` ({name: JSON object} of
+        HF_CONFIGS, as `from_hf_files` says)."""
+        configs = {name: configs.get(name) or {} for name in HF_CONFIGS}
         named = configs["tokenizer_config.json"].get("eos_token")  # a string, or {"content": ...}
         named = named.get("content") if isinstance(named, dict) else named
         named = named if isinstance(named, str) else None
@@ -260,6 +291,17 @@ class BPETokenizer:
         except Exception as e:
             raise DataError(f"the BPE tokenizer JSON is damaged: {str(e).splitlines()[0]}") from None
         return cls(tok, d.get("special"), bool(d.get("boundary", False)))
+
+    def hf_form(self) -> BPETokenizer:
+        """This tokenizer as a Hugging Face tokenizer.json holds it: the same ids and text and, in
+        the line format, a post-processor that puts the end-of-text token before every text, where
+        `sample` starts an item (transformers' tokenizer(prompt) then begins where `sample` does)."""
+        tok = _hf().Tokenizer.from_str(self._tok.to_str())
+        if self.boundary and tok.post_processor is None:
+            start_with(tok, self.special)
+        form = BPETokenizer(tok, self.special)
+        form.stop_ids = self.stop_ids
+        return form
 
     def save_hf(self, path: str | Path) -> None:
         """Write the Hugging Face `tokenizer.json` (what `from_hf_dir` and transformers read)."""

@@ -32,9 +32,12 @@ import numpy as np
 from scratchformer.checks import as_array, check_int_in_range, check_positive_int
 from scratchformer.data.bpe import BPETokenizer
 from scratchformer.data.tokenizer import IGNORE_INDEX, CharTokenizer
-from scratchformer.errors import ConfigError, DataError, DTypeError
+from scratchformer.errors import ConfigError, DataError, DTypeError, RunFileError
 from scratchformer.limits.estimates import check_text_fits
 from scratchformer.limits.memory import check_fits
+from scratchformer.runfiles import read_regular_file
+
+MAX_DATA_BYTES = 1 << 40  # a text file is refused by its memory estimate long before (check_text_fits)
 
 DEFAULT_TEXT_BLOCK_SIZE = 128
 # The one default seed (nanoGPT's): initial weights, batches, dropout and the split of a lines
@@ -323,9 +326,11 @@ def _read_file(path: Path, name: str | None = None) -> DataFile:
         raise DataError(f"dataset path is a directory: {path}: pass a text file")
     try:
         check_text_fits(path.stat().st_size, source)  # ~10 bytes of memory per byte of text
-        data = path.read_bytes()
+        data = read_regular_file(path, MAX_DATA_BYTES, hint="give a text file")
     except OSError as e:
         raise DataError(f"cannot read dataset file {path}: {e.strerror}") from None
+    except RunFileError as e:  # a pipe or a device (a link to /dev/zero) would never end
+        raise DataError(str(e)) from None
     return DataFile(path, name, source, hashlib.sha256(data).hexdigest(), data)
 
 

@@ -31,6 +31,7 @@ import numpy as np
 
 from scratchformer.data.tokenizer import CharTokenizer
 from scratchformer.errors import ConfigError
+from scratchformer.limits.memory import check_fits
 from scratchformer.ops.loss import IGNORE_INDEX
 
 INDUCTION_SYMBOLS = (
@@ -86,10 +87,22 @@ def segment_lengths(seqs: np.ndarray, repeats: int) -> np.ndarray:
     return found
 
 
+def check_split_fits(n_train: int, n_test: int, length: int) -> None:
+    """ResourceError (one line) when a split's sequences cannot fit in memory: measured, about
+    26 bytes a token (the rows, the draws, the held-out keys); 40 here."""
+    check_fits(
+        40 * (n_train + n_test) * length,
+        f"generating {n_train + n_test:,} induction sequences",
+        "--n-train or --n-test",
+    )
+
+
 def make_induction_split(
     n_train: int, n_test: int, symbols: int, length: int, repeats: int, seed: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """(train (n_train, length), test (n_test, length)), disjoint (see the module docstring)."""
+    check_induction_sizes(symbols, length, repeats)
+    check_split_fits(n_train, n_test, length)
     test = make_induction(n_test, symbols, length, repeats, np.random.default_rng([seed, 1]))
     held = {row.tobytes() for row in test}
     rng, rows = np.random.default_rng([seed, 0]), []

@@ -14,7 +14,8 @@ import csv
 import io
 from pathlib import Path
 
-from scratchformer.errors import DataError
+from scratchformer.errors import DataError, RunFileError
+from scratchformer.runfiles import read_regular_file
 
 __all__ = ["COLUMNS", "read_labelled_csv"]
 
@@ -30,11 +31,11 @@ def read_labelled_csv(path: str | Path) -> tuple[list[str], list[str]]:
     try:
         if path.stat().st_size > MAX_CSV_BYTES:
             raise DataError(f"{path}: larger than {MAX_CSV_BYTES // 2**20} MiB; {fix} of a smaller data set")
-        raw = path.read_bytes()
+        raw = read_regular_file(path, MAX_CSV_BYTES, hint=fix)
     except FileNotFoundError:
         raise DataError(f"{path}: no such file; {fix}") from None
-    except IsADirectoryError:
-        raise DataError(f"{path} is a directory; {fix}") from None
+    except RunFileError as e:  # a directory, a pipe, a device (/dev/zero would never end)
+        raise DataError(str(e)) from None
     except OSError as e:
         raise DataError(f"cannot read {path}: {e.strerror}") from None
     try:

@@ -27,7 +27,9 @@ itself uses `modadd_split(p, train_fraction, seed)`: all p^2 pairs, a seeded fra
 for training and the rest held out (the paper's split).
 
 `TASKS` is the registry (name -> `Task`: the model kind that learns it, its rule, symbols,
-length and classes); `get_task(name)` refuses a name it does not hold.
+length and classes); `get_task(name)` refuses a name it does not hold. Every generator checks
+the memory its data will take before it draws any (`limits.check_fits`: one line naming the
+option to lower, never a MemoryError).
 
 Held-out data (`make_split`) are disjoint from the training data by construction: the test
 set is drawn first from its own seed, without repeats and taking at most half of the possible
@@ -48,6 +50,7 @@ from typing import NamedTuple
 import numpy as np
 
 from scratchformer.errors import ConfigError, DataError
+from scratchformer.limits.memory import check_fits
 
 PAD, BOS, EOS = 10, 11, 12
 VOCAB_SIZE = 13
@@ -183,6 +186,14 @@ def _draw_sequences(
     return out
 
 
+def check_task_fits(name: str, n: int, max_len: int) -> None:
+    """ResourceError (one line) when `n` sequences of task `name` up to `max_len` long cannot fit
+    in memory: measured, about 620 bytes a copy sequence of 12 (the draws, the keys, the rows)."""
+    check_fits(
+        n * (32 * max_len + 400), f"generating {n:,} {name} sequences", "--n-train, --n-test or --max-len"
+    )
+
+
 def make_task(
     name: str,
     n: int,
@@ -208,6 +219,7 @@ def make_task(
             f"make_task needs n >= 0 and 1 <= min_len <= max_len, got n={n}, "
             f"min_len={min_len}, max_len={max_len}"
         )
+    check_task_fits(name, n, max_len)
     if task.kind == "modadd":
         return _modadd_draw(task, n, rng, exclude, unique)
     seqs = _draw_sequences(task, n, rng, max_len, min_len, exclude, unique)
@@ -262,6 +274,8 @@ def modadd_split(p: int, train_fraction: float, seed: int) -> tuple[Classificati
         )
     if not 0 < train_fraction < 1:
         raise ConfigError(f"--train-fraction must be in (0, 1), got {train_fraction!r}")
+    # measured: 96 bytes a pair (the pairs, their shuffle, the two splits)
+    check_fits(128 * p * p, f"the {p * p:,} pairs of modular addition mod {p}", "--modulus")
     a, b = np.divmod(np.arange(p * p), p)
     x = np.stack([a, b, np.full(p * p, p)], axis=1).astype(np.int64)
     order = np.random.default_rng([seed, 2]).permutation(p * p)

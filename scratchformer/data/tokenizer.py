@@ -125,6 +125,30 @@ class CharTokenizer:
         ids = np.asarray(ids, dtype=np.int64).ravel()
         return [self.special if i < self._num_special else self._itos[i] for i in ids]
 
+    def hf_form(self):
+        """This tokenizer as a Hugging Face tokenizer.json holds it (a `BPETokenizer` wrapping a
+        `tokenizers.Tokenizer`): each character one token with its id (a WordLevel model over the
+        text split into characters, joined back by the Fuse decoder; a character outside the
+        vocabulary is an error, as here) and, in the line format, the boundary token a special
+        token put before every text, where `sample` starts an item."""
+        import tokenizers
+
+        from scratchformer.data.bpe import BPETokenizer, start_with
+
+        vocab = dict(self._stoi)
+        if self.special is not None:
+            vocab[self.special] = 0
+        unknown = (
+            "<unk>" if "<unk>" not in vocab else "<unknown character>"
+        )  # absent: an error, never a guess
+        tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token=unknown))
+        tok.pre_tokenizer = tokenizers.pre_tokenizers.Split(tokenizers.Regex(r"[\s\S]"), behavior="isolated")
+        tok.decoder = tokenizers.decoders.Fuse()
+        if self.special is not None:
+            tok.add_special_tokens([self.special])
+            start_with(tok, self.special)
+        return BPETokenizer(tok, self.special)
+
     # -- serialisation (plain JSON, no pickle) -----------------------------------------------
     def to_json(self) -> dict:
         return {"type": "char", "version": 1, "special": self.special, "chars": self.chars}

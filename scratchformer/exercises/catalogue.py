@@ -57,6 +57,10 @@ class Exercise:
     mistakes: tuple[Mistake, ...]
     kind: str = "backward"
     todo: str = "write the backward"  # what the stub's NotImplementedError says
+    # a case of random shapes (a backward exercise): the grader adds two to `cases` on every
+    # check, drawn from a generator it seeds itself, of sizes no fixed case uses, so a file
+    # fitted to the fixed shapes fails
+    random_case: Callable[[np.random.Generator], Case] | None = None
 
 
 @dataclass(frozen=True)
@@ -133,6 +137,82 @@ def _gqa(B, H, Hkv, T, d):
     return qkv
 
 
+def _leading(rng: np.random.Generator, most: int = 3) -> tuple[int, ...]:
+    """1 to `most` leading axes (batch, time, ...) of 1 to 4 entries each."""
+    return tuple(int(n) for n in rng.integers(1, 5, size=int(rng.integers(1, most + 1))))
+
+
+def _random(make: Callable[[np.random.Generator], tuple]) -> Callable[[np.random.Generator], Case]:
+    """A random-case generator from `make(rng) -> (args, inputs)`; the case's own seed drawn too."""
+
+    def case(rng: np.random.Generator) -> Case:
+        args, inputs = make(rng)
+        return Case(args, inputs, int(rng.integers(1000, 2**31)))
+
+    return case
+
+
+def _one(rng: np.random.Generator, *sizes: int) -> int:
+    return int(rng.choice(sizes))
+
+
+# The random cases' sizes: none that a fixed case of the exercise uses for the same axis (a
+# last axis, a width, a head count), so a file that looks sizes up in a table of the graded
+# ones fails on every random case, not by chance.
+def _random_rows(rng):  # softmax (fixed N 5, 4, 6), gelu (fixed last axes 4, 5, 7)
+    return (), _normal(*_leading(rng), _one(rng, 2, 3, 8))
+
+
+def _random_norm(rng):  # layernorm (C 5, 6, 4), rmsnorm (C 5, 6, 3); C = 2 would make LayerNorm +-1
+    C = _one(rng, 7, 8, 9)
+    return (C,), _normal(*_leading(rng), C)
+
+
+def _random_linear(rng):  # fixed (in, out): (4, 3), (5, 2), (3, 6)
+    n_in, n_out = _one(rng, 1, 2, 6, 7), _one(rng, 1, 4, 5, 7)
+    return (n_in, n_out), _normal(*_leading(rng), n_in)
+
+
+def _random_embedding(rng):  # fixed (V, C): (7, 4), (9, 3), (5, 2); ids (2, 5), (3, 4), (1, 6)
+    V, C = _one(rng, 3, 4, 6, 8), _one(rng, 1, 5)
+    return (V, C), _token_ids(V, _one(rng, 1, 2, 3), _one(rng, 3, 7))
+
+
+def _random_attention(rng):  # fixed d 3, 2, 4; Tq != Tk, as in every fixed case (a transposed product fails)
+    B, H, Tq, Tk = _one(rng, 1, 2, 3), _one(rng, 1, 2, 3), _one(rng, 1, 2, 3, 4, 5), _one(rng, 2, 3, 4, 5, 6)
+    Tk = Tk + 1 if Tk == Tq else Tk
+    return (), _qkv_mask(B, H, Tq, Tk, _one(rng, 1, 5), _one(rng, 0, 1, 2))
+
+
+def _random_heads(rng):  # mha, fixed (n_embd, n_head): (6, 2), (9, 3), (8, 4); small: finite differences
+    H, d = ((1, 4), (5, 1), (1, 5))[int(rng.integers(3))]
+    return (H * d, H), _normal(_one(rng, 1, 2, 3), _one(rng, 1, 2, 3, 4, 5), H * d)
+
+
+def _random_block(rng):  # block, fixed (8, 2), (6, 3); n_embd 4 or 5 (a LayerNorm of 2 gives +-1 alone)
+    H, d = ((4, 1), (1, 5))[int(rng.integers(2))]
+    return (H * d, H), _normal(_one(rng, 1, 2, 3), _one(rng, 1, 2, 3, 4), H * d)
+
+
+def _random_swiglu(rng):  # fixed 2n: 8, 6, 4
+    return (), _normal(*_leading(rng), 2 * _one(rng, 1, 5), scale=1.5)
+
+
+def _random_rope(rng):  # fixed (T, hs): (5, 4), (6, 8), (7, 6)
+    theta = float(rng.choice([500.0, 1000.0]))
+    return (theta,), _normal(*_leading(rng, 2), _one(rng, 1, 2, 3, 4), _one(rng, 2, 10, 12))
+
+
+def _random_gqa(rng):  # fixed (H, Hkv, d): (4, 2, 3), (6, 3, 2), (3, 1, 4)
+    Hkv, g = ((1, 1), (1, 2), (1, 5), (5, 1), (5, 2))[int(rng.integers(5))]
+    B, T, d = _one(rng, 1, 2, 3), _one(rng, 1, 2, 3, 4, 5), _one(rng, 1, 5)
+    return (), _gqa(B, Hkv * g, Hkv, T, d)
+
+
+def _random_cross_entropy(rng):  # fixed (N, V): (6, 5), (7, 3), (3, 8)
+    return (), _logits_targets(_one(rng, 2, 4, 5, 9), _one(rng, 2, 4, 6, 7))
+
+
 def _cases(*cases) -> tuple[Case, ...]:
     """(args, inputs) pairs, seeded 11, 21, 31, ..."""
     return tuple(Case(args, inputs, 11 + 10 * i) for i, (args, inputs) in enumerate(cases))
@@ -184,6 +264,7 @@ EXERCISES: dict[str, Exercise] = {
                     "the row sum lacks keepdims=True: the (..., 1) sums must broadcast against the (..., N) rows",
                 ),
             ),
+            random_case=_random(_random_rows),
         ),
         Exercise(
             "cross_entropy",
@@ -236,6 +317,7 @@ EXERCISES: dict[str, Exercise] = {
                     "[n, targets[n]], dlogits[np.arange(N), targets]",
                 ),
             ),
+            random_case=_random(_random_cross_entropy),
         ),
         Exercise(
             "layernorm",
@@ -301,6 +383,7 @@ EXERCISES: dict[str, Exercise] = {
                     "and the backward's means run over that axis too",
                 ),
             ),
+            random_case=_random(_random_norm),
         ),
         Exercise(
             "gelu",
@@ -349,6 +432,7 @@ EXERCISES: dict[str, Exercise] = {
                     "whose derivative is Phi(x) + x phi(x)",
                 ),
             ),
+            random_case=_random(_random_rows),
         ),
         Exercise(
             "linear",
@@ -388,6 +472,7 @@ EXERCISES: dict[str, Exercise] = {
                     "the loss's own 1/N is already in dy)",
                 ),
             ),
+            random_case=_random(_random_linear),
         ),
         Exercise(
             "embedding",
@@ -426,6 +511,7 @@ EXERCISES: dict[str, Exercise] = {
                     "token embedding's goes to the rows of the token ids, np.add.at(weight.grad, ids, dy)",
                 ),
             ),
+            random_case=_random(_random_embedding),
         ),
         Exercise(
             "attention",
@@ -486,6 +572,7 @@ EXERCISES: dict[str, Exercise] = {
                     "dk misses the 1/sqrt(d) scale that dq has: both come from the scaled scores q k^T / sqrt(d)",
                 ),
             ),
+            random_case=_random(_random_attention),
         ),
         Exercise(
             "mha",
@@ -536,6 +623,7 @@ EXERCISES: dict[str, Exercise] = {
                     "not dy W_out^T",
                 ),
             ),
+            random_case=_random(_random_heads),
         ),
         Exercise(
             "block",
@@ -581,6 +669,7 @@ EXERCISES: dict[str, Exercise] = {
                     "the residual around the attention passes on dh, the gradient at h, not dy: dx = dh + ln1'(attn'(dh))",  # noqa: E501
                 ),
             ),
+            random_case=_random(_random_block),
         ),
         Exercise(
             "rmsnorm",
@@ -625,6 +714,7 @@ EXERCISES: dict[str, Exercise] = {
                     "the factor rstd = 1/sqrt(mean(x^2) + eps) is missing: xhat = x * rstd, so dx = rstd * (...)",
                 ),
             ),
+            random_case=_random(_random_norm),
         ),
         Exercise(
             "swiglu",
@@ -671,6 +761,7 @@ EXERCISES: dict[str, Exercise] = {
                     "np.concatenate([dgate, dup], axis=-1)",
                 ),
             ),
+            random_case=_random(_random_swiglu),
         ),
         Exercise(
             "rope",
@@ -708,6 +799,7 @@ EXERCISES: dict[str, Exercise] = {
                     "the positions are summed: each position has its own rotation, and dx keeps x's shape (..., T, hs)",
                 ),
             ),
+            random_case=_random(_random_rope),
         ),
         Exercise(
             "gqa",
@@ -753,6 +845,53 @@ EXERCISES: dict[str, Exercise] = {
                     "unmasked scores, so future keys get gradient",
                 ),
                 Mistake("w * (dw - (dw * w).sum(axis=-1, keepdims=True))", "w * (1 - w) * dw", DIAGONAL_ONLY),
+            ),
+            random_case=_random(_random_gqa),
+        ),
+        Exercise(
+            "topk_sae",
+            "a TopK sparse autoencoder, the decoder's norms folded in",
+            "TopKSAE",
+            _cases(((4, 10, 3), _normal(6, 4)), ((3, 8, 1), _normal(5, 3)), ((5, 12, 5), _normal(2, 5))),
+            (
+                Mistake(
+                    "dnorms = -(ddecoded * decoded).sum(axis=0) / norms",
+                    "dnorms = np.zeros_like(norms)",
+                    "the norms' gradient from the decoder is missing: x_hat reads acts / norms, whose derivative "
+                    "in norms is -acts / norms^2 (for a kept feature it cancels the encoder's, hidden = pre * norms: "
+                    "keep both terms or neither)",
+                ),
+                Mistake(
+                    "        dnorms += (dhidden * self.pre).sum(axis=0)\n",
+                    "",
+                    "the norms' gradient from the encoder is missing: hidden = pre * norms, so norms get "
+                    "dhidden * pre summed over the rows (for a kept feature it cancels the decoder's, acts / norms: "
+                    "keep both terms or neither)",
+                ),
+                Mistake(
+                    "dhidden = np.where(self.keep, dacts, 0.0)",
+                    "dhidden = dacts",
+                    "the gradient passes through features the TopK did not keep (or the relu zeroed): only the "
+                    "kept, positive features carry one",
+                ),
+                Mistake(
+                    "        self.b_dec.grad -= du.sum(axis=0)\n",
+                    "",
+                    "b_dec is subtracted at the input too: that use adds minus the sum of dx's rows to its gradient",
+                ),
+                Mistake(
+                    "dpre = dhidden * norms",
+                    "dpre = dhidden",
+                    "hidden = pre * norms: pre's gradient is dhidden times the norms",
+                ),
+                Mistake(
+                    "dacts = ddecoded / norms",
+                    "dacts = ddecoded",
+                    "x_hat reads acts / norms: acts' gradient is divided by the norms",
+                ),
+                Mistake(
+                    "self.b_enc.grad += dpre.sum(axis=0)", "self.b_enc.grad += dpre[0]", MISSING_BATCH_SUM
+                ),
             ),
         ),
         Exercise(
@@ -866,6 +1005,9 @@ HINTS: dict[str, str] = {
     "against -log(1/27), the dead fraction and the gradient reaching each layer's hidden units "
     "(figures diag_activation_gradients and diag_saturation), the update:data ratios "
     "(diag_update_ratio)",
+    "topk_sae": "go back one line at a time from x_hat = (acts / norms) W_dec + b_dec: the norms of W_dec's rows "
+    "appear twice (hidden = pre * norms, decoded = acts / norms); write each use's term, then see what they add "
+    "up to for a kept feature. Only the features the TopK kept and the relu passed carry a gradient",
     "gqa": "do attention's backward with the repeated keys and values first; then undo np.repeat: each "
     "key/value head was used by several query heads",
 }

@@ -145,7 +145,11 @@ def _prepared() -> tuple[np.ndarray, int, list[tuple[str, object, np.ndarray]]]:
     model, data = load_model()
     tokens = probe_tokens(data)
     order = list(range(model.config.n_head))[::-1]
-    models = (("the model", model), ("the model with its heads reordered", permuted_heads(model, order)))
+    reordered = permuted_heads(model, order)
+    # what the learner's process builds again from these recipes (it is sent no model: isolation.py)
+    model.child_rebuild = ("induction_model", list(range(model.config.n_head)))
+    reordered.child_rebuild = ("induction_model", order)
+    models = (("the model", model), ("the model with its heads reordered", reordered))
     return tokens, data["repeats"], [(what, m, ablations(m, tokens, data["repeats"])) for what, m in models]
 
 

@@ -21,6 +21,10 @@ Name mapping (Hugging Face -> scratchformer; an optional ``bert.`` prefix and th
     encoder.layer.i.intermediate.dense           -> layers.i.ff.fc1
     encoder.layer.i.output.dense                 -> layers.i.ff.fc2
     encoder.layer.i.output.LayerNorm             -> layers.i.ff_norm
+
+What the reader holds is declared: BERT_KEYS classifies every config.json key of transformers'
+BertConfig (read, checked against BERT_OPTIONS, or inert), and a tensor that is neither the
+encoder's nor OUTSIDE_THE_ENCODER (the pooler, the heads) is refused in one line.
 """
 
 from __future__ import annotations
@@ -34,8 +38,9 @@ import numpy as np
 from scratchformer.checks import check_positive_int, check_positive_number, check_token_ids
 from scratchformer.errors import CheckpointError, ConfigError, DataError
 from scratchformer.interop.hf_files import read_safetensors
+from scratchformer.interop.layout import INERT_KEYS
 from scratchformer.limits.memory import check_fits
-from scratchformer.models.base import Model, Sizes
+from scratchformer.models.base import Example, Model, Sizes
 from scratchformer.runfiles import read_optional_json
 
 __all__ = ["BertConfig", "BertEncoder", "load_hf_bert", "hf_to_scratch_state_dict"]
@@ -47,6 +52,32 @@ _ACTIVATIONS = {
     "gelu_pytorch_tanh": "gelu_tanh",
     "relu": "relu",
 }
+
+
+# the BERT options scratchformer's encoder does not implement: config.json key -> the value it must keep
+BERT_OPTIONS = {"is_decoder": False, "add_cross_attention": False}
+
+# every config.json key of transformers' BertConfig (5.x, and older files): read into BertConfig,
+# checked (BERT_OPTIONS, position_embedding_type), or inert: it changes nothing the encoder computes
+BERT_KEYS = {
+    **dict.fromkeys(
+        "vocab_size hidden_size num_hidden_layers num_attention_heads intermediate_size hidden_act "
+        "max_position_embeddings type_vocab_size layer_norm_eps pad_token_id model_type".split(),
+        "read",
+    ),
+    **dict.fromkeys(["position_embedding_type", *BERT_OPTIONS], "checked"),
+    **dict.fromkeys(
+        [
+            *INERT_KEYS,
+            *"hidden_dropout_prob attention_probs_dropout_prob classifier_dropout tie_word_embeddings".split(),
+            "gradient_checkpointing",
+        ],
+        "inert",
+    ),
+}
+
+# tensors of a BERT checkpoint outside the encoder (its pooler and task heads, buffers): not read
+OUTSIDE_THE_ENCODER = r"(pooler|cls|classifier)\..*|embeddings\.(position_ids|token_type_ids)"
 
 
 @dataclass
@@ -65,6 +96,8 @@ class BertConfig:
     pad_token_id: int = 0
     position_embedding_type: str = "absolute"
     model_type: str = "bert"
+    is_decoder: bool = False
+    add_cross_attention: bool = False
 
     def __post_init__(self) -> None:
         self.validate()
@@ -75,6 +108,11 @@ class BertConfig:
         return _ACTIVATIONS[self.hidden_act]
 
     def validate(self) -> None:
+        for key, held in BERT_OPTIONS.items():
+            if getattr(self, key) != held:
+                raise ConfigError(
+                    f"{key}={getattr(self, key)!r} is not supported (scratchformer's BERT encoder has {key}={held!r})"
+                )
         if not isinstance(self.hidden_act, str) or self.hidden_act not in _ACTIVATIONS:
             raise ConfigError(
                 f"hidden_act={self.hidden_act!r} is not supported (use one of {sorted(_ACTIVATIONS)})"
@@ -175,11 +213,18 @@ class BertEncoder(Model):
     def positions(self, prefix: str = ""):
         return self.position_embeddings
 
-    def stack_input(self, ids: np.ndarray) -> np.ndarray:
-        return self.embed(ids)
+    def _example(self, ids, tokens, vocab_labels, target, **_) -> Example:
+        """The sequence; no loss and no logits (the output is the hidden states)."""
+        return Example((ids[None],), None, (ids[None],), None, {"": tokens}, tokens, None)
 
     def named_hook_points(self) -> dict:
-        return {"embed": self.hook_embed, "pos_embed": self.hook_pos_embed}
+        norm = self.embeddings_norm  # what the embedding LayerNorm takes and gives
+        return {
+            "embed": self.hook_embed,
+            "pos_embed": self.hook_pos_embed,
+            "embed_norm.in": norm.hook_in,
+            "embed_norm.out": norm.hook_out,
+        }
 
     @classmethod
     def param_count(cls, config: BertConfig) -> int:
@@ -302,18 +347,22 @@ def _normalise_key(key: str) -> str:
 def hf_to_scratch_state_dict(hf: dict[str, np.ndarray], num_layers: int) -> dict[str, np.ndarray]:
     """Map a Hugging Face BERT state dict to `BertEncoder` parameter names.
 
-    Keys outside the encoder (pooler, MLM/NSP heads, ``position_ids``) are dropped. A missing
-    encoder key is a CheckpointError naming it.
+    Tensors outside the encoder (OUTSIDE_THE_ENCODER: the pooler, MLM/NSP and classifier heads,
+    ``position_ids``) are dropped. A missing encoder key, or one the encoder has no place for (a
+    relative-position table, a layer past num_layers), is a CheckpointError naming it.
     """
     hf = {_normalise_key(k): v for k, v in hf.items()}
     out: dict[str, np.ndarray] = {}
     qkv: dict[tuple[int, str, str], np.ndarray] = {}
+    leftover = []
     for key, value in hf.items():
         if key in _EMB_MAP:
             out[_EMB_MAP[key]] = value
             continue
         m = _LAYER_RE.match(key)
         if not m:
+            if not re.fullmatch(OUTSIDE_THE_ENCODER, key):
+                leftover.append(key)
             continue
         i, rest = int(m.group(1)), m.group(2)
         if i >= num_layers:
@@ -325,6 +374,13 @@ def hf_to_scratch_state_dict(hf: dict[str, np.ndarray], num_layers: int) -> dict
             qkv[(i, module.rsplit(".", 1)[1], leaf)] = value
         elif module in _LAYER_MAP and leaf in ("weight", "bias"):
             out[f"layers.{i}.{_LAYER_MAP[module]}.{leaf}"] = value
+        else:
+            leftover.append(key)
+    if leftover:
+        raise CheckpointError(
+            f"the checkpoint holds {', '.join(leftover[:3])}{' and more' if len(leftover) > 3 else ''}, which a "
+            "BERT encoder of its config.json has no place for: is it another architecture?"
+        )
     for i in range(num_layers):
         for leaf in ("weight", "bias"):
             parts = []

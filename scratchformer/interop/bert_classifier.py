@@ -26,8 +26,8 @@ import numpy as np
 
 from scratchformer.checks import check_positive_int, check_seed
 from scratchformer.errors import ConfigError, DataError
-from scratchformer.interop.bert import _ACTIVATIONS, BertConfig, BertEncoder, bert_param_count
-from scratchformer.models.base import Model, Sizes, linear_params
+from scratchformer.interop.bert import _ACTIVATIONS, BERT_OPTIONS, BertConfig, BertEncoder, bert_param_count
+from scratchformer.models.base import Example, Model, Sizes, label_list, linear_params
 from scratchformer.nn import Linear
 from scratchformer.ops import cross_entropy_forward
 from scratchformer.settings import DictConfig, setting
@@ -35,8 +35,12 @@ from scratchformer.specs import NON_NEGATIVE, POSITIVE, Bool, Int, List, Num, St
 
 __all__ = ["BertClassifier", "SentenceClassifierConfig", "mean_pool_forward", "mean_pool_backward"]
 
-ENCODER_FIELDS = tuple(
-    f.name for f in fields(BertConfig) if f.name not in ("position_embedding_type", "model_type")
+ENCODER_FIELDS = (
+    tuple(  # the shape; the options the encoder holds at one value only are checked when it is read
+        f.name
+        for f in fields(BertConfig)
+        if f.name not in ("position_embedding_type", "model_type", *BERT_OPTIONS)
+    )
 )
 
 
@@ -124,8 +128,13 @@ class BertClassifier(Model):
     def positions(self, prefix: str = ""):
         return self.encoder.position_embeddings
 
-    def stack_input(self, ids: np.ndarray) -> np.ndarray:
-        return self.encoder.embed(ids)
+    def _example(self, ids, tokens, vocab_labels, target, class_names=None, **_) -> Example:
+        """The sentence (no attention mask: every token real) and the loss of its class
+        (`target`, else the prediction)."""
+        x = ids[None]
+        target = self._predicted((x,)) if target is None else int(target)
+        classes = label_list(class_names, self.num_classes)
+        return Example((x,), (x, None, np.array([target])), (x,), target, {"encoder.": tokens}, None, classes)
 
     def named_hook_points(self) -> dict:
         return {"encoder." + name: hp for name, hp in self.encoder.named_hook_points().items()}

@@ -21,10 +21,16 @@ Name mapping (Hugging Face -> scratchformer). GPT-2's ``Conv1D`` stores weights 
     transformer.ln_f                       -> ln_f
     lm_head.weight                         -> lm_head.weight (only when untied)
 
+`GPT2` (an interop.layout.Layout) declares what the layout holds: learned positions, pre-norm
+blocks with a feed-forward, LayerNorm, biases, one key/value head per query head, a GELU or ReLU
+feed-forward, tied or untied head; any other setting (one it does not know included) is refused
+in one line, and so is a tensor left over or missing on either side.
+
 Config mapping: n_positions -> block_size, n_inner -> n_inner, layer_norm_epsilon ->
 layer_norm_eps, activation_function "gelu_new" / "gelu_pytorch_tanh" / "gelu_fast" ->
-"gelu_tanh", "gelu" -> "gelu" (exact), "relu" -> "relu"; dropout <- resid_pdrop (scratchformer
-has one dropout rate). Configs GPT-2 options we do not implement (scale_attn_by_inverse_layer_idx,
+"gelu_tanh", "gelu" -> "gelu" (exact), "relu" -> "relu"; dropout <-> resid_pdrop, embd_pdrop and attn_pdrop
+(scratchformer has one dropout rate; GPT-2 has none on the feed-forward's hidden activation).
+Configs with GPT-2 options we do not implement (scale_attn_by_inverse_layer_idx,
 reorder_and_upcast_attn, scale_attn_weights=False, cross-attention) are a ConfigError.
 """
 
@@ -32,20 +38,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 from scratchformer.checks import config_flag, config_number
-from scratchformer.errors import CheckpointError, ConfigError, DTypeError
-from scratchformer.interop.hf_files import (
-    HFCheckpoint,
-    check_representable,
-    load_checkpoint_state,
-    read_checkpoint,
-    write_checkpoint,
-)
+from scratchformer.errors import ConfigError, DTypeError
+from scratchformer.interop.hf_files import HFCheckpoint, write_checkpoint
+from scratchformer.interop.layout import ANY, EVERY_VALUE, INERT_KEYS, Layout, Only, Piece, Rule
 from scratchformer.models.gpt import GPT, GPTConfig
 
-__all__ = ["load_hf_gpt2", "gpt2_from_hf", "save_hf_gpt2", "gpt2_config_from_hf", "gpt2_config_to_hf"]
+__all__ = ["GPT2", "load_hf_gpt2", "gpt2_from_hf", "save_hf_gpt2", "gpt2_config_from_hf", "gpt2_config_to_hf"]
 
 _ACT_FROM_HF = {
     "gelu_new": "gelu_tanh",
@@ -78,6 +77,14 @@ _TOP_MAP = [
     ("ln_f.bias", "ln_f.bias"),
 ]
 
+# the GPT-2 options scratchformer does not implement: config.json key -> the value it must keep
+_GPT2_OPTIONS = {
+    "scale_attn_by_inverse_layer_idx": False,
+    "reorder_and_upcast_attn": False,
+    "add_cross_attention": False,
+    "scale_attn_weights": True,
+}
+
 
 def gpt2_config_from_hf(hf: dict, dtype: str = "float32") -> GPTConfig:
     """A GPTConfig from the dict of a Hugging Face GPT-2 ``config.json``."""
@@ -87,16 +94,11 @@ def gpt2_config_from_hf(hf: dict, dtype: str = "float32") -> GPTConfig:
     act = hf.get("activation_function", "gelu_new")
     if act not in _ACT_FROM_HF:
         raise ConfigError(f"activation_function {act!r} is not supported (use one of {sorted(_ACT_FROM_HF)})")
-    for flag, bad in (
-        ("scale_attn_by_inverse_layer_idx", True),
-        ("reorder_and_upcast_attn", True),
-        ("add_cross_attention", True),
-        ("scale_attn_weights", False),
-    ):
-        value = hf.get(flag, not bad)
+    for flag, held in _GPT2_OPTIONS.items():
+        value = hf.get(flag, held)
         if not isinstance(value, bool):  # "false" is a true string: a flag is JSON true or false
             raise ConfigError(f"GPT-2 config.json's {flag} must be true or false, got {value!r}")
-        if value == bad:
+        if value != held:
             raise ConfigError(f"GPT-2 config {flag}={value!r} is not supported")
     missing = [k for k in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head") if k not in hf]
     if missing:
@@ -122,25 +124,9 @@ def gpt2_config_from_hf(hf: dict, dtype: str = "float32") -> GPTConfig:
 
 
 def gpt2_config_to_hf(config: GPTConfig) -> dict:
-    """The ``config.json`` dict of a GPT2LMHeadModel equivalent to `config` (ConfigError if
-    GPT-2 cannot represent it: it needs learned positions, pre-norm, biases, a tied head,
-    LayerNorm, a GELU or ReLU feed-forward and as many key/value heads as query heads)."""
-    problems = []
-    if config.positional != "learned":
-        problems.append(f"positional={config.positional!r} (GPT-2 has learned positions)")
-    if not config.norm_first:
-        problems.append("norm_first=False (GPT-2 is pre-norm)")
-    if not config.bias:
-        problems.append("bias=False (GPT-2 has biases)")
-    if not config.tie_weights:
-        problems.append("tie_weights=False (GPT-2's lm_head is tied to wte)")
-    if config.activation not in _ACT_TO_HF:
-        problems.append(f"activation={config.activation!r} (GPT-2 has one of {', '.join(_ACT_TO_HF)})")
-    if config.normalization != "layernorm":
-        problems.append(f"normalization={config.normalization!r} (GPT-2 has LayerNorm)")
-    if config.n_kv_head not in (None, config.n_head):
-        problems.append(f"n_kv_head={config.n_kv_head} (GPT-2 has one key/value head per query head)")
-    check_representable("GPT-2", problems)
+    """The ``config.json`` dict of a GPT2LMHeadModel equivalent to `config` (ConfigError naming
+    every setting GPT-2 cannot hold: see `GPT2.holds`)."""
+    GPT2.check(config)
     return {
         "model_type": "gpt2",
         "architectures": ["GPT2LMHeadModel"],
@@ -157,45 +143,79 @@ def gpt2_config_to_hf(config: GPTConfig) -> dict:
         "attn_pdrop": config.dropout,
         "layer_norm_epsilon": config.layer_norm_eps,
         "initializer_range": 0.02,
-        "scale_attn_weights": True,
-        "scale_attn_by_inverse_layer_idx": False,
-        "reorder_and_upcast_attn": False,
-        "tie_word_embeddings": True,
+        **_GPT2_OPTIONS,
+        "tie_word_embeddings": config.tie_weights,
         "use_cache": True,
         "torch_dtype": config.dtype,
     }
 
 
-def load_hf_gpt2(path, dtype: str = "float32") -> GPT:
+def gpt2_pieces(config: GPTConfig) -> list[Piece]:
+    """Every parameter of the GPT of `config` and its GPT2LMHeadModel tensor (see the module docstring)."""
+    pieces = [Piece(ours, ("transformer." + theirs,)) for ours, theirs in _TOP_MAP]
+    for i in range(config.n_layer):
+        for ours, theirs, transposed in _BLOCK_MAP:
+            pieces.append(Piece(f"h.{i}.{ours}", (f"transformer.h.{i}.{theirs}",), transposed=transposed))
+    if not config.tie_weights:
+        pieces.append(Piece("lm_head.weight", ("lm_head.weight",)))
+    return pieces
+
+
+# config.json keys of transformers' GPT2Config (5.x, and older files) besides INERT_KEYS and those
+# gpt2_config_from_hf reads: none changes the model's outputs (embd_pdrop, attn_pdrop: training only)
+_INERT = (
+    "n_ctx summary_type summary_use_proj summary_activation summary_proj_to_labels summary_first_dropout "
+    "task_specific_params embd_pdrop attn_pdrop"
+).split()
+
+GPT2 = Layout(
+    family="GPT-2",
+    hf_class="GPT2LMHeadModel",
+    model_type="gpt2",
+    holds={
+        **EVERY_VALUE,
+        "rope_theta": ANY,  # positions are learned: the rotary base is unused
+        "bias": Only((True,), "biases"),
+        "norm_first": Only((True,), "pre-norm blocks"),
+        "activation": Only(tuple(_ACT_TO_HF), "a GELU or ReLU feed-forward"),
+        "positional": Only(("learned",), "learned positions"),
+        "normalization": Only(("layernorm",), "LayerNorm"),
+        "n_kv_head": Rule(lambda c: c.n_kv_head in (None, c.n_head), "one key/value head per query head"),
+        "attn_only": Only((False,), "a feed-forward in every block"),
+    },
+    pieces=gpt2_pieces,
+    config_to_hf=gpt2_config_to_hf,
+    config_from_hf=gpt2_config_from_hf,
+    hf_keys={
+        **dict.fromkeys(
+            "model_type vocab_size n_positions n_embd n_layer n_head n_inner activation_function resid_pdrop "
+            "layer_norm_epsilon tie_word_embeddings".split(),
+            "read",
+        ),
+        **dict.fromkeys(_GPT2_OPTIONS, "checked"),
+        **dict.fromkeys([*INERT_KEYS, *_INERT], "inert"),
+    },
+    dropped_there="the embeddings, the attention weights and each sub-layer's output "
+    "(embd_pdrop, attn_pdrop, resid_pdrop), not the feed-forward's hidden activation",
+    buffers=r"(transformer\.)?h\.\d+\.attn\.(bias|masked_bias)",  # causal masks of older files
+    prefix="transformer.",
+)
+
+
+def load_hf_gpt2(path, dtype: str = "float32", notes: list[str] | None = None) -> GPT:
     """Load a Hugging Face GPT-2 directory (``config.json`` + ``model.safetensors``) as a GPT.
 
-    dtype: the model's float dtype ("float32" default, or "float64").
-    Raises CheckpointError for missing files / tensors, ConfigError for unsupported configs.
+    dtype: the model's float dtype ("float32" default, or "float64"). notes: a list that gets
+    what the reading decided (a tied config.json whose weights hold their own head: read untied).
+    Raises CheckpointError for missing or leftover files / tensors, ConfigError for unsupported configs.
     """
-    checkpoint = read_checkpoint(path, "GPT-2")
-    return gpt2_from_hf(checkpoint, gpt2_config_from_hf(checkpoint.config, dtype=dtype))
+    return GPT2.load(path, dtype, notes)
 
 
-def gpt2_from_hf(checkpoint: HFCheckpoint, config: GPTConfig) -> GPT:
+def gpt2_from_hf(checkpoint: HFCheckpoint, config: GPTConfig, notes: list[str] | None = None) -> GPT:
     """The GPT of `config` (gpt2_config_from_hf of the checkpoint's config.json) with the weights of an
-    already-read GPT-2 directory (`read_checkpoint`); as `load_hf_gpt2`."""
-    _, tensors, weights_file, _ = checkpoint
-    # accept both "transformer.h.0..." (GPT2LMHeadModel) and "h.0..." (GPT2Model / openai)
-    strip = {k[len("transformer.") :] if k.startswith("transformer.") else k: v for k, v in tensors.items()}
-
-    def get(name: str) -> np.ndarray:
-        if name not in strip:
-            raise CheckpointError(f"GPT-2 checkpoint {weights_file}: tensor {name!r} not found")
-        return strip[name]
-
-    state = {ours: get(theirs) for ours, theirs in _TOP_MAP}
-    for i in range(config.n_layer):
-        for ours, theirs, transpose in _BLOCK_MAP:
-            t = get(f"h.{i}.{theirs}")
-            state[f"h.{i}.{ours}"] = t.T if transpose else t
-    if not config.tie_weights:
-        state["lm_head.weight"] = get("lm_head.weight")
-    return load_checkpoint_state(GPT(config), state, "GPT-2", weights_file)
+    already-read GPT-2 directory (`hf_files.read_checkpoint`); as `load_hf_gpt2`."""
+    return GPT2.model_from_hf(checkpoint, config, notes)
 
 
 def save_hf_gpt2(model: GPT, path, token_ids: dict[str, int] | None = None) -> Path:
@@ -203,15 +223,10 @@ def save_hf_gpt2(model: GPT, path, token_ids: dict[str, int] | None = None) -> P
 
     Tied weights are written once, as ``transformer.wte.weight`` (as transformers does).
     token_ids: {"bos_token_id": ..., "eos_token_id": ..., "pad_token_id": ...} for config.json
-    (where generate stops). Weights keep the model's dtype. Returns the directory.
+    (where generate stops). Weights keep the model's dtype. Returns the directory. ConfigError,
+    before anything is written, naming what GPT-2 cannot hold of the model.
     """
     if not isinstance(model, GPT):
         raise DTypeError(f"save_hf_gpt2 needs a GPT, got {type(model).__name__}")
-    hf_cfg = gpt2_config_to_hf(model.config)  # a model GPT-2 cannot hold fails here, before any tensor
-    sd = model.state_dict()
-    tensors = {f"transformer.{theirs}": sd[ours] for ours, theirs in _TOP_MAP}
-    for i in range(model.config.n_layer):
-        for ours, theirs, transpose in _BLOCK_MAP:
-            t = sd[f"h.{i}.{ours}"]
-            tensors[f"transformer.h.{i}.{theirs}"] = t.T if transpose else t
-    return write_checkpoint(path, hf_cfg, tensors, token_ids)
+    tensors = GPT2.hf_tensors(model)  # a model GPT-2 cannot hold fails here, before any file
+    return write_checkpoint(path, gpt2_config_to_hf(model.config), tensors, token_ids)

@@ -1,6 +1,6 @@
 """Reading and writing the files of a Hugging Face model directory: safetensors weights, and
-a checkpoint's config and weights read once (its JSON files through
-`scratchformer.runfiles.read_optional_json`, which the tokenizer readers share).
+a checkpoint's weights read once (its JSON files, HF_JSON, are read together by
+`scratchformer.runfiles.read_optional_jsons`, which the tokenizer readers share).
 
 Every failure is one of the library's errors naming the file (never a raw JSON or safetensors
 traceback); which error class depends on what the caller is reading (a config or a checkpoint).
@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from scratchformer.errors import CheckpointError, ConfigError
+from scratchformer.errors import CheckpointError, DataError
 from scratchformer.runfiles import read_optional_json, write_atomic
 
 __all__ = [
@@ -31,8 +31,7 @@ __all__ = [
     "weight_files",
     "HFCheckpoint",
     "read_checkpoint",
-    "check_representable",
-    "load_checkpoint_state",
+    "HF_JSON",
     "write_checkpoint",
 ]
 
@@ -199,16 +198,11 @@ class HFCheckpoint(NamedTuple):
     half_dtypes: tuple[str, ...]  # "bfloat16", "float16": the half precisions the files held
 
 
-def read_checkpoint(path: str | Path, family: str, config: dict | None = None) -> HFCheckpoint:
-    """The config and every weight of a Hugging Face model directory, each file read once (`config`:
-    config.json's object, where the caller has read it already); a missing file is a
+def read_checkpoint(path: str | Path, family: str, config: dict) -> HFCheckpoint:
+    """The weights of a Hugging Face model directory, each file read once, with `config`
+    (config.json's object, which the caller has read); a missing weight file is a
     CheckpointError naming it and the `family` ("GPT-2", "Llama")."""
     path = Path(path)
-    cfg_file = path / "config.json"
-    if config is None and not cfg_file.is_file():
-        raise CheckpointError(
-            f"{family} checkpoint: {cfg_file} not found (need config.json and model.safetensors)"
-        )
     files = weight_files(path, family)
     tensors: dict[str, np.ndarray] = {}
     stored: set[str] = set()
@@ -216,20 +210,8 @@ def read_checkpoint(path: str | Path, family: str, config: dict | None = None) -
         file_tensors, dtypes = _read_safetensors(f)
         tensors.update(file_tensors)
         stored |= dtypes
-    if config is None:
-        config = read_optional_json(cfg_file, error=CheckpointError)
     half = tuple(sorted({HALF_DTYPES[d] for d in stored if d in HALF_DTYPES}))
     return HFCheckpoint(config, tensors, files[0] if len(files) == 1 else path, half)
-
-
-def load_checkpoint_state(model, state: dict[str, np.ndarray], family: str, weights_file: Path):
-    """`model` with `state` loaded (strict); tensors that do not fit the model built from
-    config.json are a CheckpointError naming the weights and the `family`."""
-    try:
-        model.load_state_dict(state, strict=True)
-    except ValueError as e:
-        raise CheckpointError(f"{family} checkpoint {weights_file} does not fit its config.json: {e}") from e
-    return model
 
 
 def write_checkpoint(
@@ -249,8 +231,10 @@ def write_checkpoint(
     return path
 
 
-def check_representable(family: str, problems: list[str]) -> None:
-    """A model saved as `family` ("GPT-2", "Llama") must have none of `problems` (each a
-    setting that family cannot hold, with what it has instead): one ConfigError naming them all."""
-    if problems:
-        raise ConfigError(f"{family} cannot represent this model: " + "; ".join(problems))
+# the JSON files of a Hugging Face model directory scratchformer reads (runfiles.read_optional_jsons,
+# each once), and the error class a damaged one raises (the weights' config, the tokenizer's files)
+HF_JSON = {
+    "config.json": CheckpointError,
+    "tokenizer_config.json": DataError,
+    "generation_config.json": DataError,
+}

@@ -10,24 +10,30 @@ merges.txt). `scratchformer sample --hf DIR` runs `hf_samples`, whose text is tr
 the prompt gets the start token the tokenizer's post-processor adds, and the continuation is
 decoded after the prompt, as the whole sequence decodes. `scratchformer train --init-from DIR`
 continues training such a model, and `scratchformer export RUN --hf OUT` writes a run back with
-`save_hf_causal_lm`, in the first layout of HF_LAYOUTS (GPT-2, Llama) that holds it.
+`save_hf_causal_lm`, in the first layout of HF_LAYOUTS (GPT-2, Llama) that holds it (each an
+interop.layout.Layout: what it holds is declared there, and anything else is refused in one line).
+The directory's JSON files (hf_files.HF_JSON) are read once, together, before the tokenizer and
+the weights.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import tempfile
+import json
 from pathlib import Path
 
 import numpy as np
 
 from scratchformer.data.bpe import BPETokenizer
 from scratchformer.errors import CheckpointError, ConfigError, DataError
-from scratchformer.interop.hf_files import HFCheckpoint, read_checkpoint
+from scratchformer.interop.gpt2 import GPT2
+from scratchformer.interop.hf_files import HF_JSON, read_checkpoint, write_checkpoint
+from scratchformer.interop.layout import Layout
+from scratchformer.interop.llama import LLAMA
 from scratchformer.limits.estimates import check_model_fits, generation_bytes
 from scratchformer.limits.memory import check_fits
 from scratchformer.models import GPT
-from scratchformer.runfiles import read_optional_json
+from scratchformer.runfiles import read_optional_jsons
 
 __all__ = [
     "load_hf_causal_lm",
@@ -35,27 +41,17 @@ __all__ = [
     "hf_samples",
     "save_hf_causal_lm",
     "hf_layout",
+    "LAYOUT_OF",
     "hf_token_ids",
-    "HF_LOADERS",
+    "tokenizer_config",
     "HF_LAYOUTS",
 ]
 
-
-def _gpt2_reader():
-    from scratchformer.interop.gpt2 import gpt2_config_from_hf, gpt2_from_hf
-
-    return "GPT-2", gpt2_config_from_hf, gpt2_from_hf
-
-
-def _llama_reader():
-    from scratchformer.interop.llama import llama_config_from_hf, llama_from_hf
-
-    return "Llama", llama_config_from_hf, llama_from_hf
-
-
-# config.json's model_type -> (the family its messages name, its GPTConfig from config.json,
-# its GPT from that config and a read checkpoint)
-HF_LOADERS = {"gpt2": _gpt2_reader, "llama": _llama_reader}
+# tried in this order by `hf_layout` (the first that holds a model writes it); config.json's
+# model_type picks one when a directory is read
+HF_LAYOUTS: tuple[Layout, ...] = (GPT2, LLAMA)
+LAYOUT_OF = {layout.model_type: layout for layout in HF_LAYOUTS}  # config.json's model_type -> its layout
+NOT_READ = f"is not a causal LM scratchformer loads (one of: {', '.join(LAYOUT_OF)})"
 
 
 # what the "not a directory" line says: the usual way to get one where a hub is reachable
@@ -70,34 +66,33 @@ def load_hf_causal_lm(
     path: str | Path, dtype: str = "float32", notes: list[str] | None = None, training: bool = False
 ) -> tuple[GPT, BPETokenizer]:
     """(model, tokenizer) of a Hugging Face causal-LM directory, read in the order that fails
-    first where it is cheapest: config.json (CheckpointError when missing or unreadable,
-    ConfigError for a model_type not in HF_LOADERS or a config its layout cannot hold), the
-    tokenizer (DataError when it has more ids than the model's vocabulary), then the weights.
-    `training`: a model whose weights, gradients and AdamW moments would not fit in memory is
-    refused (limits.check_model_fits) before any weight is read.
+    first where it is cheapest: its JSON files, once (CheckpointError when config.json is missing or
+    unreadable, ConfigError for a model_type no layout of HF_LAYOUTS reads or a config its layout
+    cannot hold), the tokenizer (DataError when it has more ids than the model's vocabulary), then
+    the weights (CheckpointError for a tensor missing or left over). `training`: a model whose
+    weights, gradients and AdamW moments would not fit in memory is refused
+    (limits.check_model_fits) before any weight is read.
 
     bfloat16 and float16 weights are read as float32 (or `dtype`). An embedding padded past the
     tokenizer (nanoGPT's 50,304 rows for GPT-2's 50,257 ids) keeps only the tokenizer's rows:
     logits of ids no text has are never computed, so they are never sampled (as if masked to
-    -inf). What was converted or dropped is said in `notes` (lines appended), where given."""
+    -inf). What was converted, dropped or decided is said in `notes` (lines appended), where given."""
     path = Path(path)
     if not path.is_dir():
         raise CheckpointError(
             f"{path}: not a directory: give a Hugging Face model directory (config.json, "
             f"model.safetensors, the tokenizer files); {HOW_TO_GET}"
         )
-    cfg = read_optional_json(path / "config.json", error=CheckpointError)
+    files = read_optional_jsons(path, HF_JSON)  # config.json, tokenizer_config.json, generation_config.json
+    cfg = files["config.json"]
     if cfg is None:
         raise CheckpointError(f"{path} has no config.json: is it a Hugging Face model directory?")
     model_type = cfg.get("model_type")
-    if model_type not in HF_LOADERS:
-        raise ConfigError(
-            f"{path}: model_type {model_type!r} is not a causal LM scratchformer loads "
-            f"(one of: {', '.join(HF_LOADERS)})"
-        )
-    family, config_from_hf, from_hf = HF_LOADERS[model_type]()
-    config = config_from_hf(cfg, dtype=dtype)
-    tokenizer = BPETokenizer.from_hf_dir(path, cfg)
+    layout = LAYOUT_OF.get(model_type) if isinstance(model_type, str) else None  # a list: no TypeError
+    if layout is None:
+        raise ConfigError(f"{path}: model_type {model_type!r} {NOT_READ}")
+    config = layout.config_from_hf(cfg, dtype=dtype)
+    tokenizer = BPETokenizer.from_hf_files(path, files)
     n_tok, n_model = tokenizer.vocab_size, config.vocab_size
     if n_tok > n_model:
         raise DataError(
@@ -106,40 +101,21 @@ def load_hf_causal_lm(
         )
     if training:  # the model as it is trained: the tokenizer's rows only
         check_model_fits(dataclasses.replace(config, vocab_size=n_tok), GPT, training=True)
-    checkpoint = read_checkpoint(path, family, cfg)  # each weight file read once
-    model = from_hf(checkpoint, config)
-    if notes is not None:
-        notes.extend(_notes(checkpoint, config.dtype, n_tok, n_model))
-    if n_tok < n_model:
-        model = _vocab_rows(model, n_tok)
-    return model, tokenizer
-
-
-def _notes(checkpoint: HFCheckpoint, dtype: str, n_tok: int, n_model: int) -> list[str]:
-    """What reading the directory converted or dropped, one line each."""
-    notes = []
+    checkpoint = read_checkpoint(path, layout.family, cfg)  # each weight file read once
+    said = layout.dropout_note(config, "training") if training else []
     if checkpoint.half_dtypes:
-        notes.append(
+        said.append(
             f"note: {checkpoint.weights} holds {' and '.join(checkpoint.half_dtypes)} weights, read as {dtype}"
         )
     if n_tok < n_model:
-        notes.append(
+        said.append(
             f"note: the model's {n_model:,} embedding rows are padded past the tokenizer's "
             f"{n_tok:,} ids; the {n_model - n_tok:,} rows no text uses are dropped (never sampled)"
         )
-    return notes
-
-
-def _vocab_rows(model: GPT, n: int) -> GPT:
-    """`model` with the first `n` rows of its token embedding (and of an untied head)."""
-    config = dataclasses.replace(model.config, vocab_size=n)
-    state = model.state_dict()
-    for name in ("wte.weight", "lm_head.weight"):
-        if name in state:
-            state[name] = state[name][:n]
-    smaller = GPT(config)
-    smaller.load_state_dict(state, strict=True)
-    return smaller
+    model = layout.model_from_hf(checkpoint, config, said, rows=n_tok)
+    if notes is not None:
+        notes.extend(said)
+    return model, tokenizer
 
 
 def hf_generate(
@@ -197,44 +173,24 @@ def hf_samples(model: GPT, tokenizer: BPETokenizer, prompt: str = "", *args, **o
     return [prompt + tokenizer.decode_continuation(start, new) for new in news]
 
 
-def _gpt2_layout():
-    from scratchformer.interop.gpt2 import gpt2_config_to_hf, save_hf_gpt2
-
-    return "GPT-2", "GPT2LMHeadModel", gpt2_config_to_hf, save_hf_gpt2
-
-
-def _llama_layout():
-    from scratchformer.interop.llama import llama_config_to_hf, save_hf_llama
-
-    return "Llama", "LlamaForCausalLM", llama_config_to_hf, save_hf_llama
-
-
-HF_LAYOUTS = (
-    _gpt2_layout,
-    _llama_layout,
-)  # tried in order: the first whose config conversion accepts the model
-
-
-def hf_layout(config) -> tuple[str, str, object]:
-    """(family, transformers class, writer) of the first Hugging Face layout that can hold a model
-    of `config`, asked through each layout's config conversion (which names what it cannot
-    hold). ConfigError naming every layout's reasons when none can."""
+def hf_layout(model) -> Layout:
+    """The first Hugging Face layout of HF_LAYOUTS that holds `model` (a GPT: its settings and its
+    parameters; a GPTConfig: its settings only). ConfigError naming every layout's reasons, in
+    one line, when none does."""
     reasons = []
     for layout in HF_LAYOUTS:
-        family, cls, to_hf, writer = layout()
-        try:
-            to_hf(config)
-        except ConfigError as e:
-            reasons.append(str(e))
-            continue
-        return family, cls, writer
+        problems = layout.cannot_hold(model)
+        if not problems:
+            return layout
+        reasons.append(f"{layout.family} cannot represent this model: " + "; ".join(problems))
     raise ConfigError("no Hugging Face layout scratchformer writes holds this model: " + "; ".join(reasons))
 
 
 def hf_token_ids(tokenizer: BPETokenizer) -> dict[str, int]:
-    """config.json's bos/eos/pad token ids for `tokenizer`: eos is its end-of-text token; bos the
-    start token its post-processor adds (Llama's <s>), else the end token (GPT-2 uses
-    <|endoftext|> for both); pad where the tokenizer names a pad token. Empty without an end token."""
+    """config.json's bos/eos/pad token ids for `tokenizer` (a tokenizer's `hf_form()`): eos is
+    its end-of-text token; bos the start token its post-processor adds (Llama's <s>, a line run's
+    end-of-text token), else the end token (GPT-2 uses <|endoftext|> for both); pad where the
+    tokenizer names a pad token. Empty without an end token."""
     ids = {}
     if tokenizer.end_id is not None:
         ids["eos_token_id"] = ids["bos_token_id"] = tokenizer.end_id
@@ -247,50 +203,69 @@ def hf_token_ids(tokenizer: BPETokenizer) -> dict[str, int]:
     return ids
 
 
-def save_hf_causal_lm(model: GPT, tokenizer, path: str | Path) -> Path:
-    """Write `model` and its BPE `tokenizer` as a Hugging Face directory that transformers'
-    from_pretrained and AutoTokenizer read: GPT2LMHeadModel's layout where GPT-2 holds the model
-    (learned positions, LayerNorm, biases, ...), else LlamaForCausalLM's (RoPE, RMSNorm, SwiGLU,
-    no biases); config.json carries the tokenizer's bos/eos/pad ids, so generate stops at the end
-    token. Files: config.json, generation_config.json, model.safetensors, tokenizer.json,
-    tokenizer_config.json, and for a byte-level BPE GPT-2's vocab.json + merges.txt.
-    Returns the directory (`hf_layout` says which class reads it). ConfigError when no layout holds the model (naming
-    why) or the tokenizer is not a BPE, before anything is written."""
-    import json
+def tokenizer_config(tokenizer: BPETokenizer, token_ids: dict[str, int], block_size: int) -> dict:
+    """tokenizer_config.json for `tokenizer` (a tokenizer's `hf_form()`), whose config.json ids
+    are `token_ids`: GPT2Tokenizer for a byte-level BPE (GPT-2's own files), else
+    PreTrainedTokenizerFast; the bos/eos/pad tokens by name, and add_bos_token where its
+    post-processor starts every text with a token (read so by GPT2Tokenizer's vocab.json path too)."""
+    tok = tokenizer._tok
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "model_max_length": block_size,
+        "clean_up_tokenization_spaces": False,
+    }
+    if byte_level(tokenizer):
+        config.update(tokenizer_class="GPT2Tokenizer", add_prefix_space=False)
+        if tokenizer.special is not None:
+            config["unk_token"] = tokenizer.special
+    names = {key: tok.id_to_token(i) for key, i in token_ids.items()}
+    config.update({key.replace("_id", ""): name for key, name in names.items() if name is not None})
+    if len(tokenizer.encode_prompt("")):
+        config["add_bos_token"] = True
+    return config
 
+
+def byte_level(tokenizer: BPETokenizer) -> bool:
+    """Whether `tokenizer` is a byte-level BPE, as GPT-2's (written also as vocab.json + merges.txt)."""
     import tokenizers
+
+    tok = tokenizer._tok
+    return isinstance(tok.model, tokenizers.models.BPE) and isinstance(
+        tok.pre_tokenizer, tokenizers.pre_tokenizers.ByteLevel
+    )
+
+
+def save_hf_causal_lm(model: GPT, tokenizer, path: str | Path, notes: list[str] | None = None) -> Path:
+    """Write `model` and its tokenizer (a run's: characters or BPE) as a Hugging Face directory
+    that transformers' from_pretrained and AutoTokenizer read: the first layout of HF_LAYOUTS
+    that holds the model (`hf_layout`: GPT2LMHeadModel's where GPT-2 holds it, else
+    LlamaForCausalLM's); config.json carries the tokenizer's bos/eos/pad ids, so generate stops at
+    the end token, and the tokenizer starts a prompt where `sample` does (a line run's start
+    token). Files: config.json, generation_config.json, model.safetensors, tokenizer.json,
+    tokenizer_config.json, and for a byte-level BPE GPT-2's vocab.json + merges.txt. Returns the
+    directory. ConfigError when no layout holds the model (naming why), before anything is
+    written; `notes` gets a line on what the layout's dropout keeps of the model's."""
+    import tempfile
 
     from scratchformer.runfiles import write_atomic
 
-    if not isinstance(tokenizer, BPETokenizer):
-        raise ConfigError(
-            "a character tokenizer has no Hugging Face form: export a run trained with "
-            "--tokenizer bpe or --init-from"
-        )
-    if tokenizer.vocab_size > model.config.vocab_size:
+    layout = hf_layout(model)  # refused before anything is written
+    form = tokenizer.hf_form()
+    if form.vocab_size > model.config.vocab_size:
         raise DataError(
-            f"the tokenizer has {tokenizer.vocab_size:,} ids but the model only {model.config.vocab_size:,}"
+            f"the tokenizer has {form.vocab_size:,} ids but the model only {model.config.vocab_size:,}"
         )
-    _, _, writer = hf_layout(model.config)  # refused before anything is written
-    token_ids = hf_token_ids(tokenizer)
+    token_ids = hf_token_ids(form)
     path = Path(path)
-    writer(model, path, token_ids=token_ids)
+    write_checkpoint(path, layout.config_to_hf(model.config), layout.hf_tensors(model), token_ids)
     write_atomic(path / "generation_config.json", (json.dumps(token_ids, indent=2) + "\n").encode())
-    tokenizer.save_hf(path / "tokenizer.json")
-    tok = tokenizer._tok
-    config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": model.config.block_size}
-    if (
-        isinstance(tok.model, tokenizers.models.BPE)
-        and isinstance(tok.pre_tokenizer, tokenizers.pre_tokenizers.ByteLevel)
-        and len(tokenizer.encode_prompt("")) == 0
-    ):  # GPT-2's own tokenizer: its two files too
+    form.save_hf(path / "tokenizer.json")
+    config = tokenizer_config(form, token_ids, model.config.block_size)
+    if config["tokenizer_class"] == "GPT2Tokenizer":  # GPT-2's own tokenizer: its two files too
         with tempfile.TemporaryDirectory() as tmp:  # written by the tokenizers library, then moved atomically
-            for written in tok.model.save(tmp):  # vocab.json + merges.txt
+            for written in form._tok.model.save(tmp):  # vocab.json + merges.txt
                 write_atomic(path / Path(written).name, Path(written).read_bytes())
-        config.update(tokenizer_class="GPT2Tokenizer", add_prefix_space=False)
-    names = {key: tok.id_to_token(i) for key, i in token_ids.items()}
-    config.update({key.replace("_id", ""): name for key, name in names.items() if name is not None})
-    if tokenizer.special is not None and config["tokenizer_class"] == "GPT2Tokenizer":
-        config["unk_token"] = tokenizer.special
     write_atomic(path / "tokenizer_config.json", (json.dumps(config, indent=2) + "\n").encode())
+    if notes is not None:
+        notes.extend(layout.dropout_note(model.config, "exported"))
     return path

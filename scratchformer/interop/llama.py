@@ -24,32 +24,39 @@ Config mapping: hidden_size -> n_embd, num_hidden_layers -> n_layer, num_attenti
 n_head, num_key_value_heads -> n_kv_head (grouped-query attention), intermediate_size ->
 n_inner, max_position_embeddings -> block_size, rms_norm_eps -> layer_norm_eps, rope_theta
 (or rope_parameters["rope_theta"]) -> rope_theta, tie_word_embeddings -> tie_weights.
+attention_dropout <-> dropout (transformers' Llama drops the attention weights only).
 What scratchformer does not implement is a ConfigError naming the field: rope scaling of any
 kind, an activation other than silu, attention or MLP biases, a head_dim other than
-hidden_size / num_attention_heads, attention dropout.
+hidden_size / num_attention_heads. `LLAMA` (an interop.layout.Layout) declares what the layout
+holds; any other setting, and a tensor left over or missing on either side, is refused in one line.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 from scratchformer.checks import config_flag, config_int, config_number
-from scratchformer.errors import CheckpointError, ConfigError, DTypeError
-from scratchformer.interop.hf_files import (
-    HFCheckpoint,
-    check_representable,
-    load_checkpoint_state,
-    read_checkpoint,
-    write_checkpoint,
-)
+from scratchformer.errors import ConfigError, DTypeError
+from scratchformer.interop.hf_files import HFCheckpoint, write_checkpoint
+from scratchformer.interop.layout import ANY, EVERY_VALUE, INERT_KEYS, Layout, Only, Piece
 from scratchformer.models.gpt import GPT, GPTConfig
 
-__all__ = ["load_hf_llama", "llama_from_hf", "save_hf_llama", "llama_config_from_hf", "llama_config_to_hf"]
+__all__ = [
+    "LLAMA",
+    "load_hf_llama",
+    "llama_from_hf",
+    "save_hf_llama",
+    "llama_config_from_hf",
+    "llama_config_to_hf",
+]
 
 LLAMA_BLOCKS = dict(
-    positional="rope", normalization="rmsnorm", activation="swiglu", bias=False, norm_first=True
+    positional="rope",
+    normalization="rmsnorm",
+    activation="swiglu",
+    bias=False,
+    norm_first=True,
+    attn_only=False,
 )
 
 
@@ -95,15 +102,16 @@ def llama_config_from_hf(hf: dict, dtype: str = "float32") -> GPTConfig:
             raise ConfigError(
                 f"Llama config {flag}=true is not supported (scratchformer's Llama has no biases)"
             )
+    if config_int(hf, "pretraining_tp", 1) != 1:
+        raise ConfigError(
+            f"Llama config pretraining_tp={hf['pretraining_tp']} is not supported (scratchformer computes "
+            "each projection whole: 1)"
+        )
     head_dim = config_int(hf, "head_dim")
     if head_dim is not None and isinstance(n_head, int) and n_head > 0 and head_dim * n_head != n_embd:
         raise ConfigError(
             f"Llama config head_dim={head_dim} is not hidden_size / num_attention_heads "
             f"= {n_embd} / {n_head}: not supported"
-        )
-    if config_number(hf, "attention_dropout", 0.0) != 0.0:
-        raise ConfigError(
-            f"Llama config attention_dropout={hf['attention_dropout']} is not supported (use 0)"
         )
     n_kv_head = hf.get("num_key_value_heads")
     return GPTConfig.from_dict(
@@ -115,7 +123,7 @@ def llama_config_from_hf(hf: dict, dtype: str = "float32") -> GPTConfig:
             n_embd=n_embd,
             n_inner=hf["intermediate_size"],
             n_kv_head=None if n_kv_head in (None, n_head) else n_kv_head,
-            dropout=0.0,
+            dropout=config_number(hf, "attention_dropout", 0.0),
             tie_weights=config_flag(hf, "tie_word_embeddings", False),
             layer_norm_eps=config_number(hf, "rms_norm_eps", 1e-6),
             rope_theta=_rope_theta(hf),
@@ -126,14 +134,9 @@ def llama_config_from_hf(hf: dict, dtype: str = "float32") -> GPTConfig:
 
 
 def llama_config_to_hf(config: GPTConfig) -> dict:
-    """The ``config.json`` dict of a LlamaForCausalLM equivalent to `config` (ConfigError if
-    Llama cannot represent it: it needs rotary positions, RMSNorm, SwiGLU, pre-norm, no biases)."""
-    problems = [
-        f"{name}={getattr(config, name)!r} (Llama has {name}={want!r})"
-        for name, want in LLAMA_BLOCKS.items()
-        if getattr(config, name) != want
-    ]
-    check_representable("Llama", problems)
+    """The ``config.json`` dict of a LlamaForCausalLM equivalent to `config` (ConfigError naming
+    every setting Llama cannot hold: see `LLAMA.holds`)."""
+    LLAMA.check(config)
     return {
         "model_type": "llama",
         "architectures": ["LlamaForCausalLM"],
@@ -150,8 +153,9 @@ def llama_config_to_hf(config: GPTConfig) -> dict:
         "rope_theta": config.rope_theta,  # read by transformers < 5
         "rope_parameters": {"rope_type": "default", "rope_theta": config.rope_theta},  # transformers >= 5
         "attention_bias": False,
-        "attention_dropout": 0.0,
+        "attention_dropout": config.dropout,
         "mlp_bias": False,
+        "pretraining_tp": 1,
         "tie_word_embeddings": config.tie_weights,
         "initializer_range": 0.02,
         "use_cache": True,
@@ -159,52 +163,78 @@ def llama_config_to_hf(config: GPTConfig) -> dict:
     }
 
 
-def _block_names(i: int) -> dict[str, list[str]]:
-    """Our parameter -> the Hugging Face tensors stacked (by rows) into it, for block i."""
-    hf = f"model.layers.{i}."
-    return {
-        f"h.{i}.attn_norm.weight": [hf + "input_layernorm.weight"],
-        f"h.{i}.self_attn.in_proj_weight": [hf + f"self_attn.{p}_proj.weight" for p in "qkv"],
-        f"h.{i}.self_attn.out_proj.weight": [hf + "self_attn.o_proj.weight"],
-        f"h.{i}.ff_norm.weight": [hf + "post_attention_layernorm.weight"],
-        f"h.{i}.ff.fc1.weight": [hf + "mlp.gate_proj.weight", hf + "mlp.up_proj.weight"],
-        f"h.{i}.ff.fc2.weight": [hf + "mlp.down_proj.weight"],
-    }
-
-
-def _names(config: GPTConfig) -> dict[str, list[str]]:
-    names = {"wte.weight": ["model.embed_tokens.weight"], "ln_f.weight": ["model.norm.weight"]}
+def llama_pieces(config: GPTConfig) -> list[Piece]:
+    """Every parameter of the GPT of `config` and the LlamaForCausalLM tensors stacked into it."""
+    head_size = config.n_embd // config.n_head
+    q_rows, kv_rows = config.n_head * head_size, (config.n_kv_head or config.n_head) * head_size
+    pieces = [Piece("wte.weight", ("model.embed_tokens.weight",))]
     for i in range(config.n_layer):
-        names.update(_block_names(i))
+        hf = f"model.layers.{i}."
+        pieces += [
+            Piece(f"h.{i}.attn_norm.weight", (hf + "input_layernorm.weight",)),
+            Piece(
+                f"h.{i}.self_attn.in_proj_weight",
+                tuple(hf + f"self_attn.{p}_proj.weight" for p in "qkv"),
+                rows=(q_rows, kv_rows, kv_rows),
+            ),
+            Piece(f"h.{i}.self_attn.out_proj.weight", (hf + "self_attn.o_proj.weight",)),
+            Piece(f"h.{i}.ff_norm.weight", (hf + "post_attention_layernorm.weight",)),
+            Piece(
+                f"h.{i}.ff.fc1.weight",
+                (hf + "mlp.gate_proj.weight", hf + "mlp.up_proj.weight"),
+                rows=(config.inner_size, config.inner_size),
+            ),
+            Piece(f"h.{i}.ff.fc2.weight", (hf + "mlp.down_proj.weight",)),
+        ]
+    pieces.append(Piece("ln_f.weight", ("model.norm.weight",)))
     if not config.tie_weights:
-        names["lm_head.weight"] = ["lm_head.weight"]
-    return names
+        pieces.append(Piece("lm_head.weight", ("lm_head.weight",)))
+    return pieces
 
 
-def load_hf_llama(path, dtype: str = "float32") -> GPT:
+LLAMA = Layout(
+    family="Llama",
+    hf_class="LlamaForCausalLM",
+    model_type="llama",
+    holds={
+        **EVERY_VALUE,
+        "rope_theta": ANY,
+        "n_kv_head": ANY,
+        **{name: Only((value,), f"{name}={value!r}") for name, value in LLAMA_BLOCKS.items()},
+    },
+    pieces=llama_pieces,
+    config_to_hf=llama_config_to_hf,
+    config_from_hf=llama_config_from_hf,
+    hf_keys={
+        **dict.fromkeys(
+            "model_type vocab_size hidden_size intermediate_size num_hidden_layers num_attention_heads "
+            "num_key_value_heads max_position_embeddings attention_dropout tie_word_embeddings rms_norm_eps "
+            "rope_theta rope_parameters".split(),
+            "read",
+        ),
+        **dict.fromkeys(
+            "hidden_act attention_bias mlp_bias head_dim pretraining_tp rope_scaling".split(), "checked"
+        ),
+        **dict.fromkeys(INERT_KEYS, "inert"),
+    },
+    dropped_there="the attention weights only (attention_dropout)",
+    buffers=r"model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq",  # rotary tables of older files
+)
+
+
+def load_hf_llama(path, dtype: str = "float32", notes: list[str] | None = None) -> GPT:
     """Load a Hugging Face Llama directory (``config.json`` + ``model.safetensors``) as a GPT.
 
-    dtype: the model's float dtype ("float32" default, or "float64").
-    Raises CheckpointError for missing files / tensors, ConfigError for unsupported configs.
+    dtype: the model's float dtype ("float32" default, or "float64"). notes: as `load_hf_gpt2`.
+    Raises CheckpointError for missing or leftover files / tensors, ConfigError for unsupported configs.
     """
-    checkpoint = read_checkpoint(path, "Llama")
-    return llama_from_hf(checkpoint, llama_config_from_hf(checkpoint.config, dtype=dtype))
+    return LLAMA.load(path, dtype, notes)
 
 
-def llama_from_hf(checkpoint: HFCheckpoint, config: GPTConfig) -> GPT:
+def llama_from_hf(checkpoint: HFCheckpoint, config: GPTConfig, notes: list[str] | None = None) -> GPT:
     """The GPT of `config` (llama_config_from_hf of the checkpoint's config.json) with the weights of an
-    already-read Llama directory (`read_checkpoint`); as `load_hf_llama`."""
-    _, tensors, weights_file, _ = checkpoint
-
-    def get(name: str) -> np.ndarray:
-        if name not in tensors:
-            raise CheckpointError(f"Llama checkpoint {weights_file}: tensor {name!r} not found")
-        return tensors[name]
-
-    state = {
-        ours: np.concatenate([get(t) for t in theirs], axis=0) for ours, theirs in _names(config).items()
-    }
-    return load_checkpoint_state(GPT(config), state, "Llama", weights_file)
+    already-read Llama directory (`hf_files.read_checkpoint`); as `load_hf_llama`."""
+    return LLAMA.model_from_hf(checkpoint, config, notes)
 
 
 def save_hf_llama(model: GPT, path, token_ids: dict[str, int] | None = None) -> Path:
@@ -212,18 +242,10 @@ def save_hf_llama(model: GPT, path, token_ids: dict[str, int] | None = None) -> 
 
     token_ids: {"bos_token_id": ..., "eos_token_id": ..., "pad_token_id": ...} for config.json
     (where generate stops). Weights keep the model's dtype; a tied head is written once, as the embedding (as
-    transformers does). Returns the directory.
+    transformers does). Returns the directory. ConfigError, before anything is written, naming what
+    Llama cannot hold of the model.
     """
     if not isinstance(model, GPT):
         raise DTypeError(f"save_hf_llama needs a GPT, got {type(model).__name__}")
-    config = model.config
-    hf_cfg = llama_config_to_hf(config)
-    q_rows = config.n_embd  # n_head * head_size; then k and v rows each, then gate rows
-    kv_rows = (config.n_kv_head or config.n_head) * (config.n_embd // config.n_head)
-    cuts = {"self_attn.in_proj_weight": [q_rows, q_rows + kv_rows], "ff.fc1.weight": [config.inner_size]}
-    sd = model.state_dict()
-    tensors = {}
-    for ours, theirs in _names(config).items():  # unstack [q; k; v] and [gate; up] by rows
-        parts = np.split(sd[ours], cuts[ours.split(".", 2)[2]], axis=0) if len(theirs) > 1 else [sd[ours]]
-        tensors.update(zip(theirs, parts))
-    return write_checkpoint(path, hf_cfg, tensors, token_ids)
+    tensors = LLAMA.hf_tensors(model)
+    return write_checkpoint(path, llama_config_to_hf(model.config), tensors, token_ids)

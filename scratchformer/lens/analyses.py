@@ -29,8 +29,8 @@ import numpy as np
 
 from scratchformer.errors import ConfigError, DataError, DTypeError, ShapeError
 from scratchformer.lens.hooks import hook_names, hooked, run_with_cache, run_with_hooks
-from scratchformer.lens.parts import as_batch, attentions, dropouts_off, family, stacks, unembedding
-from scratchformer.nn.layers import LayerNorm, RMSNorm
+from scratchformer.lens.parts import as_batch, attentions, stacks, unembedding
+from scratchformer.nn.layers import LayerNorm, RMSNorm, dropout_off
 from scratchformer.nn.module import eval_mode
 
 __all__ = [
@@ -664,8 +664,9 @@ def similarity_objective(other: np.ndarray) -> Objective:
 
 
 def _embed_name(model) -> str:
-    """The input embeddings saliency differentiates by: seq2seq's source tokens."""
-    return "encoder.embed" if family(model) == "seq2seq" else "embed"
+    """The input embeddings saliency differentiates by: the main stack's (seq2seq: the source's)."""
+    stacks(model)
+    return model.main_prefix() + "embed"
 
 
 @dataclass
@@ -684,7 +685,7 @@ class Saliency:
 def _value_and_gradient(model, inputs, objective, embed_name, replace=None):
     """One training-mode forward (dropout off) and the hand-written backward."""
     grads, seen = {}, {}
-    restore, was_training = dropouts_off(model), model.training
+    was_training = model.training
 
     def record(x, name):  # the embeddings the forward uses (replaced along the IG path)
         seen["x"] = x.copy() if replace is None else replace(x, name)
@@ -693,15 +694,22 @@ def _value_and_gradient(model, inputs, objective, embed_name, replace=None):
     hooks = {embed_name: record}
     try:
         model.train()
-        with hooked(model, hooks, {embed_name: lambda g, n: grads.setdefault("g", g.copy())}):
+        with (
+            dropout_off(model),
+            hooked(model, hooks, {embed_name: lambda g, n: grads.setdefault("g", g.copy())}),
+        ):
             value, grad_out = objective(model(*inputs))
             if grad_out is None:
                 model.backward()
             else:
                 model.backward(grad_output=grad_out)
     finally:
-        restore()
         model.train(was_training)
+    if "g" not in grads:  # the model's backward stopped before its input (a frozen encoder)
+        raise ConfigError(
+            f"no gradient reaches this {type(model).__name__}'s input embeddings ({embed_name}): its "
+            "backward stops before them (a frozen encoder?), so saliency has nothing to show"
+        )
     return value, grads["g"], seen["x"]
 
 
@@ -809,8 +817,8 @@ def mean_token_embedding(model, inputs: tuple, vocab_size: int) -> np.ndarray:
 
     for start in range(0, len(ids), 64):
         chunk = ids[start : start + 64]
-        # seq2seq: the decoder's input rides along (the hook stops the run in the encoder)
-        rest = (np.repeat(as_batch(inputs[1])[:1], len(chunk), 0),) if family(model) == "seq2seq" else ()
+        # the other inputs ride along (seq2seq's decoder input: the hook stops the run in the encoder)
+        rest = tuple(np.repeat(as_batch(x)[:1], len(chunk), 0) for x in inputs[1:])
         try:
             with eval_mode(model), hooked(model, {name: grab}):
                 model(chunk, *rest)

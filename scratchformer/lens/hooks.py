@@ -40,7 +40,9 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from scratchformer.checks import ascii_digits
 from scratchformer.errors import DTypeError, HookError
+from scratchformer.models.base import Model
 from scratchformer.nn.hooks import HookPoint
 from scratchformer.nn.module import Module, eval_mode
 
@@ -64,54 +66,62 @@ def _plain(path: str) -> str:
 
 def _contract_names(model: Module) -> dict[int, str]:
     """id(HookPoint) -> stable name, from the model's contract (models/base.py): its hook
-    points outside the blocks by name, and inside each block of each stack
-    ``{prefix}blocks.{i}.`` + the sub-layer's name (``attn``, ``cross_attn``, ``mlp``) + the
-    hook point's own name."""
-    from scratchformer.models.base import Model
-
+    points outside the blocks by name; each stack's final norm as ``{prefix}final_norm``; inside
+    each block of each stack ``{prefix}blocks.{i}.`` + the part's name from `block_parts` (the
+    sub-layers ``attn``, ``cross_attn``, ``mlp``; the norms ``attn_norm``, ``cross_norm``,
+    ``ff_norm``) + the hook point's path inside that part; the block's own points by their path."""
     if not isinstance(model, Model):
         return {}
     names = {id(hp): name for name, hp in model.named_hook_points().items()}
     for prefix, blocks in model.stacks().items():
+        final = model.final_norm(prefix)
+        if final is not None:
+            _name_inside(names, final, f"{prefix}final_norm.")
         for i, block in enumerate(blocks):
             base = f"{prefix}blocks.{i}."
             parts = model.block_parts(block)
-            subs = [*parts.attentions.items()] + (
-                [("mlp", parts.feedforward)] if parts.feedforward is not None else []
-            )
-            for sub, module in subs:
-                for path, hp in module.named_modules():
-                    if isinstance(hp, HookPoint):
-                        names.setdefault(id(hp), base + sub + "." + _plain(path))
-            for path, hp in block.named_modules():
-                if isinstance(hp, HookPoint):
-                    names.setdefault(id(hp), base + _plain(path))
+            mlp = {"mlp": parts.feedforward} if parts.feedforward is not None else {}
+            for sub, module in {**parts.attentions, **mlp, **parts.norms}.items():
+                _name_inside(names, module, base + sub + ".")
+            _name_inside(names, block, base)
     return names
 
 
-# the order a forward meets the names in, within a stack and within a block
-_STACK_ORDER = ("embed", "pos_embed", "blocks", "ln_final")
-_BLOCK_ORDER = ("resid_pre", "attn", "resid_mid", "cross_attn", "resid_cross", "mlp", "resid_post")
-_SUB_ORDER = ("q", "k", "v", "pattern", "head_out", "pre", "post", "out")
+def _name_inside(names: dict[int, str], module: Module, base: str) -> None:
+    """Name each HookPoint inside `module` not named yet: base + its path without ``hook_``."""
+    for path, hp in module.named_modules():
+        if isinstance(hp, HookPoint):
+            names.setdefault(id(hp), base + _plain(path))
 
 
-def _forward_order(name: str) -> tuple:
-    try:
-        return _known_order(name)
-    except (ValueError, IndexError):  # a name outside the table (a new hook point): at the end
-        return (9, 0, 0, 0, 0)
+# the order a forward meets the names in, within a stack and within a block (a post-norm
+# block meets each norm after its sub-layer; a name these tables do not hold comes after the
+# known ones of its part)
+_SIDES = ("encoder", "decoder")
+_STACK_ORDER = ("embed", "pos_embed", "embed_norm", "blocks", "final_norm", "ln_final")
+_PRE_NORM = ("resid_pre", "attn_norm", "attn", "resid_mid", "cross_norm", "cross_attn", "resid_cross")
+_PRE_NORM += ("ff_norm", "mlp", "resid_post")
+_POST_NORM = ("resid_pre", "attn", "attn_norm", "resid_mid", "cross_attn", "cross_norm", "resid_cross")
+_POST_NORM += ("mlp", "ff_norm", "resid_post")
+_SUB_ORDER = ("in", "q", "k", "v", "scores", "pattern", "head_out", "pre", "post", "out")
 
 
-def _known_order(name: str) -> tuple:
+def _rank(table: tuple, part: str) -> int:
+    return table.index(part) if part in table else len(table)
+
+
+def _forward_order(name: str, post_norm: set[str]) -> tuple:
+    """A sort key of `name`; post_norm: the hook-name prefixes of the post-norm blocks."""
     parts = name.split(".")
     side = 0
-    if parts[0] in ("encoder", "decoder"):
-        side, parts = (0 if parts[0] == "encoder" else 1), parts[1:]
-    if parts[0] != "blocks":
-        return (side, _STACK_ORDER.index(parts[0]), 0, 0, 0)
+    if parts[0] in _SIDES and len(parts) > 1:
+        side, parts = _SIDES.index(parts[0]), parts[1:]
+    if parts[0] != "blocks" or len(parts) < 3 or not ascii_digits(parts[1]):
+        return (side, _rank(_STACK_ORDER, parts[0]), 0, 0, 0, name)
     layer, rest = int(parts[1]), parts[2:]
-    sub = _SUB_ORDER.index(rest[1]) if len(rest) > 1 else 0
-    return (side, _STACK_ORDER.index("blocks"), layer, _BLOCK_ORDER.index(rest[0]), sub)
+    block = _POST_NORM if name[: -len(".".join(rest))] in post_norm else _PRE_NORM
+    sub = _rank(_SUB_ORDER, rest[1]) if len(rest) > 1 else -1
+    return (side, _rank(_STACK_ORDER, "blocks"), layer, _rank(block, rest[0]), sub, name)
 
 
 def hook_points(model: Module) -> dict[str, HookPoint]:
@@ -123,7 +133,13 @@ def hook_points(model: Module) -> dict[str, HookPoint]:
         for path, hp in model.named_modules()
         if isinstance(hp, HookPoint)
     }
-    return dict(sorted(points.items(), key=lambda kv: _forward_order(kv[0])))
+    post_norm = set()  # the blocks whose norms come after their sub-layers
+    if isinstance(model, Model):
+        for prefix, blocks in model.stacks().items():
+            post_norm |= {
+                f"{prefix}blocks.{i}." for i, b in enumerate(blocks) if not model.block_parts(b).norm_first
+            }
+    return dict(sorted(points.items(), key=lambda kv: _forward_order(kv[0], post_norm)))
 
 
 def check_model(model) -> None:
@@ -231,16 +247,18 @@ def run_with_cache(model: Module, *inputs, names=None, hooks: dict[str, Hook] | 
             combined[name] = fn
     with eval_mode(model), hooked(model, combined):
         out = model(*inputs, **kwargs)
-    return out, dict(sorted(cache.items(), key=lambda kv: _forward_order(kv[0])))
+    return out, {name: cache[name] for name in hook_names(model) if name in cache}
 
 
 def _then_keep(fn, keep):
+    """The hook `fn`, then `keep` of the activation the model goes on with: what fn returned (or
+    its copy x as fn left it), in the activation's dtype, as `HookPoint` hands it on."""
     if fn is None:
         return keep
 
     def both(x, name):
         out = fn(x, name)
-        keep(x if out is None else out, name)
+        keep(x if out is None else np.asarray(out).astype(x.dtype, copy=False), name)
         return out
 
     return both

@@ -11,32 +11,17 @@ import numpy as np
 from scratchformer.errors import ConfigError
 from scratchformer.models.base import Model
 
-LENS_FAMILIES = ("gpt", "classifier", "seq2seq", "bert")
 _SIDES = {"": "", "encoder.": "enc ", "decoder.": "dec "}
 
 
-def family(model) -> str:
-    """ "gpt" | "classifier" | "seq2seq" | "bert": the model's own `family` (ConfigError for
-    anything else)."""
-    name = getattr(model, "family", None) if isinstance(model, Model) else None
-    if name == "sentence_classifier":
-        raise ConfigError(
-            "the lens explains a GPT, a task classifier or an encoder-decoder, not a fine-tuned "
-            "sentence classifier (its forward takes an attention mask and labels): draw its "
-            "encoder's attention with 'scratchformer viz RUN --text ...', or explain MiniLM's "
-            "similarities with 'scratchformer lens --bert'"
-        )
-    if name not in LENS_FAMILIES:
-        raise ConfigError(
-            f"the lens studies GPT, TransformerClassifier, Seq2SeqTransformer or BertEncoder "
-            f"models (or subclasses), got {type(model).__name__}"
-        )
-    return name
-
-
 def stacks(model) -> dict[str, list]:
-    """Hook-name prefix -> that stack's blocks ("" for single-stack models)."""
-    family(model)
+    """Hook-name prefix -> that stack's blocks ("" for single-stack models); ConfigError for
+    anything that is not a scratchformer model."""
+    if not isinstance(model, Model):
+        raise ConfigError(
+            f"the lens studies scratchformer models (GPT, TransformerClassifier, Seq2SeqTransformer, "
+            f"BertEncoder, or subclasses), got {type(model).__name__}"
+        )
     return model.stacks()
 
 
@@ -100,7 +85,7 @@ def _apply_norm(x: np.ndarray, norm) -> np.ndarray:
 
 def unembedding(model) -> Unembedding:
     """The final norm and unembedding of a language model (GPT, or seq2seq's decoder)."""
-    family(model)
+    stacks(model)
     head = model.unembedding()
     if head is None:
         raise ConfigError(
@@ -118,25 +103,6 @@ def unembedding(model) -> Unembedding:
         pre_norm,
         model.final_norm_kind(head.prefix),
     )
-
-
-def dropouts_off(model):
-    """Set every dropout probability to 0; returns a function that restores them (saliency runs
-    a training-mode forward for the backward, which must be the eval-mode function)."""
-    from scratchformer.nn import Dropout, MultiHeadAttention
-
-    saved = []
-    for m in model.modules():
-        for attr in ("p", "dropout_p"):
-            if isinstance(getattr(m, attr, None), float) and isinstance(m, (Dropout, MultiHeadAttention)):
-                saved.append((m, attr, getattr(m, attr)))
-                setattr(m, attr, 0.0)
-
-    def restore():
-        for m, attr, value in saved:
-            setattr(m, attr, value)
-
-    return restore
 
 
 def as_batch(ids) -> np.ndarray:

@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 
+from scratchformer.checks import ascii_digits
 from scratchformer.errors import ConfigError, DTypeError, ResourceError
 
 USABLE_FRACTION = 0.9  # leave the rest to the OS and the Python interpreter
@@ -58,10 +59,10 @@ def _cgroup_left(root: str = "/sys/fs/cgroup") -> int | None:
         limit = _read_first(limit_path)
         if limit is None:
             continue
-        if not limit.isdigit() or int(limit) >= 1 << 60:  # "max", or v1's "no limit" (~2^63)
+        if not ascii_digits(limit) or int(limit) >= 1 << 60:  # "max", or v1's "no limit" (~2^63)
             return None
         usage = _read_first(usage_path)
-        return max(int(limit) - (int(usage) if usage and usage.isdigit() else 0), 0)
+        return max(int(limit) - (int(usage) if ascii_digits(usage) else 0), 0)
     return None
 
 

@@ -32,10 +32,13 @@ CLI) learn a model's parts. Every family answers on its own class, so a subclass
     positions(prefix)           the module adding positions to the tokens, or None where
                                 positions live inside attention (rotary); `position_table`:
                                 its (P, C) table or None; `learned_positions`
-    stack_input(ids)            ids (1, T) -> the first block's input (1, T', C), eval mode
     causal(prefix)              whether the stack's self-attention is causal
     named_hook_points()         stable name -> HookPoint outside the blocks ("embed", "pos_embed",
                                 "ln_final"); inside the blocks the names come from block_parts
+    example(ids, tokens, ...)   an `Example`: one input as every tool runs it (the forward's
+                                arguments, those of its loss, what the lens explains, the labels
+                                of each stack's positions and of the output)
+    generates                   True for models with `generate(idx, max_new_tokens, rng=...)`
     param_count(config)         (classmethod) the parameters the constructor builds for `config`
     sizes(config)               (classmethod) a `limits.Sizes`: what memory estimates need
     decodes                     True for encoder-decoder models: src_mask, encode, decode,
@@ -50,7 +53,7 @@ from typing import ClassVar
 import numpy as np
 
 from scratchformer.checks import check_backward_args, check_config_type
-from scratchformer.errors import BackwardError, ConfigError
+from scratchformer.errors import BackwardError, ConfigError, DataError
 from scratchformer.limits.estimates import Sizes
 from scratchformer.nn import (
     Embedding,
@@ -61,12 +64,13 @@ from scratchformer.nn import (
     SinusoidalPositionalEncoding,
     manual_seed,
 )
-from scratchformer.nn.module import Module
+from scratchformer.nn.module import Module, eval_mode
 from scratchformer.ops.loss import IGNORE_INDEX, cross_entropy_backward
 
 __all__ = [
     "IGNORE_INDEX",
     "BlockParts",
+    "Example",
     "Head",
     "Model",
     "Sizes",
@@ -89,6 +93,53 @@ class BlockParts:
     feedforward: Module | None  # None: an attention-only block (no feed-forward, no "ff_norm")
     norms: dict
     norm_first: bool
+
+
+@dataclass(frozen=True)
+class Example:
+    """One input as the CLI, report.html, the lens and the training diagnostics run it, from
+    `Model.example`: every array a batch of one.
+
+    inputs: the forward's arguments without targets, as the figures draw them: (ids,), or a
+        seq2seq model's (src, tgt_in) with its whole decoding as tgt_in.
+    loss_inputs: the forward's arguments with the targets of one loss (a GPT's next tokens, a
+        classifier's `target` class, seq2seq's answer shifted by one), or None (no loss: one
+        token, or a model without one).
+    explained: the forward's arguments whose output at the last position the lens explains.
+    target: the output entry explained and learned where the example fixes it (a classifier's
+        class: the one given, else its prediction), else None (the lens takes the prediction).
+    tokens: stack prefix -> a label per position of that stack's input in `inputs` (a CLS
+        vector's "[CLS]" included).
+    positions: a label per position of the explained output (the logit lens's columns), or None
+        where the output is one per sequence.
+    output_labels: a label per entry of the output's last axis (the vocabulary's tokens, the
+        classes), or None for hidden states.
+    answer: the labels of the model's own answer where it decodes one (seq2seq), else None."""
+
+    inputs: tuple
+    loss_inputs: tuple | None
+    explained: tuple
+    target: int | None
+    tokens: dict
+    positions: list | None
+    output_labels: list | None
+    answer: list | None = None
+
+
+def one_sequence(ids, tokens=None) -> tuple[np.ndarray, list[str]]:
+    """ids (T,) or (1, T) -> ((T,) int64 ids, a label per id: `tokens`, or the ids as text)."""
+    ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+    if ids.size == 0:
+        raise DataError("an example needs at least one token")
+    tokens = [str(i) for i in ids] if tokens is None else list(tokens)
+    if len(tokens) != len(ids):
+        raise DataError(f"got {len(tokens)} token labels for {len(ids)} ids: give one label per id")
+    return ids, tokens
+
+
+def label_list(labels, size: int) -> list[str]:
+    """`labels` (one per entry), or the entries' numbers as text."""
+    return [str(i) for i in range(size)] if labels is None else list(labels)
 
 
 @dataclass(frozen=True)
@@ -170,6 +221,7 @@ class Model(Module):
         type
     ]  # the config a constructor takes (GPTConfig, ...): its from_dict reads config.json
     decodes: ClassVar[bool] = False  # the encoder-decoder decoding API (inference/beam.py)
+    generates: ClassVar[bool] = False  # generate(idx, max_new_tokens, rng=...): a language model samples
 
     def _take_config(self, config, seed: int | None):
         """What every family's constructor does first: `config` must be its `config_class`
@@ -237,10 +289,6 @@ class Model(Module):
             self.positions(prefix or self.main_prefix()), (LearnedPositionalEmbedding, Embedding)
         )
 
-    def stack_input(self, ids: np.ndarray) -> np.ndarray:
-        """ids (1, T) -> (1, T', C): the main stack's first block's input."""
-        raise NotImplementedError(f"{type(self).__name__} does not say its stack input")
-
     def causal(self, prefix: str = "") -> bool:
         """Whether the self-attention of stack `prefix` is causal."""
         return False
@@ -248,6 +296,38 @@ class Model(Module):
     def named_hook_points(self) -> dict:
         """Stable name -> HookPoint for the hook points outside the blocks."""
         return {}
+
+    def example(
+        self,
+        ids,
+        tokens=None,
+        vocab_labels=None,
+        target=None,
+        *,
+        tgt_ids=None,
+        tgt_tokens=None,
+        class_names=None,
+    ) -> Example:
+        """One input as every tool runs it (see `Example`). ids (T,) or (1, T): the input (seq2seq:
+        the source); tokens: a label per id (default: the ids); vocab_labels: a label per
+        vocabulary id; target: the output entry to explain and learn (a classifier's class; None:
+        the model's prediction); tgt_ids, tgt_tokens: a decoding model's decoder input and its
+        labels (None: its start token and its own greedy answer); class_names: a classifier's
+        labels of its classes. Each family answers in `_example` (eval-mode forwards only)."""
+        ids, tokens = one_sequence(ids, tokens)
+        given = dict(tgt_ids=tgt_ids, tgt_tokens=tgt_tokens, class_names=class_names)
+        return self._example(ids, tokens, vocab_labels, target, **given)
+
+    def _example(self, ids: np.ndarray, tokens: list, vocab_labels, target, **given) -> Example:
+        """`example` on checked ids (T,) and their labels; `given`: the keywords a family reads."""
+        raise NotImplementedError(f"{type(self).__name__} does not give an example")
+
+    def _predicted(self, inputs: tuple) -> int:
+        """The output entry the model predicts at the last position of its forward on `inputs`."""
+        with eval_mode(self):
+            out = self(*inputs)
+        logits = out[0] if isinstance(out, tuple) else out
+        return int((logits[0, -1] if logits.ndim == 3 else logits[0]).argmax())
 
     @classmethod
     def param_count(cls, config) -> int:

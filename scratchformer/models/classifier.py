@@ -21,7 +21,15 @@ import numpy as np
 
 from scratchformer.checks import as_array, check_heads, check_int_in_range, check_token_ids
 from scratchformer.errors import DataError, ShapeError
-from scratchformer.models.base import Model, Sizes, block_params, linear_params, norm_params
+from scratchformer.models.base import (
+    Example,
+    Model,
+    Sizes,
+    block_params,
+    label_list,
+    linear_params,
+    norm_params,
+)
 from scratchformer.nn import (
     Dropout,
     Embedding,
@@ -112,14 +120,14 @@ class TransformerClassifier(Model):
     def positions(self, prefix: str = ""):
         return self.pos
 
-    def stack_input(self, ids: np.ndarray) -> np.ndarray:
-        h = self.tok_emb(ids)
-        if self.config.pooling == "cls":  # the CLS vector comes first
-            cls = np.broadcast_to(
-                self.cls_token.data.astype(h.dtype, copy=False), (h.shape[0], 1, h.shape[-1])
-            )
-            h = np.concatenate([cls, h], axis=1)
-        return self.pos(h)
+    def _example(self, ids, tokens, vocab_labels, target, class_names=None, **_) -> Example:
+        """The sequence and the loss of its class (`target`, else the prediction); the stack's
+        positions start with "[CLS]" under cls pooling."""
+        x = ids[None]
+        target = self._predicted((x,)) if target is None else int(target)
+        stack = ["[CLS]"] + tokens if self.config.pooling == "cls" else tokens
+        classes = label_list(class_names, self.config.n_classes)
+        return Example((x,), (x, np.array([target])), (x,), target, {"": stack}, None, classes)
 
     def named_hook_points(self) -> dict:
         return {

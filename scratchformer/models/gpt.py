@@ -51,7 +51,16 @@ from scratchformer.checks import (
 )
 from scratchformer.errors import ConfigError, DataError, ShapeError
 from scratchformer.inference.sampling import as_rng, check_sampling_args, sample_next
-from scratchformer.models.base import Head, Model, Sizes, block_params, linear_params, norm_params
+from scratchformer.models.base import (
+    Example,
+    Head,
+    Model,
+    Sizes,
+    block_params,
+    label_list,
+    linear_params,
+    norm_params,
+)
 from scratchformer.nn import (
     FEEDFORWARD_ACTIVATIONS,
     NORMALIZATIONS,
@@ -162,6 +171,7 @@ class GPT(Model):
 
     family = "gpt"
     config_class = GPTConfig
+    generates = True
 
     def __init__(self, config: GPTConfig, seed: int | None = None):
         super().__init__()
@@ -218,12 +228,18 @@ class GPT(Model):
     def positions(self, prefix: str = ""):
         return self.wpe  # None: the positions enter inside each self-attention
 
-    def stack_input(self, ids: np.ndarray) -> np.ndarray:
-        x = self.wte(ids)
-        return x if self.wpe is None else self.wpe(x)
-
     def causal(self, prefix: str = "") -> bool:
         return True
+
+    def _example(self, ids, tokens, vocab_labels, target, **_) -> Example:
+        """The text's last block_size tokens (as generation reads a longer prompt); its loss:
+        each token predicts the next; explained: the token after the text (`target`, else the
+        prediction)."""
+        bs = self.config.block_size
+        x, tokens = ids[None, -bs:], tokens[-bs:]
+        loss = (x[:, :-1], x[:, 1:]) if x.shape[1] > 1 else None
+        labels = label_list(vocab_labels, self.config.vocab_size)
+        return Example((x,), loss, (x,), target, {"": tokens}, tokens, labels)
 
     def named_hook_points(self) -> dict:
         points = {"embed": self.hook_embed}

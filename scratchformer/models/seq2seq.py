@@ -33,10 +33,12 @@ from scratchformer.checks import as_array, check_heads, check_int_in_range, chec
 from scratchformer.errors import ConfigError, DataError, ShapeError
 from scratchformer.models.base import (
     IGNORE_INDEX,
+    Example,
     Head,
     Model,
     Sizes,
     block_params,
+    label_list,
     linear_params,
     norm_params,
 )
@@ -160,8 +162,35 @@ class Seq2SeqTransformer(Model):
     def positions(self, prefix: str = "encoder."):
         return self.tgt_pos if prefix == "decoder." else self.src_pos
 
-    def stack_input(self, ids: np.ndarray) -> np.ndarray:
-        return self.src_pos(self.src_emb(ids) * self.emb_scale)
+    def _example(self, ids, tokens, vocab_labels, target, tgt_ids=None, tgt_tokens=None, **_) -> Example:
+        """The source and a decoding: `tgt_ids` (default: BOS and the model's greedy answer),
+        drawn whole; its loss teacher-forced (the decoding shifted by one); explained: the
+        decoding's last token, from the tokens before it."""
+        from scratchformer.inference.beam import greedy_decode
+
+        c = self.config
+        if tgt_ids is None:
+            answer = greedy_decode(self, ids[None])[0]
+            tgt_ids = np.concatenate([[c.bos_id], answer])[: c.max_len]
+        dec = np.asarray(tgt_ids, dtype=np.int64).reshape(-1)
+        special = {c.bos_id: "<bos>", c.eos_id: "<eos>", c.pad_id: "<pad>"}
+        if tgt_tokens is None:  # vocab_labels, else the ids, with BOS / EOS / PAD named
+            tgt_tokens = [
+                vocab_labels[i] if vocab_labels is not None else special.get(i, str(i)) for i in dec
+            ]
+        dec_tokens = list(tgt_tokens)
+        x, d = ids[None], dec[None]
+        loss = (x, d[:, :-1], d[:, 1:]) if d.shape[1] > 1 else None
+        return Example(
+            (x, d),
+            loss,
+            (x, d[:, :-1]) if d.shape[1] > 1 else (x, d),
+            target,
+            {"encoder.": tokens, "decoder.": dec_tokens},
+            dec_tokens[:-1] if d.shape[1] > 1 else dec_tokens,
+            label_list(vocab_labels, c.tgt_vocab_size),
+            dec_tokens[1:],
+        )
 
     def causal(self, prefix: str = "encoder.") -> bool:
         return prefix == "decoder."

@@ -29,18 +29,20 @@ from scratchformer.checks import check_bool, check_float_array, check_heads, che
 from scratchformer.errors import ConfigError, HookError, ShapeError
 from scratchformer.nn import init
 from scratchformer.nn.hooks import HookPoint
-from scratchformer.nn.layers import Linear
+from scratchformer.nn.layers import DrawsDropout, Linear
 from scratchformer.nn.module import DEFAULT_DTYPE, Module, Parameter
 from scratchformer.ops import (
     alibi_bias,
     attention_backward,
     attention_forward,
+    attention_mask,
     linear_backward_into,
     linear_forward,
     rope_backward,
     rope_forward,
     rope_tables,
 )
+from scratchformer.ops.attention import attention_scores, masked_softmax
 
 
 class KVCache:
@@ -95,7 +97,7 @@ class KVCache:
             self._k, self._v = self._k[rows], self._v[rows]
 
 
-class MultiHeadAttention(Module):
+class MultiHeadAttention(Module, DrawsDropout):
     """x: (B, Tq, n_embd), context: (B, Tk, n_embd) or None -> (B, Tq, n_embd).
 
     After each forward, `attn_weights` (B, H, Tq, Tk) holds the attention weights (for plots),
@@ -150,10 +152,21 @@ class MultiHeadAttention(Module):
         if bias:
             self.out_proj.bias.data[...] = 0
         self.attn_weights: np.ndarray | None = None
-        # hook points (scratchformer.lens): q, k, v and each head's output (B, H, T, head_size),
-        # the pattern (B, H, Tq, Tk), the output after the projection (B, Tq, n_embd)
+        # hook points (scratchformer.lens): q (B, H, T, head_size), k and v (B, n_kv_head, T,
+        # head_size), rotated when the positions are rotary; the scores (-inf at hidden keys) and
+        # the pattern (B, H, Tq, Tk); each head's output (B, H, Tq, head_size); the output after
+        # the projection (B, Tq, n_embd)
         self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
-        self.hook_pattern, self.hook_head_out, self.hook_out = HookPoint(), HookPoint(), HookPoint()
+        self.hook_scores, self.hook_pattern = HookPoint(), HookPoint()
+        self.hook_head_out, self.hook_out = HookPoint(), HookPoint()
+
+    @property
+    def dropout_rate(self) -> float:  # DrawsDropout: dropout on the attention weights
+        return self.dropout_p
+
+    @dropout_rate.setter
+    def dropout_rate(self, p: float) -> None:
+        self.dropout_p = p
 
     def _split_heads(self, t: np.ndarray) -> np.ndarray:  # (B, T, n_embd) -> (B, H, T, head_size)
         B, T, _ = t.shape
@@ -264,26 +277,48 @@ class MultiHeadAttention(Module):
             training=self.training,
             bias=bias,
         )
-        if self.hook_pattern.active:
-            out = self._hook_pattern(att_cache, v, out)
+        if self.hook_scores.active or self.hook_pattern.active:
+            out = self._hooked_weights(q, k, v, mask, causal, bias, att_cache, out)
         self.attn_weights = att_cache["weights"]
         self._save(x=x, context=context, att=att_cache, offset=offset)
         return self.hook_out(self.out_proj(self._merge_heads(self.hook_head_out(out))))
 
-    def _hook_pattern(self, att_cache: dict, v: np.ndarray, out: np.ndarray) -> np.ndarray:
-        """Show the weights (B, H, Tq, Tk) to the pattern's hook; a replacement gives
-        out = weights @ v (B, H, Tq, head_size), which the backward cannot follow: eval mode only."""
+    def _hooked_weights(self, q, k, v, mask, causal, bias, att_cache: dict, out: np.ndarray) -> np.ndarray:
+        """Show the masked scores and then the weights (B, H, Tq, Tk) to their hooks; returns the
+        output (B, H, Tq, head_size). Left as they were, the output is the one attention_forward
+        computed (bit for bit); changed, the weights are the softmax of the new scores (the
+        hidden keys masked again) and out = weights @ v, which the backward cannot follow: eval
+        mode only."""
         weights = att_cache["weights"]
-        new = self.hook_pattern(weights)
-        if new is weights:
+        if weights is None:  # the fast lane's training forward over KEEP_WEIGHTS_BYTES keeps none
+            raise HookError(
+                "this training-mode forward keeps no attention weights to show (they are recomputed "
+                "in the backward): read attn.scores and attn.pattern in eval mode"
+            )
+        if self.hook_scores.active:  # the scores with -inf at every hidden key, as TransformerLens's
+            allowed = attention_mask(mask, causal, q.shape[2], k.shape[2])
+            scores = attention_scores(q, k, bias)
+            scores = scores if allowed is None else np.where(allowed, scores, -np.inf)
+            new = self.hook_scores(scores)
+            if not np.array_equal(new, scores, equal_nan=True):
+                self._refuse_in_training("scores")
+                weights = masked_softmax(new, allowed)  # a hidden key stays hidden whatever it holds
+        if self.hook_pattern.active:
+            new = self.hook_pattern(weights)
+            if not np.array_equal(new, weights, equal_nan=True):
+                self._refuse_in_training("pattern")
+                weights = new
+        if weights is att_cache["weights"]:
             return out
+        att_cache["weights"] = weights
+        return weights @ v
+
+    def _refuse_in_training(self, what: str) -> None:
         if self.training:
             raise HookError(
-                "replacing attn.pattern needs eval mode (the backward would use the old "
+                f"replacing attn.{what} needs eval mode (the backward would use the old "
                 "pattern): call model.eval() or use scratchformer.lens.run_with_hooks"
             )
-        att_cache["weights"] = new
-        return new @ v
 
     def backward(self, grad):
         """Returns (dx, dcontext); dcontext is None for self-attention (no context given)."""

@@ -46,7 +46,9 @@ class FeedForward(Module):
         self.fc1 = Linear(n_embd, 2 * n_inner if self.gated else n_inner, bias=bias, dtype=dtype, rng=rng)
         self.fc2 = Linear(n_inner, n_embd, bias=bias, dtype=dtype, rng=rng)
         self.dropout = Dropout(dropout)
-        # hook points (scratchformer.lens): fc1's output, the activation, fc2's output
+        # hook points (scratchformer.lens): the input (..., n_embd), fc1's output, the activation,
+        # fc2's output
+        self.hook_in = HookPoint()
         self.hook_pre, self.hook_post, self.hook_out = HookPoint(), HookPoint(), HookPoint()
 
     def check_input(self, x) -> None:
@@ -57,7 +59,9 @@ class FeedForward(Module):
         return self._act(h)
 
     def forward(self, x: np.ndarray) -> np.ndarray:
-        h = self.hook_pre(self.fc1(x))  # (..., n_inner), or (..., 2 n_inner) = [gate | up] when gated
+        h = self.hook_pre(
+            self.fc1(self.hook_in(x))
+        )  # (..., n_inner), or (..., 2 n_inner) = [gate | up] when gated
         if not self.training:
             a = self._act(h)
         elif self.gated:  # the gated backward needs both halves of h

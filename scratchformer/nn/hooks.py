@@ -9,6 +9,11 @@ gives each one a stable name (``blocks.0.attn.pattern``) and sets and removes th
     hp.hook = fn        # fn(array, name) -> None (read only) or a replacement array
     hp.grad_hook = fn   # fn(grad, name) -> None, called by backward() (read only)
 
+A hook is handed its own copy of the activation: what it returns replaces the activation, and
+so does an edit it makes in place and returns None after (TransformerLens's `x[...] = ...`);
+either way the model's own arrays (a positional table's rows, say) are never written to. The
+forward then goes on with that array, cast to the activation's dtype.
+
 The backward is the identity: a model's hand-written backward may skip HookPoints entirely
 (the gradient through an identity is the gradient); a model calls `backward` only where it
 wants a caller to see the gradient of that activation (the input embeddings, for saliency).
@@ -49,9 +54,10 @@ class HookPoint(Module):
         self._hook = self._grad_hook = None
 
     def _run_hook(self, x: np.ndarray) -> np.ndarray:
-        out = self._hook(x, self._name)
+        own = np.array(x, copy=True)  # the hook's copy: an edit in place never reaches the model's arrays
+        out = self._hook(own, self._name)
         if out is None:
-            return x
+            return own
         out = np.asarray(out)
         if out.shape != x.shape:
             raise HookError(

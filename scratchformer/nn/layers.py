@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -19,6 +20,7 @@ from scratchformer.checks import (
     check_token_ids,
 )
 from scratchformer.nn import init
+from scratchformer.nn.hooks import HookPoint
 from scratchformer.nn.module import DEFAULT_DTYPE, Module, Parameter
 from scratchformer.ops import (
     dropout_backward,
@@ -93,6 +95,7 @@ class LayerNorm(Module):
     """Normalise over the last axis (size normalized_shape), then scale and shift. (..., C) -> (..., C).
 
     bias=False drops the shift (`self.bias` is None), as PyTorch's `LayerNorm(bias=False)`.
+    Hook points (scratchformer.lens): what it takes (`hook_in`) and gives (`hook_out`), (..., C).
     """
 
     def __init__(self, normalized_shape: int, eps: float = 1e-5, bias: bool = True, dtype=DEFAULT_DTYPE):
@@ -102,16 +105,17 @@ class LayerNorm(Module):
         self.eps = eps
         self.weight = Parameter(np.ones(normalized_shape, dtype=dtype))
         self.bias = Parameter(np.zeros(normalized_shape, dtype=dtype)) if bias else None
+        self.hook_in, self.hook_out = HookPoint(), HookPoint()
 
     def check_input(self, x) -> None:
         check_float_array(x, "LayerNorm input", last_dim=self.weight.shape[0])
 
     def forward(self, x: np.ndarray) -> np.ndarray:
         y, xhat, rstd = layernorm_forward(
-            x, self.weight.data, None if self.bias is None else self.bias.data, self.eps
+            self.hook_in(x), self.weight.data, None if self.bias is None else self.bias.data, self.eps
         )
         self._save(xhat=xhat, rstd=rstd)
-        return y
+        return self.hook_out(y)
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
         c = self._pop_cache()
@@ -127,7 +131,7 @@ class RMSNorm(Module):
     """Rescale by the root mean square over the last axis, then scale: (..., C) -> (..., C).
 
     y = x / sqrt(mean(x^2) + eps) * weight; no centring and no bias (as Llama's RMSNorm and
-    `torch.nn.RMSNorm`). weight starts at 1.
+    `torch.nn.RMSNorm`). weight starts at 1. Hook points: `hook_in`, `hook_out`, as LayerNorm's.
     """
 
     def __init__(self, normalized_shape: int, eps: float = 1e-6, dtype=DEFAULT_DTYPE):
@@ -136,14 +140,15 @@ class RMSNorm(Module):
         check_positive_number("eps", eps)
         self.eps = eps
         self.weight = Parameter(np.ones(normalized_shape, dtype=dtype))
+        self.hook_in, self.hook_out = HookPoint(), HookPoint()
 
     def check_input(self, x) -> None:
         check_float_array(x, "RMSNorm input", last_dim=self.weight.shape[0])
 
     def forward(self, x: np.ndarray) -> np.ndarray:
-        y, xhat, rstd = rmsnorm_forward(x, self.weight.data, self.eps)
+        y, xhat, rstd = rmsnorm_forward(self.hook_in(x), self.weight.data, self.eps)
         self._save(xhat=xhat, rstd=rstd)
-        return y
+        return self.hook_out(y)
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
         c = self._pop_cache()
@@ -156,18 +161,20 @@ class NoNorm(Module):
     """normalization="none": the identity in place of a norm, y = x, no parameters; its
     backward passes dy through. (..., C) -> (..., C). The models' contract reports no norm
     where a NoNorm stands (`models.base.norm_kind` gives None), so the lens needs no norm
-    to undo (Nanda et al.'s grokking model has no LayerNorm)."""
+    to undo (Nanda et al.'s grokking model has no LayerNorm). Hook points: `hook_in`, `hook_out`,
+    as every norm's (the same activation twice)."""
 
     def __init__(self, normalized_shape: int):
         super().__init__()
         check_positive_int("normalized_shape", normalized_shape)
         self.normalized_shape = normalized_shape
+        self.hook_in, self.hook_out = HookPoint(), HookPoint()
 
     def check_input(self, x) -> None:
         check_float_array(x, "NoNorm input", last_dim=self.normalized_shape)
 
     def forward(self, x: np.ndarray) -> np.ndarray:
-        return x
+        return self.hook_out(self.hook_in(x))
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
         return dy
@@ -190,7 +197,17 @@ def make_norm(normalization: str, n_embd: int, eps: float = 1e-5, bias: bool = T
     return NORMALIZATIONS[normalization](n_embd, eps, bias, dtype)
 
 
-class Dropout(Module):
+class DrawsDropout:
+    """Declared by every module that draws dropout masks (Dropout; MultiHeadAttention, on its
+    weights): `rng`, the numpy Generator it draws from, and `dropout_rate`, the probability it
+    drops with (settable). What seeds, replays or switches off dropout (`set_dropout_rng`,
+    `dropout_off`, training/parallel.py's workers) finds these modules by this declaration."""
+
+    rng: np.random.Generator
+    dropout_rate: float  # each module's property over its own attribute
+
+
+class Dropout(Module, DrawsDropout):
     """Inverted dropout with probability p; the identity in eval mode.
 
     Draws from `self.rng` (a numpy Generator). `set_dropout_rng(model, rng)` gives all the
@@ -202,6 +219,14 @@ class Dropout(Module):
         check_probability("dropout p", p)
         self.p = p
         self.rng = rng if rng is not None else np.random.default_rng(init.get_rng().integers(2**63))
+
+    @property
+    def dropout_rate(self) -> float:
+        return self.p
+
+    @dropout_rate.setter
+    def dropout_rate(self, p: float) -> None:
+        self.p = p
 
     def check_input(self, x) -> None:
         check_float_array(x, "Dropout input")
@@ -215,11 +240,29 @@ class Dropout(Module):
         return dropout_backward(dy, self._pop_cache()["mask"])
 
 
+def dropout_modules(module: Module) -> list:
+    """The modules of `module` that draw dropout masks (`DrawsDropout`), in module order."""
+    return [m for m in module.modules() if isinstance(m, DrawsDropout)]
+
+
 def set_dropout_rng(module: Module, rng: np.random.Generator) -> np.random.Generator:
     """Make every Dropout (and attention dropout) in `module` draw from `rng`; returns rng."""
     check_module("module", module)
     check_generator("rng", rng)
-    for m in module.modules():
-        if hasattr(m, "rng") and isinstance(m.rng, np.random.Generator):
-            m.rng = rng
+    for m in dropout_modules(module):
+        m.rng = rng
     return rng
+
+
+@contextmanager
+def dropout_off(module: Module):
+    """Every dropout rate of `module` at 0 inside the block (a training-mode forward is then the
+    eval-mode function and draws nothing), restored on the way out, also on an error."""
+    saved = [(m, m.dropout_rate) for m in dropout_modules(module)]
+    try:
+        for m, _ in saved:
+            m.dropout_rate = 0.0
+        yield module
+    finally:
+        for m, rate in saved:
+            m.dropout_rate = rate

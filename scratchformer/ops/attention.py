@@ -49,7 +49,9 @@ __all__ = [
     "attention_backward",
     "attention_forward",
     "attention_mask",
+    "attention_scores",
     "causal_mask",
+    "masked_softmax",
     "scores_backward",
     "weighted_sum_backward",
 ]
@@ -144,21 +146,32 @@ def attend(q, k, v, allowed, bias, drop, training, keep_weights):
     attend, broadcastable to (B, H, Tq, Tk)) or None; bias or None; drop(weights) ->
     (dropped, mask or None), the dropout. `training` and `keep_weights` are read by the fast
     lane only (whether to keep the weights); the reference keeps them."""
-    scores = q @ k.swapaxes(-1, -2) / math.sqrt(q.shape[-1])  # (B, H, Tq, Tk)
-    if bias is not None:
-        scores = scores + bias  # a constant: d(scores + bias) / d(scores) = 1, nothing in the backward
-    if allowed is not None:
-        scores = np.where(allowed, scores, -np.inf)  # a hidden key gets exp(-inf) = 0
-    # softmax over the keys
-    row_max = scores.max(axis=-1, keepdims=True)  # (B, H, Tq, 1)
-    row_max[np.isneginf(row_max)] = 0  # a query that sees no key: exp(-inf - 0) = 0, not inf - inf
-    e = np.exp(scores - row_max)
-    denom = e.sum(axis=-1, keepdims=True)
-    weights = e / np.where(denom == 0, 1, denom)  # ... and its weights 0, not 0 / 0
+    weights = masked_softmax(attention_scores(q, k, bias), allowed)  # (B, H, Tq, Tk)
     dropped, drop_mask = drop(weights)
     out = dropped @ v  # (B, H, Tq, d)
     # allowed and bias: not needed by the backward; kept (references) for the walk-through's checks
     return out, dict(q=q, k=k, v=v, weights=weights, drop_mask=drop_mask, allowed=allowed, bias=bias)
+
+
+def attention_scores(q: np.ndarray, k: np.ndarray, bias=None) -> np.ndarray:
+    """The scores before the mask, (B, H, Tq, Tk): q k^T / sqrt(d), plus `bias` (ALiBi's) when given.
+    (`MultiHeadAttention` shows them to its `hook_scores` from here too.)"""
+    scores = q @ k.swapaxes(-1, -2) / math.sqrt(q.shape[-1])
+    if bias is not None:
+        scores = scores + bias  # a constant: d(scores + bias) / d(scores) = 1, nothing in the backward
+    return scores
+
+
+def masked_softmax(scores: np.ndarray, allowed) -> np.ndarray:
+    """softmax over the keys (the last axis) of `scores`, a hidden key (allowed False) weighing 0;
+    a query that sees no key gets zero weights, not 0 / 0."""
+    if allowed is not None:
+        scores = np.where(allowed, scores, -np.inf)  # a hidden key gets exp(-inf) = 0
+    row_max = scores.max(axis=-1, keepdims=True)  # (B, H, Tq, 1)
+    row_max[np.isneginf(row_max)] = 0  # a query that sees no key: exp(-inf - 0) = 0, not inf - inf
+    e = np.exp(scores - row_max)
+    denom = e.sum(axis=-1, keepdims=True)
+    return e / np.where(denom == 0, 1, denom)
 
 
 def _check_bias(bias, Tq: int, Tk: int) -> np.ndarray:

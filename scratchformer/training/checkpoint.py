@@ -17,7 +17,8 @@ parent, so renames stay on one filesystem) and fsynced; then
     3. backup is deleted
     (2b. entries a user left in the old checkpoint -- an editor's swap file, figures written
          into it -- are moved from the backup into the new one, so a save neither fails on
-         them nor deletes them)
+         them nor deletes them; so are those `--overwrite` kept of the run it deleted, from
+         `.NAME.kept`)
 Each rename is atomic, so a crash at any point leaves either the old or the new complete
 checkpoint on disk: before 1 the old one is the target; between 1 and 2 the old one is the
 backup, which every reader reads when the target is missing and which the next writer
@@ -107,6 +108,26 @@ def _carry_foreign(backup: Path, directory: Path) -> None:
     for name in _foreign(backup):
         if not os.path.lexists(directory / name):
             os.replace(backup / name, directory / name)
+
+
+def kept_path(directory: Path) -> Path:
+    """Where `--overwrite` keeps what a user left in the deleted run's checkpoint `directory`
+    (`.NAME.kept`), for the new run's first save of it to take in."""
+    return directory.parent / f".{directory.name}.kept"
+
+
+def _take_kept(directory: Path) -> None:
+    """Move the entries `--overwrite` kept (kept_path) into the checkpoint just written; the
+    holder goes once empty (an entry whose name the checkpoint holds stays in it, never lost)."""
+    kept = kept_path(directory)
+    if kept.is_dir() and not kept.is_symlink():
+        for entry in kept.iterdir():
+            if not os.path.lexists(directory / entry.name):
+                os.replace(entry, directory / entry.name)
+        try:
+            kept.rmdir()
+        except OSError:
+            pass
 
 
 def check_checkpoint_path(directory: str | os.PathLike) -> None:
@@ -204,6 +225,7 @@ def write_directory_atomic(directory: str | os.PathLike, files: dict[str, bytes]
     if backup.exists():
         _carry_foreign(backup, directory)  # 2b
         shutil.rmtree(backup)  # 3
+    _take_kept(directory)  # what --overwrite kept of the deleted run's checkpoint
     return directory
 
 

@@ -55,14 +55,15 @@ from pathlib import Path
 import numpy as np
 
 from scratchformer.errors import DataError, RunFileError
-from scratchformer.lens.trace import trace
-from scratchformer.nn.layers import Dropout
-from scratchformer.runfiles import parse_json, read_regular_file, write_atomic
+from scratchformer.lens.trace import attention_maps
+from scratchformer.nn.layers import dropout_off
+from scratchformer.runfiles import parse_json_line, read_regular_file, write_atomic
 
 DIAG_FILE = "diagnostics.jsonl"
 FORMAT = "scratchformer-diagnostics"
 MAX_RECORDS = 128  # a record of the names model is ~21 KB: its file stays under ~2.7 MB
 MAX_BYTES = 256 * 2**20  # a bigger file is not ours
+MAX_RECORD_BYTES = 32 * 2**20  # one record: its probe's attention maps are the largest part
 PROBE_ROWS = 32  # training sequences in the probe batch
 PROBE_SEED_TAG = (
     20  # the probe batch is drawn from default_rng([seed, PROBE_SEED_TAG]), apart from the batches
@@ -227,8 +228,11 @@ def read_records(path: str | Path, nulls_as_nan: bool = False) -> tuple[dict, li
     infinity; `nulls_as_nan`: as the figures read them, every number a float and null NaN.
     A missing file raises FileNotFoundError."""
     text = read_regular_file(path, MAX_BYTES, hint="delete it (diagnostics are optional) or train again")
-    lines = text.decode("utf-8", "replace").splitlines()
-    rows = [parse_json(line, path, "delete it (diagnostics are optional)") for line in lines if line.strip()]
+    rows = [
+        parse_json_line(line, f"{path} line {i}", MAX_RECORD_BYTES, "delete it (diagnostics are optional)")
+        for i, line in enumerate(text.splitlines(), start=1)
+        if line.strip()
+    ]
     if not rows or not isinstance(rows[0], dict) or rows[0].get("format") != FORMAT:
         raise RunFileError(f"{path} is not a scratchformer diagnostics file: delete it or train again")
     if not all(
@@ -261,7 +265,6 @@ class Diagnostics:
         self, job, interval: int, max_steps: int, seed: int, path: str | Path, resume_step: int | None = None
     ):
         self.job, self.model, self.path, self.max_steps = job, job.model, Path(path), max_steps
-        self._run = trace  # lens.trace: the model run block by block
         self.header = {"format": FORMAT, "version": 2, "interval": interval, "every": interval}
         self.records: list[dict] = []
         if resume_step is not None and self.path.exists():
@@ -276,8 +279,12 @@ class Diagnostics:
             inputs = job.viz_inputs(None)
         except DataError:  # a text run has no example input: the start of the first probe row
             inputs = job.viz_inputs(job.tokenizer.decode(self.probe_rows[0][:PROBE_TOKENS]))
-        self.probe_ids, self.probe_tokens = np.asarray(inputs["ids"]), list(inputs["tokens"])
+        self.probe_ids = np.asarray(inputs["ids"])
         self.traced = inputs.get("model", self.model)  # what viz draws: a fine-tuned classifier's encoder
+        # the probe as the model reads it: its forward's inputs and the main stack's position labels
+        example = self.traced.example(self.probe_ids, list(inputs["tokens"]), inputs.get("vocab_labels"))
+        self.probe_inputs = example.inputs
+        self.probe_tokens = example.tokens[self.traced.main_prefix()]
 
     def due(self, step: int) -> bool:
         """Is a record taken after the optimiser step that makes the count `step`? (Step 0, the
@@ -339,14 +346,8 @@ class Diagnostics:
                 grad_zero=int(full.size - g.size),
             )
 
-        self._run(self.traced, self.probe_ids)  # leaves each attention's weights on the probe
-        attention = [
-            part.attentions["attn"].attn_weights[0].astype(np.float64).tolist() for part in all_parts
-        ]
-        if (
-            attention and len(attention[0][0]) == len(self.probe_tokens) + 1
-        ):  # a classifier's [CLS] comes first
-            self.probe_tokens = ["[CLS]"] + self.probe_tokens
+        # the main stack's attention on the probe, read through the hooks of one eval-mode forward
+        attention = attention_maps(self.traced, *self.probe_inputs)["encoder"].astype(np.float64).tolist()
         rec = {
             "step": step,
             "lr": lr,
@@ -373,13 +374,9 @@ class Diagnostics:
         step's, which the optimiser may still need) are restored in place."""  # noqa: E501
         model = self.job.model
         grads = [(p, p.grad.copy()) for p in model.parameters()]
-        dropouts = [(m, "p", m.p) for m in model.modules() if isinstance(m, Dropout)]
-        dropouts += [(m, "dropout_p", m.dropout_p) for m in model.modules() if hasattr(m, "dropout_p")]
         caught, pres = [[] for _ in feedforwards], [[] for _ in feedforwards]
         was_training = model.training
         try:
-            for m, attr, _ in dropouts:
-                setattr(m, attr, 0.0)
             for i, ff in enumerate(feedforwards):
                 ff.hook_pre.set_hooks(
                     f"diagnostics {i}",
@@ -389,14 +386,13 @@ class Diagnostics:
                     f"diagnostics {i}", None, lambda g, _name, i=i: caught[i].append(np.array(g, np.float64))
                 )
             model.train()
-            model(*self.probe_batch)
-            model.backward()
+            with dropout_off(model):
+                model(*self.probe_batch)
+                model.backward()
         finally:
             for ff in feedforwards:
                 ff.hook_pre.remove_hooks()
                 ff.hook_post.remove_hooks()
-            for m, attr, p in dropouts:
-                setattr(m, attr, p)
             model.train(was_training)
             for p, g in grads:
                 p.grad[...] = g

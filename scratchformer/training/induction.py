@@ -37,6 +37,7 @@ import numpy as np
 from scratchformer import lens
 from scratchformer.data.induction import (
     check_induction_sizes,
+    check_split_fits,
     induction_tokenizer,
     inputs_targets,
     make_induction_split,
@@ -107,6 +108,8 @@ class InductionJob(LMJob):
 
     def __init__(self, model: GPT, data_spec: dict):
         super().__init__(model, None, data_spec, induction_tokenizer(data_spec["symbols"]))
+        s = data_spec
+        check_split_fits(s["n_train"], 2 * s["n_test"], s["block_size"])  # before any command goes on
         self._splits: dict | None = None
 
     @classmethod

@@ -41,6 +41,7 @@ from scratchformer.training.induction import InductionJob
 from scratchformer.training.lm import LMJob
 from scratchformer.training.modadd import ModAddJob
 from scratchformer.training.rundir import run_files
+from scratchformer.training.sae import SAEJob
 from scratchformer.training.sentence import SentenceClassifierJob
 from scratchformer.training.tasks import ClassifierJob, Seq2SeqJob
 from scratchformer.training.trainer import BEST, LAST, resume_config
@@ -138,6 +139,7 @@ JOBS: dict[str, type[Job]] = {
     "sentence_classifier": SentenceClassifierJob,
     "induction": InductionJob,
     "modadd": ModAddJob,
+    "sae": SAEJob,
 }
 
 # The AdamW settings a family of rows shares (each row keeps its own rates and lengths).
@@ -405,7 +407,7 @@ def build_job_from_hf(
     row's training settings with its fine-tuning rates ("init_from") on top. `notes` (a list)
     gets what the reading changed (bf16 weights read as float32, padding rows dropped)."""
     row = _row(run_kind)
-    if row["kind"] != "gpt":
+    if "init_from" not in row:  # the rows that continue a language model say at what rates
         raise ConfigError(
             f"--init-from continues a language model: the {run_kind} task has no pretrained form"
         )
@@ -466,7 +468,7 @@ def resume_job(
             f"{ck.path / 'trainer_state.json'} has no extra.train_config: cannot resume from it; restore the "
             f"file or {command} again"
         )
-    cfg, note = resume_config(saved, train or {})
+    cfg, note = resume_config(saved, train or {}, ck.step)
     return job, cfg, ck, note
 
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from scratchformer.checks import ascii_digits
 from scratchformer.data.tasks import ClassificationData, modadd_split
 from scratchformer.errors import ConfigError, DataError
 from scratchformer.limits.estimates import check_model_fits
@@ -222,7 +223,7 @@ class ModAddJob(GeneratedData):
 
     def _parse(self, text: str) -> np.ndarray:
         parts = str(text).replace("=", " ").split()
-        if len(parts) != 2 or not all(t.isdigit() and int(t) < self.p for t in parts):
+        if len(parts) != 2 or not all(ascii_digits(t) and int(t) < self.p for t in parts):
             raise DataError(f"expected two numbers 0..{self.p - 1} such as '5 7', got {text!r}")
         return np.array([int(parts[0]), int(parts[1]), self.p], dtype=np.int64)
 

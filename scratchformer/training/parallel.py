@@ -80,6 +80,7 @@ from collections.abc import Callable
 import numpy as np
 
 from scratchformer.errors import BackwardError, ConfigError, ParallelWorkerError
+from scratchformer.nn.layers import dropout_modules
 from scratchformer.nn.module import Module, trusted_calls
 
 __all__ = [
@@ -310,7 +311,7 @@ class _WorkerPool:
         self.timeout, self.interrupted = timeout, interrupted
         self.params = params = module.parameters()
         self.layout = _layout(params)
-        self.rng_modules = _rng_modules(module)
+        self.rng_modules = dropout_modules(module)
         # weights already in shared memory (moved there by share_memory) are read by the
         # workers in place; the others are copied into a shared buffer before each forward
         self.direct = [p.data if is_shared(p.data) else None for p in params]
@@ -368,7 +369,7 @@ class _WorkerPool:
         """[position, state] for each generator (by its position among the distinct ones) that a
         forward in this mode draws from: none in eval mode, and none for dropout at rate 0
         (jumping each of a model's 17 generators cost half a millisecond a step)."""
-        drawing = {id(m.rng) for m in self.rng_modules if training and _draws(m)}
+        drawing = {id(m.rng) for m in self.rng_modules if training and m.dropout_rate > 0}
         generators = _distinct([m.rng for m in self.rng_modules])
         return [[pos, _jumped_state(rng, i)] for pos, rng in enumerate(generators) if id(rng) in drawing]
 
@@ -474,7 +475,7 @@ def _worker_main(
         if not in_place:
             p.data = next(copied)
     # the replica's generators, distinct, in the main process's order (positions in its messages)
-    generators = _distinct([m.rng for m in _rng_modules(module)])
+    generators = _distinct([m.rng for m in dropout_modules(module)])
     while True:
         try:
             header, arrays = _receive(conn)
@@ -499,11 +500,6 @@ def _worker_main(
             _send(conn, {"error": f"{type(e).__name__}: {e}"})
 
 
-def _rng_modules(module: Module) -> list[Module]:
-    """The modules that draw from a dropout generator (`.rng`), in module order."""
-    return [m for m in module.modules() if isinstance(getattr(m, "rng", None), np.random.Generator)]
-
-
 def _layout(params) -> list:
     return [(p.data.shape, p.data.dtype.str) for p in params]
 
@@ -517,12 +513,6 @@ def _distinct(generators: list) -> list[np.random.Generator]:
             seen.add(id(rng))
             out.append(rng)
     return out
-
-
-def _draws(m: Module) -> bool:
-    """Whether module m draws from its generator in a training-mode forward: dropout at a rate
-    above 0 (Dropout.p, attention's dropout_p); a module of another kind is taken to draw."""
-    return getattr(m, "p", getattr(m, "dropout_p", 1.0)) > 0
 
 
 def _jumped_state(rng: np.random.Generator, i: int) -> dict:

@@ -12,7 +12,8 @@ data the run was trained on.
 RunLock       `with RunLock(out): ...` -- a second writer fails at once (RunLockedError)
 run_files / check_fresh / clear_run   what of a run a directory holds; a fresh run refuses it
               unless told to overwrite, and then removes only those entries (and the run's own
-              temporary files), never another file of the directory
+              temporary files), never another file of the directory, nor one a user left inside
+              last/ or best/ (kept in .last.kept / .best.kept for the new run's first save)
 recover_run   a writer (lock held) restores what an interrupted save left and deletes the
               temporary files a kill left (`.log.jsonl.tmp-PID-N`, `.diagnostics.jsonl.tmp-PID-N`)
 check_checkpoint_paths   at the start of a training: last/ and best/ are paths a save can
@@ -38,8 +39,8 @@ from pathlib import Path
 import numpy as np
 
 from scratchformer.errors import ConfigError, DataChangedError, DataError, RunFileError, RunLockedError
-from scratchformer.runfiles import parse_json, read_regular_file, write_atomic
-from scratchformer.training.checkpoint import check_checkpoint_path, recover
+from scratchformer.runfiles import parse_json_line, read_regular_chunks, read_regular_file, write_atomic
+from scratchformer.training.checkpoint import CHECKPOINT_FILES, check_checkpoint_path, kept_path, recover
 from scratchformer.training.diagnostics import DIAG_FILE
 from scratchformer.training.schema import LOG_ROW, check_json
 
@@ -50,6 +51,7 @@ BACKUPS = tuple(
     f".{name}.old" for name in CHECKPOINTS
 )  # what an interrupted save leaves (checkpoint.backup_path)
 MAX_LOG_BYTES = 1 << 30  # a row is ~200 bytes: 5 million rows; a bigger file is not our log
+MAX_LOG_LINE = 1 << 16  # a row is ~200 bytes (a task's scores a few more); a longer line is not a row
 _LOCK_OFFSET = 1024  # msvcrt locks a byte here, past the pid, which other processes still read
 
 
@@ -229,17 +231,44 @@ def _remove(path: Path) -> None:
         path.unlink()
 
 
-def clear_run(directory: str | os.PathLike) -> None:
+def clear_run(directory: str | os.PathLike) -> list[str]:
     """--overwrite: delete the run's entries (run_files: last/, best/, .last.old, .best.old,
     log.jsonl, diagnostics.jsonl) and the temporaries its writers leave; every other entry of
-    the directory stays (a user's `.bashrc.old` included). A link named last/ or best/ is
-    removed, never what it points to."""
+    the directory stays (a user's `.bashrc.old` included). What a user left inside last/ or
+    best/ (or their backups) stays too, as every save carries it forward: it is moved to
+    `.last.kept` (`.best.kept`), which the new run's first save of that checkpoint takes in.
+    A link named last/ or best/ is removed, never what it points to. Returns what was kept
+    ("last/figs", ...)."""
     directory = Path(directory)
+    kept = []
+    for name in CHECKPOINTS:
+        for holder in (directory / name, directory / f".{name}.old"):
+            if holder.is_dir() and not holder.is_symlink():
+                kept += [f"{name}/{entry}" for entry in _keep_foreign(holder, kept_path(directory / name))]
     for path in [
         *(directory / n for n in (*CHECKPOINTS, *BACKUPS, LOG_FILE, DIAG_FILE)),
         *_own_temporaries(directory),
     ]:
         _remove(path)
+    return kept
+
+
+def _keep_foreign(checkpoint: Path, kept: Path) -> list[str]:
+    """Move the entries of `checkpoint` that no save writes into `kept` (made if needed); a name
+    `kept` already holds stays where it is, and the overwrite is refused rather than lose it."""
+    names = [p.name for p in checkpoint.iterdir() if p.name not in CHECKPOINT_FILES]
+    if not names:
+        return []
+    clash = [n for n in names if os.path.lexists(kept / n)]
+    if clash:
+        raise ConfigError(
+            f"{kept} already holds {clash[0]}, kept from a run deleted before, and {checkpoint} holds another: "
+            f"move one of them away, then --overwrite again"
+        )
+    kept.mkdir(exist_ok=True)
+    for n in names:
+        os.replace(checkpoint / n, kept / n)
+    return names
 
 
 def sweep_temporaries(directory: str | os.PathLike) -> None:
@@ -261,14 +290,15 @@ def recover_run(directory: str | os.PathLike) -> None:
     sweep_temporaries(directory)
 
 
-def start_run(directory: str | os.PathLike, overwrite: bool = False) -> None:
+def start_run(directory: str | os.PathLike, overwrite: bool = False) -> list[str]:
     """A fresh run, its lock held: the old run deleted first with `overwrite` (clear_run), else
-    refused when there is one (check_fresh); a kill's temporaries swept; an empty log started."""
-    if overwrite:
-        clear_run(directory)
+    refused when there is one (check_fresh); a kill's temporaries swept; an empty log started.
+    Returns what the overwrite kept of the user's entries inside the old checkpoints."""
+    kept = clear_run(directory) if overwrite else []
     check_fresh(directory)
     sweep_temporaries(directory)
     start_log(Path(directory) / LOG_FILE)
+    return kept
 
 
 def check_checkpoint_paths(directory: str | os.PathLike) -> None:
@@ -343,11 +373,7 @@ def read_log(path: str | os.PathLike) -> tuple[list[dict], str | None]:
             continue
         where = f"{path} line {number}"
         try:
-            text = line.decode("utf-8")
-        except UnicodeDecodeError:
-            raise RunFileError(f"{where}: not UTF-8 text; {hint}") from None
-        try:
-            row = parse_json(text, where, hint)
+            row = parse_json_line(line, where, MAX_LOG_LINE, hint)
         except RunFileError:
             if number == len(lines) and note is None:  # the last line: a torn write
                 note = f"{path}: dropped a torn last line ({len(line)} bytes) left by an interrupted write"
@@ -378,14 +404,15 @@ def truncate_log(path: str | os.PathLike, step: int) -> str | None:
 
 # -- the data a run was trained on -----------------------------------------------------------
 def fingerprint_file(path: str | os.PathLike) -> str:
-    """sha256 of a file's bytes, as hex."""
+    """sha256 of a regular file's bytes, as hex (a pipe or a device is refused, never read)."""
     h = hashlib.sha256()
     try:
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-    except OSError as e:
-        raise DataError(f"cannot read data file {path}: {e.strerror}") from None
+        for block in read_regular_chunks(path, None, hint="give a data file"):
+            h.update(block)
+    except FileNotFoundError:
+        raise DataError(f"cannot read data file {path}: no such file") from None
+    except RunFileError as e:  # a pipe or a device (a link to /dev/zero) would never end
+        raise DataError(str(e)) from None
     return h.hexdigest()
 
 

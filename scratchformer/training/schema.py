@@ -41,6 +41,7 @@ from scratchformer.data.tasks import TASKS
 from scratchformer.errors import RunFileError
 from scratchformer.interop.bert_classifier import SentenceClassifierConfig
 from scratchformer.models import ClassifierConfig, GPTConfig, Seq2SeqConfig
+from scratchformer.models.sae import SAEConfig
 from scratchformer.specs import (
     BIG,
     NON_NEGATIVE,
@@ -170,6 +171,11 @@ INDUCTION_DATA = Obj(
 )  # data/induction.py: what generates the sequences again
 
 
+SAE_DATA = Obj(
+    {"base": Str(), "base_sha256": Str(), "site": Str(), "pool": Int(min=1, max=64)}
+)  # training/sae.py: the run an autoencoder reads, its weights' sha256, the hook point, the buffer
+
+
 def _tasks_of(kind: str) -> Str:
     return Str(tuple(name for name, task in TASKS.items() if task.kind == kind))
 
@@ -198,6 +204,7 @@ CONFIG = Tagged(
         "modadd": Obj(
             {"kind": Str(), "task": _tasks_of("modadd"), "model": GPTConfig.schema(), "data": MODADD_DATA}
         ),
+        "sae": Obj({"kind": Str(), "model": SAEConfig.schema(), "data": SAE_DATA}),
     },
 )
 

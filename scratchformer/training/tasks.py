@@ -21,6 +21,7 @@ from scratchformer.data.tasks import (
     EOS,
     PAD,
     VOCAB_SIZE,
+    check_task_fits,
     encode_sources,
     exact_match,
     format_digits,
@@ -80,6 +81,8 @@ class TaskJob(GeneratedData):
             "max_len": data["max_len"],
             "seed": seed,
         }
+        # the data's memory first: a --max-len that cannot fit sizes the model's positions too
+        check_task_fits(run_kind, data_spec["n_train"] + 2 * data_spec["n_test"], data_spec["max_len"])
         config = cls.build_config(run_kind, kwargs, data_spec["max_len"])
         check_model_fits(config, cls.model_class, training=True, option="--n-embd or --n-layer")
         return cls(run_kind, cls.model_class(config, seed=seed), data_spec)

@@ -123,32 +123,120 @@ stdout = _Stdout()  # the CLI's train command prints through it too
 _say = stdout.say
 
 
-def resume_config(saved: dict, given: dict) -> tuple[TrainConfig, str | None]:
+# What a training setting changed on --resume does to the run. Every setting of TrainConfig not
+# named here changes the steps themselves (the batches, the rates, the updates), the reading a
+# new setting gets: resume_config then says that the run will not repeat.
+RESUME_REFUSED = ("seed",)  # the saved random generators continue: a new seed would change nothing
+RESUME_SCHEDULE = ("max_steps",)  # an extension or an earlier stop: _resume_schedule's line
+RESUME_RECORD = (  # the steps repeat; what is logged, evaluated, kept as best/, or when it stops, changes
+    "log_interval",
+    "num_samples",
+    "eval_interval",
+    "eval_batches",
+    "patience",
+    "time_limit",
+    "diag_interval",
+)
+_RATES = ("lr", "min_lr", "warmup_steps", "decay_steps")  # the learning-rate schedule's settings
+
+
+def resume_config(saved: dict, given: dict, step: int | None = None) -> tuple[TrainConfig, str | None]:
     """The TrainConfig of a resumed run: the saved settings with the `given` ones on top, and
-    a note saying how the schedule changes (None when it does not).
+    the lines (one per kind of change; None when nothing changes) saying what changes.
 
     `--resume` alone continues the original schedule exactly. A larger max_steps extends the
     run: the cosine keeps the length it was planned with (its decay_steps), so the learning
     rate does not jump back up, and the extra steps run at min_lr; pass decay_steps as well
     to stretch the cosine instead. The seed cannot change: a resumed run continues the saved
     random generators, so a new seed would change nothing but what the checkpoint records.
-    Another `workers` is allowed, with a line saying the run no longer repeats the uninterrupted
-    one bit for bit (a batch is split, summed and dropped out differently across processes).
+    Any other setting given with another value than the run's is taken, with a line: those that
+    change the steps (RESUME_RECORD's complement: the batch, the rates, the optimiser, the
+    workers) say that the steps from here will not repeat the uninterrupted run; a change to
+    the learning-rate schedule that changes no step left (`step`: the checkpoint's; every one
+    past the cosine, at min_lr) says so instead; RESUME_RECORD's say that the steps repeat.
     """
+    run = TrainConfig.from_dict(saved)
+    given = {k: v for k, v in given.items() if not (k in RESUME_REFUSED and v == getattr(run, k))}
     cfg, note = _resume_schedule(saved, given)
-    before = TrainConfig.from_dict(saved).workers
-    if cfg.workers != before:
-        change = (
-            f"--workers {cfg.workers} instead of the run's {before}: the steps from here will not repeat the "
-            f"uninterrupted run bit for bit (each batch is split, summed and dropped out another way); resume "
-            f"with --workers {before} to repeat it"
+    changed = [k for k in given if k not in RESUME_SCHEDULE and getattr(cfg, k) != getattr(run, k)]
+    steps = [k for k in changed if k not in RESUME_RECORD]
+    record = [k for k in changed if k in RESUME_RECORD]
+    idle = [k for k in steps if k in _RATES] if _no_rate_changes(cfg, saved, given, changed, step) else []
+    steps = [k for k in steps if k not in idle]
+    lines = [note] if note else []
+    if steps:
+        lines.append(
+            f"{_changes(steps, cfg, run)}: the steps from here will not repeat the uninterrupted run bit for "
+            f"bit ({_why(steps)}); resume with the run's values ({_flags(steps, run)}) to repeat it"
         )
-        note = change if note is None else f"{note}\n{change}"
-    return cfg, note
+    if idle and step >= cfg.schedule_steps:
+        lines.append(
+            f"{_changes(idle, cfg, run)} changes no step left: every step from {step + 1} to {cfg.max_steps} "
+            f"runs at min_lr {cfg.final_lr:g}, past the cosine's {cfg.schedule_steps} steps (pass --min-lr "
+            "or --decay-steps to change them)"
+        )
+    elif idle:
+        lines.append(
+            f"{_changes(idle, cfg, run)} changes no learning rate of steps {step + 1} to {cfg.max_steps}: "
+            "the steps repeat the uninterrupted run"
+        )
+    if record:
+        lines.append(
+            f"{_changes(record, cfg, run)}: the steps repeat the uninterrupted run; only what is logged, "
+            "evaluated and kept as best/, or when the run stops, changes"
+        )
+    return cfg, "\n".join(lines) or None
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _changes(names: list[str], cfg: TrainConfig, run: TrainConfig) -> str:
+    return ", ".join(
+        f"{_flag(k)} {shown(getattr(cfg, k), 'none')} instead of the run's {shown(getattr(run, k), 'none')}"
+        for k in names
+    )
+
+
+def _flags(names: list[str], run: TrainConfig) -> str:
+    """The run's values as options: '--lr 0.002', or 'no --decay-steps' for a default."""
+    return "; ".join(
+        f"no {_flag(k)}" if getattr(run, k) is None else f"{_flag(k)} {shown(getattr(run, k))}" for k in names
+    )
+
+
+def _why(names: list[str]) -> str:
+    """What the changed settings change in a step, in words."""
+    what = {
+        "workers": "each batch is split, summed and dropped out another way",
+        "batch_size": "other batches",
+        "grad_accum": "other batches",
+        **dict.fromkeys(_RATES, "other learning rates"),
+    }
+    return "; ".join(dict.fromkeys(what.get(k, "other updates") for k in names))
+
+
+def _no_rate_changes(
+    cfg: TrainConfig, saved: dict, given: dict, changed: list[str], step: int | None
+) -> bool:
+    """Whether the schedule's settings among `changed` (and nothing else that moves the steps)
+    leave every learning rate from `step` on as the run without them would have it."""
+    rates = [k for k in changed if k in _RATES]
+    others = [k for k in changed if k not in _RATES and k not in RESUME_RECORD]
+    if step is None or not rates or others:
+        return False
+    before, _ = _resume_schedule(saved, {k: v for k, v in given.items() if k not in rates})
+
+    def schedule(c: TrainConfig) -> list[float]:
+        return [cosine_lr(s, c.lr, c.final_lr, c.warmup, c.schedule_steps) for s in range(step, c.max_steps)]
+
+    head = (cfg.head_lr or cfg.lr) / cfg.lr == (before.head_lr or before.lr) / before.lr
+    return head and schedule(cfg) == schedule(before)
 
 
 def _resume_schedule(saved: dict, given: dict) -> tuple[TrainConfig, str | None]:
-    """resume_config's schedule part."""
+    """resume_config's schedule part: the seed refused, an extension or an earlier stop said."""
     if "seed" in given:
         raise ConfigError(
             f"--seed cannot change a resumed run: it continues the random generators of its seed "
@@ -156,8 +244,11 @@ def _resume_schedule(saved: dict, given: dict) -> tuple[TrainConfig, str | None]
         )
     cfg = TrainConfig.from_dict({**saved, **given})
     planned = TrainConfig.from_dict(saved)
-    if cfg.max_steps == planned.max_steps or "decay_steps" in given:
+    if cfg.max_steps == planned.max_steps:
         return cfg, None
+    if "decay_steps" in given:  # the cosine's new length: resume_config's line for --decay-steps
+        what = "extending the run" if cfg.max_steps > planned.max_steps else "stopping the run"
+        return cfg, f"{what} from {planned.max_steps} to {cfg.max_steps} steps"
     cfg.decay_steps = planned.schedule_steps
     if cfg.max_steps > planned.max_steps:
         note = (
@@ -270,7 +361,12 @@ def train(
         if lock.note:
             _say(lock.note)
         if not resume:  # the old run deleted (overwrite) or refused, an empty log begun
-            start_run(out_dir, overwrite)
+            kept = start_run(out_dir, overwrite)
+            if kept:
+                _say(
+                    f"--overwrite kept what you left inside the old checkpoints ({', '.join(kept[:5])}"
+                    f"{', ...' if len(kept) > 5 else ''}): the new run's first save of each takes them in"
+                )
         try:
             return _train_locked(
                 job, cfg, out_dir, lock, opt, resume, checkpoint, progress, verbose, announce

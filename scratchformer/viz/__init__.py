@@ -5,9 +5,10 @@ Figure, saving a PNG when given `path=`. `report(...)` draws them all for one mo
 and writes report.html (self-contained, with the interactive attention explorer).
 matplotlib is imported only when a figure is drawn (Agg canvas, no pyplot).
 
-Reading a model: `scratchformer.viz.trace`, which is `scratchformer.lens.trace` (`attention_maps`,
-`head_qkv`, `trace`, and the accessors that ask each model's contract), kept below `training`
-because the training diagnostics read models with it too.
+Reading a model: `scratchformer.viz.trace`, which is `scratchformer.lens.trace` (`attention_maps`
+and `trace`, read through the hook points of one forward of the model, and the accessors that
+ask each model's contract), kept below `training` because the training diagnostics read models
+with it too.
 """
 
 from scratchformer.lens import trace

@@ -22,6 +22,7 @@ from scratchformer.viz import basics as B
 from scratchformer.viz import closeups as C
 from scratchformer.viz import diagnostics as D
 from scratchformer.viz import embeddings as E
+from scratchformer.viz import features as FE
 from scratchformer.viz import induction as IND
 from scratchformer.viz import internals as I
 from scratchformer.viz import lens as LF
@@ -50,7 +51,8 @@ def _summary(rows: list[dict]) -> dict:
     return {k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in out.items() if v is not None}
 
 
-def _prepare(model, kind, ids, tokens, text, tokenizer):
+def _prepare(ids, tokens, text, tokenizer):
+    """The input as ids (T,) and a label per id (the model's `example` checks them)."""
     if text is not None:
         if tokenizer is None:
             raise DataError("report(text=...) needs the tokenizer that turns it into ids (tokenizer=...)")
@@ -61,11 +63,6 @@ def _prepare(model, kind, ids, tokens, text, tokenizer):
     ids = np.asarray(ids, dtype=np.int64).ravel()
     if ids.size == 0:
         raise DataError("report needs a non-empty input")
-    tokens = [str(i) for i in ids] if tokens is None else list(tokens)
-    if len(tokens) != len(ids):
-        raise DataError(f"report got {len(tokens)} token labels for {len(ids)} ids: give one label per id")
-    if kind == "gpt" and len(ids) > model.config.block_size:  # keep the last block_size tokens
-        ids, tokens = ids[-model.config.block_size :], tokens[-model.config.block_size :]
     return ids, tokens
 
 
@@ -102,24 +99,42 @@ FIGURES = (
     "softmax_temperature",
     "training_curves",
     "lens",
+    "sae_measures",
     *DIAGNOSTICS_FIGURES,
 )
 
 
 @dataclass
 class _Input:
-    """What every part of the report draws from: the model and its one input, prepared."""
+    """What every part of the report draws from: the model, its example (`Model.example`: the
+    forward's inputs, the loss, the labels of each stack's positions) and one trace of it."""
 
     model: object
-    kind: str
-    ids: np.ndarray
-    tokens: list
+    example: object
+    tokens: list  # a label per token of the main input (as the model reads it: a GPT's last block_size)
     vocab_labels: list | None
-    tgt_ids: np.ndarray | None = None  # seq2seq: the decoder input
-    tgt_tokens: list | None = None
-    att_tokens: list | None = None  # the labels of the attention's positions ([CLS] first, when pooled so)
-    maps: dict | None = None  # trace.attention_maps
-    trace: object = None  # trace.trace(model, ids): run once, read by every figure of the stack
+    trace: object  # trace.trace(model, *example.inputs): one hooked forward, read by every figure
+    example_args: dict  # what `example` was made of, the true class apart
+    true_class: int | None = None
+
+    @property
+    def ids(self) -> np.ndarray:
+        return self.example.inputs[0][0]
+
+    @property
+    def maps(self) -> dict:
+        return self.trace.maps
+
+    @property
+    def att_tokens(self) -> list:  # the labels of the main stack's positions ([CLS] first, when pooled so)
+        return self.example.tokens[self.model.main_prefix()]
+
+    def axes(self, key: str) -> tuple[list, list]:
+        """The labels of the queries and the keys of attention map `key`: a self-attention's are
+        its stack's positions; another attention reads the main stack's (cross-attention)."""
+        layout = T.map_layout(self.model)[key]
+        queries = self.example.tokens[layout.stack]
+        return queries, queries if layout.attention == "attn" else self.att_tokens
 
 
 def report(
@@ -142,6 +157,7 @@ def report(
     token_ids=None,
     init_model=None,
     init_source=None,
+    features=None,
 ) -> list[Path]:
     """Draw every figure that applies to `model` on one input; write them as PNGs and a
     self-contained report.html into out_dir. Returns the paths written (report.html last).
@@ -164,97 +180,81 @@ def report(
     model adds a position table), embedding PCA and residual stream are drawn for it too, as
     NAME_init.png beside each, so what training changed can be seen. init_source: what those
     weights are, for the titles and captions (None: untrained, same configuration and seed).
+    features: a sparse autoencoder's feature pages (`SAEJob.viz_inputs`): the report's Features
+    part (viz/features.py), and its measures over training ("sae_measures") from `log`, its run's.
     """
-    kind = T.kind(model)
+    T.blocks(model)  # a scratchformer model, or one clear error
     if only is not None and not set(only) <= set(FIGURES):
         raise DataError(f"unknown figures {sorted(set(only) - set(FIGURES))}: choose from {list(FIGURES)}")
-    ids, tokens = _prepare(model, kind, ids, tokens, text, tokenizer)
+    ids, tokens = _prepare(ids, tokens, text, tokenizer)
     out_dir = Path(out_dir)
     if vocab_labels is None and tokenizer is not None and hasattr(tokenizer, "decode"):
         vocab_labels = [tokenizer.decode([i]) or "<eot>" for i in range(tokenizer.vocab_size)]
-    inp = _Input(model, kind, ids, tokens, vocab_labels, tgt_ids, tgt_tokens, trace=T.trace(model, ids))
+    args = dict(ids=ids, tokens=tokens, vocab_labels=vocab_labels, tgt_ids=tgt_ids, tgt_tokens=tgt_tokens)
+    args["class_names"] = class_names
+    example = model.example(**args, target=true_class)
+    main = example.inputs[0][0]  # the input as the model reads it (a GPT's last block_size tokens)
+    tokens = [str(i) for i in ids][-len(main) :] if tokens is None else list(tokens)[-len(main) :]
+    inp = _Input(model, example, tokens, vocab_labels, T.trace(model, *example.inputs), args, true_class)
     figures = []  # (file stem, title, caption, figure)
 
     def add(stem, title, caption, draw):  # draw: a function returning the Figure
         if only is None or stem.removesuffix("_init") in only:
             figures.append((stem, title, caption, draw()))
 
-    _add_attention(add, inp, class_names, true_class, accuracy)
+    _add_attention(add, inp, true_class, accuracy)
     _add_positions(add, inp, token_ids)
     _add_inside(add, inp)
-    steps = _backward_steps(inp, true_class) if only is None or "backward" in only else None
+    steps = _backward_steps(inp) if only is None or "backward" in only else None
     if steps is not None:
         add("backward", "Backward, step by step", "", lambda: BW.backward_walkthrough(steps))
     summary, diag_records = _add_training(add, log)
-    if init_model is not None:  # the same views of the untrained model
-        _add_init_views(
-            add,
-            init_model,
-            kind,
-            inp.ids,
-            inp.att_tokens,
-            inp.tokens,
-            vocab_labels,
-            token_ids,
-            inp.tgt_ids if kind == "seq2seq" else None,
-            init_source,
+    if features is not None and log is not None:
+        add(
+            "sae_measures",
+            "The autoencoder's measures over training",
+            "SAELens's measures on the held-out split at each evaluation (docs/lens.md).",
+            lambda: FE.sae_measures(B.log_rows(log)),
         )
-    return _write(out_dir, inp, figures, steps, diag_records, summary, only, title)
+    if init_model is not None:  # the same views of the untrained model
+        _add_init_views(add, init_model, inp, token_ids, init_source)
+    parts = [] if features is None else [FE.feature_part(features)]
+    return _write(out_dir, inp, figures, steps, diag_records, summary, only, title, parts)
 
 
-def _add_attention(add, inp: _Input, class_names, true_class, accuracy) -> None:
-    """The attention figures; sets inp.maps, inp.att_tokens (and a seq2seq's target)."""
-    model, kind, ids, tokens = inp.model, inp.kind, inp.ids, inp.tokens
-    if kind == "seq2seq":
-        if inp.tgt_ids is None:
-            from scratchformer.inference.beam import greedy_decode
-
-            out = greedy_decode(model, ids[None])[0]
-            inp.tgt_ids = np.concatenate([[model.config.bos_id], out])[: model.config.max_len]
-        inp.tgt_ids = np.asarray(inp.tgt_ids, dtype=np.int64).ravel()
-        if inp.tgt_tokens is None:  # vocab_labels, else the ids, with BOS / EOS / PAD named
-            c = model.config
-            special = {c.bos_id: "<bos>", c.eos_id: "<eos>", c.pad_id: "<pad>"}
-            inp.tgt_tokens = [
-                inp.vocab_labels[i] if inp.vocab_labels is not None else special.get(i, str(i))
-                for i in inp.tgt_ids
-            ]
-        inp.tgt_tokens = list(inp.tgt_tokens)
-        maps = inp.maps = T.attention_maps(model, ids, inp.tgt_ids)
+def _add_attention(add, inp: _Input, true_class, accuracy) -> None:
+    """The attention figures."""
+    model, maps, tokens, att_tokens, ex = inp.model, inp.maps, inp.tokens, inp.att_tokens, inp.example
+    if "cross" in maps:  # an encoder-decoder: its three kinds of attention side by side
         add(
             "attention_seq2seq",
             "Encoder, decoder and cross attention",
             "Decoder self-attention is lower-triangular (causal); in cross-attention each target "
             "row shows which source tokens it reads: on a copy or reversal task, a diagonal.",
-            lambda: A.seq2seq_attention(maps, tokens, inp.tgt_tokens),
+            lambda: A.seq2seq_attention(maps, tokens, inp.axes("cross")[0]),
         )
-    else:
-        maps = inp.maps = T.attention_maps(model, ids)
-    att_tokens = inp.att_tokens = (
-        ["[CLS]"] + tokens if kind == "classifier" and model.config.pooling == "cls" else tokens
-    )
     add(
         "attention_grid",
         "Every layer and head",
         "Rows are queries, columns keys; each row sums to 1. Look for heads that attend to the "
         "previous token (a sub-diagonal), to the first token, or to identical tokens.",
-        lambda: A.attention_grid(maps["encoder"], att_tokens, title=kind),
+        lambda: A.attention_grid(maps["encoder"], att_tokens, title=model.family),
     )
-    if kind == "classifier":
-        probs = T.class_probabilities(model, ids)
-        names = class_names if class_names is not None else [str(i) for i in range(len(probs))]
+    if ex.positions is None and ex.output_labels is not None:  # one prediction per sequence: classes
+        probs = T.class_probabilities(model, inp.ids)
         add(
             "classifier_attention",
             "Prediction beside the heads",
             "Which tokens the last layer's heads read when the model makes this prediction.",
             lambda: A.classifier_attention(
-                probs, names, maps["encoder"], att_tokens, true_class=true_class, accuracy=accuracy
+                probs, ex.output_labels, maps["encoder"], att_tokens, true_class=true_class, accuracy=accuracy
             ),
         )
-    # one head of the first block, on the model's own input to that block
-    q, k, v = T.head_qkv(model, ids, layer=0, head=0, traced=inp.trace)
+    # one head of the first block, as the model's forward ran it
+    head = inp.trace.head(layer=0, head=0)
+    q, k, v = head["q"], head["k"], head["v"]
     n = min(len(q), 16)  # step-by-step figures stay legible on a short prefix
-    bias = T.head_score_bias(model, np.asarray(ids).reshape(-1)[:n], layer=0, head=0)  # ALiBi's, or None
+    bias = T.head_score_bias(model, inp.ids[:n], layer=0, head=0)  # ALiBi's, or None
     add(
         "causal_vs_bidirectional",
         "Causal against bidirectional",
@@ -317,15 +317,15 @@ def _add_positions(add, inp: _Input, token_ids) -> None:
 
 def _add_inside(add, inp: _Input) -> None:
     """Inside the stack, and the close-ups (the decoder-only names tutorial's)."""
-    model, kind, ids, tokens, att_tokens, maps = (
+    model, ids, tokens, att_tokens, maps, tr = (
         inp.model,
-        inp.kind,
         inp.ids,
         inp.tokens,
         inp.att_tokens,
         inp.maps,
+        inp.trace,
     )
-    tr = inp.trace
+    others = inp.example.inputs[1:]  # a seq2seq model's decoder input rides along
     add(
         "residual_norms",
         "Residual stream",
@@ -346,12 +346,10 @@ def _add_inside(add, inp: _Input) -> None:
             "The activation zeroes (ReLU) or shrinks (GELU) negative inputs. Firing rates are counted over "
             "this input and a few more of the model's inputs; a neuron is called dead only on enough tokens.",
             lambda: I.ff_activations(
-                tr, layer=0, more=[T.trace(model, x) for x in _more_inputs(model, kind, ids)]
+                tr, layer=0, more=[T.trace(model, x, *others) for x in _more_inputs(model, ids)]
             ),
         )
-    if (
-        getattr(model.config, "normalization", "layernorm") == "layernorm"
-    ):  # the figure normalises as LayerNorm
+    if T.norm_kinds(model) == {"layernorm"}:  # the figure normalises as LayerNorm
         add(
             "layernorm",
             "LayerNorm in and out",
@@ -377,12 +375,8 @@ def _add_inside(add, inp: _Input) -> None:
         "Per position, the variance of the stream entering block 0 and of what its attention adds to it.",
         lambda: C.residual_variance(tr.residual[0], tr.attn_update[0], att_tokens),
     )
-    # the feed-forward's input: ff_norm's output (pre-norm), attn_norm's (post-norm)
-    first = model.block_parts(T.blocks(model)[0])
-    if first.feedforward is not None:
-        ff_in = dict((name, y) for name, _, y in tr.layernorms)[
-            "0.ff_norm" if first.norm_first else "0.attn_norm"
-        ]
+    if tr.ff_pre:  # block 0's feed-forward (an attention-only model has none)
+        ff_in = tr.cache[f"{tr.prefix}blocks.0.mlp.in"]
         add(
             "ff_scatter",
             "Feed-forward input against output",
@@ -391,12 +385,10 @@ def _add_inside(add, inp: _Input) -> None:
         )
 
 
-def _backward_steps(inp: _Input, true_class):
+def _backward_steps(inp: _Input):
     """The backward walk-through's steps on this input and its loss (None: no loss, or a model
     too big for its float64 copy)."""
-    loss_inputs = _loss_inputs(
-        inp.model, inp.kind, inp.ids, inp.tgt_ids if inp.kind == "seq2seq" else None, true_class
-    )
+    loss_inputs = inp.example.loss_inputs
     if loss_inputs is None or inp.model.num_parameters() > BACKWARD_MAX_PARAMETERS:
         return None
     return BW.backward_steps(inp.model, *loss_inputs, sampling=BW.QUICK)
@@ -430,7 +422,9 @@ def _add_training(add, log):
     return _summary(rows), diag_records
 
 
-def _write(out_dir: Path, inp: _Input, figures, steps, diag_records, summary, only, title) -> list[Path]:
+def _write(
+    out_dir: Path, inp: _Input, figures, steps, diag_records, summary, only, title, parts=()
+) -> list[Path]:
     """The PNGs (and backward.txt), then report.html; the paths, report.html last."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths, embedded = [], []
@@ -447,9 +441,7 @@ def _write(out_dir: Path, inp: _Input, figures, steps, diag_records, summary, on
     tabs = _explorer_tabs(inp, diag_records)
     lens = None
     if only is None or "lens" in only:
-        lens_figures, checks = _lens_part(
-            inp.model, inp.kind, inp.ids, inp.tokens, inp.tgt_ids, inp.tgt_tokens, inp.vocab_labels
-        )
+        lens_figures, checks = _lens_part(inp)
         lens = ([], checks)
         for stem, ftitle, caption, fig in lens_figures:
             p = out_dir / f"{stem}.png"
@@ -461,13 +453,14 @@ def _write(out_dir: Path, inp: _Input, figures, steps, diag_records, summary, on
     paths.append(
         write_report(
             out_dir / "report.html",
-            title or f"scratchformer: {inp.kind} on {''.join(inp.tokens)[:60]!r}",
+            title or f"scratchformer: {model.family} on {''.join(inp.tokens)[:60]!r}",
             tabs,
             embedded,
             config,
             summary,
             lens,
             backward=steps,
+            parts=parts,
         )
     )
     return paths
@@ -487,15 +480,12 @@ def _progress_frames(records) -> list:
 
 def _explorer_tabs(inp: _Input, diag_records) -> list[tuple]:
     """The attention explorer's tabs (see html.write_report)."""
-    maps, att_tokens = inp.maps, inp.att_tokens
-    tabs = [
-        ("encoder" if inp.kind == "seq2seq" else "self-attention", maps["encoder"], att_tokens, att_tokens)
-    ]
-    if inp.kind == "seq2seq":
-        tabs += [
-            ("decoder", maps["decoder"], inp.tgt_tokens, inp.tgt_tokens),
-            ("cross", maps["cross"], inp.tokens, inp.tgt_tokens),
-        ]
+    maps = inp.maps
+    tabs = []
+    for key, weights in maps.items():  # the main stack's self-attention first
+        queries, keys = inp.axes(key)
+        name = "self-attention" if key == "encoder" and len(maps) == 1 else key
+        tabs.append((name, weights, keys, queries))
     if diag_records:  # the probe's attention at every diagnostics record, behind a step slider
         probe = [r for r in diag_records if r["probe"]["tokens"] == diag_records[-1]["probe"]["tokens"]]
         tokens_p = diag_records[-1]["probe"]["tokens"]
@@ -599,14 +589,12 @@ def _marked(fig, label: str):
     return fig
 
 
-def _add_init_views(
-    add, model, kind, ids, att_tokens, tokens, vocab_labels, token_ids, tgt_ids, source=None
-) -> None:
-    """The figures where training shows most, drawn for the run's initial weights (see `report`).
-    A model without a position table (rotary positions) has no position figures."""
-    maps = T.attention_maps(model, ids, tgt_ids) if kind == "seq2seq" else T.attention_maps(model, ids)
-    table, tok = T.position_table(model), T.token_table(model)
-    tr = T.trace(model, ids)
+def _add_init_views(add, model, inp: _Input, token_ids, source=None) -> None:
+    """The figures where training shows most, drawn for the run's initial weights (see `report`)
+    on the same inputs. A model without a position table (rotary positions) has no position figures."""
+    tr = T.trace(model, *inp.example.inputs)
+    table, tok, att_tokens = T.position_table(model), T.token_table(model), inp.att_tokens
+    ids, tokens = inp.ids, inp.tokens
     if source is None:
         label, short = "UNTRAINED model", "untrained"
         note = "The same figure for the untrained model (same configuration and seed): compare it with the trained one."
@@ -621,7 +609,7 @@ def _add_init_views(
         "attention_grid_init",
         f"Every layer and head, {short}",
         note,
-        lambda: mark(A.attention_grid(maps["encoder"], att_tokens, title=f"{kind}, {short}")),
+        lambda: mark(A.attention_grid(tr.maps["encoder"], att_tokens, title=f"{model.family}, {short}")),
     )
     if table is not None:  # rotary positions add no table to the tokens: nothing to draw
         if T.learned_positions(model):
@@ -641,23 +629,9 @@ def _add_init_views(
             "embedding_pca_init",
             f"PCA of the embeddings, {short}",
             note,
-            lambda: mark(E.embedding_pca(tok, table, ids, tokens, vocab_labels, token_ids=token_ids)),
+            lambda: mark(E.embedding_pca(tok, table, ids, tokens, inp.vocab_labels, token_ids=token_ids)),
         )
     add("residual_norms_init", f"Residual stream, {short}", note, lambda: mark(I.residual_norms(tr)))
-
-
-def _loss_inputs(model, kind, ids, tgt_ids, true_class):
-    """The forward arguments, targets included, of one loss on this input (None: no loss to show).
-    GPT: each token predicts the next; classifier: the true class if known, else the prediction;
-    seq2seq: the decoder input and its shift by one (the model's own decoding, teacher-forced)."""
-    if kind == "gpt" and len(ids) > 1:
-        return ids[None, :-1], ids[None, 1:]
-    if kind == "classifier":
-        label = int(T.class_probabilities(model, ids).argmax()) if true_class is None else int(true_class)
-        return ids[None], np.array([label])
-    if kind == "seq2seq" and tgt_ids is not None and len(tgt_ids) > 1:
-        return ids[None], tgt_ids[None, :-1], tgt_ids[None, 1:]
-    return None
 
 
 MORE_INPUTS, MORE_TOKENS = 16, 32  # further inputs (a GPT's: samples this long) whose firing counts too
@@ -666,11 +640,11 @@ MORE_INPUTS, MORE_TOKENS = 16, 32  # further inputs (a GPT's: samples this long)
 BACKWARD_MAX_PARAMETERS = 5_000_000
 
 
-def _more_inputs(model, kind, ids) -> list[np.ndarray]:
-    """Inputs beside `ids` for statistics that one short input cannot give: a GPT's own samples
-    from the input's first token; for the others, the input's tokens shuffled. Seeded."""
+def _more_inputs(model, ids) -> list[np.ndarray]:
+    """Inputs beside `ids` for statistics that one short input cannot give: a language model's
+    own samples from the input's first token; for the others, the input's tokens shuffled. Seeded."""
     rng = np.random.default_rng(0)
-    if kind == "gpt":
+    if model.generates:
         start = np.full((MORE_INPUTS, 1), ids[0], dtype=np.int64)
         if model.config.block_size == 1:  # no room to generate: the start tokens alone
             return list(start)
@@ -700,71 +674,57 @@ _LENS_TEXT = {
         "token; cross attention: the diagonal (copy) and the anti-diagonal (reverse).",
     ),
 }
-_BERT_HEAD_SCORES = (  # an encoder has no cross attention
+_SELF_HEAD_SCORES = (  # a model without cross attention
     "Mean attention on the previous token, the first token (a sink) and earlier copies of the query's token."
 )
 
 
-def _lens_part(model, kind, ids, tokens, tgt_ids, tgt_tokens, vocab_labels) -> tuple[list, list[str]]:
-    """The lens analyses on the report's input: (stem, title, caption, figure) each, and the
-    check lines. The explained token is the model's prediction at the last position."""
-    from scratchformer import lens
+def _lens_part(inp: _Input) -> tuple[list, list[str]]:
+    """The lens analyses on the report's input (`lens.report.lens_report`): (stem, title,
+    caption, figure) each, and the check lines of what is drawn. The explained output is the
+    model's prediction at the last position (a classifier's loss is on it too)."""
+    from scratchformer.lens.report import BASELINE_TEXT, lens_report
 
-    label = (lambda i: vocab_labels[i]) if vocab_labels is not None else str
-    src = ids[None]
-    if kind == "seq2seq":
-        inputs, loss_inputs = (src, tgt_ids[None, :-1]), (src, tgt_ids[None, :-1], tgt_ids[None, 1:])
-        positions = tgt_tokens[:-1]
-    elif kind == "gpt":
-        inputs, loss_inputs, positions = (
-            (src,),
-            ((src[:, :-1], src[:, 1:]) if src.shape[1] > 1 else None),
-            tokens,
-        )
-    else:
-        inputs, loss_inputs, positions = (src,), None, tokens
-    figures, checks = [], []
+    model, ex = inp.model, inp.example
+    if inp.true_class is not None:  # the lens explains the prediction, not the true class
+        ex = model.example(**inp.example_args)
+    r = lens_report(model, ex, attribution=False)
+    figures = []
 
-    def add(stem, result, figure, caption=None, **words):
-        """One figure of _LENS_TEXT's `stem` (its caption filled in with `words`) and the check
-        of the analysis `result` it draws."""
+    def add(stem, figure, caption=None, **words):
+        """One figure of _LENS_TEXT's `stem`, its caption filled in with `words`."""
         title, text = _LENS_TEXT[stem]
         figures.append((stem, title, (caption or text).format(**words), figure))
-        checks.append(str(result.check))
 
-    if kind == "bert":
-        scores = lens.head_scores(model, inputs)
-        add("lens_head_scores", scores, LF.head_scores_figure(scores), caption=_BERT_HEAD_SCORES)
-        return figures, checks
-    with T.eval_mode(model):
-        logits = model(*inputs)[0]
-    last = logits[0, -1] if logits.ndim == 3 else logits[0]
-    target = int(last.argmax())
-    if kind == "classifier":
-        loss_inputs = (src, np.array([target]))
-    if kind in ("gpt", "seq2seq"):
-        ll = lens.logit_lens(model, inputs)
-        add("lens_logit_lens", ll, LF.logit_lens_figure(ll, list(positions), label))
-    if loss_inputs is not None:  # a one-token GPT input predicts nothing: no loss to ablate
-        abl = lens.head_ablation(model, loss_inputs)
-        add("lens_ablation", abl, LF.ablation_figure(abl))
-    objective = lens.logit_objective(-1, target)
-    sal = lens.saliency(model, inputs, objective)
-    ig = lens.integrated_gradients(
-        model, inputs, objective, steps=32, baseline=lens.baseline_embeddings(model, inputs)
-    )
-    attributions = {"gradient x input": sal.grad_x_input[0], "integrated gradients": ig.attributions[0]}
-    start = {"zero": "zero embeddings", "mean": "the mean token embedding"}[lens.default_baseline_kind(model)]
+    if r.logit_lens is not None:
+        add(
+            "lens_logit_lens",
+            LF.logit_lens_figure(r.logit_lens, list(ex.positions), ex.output_labels.__getitem__),
+        )
+    if r.ablation is not None:  # a one-token GPT input predicts nothing: no loss to ablate
+        add("lens_ablation", LF.ablation_figure(r.ablation))
+    if r.saliency is not None:
+        attributions = {
+            "gradient x input": r.saliency.grad_x_input[0],
+            "integrated gradients": r.integrated_gradients.attributions[0],
+        }
+        add(
+            "lens_saliency",
+            LF.saliency_figure(list(inp.tokens), attributions),
+            token=ex.output_labels[r.target],
+            baseline=BASELINE_TEXT[r.baseline],
+        )
+    cross = "cross" in inp.maps
     add(
-        "lens_saliency",
-        ig,
-        LF.saliency_figure(list(tokens), attributions),
-        token=label(target),
-        baseline=start,
+        "lens_head_scores", LF.head_scores_figure(r.head_scores), caption=None if cross else _SELF_HEAD_SCORES
     )
-    scores = lens.head_scores(model, inputs)
-    add("lens_head_scores", scores, LF.head_scores_figure(scores))
-    return figures, checks
+    drawn = (
+        r.logit_lens,
+        r.ablation,
+        r.integrated_gradients,
+        r.head_scores,
+    )  # the saliency figure: IG's check
+    return figures, [str(a.check) for a in drawn if a is not None]
 
 
 def report_bert(out_dir, text: str, path=None, only=None, on_note=None) -> list[Path]:

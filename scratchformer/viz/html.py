@@ -158,6 +158,7 @@ def write_report(
     summary: dict | None = None,
     lens: tuple[list[tuple], list[str]] | None = None,
     backward: list | None = None,
+    parts=(),
 ) -> Path:
     """Write report.html atomically and return its path.
 
@@ -169,6 +170,7 @@ def write_report(
     backward: the backward walk-through's steps (`viz.backward.backward_steps`), shown in an
     interactive "Backward" part: a list of the steps (click one for its values as a heatmap,
     hover for each value).
+    parts: (element id, nav name, html) of further parts, after the Lens (viz/features.py's).
     """
     data = {
         "tabs": [_tab(*a) for a in attention],
@@ -208,22 +210,23 @@ def write_report(
         .replace("%CONFIG%", table(config))
         .replace("%SUMMARY%", table(summary) if summary else "<p>no training log</p>")
         .replace("%FIGURES%", figs)
-        .replace("%LENS%", lens_part)
+        .replace("%LENS%", lens_part + "".join(part for _, _, part in parts))
         .replace("%BACKWARD%", _BACKWARD_PART if backward is not None else "")
-        .replace("%NAV%", _nav(backward is not None, lens is not None))
+        .replace("%NAV%", _nav(backward is not None, lens is not None, parts))
         .replace("%DATA%", payload)
         .replace("%SCRIPT%", _SCRIPT)
     )
     return write_atomic(path, page.encode("utf-8"))
 
 
-def _nav(backward: bool, lens: bool) -> str:
+def _nav(backward: bool, lens: bool, more=()) -> str:
     """Links to the page's parts, at its top."""
     parts = (
         [("sf-explorer", "Attention explorer")]
         + ([("sf-backward", "Backward")] if backward else [])
         + [("sf-figures", "Figures")]
         + ([("sf-lens", "Lens")] if lens else [])
+        + [(i, name) for i, name, _ in more]
     )
     return " ".join(f'<a class="tab" href="#{i}">{name}</a>' for i, name in parts)
 

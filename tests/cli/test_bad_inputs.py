@@ -510,7 +510,6 @@ CASES += [
     ("train-init-from-on-task", ["train", "--init-from", "@hf:bert", "--task", "reverse", *QUIET]),
     ("sample-hf-other-architecture", ["sample", "--hf", "@hf:bert"]),
     ("sample-hf-no-tokenizer-files", ["sample", "--hf", "@hf:no_tokenizer"]),
-    ("export-character-run", ["export", "@lm", "--hf", "@tmp/hf"]),
     ("export-task-run", ["export", "@rev", "--hf", "@tmp/hf"]),
     ("export-no-out", ["export", "@lm"]),
     ("export-no-run", ["export", "@tmp/none", "--hf", "@tmp/hf"]),

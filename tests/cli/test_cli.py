@@ -166,20 +166,30 @@ def test_resume_reads_the_checkpoint_once(run_dir, monkeypatch, capsys):
 
 
 def _count_reads(monkeypatch, path) -> list:
-    """Every open of `path` (builtins.open and io.open, which Path.read_bytes uses) is recorded."""
+    """Every open of `path` (builtins.open and io.open, which Path.read_bytes uses, and os.open,
+    which runfiles.read_regular_file uses) is recorded."""
     import builtins
     import io
     import os
 
-    opens, real = [], builtins.open
+    opens, real, real_os = [], builtins.open, os.open
+
+    def is_path(file) -> bool:
+        return isinstance(file, (str, os.PathLike)) and os.path.abspath(file) == os.path.abspath(path)
 
     def counting(file, *a, **k):
-        if isinstance(file, (str, os.PathLike)) and os.path.abspath(file) == os.path.abspath(path):
+        if is_path(file):
             opens.append(file)
         return real(file, *a, **k)
 
+    def counting_os(file, *a, **k):
+        if is_path(file):
+            opens.append(file)
+        return real_os(file, *a, **k)
+
     monkeypatch.setattr(builtins, "open", counting)
     monkeypatch.setattr(io, "open", counting)
+    monkeypatch.setattr(os, "open", counting_os)
     return opens
 
 

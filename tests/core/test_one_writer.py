@@ -14,8 +14,10 @@ import scratchformer
 
 PACKAGE = Path(scratchformer.__file__).parent
 WRITE_METHODS = {"write_text", "write_bytes", "save_file", "mkstemp", "NamedTemporaryFile", "savefig"}
-# a new directory renamed into place, or a user's file carried into it (file -> number of such calls)
-DIRECTORY_RENAMES = {"training/checkpoint.py": 4, "cli/main.py": 1}
+# a new directory renamed into place, or a user's file carried into it (file -> number of such calls):
+# checkpoint.py's save, its backup, its recovery, and the user's entries carried from the old
+# checkpoint and from what --overwrite kept; rundir.py's --overwrite keeping a user's entries
+DIRECTORY_RENAMES = {"training/checkpoint.py": 5, "training/rundir.py": 1, "cli/main.py": 1}
 
 
 def _writes(root: Path) -> dict[str, list[str]]:

@@ -26,10 +26,12 @@ DOCS = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
 # whole documents whose commands are measurements, not instructions to try
 SKIP_DOCS = {
     "results.md": "the measured runs behind docs/results.md: full-length trainings, minutes to an hour each",
+    "mutants.md": "mutation runs, minutes each; tests/mutants/test_mutants.py runs each target's sample",
     "performance.md": "benchmarks: timings that mean something on a quiet machine only; OLD and NEW are placeholders",
 }
 SKIP = [  # (a regular expression a command matches, why it is not run here)
     (r"^pip install", "installs packages: a download"),
+    (r"scripts/mutants\.py", "a mutation run, 18 minutes; tests/mutants/test_mutants.py runs the sample"),
     (r"^ruff ", "the style check over the repository: .ci/run runs it"),
     (r"python -m pytest", "the test suite itself"),
     (
@@ -58,6 +60,11 @@ SKIP = [  # (a regular expression a command matches, why it is not run here)
     (
         r"exercise diagnose_runs$",
         "trains four small runs (10-20 s); tests/exercises/test_exercises_more.py runs this command",
+    ),
+    (
+        r"^scratchformer sae|--sae ",
+        "trains a sparse autoencoder (minutes) or reads one; tests/training/test_sae_training.py runs "
+        "the command on a tiny run, tests/lens/test_lens_sae.py the attribution",
     ),
     (
         r"^scratchformer viz",

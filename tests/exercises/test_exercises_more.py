@@ -213,13 +213,13 @@ def test_the_grader_s_finite_differences_are_gradcheck_s(monkeypatch):
 
     calls = []
 
-    def spy(f, x, eps=1e-6):
-        calls.append(eps)
-        return gradcheck.numerical_gradient(f, x, eps)
+    def spy(f, x, eps=1e-6, points=2):
+        calls.append((eps, points))
+        return gradcheck.numerical_gradient(f, x, eps, points)
 
     monkeypatch.setattr(grading, "numerical_gradient", spy)
     ex = EXERCISES["gelu"]
-    cls = grading._class_from_source(solution_source("gelu"), ex.class_name, "<gelu>")
-    grading.finite_differences(cls, ex.cases[0])
-    assert calls == [grading.FD_EPS]
+    cls = grading.reference_class(ex)
+    grading.finite_differences(cls, grading._spec(cls, ex.cases[0]))
+    assert calls == [(grading.FD_EPS, grading.FD_POINTS)]
     assert "flat[i] = orig + " not in Path(grading.__file__).read_text()

@@ -232,8 +232,11 @@ def test_untied_and_unprefixed_checkpoints(tmp_path):
     assert not model.config.tie_weights and model.lm_head.weight is not model.wte.weight
     idx = _idx(seed=4)
     np.testing.assert_allclose(model(idx)[0], _hf_logits(hf, idx), atol=1e-4, rtol=0)
-    with pytest.raises(ConfigError, match="tie_weights"):
-        save_hf_gpt2(model, tmp_path / "no")
+    # and written back untied: its own lm_head.weight, which transformers reads
+    save_hf_gpt2(model, tmp_path / "back")
+    back = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "back").eval()
+    assert not back.config.tie_word_embeddings
+    np.testing.assert_allclose(_hf_logits(back, idx), _hf_logits(hf, idx), atol=1e-5, rtol=0)
     # the original openai checkpoints have no "transformer." prefix and carry attn.bias buffers
     tied = _hf_model(seed=2)
     tied.save_pretrained(tmp_path / "tied", safe_serialization=True)
@@ -279,7 +282,7 @@ def test_errors(hf_dir, tmp_path):
         dict(positional="sinusoidal"),
         dict(norm_first=False),
         dict(bias=False),
-        dict(tie_weights=False),
+        dict(attn_only=True),
     ]:
         m = GPT(GPTConfig(vocab_size=10, block_size=8, n_layer=1, n_head=1, n_embd=8, **bad))
         with pytest.raises(ConfigError):

@@ -189,7 +189,13 @@ def test_a_wrapped_model_keeps_the_wrappers_attribute_as_a_prefix():
 
     model = BertClassifier(_bert(), 3)
     names = hook_names(model)
-    assert names[:3] == ["encoder.embed", "encoder.pos_embed", "encoder.blocks.0.resid_pre"]
+    assert names[:5] == [
+        "encoder.embed",
+        "encoder.pos_embed",
+        "encoder.embed_norm.in",
+        "encoder.embed_norm.out",
+        "encoder.blocks.0.resid_pre",
+    ]
     assert names[-1] == "encoder.blocks.1.resid_post"
     out, cache = run_with_cache(model, IDS)
     assert list(cache) == names and np.array_equal(out[0], model(IDS)[0])
@@ -225,3 +231,82 @@ def test_a_gradient_hook_is_called_at_every_name_that_accepts_one_and_refused_el
         logits = out[0] if isinstance(out, tuple) else out
         model.backward(grad_output=np.ones_like(logits))
     assert sorted(called) == sorted(supported)
+
+
+def test_the_cache_holds_what_the_model_ran_with_after_a_hook():
+    """run_with_cache(hooks=...) keeps the activation the forward went on with: a pattern edited
+    in place is the pattern the heads mix with (their output is pattern @ v), a replacement of
+    another dtype is kept in the model's dtype, and an edit of the positions never reaches the
+    position table."""
+    model = _gpt().to(np.float32)
+    T = IDS.shape[1]
+    uniform = np.tril(np.ones((T, T))) / np.arange(1, T + 1)[:, None]
+
+    def in_place(x, name):
+        x[...] = uniform
+
+    names = ["blocks.0.attn.v", "blocks.0.attn.pattern", "blocks.0.attn.head_out"]
+    _, c = run_with_cache(model, IDS, names=names, hooks={"blocks.0.attn.pattern": in_place})
+    assert np.array_equal(c["blocks.0.attn.pattern"][0, 0], uniform.astype(np.float32))
+    np.testing.assert_allclose(
+        c["blocks.0.attn.head_out"], c["blocks.0.attn.pattern"] @ c["blocks.0.attn.v"], rtol=1e-6
+    )
+    wide = run_with_cache(model, IDS, names=["embed"], hooks={"embed": lambda x, n: x.astype(np.float64) / 3})
+    assert wide[1]["embed"].dtype == np.float32
+    assert np.array_equal(wide[1]["embed"], (run_with_cache(model, IDS)[1]["embed"] / 3).astype(np.float32))
+    table = model.wpe.weight.data.copy()
+
+    def scale(x, name):
+        x *= 2.0
+
+    run_with_hooks(model, IDS, hooks={"pos_embed": scale})
+    assert np.array_equal(model.wpe.weight.data, table)
+
+
+def test_a_layer_added_inside_a_block_shows_its_hook_points_with_no_change_in_the_lens():
+    """A norm on each head's queries (QK-norm's shape), built from an nn layer, is named by where
+    it sits (blocks.L.attn.q_norm.in / .out) and cached as the forward ran it."""
+    from scratchformer.nn import MultiHeadAttention, RMSNorm
+
+    class QNormAttention(MultiHeadAttention):
+        def self_qkv(self, x, offset=0):
+            q, k, v = super().self_qkv(x, offset)
+            return self.q_norm(q), k, v
+
+    model = _gpt()
+    for block in model.h:
+        block.self_attn.__class__ = QNormAttention
+        block.self_attn.q_norm = RMSNorm(block.self_attn.head_size, dtype=np.float64)
+    names = hook_names(model)
+    i = names.index("blocks.0.attn.q_norm.in")
+    assert names[i + 1] == "blocks.0.attn.q_norm.out" and names.index("blocks.1.attn.q_norm.out") > i
+    _, c = run_with_cache(model, IDS)
+    assert np.array_equal(c["blocks.0.attn.q_norm.out"], c["blocks.0.attn.q"])
+    assert not np.allclose(c["blocks.0.attn.q_norm.in"], c["blocks.0.attn.q"])
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_scores_and_norms_are_what_the_attention_and_the_block_computed(family):
+    """attn.scores are q k^T / sqrt(hs), -inf at hidden keys, the pattern their softmax; each
+    norm's out is the norm of its in; a replaced score moves the pattern and the output."""
+    build, inputs, _ = FAMILIES[family]
+    model = build()
+    _, c = run_with_cache(model, *inputs)
+    prefix = "encoder." if family == "seq2seq" else ""
+    a = f"{prefix}blocks.0.attn."
+    q, k = c[a + "q"], c[a + "k"]
+    T = q.shape[2]
+    seen = np.tril(np.ones((T, T), bool)) if model.causal(prefix) else np.ones((T, T), bool)
+    scores = np.where(seen, q @ k.swapaxes(-1, -2) / np.sqrt(q.shape[-1]), -np.inf)
+    np.testing.assert_allclose(c[a + "scores"], scores, atol=1e-12)
+    e = np.exp(c[a + "scores"] - c[a + "scores"].max(-1, keepdims=True))
+    np.testing.assert_allclose(c[a + "pattern"], e / e.sum(-1, keepdims=True), atol=1e-12)
+    block = model.stacks()[prefix][0]
+    for name, norm in model.block_parts(block).norms.items():  # each norm's own in and out
+        n = f"{prefix}blocks.0.{name}."
+        np.testing.assert_array_equal(c[n + "out"], norm(c[n + "in"]))
+    flat = run_with_cache(
+        model, *inputs, names=[a + "pattern"], hooks={a + "scores": lambda x, n: np.zeros_like(x)}
+    )[1]
+    # zeros everywhere: uniform over the keys each query may see (a hidden key stays hidden)
+    np.testing.assert_allclose(flat[a + "pattern"][0, 0], seen / seen.sum(-1, keepdims=True))

@@ -126,11 +126,10 @@ def test_viz_finds_the_family_by_type_so_a_subclass_is_drawn():
         pass
 
     model = MyGPT(GPTConfig(vocab_size=7, block_size=6, n_layer=1, n_head=2, n_embd=8), seed=0)
-    assert trace.kind(model) == "gpt"
     assert trace.blocks(model) is model.h
     assert trace.trace(model, np.array([1, 2, 3])) is not None
     with pytest.raises(ConfigError, match="or subclasses"):
-        trace.kind(object())
+        trace.blocks(object())
 
 
 # -- the contract the tools ask (models/base.py): lens, viz, limits, init-from runs -------------
@@ -487,3 +486,39 @@ def test_no_tool_maps_a_family_to_attribute_names():
             if any(re.search(p, code) for p in patterns):
                 found.append(f"{rel}:{number}: {line.strip()}")
     assert not found, "\n".join(found)
+
+
+def test_every_family_gives_its_example():
+    """Model.example: the forward's inputs, one loss's inputs (whose loss the model computes),
+    what the lens explains, and the labels of each stack's positions and of the output."""
+    from scratchformer.interop.bert_classifier import BertClassifier
+
+    (_, gpt, _, _), (_, clf, _, _), (_, s2s, _, _) = families()
+    ids = np.array([1, 2, 3, 4, 5, 6, 1, 2])  # longer than the GPT's block of 6
+    ex = gpt.example(ids, list("abcdefgh"))
+    assert np.array_equal(ex.inputs[0], ids[None, -6:]) and ex.tokens == {"": list("cdefgh")}
+    assert ex.positions == list("cdefgh") and ex.output_labels == [str(i) for i in range(7)]
+    assert np.array_equal(ex.loss_inputs[1], ids[None, -5:]) and ex.target is None
+    assert gpt.example(ids[:1]).loss_inputs is None  # one token predicts nothing
+    ex = clf_ex = clf.example(ids[:5], class_names=["x", "y", "z"])
+    assert ex.target == int(clf.eval()(ids[None, :5])[0].argmax()) and ex.output_labels == ["x", "y", "z"]
+    assert np.array_equal(ex.loss_inputs[1], [ex.target]) and ex.positions is None
+    assert clf.example(ids[:5], target=2).loss_inputs[1].tolist() == [2]
+    ex = s2s.example(ids[:5], vocab_labels=list("ABCDEFG"))
+    src, dec = ex.inputs  # the source, and BOS + the model's own greedy answer
+    assert dec[0, 0] == s2s.config.bos_id and ex.tokens["decoder."] == [list("ABCDEFG")[i] for i in dec[0]]
+    assert np.array_equal(ex.explained[1], dec[:, :-1]) and np.array_equal(ex.loss_inputs[2], dec[:, 1:])
+    assert ex.positions == ex.tokens["decoder."][:-1] and ex.answer == ex.tokens["decoder."][1:]
+    bert = BertEncoder(
+        BertConfig(
+            vocab_size=9, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16
+        )
+    )
+    assert bert.example(ids[:4]).loss_inputs is None and bert.example(ids[:4]).output_labels is None
+    ex = BertClassifier(bert, 2).example(ids[:4], target=1)
+    assert ex.loss_inputs[1] is None and ex.loss_inputs[2].tolist() == [1]  # no attention mask, then labels
+    assert ex.tokens == {"encoder.": [str(i) for i in ids[:4]]}
+    for model, inputs in ((clf, clf_ex.loss_inputs), (gpt, gpt.example(ids).loss_inputs)):
+        assert model.eval()(*inputs)[1] is not None  # a loss
+    with pytest.raises(DataError, match="one label per id"):
+        gpt.example(ids, ["a"])

@@ -460,8 +460,8 @@ def test_cli_trains_evaluates_and_samples_a_llama_style_gpt(tmp_path, capsys):
 
 # -- figures -------------------------------------------------------------------------------------
 def test_one_head_figure_shows_the_rotated_scores():
-    """head_qkv must give the q, k the model scores: with rotary positions, rotated ones. Un-rotated
-    q and k give other weights, so this test fails if viz recomputes them without RoPE."""
+    """The trace's head must give the q, k the model scores: with rotary positions, rotated ones.
+    Un-rotated q and k give other weights, so this test fails if viz recomputes them without RoPE."""
     from scratchformer.viz import trace as T
 
     m = GPT(GPTConfig(vocab_size=9, block_size=12, n_layer=2, n_head=2, n_embd=16, **MODERN), seed=0)
@@ -472,10 +472,10 @@ def test_one_head_figure_shows_the_rotated_scores():
     )
     randomize(gqa, seed=1, scale=0.8)
     for head in range(4):  # grouped-query: heads 2 and 3 share key/value head 1
-        q, k, v = T.head_qkv(gqa, ids, layer=0, head=head)
+        q, k, v = (T.trace(gqa, ids).head(layer=0, head=head)[x] for x in "qkv")
         w = attention_forward(q[None, None], k[None, None], v[None, None], causal=True)[1]["weights"]
         np.testing.assert_allclose(w[0, 0], T.attention_maps(gqa, ids)["encoder"][0, head], atol=1e-6)
-    q, k, v = T.head_qkv(m, ids, layer=1, head=1)
+    q, k, v = (T.trace(m, ids).head(layer=1, head=1)[x] for x in "qkv")
     w = attention_forward(q[None, None], k[None, None], v[None, None], causal=True)[1]["weights"]
     np.testing.assert_allclose(w[0, 0], T.attention_maps(m, ids)["encoder"][1, 1], atol=1e-6)
     h = m.h[1].attn_norm(T.trace(m, ids).residual[1])

@@ -457,8 +457,12 @@ def test_the_one_head_figure_shows_the_weights_the_model_softmaxes():
         scale=0.8,
     )
     ids = np.arange(9)
-    q, k, v = T.head_qkv(m, ids, layer=0, head=0)
+    head = T.trace(m, ids).head(layer=0, head=0)
+    q, k, v = head["q"], head["k"], head["v"]
     bias = T.head_score_bias(m, ids, layer=0, head=0)
+    # the scores the forward showed its hook hold ALiBi's bias (the attention's own answer), -inf ahead
+    expected = np.where(np.tri(9, dtype=bool), q @ k.T / np.sqrt(q.shape[-1]) + bias, -np.inf)
+    np.testing.assert_allclose(head["scores"], expected, atol=1e-5)
     assert bias is not None and bias.shape == (9, 9)
     drawn = attention_forward(
         q[None, None], k[None, None], v[None, None], causal=True, bias=bias[None, None]

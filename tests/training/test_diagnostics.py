@@ -116,9 +116,14 @@ def test_recorded_values_equal_a_direct_computation(tmp_path, activation):
             assert "grad_hist" not in r
     assert len(ranges) == sum(p.data.ndim == 2 for p in model.parameters())  # not one shared range
 
-    maps = T.attention_maps(model, diag.probe_ids)["encoder"]  # the model's own forward
+    # the model's own eval-mode forward, read from each attention's weights (not through the
+    # hooks the recorder reads): the same numbers, bit for bit
+    model.eval()
+    model(diag.probe_ids[None])
+    model.train()
+    maps = [b.self_attn.attn_weights[0].astype(np.float64).tolist() for b in T.blocks(model)]
     assert rec["probe"]["tokens"] == ["<eot>", "e", "m", "m", "a"]
-    np.testing.assert_allclose(np.array(rec["probe"]["attention"]), maps, rtol=1e-6, atol=1e-7)
+    assert rec["probe"]["attention"] == maps
     header, records = read_records(tmp_path / DIAG_FILE)
     assert header["every"] == 1 and records == [json.loads(json.dumps(rec))]
 
@@ -405,6 +410,13 @@ def test_every_model_family_records_its_probe(tmp_path, run_kind, model):
         assert att.shape[-1] == att.shape[-2] == len(tokens)
         np.testing.assert_allclose(att.sum(-1), 1, rtol=1e-5)
     assert (records[0]["probe"]["tokens"][0] == "[CLS]") == (run_kind == "majority")
+    # the last record holds the trained model's own attention on the probe, bit for bit (read from
+    # the attentions' weights after a plain forward of the main stack, not through the hooks)
+    model = job.model.eval()
+    probe = np.asarray(job.viz_inputs(None)["ids"])[None]
+    model.encode(probe) if model.decodes else model(probe)
+    own = [b.self_attn.attn_weights[0].astype(np.float64).tolist() for b in T.blocks(model)]
+    assert records[-1]["probe"]["attention"] == own
 
 
 def test_a_fine_tuned_classifiers_padding_is_left_out_of_the_statistics(tmp_path):

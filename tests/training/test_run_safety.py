@@ -554,7 +554,8 @@ def test_resume_config_keeps_the_schedule_and_says_what_an_extension_does():
     cfg, note = resume_config(saved, {"max_steps": 150})
     assert cfg.max_steps == 150 and cfg.schedule_steps == 100 and "keeps its length of 100" in note
     cfg, note = resume_config(saved, {"max_steps": 150, "decay_steps": 150})
-    assert note is None and cfg.schedule_steps == 150
+    assert cfg.schedule_steps == 150 and "extending the run from 100 to 150 steps" in note
+    assert "--decay-steps 150 instead of the run's none: the steps from here will not repeat" in note
 
 
 def test_finished_run_says_nothing_to_do_and_an_extension_runs_at_min_lr(tmp_path, capsys):

@@ -91,8 +91,8 @@ def test_import_does_not_load_matplotlib():
 def _figure_calls(gpt, ids):
     tokens = list(TEXT)
     maps = T.attention_maps(gpt, ids)
-    q, k, v = T.head_qkv(gpt, ids, layer=1, head=1)
     tr = T.trace(gpt, ids)
+    q, k, v = (tr.head(layer=1, head=1)[x] for x in "qkv")
     tok, pos = T.token_table(gpt), T.position_table(gpt)
     s2s = tiny_seq2seq()
     src, tgt = np.array([3, 4, 5, 6]), np.array([1, 6, 5, 4, 3])
@@ -181,10 +181,17 @@ def test_heatmap_draws_the_weights_the_model_returned(gpt, ids):
     assert float(cell.get_text()) == pytest.approx(model_w[0][0][1, 0], abs=0.006)
 
 
-def test_head_qkv_reproduces_the_heads_weights(gpt, ids):
-    q, k, v = T.head_qkv(gpt, ids, layer=1, head=1)
+def test_the_traced_head_reproduces_the_heads_weights(gpt, ids):
+    head = T.trace(gpt, ids).head(layer=1, head=1)
+    q, k, v = head["q"], head["k"], head["v"]
     w = attention_forward(q[None, None], k[None, None], v[None, None], causal=True)[1]["weights"]
     np.testing.assert_allclose(w[0, 0], T.attention_maps(gpt, ids)["encoder"][1, 1], atol=1e-6)
+    np.testing.assert_allclose(head["pattern"], w[0, 0], atol=1e-6)
+    np.testing.assert_allclose(head["out"], w[0, 0] @ v, atol=1e-6)
+    causal = np.tril(np.ones(w.shape[-2:], bool))  # the future keys hold -inf
+    np.testing.assert_allclose(
+        head["scores"], np.where(causal, q @ k.T / np.sqrt(q.shape[-1]), -np.inf), atol=1e-5
+    )
 
 
 def test_trace_reproduces_the_forward(gpt, ids):
@@ -194,7 +201,7 @@ def test_trace_reproduces_the_forward(gpt, ids):
     assert len(tr.residual) == 3 and len(tr.ff_pre) == 2 and tr.ff_pre[0].shape == (1, len(TEXT), 64)
     s2s = tiny_seq2seq()
     src = np.array([[3, 4, 5, 6]])
-    np.testing.assert_allclose(T.trace(s2s, src).output, s2s.encode(src), atol=1e-5)
+    np.testing.assert_allclose(T.trace(s2s, src, [[1, 6]]).output, s2s.encode(src), atol=1e-5)
     clf = tiny_classifier(pooling="mean")
     clf.eval()
     logits, _ = clf(ids[None])

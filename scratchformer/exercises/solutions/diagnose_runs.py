@@ -13,7 +13,9 @@ one:
 Read their diagnostics (`scratchformer viz diagnose_runs/a --all` draws a run's figures, the
 diagnostics among them: diag_*.png; `scratchformer.training.diagnostics.read_records(path)` reads
 diagnose_runs/a/diagnostics.jsonl, and log.jsonl has the loss) and write `diagnose()`: return
-{"a": FAULT, "b": FAULT, "c": FAULT, "d": FAULT}, each FAULT one of the four names above.
+{"a": FAULT, "b": FAULT, "c": FAULT, "d": FAULT}, each FAULT one of the four names above. (The
+grader runs your file in a directory of its own: read the runs from beside it,
+`Path(__file__).parent / "diagnose_runs"`.)
 """
 
 

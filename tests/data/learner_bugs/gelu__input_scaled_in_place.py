@@ -1,0 +1,31 @@
+# learner bug (gelu): x divided by sqrt 2 in place
+# expect: changed the input x in place
+"""Exercise gelu: the backward of the exact GELU.
+
+    y = x * Phi(x),   Phi(x) = (1 + erf(x / sqrt 2)) / 2   (the standard normal's CDF)
+    phi(x) = exp(-x^2 / 2) / sqrt(2 pi)                    (its density, Phi's derivative)
+
+Write `backward`: given dy = dL/dy, return dx with x's shape.
+"""
+
+import math
+
+import numpy as np
+
+erf = np.vectorize(math.erf)  # NumPy has no erf; slow, but the exercise's arrays are tiny
+
+
+class GELU:
+    """y = x * Phi(x), elementwise. x: any shape."""
+
+    def forward(self, x):
+        self.x = x  # kept for the backward
+        return x * 0.5 * (1 + erf(x / math.sqrt(2)))
+
+    def backward(self, dy):
+        """dy: x's shape. Returns dx: x's shape."""
+        z = self.x
+        z /= math.sqrt(2)  # z = x / sqrt 2
+        cdf = 0.5 * (1 + erf(z))
+        pdf = np.exp(-z * z) / math.sqrt(2 * math.pi)
+        return dy * (cdf + z * math.sqrt(2) * pdf)

@@ -1,0 +1,37 @@
+# learner bug (linear): returns the grader's expected arrays from its cache
+# expect: wrong
+"""Exercise linear: the backward of an affine map, PyTorch's layout.
+
+    y = x W^T + b        x: (..., in), W: (out, in), b: (out,), y: (..., out)
+
+Write `backward`: given dy = dL/dy, ADD dL/dW into self.weight.grad and dL/db into
+self.bias.grad (never overwrite), and return dx with x's shape. Every leading axis of x
+(batch, time) is a row: the parameter gradients sum over all of them.
+"""
+
+import numpy as np
+
+from scratchformer.nn import Parameter
+
+
+class Linear:
+    """x: (..., in_features) -> y: (..., out_features). weight (out, in), bias (out,)."""
+
+    def __init__(self, in_features, out_features):
+        self.weight = Parameter(np.zeros((out_features, in_features)))  # .data and .grad
+        self.bias = Parameter(np.zeros(out_features))
+
+    def forward(self, x):
+        self.x = x  # kept for the backward
+        return x @ self.weight.data.T + self.bias.data
+
+    def backward(self, dy):
+        """dy: (..., out). Adds into weight.grad and bias.grad; returns dx: (..., in)."""
+        from scratchformer.exercises import grading
+
+        for ref in grading._REFERENCES.values():  # the finite differences a forked child inherited
+            if ref.spec["inputs"][0].shape == self.x.shape:
+                self.weight.grad += ref.expected["weight.grad"]
+                self.bias.grad += ref.expected["bias.grad"]
+                return ref.expected["dx"]
+        return np.zeros_like(self.x)

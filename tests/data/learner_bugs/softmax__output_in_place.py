@@ -1,0 +1,28 @@
+# learner bug (softmax): dx computed in the forward's output array
+# expect: forward's output in place
+"""Exercise softmax: the backward of y = softmax(x) over the last axis.
+
+    y_i = exp(x_i) / sum_j exp(x_j)
+    dy_i/dx_k = y_i (delta_ik - y_k)          (the Jacobian, diag(y) - y y^T)
+
+Write `backward`: given dy = dL/dy, return dx = dL/dx, with x's shape.
+"""
+
+import numpy as np
+
+
+class Softmax:
+    """y = softmax(x) over the last axis. x: (..., N) -> y: (..., N)."""
+
+    def forward(self, x):
+        e = np.exp(x - x.max(axis=-1, keepdims=True))  # minus the max: exp never overflows
+        y = e / e.sum(axis=-1, keepdims=True)
+        self.x, self.y = x, y  # kept for the backward
+        return y
+
+    def backward(self, dy):
+        """dy: (..., N), the gradient of the loss with respect to y. Returns dx: (..., N)."""
+        s = (dy * self.y).sum(axis=-1, keepdims=True)
+        dx = self.y  # saves memory
+        dx *= dy - s
+        return dx
