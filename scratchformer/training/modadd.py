@@ -45,6 +45,7 @@ from scratchformer.checks import ascii_digits
 from scratchformer.data.tasks import ClassificationData, modadd_split
 from scratchformer.errors import ConfigError, DataError
 from scratchformer.limits.estimates import check_model_fits
+from scratchformer.limits.memory import check_fits
 from scratchformer.models import GPT, GPTConfig
 from scratchformer.nn import eval_mode
 from scratchformer.ops.loss import IGNORE_INDEX
@@ -57,6 +58,11 @@ from scratchformer.training.jobparts import GeneratedData, model_from_checkpoint
 # each against a flat 1.8%.
 KEY_SHARE = 2.0
 EVAL_ROWS = 4096  # pairs per forward when evaluating
+INPUT_LEN = 3  # tokens of an input: 'a b ='
+# float64 (p, p, p) arrays the progress measures hold at once, at most: the logits, their 2-D
+# Fourier coefficients and sum back, the key components, the restricted and excluded logits, and
+# the temporaries of the differences
+PROGRESS_COPIES = 8
 
 
 def targets_of(data: ClassificationData) -> np.ndarray:
@@ -157,14 +163,18 @@ class ModAddJob(GeneratedData):
         if unknown:
             flag = "--data" if unknown[0] == "path" else "--" + unknown[0].replace("_", "-")
             raise ConfigError(f"{flag} does not apply to the {run_kind} task")
+        if data.get("max_len", INPUT_LEN) not in (None, INPUT_LEN):  # the inputs are 'a b =', always
+            raise ConfigError(
+                f"--max-len does not apply to the {run_kind} task: its inputs are 'a b =', 3 tokens"
+            )
         spec = {
             "modulus": data["modulus"],
             "train_fraction": data["train_fraction"],
-            "max_len": 3,
+            "max_len": INPUT_LEN,
             "seed": seed,
         }
         modadd_split(spec["modulus"], spec["train_fraction"], seed)  # bad values: one line, before the model
-        config = GPTConfig(vocab_size=spec["modulus"] + 1, block_size=3, **model)
+        config = GPTConfig(vocab_size=spec["modulus"] + 1, block_size=INPUT_LEN, **model)
         check_model_fits(config, GPT, training=True, option="--n-embd or --n-layer")
         return cls(run_kind, GPT(config, seed=seed), spec)
 
@@ -264,6 +274,9 @@ def all_pairs(p: int) -> np.ndarray:
 def progress_measures(model, p: int, splits: dict) -> dict:
     """The grokking progress measures of `model` (see the module docstring); splits: "train" and
     "test" ClassificationData of `modadd_split`."""
+    check_fits(
+        PROGRESS_COPIES * 8 * p**3, f"the progress measures' logits of the {p * p:,} pairs", "--modulus"
+    )
     with eval_mode(model):
         x = all_pairs(p)
         logits = np.concatenate(

@@ -133,6 +133,32 @@ def test_progress_measures_of_a_model():
         assert abs(out["excluded_loss"] - out["train_loss"]) < 1e-12
 
 
+def test_progress_measures_check_their_logits_against_memory_first(monkeypatch):
+    from scratchformer.errors import ResourceError
+    from scratchformer.limits import memory
+
+    p = 7
+    tr, te = modadd_split(p, 0.5, seed=0)
+    m = GPT(GPTConfig(**{**NONE, "vocab_size": p + 1}), seed=0)
+    monkeypatch.setattr(
+        memory, "memory_limits", lambda: {"the test's limit": modadd.PROGRESS_COPIES * 8 * p**3}
+    )
+    monkeypatch.setattr(m, "forward", lambda *a, **k: pytest.fail("the model ran before the check"))
+    with pytest.raises(ResourceError, match="progress measures' logits of the 49 pairs.*--modulus"):
+        modadd.progress_measures(m, p, {"train": tr, "test": te})
+
+
+def test_a_max_len_other_than_the_pairs_is_refused_in_one_line():
+    from scratchformer.training.jobs import build_job
+
+    with pytest.raises(
+        ConfigError, match=r"^--max-len does not apply to the modadd task: its inputs are 'a b ='"
+    ):
+        build_job("modadd", data={"max_len": 9, "modulus": 7})
+    job, _ = build_job("modadd", data={"max_len": 3, "modulus": 7})  # the value it takes anyway
+    assert job.config_dict()["data"]["max_len"] == 3
+
+
 def test_gini_is_hurley_and_rickards_and_agrees_with_the_mean_difference_form():
     rng = np.random.default_rng(0)
     for x in (rng.random(9), rng.random(56) ** 8, np.array([0.0, 0.0, 3.0, 1.0])):
