@@ -17,6 +17,7 @@ import argparse
 import sys
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from scratchformer import lens
 from scratchformer.errors import DataError, ScratchformerError
@@ -35,6 +36,7 @@ def main() -> None:
     ap.add_argument("--late", type=int, default=ICL_LATE, help=f"default: {ICL_LATE}")
     ap.add_argument("--seed", type=int, default=0, help="seed of the repeated random tokens (default: 0)")
     args = ap.parse_args()
+    threadpool_limits(1, user_api="blas")  # small products: OpenBLAS's second thread costs more than it saves
     ck = load_checkpoint(checkpoint_dir(args.dir))  # RUN/last: the step the run has reached
     job = job_class(ck).from_checkpoint(ck)
     model, T = job.model, job.model.config.block_size
