@@ -210,3 +210,43 @@ def test_axis_labels_are_plain_numbers_and_attention_only_runs_draw_no_activatio
         layers = page.locator("#sf-diag-layers")
         assert layers.count() == 1 and layers.is_hidden()  # no feed-forward: no activation panels
         assert _canvas(page, "sf-diag-weights")["colours"] > 3
+
+
+def test_the_slider_shades_the_three_phases_in_a_browser(tmp_path):
+    """A modadd run whose records hold the three phases (memorisation to the excluded loss's lowest
+    record at step 2, circuit formation until its rise at step 4, cleanup until the test loss is
+    below 0.01 at step 6): the page fills each phase's steps with its colour, the same as its
+    legend's square, three colours."""
+    from test_grokking import _records  # tests/training: the synthetic run of a grokking summary
+
+    run = _modadd_run(tmp_path)
+    path = run / DIAG_FILE
+    kept = read_records(path)[1]
+    phased = _records(
+        [r["step"] for r in kept],
+        test_loss=[5, 20, 0.5, 0.005],
+        train_loss=[4, 0.01, 0.005, 0.001],
+        excluded=[4, 0.01, 3.0, 3.0],
+    )
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for i, fake in enumerate(phased, start=len(lines) - len(kept)):
+        lines[i] = json.dumps({**json.loads(lines[i]), "modadd": fake["modadd"]})
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    spans = G.slider_frames(read_records(path)[1])[-1]["spans"]
+    assert [s[:2] for s in spans] == [[0, 2], [2, 4], [4, 6]]
+    report = _report(run, tmp_path)
+    pixel = (
+        "([x, y]) => Array.from(document.getElementById('sf-progress-curves')"
+        ".getContext('2d').getImageData(x, y, 1, 1).data)"
+    )
+    with opened(report) as page:
+        page.click("#sf-tabs button >> text=probe over training")
+        assert _canvas(page, "sf-progress-curves")["h"] == 200 + 14 * 3  # a legend row per phase
+        x0, w, y0, h = 60, 380, 10, 170  # the curves' box (viz/html.py)
+        fills = []
+        for i, (a, b, _) in enumerate(spans):
+            inside = page.evaluate(pixel, [round(x0 + (a + b) / 2 / 6 * w), y0 + h - 2])
+            legend = page.evaluate(pixel, [x0 + 5, y0 + h + 16 + 14 * i + 5])
+            assert inside == legend and inside != [255, 255, 255, 255], (i, inside, legend)
+            fills.append(tuple(inside))
+        assert len(set(fills)) == 3
