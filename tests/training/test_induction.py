@@ -272,3 +272,28 @@ def test_icl_score_is_olssons_late_token_loss_minus_early_token_loss():
     assert abs(out["icl_score"] - (by_hand[8] - by_hand[3]).mean()) < 1e-5 and out["windows"] == 6
     with pytest.raises(DataError, match="token 8"):
         icl_score(m, windows[:, :8], early=3, late=8)
+
+
+def test_icl_score_of_a_known_loss_curve():
+    """A stand-in model whose loss at each position is known in closed form: on windows that count
+    up mod V it puts a logit of 0.1 * position on the right next token and 0 on the others, so the
+    loss on token i (read at position i - 2) is log(1 + (V - 1) exp(-0.1 (i - 2))); Olsson et al.'s
+    score is the loss on the late token minus the loss on the early one, and it changes with the
+    positions read (an off-by-one in the indexing moves it)."""
+    from scratchformer.nn import Module
+    from scratchformer.training.induction import icl_score
+
+    V = 7
+
+    class KnownCurve(Module):
+        def forward(self, idx):
+            B, T = idx.shape
+            logits = np.zeros((B, T, V), np.float32)
+            np.put_along_axis(logits, ((idx + 1) % V)[..., None], 0.1 * np.arange(T)[None, :, None], -1)
+            return logits, None
+
+    windows = (np.arange(40)[None, :] + np.arange(5)[:, None]) % V  # each next token is the token + 1
+    loss = lambda i: np.log1p((V - 1) * np.exp(-0.1 * (i - 2)))  # noqa: E731 (token i, from 1)
+    out = icl_score(KnownCurve(), windows, early=5, late=30)
+    assert abs(out["loss_early"] - loss(5)) < 1e-6 and abs(out["loss_late"] - loss(30)) < 1e-6
+    assert abs(out["icl_score"] - (loss(30) - loss(5))) < 1e-6 and out["icl_score"] < -1
