@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from scratchformer.cli.main import main
+from scratchformer.training.jobs import load_job
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--batch-size", "8", "--no-progress", "--quiet"]
@@ -99,14 +100,15 @@ def test_icl_score_reads_the_late_and_early_token_of_validation_windows(text_run
     out = run_script("scripts/icl_score.py", str(text_run / "run" / "last"), "--early", "3", "--late", "12")
     m = re.search(
         r"\(step 4\): in-context learning score ([-+][0-9.]+) nats \(loss on token 12 ([0-9.]+) minus on token 3 "
-        r"([0-9.]+), (\d+) windows of 16 tokens\); best prefix-matching head L0H\d 0\.\d\d",
+        r"([0-9.]+), (\d+) windows of 16 tokens, every 4\); best prefix-matching head L0H\d 0\.\d\d",
         out,
     )
     assert m, out
     score, late, early, windows = float(m[1]), float(m[2]), float(m[3]), int(m[4])
-    assert (
-        abs(score - (late - early)) < 2e-3 and windows == (len(TEXT) // 10) // 16
-    )  # the whole val split's windows
+    val = load_job(text_run / "run" / "last").dataset.val.ids
+    assert abs(score - (late - early)) < 2e-3 and windows == len(
+        range(0, len(val) - 16, 4)
+    )  # all, every T / 4
 
 
 def test_grokking_table_writes_a_row_per_run_with_its_time(tmp_path):
