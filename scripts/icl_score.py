@@ -17,13 +17,13 @@ a random block of REPEATED tokens read twice, drawn with --seed; the best head i
 from __future__ import annotations
 
 import argparse
-import sys
 
 import numpy as np
+from _oneline import run  # scripts/_oneline.py: a library error is one line, exit code 2
 from threadpoolctl import threadpool_limits
 
 from scratchformer import lens
-from scratchformer.errors import DataError, ScratchformerError
+from scratchformer.errors import DataError
 from scratchformer.training.checkpoint import load_checkpoint
 from scratchformer.training.induction import ICL_EARLY, ICL_LATE, icl_score
 from scratchformer.training.jobs import checkpoint_dir, job_class
@@ -75,8 +75,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except ScratchformerError as e:  # a bad run directory: one line, exit code 2, as the CLI
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    run(main)

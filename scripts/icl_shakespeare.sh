@@ -16,7 +16,7 @@ LAST=${STEPS##* }
 mkdir -p "$OUT"
 lscpu | grep 'Model name' > "$OUT/cpu.txt"
 : > "$OUT/icl.txt"
-MODEL="--data shakespeare --format text --block-size 512 --n-layer 2 --n-head 4 --n-embd 64 --attn-only --positional rope"
+MODEL="--data shakespeare --format text --block-size 512 --n-layer 2 --n-head 4 --n-embd 64 --attn-only --positional rope --init pytorch --no-tie-weights"
 TRAIN="--batch-size 8 --lr 3e-3 --min-lr 3e-4 --warmup-steps 25 --decay-steps $LAST --eval-interval 100000"
 TRAIN="$TRAIN --eval-batches 8 --num-samples 0 --diag-interval 0 --no-progress"
 first=1

@@ -182,6 +182,8 @@ def test_each_example_states_the_time_of_its_measured_row():
     for name in EXPECTED:
         stated = STATED.search((EXAMPLES / f"{name}.py").read_text(encoding="utf-8"))
         assert stated, f"{name}.py's header states no measured full-run time"
-        assert stated.groups() == rows[name], f"{name}.py states {stated.groups()}, docs/course.md {rows[name]}"
+        assert stated.groups() == rows[name], (
+            f"{name}.py states {stated.groups()}, docs/course.md {rows[name]}"
+        )
     listed = dict(LISTED.findall(course))
     assert listed and all(cpu == rows[name][0] for name, cpu in listed.items()), listed
