@@ -5,9 +5,10 @@ here while the progress measures are recorded, beside a 1-layer model trained th
 What it shows:
   - `train --task induction` as a script: the run's defaults (RUN_DEFAULTS["induction"]), the
     library's trainer, and the progress measures it writes into diagnostics.jsonl at every
-    record: the loss on the first copy and on the repeat, the in-context-learning score, every
-    head's prefix-matching and previous-token score, and the loss the best induction head's (and
-    the weakest other head's) ablation costs (scratchformer.lens: head_scores, run_with_hooks);
+    record: the loss on the first copy and on the repeat, the repeat advantage (the loss on the
+    last quarter of the positions minus the first quarter), every head's prefix-matching and
+    previous-token score, and the loss the best induction head's (and the weakest other head's)
+    ablation costs (scratchformer.lens: head_scores, run_with_hooks);
   - the figure of those measures over training (viz/induction.py), its phase change located
     from the data, and the best head's attention on one held-out sequence.
 What to notice (each sentence below is printed from this run's numbers, with a verdict):
@@ -66,8 +67,8 @@ layer, head = last["best_head"]
 wl, wh = last["worst_head"]
 print(
     f"loss on the first copy {last['loss_first']:.3f}, on the repeat {last['loss_repeat']:.3f} "
-    f"(log of the symbols: {np.log(job.model.config.vocab_size):.3f}); in-context-learning score "
-    f"{last['icl_score']:+.3f}"
+    f"(log of the symbols: {np.log(job.model.config.vocab_size):.3f}); repeat advantage (last quarter "
+    f"minus first quarter of the positions) {last['repeat_advantage']:+.3f}"
 )
 print("prefix-matching score per head (rows: layers): " + json.dumps(np.round(scores, 2).tolist()))
 print(

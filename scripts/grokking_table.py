@@ -1,7 +1,9 @@
-"""Markdown rows for docs/results.md from modadd run directories: grokked or not, the steps
-where train loss < 0.04, the test-loss peak, test loss < 1 and < 0.01, whether the excluded
-loss rose first, the key frequencies, and the CPU/wall time in a NAME.time file beside the run
-(scripts/grokking_runs.sh writes them). Usage: python scripts/grokking_table.py RUN_DIR..."""
+"""Markdown rows for docs/results.md from modadd run directories (scripts/grokking_runs.sh):
+where the training set is memorised (train accuracy >= 99%) and the test accuracy there, where
+the run groks (test accuracy >= 99%) and how many times later, whether generalisation was
+delayed by the bars of viz/grokking.py, the three phases located by its rules, the test-loss
+peak, the key frequencies at the end, and the CPU (user + sys) and wall seconds of NAME.time
+beside the run. Usage: python scripts/grokking_table.py RUN_DIR..."""
 
 import sys
 from pathlib import Path
@@ -10,16 +12,29 @@ from scratchformer.training.diagnostics import DIAG_FILE, read_records
 from scratchformer.viz.grokking import grokking_summary
 
 print(
-    "| run | last step | test acc | grokked (>= 99%) at | train < 0.04 | test peak (step) | test < 1 | "
-    "test < 0.01 | excluded loss rose first | key k | time |"
+    "| run | memorised at (test acc there) | grokked at (x later) | delayed | memorisation | "
+    "circuit formation | cleanup | test-loss peak (step) | key k at the end | CPU (wall) |"
 )
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-for run in map(Path, sys.argv[1:]):
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+for run in map(Path, (a for a in sys.argv[1:] if Path(a).is_dir())):
     s = grokking_summary(read_records(run / DIAG_FILE)[1])
     t = run.with_suffix(".time")
-    time = (t.read_text().strip().splitlines() or [""])[-1] if t.exists() else ""
+    time = ""
+    if t.exists() and len(t.read_text().split()) >= 3:  # empty while the run is still going
+        user, system, wall = map(float, t.read_text().split()[-3:])
+        time = f"{user + system:.0f} s ({wall:.0f} s)"
+    mem, grok = s["memorised_step"], s["grokked_step"]
+    ratio = f" ({grok / max(mem, 1):.0f}x)" if mem is not None and grok is not None else ""
+    ph = s["phases"] or {}
+    spans = [
+        f"{a:,}-{b:,}" if name in ph else "-"
+        for name in ("memorisation", "circuit formation", "cleanup")
+        for a, b in [ph.get(name, (0, 0))]
+    ]
+    grokked = f"{grok:,}" if grok is not None else f"not by {s['last_step']:,}"
+    then = "" if s["test_accuracy_when_memorised"] is None else f" ({s['test_accuracy_when_memorised']:.1%})"
     print(
-        f"| {run.name} | {s['last_step']} | {s['last_test_accuracy']:.4f} | {s['grokked_step'] or 'no'} | "
-        f"{s['train_below_0.04']} | {s['test_peak']:.1f} ({s['test_peak_step']}) | {s['test_below_1']} | "
-        f"{s['test_below_0.01']} | {s['excluded_rose_first']} | {s['key_freqs']} | {time} |"
+        f"| {run.name} | {'no' if mem is None else format(mem, ',')}{then} | {grokked}"
+        f"{ratio} | {'yes' if s['delayed'] else 'no'} | {' | '.join(spans)} | {s['test_peak']:.1f} "
+        f"({s['test_peak_step']:,}) | {s['key_freqs']} | {time} |"
     )

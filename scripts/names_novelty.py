@@ -9,12 +9,11 @@ samples that are not in names.txt (any split) and not in the training split.
 from __future__ import annotations
 
 import argparse
-import sys
 from importlib import resources
 
 import numpy as np
+from _oneline import run  # scripts/_oneline.py: a library error is one line, exit code 2
 
-from scratchformer.errors import ScratchformerError
 from scratchformer.training.jobs import load_job
 
 
@@ -38,8 +37,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except ScratchformerError as e:  # a bad run directory: one line, exit code 2, as the CLI
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    run(main)

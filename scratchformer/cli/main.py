@@ -496,6 +496,15 @@ def _add_train_data(data, values) -> None:
         "(induction: random tokens repeated, the induction-heads setting) or a 1-layer GPT "
         "that groks modular addition (modadd, Nanda et al. 2023)",
     )
+    from scratchformer.training.modadd import PRESETS, preset_flags
+
+    data.add_argument(
+        "--preset",
+        choices=list(PRESETS),
+        help="--task modadd: paper = Nanda et al. 2023's settings (the defaults shown here); fast = "
+        f"{preset_flags('fast')}: delayed generalisation in minutes on 2 cores (docs/results.md); "
+        "options given beside it win (default: paper)",
+    )
     specs = {
         **LM_DATA.fields,
         **INDUCTION_DATA.fields,
@@ -699,6 +708,8 @@ def cmd_train(args) -> int:
     if "norm_first" in model:  # spelled --norm pre/post
         model["norm_first"] = model["norm_first"] == "pre"
     _refuse_train_options(args.out, task, args.format, args.init_from, args.resume, model, data)
+    if args.preset is not None:
+        model, data, settings = _with_preset(args.preset, task, args.resume, model, data, settings)
     run_kind, source, default_out = _train_source(task, args.data, args.format, args.resume)
     out = Path(args.out or default_out)
     if not (args.resume or args.overwrite):
@@ -725,6 +736,18 @@ def cmd_train(args) -> int:
     if summary["stopped_by"] != "nothing to do":
         write_training_curves(out)
     return 0
+
+
+def _with_preset(name: str, task: str | None, resume: bool, model: dict, data: dict, settings: dict):
+    """(model, data, train settings): the ones given over a modadd preset's (training/modadd.py PRESETS)."""
+    from scratchformer.training.modadd import PRESETS
+
+    if task != "modadd":
+        raise CLIError("--preset applies to --task modadd only")
+    if resume:
+        raise CLIError("--preset starts a run; --resume continues one with its saved settings: drop --preset")
+    preset = PRESETS[name]
+    return {**preset["model"], **model}, {**preset["data"], **data}, {**preset["train"], **settings}
 
 
 def _train_source(task: str | None, data: str | None, format: str | None, resume: bool):

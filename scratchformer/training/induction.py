@@ -1,5 +1,6 @@
 """The induction job: a GPT language model on generated repeated sequences (data/induction.py),
-with the progress measures of Olsson et al. 2022 recorded while it trains.
+with the progress measures of Olsson et al. 2022 recorded while it trains, and their
+in-context learning score of any language model (`icl_score`).
 
 It implements the `scratchformer.training.jobs.Job` protocol (the "induction" row of RUN_DEFAULTS
 holds its defaults); its model is an ordinary `GPT`, so `sample`, `eval`, `viz` and `lens` read
@@ -11,9 +12,9 @@ record of diagnostics.jsonl, on a fixed batch of PROBE_SEQUENCES held-out sequen
 
     loss_first      mean loss on the targets of the prefix and first copy (random: about log(symbols))
     loss_repeat     mean loss on the repeated targets (`target_masks`)
-    icl_score       the in-context-learning score: mean loss on the last quarter of the target
-                    positions minus the mean loss on the first quarter (Olsson et al.: loss at
-                    a late token minus loss at an early one; negative = the context helps)
+    repeat_advantage mean loss on the last quarter of the target positions minus the mean loss on
+                    the first quarter (negative: the context helps). Not Olsson et al.'s
+                    in-context learning score (`icl_score`, below): these sequences are 32 tokens
     heads           labels "L0", "L1", ... (one per layer)
     prefix_matching (n_layer, n_head): attention from each query to the position just after an
                     earlier occurrence of its token (lens.head_scores "induction")
@@ -51,6 +52,10 @@ from scratchformer.ops.loss import IGNORE_INDEX
 from scratchformer.training.jobparts import model_from_checkpoint, refuse_data_file, task_config_dict
 from scratchformer.training.lm import LMJob
 
+# Olsson et al. 2022 ("In-context Learning and Induction Heads", Key Concepts): "the loss of the
+# 500th token in the context minus the average loss of the 50th token in the context, averaged
+# over dataset examples"; the 500th token is near the end of their 512-token context.
+ICL_EARLY, ICL_LATE = 50, 500
 PROBE_SEQUENCES = 64  # held-out sequences the progress measures are taken on
 INDUCTION_HEAD = 0.5  # prefix-matching score above which a head counts as an induction head
 DATA_KEYS = ("symbols", "block_size", "repeats", "n_train", "n_test")
@@ -65,6 +70,32 @@ def token_losses(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
     valid = targets != IGNORE_INDEX
     picked = np.take_along_axis(logp, np.where(valid, targets, 0)[..., None], -1)[..., 0]
     return np.where(valid, -picked, np.nan)
+
+
+def icl_score(model, windows: np.ndarray, early: int = ICL_EARLY, late: int = ICL_LATE) -> dict:
+    """Olsson et al. 2022's in-context learning score of a language model on `windows` (B, T) of
+    token ids, T > late: the mean over windows of the loss on their late-th token minus the loss
+    on their early-th (tokens counted from 1; the i-th is predicted at position i - 2 from the
+    i - 1 tokens before it), in eval mode. Negative: later tokens are predicted better, the
+    context helps. Returns {"icl_score", "loss_early", "loss_late", "windows"}."""
+    windows = np.asarray(windows)
+    if windows.ndim != 2 or windows.shape[1] <= late or not 1 < early < late:
+        raise DataError(
+            f"the in-context learning score reads token {late} of each window: windows of more than "
+            f"{late} tokens are needed, got shape {windows.shape}"
+        )
+    x, y = windows[:, :-1], windows[:, 1:]
+    with eval_mode(model):
+        per_token = np.concatenate(
+            [token_losses(model(x[i : i + 8])[0], y[i : i + 8]) for i in range(0, len(x), 8)]
+        )
+    early_loss, late_loss = per_token[:, early - 2], per_token[:, late - 2]
+    return {
+        "icl_score": float((late_loss - early_loss).mean()),
+        "loss_early": float(early_loss.mean()),
+        "loss_late": float(late_loss.mean()),
+        "windows": len(windows),
+    }
 
 
 class InductionJob(LMJob):
@@ -236,7 +267,7 @@ class InductionJob(LMJob):
             return {
                 "loss_first": float(tl[first].mean()),
                 "loss_repeat": float(tl[rep].mean()),
-                "icl_score": float(by_position[-quarter:].mean() - by_position[:quarter].mean()),
+                "repeat_advantage": float(by_position[-quarter:].mean() - by_position[:quarter].mean()),
                 "heads": list(hs.labels),
                 "prefix_matching": prefix.tolist(),
                 "previous_token": previous.tolist(),

@@ -8,13 +8,16 @@ slider then replays the activation, activation-gradient and weight-gradient hist
 per-layer numbers with the attention. A frame may also hold a task's progress measures
 (`frame["progress"]`, made by viz/induction.py and viz/grokking.py `slider_frames`):
 
-    {"title", "series": [[name, value], ...], "log": bool, "span": [step a, step b] or None,
-     "span_label", "bars": {"title", "labels", "values", "on": [bool], "line": float or None},
-     "note"}
+    {"title", "series": [[name, value], ...], "log": bool,
+     "spans": [[step a, step b, label], ...],
+     "bars": {"title", "labels", "values", "on": [bool], "line": float or None}, "note"}
 
 the page then draws each series over all the frames' steps with the slider's step marked (and
-the span the data put there: a phase change, the step test loss falls below 1), the bars at
-this step, and the numbers at this step in a table. The page sets `window.scratchformerReady = true` once
+the spans the data put there, each in its colour with its label: a phase change, the phases of
+grokking), the bars at this step, and the numbers at this step in a table. Axis labels are
+plain numbers (0.0036, 25), with a power of ten written out (2.4x10^-7) only below 0.001 or
+from 10,000 on. A run without feed-forward layers (attention-only blocks) has no activation
+panels: the page shows its weight-matrix gradients alone. The page sets `window.scratchformerReady = true` once
 the explorer is drawn.
 """
 
@@ -289,9 +292,11 @@ Hover the matrix for values. Colours are scaled to each map's largest weight.</p
 <p>As makemore part 3: the feed-forward activations and the gradient arriving at them, per layer,
 on the probe batch (each layer a colour, all on one range); the gradient of each weight matrix,
 each on its own range. Step 0 is the initialisation.</p>
+<div id="sf-diag-layers">
 <table id="sf-diag-table"></table>
 <div class="panel"><h3>activations f(h)</h3><canvas id="sf-diag-act"></canvas></div>
 <div class="panel"><h3>gradient at the activations</h3><canvas id="sf-diag-grad"></canvas></div>
+</div>
 <div class="panel"><h3>weight-matrix gradients (own ranges)</h3><canvas id="sf-diag-weights"></canvas></div>
 </div>
 <h2 id="sf-figures">Figures</h2>
@@ -341,15 +346,23 @@ _SCRIPT = r"""
     t.q = t.qs[t.frame];
     $("sf-step-label").textContent = t.steps[t.frame] + " (" + (t.frame + 1) + " of " + t.qs.length + ")";
   }
+  var SPAN_COLOURS = ["rgba(255,165,0,0.3)", "rgba(31,119,180,0.2)", "rgba(44,160,44,0.25)", "rgba(148,103,189,0.25)"];
   var LAYER_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
                        "#bcbd22", "#17becf"];
   function num(x, digits, exp) {
     if (x === null || x === undefined) return "n/a";
     return exp ? x.toExponential(digits) : x.toFixed(digits);
   }
-  function tick(x) {  // a range end: 2 significant digits
-    if (x === null || x === undefined) return "n/a";
-    return x !== 0 && Math.abs(x) < 0.01 ? x.toExponential(1) : x.toPrecision(2);
+  var SUPERSCRIPT = {"-": "\u207b", "0": "\u2070", "1": "\u00b9", "2": "\u00b2", "3": "\u00b3", "4": "\u2074",
+                     "5": "\u2075", "6": "\u2076", "7": "\u2077", "8": "\u2078", "9": "\u2079"};
+  function tick(x) {  // an axis label: 2 significant digits as a plain number; 10 to a power only far from 1
+    if (x === null || x === undefined || !isFinite(x)) return "n/a";
+    if (x === 0) return "0";
+    var a = Math.abs(x);
+    if (a >= 0.001 && a < 10000) return String(Number(x.toPrecision(2)));
+    var e = Math.floor(Math.log10(a)), m = Number((x / Math.pow(10, e)).toPrecision(2));
+    if (Math.abs(m) >= 10) { m /= 10; e += 1; }
+    return m + "\u00d710" + String(e).split("").map(function (c) { return SUPERSCRIPT[c]; }).join("");
   }
   function histogram(g, x0, y0, w, h, series, range, label, note) {
     // series: [{counts, colour}], each drawn as its fraction of its own total
@@ -400,8 +413,8 @@ _SCRIPT = r"""
     $("sf-progress-table").innerHTML = "<tr>" + p.series.map(function (s) { return "<th>" + s[0] + "</th>"; }).join("") +
       "</tr><tr>" + p.series.map(function (s) { return "<td>" + num(s[1], 4) + "</td>"; }).join("") + "</tr>";
     var steps = t.diag.map(function (f) { return f.step; });
-    var c = $("sf-progress-curves"), g = c.getContext("2d"), x0 = 50, y0 = 10, w = 380, h = 170;
-    c.width = 560; c.height = 210;
+    var spans = p.spans || [], c = $("sf-progress-curves"), g = c.getContext("2d"), x0 = 60, y0 = 10, w = 380, h = 170;
+    c.width = 580; c.height = 200 + 14 * Math.max(1, spans.length);
     g.fillStyle = "#fff"; g.fillRect(0, 0, c.width, c.height);
     var ys = function (v) { return p.log ? Math.log10(v) : v; }, lo = Infinity, hi = -Infinity;
     t.diag.forEach(function (f) { f.progress.series.forEach(function (s) {
@@ -409,9 +422,10 @@ _SCRIPT = r"""
     if (!(hi > lo)) { lo -= 1; hi += 1; }
     var s0 = steps[0], s1 = Math.max(steps[steps.length - 1], s0 + 1);
     var X = function (s) { return x0 + (s - s0) / (s1 - s0) * w; }, Y = function (v) { return y0 + h - (ys(v) - lo) / (hi - lo) * h; };
-    if (p.span) {
-      g.fillStyle = "rgba(255,165,0,0.3)"; g.fillRect(X(p.span[0]) - 1, y0, Math.max(2, X(p.span[1]) - X(p.span[0]) + 2), h);
-    }
+    spans.forEach(function (sp, i) {
+      g.fillStyle = SPAN_COLOURS[i % SPAN_COLOURS.length];
+      g.fillRect(X(sp[0]) - 1, y0, Math.max(2, X(sp[1]) - X(sp[0]) + 2), h);
+    });
     g.strokeStyle = "#999"; g.lineWidth = 1; g.strokeRect(x0, y0, w, h);
     p.series.forEach(function (s, i) {
       var colour = LAYER_COLOURS[i % LAYER_COLOURS.length];
@@ -432,8 +446,13 @@ _SCRIPT = r"""
     g.lineTo(X(d.step), y0 + h); g.stroke(); g.setLineDash([]);
     g.fillStyle = "#222"; g.font = "10px sans-serif"; g.textBaseline = "top"; g.textAlign = "left";
     g.fillText(String(s0), x0, y0 + h + 3); g.textAlign = "right"; g.fillText(String(s1) + " (step)", x0 + w, y0 + h + 3);
-    g.fillText((p.log ? "1e" : "") + tick(hi), x0 - 3, y0); g.fillText((p.log ? "1e" : "") + tick(lo), x0 - 3, y0 + h - 10);
-    if (p.span && p.span_label) { g.textAlign = "left"; g.fillText(p.span_label, x0 + 4, y0 + h + 14); }
+    var unlog = function (v) { return p.log ? Math.pow(10, v) : v; };
+    g.textAlign = "right"; g.fillText(tick(unlog(hi)), x0 - 3, y0); g.fillText(tick(unlog(lo)), x0 - 3, y0 + h - 10);
+    spans.forEach(function (sp, i) {
+      var ly = y0 + h + 16 + 14 * i;
+      g.fillStyle = SPAN_COLOURS[i % SPAN_COLOURS.length]; g.fillRect(x0, ly, 10, 10);
+      g.fillStyle = "#222"; g.textAlign = "left"; g.fillText(sp[2], x0 + 14, ly);
+    });
     var b = p.bars, cb = $("sf-progress-bars"), gb = cb.getContext("2d"), n = b.values.length;
     var bw = Math.max(4, Math.min(40, Math.floor(480 / n))), top = Math.max.apply(null, b.values.concat([b.line || 0, 1e-12]));
     cb.width = 40 + n * bw + 10; cb.height = 210;
@@ -462,6 +481,7 @@ _SCRIPT = r"""
     if (!t.diag) { box.style.display = "none"; return; }
     box.style.display = "";
     var d = t.diag[t.frame];
+    $("sf-diag-layers").style.display = d.stats.length ? "" : "none";  // attention-only blocks: no feed-forward
     var rows = "<tr><th>layer</th><th>mean f(h)</th><th>std f(h)</th><th>saturated</th><th>dead</th>" +
                "<th>std of d loss / d f(h)</th></tr>";
     d.stats.forEach(function (s, i) {
@@ -480,7 +500,7 @@ _SCRIPT = r"""
     d.weights.forEach(function (w, k) {
       var x0 = 5 + (k % cols) * cw, y0 = 5 + Math.floor(k / cols) * ch;
       histogram(g, x0 + 4, y0 + 14, cw - 12, ch - 32, [{counts: w[2], colour: "#2a6ebb"}], w[1],
-                w[0].length > 30 ? "\u2026" + w[0].slice(-29) : w[0], "std " + num(w[3], 1, true));
+                w[0].length > 30 ? "\u2026" + w[0].slice(-29) : w[0], "std " + tick(w[3]));
     });
   }
   function weight(t, l, h, i, j) {
@@ -598,6 +618,7 @@ _SCRIPT = r"""
   });
   if (data.tabs.length) selectTab(0);
   if (data.backward) drawBackward(data.backward);
+  window.scratchformerNumber = tick;  // how the page writes an axis label (tests read it)
   window.scratchformerReady = true;
   function floats(text) {  // base64 of little-endian float32 -> Float32Array
     var b = bytes(text);

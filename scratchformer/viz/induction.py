@@ -123,7 +123,7 @@ def slider_frames(records) -> list[dict]:
     costs as curves over training with the phase change shaded where `phase_change` finds it,
     and each head's prefix-matching score at that step as bars (red: above INDUCTION_HEAD)."""
     pc = phase_change(records)
-    span = None if pc is None else [pc[0], pc[1]]
+    spans = [] if pc is None else [[pc[0], pc[1], f"steepest fall of the repeat loss: steps {pc[0]}-{pc[1]}"]]
     frames = []
     for r in records:
         scores = np.asarray(r["prefix_matching"], dtype=np.float64)  # (L, H)
@@ -152,10 +152,7 @@ def slider_frames(records) -> list[dict]:
                     )
                 ],
                 "log": False,
-                "span": span,
-                "span_label": None
-                if pc is None
-                else f"steepest fall of the repeat loss: steps {pc[0]}-{pc[1]}",
+                "spans": spans,
                 "bars": {
                     "title": "prefix-matching score per head at this step (red: > 0.5)",
                     "labels": labels,

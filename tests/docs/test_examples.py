@@ -116,11 +116,14 @@ EXPECTED = {
     "g_grokking": (
         ["grokking"],
         [
-            r"p = 11: 85 training pairs, 36 held out; [\d,]+ parameters, normalization=none",
+            r"p = 11: \d+ training pairs, \d+ held out; [\d,]+ parameters, normalization=none",
             r"trained 20 steps; 5 records of the progress measures",
             r"sum of their 2-D Fourier components\| over the run: \d\.\de-1\d \(exact: True\)",
-            r"key frequencies at step 20: \[\d, \d, \d, \d, \d\]",
-            r"excluded loss rises before the test loss falls: (True|False|None)",
+            r"key frequencies at step 20: \[[\d, ]*\] \(their share of the embedding's squared Fourier norm \d+%; "
+            r"Gini coefficient of its Fourier norms 0\.\d\d\)",
+            r"memorised (\(train accuracy >= 99%\) )?at step",
+            r"phases \(Nanda et al\. 2023, section 5\.2; paper: memorisation 0-1\.4k, circuit formation 1\.4k-9\.4k, "
+            r"cleanup 9\.4k-14k\): ",
             r"verdict: (grokked|not grokked) -- test accuracy [01]\.\d{4} at step 20",
         ],
     ),
@@ -158,3 +161,29 @@ def test_an_example_runs_from_the_command_line(tmp_path):
     )
     assert run.returncode == 0, run.stderr[-2000:]
     check_example(name, run.stdout, tmp_path)
+
+
+COURSE = EXAMPLES.parent / "docs" / "course.md"
+# docs/course.md's table of the measured full runs: | `python examples/NAME.py` | CPU s | wall s | ...
+MEASURED_ROW = re.compile(r"^\| `python examples/([a-z]_\w+)\.py` \| ([\d,]+) s \| ([\d,]+) s \|", re.M)
+# what an example's header says of its full run
+STATED = re.compile(r"\(full run: ([\d,]+) s of CPU, ([\d,]+) s wall [^;)]*; docs/course\.md\)")
+# the course's table of examples to start from: | ... | `python examples/NAME.py` | CPU s of CPU |
+LISTED = re.compile(r"\| `python examples/([a-z]_\w+)\.py` \| ([\d,]+) s of CPU \|")
+
+
+def test_each_example_states_the_time_of_its_measured_row():
+    """An example's header states its full run's CPU and wall seconds; docs/course.md holds the
+    measured row of the same command (with the machine and how it was measured); the two are the
+    same numbers, and so is the course's first table, so they cannot drift apart."""
+    course = COURSE.read_text(encoding="utf-8")
+    rows = {name: (cpu, wall) for name, cpu, wall in MEASURED_ROW.findall(course)}
+    assert sorted(rows) == sorted(EXPECTED), "docs/course.md lacks a measured row for an example"
+    for name in EXPECTED:
+        stated = STATED.search((EXAMPLES / f"{name}.py").read_text(encoding="utf-8"))
+        assert stated, f"{name}.py's header states no measured full-run time"
+        assert stated.groups() == rows[name], (
+            f"{name}.py states {stated.groups()}, docs/course.md {rows[name]}"
+        )
+    listed = dict(LISTED.findall(course))
+    assert listed and all(cpu == rows[name][0] for name, cpu in listed.items()), listed

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from scratchformer.cli.main import main
+from scratchformer.training.jobs import load_job
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--batch-size", "8", "--no-progress", "--quiet"]
@@ -95,7 +96,35 @@ def test_lockstep_with_torch_gives_the_same_losses(text_run):
     assert step_line and step_line.group(1) == step_line.group(2), out
 
 
-@pytest.mark.parametrize("script", ["scripts/nanogpt_estimates.py", "scripts/names_novelty.py"])
+def test_icl_score_reads_the_late_and_early_token_of_validation_windows(text_run):
+    out = run_script("scripts/icl_score.py", str(text_run / "run" / "last"), "--early", "3", "--late", "12")
+    m = re.search(
+        r"\(step 4\): in-context learning score ([-+][0-9.]+) nats \(loss on token 12 ([0-9.]+) minus on token 3 "
+        r"([0-9.]+), (\d+) windows of 16 tokens, every 4\); best prefix-matching head L0H\d 0\.\d\d",
+        out,
+    )
+    assert m, out
+    score, late, early, windows = float(m[1]), float(m[2]), float(m[3]), int(m[4])
+    val = load_job(text_run / "run" / "last").dataset.val.ids
+    assert abs(score - (late - early)) < 2e-3 and windows == len(
+        range(0, len(val) - 16, 4)
+    )  # all, every T / 4
+
+
+def test_grokking_table_writes_a_row_per_run_with_its_time(tmp_path):
+    out = tmp_path / "fast-s1"
+    tiny = "--modulus 7 --n-embd 16 --max-steps 4 --eval-interval 4 --diag-interval 2 --workers 1".split()
+    assert main(["train", "--task", "modadd", "--preset", "fast", *tiny, "--out", str(out)]) == 0
+    (tmp_path / "fast-s1.time").write_text("10.5 0.5 30.2\n")  # user, sys, wall: scripts/grokking_runs.sh's
+    rows = run_script("scripts/grokking_table.py", str(out)).splitlines()
+    assert rows[0].startswith("| run | memorised at") and len(rows) == 3
+    cells = [c.strip() for c in rows[2].strip("|").split("|")]
+    assert cells[0] == "fast-s1" and cells[-1] == "11 s (30 s)" and len(cells) == rows[0].count("|") - 1
+
+
+@pytest.mark.parametrize(
+    "script", ["scripts/nanogpt_estimates.py", "scripts/names_novelty.py", "scripts/icl_score.py"]
+)
 def test_scripts_reject_a_missing_run_in_one_line(script, tmp_path):
     done = subprocess.run(
         [sys.executable, script, str(tmp_path / "missing")],

@@ -139,7 +139,14 @@ def test_cli_run_records_progress_measures_and_every_command_reads_it(tmp_path, 
     assert [r["step"] for r in records] == [0, 2, 4, 6]  # step 0: the initialisation
     rec = records[-1]
     assert np.asarray(rec["prefix_matching"]).shape == np.asarray(rec["previous_token"]).shape == (2, 2)
-    for key in ("loss_first", "loss_repeat", "icl_score", "ablate_best", "ablate_worst", "ablate_induction"):
+    for key in (
+        "loss_first",
+        "loss_repeat",
+        "repeat_advantage",
+        "ablate_best",
+        "ablate_worst",
+        "ablate_induction",
+    ):
         assert np.isfinite(rec[key])
     assert rec["layers"] == []  # no feed-forward to measure
     job = load_job(out)
@@ -243,3 +250,50 @@ def test_the_weakest_head_is_the_lowest_of_the_others(tmp_path):
         if [layer, head] != rec["best_head"]
     ]
     assert rec["worst_head"] == min(others)[1] and scores[tuple(rec["best_head"])] == scores.max()
+
+
+def test_icl_score_is_olssons_late_token_loss_minus_early_token_loss():
+    """Olsson et al. 2022: the loss on the 500th token minus the loss on the 50th, averaged over
+    windows; here on a tiny GPT with the token indices scaled down (8th and 3rd), against the
+    loss computed by hand from the model's logits."""
+    from scratchformer.errors import DataError
+    from scratchformer.training.induction import icl_score
+
+    m = GPT(GPTConfig(vocab_size=5, block_size=9, n_layer=1, n_head=1, n_embd=8), seed=0)
+    windows = np.random.default_rng(0).integers(0, 5, (6, 10))
+    out = icl_score(m, windows, early=3, late=8)
+    logits = m(windows[:, :-1])[0].astype(np.float64)
+    logp = logits - logits.max(-1, keepdims=True)
+    logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
+    by_hand = {i: -logp[np.arange(6), i - 2, windows[:, i - 1]] for i in (3, 8)}  # token i, from 1
+    assert (
+        abs(out["loss_late"] - by_hand[8].mean()) < 1e-5 and abs(out["loss_early"] - by_hand[3].mean()) < 1e-5
+    )
+    assert abs(out["icl_score"] - (by_hand[8] - by_hand[3]).mean()) < 1e-5 and out["windows"] == 6
+    with pytest.raises(DataError, match="token 8"):
+        icl_score(m, windows[:, :8], early=3, late=8)
+
+
+def test_icl_score_of_a_known_loss_curve():
+    """A stand-in model whose loss at each position is known in closed form: on windows that count
+    up mod V it puts a logit of 0.1 * position on the right next token and 0 on the others, so the
+    loss on token i (read at position i - 2) is log(1 + (V - 1) exp(-0.1 (i - 2))); Olsson et al.'s
+    score is the loss on the late token minus the loss on the early one, and it changes with the
+    positions read (an off-by-one in the indexing moves it)."""
+    from scratchformer.nn import Module
+    from scratchformer.training.induction import icl_score
+
+    V = 7
+
+    class KnownCurve(Module):
+        def forward(self, idx):
+            B, T = idx.shape
+            logits = np.zeros((B, T, V), np.float32)
+            np.put_along_axis(logits, ((idx + 1) % V)[..., None], 0.1 * np.arange(T)[None, :, None], -1)
+            return logits, None
+
+    windows = (np.arange(40)[None, :] + np.arange(5)[:, None]) % V  # each next token is the token + 1
+    loss = lambda i: np.log1p((V - 1) * np.exp(-0.1 * (i - 2)))  # noqa: E731 (token i, from 1)
+    out = icl_score(KnownCurve(), windows, early=5, late=30)
+    assert abs(out["loss_early"] - loss(5)) < 1e-6 and abs(out["loss_late"] - loss(30)) < 1e-6
+    assert abs(out["icl_score"] - (loss(30) - loss(5))) < 1e-6 and out["icl_score"] < -1

@@ -327,7 +327,7 @@ def test_the_step_slider_replays_the_training_diagnostics(tmp_path, chromium):
     with opened(path, chromium) as page:
         assert page.locator("#sf-diag").is_hidden()  # the model's own tab: no slider, no replay
         page.click("#sf-tabs button >> text=probe over training")
-        assert page.locator("#sf-diag").is_visible()
+        assert page.locator("#sf-diag").is_visible() and page.locator("#sf-diag-layers").is_visible()
         last, last_pixels = table(page), canvases(page)
         np.testing.assert_allclose(last, expected(records[-1]), rtol=2e-2, atol=2e-3)
         page.fill("#sf-step", "0")

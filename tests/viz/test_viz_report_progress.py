@@ -179,3 +179,74 @@ def test_the_step_slider_draws_the_progress_measures(tmp_path, task):
         first = [_canvas(page, c)["png"] for c in ("sf-progress-curves", "sf-progress-bars")]
         assert first[0] != last[0]["png"], "another step, the same step marker"
         assert first[1] != last[1]["png"], "another step, the same bars"
+
+
+def test_the_grokking_frames_shade_the_phases_the_records_put_there():
+    from test_grokking import _records  # tests/training: the synthetic run of a grokking summary
+
+    recs = _records(
+        [0, 100, 200, 300, 400, 500, 600],
+        test_loss=[5, 20, 15, 8, 4, 0.5, 0.005],
+        train_loss=[4, 0.01, 0.005, 0.005, 0.004, 0.002, 0.001],
+        excluded=[4, 0.02, 0.01, 1.0, 2.0, 2.95, 3.0],
+    )
+    frames = G.slider_frames(recs)
+    assert [s[:2] for s in frames[0]["spans"]] == [[0, 200], [200, 500], [500, 600]]
+    assert [s[2].split(":")[0] for s in frames[-1]["spans"]] == list(G.PHASES)
+    assert G.slider_frames(recs[:4])[0]["spans"] == []  # not all three phases yet: none drawn
+
+
+def test_axis_labels_are_plain_numbers_and_attention_only_runs_draw_no_activation_panels(tmp_path):
+    path = _report(_induction_run(tmp_path), tmp_path)
+    with opened(path) as page:
+        label = "x => window.scratchformerNumber(x)"
+        assert page.evaluate(label, -0.0036) == "-0.0036"  # not -3.6e-3
+        assert page.evaluate(label, 10**0.86) == "7.2"  # a log axis's top: not 1e0.86
+        assert page.evaluate(label, 25.0) == "25" and page.evaluate(label, 0) == "0"
+        assert page.evaluate(label, 2.4e-7) == "2.4\u00d710\u207b\u2077"
+        assert page.evaluate(label, 31000.0) == "3.1\u00d710\u2074"
+        page.click("#sf-tabs button >> text=probe over training")
+        assert page.locator("#sf-diag").is_visible() and page.locator("#sf-diag-weights").is_visible()
+        layers = page.locator("#sf-diag-layers")
+        assert layers.count() == 1 and layers.is_hidden()  # no feed-forward: no activation panels
+        assert _canvas(page, "sf-diag-weights")["colours"] > 3
+
+
+def test_the_slider_shades_the_three_phases_in_a_browser(tmp_path):
+    """A modadd run whose records hold the three phases (memorisation to the excluded loss's lowest
+    record at step 2, circuit formation until its rise at step 4, cleanup until the test loss is
+    below 0.01 at step 6): the page fills each phase's steps with its colour, the same as its
+    legend's square, three colours."""
+    from test_grokking import _records  # tests/training: the synthetic run of a grokking summary
+
+    run = _modadd_run(tmp_path)
+    path = run / DIAG_FILE
+    kept = read_records(path)[1]
+    phased = _records(
+        [r["step"] for r in kept],
+        test_loss=[5, 20, 0.5, 0.005],
+        train_loss=[4, 0.01, 0.005, 0.001],
+        excluded=[4, 0.01, 3.0, 3.0],
+    )
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for i, fake in enumerate(phased, start=len(lines) - len(kept)):
+        lines[i] = json.dumps({**json.loads(lines[i]), "modadd": fake["modadd"]})
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    spans = G.slider_frames(read_records(path)[1])[-1]["spans"]
+    assert [s[:2] for s in spans] == [[0, 2], [2, 4], [4, 6]]
+    report = _report(run, tmp_path)
+    pixel = (
+        "([x, y]) => Array.from(document.getElementById('sf-progress-curves')"
+        ".getContext('2d').getImageData(x, y, 1, 1).data)"
+    )
+    with opened(report) as page:
+        page.click("#sf-tabs button >> text=probe over training")
+        assert _canvas(page, "sf-progress-curves")["h"] == 200 + 14 * 3  # a legend row per phase
+        x0, w, y0, h = 60, 380, 10, 170  # the curves' box (viz/html.py)
+        fills = []
+        for i, (a, b, _) in enumerate(spans):
+            inside = page.evaluate(pixel, [round(x0 + (a + b) / 2 / 6 * w), y0 + h - 2])
+            legend = page.evaluate(pixel, [x0 + 5, y0 + h + 16 + 14 * i + 5])
+            assert inside == legend and inside != [255, 255, 255, 255], (i, inside, legend)
+            fills.append(tuple(inside))
+        assert len(set(fills)) == 3
