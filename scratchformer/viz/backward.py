@@ -246,7 +246,7 @@ def _steps(record) -> list[BackwardStep]:
                 depth=call.depth,
                 grad_in=call.values[_received_name(call)],
                 grad_out=next((g for g in given if isinstance(g, np.ndarray)), None),
-                grads={**{n: g for n, g in zip(names, given) if g is not None}, **call.added},
+                grads={**_owed(names, given, forward), **call.added},
                 param_grads=dict(call.added),
                 against=against,
                 hook=forward.hook if forward else "",
@@ -277,6 +277,14 @@ def _given(call, forward) -> tuple[list[str], list]:
         return [], []
     floats = [k for k, v in (forward.values.items() if forward else ()) if _is_float(v)]
     return floats, [g for g in returned if g is not None]
+
+
+def _owed(names: list[str], given: list, forward) -> dict:
+    """The gradients a backward gave, by input name, and a None it gave for a float array its
+    forward was given (owed, and failing its check); a None for an input that was None or not
+    a float array (no bias, token ids) is left out."""
+    inputs = forward.values if forward else {}
+    return {n: g for n, g in zip(names, given) if g is not None or _is_float(inputs.get(n))}
 
 
 def _identity(call, forward) -> bool:
@@ -420,8 +428,8 @@ class _Replay:
 
 def _fits(step: BackwardStep, label: str, grad, x) -> bool:
     """A gradient and the input it is of: both arrays of one shape (a check failing when not: a
-    scalar for an array, or a gradient of an input the forward was not given)."""
-    if grad is None:
+    scalar for an array, None for a float array, or a gradient of an input the forward was not given)."""
+    if grad is None and not _is_float(x):
         return False
     if not isinstance(x, np.ndarray) or not isinstance(grad, np.ndarray) or grad.shape != x.shape:
         step.checks.append(Check(label, "", float("nan"), 0.0, 0.0))

@@ -130,3 +130,16 @@ def test_each_targets_fixed_sample_meets_its_goal(name):
     results = mutants.run(target, chosen)
     missed = [f"{r.mutant} [{r.detail}]" for r in results if r.category == "missed"]
     assert mutants.caught_share(results) >= target.goal, "\n".join(missed)
+
+
+def test_a_backward_that_gives_none_for_a_float_input_turns_its_step_red():
+    """Found by the full ops_backward run: a backward op returning None for a gradient its
+    forward's float input is owed (l1_penalty_backward's dacts) was left out unchecked."""
+    target = mutants.load_target("ops_backward")
+    chosen = [
+        m
+        for m in target.mutants()
+        if m.function == "l1_penalty_backward" and m.after in ("dacts = None", "dnorms = None")
+    ]
+    assert len(chosen) == 2
+    assert [r.category for r in mutants.run(target, chosen)] == ["caught", "caught"]
