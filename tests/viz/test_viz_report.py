@@ -25,6 +25,8 @@ from scratchformer.models.gpt import GPT, GPTConfig
 from scratchformer.viz import trace as T
 from scratchformer.viz.backward import QUICK
 
+pytestmark = pytest.mark.xdist_group("viz_report")  # its report fixture built once, on one worker
+
 TEXT = "First Citizen: Before we proceed any further, hear me speak. All:"[:64]
 ARGS = [
     "--no-sandbox",
