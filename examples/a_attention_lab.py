@@ -36,7 +36,8 @@ What it shows, cell by cell (figures in --out):
      3 seeds each, at a high learning rate without warmup (the numbers are printed, whichever
      way they fall).
 What to notice: every number printed is a check you can change the code to break.
-Run: python examples/a_attention_lab.py [--quick] [--out DIR]   (full run: 26 s of CPU, 26 s wall on an AMD EPYC; docs/course.md)
+Run: python examples/a_attention_lab.py [--quick] [--out DIR]
+(full run: 26 s of CPU, 26 s wall on an AMD EPYC; docs/course.md)
 """
 
 # %% 1. Scaled dot-product attention, step by step

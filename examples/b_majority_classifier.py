@@ -27,7 +27,8 @@ What to notice:
     that are the majority symbol, and the prediction is confident (one bar near 1);
   - which sequences are hard: held-out accuracy by margin (how many more times the majority token
     occurs than the runner-up) is printed, with a verdict on whether near ties are the hardest.
-Run: python examples/b_majority_classifier.py [--quick] [--out DIR]   (full run: 11 s of CPU, 11 s wall on an AMD EPYC; docs/course.md)
+Run: python examples/b_majority_classifier.py [--quick] [--out DIR]
+(full run: 11 s of CPU, 11 s wall on an AMD EPYC; docs/course.md)
 """
 
 # %% Set-up: the data, drawn so that no held-out sequence is ever trained on

@@ -30,7 +30,8 @@ What it shows:
     it copies (a diagonal in seq2seq_attention.png's bottom row);
   - changing one source digit changes the output at that place: the answer comes from the source.
 What to notice: the decoder self-attention is lower-triangular (causal), the encoder's is not.
-Run: python examples/c_copy_encoder_decoder.py [--quick] [--out DIR]   (full run: 22 s of CPU, 22 s wall on an AMD EPYC; docs/course.md)
+Run: python examples/c_copy_encoder_decoder.py [--quick] [--out DIR]
+(full run: 22 s of CPU, 22 s wall on an AMD EPYC; docs/course.md)
 """  # noqa: E501
 
 # %% Set-up: copy digit sequences of length 1..6

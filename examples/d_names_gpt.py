@@ -36,7 +36,8 @@ What it shows:
 What to notice: how much attention the first position (<eot>, "a name starts here") gets, against
 what a uniform head would give it: the script prints both and says whether heads use it as a
 resting place.
-Run: python examples/d_names_gpt.py [--quick] [--out DIR]   (full run: 15 s of CPU, 15 s wall on an AMD EPYC; docs/course.md)
+Run: python examples/d_names_gpt.py [--quick] [--out DIR]
+(full run: 15 s of CPU, 15 s wall on an AMD EPYC; docs/course.md)
 """
 
 # %% Data: names.txt, one name per line, split with the default seed

@@ -31,7 +31,8 @@ What to notice: beam search keeps the greedy hypothesis as a candidate, so its s
 below greedy's; the script prints on how many held-out sequences the two decode differently. The
 model trains with a warmup of 100 steps, as the original Transformer did (whether post-norm
 needs one is not measured here; example a measures pre-norm against post-norm without warmup).
-Run: python examples/e_reverse_beam_search.py [--quick] [--out DIR]   (full run: 60 s of CPU, 61 s wall on an AMD EPYC; docs/course.md)
+Run: python examples/e_reverse_beam_search.py [--quick] [--out DIR]
+(full run: 60 s of CPU, 61 s wall on an AMD EPYC; docs/course.md)
 """
 
 # %% Set-up: reverse digit sequences of length 1..8

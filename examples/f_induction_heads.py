@@ -21,7 +21,8 @@ What to notice (each sentence below is printed from this run's numbers, with a v
     zeroing it costs as much, since the induction head reads it (the model has no idle head);
   - a 1-layer model, trained the same way, finds no such head and its repeat loss stays high:
     matching the previous token's *successor* needs a previous-token head in an earlier layer.
-Run: python examples/f_induction_heads.py [--quick] [--out DIR]   (full run: 18 s of CPU, 18 s wall on an AMD EPYC; docs/course.md)
+Run: python examples/f_induction_heads.py [--quick] [--out DIR]
+(full run: 18 s of CPU, 18 s wall on an AMD EPYC; docs/course.md)
 """
 
 # %% Set-up: the run's defaults, smaller and shorter with --quick

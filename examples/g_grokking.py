@@ -24,7 +24,8 @@ What to notice (each sentence printed below is computed from this run's numbers)
     key frequencies carry the answer before the test accuracy shows it;
   - the Fourier decomposition of the logits sums back to the logits in float64;
   - a verdict line: grokked (test accuracy >= 99%) or not, and at which step.
-Run: python examples/g_grokking.py [--quick] [--out DIR]   (full run: 121 s of CPU, 73 s wall on an AMD EPYC; docs/course.md)
+Run: python examples/g_grokking.py [--quick] [--out DIR]
+(full run: 121 s of CPU, 73 s wall on an AMD EPYC; docs/course.md)
 """
 
 # %% Set-up: the fast preset, or a tiny smoke run with --quick
