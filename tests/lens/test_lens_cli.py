@@ -152,7 +152,6 @@ def test_lens_bert_saliency_of_a_sentence_pair(capsys):
     assert (
         main(
             ["lens", "--bert", "--text", "A man plays a guitar.", "--text2", "Someone plays music.", "--json"]
-            + ["--steps", "4"]  # the real MiniLM: few quadrature nodes keep it cheap; the checks still hold
         )
         == 0
     )
