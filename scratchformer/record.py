@@ -29,9 +29,31 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["ACTIVE", "Call", "Derivative", "Record"]
+__all__ = ["ACTIVE", "HELD", "Call", "Derivative", "Record", "detached", "hold"]
 
 ACTIVE: Record | None = None  # the record being taken (nn.recording), or None: off
+# While a check runs a recorded forward again: the values its detached calls returned when it was
+# recorded (`Record.held`), in order, which `detached` hands back instead; None otherwise.
+HELD: list | None = None
+
+
+def hold(values: list | None) -> None:
+    """Set `HELD`: the values the detached calls of the forward about to run again hand back
+    (`Record.held`), or None: none held."""
+    global HELD
+    HELD = None if values is None else list(values)
+
+
+def detached(x: np.ndarray) -> np.ndarray:
+    """x's value as a constant of the derivative (the formula of `ops.detach`, PyTorch's
+    .detach()): a copy of x, through which no gradient flows. While a check runs a recorded
+    forward again (`HELD`), the value the recorded call returned instead, so that a finite
+    difference of that forward holds it fixed, as its backward does."""
+    if ACTIVE is not None and ACTIVE._open:
+        ACTIVE._open[-1].detached = True
+    if HELD:
+        return np.array(HELD.pop(0), dtype=np.asarray(x).dtype)
+    return np.array(x, copy=True)
 
 
 @dataclass(frozen=True)
@@ -71,13 +93,14 @@ def _at(result, path: tuple):
 @dataclass(eq=False)
 class Call:
     """One recorded call. `fn`: the op (its dispatched function) or the module; `phase`:
-    "forward" or "backward" (an op is a backward when it declares a Derivative).
-    `arguments` / `result`: the objects as passed and returned; `values` / `result_values`:
-    the same with every float array copied in float64 at the time (what a check reads).
-    `added`: name -> what a backward added into a gradient buffer (an op's `into`, a module's
-    parameters). `rng_state`: the record's generator's state when the call started (None
-    without one); `draws`: whether the call drew from it. `end`: the index after the last call
-    nested inside this one."""
+        "forward" or "backward" (an op is a backward when it declares a Derivative).
+        `arguments` / `result`: the objects as passed and returned; `values` / `result_values`:
+        the same with every float array copied in float64 at the time (what a check reads).
+        `added`: name -> what a backward added into a gradient buffer (an op's `into`, a module's
+        parameters). `rng_state`: the record's generator's state when the call started (None
+        without one); `draws`: whether the call drew from it; `detached`: its result is a constant of
+    the derivative (an `ops.detach`). `end`: the index after the last call
+        nested inside this one."""
 
     kind: str  # "op" or "module"
     fn: object
@@ -92,6 +115,7 @@ class Call:
     index: int
     rng_state: dict | None = None
     draws: bool = False  # it drew from the record's generator (its dropout)
+    detached: bool = False  # its result is a constant of the derivative (`detached`)
     result: object = None
     result_values: object = None
     added: dict = field(default_factory=dict)
@@ -195,6 +219,11 @@ class Record:
     def inside(self, call: Call) -> list[Call]:
         """The calls that ran nested inside `call`, in the order they started."""
         return self.calls[call.index + 1 : call.end]
+
+    def held(self, call: Call) -> list:
+        """The results of the detached calls within `call` (itself included), in order: what a
+        check hands back (`HELD`) when it runs that call's forward again."""
+        return [c.result for c in self.calls[call.index : call.end] if c.detached]
 
     def forward_of(self, call: Call) -> Call | None:
         """The forward call a backward call differentiates, or None when the record holds none.

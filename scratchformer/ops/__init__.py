@@ -31,6 +31,7 @@ from scratchformer.ops.attention import (
     causal_mask,
     weighted_sum,
 )
+from scratchformer.ops.detach import detach
 from scratchformer.ops.dropout import dropout_backward, dropout_forward
 from scratchformer.ops.embedding import embedding_backward_into, embedding_forward
 from scratchformer.ops.layernorm import layernorm_backward, layernorm_forward
@@ -66,6 +67,7 @@ __all__ = [
     "attention_scores",
     "causal_mask",
     "weighted_sum",
+    "detach",
     "dropout_backward",
     "dropout_forward",
     "embedding_backward_into",

@@ -40,6 +40,7 @@ import numpy as np
 from scratchformer import fast
 from scratchformer.checks import DOOR, op_fits, op_float
 from scratchformer.errors import ConfigError
+from scratchformer.ops.detach import detach
 
 __all__ = [
     "SAE_KINDS",
@@ -302,7 +303,7 @@ def sae_loss_forward(
         terms["l1"] = l1_penalty_forward(acts, cache["norms"], l1_coefficient)
     aux_cache = None
     if dead is not None:
-        residual = x - x_hat  # a constant to the auxiliary loss
+        residual = detach(x - x_hat)  # a constant to the auxiliary loss
         norms = cache["norms"] if kind == "topk" else None
         terms["aux"], aux_cache = auxk_forward(cache["hidden"], dead, residual, W_dec, norms, aux_coefficient)
     cache.update(x=x, x_hat=x_hat, l1_coefficient=l1_coefficient, aux=aux_cache)
@@ -317,9 +318,8 @@ def sae_loss_forward(
 )
 def sae_loss_backward(cache: dict, dloss: float = 1.0) -> tuple[np.ndarray, ...]:
     """(dx, dW_enc, db_enc, dW_dec, db_dec) of dloss * the loss of `sae_loss_forward`. With AuxK
-    on (dead features), it is the derivative with AuxK's residual held constant (SAELens's
-    .detach()), which a finite difference of the forward does not hold: the walk-through's step
-    of it then disagrees by AuxK's path through the residual, as it should say."""
+    on (dead features), it is the derivative with AuxK's residual held constant (`detach`, as
+    SAELens's .detach()), as a finite difference of the recorded forward holds it."""
     x, x_hat = cache["x"], cache["x_hat"]
     dx_hat = mse_backward(x_hat, x, dloss)
     dacts = dnorms = dhidden = None

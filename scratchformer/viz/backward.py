@@ -67,6 +67,7 @@ from typing import NamedTuple
 import numpy as np
 
 from scratchformer import fast
+from scratchformer import record as record_module
 from scratchformer.errors import ConfigError
 from scratchformer.gradcheck import central_difference
 from scratchformer.nn import recording, set_dropout_rng, trusted_calls
@@ -194,17 +195,20 @@ def backward_steps(
         m(*inputs)
         m.backward()
     steps = _steps(record)
-    replay = _Replay(generator, m, before)
+    replay = _Replay(record, m, before)
     rng = np.random.default_rng(seed)
     with fast.reference(), trusted_calls():  # each step against its forward's formula
-        for step in steps:
-            step.sampling = sampling
-            check = _check_op if step.kind == "op" else _check_module
-            if step.forward_call is None:
-                step.checks.append(Check("its forward", "", float("nan"), 0.0, 0.0))
-                step.checked["its forward"] = "not in the record: nothing to compare with"
-            else:
-                check(step, rng, sampling, replay)
+        try:
+            for step in steps:
+                step.sampling = sampling
+                check = _check_op if step.kind == "op" else _check_module
+                if step.forward_call is None:
+                    step.checks.append(Check("its forward", "", float("nan"), 0.0, 0.0))
+                    step.checked["its forward"] = "not in the record: nothing to compare with"
+                else:
+                    check(step, rng, sampling, replay)
+        finally:
+            record_module.hold(None)
     for step in steps:
         if not step.ok:
             inside = [s for s in steps if step.call.index < s.call.index < step.call.end and not s.ok]
@@ -410,12 +414,13 @@ class _Loss:
 
 class _Replay:
     """Before each forward a check runs: the generator as it was when the recorded call started
-    (the same dropout masks drawn again), and the model's arrays its forward wrote (not a
-    backward: an SAE's firing counts) as they were before the recorded forward, so that every
-    forward of a finite difference starts from the state the recorded one did."""
+    (the same dropout masks drawn again), the model's arrays its forward wrote (not a
+    backward: an SAE's firing counts) as they were before the recorded forward, and its detached
+    values (`ops.detach`) as the recorded call got them, held fixed as its backward holds them,
+    so that every forward of a finite difference starts from the state the recorded one did."""
 
-    def __init__(self, generator, model, before: dict):
-        self.generator = generator
+    def __init__(self, record, model, before: dict):
+        self.record, self.generator = record, record.generator
         params = dict(model.named_parameters())
         self.written = [(params[n], b) for n, b in before.items() if not np.array_equal(params[n].data, b)]
 
@@ -424,6 +429,7 @@ class _Replay:
             self.generator.bit_generator.state = call.rng_state
         for p, b in self.written:
             p.data[...] = b
+        record_module.hold(self.record.held(call))
 
 
 def _fits(step: BackwardStep, label: str, grad, x) -> bool:

@@ -136,3 +136,25 @@ def test_taking_the_record_sets_no_hook():
     with nn.recording(model):
         model(IDS, IDS)
         assert not any(hp.active for _, hp in model.named_modules() if isinstance(hp, nn.hooks.HookPoint))
+
+
+def test_a_detached_value_is_marked_in_the_record_and_handed_back_while_held():
+    """ops.detach: a copy of its input; the record marks its call, `Record.held` gives what it
+    returned, and while those values are held (`record.hold`) the same op hands them back in
+    order, whatever it is given (a check's finite difference of the forward holds it fixed)."""
+    x = np.arange(6.0).reshape(2, 3)
+    out = ops.detach(x)
+    assert out is not x and np.array_equal(out, x)
+    with nn.recording(_gpt()) as taken:
+        first, second = ops.detach(x), ops.detach(2 * x)
+    detached = [c for c in taken.calls if c.detached]
+    assert [c.name for c in detached] == ["detach", "detach"]
+    held = taken.held(taken.calls[0]) + taken.held(taken.calls[1])
+    assert held[0] is first and held[1] is second
+    record.hold(held)
+    try:
+        assert np.array_equal(ops.detach(x + 100), x) and np.array_equal(ops.detach(x + 100), 2 * x)
+        assert np.array_equal(ops.detach(x + 100), x + 100)  # nothing left held: its own value
+    finally:
+        record.hold(None)
+    assert np.array_equal(ops.detach(x + 1), x + 1)

@@ -524,21 +524,35 @@ def test_a_new_op_and_module_appear_with_no_change_in_viz(monkeypatch):
     assert [s.name for s in steps if s.red] == ["lm_head.first.gain_backward"]
 
 
+@pytest.mark.parametrize("auxk", [False, True], ids=["", "auxk"])
 @pytest.mark.parametrize("kind", ["relu", "topk"])
-def test_a_sparse_autoencoders_steps_agree_each_with_all_it_received(kind):
+def test_a_sparse_autoencoders_steps_agree_each_with_all_it_received(kind, auxk, monkeypatch):
     """ops/sae.py's backwards are steps like any op's: sae_backward receives gradients of three
     more of its forward's outputs (acts, and hidden and norms in its cache: `also=`), and
-    sae_loss_backward's is of the loss, its forward's third output (`output=2`)."""
+    sae_loss_backward's is of the loss, its forward's third output (`output=2`). With AuxK on
+    (every feature dead), its residual is detached (`ops.detach`): the finite differences hold it
+    at its recorded value, as the backward does, and without that hold the loss's step is red."""
+    from scratchformer import record
     from scratchformer.models.sae import SAEConfig, SparseAutoencoder
 
     extra = {"k": 3} if kind == "topk" else {}
-    config = SAEConfig(kind=kind, d_in=6, d_sae=10, l1_coefficient=0.5, **extra)
+    config = SAEConfig(
+        kind=kind, d_in=6, d_sae=10, l1_coefficient=0.5, aux_coefficient=0.3, dead_window=1, **extra
+    )
     sae = SparseAutoencoder(config, seed=0)
-    steps = backward_steps(sae, np.random.default_rng(1).standard_normal((4, 6)))
+    if auxk:
+        sae.steps_since_fired.data[:] = 2
+    x = np.random.default_rng(1).standard_normal((4, 6))
+    steps = backward_steps(sae, x)
     assert all(s.ok for s in steps), backward_table(steps)
     names = {s.op for s in steps}
     assert {"sae_loss_backward", "mse_backward", "sae_backward", "decoder_norms_backward"} <= names
     assert ("l1_penalty_backward" in names) == (kind == "relu")
+    assert ("auxk_backward" in names) == auxk
+    if auxk:  # the hold is what makes it agree: the residual moves with x and the weights
+        monkeypatch.setattr(record, "hold", lambda values: None)
+        red = {s.op for s in backward_steps(sae, x) if s.red}
+        assert "sae_loss_backward" in red, red
     inner = next(s for s in steps if s.op == "sae_backward")
     assert (inner.call.arguments["dacts"] is not None) == (kind == "relu")  # the penalty's gradient
 
