@@ -10,8 +10,12 @@ clip_grad_norm), timed in any two checkouts side by side:
 
 With --against OLD, each commit is exported with `git archive` (NEW, --commit: default this
 checkout's working tree, uncommitted changes included), and fresh processes run this file's step
-(the same code for both: only the library differs) in one tree and the other, alternating (OLD NEW,
-then NEW OLD, ...), `--pairs` pairs. Printed: each pair's median milliseconds and its ratio OLD /
+(the same code for both: only the library differs) in one tree and the other, `--pairs` pairs.
+The two processes of a pair are alive together and take turns, 10 steps at a time (OLD NEW, then
+NEW OLD, ...; the first pair starts with OLD, the next with NEW): a shared machine's slow seconds
+fall on both sides alike. (One process after the other, a step's median moved by up to 30% from one
+process to the next on a quiet 2-core VM, and by as much from one 50-step stretch to the next
+inside one process.) Printed: each pair's median milliseconds and its ratio OLD /
 NEW (> 1: NEW is faster), the median of the ratios (wall clock, and the processes' CPU time beside
 it: a busy machine's descheduling shows in the wall clock only), the CPU, the BLAS kernel each
 process ran (threadpoolctl) and the OpenBLAS variables.
@@ -55,12 +59,14 @@ STEPS = {
     "medium": (16, 4),
     "long-1024": (10, 2),
 }  # (steps, of which warm-up)
+CHUNK = 10  # steps one process runs while the other waits, in --against's pairs
 HERE = Path(__file__).resolve()
 REPO = HERE.parents[1]
 
 
-def step_times(name: str, steps: int, warmup: int) -> dict:
-    """Train the config's GPT for `steps` steps in this process (the library on sys.path)."""
+def _trainer(name: str):
+    """The config's GPT and AdamW, built with the library on sys.path; returns one_step(), which
+    runs a training step on fresh random tokens and returns its (wall, CPU) seconds."""
     import numpy as np
 
     from scratchformer.models import GPT, GPTConfig
@@ -81,8 +87,8 @@ def step_times(name: str, steps: int, warmup: int) -> dict:
     model = GPT(GPTConfig(vocab_size=V, block_size=T, n_layer=L, n_head=H, n_embd=C), seed=0)
     opt = make_adamw(param_groups(model, 0.1), lr=1e-3)
     rng = np.random.default_rng(0)
-    wall, cpu = [], []
-    for _ in range(steps):
+
+    def one_step() -> tuple[float, float]:
         idx = rng.integers(0, V, size=(B, T + 1))
         t0, c0 = time.perf_counter(), time.process_time()
         model(idx[:, :-1], idx[:, 1:])
@@ -90,16 +96,44 @@ def step_times(name: str, steps: int, warmup: int) -> dict:
         clip_grad_norm(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad()
-        wall.append(time.perf_counter() - t0)
-        cpu.append(time.process_time() - c0)
+        return time.perf_counter() - t0, time.process_time() - c0
+
+    return one_step
+
+
+def _summary(name: str, times: list[tuple[float, float]]) -> dict:
+    """The median step (wall and CPU, ms) of `times`, the peak memory and the BLAS."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
     return {
         "config": name,
-        "ms": 1000 * float(np.median(wall[warmup:])),
-        "cpu_ms": 1000 * float(np.median(cpu[warmup:])),
+        "ms": 1000 * statistics.median(w for w, _ in times),
+        "cpu_ms": 1000 * statistics.median(c for _, c in times),
         "peak_rss_mib": round(peak, 1),
         "blas": _blas(),
     }
+
+
+def step_times(name: str, steps: int, warmup: int) -> dict:
+    """Train the config's GPT for `steps` steps in this process (the library on sys.path)."""
+    one_step = _trainer(name)
+    times = [one_step() for _ in range(steps)]
+    return _summary(name, times[warmup:])
+
+
+def serve(name: str, warmup: int) -> None:
+    """A worker for --against: builds the model, runs `warmup` steps, prints "ready"; then for
+    each line k on stdin runs k steps and prints their (wall, CPU) seconds as one JSON line; at
+    the end of stdin prints the summary (`_summary`) of all the timed steps."""
+    one_step = _trainer(name)
+    for _ in range(warmup):
+        one_step()
+    print("ready", flush=True)
+    times = []
+    for line in sys.stdin:
+        chunk = [one_step() for _ in range(int(line))]
+        times += chunk
+        print(json.dumps(chunk), flush=True)
+    print(json.dumps(_summary(name, times)), flush=True)
 
 
 def _blas() -> str:
@@ -146,19 +180,47 @@ def export(commit: str, into: Path) -> tuple[Path, str]:
     return tree, short
 
 
-def run_in(tree: Path, name: str, steps: int, warmup: int) -> dict:
-    """One fresh process timing the step with `tree`'s library (this file's step code)."""
-    env = dict(os.environ, PYTHONPATH=str(tree))
-    proc = subprocess.run(
-        [sys.executable, str(HERE), name, "--steps", str(steps), "--warmup", str(warmup)],
-        capture_output=True,
-        text=True,
-        cwd=tree,
-        env=env,
-    )
-    if proc.returncode != 0:
-        raise SystemExit(f"ab_step.py: the step failed in {tree}:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+class Worker:
+    """A fresh process timing the step with `tree`'s library (this file's step code, `serve`)."""
+
+    def __init__(self, tree: Path, name: str, warmup: int):
+        self.tree = tree
+        self.errors = tempfile.TemporaryFile("w+")  # a file, not a pipe: a full pipe would block it
+        self.proc = subprocess.Popen(
+            [sys.executable, str(HERE), name, "--serve", "--warmup", str(warmup)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.errors,
+            text=True,
+            cwd=tree,
+            env=dict(os.environ, PYTHONPATH=str(tree)),
+        )
+
+    def _line(self) -> str:
+        line = self.proc.stdout.readline()
+        if not line:
+            self.proc.kill()
+            raise SystemExit(f"ab_step.py: the step failed in {self.tree}:\n{self._errors()}")
+        return line
+
+    def _errors(self) -> str:
+        self.proc.wait()
+        self.errors.seek(0)
+        return self.errors.read()[-3000:]
+
+    def ready(self) -> None:
+        self._line()  # "ready": built and warmed up
+
+    def run(self, steps: int) -> None:
+        self.proc.stdin.write(f"{steps}\n")
+        self.proc.stdin.flush()
+        self._line()  # the chunk's times; the summary at the end has them all
+
+    def finish(self) -> dict:
+        self.proc.stdin.close()
+        summary = json.loads(self._line())
+        self.proc.wait()
+        return summary
 
 
 def instructions(tree: Path, name: str) -> float:
@@ -209,10 +271,16 @@ def compare(
     print(f"CPU: {_cpu_name()}; OpenBLAS variables: {openblas}; load average {os.getloadavg()[0]:.1f}")
     rows = []
     for i in range(pairs):
-        order = [("old", old_tree), ("new", new_tree)]
-        run = dict(
-            (who, run_in(tree, name, steps, warmup)) for who, tree in (order if i % 2 == 0 else order[::-1])
-        )
+        trees = {"old": old_tree, "new": new_tree}
+        order = ["old", "new"] if i % 2 == 0 else ["new", "old"]
+        workers = {who: Worker(trees[who], name, warmup) for who in order}  # both alive, one runs
+        for who in order:
+            workers[who].ready()
+        timed = steps - warmup
+        for k, start in enumerate(range(0, timed, CHUNK)):  # OLD NEW, NEW OLD, ... chunk by chunk
+            for who in order if k % 2 == 0 else order[::-1]:
+                workers[who].run(min(CHUNK, timed - start))
+        run = {who: workers[who].finish() for who in order}
         ratio, cpu_ratio = run["old"]["ms"] / run["new"]["ms"], run["old"]["cpu_ms"] / run["new"]["cpu_ms"]
         rows.append({"old": run["old"], "new": run["new"], "ratio": ratio, "cpu_ratio": cpu_ratio})
         print(
@@ -262,6 +330,7 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--warmup", type=int, help="of which warm-up, not timed (default: 10; medium 4; long-1024 2)"
     )
+    ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)  # --against's worker
     ap.add_argument(
         "--json", metavar="PATH", help="also write the comparison there (several configs: a list)"
     )
@@ -278,6 +347,9 @@ def main(argv=None) -> int:
         if not 0 <= warmup < steps or args.pairs < 1:
             ap.error("give --pairs >= 1 and 0 <= --warmup < --steps")
         plan.append((config, steps, warmup))
+    if args.serve:
+        serve(args.configs[0], plan[0][2])
+        return 0
     if args.against is None:
         for config, steps, warmup in plan:
             print(json.dumps(step_times(config, steps, warmup)))

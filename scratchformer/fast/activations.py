@@ -1,17 +1,24 @@
-"""Fast lane of `ops/activations.py`: exact GELU in float32 (and smaller) with Phi from a
-table, and its derivative computed in place. float64 has nothing faster than the reference's
+"""Fast lane of `ops/activations.py`: exact GELU in float32 (and smaller) with Phi and phi from
+tables, and its derivative computed in place. float64 has nothing faster than the reference's
 erf polynomial (`ops/numerics.py`): `serves` says which inputs come here (`fast.lane` asks it).
 
-Phi for float32 (and other low precisions): linear interpolation in a table.
-    Phi(x) = (1 + erf(x / sqrt 2)) / 2 sampled on [-9, 9] with step 1/512 from `math.erf`;
-    between grid points Phi is a straight line, error < 2e-7 (float32's resolution). Five
-    times faster than the erf polynomial, which made GELU a third of a training step.
+Phi and phi for float32 (and other low precisions): tables and a Taylor step from the nearest
+grid point.
+    Phi(x) = (1 + erf(x / sqrt 2)) / 2 and phi(x) = Phi'(x) = exp(-x^2 / 2) / sqrt(2 pi) are
+    sampled on [-9, 9] with step h = 1/1024 (from `math.erf` and `math.exp`). For x = x_i + d, x_i
+    the nearest grid point (|d| <= h/2), Taylor's series to second order, with phi' = -x phi:
+        Phi(x) ~ Phi_i + d phi_i (1 - x d / 2),      phi(x) ~ phi_i (1 - x d)
+    (x in place of x_i in the second-order terms changes them by d^3). Error < 2e-7 in Phi
+    (float32's resolution) and in phi. Two table reads replace the erf polynomial (five times
+    slower) and phi's exp, the GELU derivative's costliest pass.
+    Beyond +-9, Phi is 0 or 1 and phi is 0 (the tables' end entries): x * phi(x) stays 0 for
+    any finite x, as the reference's exp underflows to 0.
 
 Non-finite input: NaN gives NaN (its table index is clipped into the table, and the NaN
-fraction of the step makes the result NaN); +-inf gives Phi = 1 or 0.
+offset d makes the result NaN); +-inf gives Phi = 1 or 0.
 
-`gelu_with_grad` is the reference's formula written in place, a block of elements at a time:
-the same arithmetic in the same order, so bit-identical to the reference given the same Phi.
+`gelu_with_grad` is the reference's formula written in place, a block of elements at a time,
+with the tables' Phi and phi: y = x * Phi, dy/dx = Phi + x * phi.
 """
 
 from __future__ import annotations
@@ -20,39 +27,76 @@ import math
 
 import numpy as np
 
-INV_SQRT2 = 1 / math.sqrt(2)
-INV_SQRT_2PI = 1 / math.sqrt(2 * math.pi)
-CDF_STEPS = 512  # grid points per unit of x
-CDF_HALF = 512 * 9  # grid points on each side of 0: the table covers [-9, 9]
-BLOCK = 1 << 16  # elements gelu_with_grad computes at a time
+GRID_STEPS = 1024  # grid points per unit of x
+GRID_HALF = GRID_STEPS * 9  # grid points on each side of 0: the tables cover [-9, 9]
+BLOCK = 1 << 16  # elements gelu_forward and gelu_with_grad compute at a time
 
-_CDF_TABLES: dict[np.dtype, tuple[np.ndarray, np.ndarray]] = {}
+_TABLES: dict[np.dtype, tuple[np.ndarray, np.ndarray]] = {}
 
 
-def _cdf_table(dtype) -> tuple[np.ndarray, np.ndarray]:
-    """(values, slopes), each (2 * CDF_HALF,): Phi at each grid point and the rise to the next."""
-    if dtype not in _CDF_TABLES:
-        grid = np.arange(-CDF_HALF, CDF_HALF + 1) / CDF_STEPS
-        phi = np.array([0.5 * (1 + math.erf(v * INV_SQRT2)) for v in grid])
-        _CDF_TABLES[dtype] = (phi[:-1].astype(dtype), np.diff(phi).astype(dtype))
-    return _CDF_TABLES[dtype]
+def _tables(dtype) -> tuple[np.ndarray, np.ndarray]:
+    """(Phi, phi), each (2 * GRID_HALF + 1,): Phi and its derivative phi at each grid point,
+    in `dtype`; the end points hold the limits beyond the grid (Phi 0 and 1, phi 0)."""
+    if dtype not in _TABLES:
+        grid = np.arange(-GRID_HALF, GRID_HALF + 1) / GRID_STEPS
+        cdf = np.array([0.5 * (1 + math.erf(v / math.sqrt(2))) for v in grid])
+        pdf = np.array([math.exp(-v * v / 2) / math.sqrt(2 * math.pi) for v in grid])
+        cdf[0], cdf[-1], pdf[0], pdf[-1] = 0.0, 1.0, 0.0, 0.0
+        _TABLES[dtype] = (cdf.astype(dtype), pdf.astype(dtype))
+    return _TABLES[dtype]
+
+
+def _nearest(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(position, offset, Phi_i, phi_i), each shaped as x: x's position on the grid in steps,
+    clipped to the grid (finite for any x but NaN); its offset d from the nearest grid point x_i,
+    in steps (0 beyond the grid, NaN for NaN); the tables' entries at x_i."""
+    cdf_table, pdf_table = _tables(x.dtype)
+    position = x * GRID_STEPS  # exact: a power of 2
+    np.clip(position, -GRID_HALF, GRID_HALF, out=position)  # NaN stays NaN
+    nearest = np.rint(position)
+    offset = position - nearest  # in [-1/2, 1/2]; NaN for NaN
+    nearest += GRID_HALF  # the table index, still a float (an integer below 2^24: exact)
+    with np.errstate(invalid="ignore"):  # NaN cast to int gives some integer ...
+        i = nearest.astype(np.intp)  # intp, not int32: take() would convert int32 indices (3x slower)
+    cdf_i = cdf_table.take(i, mode="clip")  # ... which mode="clip" keeps inside the table
+    pdf_i = pdf_table.take(i, mode="clip", out=nearest)  # nearest's buffer is free again
+    return position, offset, cdf_i, pdf_i
+
+
+# In steps: d = offset / GRID_STEPS and x d = position * offset / GRID_STEPS^2 (the clipped
+# position: 0, not inf * 0, beyond the grid)
+def _cdf_from(position, offset, cdf_i, pdf_i, scratch) -> np.ndarray:
+    """Phi(x) ~ Phi_i + d phi_i (1 - x d / 2), into cdf_i (returned); scratch: a free array
+    shaped as x (may be position)."""
+    t = np.multiply(position, offset, out=scratch)
+    t *= -0.5 / GRID_STEPS**2
+    t += 1  # 1 - x d / 2
+    t *= offset
+    t *= pdf_i
+    t *= 1 / GRID_STEPS
+    cdf_i += t
+    return cdf_i
+
+
+def _pdf_from(position, offset, pdf_i) -> np.ndarray:
+    """phi(x) ~ phi_i (1 - x d), into pdf_i (returned); offset is overwritten."""
+    offset *= position
+    offset *= pdf_i
+    offset *= 1 / GRID_STEPS**2
+    pdf_i -= offset
+    return pdf_i
 
 
 def normal_cdf(x: np.ndarray) -> np.ndarray:
     """Phi(x) = (1 + erf(x / sqrt 2)) / 2, elementwise, in x's dtype (float32 or smaller)."""
-    values, slopes = _cdf_table(x.dtype)
-    s = x * CDF_STEPS  # position on the grid, in steps from 0 (kept small: exact fractions)
-    np.clip(s, -CDF_HALF, CDF_HALF - 0.01, out=s)  # NaN stays NaN
-    below = np.floor(s)
-    s -= below  # fraction of the step, in [0, 1); NaN for NaN
-    below += CDF_HALF  # the table index, still a float (an integer below 2^24: exact)
-    with np.errstate(invalid="ignore"):  # NaN cast to int gives some integer ...
-        i = below.astype(np.intp)  # intp, not int32: take() would convert int32 indices (3x slower)
-    y = values.take(i, mode="clip")  # ... which mode="clip" keeps inside the table
-    d = slopes.take(i, mode="clip", out=below)  # below's buffer is free again
-    d *= s  # NaN for NaN input, so y is NaN too: NaN in, NaN out
-    y += d
-    return y
+    position, offset, cdf_i, pdf_i = _nearest(x)
+    return _cdf_from(position, offset, cdf_i, pdf_i, scratch=position)
+
+
+def normal_pdf(x: np.ndarray) -> np.ndarray:
+    """phi(x) = exp(-x^2 / 2) / sqrt(2 pi), elementwise, in x's dtype (float32 or smaller)."""
+    position, offset, _, pdf_i = _nearest(x)
+    return _pdf_from(position, offset, pdf_i)
 
 
 def serves(x: np.ndarray) -> bool:
@@ -87,12 +131,10 @@ def gelu_with_grad(x: np.ndarray):
 
 
 def _gelu_with_grad_block(x, y, grad) -> None:
-    # dy/dx = Phi(x) + x * phi(x),  phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
-    cdf = normal_cdf(x)
-    np.multiply(x, x, out=grad)  # in place in one array (same arithmetic, same order)
-    grad *= -0.5
-    np.exp(grad, out=grad)  # exp(-x^2 / 2)
-    grad *= INV_SQRT_2PI  # phi(x)
-    grad *= x
-    grad += cdf
+    # dy/dx = Phi(x) + x * phi(x): Phi and phi as normal_cdf and normal_pdf compute them
+    position, offset, cdf_i, pdf_i = _nearest(x)
+    cdf = _cdf_from(position, offset, cdf_i, pdf_i, scratch=grad)  # grad: free until the end
+    x_pdf = _pdf_from(position, offset, pdf_i)
+    x_pdf *= x
+    np.add(cdf, x_pdf, out=grad)
     np.multiply(x, cdf, out=y)

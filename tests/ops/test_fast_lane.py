@@ -483,13 +483,29 @@ def test_layernorm_in_place_is_bit_identical_to_the_plain_formula_with_the_same_
 
 
 # -- GELU (fast/activations.py) --------------------------------------------------------------
-def test_normal_cdf_float32_table_is_accurate_and_monotone():
-    x = np.linspace(-12, 12, 200_001)
+def test_normal_cdf_and_pdf_float32_tables_are_accurate_and_monotone():
+    x = np.linspace(-12, 12, 200_001)  # 1/8,333 apart: every offset from the 1/1024 grid
     exact = np.array([0.5 * (1 + math.erf(v / math.sqrt(2))) for v in x])
     y32 = fast_activations.normal_cdf(x.astype(np.float32))
     assert y32.dtype == np.float32 and np.abs(y32 - exact).max() < 2e-7
     assert np.abs(ops.numerics.normal_cdf(x) - exact).max() < 1e-14  # the reference, float64
     assert np.diff(y32).min() > -1e-7  # monotone up to float32 rounding
+    pdf32 = fast_activations.normal_pdf(x.astype(np.float32))
+    assert pdf32.dtype == np.float32
+    assert np.abs(pdf32 - np.exp(-x * x / 2) / math.sqrt(2 * math.pi)).max() < 2e-7
+
+
+def test_float32_gelu_far_tails_and_non_finite_input_as_the_reference():
+    # beyond the tables' +-9: Phi is 0 or 1, phi 0, so x * Phi(x) and x * phi(x) vanish on the left
+    x = np.array([-1e30, -50, -9.5, 9.5, 50, 1e30, np.inf, -np.inf, np.nan], dtype=np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        (y, dydx), (ref_y, ref_dydx) = both_lanes(ops.activations.gelu_with_grad, x)
+        forward = both_lanes(ops.gelu_forward, x)
+        cdf = fast_activations.normal_cdf(x)
+    np.testing.assert_allclose(y, ref_y, rtol=0, atol=1e-18)  # the reference: about 1e-19 at -9.5
+    np.testing.assert_allclose(dydx, ref_dydx, rtol=0, atol=1e-18)
+    np.testing.assert_allclose(*forward, rtol=0, atol=1e-18)
+    np.testing.assert_array_equal(cdf, [0, 0, 0, 1, 1, 1, 1, 0, np.nan])
 
 
 def test_float32_gelu_equals_the_reference_within_the_tables_error():
@@ -506,7 +522,7 @@ def test_float32_gelu_equals_the_reference_within_the_tables_error():
 
 @pytest.mark.parametrize("block", [fast_activations.BLOCK, 1000], ids=["one-block", "blocks"])
 @pytest.mark.parametrize("layout", ["contiguous", "transposed"])
-def test_blocked_gelu_and_its_derivative_are_bit_identical_to_the_formula_with_the_same_phi(
+def test_blocked_gelu_and_its_derivative_are_bit_identical_to_the_formula_with_the_same_tables(
     block, layout, monkeypatch
 ):
     monkeypatch.setattr(fast_activations, "BLOCK", block)  # 1000: 6 blocks and a partial 7th of 144
@@ -518,7 +534,7 @@ def test_blocked_gelu_and_its_derivative_are_bit_identical_to_the_formula_with_t
     assert y.shape == dydx.shape == x.shape
     np.testing.assert_array_equal(y, x * cdf)
     np.testing.assert_array_equal(fast_activations.gelu_forward(x), x * cdf)  # blocked the same way
-    np.testing.assert_array_equal(dydx, cdf + x * (np.exp(-0.5 * x * x) * (1 / math.sqrt(2 * math.pi))))
+    np.testing.assert_array_equal(dydx, cdf + x * fast_activations.normal_pdf(x))
 
 
 # -- attention (fast/attention.py) -----------------------------------------------------------
