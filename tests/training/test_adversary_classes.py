@@ -120,7 +120,9 @@ def test_overwrite_keeps_what_a_user_left_in_last_and_best(run2, tmp_path, capsy
 def test_an_overwrite_that_fails_before_its_first_save_loses_nothing(run2, tmp_path, capsys):  # noqa: F811
     out = copy(run2, tmp_path / "run")
     (out / "last" / "notes.txt").write_text("mine")
-    code, _, err = cli(capsys, "train", *TINY, "--max-steps", "5", "--lr", "1e4", "--out", out, "--overwrite")
+    code, _, err = cli(
+        capsys, "train", *TINY, "--max-steps", "5", "--lr", "1e30", "--out", out, "--overwrite"
+    )
     assert code == 2 and len(err) == 1, err  # diverged before any save
     assert (out / ".last.kept" / "notes.txt").read_text() == "mine"
     assert cli(capsys, "train", *TINY, "--max-steps", "2", "--out", out, "--overwrite")[0] == 0
