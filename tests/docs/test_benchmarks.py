@@ -310,3 +310,26 @@ def test_modadd_step_quick_runs_both_sides_on_the_same_model(tmp_path):
     for side in (ours, theirs):
         assert min(side["forward_ms"], side["backward_ms"], side["optimiser_ms"], side["floor_ms"]) > 0
         assert side["step_gflop"] > 0 and side["gemm_gflops"] > 0
+
+
+def test_gelu_ab_times_this_checkouts_gelu_against_a_commits():
+    script = str(REPO / "benchmarks" / "gelu_ab.py")
+    args = ["--against", "HEAD", "--rounds", "1", "--calls", "1"]
+    proc = subprocess.run(
+        [sys.executable, script, *args], capture_output=True, text=True, cwd=REPO, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == [
+        "gelu_with_grad (512, 256)",
+        "gelu_with_grad (768, 512)",
+    ]
+    assert all("old/new" in line for line in lines)
+    bad = subprocess.run(
+        [sys.executable, script, "--against", "no-such-commit"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
+    assert bad.returncode != 0 and "no fast/activations.py at 'no-such-commit'" in bad.stderr
