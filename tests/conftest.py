@@ -22,6 +22,33 @@ sys.path[1:1] = [
 from scratchformer import fast  # noqa: E402
 
 
+@pytest.fixture(scope="session", autouse=True)
+def one_blas_thread_per_worker():
+    """Under pytest-xdist (`-n auto`: a worker per core), each worker's NumPy on one BLAS thread:
+    the workers fill the cores already, and two OpenBLAS threads per worker on them spin against
+    each other (docs/performance.md, "Threads and processes"). A run in one process (`-n 0`) keeps
+    the default. The commands a worker's tests start as subprocesses get one thread too (the
+    environment's OPENBLAS_NUM_THREADS and OMP_NUM_THREADS, PyTorch's included), for the same reason."""
+    import os
+
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        yield
+        return
+    from threadpoolctl import threadpool_limits
+
+    saved = {k: os.environ.get(k) for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
+    os.environ.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    try:
+        with threadpool_limits(limits=1, user_api="blas"):
+            yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 @pytest.fixture
 def one_blas_thread():
     """NumPy's BLAS on one thread for a test that trains for hundreds of steps on small products:
