@@ -25,8 +25,8 @@ import time
 
 import numpy as np
 from _oneline import run  # scripts/_oneline.py: a library error is one line, exit code 2
+from icl_score import prefix_matching  # scripts/icl_score.py: the heads' score, as text
 
-from scratchformer import lens
 from scratchformer.allocator import keep_freed_memory
 from scratchformer.optim import clip_grad_norm, make_adamw, param_groups
 from scratchformer.training.induction import icl_score
@@ -57,19 +57,12 @@ def batch(ids: np.ndarray, rng: np.random.Generator, repeat_share: float) -> tup
     return windows[:, :-1], windows[:, 1:]
 
 
-def measure(model, val_ids: np.ndarray, rng_seed: int) -> str:
+def measure(model, val_ids: np.ndarray, seed: int) -> str:
     starts = range(0, len(val_ids) - T, T // 4)
-    windows = np.stack([val_ids[s : s + T + 1] for s in starts])
-    score = icl_score(model, windows)
-    block = np.random.default_rng(rng_seed).integers(0, model.config.vocab_size, size=(16, 100))
-    heads = lens.head_scores(model, (np.concatenate([block, block], axis=1),)).scores["induction"]
-    layer, head = np.unravel_index(int(np.nanargmax(heads)), heads.shape)
+    score = icl_score(model, np.stack([val_ids[s : s + T + 1] for s in starts]))
     return (
         f"in-context learning score {score['icl_score']:+.3f} nats (token 500 {score['loss_late']:.3f}, "
-        f"token 50 {score['loss_early']:.3f}, {score['windows']} windows); best prefix matching "
-        f"L{layer}H{head} {heads[layer, head]:.2f} (per layer: "
-        + ", ".join(f"L{i} {np.nanmax(row):.2f}" for i, row in enumerate(heads))
-        + ")"
+        f"token 50 {score['loss_early']:.3f}, {score['windows']} windows); " + prefix_matching(model, seed)
     )
 
 

@@ -60,14 +60,22 @@ def main() -> None:
     windows = np.stack([ids[i : i + T + 1] for i in starts])
     n = len(windows)
     score = icl_score(model, windows, args.early, args.late)
-    half = min(T // 2, REPEATED)
-    block = np.random.default_rng(args.seed).integers(0, model.config.vocab_size, size=(16, half))
-    scores = lens.head_scores(model, (np.concatenate([block, block], axis=1),)).scores["induction"]
-    layer, head = np.unravel_index(int(np.nanargmax(scores)), scores.shape)
     print(
         f"{args.dir} (step {ck.step}): in-context learning score "
         f"{score['icl_score']:+.3f} nats (loss on token {args.late} {score['loss_late']:.3f} minus on token "
         f"{args.early} {score['loss_early']:.3f}, {n} windows of {T} tokens, every {stride}); "
+        + prefix_matching(model, args.seed)
+    )
+
+
+def prefix_matching(model, seed: int) -> str:
+    """The best head's prefix-matching score and each layer's best, as text: lens.head_scores
+    "induction" on 16 random blocks of REPEATED tokens (at most half the context) read twice."""
+    half = min(model.config.block_size // 2, REPEATED)
+    block = np.random.default_rng(seed).integers(0, model.config.vocab_size, size=(16, half))
+    scores = lens.head_scores(model, (np.concatenate([block, block], axis=1),)).scores["induction"]
+    layer, head = np.unravel_index(int(np.nanargmax(scores)), scores.shape)
+    return (
         f"best prefix-matching head L{layer}H{head} {scores[layer, head]:.2f} (per layer: "
         + ", ".join(f"L{i} {np.nanmax(row):.2f}" for i, row in enumerate(scores))
         + ")"
