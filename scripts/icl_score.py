@@ -68,15 +68,16 @@ def main() -> None:
     )
 
 
-def prefix_matching(model, seed: int) -> str:
+def prefix_matching(model, seed: int, half: int | None = None) -> str:
     """The best head's prefix-matching score and each layer's best, as text: lens.head_scores
-    "induction" on 16 random blocks of REPEATED tokens (at most half the context) read twice."""
-    half = min(model.config.block_size // 2, REPEATED)
+    "induction" on 16 random blocks of `half` tokens (default: REPEATED, at most half the
+    context) read twice."""
+    half = half or min(model.config.block_size // 2, REPEATED)
     block = np.random.default_rng(seed).integers(0, model.config.vocab_size, size=(16, half))
     scores = lens.head_scores(model, (np.concatenate([block, block], axis=1),)).scores["induction"]
     layer, head = np.unravel_index(int(np.nanargmax(scores)), scores.shape)
     return (
-        f"best prefix-matching head L{layer}H{head} {scores[layer, head]:.2f} (per layer: "
+        f"best prefix-matching head ({half} tokens read twice) L{layer}H{head} {scores[layer, head]:.2f} (per layer: "
         + ", ".join(f"L{i} {np.nanmax(row):.2f}" for i, row in enumerate(scores))
         + ")"
     )

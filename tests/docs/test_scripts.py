@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from scratchformer.cli.main import main
@@ -100,7 +101,8 @@ def test_icl_score_reads_the_late_and_early_token_of_validation_windows(text_run
     out = run_script("scripts/icl_score.py", str(text_run / "run" / "last"), "--early", "3", "--late", "12")
     m = re.search(
         r"\(step 4\): in-context learning score ([-+][0-9.]+) nats \(loss on token 12 ([0-9.]+) minus on token 3 "
-        r"([0-9.]+), (\d+) windows of 16 tokens, every 4\); best prefix-matching head L0H\d 0\.\d\d",
+        r"([0-9.]+), (\d+) windows of 16 tokens, every 4\); best prefix-matching head \(8 tokens read twice\) "
+        r"L0H\d 0\.\d\d",
         out,
     )
     assert m, out
@@ -109,6 +111,34 @@ def test_icl_score_reads_the_late_and_early_token_of_validation_windows(text_run
     assert abs(score - (late - early)) < 2e-3 and windows == len(
         range(0, len(val) - 16, 4)
     )  # all, every T / 4
+
+
+def test_icl_repeats_reads_a_span_twice_at_a_distance_that_varies():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from icl_repeats import BATCH, T, batch
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    ids = np.arange(20_000)  # every token says where it came from
+    rng = np.random.default_rng(0)
+    for length in (64, T):
+        x, y = batch(ids, rng, length, 1.0, 8)
+        assert x.shape == y.shape == (BATCH * T // length, length)  # the same tokens a step
+        assert (x[:, 1:] == y[:, :-1]).all()
+        spans, places = set(), set()
+        for row in np.concatenate([x, y[:, -1:]], axis=1):  # the window of length + 1
+            stop = int(np.argmax(row != row[0] + np.arange(len(row))))  # where the text stops
+            at = int(row[stop] - row[0])  # the repeat reads the text again from there
+            span = stop - at
+            assert 8 <= span <= length // 2
+            assert (row[stop : stop + span] == row[at:stop]).all()  # read twice
+            assert (row[stop + span :] == row[0] + np.arange(stop + span, len(row))).all()  # then goes on
+            spans.add(span)
+            places.add(at)
+        assert len(spans) > 1  # the distance to copy from varies
+        assert places == {0} if length < T else len(places) > 1  # short windows: the span starts them
+    x, y = batch(ids, rng, T, 0.0, 8)
+    assert (np.diff(x, axis=1) == 1).all() and (y == x + 1).all()  # no repeat: the text as it is
 
 
 def test_grokking_table_writes_a_row_per_run_with_its_time(tmp_path):
