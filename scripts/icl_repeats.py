@@ -6,7 +6,7 @@ which a span of the play is read twice (as Olsson et al.'s diagnostics read rand
 twice), so that copying from earlier in the context pays. Read at 512 tokens from the start, no
 head formed in 3,000 steps: a head spreads its weight over the whole context, and the place to
 copy from gets too little of it to be learned. So the first --short-steps read windows
-of --short-len tokens (64: as many windows a step, the same tokens), where the heads form in
+of --short-len tokens (64: 64 windows a step, the same 4,096 tokens), where the heads form in
 minutes; the windows of 512 after them carry the heads to longer distances. The score is
 measured as the paper defines it on the validation text, unmodified (no repeats), at each --at:
 
@@ -74,9 +74,13 @@ def batch(
     return windows[:, :-1], windows[:, 1:]
 
 
+def val_windows(val_ids: np.ndarray) -> np.ndarray:
+    """(n, T + 1): the validation windows the score reads, one starting every T // 4 tokens."""
+    return np.stack([val_ids[s : s + T + 1] for s in range(0, len(val_ids) - T, T // 4)])
+
+
 def measure(model, val_ids: np.ndarray, seed: int, half: int) -> str:
-    starts = range(0, len(val_ids) - T, T // 4)
-    score = icl_score(model, np.stack([val_ids[s : s + T + 1] for s in starts]))
+    score = icl_score(model, val_windows(val_ids))
     return (
         f"in-context learning score {score['icl_score']:+.3f} nats (token 500 {score['loss_late']:.3f}, "
         f"token 50 {score['loss_early']:.3f}, {score['windows']} windows); "
@@ -88,7 +92,7 @@ def ablations(model, val_ids: np.ndarray, windows: int = 64) -> str:
     """Each head zeroed in turn (lens.head_ablation): how the in-context learning score of the
     first `windows` validation windows moves, as text (the same windows with and without, so the
     differences are paired)."""
-    w = np.stack([val_ids[s : s + T + 1] for s in range(0, len(val_ids) - T, T // 4)][:windows])
+    w = val_windows(val_ids)[:windows]
     x, y = w[:, :-1], w[:, 1:]
 
     def score(out) -> float:
@@ -112,6 +116,12 @@ def main() -> None:
         type=float,
         default=1.0,
         help="share of windows with a span read twice (default: 1.0)",
+    )
+    ap.add_argument(
+        "--long-share",
+        type=float,
+        default=None,
+        help=f"share of the {T}-token windows with a span read twice (default: --repeat-share)",
     )
     ap.add_argument("--shortest", type=int, default=8, help="shortest span read twice (default: 8)")
     ap.add_argument(
@@ -143,8 +153,9 @@ def main() -> None:
         ap.error("--at takes increasing steps, each >= 0")
     if not 0 <= args.cooldown <= args.at[-1]:
         ap.error("--cooldown is a number of steps, at most the last --at")
-    if not 0 <= args.repeat_share <= 1:
-        ap.error("--repeat-share is a share: between 0 and 1")
+    long_share = args.repeat_share if args.long_share is None else args.long_share
+    if not (0 <= args.repeat_share <= 1 and 0 <= long_share <= 1):
+        ap.error("--repeat-share and --long-share are shares: between 0 and 1")
     if not 2 <= args.short_len <= T or T % args.short_len:
         ap.error(f"--short-len must divide {T} (a step reads {BATCH * T} tokens either way)")
     if not 1 <= args.shortest <= args.short_len // 2:
@@ -163,7 +174,8 @@ def main() -> None:
         while step < target:
             length = args.short_len if step < args.short_steps else T
             opt.lr = args.lr * min(1.0, (args.at[-1] - step) / args.cooldown) if args.cooldown else args.lr
-            x, y = batch(train_ids, rng, length, args.repeat_share, args.shortest)
+            share = args.repeat_share if length < T else long_share
+            x, y = batch(train_ids, rng, length, share, args.shortest)
             opt.zero_grad()
             model(x, y)
             model.backward()
