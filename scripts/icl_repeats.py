@@ -26,7 +26,6 @@ rotary positions, 100 after).
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import numpy as np
@@ -35,6 +34,7 @@ from icl_score import REPEATED, prefix_matching  # scripts/icl_score.py: the hea
 
 from scratchformer import lens
 from scratchformer.allocator import keep_freed_memory
+from scratchformer.cli.main import Parser
 from scratchformer.nn import eval_mode
 from scratchformer.optim import clip_grad_norm, make_adamw, param_groups
 from scratchformer.training.induction import ICL_EARLY, ICL_LATE, icl_score, token_losses
@@ -62,9 +62,9 @@ def batch(
     again right after itself, L drawn between `shortest` and length // 2, and the text goes on
     after the repeat (so the distance to copy from varies and only the tokens can tell it).
     In windows shorter than T the span starts the window (where the heads formed in the tries of
-    docs/results.md); in windows of T tokens it starts anywhere it fits (token 500 is then a
-    copy in 12.6% of the windows, token 50 in 0.5%: the control without short windows,
-    --short-steps 0, shares that)."""
+    docs/results.md); in windows of T tokens it starts anywhere it fits (token 500 is then far
+    likelier to be a copy than token 50, which only a span shorter than 50 can reach: the
+    control without short windows, --short-steps 0, shares that)."""
     starts = rng.integers(0, len(ids) - length - 1, size=BATCH * T // length)
     windows = np.stack([ids[s : s + length + 1] for s in starts])
     for row in np.flatnonzero(rng.random(len(windows)) < repeat_share):
@@ -107,7 +107,7 @@ def ablations(model, val_ids: np.ndarray, windows: int = 64) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = Parser(description=__doc__.splitlines()[0])  # a usage error: one line, exit code 2
     ap.add_argument("--at", type=int, nargs="+", required=True, help="the steps to measure at (0: untrained)")
     ap.add_argument("--tokenizer", choices=["bpe", "char"], default="bpe", help="default: bpe (1,024 ids)")
     ap.add_argument("--lr", type=float, default=LR, help=f"AdamW's learning rate, constant (default: {LR})")

@@ -16,13 +16,12 @@ a random block of REPEATED tokens read twice, drawn with --seed; the best head i
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 from _oneline import run  # scripts/_oneline.py: a library error is one line, exit code 2
 from threadpoolctl import threadpool_limits
 
 from scratchformer import lens
+from scratchformer.cli.main import Parser
 from scratchformer.errors import DataError
 from scratchformer.training.checkpoint import load_checkpoint
 from scratchformer.training.induction import ICL_EARLY, ICL_LATE, icl_score
@@ -32,7 +31,7 @@ REPEATED = 100  # tokens of the random block the heads are scored on (read twice
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = Parser(description=__doc__.splitlines()[0])  # a usage error: one line, exit code 2
     ap.add_argument("dir")
     ap.add_argument("--windows", type=int, default=None, help="windows read (default: all the split holds)")
     ap.add_argument(

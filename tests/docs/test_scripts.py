@@ -141,6 +141,21 @@ def test_icl_repeats_reads_a_span_twice_at_a_distance_that_varies():
     assert (np.diff(x, axis=1) == 1).all() and (y == x + 1).all()  # no repeat: the text as it is
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["scripts/icl_repeats.py", "--at", "5", "1"],  # steps out of order
+        ["scripts/icl_repeats.py", "--at", "5", "--repeat-share", "2"],
+        ["scripts/icl_repeats.py", "--at", "5", "--short-len", "100"],  # does not divide 512
+        ["scripts/icl_score.py", "RUN", "--windows", "0"],
+    ],
+)
+def test_icl_scripts_reject_bad_options_in_one_line(argv):
+    done = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and "error:" in done.stderr and "usage:" not in done.stderr
+
+
 def test_grokking_table_writes_a_row_per_run_with_its_time(tmp_path):
     out = tmp_path / "fast-s1"
     tiny = "--modulus 7 --n-embd 16 --max-steps 4 --eval-interval 4 --diag-interval 2 --workers 1".split()
